@@ -11,11 +11,8 @@ def _cuda_configure_impl(rctx):
     has_cuda = nvcc.exists and rctx.os.environ.get("KVCAST_NO_CUDA", "") != "1"
     if has_cuda:
         rctx.symlink(root + "/include", "include")
-        rctx.symlink(root + "/bin", "bin")
         rctx.file("BUILD", """
 package(default_visibility = ["//visibility:public"])
-exports_files(["bin/nvcc"])
-filegroup(name = "nvcc_files", srcs = glob(["bin/**"]))
 cc_library(
     name = "cuda",
     hdrs = glob(["include/**"]),
