@@ -1,0 +1,132 @@
+// Token sampling from one position's logits: repetition penalty, then greedy
+// argmax or temperature / top-k / top-p (nucleus) sampling, driven by a
+// self-contained seeded PRNG so that a seed reproduces the same tokens on
+// every platform and standard library.
+//
+// Order of operations follows Hugging Face transformers' processors
+// (RepetitionPenaltyLogitsProcessor, then TemperatureLogitsWarper,
+// TopKLogitsWarper, TopPLogitsWarper):
+//   1. repetition penalty p: for each distinct token t in `history`,
+//      logit[t] = logit[t] > 0 ? logit[t] / p : logit[t] * p;
+//   2. temperature == 0 (or top_k == 1): return the argmax, lowest index on
+//      ties; no random number is drawn;
+//   3. otherwise divide by temperature, keep the top_k largest logits
+//      (exactly k; ties at the boundary go to the lower index), then keep the
+//      smallest prefix of the remaining tokens, by descending probability,
+//      whose probability (renormalized over the top-k set) sums to
+//      >= top_p (always at least one token), and draw from the renormalized
+//      distribution over what is kept.
+//
+// Thread safety: a Sampler is NOT safe for concurrent use; it holds PRNG state
+// and scratch buffers. Use one Sampler per sequence. Distinct Samplers share
+// nothing and may be used from different threads at once.
+#ifndef KVCAST_ENGINE_SAMPLING_SAMPLER_H_
+#define KVCAST_ENGINE_SAMPLING_SAMPLER_H_
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace kvcast {
+
+struct SamplingParams {
+  // 0 means greedy decoding; must be finite and >= 0.
+  float temperature = 0.f;
+  // Keep only the k most likely tokens; 0 means off; must be >= 0. A value
+  // >= the vocabulary size is the same as off.
+  int top_k = 0;
+  // Nucleus threshold in (0, 1]; 1 means off.
+  float top_p = 1.f;
+  // HF-style repetition penalty; 1 means off; must be finite and > 0.
+  float repetition_penalty = 1.f;
+  // Seed of the sampler's PRNG; the same seed and inputs give the same tokens.
+  uint64_t seed = 0;
+
+  // OK if every field is in range; otherwise InvalidArgument whose message
+  // names the first offending field and its value.
+  absl::Status Validate() const;
+};
+
+class Sampler {
+ public:
+  // `params` should satisfy Validate(); the constructor does not fail, and
+  // out-of-range values are coerced (bad temperature -> greedy, bad top_k ->
+  // off, bad top_p -> 1, bad repetition_penalty -> 1). Use Create() to get
+  // the error instead.
+  explicit Sampler(const SamplingParams& params);
+
+  // Validates `params`, returning InvalidArgument if they are out of range.
+  static absl::StatusOr<Sampler> Create(const SamplingParams& params);
+
+  Sampler(const Sampler&) = default;
+  Sampler& operator=(const Sampler&) = default;
+  Sampler(Sampler&&) = default;
+  Sampler& operator=(Sampler&&) = default;
+
+  // Picks the next token from `logits` (one float per vocabulary entry).
+  // `history` holds the tokens the repetition penalty applies to (prompt and
+  // generated so far); ids outside [0, logits.size()) are ignored, and a
+  // token counts once however often it appears. Neither span is retained.
+  //
+  // Returns an index in [0, logits.size()), or -1 if `logits` is empty.
+  // NaN logits count as -inf. If the largest logit is +inf, or every logit is
+  // -inf (or NaN), the result is the greedy argmax (0 in the latter case) and
+  // no random number is drawn.
+  int32_t Sample(absl::Span<const float> logits,
+                 absl::Span<const int32_t> history);
+
+  const SamplingParams& params() const { return params_; }
+
+ private:
+  // xoshiro256** seeded through splitmix64 (Blackman & Vigna): fixed
+  // arithmetic, so draws do not depend on the standard library.
+  class Prng {
+   public:
+    explicit Prng(uint64_t seed);
+    uint64_t Next();
+    // Uniform in [0, 1) with 53 random bits.
+    double NextDouble();
+
+   private:
+    uint64_t s_[4];
+  };
+
+  int32_t Argmax() const;
+  // Chooses the kept candidates and their unnormalized weights
+  // exp((logit - max_logit) / T) into order_/weights_ (order_ empty means
+  // token id == position). Returns the number of kept tokens.
+  size_t SelectCandidates(float max_logit);
+  // Top-p without top-k over the whole vocabulary.
+  size_t SelectNucleus(float max_logit, float inv_temperature);
+
+  // Bucket of a weight in [0, 1]: its float bits without the sign, the
+  // exponent and top kBucketMantissaBits of mantissa, so bucket order is
+  // weight order.
+  static constexpr int kBucketMantissaBits = 4;
+  static constexpr int kNumBuckets = 1 << (8 + kBucketMantissaBits);
+  static uint32_t BucketOf(float weight) {
+    uint32_t bits;
+    std::memcpy(&bits, &weight, sizeof(bits));
+    return bits >> (23 - kBucketMantissaBits);
+  }
+
+  SamplingParams params_;
+  Prng prng_;
+  // Scratch reused across calls so steady-state sampling does not allocate.
+  std::vector<float> logits_;     // penalized logits, NaN -> -inf
+  std::vector<float> weights_;    // weight of each kept candidate, by position
+  std::vector<int32_t> order_;    // candidate token ids
+  std::vector<uint32_t> seen_;    // per-token stamp for history dedup
+  std::vector<float> scratch_weights_;    // nucleus: weight by token id
+  std::vector<double> bucket_mass_;       // nucleus: mass per weight bucket
+  std::vector<int32_t> boundary_tokens_;  // nucleus: the bucket to sort
+  uint32_t stamp_ = 0;
+};
+
+}  // namespace kvcast
+
+#endif  // KVCAST_ENGINE_SAMPLING_SAMPLER_H_
