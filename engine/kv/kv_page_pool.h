@@ -1,0 +1,92 @@
+// KvPagePool: the paged KV memory of one model replica.
+//
+// All K and V of all layers live in one backend allocation laid out
+// [layer][K|V][page][page_tokens][num_kv_heads][head_dim]; a page id names
+// the same page in every layer. Pages are reference counted: Allocate() hands
+// out pages with one reference, AddRef() shares them (prefix cache, several
+// sequences), Release() drops one and returns the page to the free list when
+// the last goes. When free pages run short, Allocate() asks the registered
+// PageReclaimer (the prefix cache) to give unreferenced pages back.
+//
+// Thread safety: all methods may be called from any thread. The reclaimer is
+// called without the pool's lock held.
+#ifndef KVCAST_ENGINE_KV_KV_PAGE_POOL_H_
+#define KVCAST_ENGINE_KV_KV_PAGE_POOL_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "kernels/backend.h"
+
+namespace kvcast {
+
+struct KvLayout {
+  int num_layers = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  int page_tokens = 16;
+
+  size_t token_floats() const { return size_t(num_kv_heads) * head_dim; }
+  size_t page_floats() const { return token_floats() * page_tokens; }
+};
+
+// Gives pages back to the pool on request; implemented by the prefix cache.
+class PageReclaimer {
+ public:
+  virtual ~PageReclaimer() = default;
+  // Releases cached pages until at least `wanted` pages were freed or nothing
+  // more can be; returns how many were freed.
+  virtual int Reclaim(int wanted) = 0;
+};
+
+class KvPagePool {
+ public:
+  // Allocates num_pages pages from `backend` (borrowed; must outlive the pool).
+  static absl::StatusOr<std::unique_ptr<KvPagePool>> Create(
+      Backend* backend, const KvLayout& layout, int num_pages);
+
+  // `reclaimer` is borrowed and must outlive the pool (or be reset to null).
+  void SetReclaimer(PageReclaimer* reclaimer);
+
+  // n fresh pages, each with one reference. ResourceExhausted when fewer than
+  // n pages are free even after reclaiming; then nothing is allocated.
+  absl::StatusOr<std::vector<int32_t>> Allocate(int n);
+  // Adds a reference to an allocated page. FailedPrecondition if it is free.
+  absl::Status AddRef(int32_t page);
+  // Drops one reference; the page is free again after its last. Releasing a
+  // free page or an id out of range is FailedPrecondition / OutOfRange.
+  absl::Status Release(int32_t page);
+  // Releases each page of `pages` once, reporting the first error.
+  absl::Status ReleaseAll(const std::vector<int32_t>& pages);
+
+  int RefCount(int32_t page) const;
+  int num_pages() const { return num_pages_; }
+  int free_pages() const;
+  const KvLayout& layout() const { return layout_; }
+
+  // Layer caches, laid out [num_pages][page_tokens][num_kv_heads][head_dim].
+  float* k_cache(int layer) const { return base_ + size_t(2 * layer) * layer_floats(); }
+  float* v_cache(int layer) const { return base_ + size_t(2 * layer + 1) * layer_floats(); }
+
+ private:
+  KvPagePool(const KvLayout& layout, int num_pages, std::unique_ptr<DeviceBuffer> buf);
+  size_t layer_floats() const { return layout_.page_floats() * num_pages_; }
+
+  const KvLayout layout_;
+  const int num_pages_;
+  const std::unique_ptr<DeviceBuffer> storage_;
+  float* const base_;
+  mutable absl::Mutex mu_;
+  std::vector<int32_t> free_list_ ABSL_GUARDED_BY(mu_);
+  std::vector<int32_t> refcount_ ABSL_GUARDED_BY(mu_);
+  PageReclaimer* reclaimer_ ABSL_GUARDED_BY(mu_) = nullptr;
+};
+
+}  // namespace kvcast
+
+#endif  // KVCAST_ENGINE_KV_KV_PAGE_POOL_H_

@@ -1,0 +1,73 @@
+// PrefixCache: full chunks of KV that later sequences reuse.
+//
+// Maps a chunk hash (prefix_hash.h) to the pages holding that chunk's KV.
+// The cache holds one reference on each page it stores; a sequence that
+// reuses a chunk takes its own. Entries whose pages nobody else references
+// are evicted least-recently-used first when the pool asks for pages.
+// An observer hears of every chunk stored and evicted (the KV events that
+// feed the scheduler's prefix index).
+//
+// Thread safety: all methods may be called from any thread; the observer is
+// called with the cache's lock held and must not call back into the cache.
+#ifndef KVCAST_ENGINE_KV_PREFIX_CACHE_H_
+#define KVCAST_ENGINE_KV_PREFIX_CACHE_H_
+
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "engine/kv/kv_page_pool.h"
+#include "engine/kv/prefix_hash.h"
+
+namespace kvcast {
+
+class PrefixCache : public PageReclaimer {
+ public:
+  enum class Event { kStored, kEvicted };
+  using Observer = std::function<void(Event, const Hash128&)>;
+
+  // `pool` is borrowed and must outlive the cache; the cache registers itself
+  // as the pool's reclaimer and unregisters on destruction, releasing every
+  // page it holds.
+  PrefixCache(KvPagePool* pool, int chunk_tokens);
+  ~PrefixCache() override;
+
+  void SetObserver(Observer observer);
+
+  // Walks `chain` from its start and returns the pages of the longest run of
+  // cached chunks (chunk_tokens / page_tokens pages each, in order), at most
+  // `max_chunks` chunks, with one reference taken for the caller on every
+  // page. Touches the matched entries for LRU.
+  std::vector<int32_t> Acquire(absl::Span<const Hash128> chain, int max_chunks);
+
+  // Stores a finished chunk's pages (the cache takes its own references).
+  // A chunk already present is left as it is.
+  void Insert(const Hash128& hash, absl::Span<const int32_t> pages);
+
+  int Reclaim(int wanted) override;
+
+  int num_chunks() const;
+  int chunk_tokens() const { return chunk_tokens_; }
+
+ private:
+  struct Entry {
+    std::vector<int32_t> pages;
+    std::list<Hash128>::iterator lru;  // position in lru_ (front = newest)
+  };
+
+  KvPagePool* const pool_;
+  const int chunk_tokens_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<Hash128, Entry> entries_ ABSL_GUARDED_BY(mu_);
+  std::list<Hash128> lru_ ABSL_GUARDED_BY(mu_);
+  Observer observer_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace kvcast
+
+#endif  // KVCAST_ENGINE_KV_PREFIX_CACHE_H_

@@ -1,0 +1,207 @@
+// CPU backend: plain loops for the element-wise ops and attention, OpenBLAS
+// for the GEMMs. Every op finishes before it returns.
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <new>
+#include <vector>
+
+#include "engine/model/dtype.h"
+#include "kernels/backend.h"
+
+namespace kvcast {
+namespace {
+
+class HostBuffer : public DeviceBuffer {
+ public:
+  HostBuffer(void* data, size_t size) : data_(data), size_(size) {}
+  ~HostBuffer() override { std::free(data_); }
+  void* data() override { return data_; }
+  size_t size() const override { return size_; }
+
+ private:
+  void* data_;
+  size_t size_;
+};
+
+class CpuBackend : public Backend {
+ public:
+  std::string_view name() const override { return "cpu"; }
+
+  absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(size_t bytes) override {
+    constexpr size_t kAlign = 64;
+    size_t rounded = (std::max<size_t>(bytes, 1) + kAlign - 1) / kAlign * kAlign;
+    void* p = std::aligned_alloc(kAlign, rounded);
+    if (p == nullptr) {
+      return absl::ResourceExhaustedError(
+          "cpu backend: cannot allocate " + std::to_string(bytes) + " bytes");
+    }
+    return std::unique_ptr<DeviceBuffer>(new HostBuffer(p, bytes));
+  }
+  void CopyToDevice(void* dst, const void* src, size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+  }
+  void CopyToHost(void* dst, const void* src, size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+  }
+  void Synchronize() override {}
+
+  absl::StatusOr<std::unique_ptr<DeviceBuffer>> LoadWeight(
+      WeightType type, const void* src, size_t count) override {
+    auto buf = Allocate(count * sizeof(float));
+    if (!buf.ok()) return buf.status();
+    float* out = (*buf)->f32();
+    const auto* half = static_cast<const uint16_t*>(src);
+    switch (type) {
+      case WeightType::kF32:
+        std::memcpy(out, src, count * sizeof(float));
+        break;
+      case WeightType::kF16:
+        for (size_t i = 0; i < count; ++i) out[i] = HalfToFloat(half[i]);
+        break;
+      case WeightType::kBF16:
+        for (size_t i = 0; i < count; ++i) out[i] = BFloat16ToFloat(half[i]);
+        break;
+    }
+    return buf;
+  }
+
+  void Embedding(const int32_t* ids, int num_tokens, const float* table,
+                 int dim, float* out) override {
+    for (int t = 0; t < num_tokens; ++t) {
+      std::memcpy(out + size_t(t) * dim, table + size_t(ids[t]) * dim,
+                  dim * sizeof(float));
+    }
+  }
+
+  void RmsNorm(const float* x, const float* weight, int rows, int dim,
+               float eps, float* out) override {
+    for (int r = 0; r < rows; ++r) {
+      const float* xr = x + size_t(r) * dim;
+      float* yr = out + size_t(r) * dim;
+      double ss = 0;
+      for (int i = 0; i < dim; ++i) ss += double(xr[i]) * xr[i];
+      float inv = 1.f / std::sqrt(float(ss / dim) + eps);
+      for (int i = 0; i < dim; ++i) yr[i] = xr[i] * inv * weight[i];
+    }
+  }
+
+  void Add(float* x, const float* y, size_t n) override {
+    for (size_t i = 0; i < n; ++i) x[i] += y[i];
+  }
+
+  void Linear(const float* x, int m, int k, const float* w, int n,
+              const float* bias, float* y) override {
+    if (m == 1) {
+      cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, 1.f, w, k, x, 1, 0.f, y, 1);
+    } else {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.f, x, k,
+                  w, k, 0.f, y, n);
+    }
+    if (bias != nullptr) {
+      for (int r = 0; r < m; ++r) {
+        float* yr = y + size_t(r) * n;
+        for (int j = 0; j < n; ++j) yr[j] += bias[j];
+      }
+    }
+  }
+
+  void Rope(float* x, int num_tokens, int x_stride, int num_heads,
+            int head_dim, const int32_t* positions,
+            const float* inv_freq) override {
+    const int half = head_dim / 2;
+    std::vector<float> cos_t(half), sin_t(half);
+    for (int t = 0; t < num_tokens; ++t) {
+      for (int i = 0; i < half; ++i) {
+        // Angles in float, as HF computes them, so long positions round alike.
+        float angle = float(positions[t]) * inv_freq[i];
+        cos_t[i] = std::cos(angle);
+        sin_t[i] = std::sin(angle);
+      }
+      for (int h = 0; h < num_heads; ++h) {
+        float* v = x + size_t(t) * x_stride + size_t(h) * head_dim;
+        for (int i = 0; i < half; ++i) {
+          float a = v[i], b = v[i + half];
+          v[i] = a * cos_t[i] - b * sin_t[i];
+          v[i + half] = b * cos_t[i] + a * sin_t[i];
+        }
+      }
+    }
+  }
+
+  void SwiGlu(const float* gate_up, int rows, int dim, float* out) override {
+    for (int r = 0; r < rows; ++r) {
+      const float* g = gate_up + size_t(r) * 2 * dim;
+      const float* u = g + dim;
+      float* o = out + size_t(r) * dim;
+      for (int i = 0; i < dim; ++i) o[i] = g[i] / (1.f + std::exp(-g[i])) * u[i];
+    }
+  }
+
+  void WriteKv(const float* k, const float* v, int num_tokens, int stride,
+               const int32_t* slots, int num_kv_heads, int head_dim,
+               float* k_cache, float* v_cache) override {
+    const size_t row = size_t(num_kv_heads) * head_dim;
+    for (int t = 0; t < num_tokens; ++t) {
+      std::memcpy(k_cache + size_t(slots[t]) * row, k + size_t(t) * stride,
+                  row * sizeof(float));
+      std::memcpy(v_cache + size_t(slots[t]) * row, v + size_t(t) * stride,
+                  row * sizeof(float));
+    }
+  }
+
+  void PagedAttention(const float* q, int q_stride, const AttentionSeq* seqs,
+                      int num_seqs, const AttentionShape& s,
+                      const float* k_cache, const float* v_cache,
+                      float* out) override {
+    const int group = s.num_heads / s.num_kv_heads;
+    const size_t token_row = size_t(s.num_kv_heads) * s.head_dim;
+    std::vector<float> scores;
+    std::vector<float> acc(s.head_dim);
+    for (int b = 0; b < num_seqs; ++b) {
+      const AttentionSeq& seq = seqs[b];
+      scores.resize(seq.context_len);
+      for (int j = 0; j < seq.num_queries; ++j) {
+        const int visible = seq.context_len - seq.num_queries + j + 1;
+        const int row = seq.query_offset + j;
+        for (int h = 0; h < s.num_heads; ++h) {
+          const float* qh = q + size_t(row) * q_stride + size_t(h) * s.head_dim;
+          const size_t kv_off = size_t(h / group) * s.head_dim;
+          float max_score = -INFINITY;
+          for (int t = 0; t < visible; ++t) {
+            size_t slot = size_t(seq.page_table[t / s.page_tokens]) * s.page_tokens +
+                          t % s.page_tokens;
+            const float* kt = k_cache + slot * token_row + kv_off;
+            float dot = 0.f;
+            for (int d = 0; d < s.head_dim; ++d) dot += qh[d] * kt[d];
+            scores[t] = dot * s.scale;
+            max_score = std::max(max_score, scores[t]);
+          }
+          float denom = 0.f;
+          std::fill(acc.begin(), acc.end(), 0.f);
+          for (int t = 0; t < visible; ++t) {
+            float p = std::exp(scores[t] - max_score);
+            denom += p;
+            size_t slot = size_t(seq.page_table[t / s.page_tokens]) * s.page_tokens +
+                          t % s.page_tokens;
+            const float* vt = v_cache + slot * token_row + kv_off;
+            for (int d = 0; d < s.head_dim; ++d) acc[d] += p * vt[d];
+          }
+          float* oh = out + size_t(row) * s.num_heads * s.head_dim +
+                      size_t(h) * s.head_dim;
+          for (int d = 0; d < s.head_dim; ++d) oh[d] = acc[d] / denom;
+        }
+      }
+    }
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> NewCpuBackend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace kvcast

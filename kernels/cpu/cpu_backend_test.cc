@@ -1,0 +1,135 @@
+// Checks each CPU op against a direct transcription of its formula.
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/backend.h"
+
+namespace kvcast {
+namespace {
+
+std::vector<float> Random(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> d(-1.f, 1.f);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+TEST(CpuBackend, LinearMatchesNaiveForGemvAndGemm) {
+  auto be = NewCpuBackend();
+  const int k = 37, n = 23;
+  for (int m : {1, 5}) {
+    auto x = Random(m * k, 1), w = Random(n * k, 2), b = Random(n, 3);
+    std::vector<float> y(m * n);
+    be->Linear(x.data(), m, k, w.data(), n, b.data(), y.data());
+    for (int r = 0; r < m; ++r) {
+      for (int j = 0; j < n; ++j) {
+        double ref = b[j];
+        for (int i = 0; i < k; ++i) ref += double(x[r * k + i]) * w[j * k + i];
+        EXPECT_NEAR(y[r * n + j], ref, 1e-5) << "m=" << m;
+      }
+    }
+  }
+}
+
+TEST(CpuBackend, RmsNormAndSwiGlu) {
+  auto be = NewCpuBackend();
+  auto x = Random(2 * 8, 4), w = Random(8, 5);
+  std::vector<float> y(16);
+  be->RmsNorm(x.data(), w.data(), 2, 8, 1e-5f, y.data());
+  for (int r = 0; r < 2; ++r) {
+    double ss = 0;
+    for (int i = 0; i < 8; ++i) ss += x[r * 8 + i] * x[r * 8 + i];
+    double inv = 1 / std::sqrt(ss / 8 + 1e-5);
+    for (int i = 0; i < 8; ++i) EXPECT_NEAR(y[r * 8 + i], x[r * 8 + i] * inv * w[i], 1e-5);
+  }
+  auto gu = Random(2 * 2 * 4, 6);
+  std::vector<float> o(8);
+  be->SwiGlu(gu.data(), 2, 4, o.data());
+  for (int r = 0; r < 2; ++r) {
+    for (int i = 0; i < 4; ++i) {
+      float g = gu[r * 8 + i], u = gu[r * 8 + 4 + i];
+      EXPECT_NEAR(o[r * 4 + i], g / (1 + std::exp(-g)) * u, 1e-6);
+    }
+  }
+}
+
+TEST(CpuBackend, RopeRotatesPairsHalfApart) {
+  auto be = NewCpuBackend();
+  const int hd = 8, heads = 2, stride = 20;
+  auto x = Random(2 * stride, 7);
+  auto orig = x;
+  std::vector<float> inv_freq = {1.f, 0.5f, 0.25f, 0.125f};
+  std::vector<int32_t> pos = {3, 11};
+  be->Rope(x.data(), 2, stride, heads, hd, pos.data(), inv_freq.data());
+  for (int t = 0; t < 2; ++t) {
+    for (int h = 0; h < heads; ++h) {
+      for (int i = 0; i < hd / 2; ++i) {
+        double a = orig[t * stride + h * hd + i], b = orig[t * stride + h * hd + i + hd / 2];
+        double th = pos[t] * inv_freq[i];
+        EXPECT_NEAR(x[t * stride + h * hd + i], a * std::cos(th) - b * std::sin(th), 1e-5);
+        EXPECT_NEAR(x[t * stride + h * hd + i + hd / 2], b * std::cos(th) + a * std::sin(th), 1e-5);
+      }
+    }
+    // Elements past the heads (stride padding) are untouched.
+    for (int i = heads * hd; i < stride; ++i) EXPECT_EQ(x[t * stride + i], orig[t * stride + i]);
+  }
+}
+
+// Paged attention with scattered pages must equal dense causal attention.
+TEST(CpuBackend, PagedAttentionMatchesDenseCausalAttention) {
+  auto be = NewCpuBackend();
+  AttentionShape s{/*num_heads=*/4, /*num_kv_heads=*/2, /*head_dim=*/8,
+                   /*page_tokens=*/4, /*scale=*/1.f / std::sqrt(8.f)};
+  const int ctx = 11, nq = 3, num_pages = 8;
+  const int row = s.num_kv_heads * s.head_dim;
+  auto k = Random(ctx * row, 8), v = Random(ctx * row, 9);
+  auto q = Random(nq * s.num_heads * s.head_dim, 10);
+  std::vector<int32_t> pages = {6, 1, 4};  // scattered, out of order
+  std::vector<float> kc(num_pages * s.page_tokens * row, NAN), vc(kc.size(), NAN);
+  std::vector<int32_t> slots(ctx);
+  for (int t = 0; t < ctx; ++t) slots[t] = pages[t / 4] * 4 + t % 4;
+  be->WriteKv(k.data(), v.data(), ctx, row, slots.data(), s.num_kv_heads, s.head_dim,
+              kc.data(), vc.data());
+  AttentionSeq seq{0, nq, ctx, pages.data()};
+  std::vector<float> out(nq * s.num_heads * s.head_dim);
+  be->PagedAttention(q.data(), s.num_heads * s.head_dim, &seq, 1, s, kc.data(), vc.data(),
+                     out.data());
+  for (int j = 0; j < nq; ++j) {
+    int visible = ctx - nq + j + 1;
+    for (int h = 0; h < s.num_heads; ++h) {
+      int kvh = h / 2;
+      std::vector<double> p(visible);
+      double mx = -1e30, den = 0;
+      for (int t = 0; t < visible; ++t) {
+        double dot = 0;
+        for (int d = 0; d < 8; ++d) dot += q[(j * 4 + h) * 8 + d] * k[t * row + kvh * 8 + d];
+        p[t] = dot * s.scale;
+        mx = std::max(mx, p[t]);
+      }
+      for (double& x : p) den += (x = std::exp(x - mx));
+      for (int d = 0; d < 8; ++d) {
+        double ref = 0;
+        for (int t = 0; t < visible; ++t) ref += p[t] / den * v[t * row + kvh * 8 + d];
+        EXPECT_NEAR(out[(j * 4 + h) * 8 + d], ref, 1e-5) << "q" << j << " h" << h;
+      }
+    }
+  }
+}
+
+TEST(CpuBackend, LoadWeightConvertsHalfTypes) {
+  auto be = NewCpuBackend();
+  const uint16_t bf16[] = {0x3f80, 0xc000};  // 1, -2
+  const uint16_t f16[] = {0x3c00, 0x3800};   // 1, 0.5
+  auto a = be->LoadWeight(WeightType::kBF16, bf16, 2);
+  auto b = be->LoadWeight(WeightType::kF16, f16, 2);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ((*a)->f32()[1], -2.f);
+  EXPECT_EQ((*b)->f32()[1], 0.5f);
+}
+
+}  // namespace
+}  // namespace kvcast

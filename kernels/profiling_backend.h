@@ -1,0 +1,65 @@
+// ProfilingBackend: a Backend decorator that times every op by name.
+//
+// Wraps another backend (borrowed; must outlive this one), forwards every
+// call, and adds the wall time of each op to a per-op total. For an
+// asynchronous backend it synchronizes after each op, so totals are exact
+// but the run is slower than without profiling. Same threading rules as the
+// wrapped backend.
+#ifndef KVCAST_KERNELS_PROFILING_BACKEND_H_
+#define KVCAST_KERNELS_PROFILING_BACKEND_H_
+
+#include <map>
+#include <memory>
+#include <string>
+
+#include "kernels/backend.h"
+
+namespace kvcast {
+
+class ProfilingBackend : public Backend {
+ public:
+  explicit ProfilingBackend(Backend* inner) : inner_(inner) {}
+
+  // Seconds spent per op name ("Linear", "PagedAttention", ...).
+  const std::map<std::string, double>& seconds() const { return seconds_; }
+  double total_seconds() const;
+  void Reset() { seconds_.clear(); }
+
+  std::string_view name() const override { return inner_->name(); }
+  absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(size_t bytes) override {
+    return inner_->Allocate(bytes);
+  }
+  void CopyToDevice(void* dst, const void* src, size_t bytes) override;
+  void CopyToHost(void* dst, const void* src, size_t bytes) override;
+  void Synchronize() override { inner_->Synchronize(); }
+  absl::StatusOr<std::unique_ptr<DeviceBuffer>> LoadWeight(WeightType type, const void* src,
+                                                           size_t count) override {
+    return inner_->LoadWeight(type, src, count);
+  }
+  void Embedding(const int32_t* ids, int num_tokens, const float* table, int dim,
+                 float* out) override;
+  void RmsNorm(const float* x, const float* weight, int rows, int dim, float eps,
+               float* out) override;
+  void Add(float* x, const float* y, size_t n) override;
+  void Linear(const float* x, int m, int k, const float* w, int n, const float* bias,
+              float* y) override;
+  void Rope(float* x, int num_tokens, int x_stride, int num_heads, int head_dim,
+            const int32_t* positions, const float* inv_freq) override;
+  void SwiGlu(const float* gate_up, int rows, int dim, float* out) override;
+  void WriteKv(const float* k, const float* v, int num_tokens, int stride, const int32_t* slots,
+               int num_kv_heads, int head_dim, float* k_cache, float* v_cache) override;
+  void PagedAttention(const float* q, int q_stride, const AttentionSeq* seqs, int num_seqs,
+                      const AttentionShape& shape, const float* k_cache, const float* v_cache,
+                      float* out) override;
+
+ private:
+  template <typename F>
+  void Time(const char* op, F&& f);
+
+  Backend* const inner_;
+  std::map<std::string, double> seconds_;
+};
+
+}  // namespace kvcast
+
+#endif  // KVCAST_KERNELS_PROFILING_BACKEND_H_
