@@ -1,0 +1,314 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace kvcast {
+
+struct Engine::Sequence {
+  uint64_t id = 0;
+  std::vector<int32_t> tokens;  // prompt, then generated tokens
+  int prompt_len = 0;
+  int kv_len = 0;               // tokens whose K/V are in `pages`
+  int cached_tokens = 0;
+  int chunks_published = 0;     // leading full chunks offered to the cache
+  Hash128 last_chunk_hash;      // hash of chunk chunks_published - 1 (or seed)
+  std::vector<int32_t> pages;   // one reference held on each
+  GenerationParams params;
+  Sampler sampler;
+  int generated = 0;
+
+  Sequence(uint64_t id, std::vector<int32_t> prompt, const GenerationParams& p)
+      : id(id), tokens(std::move(prompt)), params(p), sampler(p.sampling) {
+    prompt_len = int(tokens.size());
+  }
+  int pending() const { return int(tokens.size()) - kv_len; }
+};
+
+const char* FinishReasonName(FinishReason r) {
+  switch (r) {
+    case FinishReason::kNone: return "none";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kError: return "error";
+  }
+  return "unknown";
+}
+
+Engine::Engine(const EngineOptions& options, std::unique_ptr<Backend> backend)
+    : options_(options), backend_(std::move(backend)) {}
+
+Engine::~Engine() {
+  for (auto& seq : running_) Release(seq.get());
+}
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
+    const std::string& model_dir, const EngineOptions& options,
+    std::unique_ptr<Backend> backend) {
+  if (options.page_tokens <= 0 || options.chunk_tokens <= 0 ||
+      options.chunk_tokens % options.page_tokens != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "engine: chunk_tokens (", options.chunk_tokens,
+        ") must be a positive multiple of page_tokens (", options.page_tokens, ")"));
+  }
+  if (options.max_batch_tokens <= 0 || options.max_running <= 0) {
+    return absl::InvalidArgumentError("engine: max_batch_tokens and max_running must be positive");
+  }
+  std::unique_ptr<Engine> e(new Engine(options, std::move(backend)));
+  ASSIGN_OR_RETURN(e->checkpoint_, Checkpoint::Open(model_dir));
+  ASSIGN_OR_RETURN(e->model_, Transformer::Load(*e->checkpoint_, e->backend_.get()));
+  auto tok = LoadTokenizer(model_dir);
+  if (tok.ok()) {
+    e->tokenizer_ = std::move(*tok);
+  } else if (!absl::IsNotFound(tok.status())) {
+    return tok.status();
+  }
+  KvLayout layout = e->model_->kv_layout(options.page_tokens);
+  int pages = options.num_pages;
+  if (pages <= 0) {
+    int64_t page_bytes = int64_t(layout.page_floats()) * 2 * layout.num_layers * sizeof(float);
+    pages = int(std::max<int64_t>(1, options.kv_cache_bytes / page_bytes));
+  }
+  ASSIGN_OR_RETURN(e->pool_, KvPagePool::Create(e->backend_.get(), layout, pages));
+  e->prefix_cache_ = std::make_unique<PrefixCache>(e->pool_.get(), options.chunk_tokens);
+  e->prefix_seed_ = PrefixSeed(e->model_->fingerprint());
+  return e;
+}
+
+absl::StatusOr<uint64_t> Engine::Submit(std::vector<int32_t> prompt,
+                                        const GenerationParams& params) {
+  if (prompt.empty()) return absl::InvalidArgumentError("engine: empty prompt");
+  for (int32_t t : prompt) {
+    if (t < 0 || t >= config().vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "engine: token id ", t, " outside the vocabulary of ", config().vocab_size));
+    }
+  }
+  RETURN_IF_ERROR(params.sampling.Validate());
+  if (params.max_tokens <= 0) {
+    return absl::InvalidArgumentError("engine: max_tokens must be positive");
+  }
+  if (int(prompt.size()) >= model_->max_sequence_len()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "engine: prompt of ", prompt.size(), " tokens leaves no room under the model's limit of ",
+        model_->max_sequence_len()));
+  }
+  const int64_t page_need = (int64_t(prompt.size()) + options_.page_tokens) / options_.page_tokens;
+  if (page_need > pool_->num_pages()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "engine: prompt needs ", page_need, " KV pages, the pool has ", pool_->num_pages()));
+  }
+  absl::MutexLock lock(&mu_);
+  uint64_t id = next_id_++;
+  waiting_.push_back(std::make_unique<Sequence>(id, std::move(prompt), params));
+  return id;
+}
+
+void Engine::Cancel(uint64_t id) {
+  absl::MutexLock lock(&mu_);
+  cancelled_.insert(id);
+}
+
+bool Engine::HasWork() const {
+  absl::MutexLock lock(&mu_);
+  return !waiting_.empty() || running_count_ > 0;
+}
+
+void Engine::Admit(Sequence* seq) {
+  // Reuse cached chunks, but always leave at least one token to compute: the
+  // last token's logits are needed, and shared pages are never written.
+  std::vector<Hash128> chain =
+      ChunkHashChain(prefix_seed_, seq->tokens, options_.chunk_tokens);
+  int max_chunks = (int(seq->tokens.size()) - 1) / options_.chunk_tokens;
+  seq->pages = prefix_cache_->Acquire(chain, max_chunks);
+  int chunks = int(seq->pages.size()) / (options_.chunk_tokens / options_.page_tokens);
+  seq->kv_len = chunks * options_.chunk_tokens;
+  seq->chunks_published = chunks;
+  seq->last_chunk_hash = chunks > 0 ? chain[chunks - 1] : prefix_seed_;
+  if (seq->generated == 0) seq->cached_tokens = seq->kv_len;
+}
+
+absl::Status Engine::EnsurePages(Sequence* seq, int tokens) {
+  int need = (seq->kv_len + tokens + options_.page_tokens - 1) / options_.page_tokens -
+             int(seq->pages.size());
+  if (need <= 0) return absl::OkStatus();
+  ASSIGN_OR_RETURN(std::vector<int32_t> fresh, pool_->Allocate(need));
+  seq->pages.insert(seq->pages.end(), fresh.begin(), fresh.end());
+  return absl::OkStatus();
+}
+
+void Engine::Release(Sequence* seq) {
+  pool_->ReleaseAll(seq->pages).IgnoreError();  // each page held once by seq
+  seq->pages.clear();
+  seq->kv_len = 0;
+  seq->chunks_published = 0;
+}
+
+void Engine::PublishChunks(Sequence* seq) {
+  const int chunk = options_.chunk_tokens;
+  const int pages_per_chunk = chunk / options_.page_tokens;
+  while ((seq->chunks_published + 1) * chunk <= seq->kv_len) {
+    const int c = seq->chunks_published;
+    seq->last_chunk_hash = NextChunkHash(
+        seq->last_chunk_hash, absl::MakeConstSpan(seq->tokens).subspan(c * chunk, chunk));
+    prefix_cache_->Insert(seq->last_chunk_hash,
+                          absl::MakeConstSpan(seq->pages).subspan(c * pages_per_chunk,
+                                                                  pages_per_chunk));
+    ++seq->chunks_published;
+  }
+}
+
+bool Engine::Sample(Sequence* seq, const float* logits, SequenceEvent* ev) {
+  const int vocab = config().vocab_size;
+  int32_t tok = seq->sampler.Sample(absl::MakeConstSpan(logits, vocab), seq->tokens);
+  seq->tokens.push_back(tok);
+  ++seq->generated;
+  ev->token = tok;
+  const auto& eos = config().eos_token_ids;
+  const auto& stop = seq->params.stop_tokens;
+  if (std::find(stop.begin(), stop.end(), tok) != stop.end() ||
+      (!seq->params.ignore_eos && std::find(eos.begin(), eos.end(), tok) != eos.end())) {
+    ev->finish = FinishReason::kStop;
+  } else if (seq->generated >= seq->params.max_tokens ||
+             int(seq->tokens.size()) >= model_->max_sequence_len()) {
+    ev->finish = FinishReason::kLength;
+  }
+  return ev->finish != FinishReason::kNone;
+}
+
+absl::StatusOr<std::vector<SequenceEvent>> Engine::Step() {
+  std::vector<SequenceEvent> events;
+  auto event_for = [](const Sequence& s) {
+    SequenceEvent ev;
+    ev.id = s.id;
+    ev.prompt_tokens = s.prompt_len;
+    ev.cached_tokens = s.cached_tokens;
+    ev.generated_tokens = s.generated;
+    return ev;
+  };
+  // Cancellations and admissions.
+  {
+    absl::MutexLock lock(&mu_);
+    auto cancel = [&](std::unique_ptr<Sequence>& s) {
+      if (!cancelled_.erase(s->id)) return false;
+      SequenceEvent ev = event_for(*s);
+      ev.finish = FinishReason::kCancelled;
+      events.push_back(ev);
+      return true;
+    };
+    for (auto it = running_.begin(); it != running_.end();) {
+      if (cancel(*it)) {
+        Release(it->get());
+        it = running_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    for (auto it = waiting_.begin(); it != waiting_.end();) {
+      it = cancel(*it) ? waiting_.erase(it) : it + 1;
+    }
+    cancelled_.clear();  // ids that matched nothing are forgotten
+    while (!waiting_.empty() && int(running_.size()) < options_.max_running) {
+      running_.push_back(std::move(waiting_.front()));
+      waiting_.pop_front();
+      Admit(running_.back().get());
+    }
+  }
+
+  // Plan the pass: decode tokens first, then prompt chunks within the budget.
+  std::vector<Sequence*> order;
+  for (auto& s : running_) if (s->pending() == 1) order.push_back(s.get());
+  for (auto& s : running_) if (s->pending() > 1) order.push_back(s.get());
+  std::vector<Sequence*> batch;
+  std::vector<int> counts;
+  int budget = options_.max_batch_tokens;
+  for (size_t i = 0; i < order.size(); ++i) {
+    Sequence* s = order[i];
+    int n = std::min(s->pending(), budget);
+    if (n <= 0) break;
+    absl::Status st = EnsurePages(s, n);
+    while (!st.ok() && absl::IsResourceExhausted(st)) {
+      // Free the youngest other sequence not already in this pass.
+      Sequence* victim = nullptr;
+      for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+        Sequence* cand = it->get();
+        if (cand != s && std::find(batch.begin(), batch.end(), cand) == batch.end() &&
+            !cand->pages.empty()) {
+          victim = cand;
+          break;
+        }
+      }
+      if (victim == nullptr) break;
+      Release(victim);  // moved back to the waiting queue below
+      st = EnsurePages(s, n);
+    }
+    if (!st.ok()) {
+      if (!batch.empty()) continue;  // retry next step once others finish
+      SequenceEvent ev = event_for(*s);
+      ev.finish = FinishReason::kError;
+      ev.error = std::string(st.message());
+      events.push_back(ev);
+      Release(s);
+      s->tokens.clear();  // marks it for removal below
+      continue;
+    }
+    batch.push_back(s);
+    counts.push_back(n);
+    budget -= n;
+  }
+  // Move preempted sequences (pages released, not in the batch) back to waiting.
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = running_.begin(); it != running_.end();) {
+      Sequence* s = it->get();
+      bool failed = s->tokens.empty();
+      bool preempted = !failed && s->pages.empty() &&
+                       std::find(batch.begin(), batch.end(), s) == batch.end();
+      if (preempted) waiting_.push_front(std::move(*it));
+      it = (failed || preempted) ? running_.erase(it) : it + 1;
+    }
+    running_count_ = int(running_.size());
+  }
+  if (batch.empty()) return events;
+
+  std::vector<ForwardItem> items;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    Sequence* s = batch[i];
+    items.push_back(ForwardItem{absl::MakeConstSpan(s->tokens).subspan(s->kv_len, counts[i]),
+                                s->kv_len, s->pages});
+  }
+  std::vector<float> logits;
+  RETURN_IF_ERROR(model_->Forward(items, pool_.get(), /*all_logits=*/false, &logits));
+
+  std::vector<Sequence*> finished;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    Sequence* s = batch[i];
+    s->kv_len += counts[i];
+    PublishChunks(s);
+    if (s->pending() != 0) continue;  // more prompt to go
+    SequenceEvent ev = event_for(*s);
+    bool done = Sample(s, logits.data() + i * size_t(config().vocab_size), &ev);
+    ev.generated_tokens = s->generated;
+    events.push_back(ev);
+    if (done) finished.push_back(s);
+  }
+  if (!finished.empty()) {
+    absl::MutexLock lock(&mu_);
+    for (auto it = running_.begin(); it != running_.end();) {
+      if (std::find(finished.begin(), finished.end(), it->get()) != finished.end()) {
+        Release(it->get());
+        it = running_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    running_count_ = int(running_.size());
+  }
+  return events;
+}
+
+}  // namespace kvcast

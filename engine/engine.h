@@ -1,0 +1,121 @@
+// Engine: continuous-batching generation on one model replica.
+//
+// Requests are submitted as token ids; each Step() admits waiting requests
+// (reusing cached prefix chunks), runs one forward pass that mixes prompt
+// chunks (chunked prefill, up to `max_batch_tokens` tokens) with one decode
+// token for every running sequence, samples, and reports per-sequence
+// events. Full chunks of every sequence enter the prefix cache as soon as
+// their KV is computed. When pages run out, the youngest running sequence is
+// preempted (its pages freed, recomputed later); a request that cannot fit
+// even alone ends with kError. Every finished, cancelled or failed sequence
+// releases its pages exactly once.
+//
+// Thread safety: Submit() and Cancel() may be called from any thread; Step()
+// from one thread at a time (the compute thread).
+#ifndef KVCAST_ENGINE_ENGINE_H_
+#define KVCAST_ENGINE_ENGINE_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "engine/kv/kv_page_pool.h"
+#include "engine/kv/prefix_cache.h"
+#include "engine/model/checkpoint.h"
+#include "engine/sampling/sampler.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "engine/transformer.h"
+#include "kernels/backend.h"
+
+namespace kvcast {
+
+struct EngineOptions {
+  int page_tokens = 16;
+  int chunk_tokens = 128;      // prefix-cache and transfer unit; multiple of page_tokens
+  int64_t kv_cache_bytes = 256ll << 20;
+  int num_pages = 0;           // overrides kv_cache_bytes when > 0
+  int max_batch_tokens = 256;  // tokens per forward pass
+  int max_running = 64;        // sequences decoded together
+};
+
+struct GenerationParams {
+  SamplingParams sampling;
+  int max_tokens = 64;
+  std::vector<int32_t> stop_tokens;  // in addition to the model's EOS
+  bool ignore_eos = false;
+};
+
+enum class FinishReason { kNone, kLength, kStop, kCancelled, kError };
+const char* FinishReasonName(FinishReason r);
+
+struct SequenceEvent {
+  uint64_t id = 0;
+  int32_t token = -1;  // -1 when the event only reports a finish
+  FinishReason finish = FinishReason::kNone;
+  std::string error;   // for kError
+  int prompt_tokens = 0;
+  int cached_tokens = 0;  // prompt tokens whose KV came from the prefix cache
+  int generated_tokens = 0;
+};
+
+class Engine {
+ public:
+  // Opens the checkpoint (and tokenizer, when the directory has one) in
+  // `model_dir` and sizes the page pool. Errors name the file at fault.
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(
+      const std::string& model_dir, const EngineOptions& options,
+      std::unique_ptr<Backend> backend);
+  ~Engine();
+
+  // Queues a request. InvalidArgument for an empty prompt, out-of-vocabulary
+  // ids, bad sampling parameters or a prompt the model cannot hold.
+  absl::StatusOr<uint64_t> Submit(std::vector<int32_t> prompt,
+                                  const GenerationParams& params);
+  // Ends a request at the next Step() with kCancelled; unknown ids are ignored.
+  void Cancel(uint64_t id);
+  bool HasWork() const;
+  absl::StatusOr<std::vector<SequenceEvent>> Step();
+
+  const ModelConfig& config() const { return model_->config(); }
+  const Tokenizer* tokenizer() const { return tokenizer_.get(); }  // may be null
+  Transformer& model() { return *model_; }
+  KvPagePool& pool() { return *pool_; }
+  PrefixCache& prefix_cache() { return *prefix_cache_; }
+  const Hash128& prefix_seed() const { return prefix_seed_; }
+  const EngineOptions& options() const { return options_; }
+
+ private:
+  struct Sequence;
+  Engine(const EngineOptions& options, std::unique_ptr<Backend> backend);
+  void Admit(Sequence* seq);
+  absl::Status EnsurePages(Sequence* seq, int tokens);
+  void Release(Sequence* seq);
+  void PublishChunks(Sequence* seq);
+  bool Sample(Sequence* seq, const float* logits, SequenceEvent* event);
+
+  const EngineOptions options_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<Checkpoint> checkpoint_;
+  std::unique_ptr<Transformer> model_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<KvPagePool> pool_;
+  std::unique_ptr<PrefixCache> prefix_cache_;
+  Hash128 prefix_seed_;
+  std::vector<std::unique_ptr<Sequence>> running_;  // compute thread only
+
+  mutable absl::Mutex mu_;
+  uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  std::deque<std::unique_ptr<Sequence>> waiting_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<uint64_t> cancelled_ ABSL_GUARDED_BY(mu_);
+  int running_count_ ABSL_GUARDED_BY(mu_) = 0;  // running_.size(), for HasWork()
+};
+
+}  // namespace kvcast
+
+#endif  // KVCAST_ENGINE_ENGINE_H_

@@ -1,0 +1,78 @@
+// Transformer: the Llama-family forward pass (Llama, Mistral, Qwen2) over a
+// paged KV cache, on any Backend.
+//
+// One Forward() call runs a batch of *items*; each item appends some tokens
+// to one sequence: a chunk of a prompt (chunked prefill) or one generated
+// token (decode), so prefill chunks and decode steps of many sequences of
+// different lengths share one pass and one GEMM per projection.
+//
+// Thread safety: Load() and the accessors are thread-safe; Forward() must be
+// called from one thread at a time (it drives the backend).
+#ifndef KVCAST_ENGINE_TRANSFORMER_H_
+#define KVCAST_ENGINE_TRANSFORMER_H_
+
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/kv/kv_page_pool.h"
+#include "engine/kv/prefix_hash.h"
+#include "engine/model/checkpoint.h"
+#include "engine/model/model_config.h"
+#include "kernels/backend.h"
+
+namespace kvcast {
+
+struct ForwardItem {
+  absl::Span<const int32_t> tokens;      // new tokens, at least one
+  int start_pos = 0;                     // tokens of this sequence already in KV
+  absl::Span<const int32_t> page_table;  // pages covering start_pos + tokens
+};
+
+class Transformer {
+ public:
+  // Reads every weight of `checkpoint` into `backend` (borrowed; must outlive
+  // the Transformer). Errors name the file and tensor that is missing or
+  // mis-shaped.
+  static absl::StatusOr<std::unique_ptr<Transformer>> Load(
+      const Checkpoint& checkpoint, Backend* backend);
+  ~Transformer();
+
+  const ModelConfig& config() const { return config_; }
+  // Identifies architecture, shapes, dtypes and weight bytes (XXH3-128).
+  const Hash128& fingerprint() const { return fingerprint_; }
+  KvLayout kv_layout(int page_tokens) const;
+  // Longest sequence the model supports (positions, sliding window).
+  int max_sequence_len() const;
+
+  // Runs `items` through the model, writing their K/V into `pool`'s pages.
+  // On success `logits` holds, for each item in order, the logits of its last
+  // token ([items, vocab]), or of every token ([sum of tokens, vocab]) when
+  // `all_logits`. InvalidArgument for token ids outside the vocabulary, empty
+  // items, or page tables too short; nothing is written to KV then.
+  absl::Status Forward(absl::Span<const ForwardItem> items, KvPagePool* pool,
+                       bool all_logits, std::vector<float>* logits);
+
+ private:
+  struct Layer;
+  Transformer(const ModelConfig& config, Backend* backend);
+  absl::Status LoadWeights(const Checkpoint& checkpoint);
+
+  const ModelConfig config_;
+  Backend* const backend_;
+  Hash128 fingerprint_;
+  std::vector<float> inv_freq_host_;
+  std::unique_ptr<DeviceBuffer> inv_freq_;
+  std::unique_ptr<DeviceBuffer> embed_, final_norm_, lm_head_;  // lm_head null when tied
+  std::vector<Layer> layers_;
+};
+
+// RoPE inverse frequencies [head_dim / 2] for `config`, Llama-3 scaling
+// applied when configured (the formula of HF's _compute_llama3_parameters).
+std::vector<float> RopeInverseFrequencies(const ModelConfig& config);
+
+}  // namespace kvcast
+
+#endif  // KVCAST_ENGINE_TRANSFORMER_H_

@@ -1,0 +1,177 @@
+// Consistency of the forward pass over the paged KV cache. Tolerances: all
+// compute is float32; different batchings reorder float sums (GEMV vs GEMM,
+// different row counts), so logits agree to 1e-4 absolute (logits are O(1..10)).
+#include "engine/transformer.h"
+
+#include <algorithm>
+#include <numeric>
+#include <random>
+
+#include "engine/testing/tiny_model_fixture.h"
+#include "gtest/gtest.h"
+
+namespace kvcast {
+namespace {
+
+constexpr float kTol = 1e-4f;
+
+std::vector<int32_t> Tokens(int n, int vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<int32_t> t(n);
+  for (int32_t& x : t) x = int32_t(rng() % vocab);
+  return t;
+}
+
+void ExpectNear(const float* a, const float* b, size_t n, const std::string& what) {
+  float worst = 0;
+  for (size_t i = 0; i < n; ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
+  EXPECT_LT(worst, kTol) << what;
+}
+
+class TransformerTest : public testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    TinyModelOptions o;
+    o.arch = GetParam() == "qwen2_tied" ? "qwen2" : "llama";
+    o.tie_embeddings = GetParam() == "qwen2_tied";
+    o.llama3_rope_scaling = GetParam() == "llama3_rope";
+    m_ = LoadTinyModel(o);
+    vocab_ = m_.model->config().vocab_size;
+  }
+
+  std::unique_ptr<KvPagePool> Pool(int page_tokens, int pages) {
+    return *KvPagePool::Create(m_.backend.get(), m_.model->kv_layout(page_tokens), pages);
+  }
+
+  // All-token logits of `tokens` computed in one pass on one big page.
+  std::vector<float> Contiguous(const std::vector<int32_t>& tokens) {
+    auto pool = Pool(1024, 1);
+    std::vector<int32_t> table = {0};
+    std::vector<float> logits;
+    ForwardItem item{tokens, 0, table};
+    EXPECT_TRUE(m_.model->Forward({&item, 1}, pool.get(), true, &logits).ok());
+    return logits;
+  }
+
+  LoadedTinyModel m_;
+  int vocab_ = 0;
+};
+
+TEST_P(TransformerTest, IncrementalDecodeMatchesFullRecomputation) {
+  auto tokens = Tokens(40, vocab_, 1);
+  auto full = Contiguous(tokens);
+  auto pool = Pool(16, 8);
+  std::vector<int32_t> table = *pool->Allocate(3);
+  std::vector<float> logits;
+  const int prefill = 25;
+  ForwardItem first{absl::MakeConstSpan(tokens).subspan(0, prefill), 0, table};
+  ASSERT_TRUE(m_.model->Forward({&first, 1}, pool.get(), false, &logits).ok());
+  ExpectNear(logits.data(), &full[(prefill - 1) * vocab_], vocab_, "after prefill");
+  for (int pos = prefill; pos < 40; ++pos) {
+    ForwardItem step{absl::MakeConstSpan(tokens).subspan(pos, 1), pos, table};
+    ASSERT_TRUE(m_.model->Forward({&step, 1}, pool.get(), false, &logits).ok());
+    ExpectNear(logits.data(), &full[pos * vocab_], vocab_, "decode at " + std::to_string(pos));
+  }
+}
+
+TEST_P(TransformerTest, ScatteredPagesAndChunkedPrefillMatchContiguous) {
+  auto tokens = Tokens(70, vocab_, 2);
+  auto full = Contiguous(tokens);
+  auto pool = Pool(16, 12);
+  std::vector<int32_t> table = {9, 2, 11, 0, 5};  // out of order, gaps
+  std::vector<float> logits;
+  for (int start = 0; start < 70; start += 32) {  // chunks cross page edges
+    int n = std::min(32, 70 - start);
+    ForwardItem item{absl::MakeConstSpan(tokens).subspan(start, n), start, table};
+    ASSERT_TRUE(m_.model->Forward({&item, 1}, pool.get(), true, &logits).ok());
+    ExpectNear(logits.data(), &full[start * vocab_], size_t(n) * vocab_,
+               "chunk at " + std::to_string(start));
+  }
+}
+
+TEST_P(TransformerTest, ReusedPrefixPagesGiveSameLogitsAsComputingThem) {
+  auto a = Tokens(48, vocab_, 3);
+  auto b = a;
+  auto tail = Tokens(20, vocab_, 4);
+  b.resize(32);
+  b.insert(b.end(), tail.begin(), tail.end());  // shares a's first 32 tokens
+  auto full_b = Contiguous(b);
+  auto pool = Pool(16, 16);
+  std::vector<int32_t> ta = *pool->Allocate(3);
+  std::vector<float> logits;
+  ForwardItem ia{a, 0, ta};
+  ASSERT_TRUE(m_.model->Forward({&ia, 1}, pool.get(), false, &logits).ok());
+  // b reuses a's first two pages and computes only its own suffix.
+  std::vector<int32_t> tb = {ta[0], ta[1]};
+  auto own = *pool->Allocate(2);
+  tb.insert(tb.end(), own.begin(), own.end());
+  ForwardItem ib{absl::MakeConstSpan(b).subspan(32), 32, tb};
+  ASSERT_TRUE(m_.model->Forward({&ib, 1}, pool.get(), true, &logits).ok());
+  ExpectNear(logits.data(), &full_b[32 * vocab_], 20 * size_t(vocab_), "suffix of b");
+}
+
+TEST_P(TransformerTest, MixedBatchMatchesEachSequenceAlone) {
+  // Three sequences of different lengths: one prefill chunk and two decodes.
+  std::vector<std::vector<int32_t>> seqs = {Tokens(9, vocab_, 5), Tokens(33, vocab_, 6),
+                                            Tokens(17, vocab_, 7)};
+  auto pool = Pool(16, 32);
+  std::vector<std::vector<int32_t>> tables;
+  for (auto& s : seqs) tables.push_back(*pool->Allocate(3));
+  std::vector<float> logits;
+  // Sequences 1 and 2 have all but their last token in KV already.
+  for (int i : {1, 2}) {
+    ForwardItem item{absl::MakeConstSpan(seqs[i]).subspan(0, seqs[i].size() - 1), 0, tables[i]};
+    ASSERT_TRUE(m_.model->Forward({&item, 1}, pool.get(), false, &logits).ok());
+  }
+  std::vector<ForwardItem> batch = {
+      {seqs[0], 0, tables[0]},
+      {absl::MakeConstSpan(seqs[1]).subspan(32), 32, tables[1]},
+      {absl::MakeConstSpan(seqs[2]).subspan(16), 16, tables[2]}};
+  ASSERT_TRUE(m_.model->Forward(batch, pool.get(), false, &logits).ok());
+  for (int i = 0; i < 3; ++i) {
+    auto alone = Contiguous(seqs[i]);
+    ExpectNear(&logits[i * vocab_], &alone[(seqs[i].size() - 1) * vocab_], vocab_,
+               "sequence " + std::to_string(i));
+  }
+}
+
+TEST_P(TransformerTest, RejectsBadItemsWithoutTouchingKv) {
+  auto pool = Pool(16, 4);
+  std::fill(pool->k_cache(0), pool->k_cache(0) + pool->layout().page_floats() * 4, 7.f);
+  std::vector<int32_t> table = {0};
+  std::vector<float> logits;
+  std::vector<int32_t> bad = {1, vocab_};
+  ForwardItem oov{bad, 0, table};
+  auto s = m_.model->Forward({&oov, 1}, pool.get(), false, &logits);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("outside the vocabulary"), std::string::npos) << s;
+  auto toks = Tokens(20, vocab_, 8);
+  ForwardItem too_long{toks, 0, table};  // 20 tokens, one 16-token page
+  s = m_.model->Forward({&too_long, 1}, pool.get(), false, &logits);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("page table"), std::string::npos) << s;
+  EXPECT_EQ(std::count(pool->k_cache(0), pool->k_cache(0) + pool->layout().page_floats() * 4, 7.f),
+            long(pool->layout().page_floats() * 4));
+}
+
+INSTANTIATE_TEST_SUITE_P(Architectures, TransformerTest,
+                         testing::Values("llama", "qwen2_tied", "llama3_rope"));
+
+TEST(RopeInverseFrequencies, Llama3ScalingKeepsHighAndDividesLowFrequencies) {
+  ModelConfig c;
+  c.head_dim = 64;
+  c.rope_theta = 500000;
+  auto plain = RopeInverseFrequencies(c);
+  c.rope_scaling = RopeScaling{"llama3", 8.0, 1.0, 4.0, 8192};
+  auto scaled = RopeInverseFrequencies(c);
+  EXPECT_FLOAT_EQ(scaled[0], plain[0]);           // wavelength 2*pi < 2048
+  EXPECT_FLOAT_EQ(scaled[31], plain[31] / 8.f);   // wavelength > 8192
+  bool smoothed = false;
+  for (int i = 0; i < 32; ++i) {
+    smoothed |= scaled[i] < plain[i] && scaled[i] > plain[i] / 8.f;
+  }
+  EXPECT_TRUE(smoothed);
+}
+
+}  // namespace
+}  // namespace kvcast
