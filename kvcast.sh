@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# kvcast developer entry point. Each command installs what it needs first.
+#   ./kvcast.sh demo    build, make the tiny model, generate text with it
+#   ./kvcast.sh test    build and run every test; ends with "N passed, N failed"
+set -euo pipefail
+cd "$(dirname "$0")"
+
+APT_PACKAGES=(
+  bazel-bootstrap bazel-rules-java bazel-rules-proto bazel-skylib bazel-platforms
+  pkg-config g++ python3 python3-venv
+  libabsl-dev libgtest-dev libbenchmark-dev libopenblas-dev libsentencepiece-dev
+  nlohmann-json3-dev libpcre2-dev libxxhash-dev
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libngtcp2-dev libngtcp2-crypto-gnutls-dev libgnutls28-dev
+)
+PY_PACKAGES=(tokenizers==0.23.3)
+VENV=.venv
+TINY_MODEL=build/tiny-model
+
+log() { printf '\033[1m[kvcast]\033[0m %s\n' "$*" >&2; }
+
+setup_apt() {
+  local missing=()
+  for p in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return
+  log "installing Debian packages: ${missing[*]}"
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+setup_venv() {
+  if [ ! -x "$VENV/bin/python" ]; then
+    log "creating $VENV (independent oracles from PyPI: ${PY_PACKAGES[*]})"
+    python3 -m venv "$VENV"
+  fi
+  "$VENV/bin/python" -m pip install -q --disable-pip-version-check "${PY_PACKAGES[@]}"
+}
+
+bazel_cmd() { bazel "$@" --jobs="${KVCAST_JOBS:-2}"; }
+
+demo() {
+  setup_apt
+  log "building (first build takes a few minutes)"
+  bazel_cmd build //tools/cli:kvcast //tools/tiny_model:make_tiny_model
+  if [ ! -f "$TINY_MODEL/config.json" ]; then
+    log "writing the tiny random Llama checkpoint to $TINY_MODEL"
+    bazel-bin/tools/tiny_model/make_tiny_model --out "$TINY_MODEL"
+  fi
+  local prompt="The quick brown fox"
+  log "kvcast generate --model $TINY_MODEL --prompt \"$prompt\" (random weights: the text is gibberish by design)"
+  bazel-bin/tools/cli/kvcast generate --model "$TINY_MODEL" --prompt "$prompt" \
+    --max_tokens 48 --temperature 0.8 --top_p 0.95 --seed 7 --ignore_eos
+}
+
+test_all() {
+  setup_apt
+  setup_venv
+  local rc=0
+  bazel_cmd test //... --test_env=KVCAST_PYTHON="$PWD/$VENV/bin/python" || rc=$?
+  python3 tests/count_results.py bazel-testlogs
+  return $rc
+}
+
+case "${1:-}" in
+  demo) demo ;;
+  test) test_all ;;
+  *) echo "usage: $0 demo|test" >&2; exit 2 ;;
+esac

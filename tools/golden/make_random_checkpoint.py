@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""Writes a tiny random HF checkpoint (config.json + model.safetensors).
+
+For testing the oracle (hf_logits.py) and loaders before real checkpoints
+exist. Weights are drawn from a seeded torch generator via the model's own
+initializer, then stored in --dtype.
+
+  .venv-hf/bin/python tools/golden/make_random_checkpoint.py \
+      --arch llama3 --dtype bfloat16 --out /tmp/tiny-llama3
+"""
+
+import argparse
+import os
+import sys
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+import torch  # noqa: E402
+from transformers import (  # noqa: E402
+    LlamaConfig, LlamaForCausalLM, MistralConfig, MistralForCausalLM,
+    Qwen2Config, Qwen2ForCausalLM)
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16,
+          "float16": torch.float16}
+
+COMMON = dict(vocab_size=512, hidden_size=64, intermediate_size=160,
+              num_hidden_layers=2, num_attention_heads=4,
+              num_key_value_heads=2, max_position_embeddings=512,
+              rms_norm_eps=1e-5, initializer_range=0.2,
+              bos_token_id=1, eos_token_id=2)
+
+ARCHS = {
+    "llama": (LlamaConfig, LlamaForCausalLM, dict(rope_theta=10000.0)),
+    # Llama 3.x style: large theta, "llama3" rope scaling with a short
+    # original context so the scaling actually changes frequencies.
+    "llama3": (LlamaConfig, LlamaForCausalLM, dict(
+        rope_theta=500000.0, tie_word_embeddings=True,
+        rope_scaling={"rope_type": "llama3", "factor": 8.0,
+                      "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                      "original_max_position_embeddings": 64})),
+    # Qwen2 has q/k/v biases.
+    "qwen2": (Qwen2Config, Qwen2ForCausalLM, dict(
+        rope_theta=1000000.0, tie_word_embeddings=False)),
+    "mistral": (MistralConfig, MistralForCausalLM, dict(
+        rope_theta=10000.0, sliding_window=None)),
+}
+
+
+def make(arch, dtype, out, seed=0):
+    config_cls, model_cls, extra = ARCHS[arch]
+    torch.manual_seed(seed)
+    config = config_cls(**COMMON, **extra)
+    model = model_cls(config).eval()
+    model.to(DTYPES[dtype])
+    model.config.torch_dtype = DTYPES[dtype]
+    model.save_pretrained(out, safe_serialization=True)
+    return model
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--arch", choices=sorted(ARCHS), default="llama")
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    make(args.arch, args.dtype, args.out, args.seed)
+    print(f"wrote {args.out} ({args.arch}, {args.dtype})", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
