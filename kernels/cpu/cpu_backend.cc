@@ -154,50 +154,59 @@ class CpuBackend : public Backend {
     }
   }
 
+  // Per sequence and KV head: gather the context's K and V out of the pages
+  // into contiguous rows, then scores = Q K^T and out = softmax(scores) V as
+  // BLAS calls for every query head of the group (GQA), causal mask applied
+  // between the two.
   void PagedAttention(const float* q, int q_stride, const AttentionSeq* seqs,
                       int num_seqs, const AttentionShape& s,
                       const float* k_cache, const float* v_cache,
                       float* out) override {
     const int group = s.num_heads / s.num_kv_heads;
-    const size_t token_row = size_t(s.num_kv_heads) * s.head_dim;
-    std::vector<float> scores;
-    std::vector<float> acc(s.head_dim);
+    const int hd = s.head_dim;
+    const size_t token_row = size_t(s.num_kv_heads) * hd;
+    const int out_stride = s.num_heads * hd;
     for (int b = 0; b < num_seqs; ++b) {
       const AttentionSeq& seq = seqs[b];
-      scores.resize(seq.context_len);
-      for (int j = 0; j < seq.num_queries; ++j) {
-        const int visible = seq.context_len - seq.num_queries + j + 1;
-        const int row = seq.query_offset + j;
-        for (int h = 0; h < s.num_heads; ++h) {
-          const float* qh = q + size_t(row) * q_stride + size_t(h) * s.head_dim;
-          const size_t kv_off = size_t(h / group) * s.head_dim;
-          float max_score = -INFINITY;
-          for (int t = 0; t < visible; ++t) {
-            size_t slot = size_t(seq.page_table[t / s.page_tokens]) * s.page_tokens +
-                          t % s.page_tokens;
-            const float* kt = k_cache + slot * token_row + kv_off;
-            float dot = 0.f;
-            for (int d = 0; d < s.head_dim; ++d) dot += qh[d] * kt[d];
-            scores[t] = dot * s.scale;
-            max_score = std::max(max_score, scores[t]);
+      const int ctx = seq.context_len, nq = seq.num_queries;
+      keys_.resize(size_t(ctx) * hd);
+      values_.resize(size_t(ctx) * hd);
+      scores_.resize(size_t(nq) * ctx);
+      for (int g = 0; g < s.num_kv_heads; ++g) {
+        for (int t = 0; t < ctx; ++t) {
+          size_t slot = size_t(seq.page_table[t / s.page_tokens]) * s.page_tokens +
+                        t % s.page_tokens;
+          std::memcpy(&keys_[size_t(t) * hd], k_cache + slot * token_row + size_t(g) * hd,
+                      hd * sizeof(float));
+          std::memcpy(&values_[size_t(t) * hd], v_cache + slot * token_row + size_t(g) * hd,
+                      hd * sizeof(float));
+        }
+        for (int h = g * group; h < (g + 1) * group; ++h) {
+          const float* qh = q + size_t(seq.query_offset) * q_stride + size_t(h) * hd;
+          float* oh = out + size_t(seq.query_offset) * out_stride + size_t(h) * hd;
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, ctx, hd, s.scale, qh,
+                      q_stride, keys_.data(), hd, 0.f, scores_.data(), ctx);
+          for (int j = 0; j < nq; ++j) {
+            float* row = &scores_[size_t(j) * ctx];
+            const int visible = ctx - nq + j + 1;
+            float max_score = -INFINITY;
+            for (int t = 0; t < visible; ++t) max_score = std::max(max_score, row[t]);
+            float denom = 0.f;
+            for (int t = 0; t < visible; ++t) denom += (row[t] = std::exp(row[t] - max_score));
+            const float inv = 1.f / denom;
+            for (int t = 0; t < visible; ++t) row[t] *= inv;
+            std::fill(row + visible, row + ctx, 0.f);
           }
-          float denom = 0.f;
-          std::fill(acc.begin(), acc.end(), 0.f);
-          for (int t = 0; t < visible; ++t) {
-            float p = std::exp(scores[t] - max_score);
-            denom += p;
-            size_t slot = size_t(seq.page_table[t / s.page_tokens]) * s.page_tokens +
-                          t % s.page_tokens;
-            const float* vt = v_cache + slot * token_row + kv_off;
-            for (int d = 0; d < s.head_dim; ++d) acc[d] += p * vt[d];
-          }
-          float* oh = out + size_t(row) * s.num_heads * s.head_dim +
-                      size_t(h) * s.head_dim;
-          for (int d = 0; d < s.head_dim; ++d) oh[d] = acc[d] / denom;
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, hd, ctx, 1.f,
+                      scores_.data(), ctx, values_.data(), hd, 0.f, oh, out_stride);
         }
       }
     }
   }
+
+ private:
+  // Attention scratch, reused across calls (ops run on one thread).
+  std::vector<float> keys_, values_, scores_;
 };
 
 }  // namespace

@@ -3,6 +3,7 @@
 
   compare_hf_tokenizers.py TOKENIZER_JSON ENCODE_TOOL [--count 500] [--seed 1234]
 
+Run by //tests/tokenizer:hf_tokenizers_comparison_test (see its script header).
 ENCODE_TOOL is bazel-bin/engine/tokenizer/encode_tool. For each of COUNT
 deterministic generated strings (words, punctuation, digits, scripts, emoji,
 whitespace runs, contractions, combining marks, special tokens) it checks that

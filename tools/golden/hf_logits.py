@@ -11,7 +11,8 @@ pass over the given token ids, and writes JSON:
    "logits": [[vocab floats] for each position],
    # only with --greedy N:
    "greedy_tokens": [N new token ids from model.generate(do_sample=False)],
-   "greedy_min_margin": smallest (top1 - top2) logit gap over those N steps}
+   "greedy_min_margin": smallest (top1 - top2) logit gap over those N steps,
+   "greedy_margins": that gap at each of the N steps}
 
 A small greedy_min_margin (say < 1e-3) means a near-tie: a correct engine
 may pick the other token there, so compare logits, not just tokens.
@@ -137,6 +138,7 @@ def main(argv=None):
                 margins.append(float(top2[0] - top2[1]))
             result["greedy_tokens"] = new_tokens
             result["greedy_min_margin"] = min(margins) if margins else None
+            result["greedy_margins"] = margins
 
     tmp = args.out + ".tmp"
     with open(tmp, "w") as f:
