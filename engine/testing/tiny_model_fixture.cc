@@ -18,10 +18,12 @@ namespace {
 
 std::string TinyModelDir(const TinyModelOptions& options) {
   const char* tmp = std::getenv("TEST_TMPDIR");
-  std::string key = absl::StrCat(options.arch, "_", options.dtype, "_", options.vocab_size, "_",
-                                 options.hidden_size, "_", options.num_layers, "_",
-                                 options.tie_embeddings, options.llama3_rope_scaling, "_",
-                                 options.shards, "_", options.seed);
+  std::string key = absl::StrCat(
+      options.arch, "|", options.dtype, "|", options.vocab_size, "|", options.hidden_size, "|",
+      options.intermediate_size, "|", options.num_layers, "|", options.num_heads, "|",
+      options.num_kv_heads, "|", options.max_position_embeddings, "|", options.rope_theta, "|",
+      options.llama3_rope_scaling, "|", options.tie_embeddings, "|", options.shards, "|",
+      options.seed);
   std::string dir = absl::StrCat(tmp ? tmp : "/tmp", "/tiny_", HashBytes(key.data(), key.size()).ToHex());
   if (std::FILE* f = std::fopen((dir + "/config.json").c_str(), "r")) {
     std::fclose(f);

@@ -7,8 +7,13 @@
 #
 # Needs the oracle venv (bash tools/golden/install_oracle.sh) and Bazel.
 # Usage (from anywhere):  bash tools/golden/make_golden.sh [variant...]
-# Variants: llama_bf16 qwen2_f16_tied_sharded mistral_f32_llama3rope (default:
-# all). Checked by //tests/golden:golden_logits_test.
+# Variants: llama_bf16 qwen2_f16_tied_sharded mistral_f32 llama_f32_llama3rope
+# (default: all). Checked by //tests/golden:golden_logits_test.
+#
+# Llama-3 rope scaling is checked on a Llama checkpoint, not a Mistral one:
+# transformers 4.45.2's MistralRotaryEmbedding takes only (dim, base) and
+# ignores config.rope_scaling, so HF gives no reference for Mistral + llama3
+# scaling (kvcast applies the scaling to any architecture).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -42,7 +47,8 @@ prompt() {
 VARIANTS=(
   "llama_bf16               llama   bf16 false false 1 11 40"
   "qwen2_f16_tied_sharded   qwen2   f16  true  false 2 22 41"
-  "mistral_f32_llama3rope   mistral f32  false true  1 33 39"
+  "mistral_f32              mistral f32  false false 1 33 39"
+  "llama_f32_llama3rope     llama   f32  false true  1 44 42"
 )
 
 want=("$@")
