@@ -146,6 +146,7 @@ void Engine::Release(Sequence* seq) {
   seq->pages.clear();
   seq->kv_len = 0;
   seq->chunks_published = 0;
+  seq->last_chunk_hash = prefix_seed_;
 }
 
 void Engine::PublishChunks(Sequence* seq) {
