@@ -245,6 +245,7 @@ absl::StatusOr<std::vector<SequenceEvent>> Engine::Step() {
       }
       if (victim == nullptr) break;
       Release(victim);  // moved back to the waiting queue below
+      ++preemptions_;
       st = EnsurePages(s, n);
     }
     if (!st.ok()) {

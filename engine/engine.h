@@ -89,6 +89,8 @@ class Engine {
   PrefixCache& prefix_cache() { return *prefix_cache_; }
   const Hash128& prefix_seed() const { return prefix_seed_; }
   const EngineOptions& options() const { return options_; }
+  // Sequences whose pages were taken back to make room (compute thread).
+  int64_t preemptions() const { return preemptions_; }
 
  private:
   struct Sequence;
@@ -108,6 +110,7 @@ class Engine {
   std::unique_ptr<PrefixCache> prefix_cache_;
   Hash128 prefix_seed_;
   std::vector<std::unique_ptr<Sequence>> running_;  // compute thread only
+  int64_t preemptions_ = 0;                          // compute thread only
 
   mutable absl::Mutex mu_;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;

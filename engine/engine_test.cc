@@ -117,6 +117,25 @@ TEST(Engine, PreemptsUnderPagePressureAndStillProducesTheSameTokens) {
   EXPECT_EQ(e->pool().free_pages(), 24);
 }
 
+TEST(Engine, PreemptedSequenceIsRecomputedAndFinishesUnchanged) {
+  EngineOptions tight;
+  tight.num_pages = 10;         // 160 slots; a needs 5 pages, b 8: both cannot fit
+  tight.max_batch_tokens = 63;  // b's prompt is still being prefilled when a grows
+  auto e = MakeEngine(tight);
+  auto a = Tokens(30, 12), b = Tokens(120, 13);
+  uint64_t ia = *e->Submit(a, Greedy(40)), ib = *e->Submit(b, Greedy(4));
+  auto got = RunToCompletion(e.get());
+  EXPECT_GT(e->preemptions(), 0);
+  for (auto [id, prompt, n] : {std::tuple{ia, a, 40}, std::tuple{ib, b, 4}}) {
+    auto ref = MakeEngine();
+    uint64_t r = *ref->Submit(prompt, Greedy(n));
+    EXPECT_EQ(got[id].tokens, RunToCompletion(ref.get())[r].tokens) << "request " << id;
+    EXPECT_EQ(got[id].finish, FinishReason::kLength);
+  }
+  e->prefix_cache().Reclaim(1 << 30);
+  EXPECT_EQ(e->pool().free_pages(), 10);
+}
+
 TEST(Engine, CancelAndStopTokensAndBadRequests) {
   auto e = MakeEngine();
   const int free_at_start = e->pool().free_pages();
