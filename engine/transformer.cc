@@ -139,10 +139,9 @@ absl::Status Transformer::LoadWeights(const Checkpoint& ckpt) {
     ASSIGN_OR_RETURN(L.down, w.Load(p + "mlp.down_proj.weight", {h, inter}));
   }
   fingerprint_ = hasher.Digest();
-  inv_freq_host_ = RopeInverseFrequencies(c);
-  ASSIGN_OR_RETURN(inv_freq_, backend_->Allocate(inv_freq_host_.size() * sizeof(float)));
-  backend_->CopyToDevice(inv_freq_->data(), inv_freq_host_.data(),
-                         inv_freq_host_.size() * sizeof(float));
+  const std::vector<float> inv_freq = RopeInverseFrequencies(c);
+  ASSIGN_OR_RETURN(inv_freq_, backend_->Allocate(inv_freq.size() * sizeof(float)));
+  backend_->CopyToDevice(inv_freq_->data(), inv_freq.data(), inv_freq.size() * sizeof(float));
   return absl::OkStatus();
 }
 

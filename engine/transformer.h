@@ -63,7 +63,6 @@ class Transformer {
   const ModelConfig config_;
   Backend* const backend_;
   Hash128 fingerprint_;
-  std::vector<float> inv_freq_host_;
   std::unique_ptr<DeviceBuffer> inv_freq_;
   std::unique_ptr<DeviceBuffer> embed_, final_norm_, lm_head_;  // lm_head null when tied
   std::vector<Layer> layers_;

@@ -6,6 +6,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "engine/model/internal/file_util.h"
+#include "engine/model/internal/test_dir.h"
 
 namespace kvcast {
 namespace {
@@ -14,13 +15,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using model_internal::WriteFile;
 
-std::string TestDir() {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  std::string dir = std::string(tmp ? tmp : "/tmp") + "/" +
-                    ::testing::UnitTest::GetInstance()->current_test_info()->name();
-  EXPECT_TRUE(model_internal::MakeDirectories(dir).ok());
-  return dir;
-}
+using model_internal::TestDir;
 
 ModelConfig TinyConfig() {
   ModelConfig c;
