@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Bazel smoke test: builds codec_fuzzer with clang-14 and fuzzes the MoQT
+# codec for CODEC_FUZZ_SECONDS (default 20) seconds; fails on any crash.
+# Skips (exit 0) only when clang-14 or its libFuzzer runtime is missing
+# (Debian packages clang-14 and libclang-rt-14-dev).
+set -euo pipefail
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+CLANGXX=${CLANGXX:-clang++-14}
+if ! command -v "$CLANGXX" >/dev/null 2>&1 ||
+   [ ! -f "$("$CLANGXX" -print-resource-dir)/lib/linux/libclang_rt.fuzzer-$(uname -m).a" ]; then
+  echo "SKIPPED: clang-14/libFuzzer not installed (apt-get install clang-14 libclang-rt-14-dev)"
+  exit 0
+fi
+OUT="${TEST_TMPDIR:-$(mktemp -d)}/codec_fuzz"
+exec "$HERE/build_and_run.sh" "$OUT" "${CODEC_FUZZ_SECONDS:-20}"

@@ -1,0 +1,559 @@
+#include "transport/moqt/relay.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace kvcast::moqt {
+namespace {
+
+uint64_t RequestErrorFor(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kNotFound: return kErrTrackDoesNotExist;
+    case absl::StatusCode::kPermissionDenied: return kErrUnauthorized;
+    case absl::StatusCode::kDeadlineExceeded: return kErrTimeout;
+    case absl::StatusCode::kUnimplemented: return kErrNotSupported;
+    case absl::StatusCode::kOutOfRange: return kErrInvalidRange;
+    default: return kErrInternal;
+  }
+}
+
+constexpr Location kEndOfEverything{UINT64_MAX, UINT64_MAX};
+
+}  // namespace
+
+struct Relay::Track {
+  enum class State { kPending, kLive, kLocal } state = State::kPending;
+  MoqtSession* upstream_session = nullptr;
+  uint64_t upstream_request = 0;
+  std::shared_ptr<Upstream> upstream;
+  std::optional<Location> upstream_largest;  // from the upstream SUBSCRIBE_OK
+  std::vector<std::pair<Subscribe, std::shared_ptr<Downstream>>> waiting;
+  std::vector<std::shared_ptr<Downstream>> subscribers;
+};
+
+// Receives the objects of one upstream subscription.
+class Relay::Upstream : public TrackConsumer {
+ public:
+  // `from_start`: the upstream subscription began at 0/0, so when it ends
+  // normally every group it delivered is complete.
+  Upstream(Relay* relay, FullTrackName name, bool from_start)
+      : relay_(relay), name_(std::move(name)), from_start_(from_start) {}
+  void Detach() { relay_ = nullptr; }
+  void OnObject(const ObjectHeader& header, absl::Span<const uint8_t> payload) override {
+    if (relay_) relay_->Deliver(name_, header, payload);
+  }
+  void OnDone(const absl::Status& status) override {
+    if (relay_ == nullptr) return;
+    Relay* relay = relay_;
+    relay_ = nullptr;
+    if (status.ok()) {
+      relay->cache_.MarkEnded(name_, std::nullopt);
+      std::optional<Location> end = relay->cache_.EndOfTrack(name_);
+      if (from_start_ && end) relay->cache_.MarkComplete(name_, 0, end->group);
+    }
+    relay->EndSubscribers(name_, status);
+  }
+
+ private:
+  Relay* relay_;
+  const FullTrackName name_;
+  const bool from_start_;
+};
+
+// Forwards one upstream FETCH to one downstream fetch, caching on the way.
+class Relay::FetchForwarder : public TrackConsumer {
+ public:
+  FetchForwarder(Relay* relay, std::weak_ptr<bool> alive, Fetch request,
+                 std::shared_ptr<Downstream> downstream)
+      : relay_(relay), alive_(std::move(alive)), request_(std::move(request)),
+        downstream_(std::move(downstream)) {}
+
+  void OnReply(const absl::StatusOr<TrackInfo>& info) {
+    if (!info.ok()) {
+      downstream_->Reject(RequestErrorFor(info.status()), std::string(info.status().message()));
+      return;
+    }
+    downstream_->Accept(*info);
+    accepted_ = true;
+    for (auto& [h, p] : buffered_) {
+      downstream_->OnObject(h, absl::Span<const uint8_t>(
+                                   reinterpret_cast<const uint8_t*>(p.data()), p.size()));
+    }
+    buffered_.clear();
+    if (done_) downstream_->OnDone(*done_);
+  }
+  void OnObject(const ObjectHeader& header, absl::Span<const uint8_t> payload) override {
+    if (!alive_.expired()) {
+      if (relay_->cache_.Insert(request_.track, header, payload) ==
+          TrackCache::InsertResult::kConflict) {
+        ++relay_->stats_.conflicts;
+        return;  // never forward a changed payload
+      }
+    }
+    if (accepted_) {
+      downstream_->OnObject(header, payload);
+    } else {
+      buffered_.emplace_back(header, std::string(reinterpret_cast<const char*>(payload.data()),
+                                                 payload.size()));
+    }
+  }
+  void OnDone(const absl::Status& status) override {
+    if (status.ok() && !alive_.expired()) {
+      // Every group wholly inside the range is now complete in the cache.
+      uint64_t first = request_.start.object == 0 ? request_.start.group
+                                                  : request_.start.group + 1;
+      uint64_t last_plus_one = request_.end.object == 0 ? request_.end.group + 1
+                                                        : request_.end.group;
+      if (last_plus_one > first) {
+        relay_->cache_.MarkComplete(request_.track, first, last_plus_one - 1);
+      }
+    }
+    if (accepted_) {
+      downstream_->OnDone(status);
+    } else {
+      done_ = status;
+      if (!status.ok()) {
+        downstream_->Reject(RequestErrorFor(status), std::string(status.message()));
+      }
+    }
+  }
+
+ private:
+  Relay* relay_;
+  std::weak_ptr<bool> alive_;
+  const Fetch request_;
+  std::shared_ptr<Downstream> downstream_;
+  bool accepted_ = false;
+  std::optional<absl::Status> done_;
+  std::vector<std::pair<ObjectHeader, std::string>> buffered_;
+};
+
+Relay::Relay(quic::EventLoop* loop, RelayOptions options)
+    : loop_(loop), options_(options), cache_(options.cache_bytes) {}
+
+Relay::~Relay() {
+  for (auto& p : parked_) {
+    if (p->timer) loop_->Cancel(p->timer);
+  }
+  for (auto& [name, track] : tracks_) {
+    if (track->upstream) track->upstream->Detach();
+  }
+}
+
+size_t Relay::num_subscribers(const FullTrackName& name) const {
+  auto it = tracks_.find(name);
+  return it == tracks_.end() ? 0 : it->second->subscribers.size();
+}
+
+bool Relay::IsLocal(const TrackNamespace& ns) const {
+  for (const auto& local : local_namespaces_) {
+    if (IsNamespacePrefix(local, ns)) return true;
+  }
+  return false;
+}
+
+MoqtSession* Relay::FindPublisher(const TrackNamespace& ns) const {
+  MoqtSession* best = nullptr;
+  size_t best_len = 0;
+  for (const auto& [prefix, session] : publishers_) {
+    if (IsNamespacePrefix(prefix, ns) && (best == nullptr || prefix.size() > best_len)) {
+      best = session;
+      best_len = prefix.size();
+    }
+  }
+  return best;
+}
+
+// ---- local origin ------------------------------------------------------------
+
+void Relay::AddLocalNamespace(const TrackNamespace& ns) { local_namespaces_.push_back(ns); }
+
+TrackCache::InsertResult Relay::PublishObject(const FullTrackName& name,
+                                              const ObjectHeader& header,
+                                              absl::Span<const uint8_t> payload) {
+  auto& track = tracks_[name];
+  if (!track) {
+    track = std::make_unique<Track>();
+    track->state = Track::State::kLocal;
+  }
+  TrackCache::InsertResult result = cache_.Insert(name, header, payload);
+  if (result == TrackCache::InsertResult::kConflict) {
+    ++stats_.conflicts;
+    return result;
+  }
+  if (result == TrackCache::InsertResult::kDuplicate) return result;
+  auto subscribers = track->subscribers;  // a callback may change the list
+  for (auto& d : subscribers) d->OnObject(header, payload);
+  return result;
+}
+
+void Relay::EndTrack(const FullTrackName& name) {
+  cache_.MarkEnded(name, std::nullopt);
+  EndSubscribers(name, absl::OkStatus());
+}
+
+void Relay::AnnounceTo(MoqtSession* session, std::function<void(absl::Status)> on_reply) {
+  auto remaining = std::make_shared<size_t>(local_namespaces_.size());
+  auto failed = std::make_shared<bool>(false);
+  if (*remaining == 0) {
+    if (on_reply) on_reply(absl::OkStatus());
+    return;
+  }
+  for (const auto& ns : local_namespaces_) {
+    absl::Status s = session->PublishNamespace(ns, [=](absl::Status st) {
+      if (*failed) return;
+      if (!st.ok()) {
+        *failed = true;
+        if (on_reply) on_reply(st);
+      } else if (--*remaining == 0 && on_reply) {
+        on_reply(absl::OkStatus());
+      }
+    });
+    if (!s.ok()) {
+      *failed = true;
+      if (on_reply) on_reply(s);
+      return;
+    }
+  }
+}
+
+// ---- subscriptions -------------------------------------------------------------
+
+void Relay::Deliver(const FullTrackName& name, const ObjectHeader& header,
+                    absl::Span<const uint8_t> payload) {
+  TrackCache::InsertResult result = cache_.Insert(name, header, payload);
+  if (result == TrackCache::InsertResult::kDuplicate) return;
+  if (result == TrackCache::InsertResult::kConflict) {
+    ++stats_.conflicts;
+    EndSubscribers(name, absl::DataLossError(
+                             absl::StrCat("object ", header.group, "/", header.object,
+                                          " arrived again with a different payload")));
+    return;
+  }
+  auto it = tracks_.find(name);
+  if (it == tracks_.end()) return;
+  auto subscribers = it->second->subscribers;
+  for (auto& d : subscribers) d->OnObject(header, payload);
+}
+
+void Relay::EndSubscribers(const FullTrackName& name, const absl::Status& status) {
+  auto it = tracks_.find(name);
+  if (it == tracks_.end()) return;
+  std::unique_ptr<Track> track = std::move(it->second);
+  tracks_.erase(it);
+  if (track->upstream) {
+    track->upstream->Detach();
+    if (!status.ok() && track->upstream_session && !track->upstream_session->closed() &&
+        track->state == Track::State::kLive) {
+      track->upstream_session->Unsubscribe(track->upstream_request);
+    }
+  }
+  for (auto& [req, d] : track->waiting) {
+    d->Reject(RequestErrorFor(status), std::string(status.message()));
+  }
+  for (auto& d : track->subscribers) d->OnDone(status);
+}
+
+void Relay::DropIfIdle(const FullTrackName& name) {
+  auto it = tracks_.find(name);
+  if (it == tracks_.end()) return;
+  Track& track = *it->second;
+  track.subscribers.erase(
+      std::remove_if(track.subscribers.begin(), track.subscribers.end(),
+                     [](const std::shared_ptr<Downstream>& d) { return d->cancelled(); }),
+      track.subscribers.end());
+  if (track.state != Track::State::kLive || !track.subscribers.empty()) return;
+  std::unique_ptr<Track> gone = std::move(it->second);
+  tracks_.erase(it);
+  gone->upstream->Detach();
+  if (gone->upstream_session && !gone->upstream_session->closed()) {
+    gone->upstream_session->Unsubscribe(gone->upstream_request);
+  }
+}
+
+void Relay::AttachLive(Track& track, const Subscribe& request, std::shared_ptr<Downstream> d) {
+  const FullTrackName name = d->track();
+  std::optional<Location> largest = cache_.Largest(name);
+  if (track.upstream_largest && (!largest || *largest < *track.upstream_largest)) {
+    largest = track.upstream_largest;
+  }
+  d->Accept(TrackInfo{largest, GroupOrder::kAscending, false});
+  if (largest && (request.filter_type == FilterType::kAbsoluteStart ||
+                  request.filter_type == FilterType::kAbsoluteRange)) {
+    cache_.ForEach(name, request.start.value_or(Location{}), *largest,
+                   [&](const ObjectHeader& h, absl::Span<const uint8_t> p) { d->OnObject(h, p); });
+  }
+  track.subscribers.push_back(d);
+  std::weak_ptr<bool> alive = alive_;
+  d->SetCancelCallback([this, alive, name] {
+    if (!alive.expired()) DropIfIdle(name);
+  });
+}
+
+void Relay::ServeFromCache(const Subscribe& request, const std::shared_ptr<Downstream>& d) {
+  ++stats_.served_from_cache;
+  std::optional<Location> largest = cache_.Largest(d->track());
+  d->Accept(TrackInfo{largest, GroupOrder::kAscending, false});
+  if (largest && (request.filter_type == FilterType::kAbsoluteStart ||
+                  request.filter_type == FilterType::kAbsoluteRange)) {
+    cache_.ForEach(d->track(), request.start.value_or(Location{}), *largest,
+                   [&](const ObjectHeader& h, absl::Span<const uint8_t> p) { d->OnObject(h, p); });
+  }
+  d->OnDone(absl::OkStatus());
+}
+
+void Relay::OnSubscribe(MoqtSession* session, const Subscribe& request,
+                        std::shared_ptr<Downstream> downstream) {
+  StartSubscribe(request, std::move(downstream));
+}
+
+void Relay::StartSubscribe(const Subscribe& request, std::shared_ptr<Downstream> d) {
+  const FullTrackName& name = request.track;
+  auto it = tracks_.find(name);
+  if (it != tracks_.end()) {
+    if (it->second->state == Track::State::kPending) {
+      it->second->waiting.emplace_back(request, d);
+    } else {
+      AttachLive(*it->second, request, d);
+    }
+    return;
+  }
+  if (cache_.malformed(name)) {
+    d->Reject(kErrInternal, "track is malformed (a cached object changed)");
+    return;
+  }
+  if (cache_.EndOfTrack(name)) {
+    Location start = request.start.value_or(Location{});
+    if (cache_.Covers(name, start, kEndOfEverything) || FindPublisher(name.ns) == nullptr) {
+      ServeFromCache(request, d);
+      return;
+    }
+  }
+  if (IsLocal(name.ns)) {
+    auto& track = tracks_[name];
+    track = std::make_unique<Track>();
+    track->state = Track::State::kLocal;
+    AttachLive(*track, request, d);
+    return;
+  }
+  MoqtSession* publisher = FindPublisher(name.ns);
+  if (publisher == nullptr) {
+    if (options_.subscribe_wait > absl::ZeroDuration()) {
+      auto parked = std::make_unique<Parked>();
+      Parked* raw = parked.get();
+      parked->request = request;
+      parked->downstream = d;
+      parked->timer = loop_->RunAfter(options_.subscribe_wait, [this, raw] {
+        for (auto p = parked_.begin(); p != parked_.end(); ++p) {
+          if (p->get() != raw) continue;
+          std::unique_ptr<Parked> mine = std::move(*p);
+          parked_.erase(p);
+          mine->downstream->Reject(kErrTrackDoesNotExist,
+                                   "no publisher announced the namespace in time");
+          return;
+        }
+      });
+      parked_.push_back(std::move(parked));
+      return;
+    }
+    d->Reject(kErrTrackDoesNotExist,
+              absl::StrCat("no publisher for ", ToString(name)));
+    return;
+  }
+  auto track = std::make_unique<Track>();
+  Track* raw = track.get();
+  raw->state = Track::State::kPending;
+  raw->upstream_session = publisher;
+  bool from_start = (request.filter_type == FilterType::kAbsoluteStart ||
+                     request.filter_type == FilterType::kAbsoluteRange) &&
+                    request.start.value_or(Location{}) == Location{0, 0};
+  raw->upstream = std::make_shared<Upstream>(this, name, from_start);
+  raw->waiting.emplace_back(request, d);
+  tracks_[name] = std::move(track);
+  ++stats_.upstream_subscribes;
+  Subscribe upstream_request = request;
+  upstream_request.forward = true;
+  std::weak_ptr<bool> alive = alive_;
+  FullTrackName key = name;
+  absl::StatusOr<uint64_t> id = publisher->Subscribe(
+      upstream_request, raw->upstream,
+      [this, alive, key](absl::StatusOr<TrackInfo> info) {
+        if (alive.expired()) return;
+        auto it = tracks_.find(key);
+        if (it == tracks_.end() || it->second->state != Track::State::kPending) return;
+        if (!info.ok()) {
+          EndSubscribers(key, info.status());
+          return;
+        }
+        Track& t = *it->second;
+        t.state = Track::State::kLive;
+        t.upstream_largest = info->largest;
+        auto waiting = std::move(t.waiting);
+        t.waiting.clear();
+        for (auto& [req, down] : waiting) AttachLive(t, req, down);
+      });
+  if (!id.ok()) {
+    EndSubscribers(name, id.status());
+    return;
+  }
+  auto again = tracks_.find(name);
+  if (again != tracks_.end() && again->second.get() == raw) raw->upstream_request = *id;
+}
+
+void Relay::OnTrackStatus(MoqtSession* session, const Subscribe& request,
+                          std::shared_ptr<Downstream> downstream) {
+  const FullTrackName& name = request.track;
+  if (tracks_.count(name) || cache_.Has(name)) {
+    downstream->Accept(TrackInfo{cache_.Largest(name), GroupOrder::kAscending, false});
+    return;
+  }
+  MoqtSession* publisher = FindPublisher(name.ns);
+  if (publisher == nullptr) {
+    downstream->Reject(kErrTrackDoesNotExist, absl::StrCat("no publisher for ", ToString(name)));
+    return;
+  }
+  absl::StatusOr<uint64_t> id =
+      publisher->TrackStatus(request, [downstream](absl::StatusOr<TrackInfo> info) {
+        if (info.ok()) {
+          downstream->Accept(*info);
+        } else {
+          downstream->Reject(RequestErrorFor(info.status()), std::string(info.status().message()));
+        }
+      });
+  if (!id.ok()) downstream->Reject(kErrInternal, std::string(id.status().message()));
+}
+
+// ---- fetch ---------------------------------------------------------------------
+
+void Relay::OnFetch(MoqtSession* session, const Fetch& request,
+                    std::shared_ptr<Downstream> d) {
+  const FullTrackName& name = request.track;
+  Location start = request.start;
+  Location end = request.end.object == 0 ? Location{request.end.group, UINT64_MAX}
+                                         : Location{request.end.group, request.end.object - 1};
+  bool local = IsLocal(name.ns);
+  MoqtSession* publisher = local ? nullptr : FindPublisher(name.ns);
+  bool covered = cache_.Has(name) && cache_.Covers(name, start, end);
+  if (local || covered || (publisher == nullptr && cache_.Has(name))) {
+    std::vector<std::pair<ObjectHeader, std::string>> objects;
+    cache_.ForEach(name, start, end, [&](const ObjectHeader& h, absl::Span<const uint8_t> p) {
+      objects.emplace_back(h, std::string(reinterpret_cast<const char*>(p.data()), p.size()));
+    });
+    if (objects.empty()) {
+      d->Reject(kErrNoObjects, "no objects in the requested range");
+      return;
+    }
+    if (!local) ++stats_.served_from_cache;
+    Location last{objects.back().first.group, objects.back().first.object};
+    std::optional<Location> eot = cache_.EndOfTrack(name);
+    d->Accept(TrackInfo{last, GroupOrder::kAscending, eot && *eot <= last});
+    for (auto& [h, p] : objects) {
+      d->OnObject(h, absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(p.data()),
+                                               p.size()));
+    }
+    d->OnDone(absl::OkStatus());
+    return;
+  }
+  if (publisher == nullptr) {
+    d->Reject(kErrTrackDoesNotExist, absl::StrCat("no publisher for ", ToString(name)));
+    return;
+  }
+  ++stats_.upstream_fetches;
+  auto forwarder = std::make_shared<FetchForwarder>(this, alive_, request, d);
+  absl::StatusOr<uint64_t> id = publisher->Fetch(
+      request, forwarder,
+      [forwarder](absl::StatusOr<TrackInfo> info) { forwarder->OnReply(info); });
+  if (!id.ok()) d->Reject(kErrInternal, std::string(id.status().message()));
+}
+
+// ---- namespaces and sessions ----------------------------------------------------
+
+absl::Status Relay::OnPublishNamespace(MoqtSession* session, const TrackNamespace& ns) {
+  for (const auto& [prefix, s] : publishers_) {
+    if (s == session && prefix == ns) {
+      return absl::AlreadyExistsError("namespace already published on this session");
+    }
+  }
+  publishers_.emplace_back(ns, session);
+  std::weak_ptr<bool> alive = alive_;
+  // Tell namespace subscribers and wake parked SUBSCRIBEs after our OK is out.
+  loop_->Post([this, alive, ns, session] {
+    if (alive.expired()) return;
+    for (const auto& [prefix, sub] : namespace_subscribers_) {
+      if (sub != session && IsNamespacePrefix(prefix, ns)) {
+        (void)sub->PublishNamespace(ns, nullptr);
+      }
+    }
+    std::vector<std::unique_ptr<Parked>> ready;
+    for (auto p = parked_.begin(); p != parked_.end();) {
+      if (IsNamespacePrefix(ns, (*p)->request.track.ns)) {
+        ready.push_back(std::move(*p));
+        p = parked_.erase(p);
+      } else {
+        ++p;
+      }
+    }
+    for (auto& p : ready) {
+      loop_->Cancel(p->timer);
+      if (!p->downstream->cancelled()) StartSubscribe(p->request, p->downstream);
+    }
+  });
+  return absl::OkStatus();
+}
+
+void Relay::OnPublishNamespaceDone(MoqtSession* session, const TrackNamespace& ns) {
+  publishers_.erase(std::remove_if(publishers_.begin(), publishers_.end(),
+                                   [&](const auto& p) { return p.second == session && p.first == ns; }),
+                    publishers_.end());
+  for (const auto& [prefix, sub] : namespace_subscribers_) {
+    if (sub != session && IsNamespacePrefix(prefix, ns)) sub->PublishNamespaceDone(ns);
+  }
+}
+
+absl::Status Relay::OnSubscribeNamespace(MoqtSession* session, const TrackNamespace& prefix) {
+  namespace_subscribers_.emplace_back(prefix, session);
+  std::weak_ptr<bool> alive = alive_;
+  loop_->Post([this, alive, prefix, session] {
+    if (alive.expired()) return;
+    bool still = false;
+    for (const auto& [p, s] : namespace_subscribers_) still |= (s == session && p == prefix);
+    if (!still) return;
+    for (const auto& [ns, pub] : publishers_) {
+      if (pub != session && IsNamespacePrefix(prefix, ns)) (void)session->PublishNamespace(ns, nullptr);
+    }
+    for (const auto& ns : local_namespaces_) {
+      if (IsNamespacePrefix(prefix, ns)) (void)session->PublishNamespace(ns, nullptr);
+    }
+  });
+  return absl::OkStatus();
+}
+
+void Relay::OnUnsubscribeNamespace(MoqtSession* session, const TrackNamespace& prefix) {
+  namespace_subscribers_.erase(
+      std::remove_if(namespace_subscribers_.begin(), namespace_subscribers_.end(),
+                     [&](const auto& p) { return p.second == session && p.first == prefix; }),
+      namespace_subscribers_.end());
+}
+
+void Relay::OnSessionClosed(MoqtSession* session, const absl::Status& reason) {
+  auto gone = [session](const auto& p) { return p.second == session; };
+  publishers_.erase(std::remove_if(publishers_.begin(), publishers_.end(), gone),
+                    publishers_.end());
+  namespace_subscribers_.erase(
+      std::remove_if(namespace_subscribers_.begin(), namespace_subscribers_.end(), gone),
+      namespace_subscribers_.end());
+  // Tracks fed by this session already ended through their Upstream's OnDone;
+  // drop any that were still pending on it.
+  std::vector<FullTrackName> orphans;
+  for (auto& [name, track] : tracks_) {
+    if (track->upstream_session == session) orphans.push_back(name);
+  }
+  for (const auto& name : orphans) {
+    EndSubscribers(name, absl::UnavailableError(
+                             absl::StrCat("publisher session closed: ", std::string(reason.message()))));
+  }
+}
+
+}  // namespace kvcast::moqt

@@ -1,0 +1,123 @@
+// Relay: a MoQT node that forwards tracks from publishers to any number of
+// subscribers and caches their objects.
+//
+// - Publishers announce namespaces (PUBLISH_NAMESPACE); a SUBSCRIBE or FETCH
+//   for a track goes upstream to the publisher whose namespace is the
+//   longest tuple-wise prefix of the track's namespace.
+// - One upstream subscription per track, fanned out to every downstream
+//   subscriber; SUBSCRIBE_OK is sent downstream only once the upstream
+//   subscription is accepted.
+// - Every object passing through is cached in a TrackCache (byte budget, LRU
+//   by group). Later SUBSCRIBEs of an ended track and FETCHes of ranges the
+//   cache covers are served without going upstream. A cached object never
+//   changes: a conflicting duplicate marks the track malformed and ends its
+//   subscriptions with PUBLISH_DONE "malformed track".
+// - Local origin: the owner can publish tracks itself (PublishObject /
+//   EndTrack); they are served exactly like cached upstream tracks. A
+//   publisher application is a Relay whose tracks are all local.
+//
+// Thread safety: none; the relay and all its sessions share one loop thread.
+#ifndef KVCAST_TRANSPORT_MOQT_RELAY_H_
+#define KVCAST_TRANSPORT_MOQT_RELAY_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "transport/moqt/session.h"
+#include "transport/moqt/track_cache.h"
+
+namespace kvcast::moqt {
+
+struct RelayOptions {
+  uint64_t cache_bytes = 1ull << 30;
+  // How long a SUBSCRIBE for a namespace nobody announced waits for a
+  // publisher before SUBSCRIBE_ERROR "track does not exist"; 0 = answer now.
+  absl::Duration subscribe_wait = absl::ZeroDuration();
+};
+
+class Relay : public RequestHandler {
+ public:
+  Relay(quic::EventLoop* loop, RelayOptions options);
+  ~Relay() override;
+
+  // ---- local origin ----
+  // Adds `ns` to the namespaces this node answers for (no upstream).
+  void AddLocalNamespace(const TrackNamespace& ns);
+  // Publishes one object of a local track: cached and sent to current
+  // subscribers. Returns the cache's verdict (kConflict: refused).
+  TrackCache::InsertResult PublishObject(const FullTrackName& track,
+                                         const ObjectHeader& header,
+                                         absl::Span<const uint8_t> payload);
+  // The local track is complete: subscribers get PUBLISH_DONE "track ended".
+  void EndTrack(const FullTrackName& track);
+
+  // ---- upstream ----
+  // Announce our local namespaces to `session` (e.g. the relay we connect
+  // to as a publisher). `on_reply` gets the first failure or OK.
+  void AnnounceTo(MoqtSession* session, std::function<void(absl::Status)> on_reply);
+
+  struct Stats {
+    uint64_t upstream_subscribes = 0;
+    uint64_t upstream_fetches = 0;
+    uint64_t served_from_cache = 0;  // subscribes + fetches answered from cache
+    uint64_t conflicts = 0;
+  };
+  const Stats& stats() const { return stats_; }
+  const TrackCache& cache() const { return cache_; }
+  size_t num_subscribers(const FullTrackName& track) const;
+
+  // RequestHandler
+  void OnSessionClosed(MoqtSession* session, const absl::Status& reason) override;
+  void OnSubscribe(MoqtSession* session, const Subscribe& request,
+                   std::shared_ptr<Downstream> downstream) override;
+  void OnTrackStatus(MoqtSession* session, const Subscribe& request,
+                     std::shared_ptr<Downstream> downstream) override;
+  void OnFetch(MoqtSession* session, const Fetch& request,
+               std::shared_ptr<Downstream> downstream) override;
+  absl::Status OnPublishNamespace(MoqtSession* session, const TrackNamespace& ns) override;
+  void OnPublishNamespaceDone(MoqtSession* session, const TrackNamespace& ns) override;
+  absl::Status OnSubscribeNamespace(MoqtSession* session, const TrackNamespace& prefix) override;
+  void OnUnsubscribeNamespace(MoqtSession* session, const TrackNamespace& prefix) override;
+
+ private:
+  struct Track;
+  class Upstream;
+  class FetchForwarder;
+  struct Parked {
+    Subscribe request;
+    std::shared_ptr<Downstream> downstream;
+    quic::EventLoop::TimerId timer = 0;
+  };
+
+  // The publisher session for `ns` (longest prefix), or null.
+  MoqtSession* FindPublisher(const TrackNamespace& ns) const;
+  bool IsLocal(const TrackNamespace& ns) const;
+  void StartSubscribe(const Subscribe& request, std::shared_ptr<Downstream> downstream);
+  // Accepts `d` for a track with content up to `largest` and replays cached
+  // objects that pass its filter.
+  void AttachLive(Track& track, const Subscribe& request, std::shared_ptr<Downstream> d);
+  void ServeFromCache(const Subscribe& request, const std::shared_ptr<Downstream>& d);
+  void Deliver(const FullTrackName& name, const ObjectHeader& header,
+               absl::Span<const uint8_t> payload);
+  void EndSubscribers(const FullTrackName& name, const absl::Status& status);
+  void DropIfIdle(const FullTrackName& name);
+
+  quic::EventLoop* loop_;
+  RelayOptions options_;
+  TrackCache cache_;
+  Stats stats_;
+  std::vector<TrackNamespace> local_namespaces_;
+  std::vector<std::pair<TrackNamespace, MoqtSession*>> publishers_;
+  std::vector<std::pair<TrackNamespace, MoqtSession*>> namespace_subscribers_;
+  std::map<FullTrackName, std::unique_ptr<Track>> tracks_;
+  std::vector<std::unique_ptr<Parked>> parked_;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+};
+
+}  // namespace kvcast::moqt
+
+#endif  // KVCAST_TRANSPORT_MOQT_RELAY_H_

@@ -1,0 +1,268 @@
+// Relay over real loopback QUIC: fan-out to several subscribers, serving
+// from the cache without going upstream, fetches, and unsubscribe.
+#include "transport/moqt/relay.h"
+
+#include <gtest/gtest.h>
+
+#include "transport/moqt/testing/moqt_test_util.h"
+
+namespace kvcast::moqt {
+namespace {
+
+using testing::AsSpan;
+using testing::Bytes;
+using testing::ClientHandler;
+using testing::CollectingConsumer;
+using testing::RelayHarness;
+using testing::WaitOnLoop;
+
+const TrackNamespace kNs = {"kvcast", "test"};
+const FullTrackName kTrack = {kNs, "t"};
+constexpr int kGroups = 4;
+constexpr int kObjects = 8;
+constexpr size_t kSize = 10000;
+
+// A publisher: a local-origin relay connected to the relay under test,
+// counting the requests it serves.
+class Origin : public Relay {
+ public:
+  explicit Origin(quic::EventLoop* loop) : Relay(loop, RelayOptions{}) {
+    AddLocalNamespace(kNs);
+  }
+  void OnSessionReady(MoqtSession* session) override {
+    AnnounceTo(session, [this](absl::Status s) { announced = s.ok(); });
+  }
+  void OnSubscribe(MoqtSession* s, const Subscribe& r, std::shared_ptr<Downstream> d) override {
+    ++subscribes;
+    Relay::OnSubscribe(s, r, std::move(d));
+  }
+  void OnFetch(MoqtSession* s, const Fetch& r, std::shared_ptr<Downstream> d) override {
+    ++fetches;
+    Relay::OnFetch(s, r, std::move(d));
+  }
+  void PublishTrack(const FullTrackName& track, int groups) {
+    for (int g = 0; g < groups; ++g) {
+      for (int o = 0; o < kObjects; ++o) {
+        ObjectHeader h;
+        h.group = g;
+        h.object = o;
+        std::string p = Bytes(g, o, kSize);
+        PublishObject(track, h, AsSpan(p));
+      }
+    }
+    EndTrack(track);
+  }
+  bool announced = false;
+  int subscribes = 0;
+  int fetches = 0;
+};
+
+Subscribe FromStart(const FullTrackName& track) {
+  Subscribe s;
+  s.track = track;
+  s.filter_type = FilterType::kAbsoluteStart;
+  s.start = Location{0, 0};
+  return s;
+}
+
+void ExpectAllObjects(const CollectingConsumer& c, int groups, int first_group = 0) {
+  ASSERT_EQ(c.objects.size(), static_cast<size_t>((groups - first_group) * kObjects));
+  for (int g = first_group; g < groups; ++g) {
+    for (int o = 0; o < kObjects; ++o) {
+      auto it = c.objects.find({g, o});
+      ASSERT_NE(it, c.objects.end()) << g << "/" << o;
+      EXPECT_EQ(it->second, Bytes(g, o, kSize)) << "payload of " << g << "/" << o;
+    }
+  }
+}
+
+class RelayTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    harness_ = std::make_unique<RelayHarness>();
+    harness_->thread()->RunSync([&] { origin_ = std::make_unique<Origin>(harness_->loop()); });
+    origin_client_ = harness_->Connect(origin_.get());
+    ASSERT_NE(origin_client_, nullptr);
+    ASSERT_TRUE(WaitOnLoop(harness_->thread(), [&] { return origin_->announced; }));
+  }
+  void TearDown() override {
+    harness_->thread()->RunSync([&] { subscribers_.clear(); });
+    harness_.reset();  // closes the clients first
+    origin_.reset();
+  }
+  // Connects a subscriber client and subscribes from the start of `track`.
+  std::shared_ptr<CollectingConsumer> SubscribeNew(const FullTrackName& track,
+                                                   absl::Status* reply = nullptr) {
+    auto handler = std::make_unique<ClientHandler>();
+    MoqtClient* client = harness_->Connect(handler.get());
+    auto consumer = std::make_shared<CollectingConsumer>();
+    bool replied = false;
+    harness_->thread()->RunSync([&] {
+      auto id = client->session()->Subscribe(
+          FromStart(track), consumer, [&, reply](absl::StatusOr<TrackInfo> info) {
+            replied = true;
+            if (reply) *reply = info.status();
+          });
+      EXPECT_TRUE(id.ok());
+    });
+    EXPECT_TRUE(WaitOnLoop(harness_->thread(), [&] { return replied; }));
+    harness_->thread()->RunSync([&] {
+      handlers_.push_back(std::move(handler));
+      subscribers_.push_back(consumer);
+      clients_.push_back(client);
+    });
+    return consumer;
+  }
+
+  std::unique_ptr<RelayHarness> harness_;
+  std::unique_ptr<Origin> origin_;
+  MoqtClient* origin_client_ = nullptr;
+  std::vector<std::unique_ptr<ClientHandler>> handlers_;
+  std::vector<std::shared_ptr<CollectingConsumer>> subscribers_;
+  std::vector<MoqtClient*> clients_;
+};
+
+TEST_F(RelayTest, FansOutOneUpstreamSubscriptionToThreeSubscribers) {
+  auto a = SubscribeNew(kTrack);
+  auto b = SubscribeNew(kTrack);
+  auto c = SubscribeNew(kTrack);
+  harness_->thread()->RunSync([&] {
+    EXPECT_EQ(harness_->relay()->stats().upstream_subscribes, 1u);
+    EXPECT_EQ(origin_->subscribes, 1);
+    origin_->PublishTrack(kTrack, kGroups);
+  });
+  ASSERT_TRUE(WaitOnLoop(harness_->thread(), [&] { return a->done && b->done && c->done; }));
+  harness_->thread()->RunSync([&] {
+    for (auto* s : {a.get(), b.get(), c.get()}) {
+      EXPECT_TRUE(s->done_status.ok()) << s->done_status;
+      ExpectAllObjects(*s, kGroups);
+    }
+  });
+}
+
+TEST_F(RelayTest, EndedTrackIsServedFromCacheAfterThePublisherLeft) {
+  auto first = SubscribeNew(kTrack);
+  harness_->thread()->RunSync([&] { origin_->PublishTrack(kTrack, kGroups); });
+  ASSERT_TRUE(WaitOnLoop(harness_->thread(), [&] { return first->done; }));
+  harness_->Disconnect(origin_client_);
+  ASSERT_TRUE(WaitOnLoop(harness_->thread(), [&] {
+    return harness_->relay()->stats().upstream_subscribes == 1;
+  }));
+
+  absl::Status reply;
+  auto late = SubscribeNew(kTrack, &reply);
+  EXPECT_TRUE(reply.ok()) << reply;
+  ASSERT_TRUE(WaitOnLoop(harness_->thread(), [&] { return late->done; }));
+  harness_->thread()->RunSync([&] {
+    EXPECT_TRUE(late->done_status.ok()) << late->done_status;
+    ExpectAllObjects(*late, kGroups);
+    EXPECT_EQ(harness_->relay()->stats().upstream_subscribes, 1u);
+    EXPECT_GE(harness_->relay()->stats().served_from_cache, 1u);
+    EXPECT_EQ(origin_->subscribes, 1);
+  });
+}
+
+TEST_F(RelayTest, FetchGoesUpstreamOnceThenComesFromTheCache) {
+  const FullTrackName other = {kNs, "fetched"};
+  harness_->thread()->RunSync([&] { origin_->PublishTrack(other, kGroups); });
+  auto handler = std::make_unique<ClientHandler>();
+  MoqtClient* client = harness_->Connect(handler.get());
+  for (int round = 0; round < 2; ++round) {
+    auto consumer = std::make_shared<CollectingConsumer>();
+    absl::StatusOr<TrackInfo> reply = absl::UnknownError("none");
+    harness_->thread()->RunSync([&] {
+      Fetch f;
+      f.track = other;
+      f.start = Location{1, 0};
+      f.end = Location{2, 0};  // groups 1..2 whole
+      ASSERT_TRUE(client->session()->Fetch(f, consumer, [&](auto r) { reply = r; }).ok());
+    });
+    ASSERT_TRUE(WaitOnLoop(harness_->thread(), [&] { return consumer->done; }));
+    harness_->thread()->RunSync([&] {
+      ASSERT_TRUE(reply.ok()) << reply.status();
+      EXPECT_EQ(reply->largest, (Location{2, kObjects - 1}));
+      EXPECT_TRUE(consumer->done_status.ok()) << consumer->done_status;
+      ExpectAllObjects(*consumer, 3, /*first_group=*/1);
+      EXPECT_EQ(origin_->fetches, 1) << "round " << round;
+      EXPECT_EQ(harness_->relay()->stats().upstream_fetches, 1u);
+    });
+  }
+  harness_->thread()->RunSync([&] {
+    EXPECT_EQ(harness_->relay()->stats().served_from_cache, 1u);
+    handlers_.push_back(std::move(handler));
+  });
+}
+
+TEST_F(RelayTest, UnknownNamespaceIsRejectedWithTrackDoesNotExist) {
+  absl::Status reply;
+  SubscribeNew(FullTrackName{{"nobody"}, "x"}, &reply);
+  EXPECT_EQ(reply.code(), absl::StatusCode::kNotFound) << reply;
+}
+
+TEST_F(RelayTest, LastUnsubscribeEndsTheUpstreamSubscription) {
+  auto a = SubscribeNew(kTrack);
+  harness_->thread()->RunSync([&] {
+    EXPECT_EQ(harness_->relay()->num_subscribers(kTrack), 1u);
+    EXPECT_EQ(origin_->num_subscribers(kTrack), 1u);
+    clients_[0]->session()->Unsubscribe(0);
+  });
+  EXPECT_TRUE(WaitOnLoop(harness_->thread(), [&] {
+    return harness_->relay()->num_subscribers(kTrack) == 0 &&
+           origin_->num_subscribers(kTrack) == 0;
+  }));
+  harness_->thread()->RunSync([&] {
+    EXPECT_EQ(a->done_status.code(), absl::StatusCode::kCancelled);
+  });
+}
+
+TEST(TrackCacheTest, ChangedPayloadIsRefusedAndTrackMarkedMalformed) {
+  TrackCache cache(1 << 20);
+  ObjectHeader h;
+  h.group = 3;
+  h.object = 1;
+  std::string a = Bytes(3, 1, 100), b = Bytes(9, 9, 100);
+  EXPECT_EQ(cache.Insert(kTrack, h, AsSpan(a)), TrackCache::InsertResult::kInserted);
+  EXPECT_EQ(cache.Insert(kTrack, h, AsSpan(a)), TrackCache::InsertResult::kDuplicate);
+  EXPECT_FALSE(cache.malformed(kTrack));
+  EXPECT_EQ(cache.Insert(kTrack, h, AsSpan(b)), TrackCache::InsertResult::kConflict);
+  EXPECT_TRUE(cache.malformed(kTrack));
+  std::string seen;
+  cache.ForEach(kTrack, {0, 0}, {9, 9}, [&](const ObjectHeader&, absl::Span<const uint8_t> p) {
+    seen.assign(reinterpret_cast<const char*>(p.data()), p.size());
+  });
+  EXPECT_EQ(seen, a);
+}
+
+TEST(TrackCacheTest, EvictsLeastRecentlyUsedGroupsWithinBudget) {
+  TrackCache cache(10 * (1000 + 64));
+  for (uint64_t g = 0; g < 5; ++g) {
+    for (uint64_t o = 0; o < 3; ++o) {
+      ObjectHeader h;
+      h.group = g;
+      h.object = o;
+      std::string p = Bytes(g, o, 1000);
+      cache.Insert(kTrack, h, AsSpan(p));
+    }
+  }
+  EXPECT_LE(cache.bytes(), cache.budget());
+  EXPECT_EQ(cache.evicted_groups(), 2u);  // groups 0 and 1 went first
+  EXPECT_FALSE(cache.Covers(kTrack, {0, 0}, {0, 2}));
+  EXPECT_TRUE(cache.Covers(kTrack, {4, 0}, {4, 2}));
+}
+
+TEST(TrackCacheTest, CoversNeedsCompleteGroupsOrTheEndOfTrack) {
+  TrackCache cache(1 << 20);
+  for (uint64_t o = 0; o < 3; ++o) {
+    ObjectHeader h;
+    h.group = 0;
+    h.object = o;
+    cache.Insert(kTrack, h, AsSpan(Bytes(0, o, 10)));
+  }
+  EXPECT_TRUE(cache.Covers(kTrack, {0, 0}, {0, 2}));
+  EXPECT_FALSE(cache.Covers(kTrack, {0, 0}, {0, UINT64_MAX}));  // more may come
+  cache.MarkEnded(kTrack, std::nullopt);
+  EXPECT_TRUE(cache.Covers(kTrack, {0, 0}, {5, UINT64_MAX}));
+}
+
+}  // namespace
+}  // namespace kvcast::moqt

@@ -1,0 +1,786 @@
+// MoqtSession: setup, request ids, and the control messages of every request
+// kind. Data streams are in session_streams.cc.
+#include "transport/moqt/session.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "transport/moqt/internal/session_impl.h"
+
+namespace kvcast::moqt {
+namespace internal {
+namespace {
+
+template <class... Ts>
+struct Overloaded : Ts... {
+  using Ts::operator()...;
+};
+template <class... Ts>
+Overloaded(Ts...) -> Overloaded<Ts...>;
+
+absl::Status RequestError(uint64_t code, const std::string& reason) {
+  absl::StatusCode status_code = absl::StatusCode::kUnknown;
+  switch (code) {
+    case kErrUnauthorized: status_code = absl::StatusCode::kPermissionDenied; break;
+    case kErrTimeout: status_code = absl::StatusCode::kDeadlineExceeded; break;
+    case kErrNotSupported: status_code = absl::StatusCode::kUnimplemented; break;
+    case kErrTrackDoesNotExist: status_code = absl::StatusCode::kNotFound; break;
+    case kErrInvalidRange: status_code = absl::StatusCode::kOutOfRange; break;
+    case kErrNoObjects: status_code = absl::StatusCode::kNotFound; break;
+    default: status_code = absl::StatusCode::kInternal; break;
+  }
+  return absl::Status(status_code,
+                      absl::StrCat("peer error 0x", absl::Hex(code), ": ", reason));
+}
+
+}  // namespace
+
+SessionImpl::SessionImpl(MoqtSession* self, quic::EventLoop* loop,
+                         quic::Connection* conn, RequestHandler* handler,
+                         SessionOptions options)
+    : self(self), loop(loop), conn(conn), handler(handler),
+      options(std::move(options)),
+      control_parser(std::make_unique<ControlStreamParser>(this)) {}
+
+void SessionImpl::SendControl(const ControlMessage& msg) {
+  if (state == State::kClosed || control_stream < 0) return;
+  std::string bytes;
+  absl::Status s = SerializeControlMessage(msg, &bytes);
+  if (!s.ok()) {
+    CloseWith(ProtocolError(TerminationCode::kInternalError,
+                            absl::StrCat("cannot encode ", MessageName(msg), ": ",
+                                         std::string(s.message()))));
+    return;
+  }
+  s = conn->Send(control_stream, bytes, /*fin=*/false);
+  if (!s.ok()) CloseWith(s);
+}
+
+uint64_t SessionImpl::StartRequest(std::function<ControlMessage(uint64_t)> make) {
+  uint64_t id = next_request_id;
+  next_request_id += 2;
+  blocked.emplace_back(id, make(id));
+  FlushBlocked();
+  return id;
+}
+
+void SessionImpl::FlushBlocked() {
+  if (state != State::kReady) return;
+  while (!blocked.empty() && blocked.front().first < peer_max_request_id) {
+    ControlMessage msg = std::move(blocked.front().second);
+    blocked.pop_front();
+    SendControl(msg);
+  }
+  if (!blocked.empty() && blocked_reported_at != peer_max_request_id) {
+    blocked_reported_at = peer_max_request_id;
+    ++stats.requests_blocked;
+    SendControl(RequestsBlocked{peer_max_request_id});
+  }
+}
+
+void SessionImpl::OnSetupDone() {
+  state = State::kReady;
+  if (setup_timer) loop->Cancel(setup_timer);
+  setup_timer = 0;
+  handler->OnSessionReady(self);
+  FlushBlocked();
+}
+
+absl::Status SessionImpl::CheckNewPeerRequest(uint64_t request_id) {
+  if (request_id != next_peer_request_id) {
+    return ProtocolError(TerminationCode::kInvalidRequestId,
+                         absl::StrCat("request id ", request_id, ", expected ",
+                                      next_peer_request_id));
+  }
+  if (request_id >= local_max_request_id) {
+    return ProtocolError(TerminationCode::kTooManyRequests,
+                         absl::StrCat("request id ", request_id, " >= limit ",
+                                      local_max_request_id));
+  }
+  next_peer_request_id += 2;
+  return absl::OkStatus();
+}
+
+void SessionImpl::PeerRequestFinished() {
+  // Keep the peer's window at options.max_requests open requests; announce in
+  // steps of a quarter window so a burst of completions sends one message.
+  local_max_request_id += 2;
+  uint64_t open_window = local_max_request_id - next_peer_request_id;
+  uint64_t full = 2 * options.max_requests;
+  if (open_window + full / 4 >= full || options.max_requests < 4) {
+    SendControl(MaxRequestId{local_max_request_id});
+  }
+}
+
+void SessionImpl::CompleteOut(uint64_t request_id, absl::Status status) {
+  auto it = out.find(request_id);
+  if (it == out.end()) return;
+  OutRequest req = std::move(it->second);
+  out.erase(it);
+  if (req.track_alias) alias_to_request.erase(req.track_alias);
+  if (req.linger_timer) loop->Cancel(req.linger_timer);
+  if (!req.replied && req.on_reply) req.on_reply(status.ok() ? absl::UnknownError("no reply") : status);
+  if (req.consumer) req.consumer->OnDone(status);
+}
+
+void SessionImpl::FailEverything(const absl::Status& status) {
+  auto outs = std::move(out);
+  out.clear();
+  alias_to_request.clear();
+  for (auto& [id, req] : outs) {
+    if (req.linger_timer) loop->Cancel(req.linger_timer);
+    if (!req.replied && req.on_reply) req.on_reply(status);
+    if (req.consumer) req.consumer->OnDone(status);
+  }
+  auto namespaces = std::move(out_namespace);
+  out_namespace.clear();
+  for (auto& [id, ns] : namespaces) {
+    if (ns.second) ns.second(status);
+  }
+  auto downs = std::move(downstreams);
+  downstreams.clear();
+  stream_owner.clear();
+  for (auto& [id, d] : downs) d->Cancel(/*session_closing=*/true);
+  // Streams are destroyed from a posted task: this may run inside one of
+  // their parsers (a consumer closed the session while handling an object).
+  auto streams = std::make_shared<decltype(in_streams)>(std::move(in_streams));
+  in_streams.clear();
+  loop->Post([streams] {});
+  blocked.clear();
+}
+
+void SessionImpl::CloseWith(const absl::Status& status) {
+  if (state == State::kClosed) return;
+  state = State::kClosed;
+  if (setup_timer) loop->Cancel(setup_timer);
+  setup_timer = 0;
+  TerminationCode code = status.ok() ? TerminationCode::kNoError : TerminationCodeOf(status);
+  if (conn) conn->Close(static_cast<uint64_t>(code), std::string(status.message()).substr(0, 512));
+  FailEverything(status.ok() ? absl::CancelledError("session closed") : status);
+}
+
+void SessionImpl::ResolveJoiningFetch(const Fetch& m, std::shared_ptr<DownstreamImpl> d) {
+  auto it = downstreams.find(m.joining_request_id);
+  if (it == downstreams.end() || it->second->kind() != DownstreamImpl::Kind::kSubscribe) {
+    d->Reject(kErrInvalidJoiningRequestId, "no such subscription");
+    return;
+  }
+  std::shared_ptr<DownstreamImpl> sub = it->second;
+  if (!sub->answered()) {
+    // aiomoqt sends the joining FETCH right behind its SUBSCRIBE: wait for
+    // the subscription's answer.
+    sub->WhenAnswered([this, m, d, sub] {
+      if (d->answered() || d->cancelled()) return;
+      if (!sub->accepted()) {
+        d->Reject(kErrInvalidJoiningRequestId, "the joined subscription was refused");
+        return;
+      }
+      ResolveJoiningFetch(m, d);
+    });
+    return;
+  }
+  const auto& largest = sub->info().largest;
+  if (!largest) {
+    d->Reject(kErrInvalidRange, "the joined subscription has no content");
+    return;
+  }
+  Fetch resolved = m;
+  resolved.track = sub->track();
+  uint64_t start_group =
+      m.fetch_type == FetchType::kRelativeJoining
+          ? (largest->group >= m.joining_start ? largest->group - m.joining_start : 0)
+          : m.joining_start;
+  resolved.start = Location{start_group, 0};
+  resolved.end = Location{largest->group, largest->object + 1};
+  resolved.fetch_type = FetchType::kStandalone;
+  d->SetTrack(resolved.track);
+  handler->OnFetch(self, resolved, d);
+}
+
+// ---- control messages -------------------------------------------------------
+
+absl::Status SessionImpl::OnControlMessage(ControlMessage msg) {
+  bool setup_message = std::holds_alternative<ClientSetup>(msg) ||
+                       std::holds_alternative<ServerSetup>(msg);
+  if (state != State::kReady && !setup_message) {
+    return ProtocolError(TerminationCode::kProtocolViolation,
+                         absl::StrCat(MessageName(msg), " before SETUP"));
+  }
+  if (state == State::kReady && setup_message) {
+    return ProtocolError(TerminationCode::kProtocolViolation, "second SETUP");
+  }
+  auto self_session = self;
+  auto reject = [](const char* what) {
+    return ProtocolError(TerminationCode::kProtocolViolation,
+                         absl::StrCat("unexpected ", what));
+  };
+  return std::visit(Overloaded{
+      [&](ClientSetup& m) -> absl::Status {
+        if (!is_server) return reject("CLIENT_SETUP at a client");
+        bool ok = false;
+        for (uint64_t v : m.supported_versions) ok |= v == kVersionDraft14;
+        if (!ok) {
+          return ProtocolError(TerminationCode::kVersionNegotiationFailed,
+                               "client offers no supported version (want draft-14)");
+        }
+        peer_max_request_id = FindIntParameter(m.parameters, kSetupMaxRequestId).value_or(0);
+        ServerSetup reply;
+        reply.parameters.push_back({kSetupMaxRequestId, local_max_request_id, ""});
+        reply.parameters.push_back({kSetupMoqtImplementation, 0, options.implementation});
+        SendControl(reply);
+        OnSetupDone();
+        return absl::OkStatus();
+      },
+      [&](ServerSetup& m) -> absl::Status {
+        if (is_server) return reject("SERVER_SETUP at a server");
+        if (m.selected_version != kVersionDraft14) {
+          return ProtocolError(TerminationCode::kVersionNegotiationFailed,
+                               absl::StrCat("server selected version 0x",
+                                            absl::Hex(m.selected_version)));
+        }
+        peer_max_request_id = FindIntParameter(m.parameters, kSetupMaxRequestId).value_or(0);
+        OnSetupDone();
+        return absl::OkStatus();
+      },
+      [&](Goaway& m) -> absl::Status {
+        handler->OnGoaway(self_session, m.new_session_uri);
+        return absl::OkStatus();
+      },
+      [&](MaxRequestId& m) -> absl::Status {
+        if (m.request_id <= peer_max_request_id) {
+          return ProtocolError(TerminationCode::kProtocolViolation,
+                               "MAX_REQUEST_ID did not increase");
+        }
+        peer_max_request_id = m.request_id;
+        FlushBlocked();
+        return absl::OkStatus();
+      },
+      [&](RequestsBlocked&) -> absl::Status {
+        // Our window reopens as requests finish; nothing more to do.
+        return absl::OkStatus();
+      },
+      [&](Subscribe& m) -> absl::Status {
+        RETURN_IF_ERROR(CheckNewPeerRequest(m.request_id));
+        auto d = std::make_shared<DownstreamImpl>(this, DownstreamImpl::Kind::kSubscribe,
+                                                  m.request_id, m.track, m,
+                                                  m.subscriber_priority);
+        downstreams[m.request_id] = d;
+        handler->OnSubscribe(self_session, m, d);
+        return absl::OkStatus();
+      },
+      [&](TrackStatus& m) -> absl::Status {
+        RETURN_IF_ERROR(CheckNewPeerRequest(m.request.request_id));
+        auto d = std::make_shared<DownstreamImpl>(
+            this, DownstreamImpl::Kind::kTrackStatus, m.request.request_id,
+            m.request.track, m.request, m.request.subscriber_priority);
+        downstreams[m.request.request_id] = d;
+        handler->OnTrackStatus(self_session, m.request, d);
+        return absl::OkStatus();
+      },
+      [&](SubscribeUpdate& m) -> absl::Status {
+        RETURN_IF_ERROR(CheckNewPeerRequest(m.request_id));
+        PeerRequestFinished();  // an update holds no state of its own
+        auto it = downstreams.find(m.subscription_request_id);
+        if (it == downstreams.end() ||
+            it->second->kind() != DownstreamImpl::Kind::kSubscribe) {
+          return absl::OkStatus();  // may have just ended; not an error
+        }
+        Subscribe& f = it->second->filter();
+        if (m.start < f.start.value_or(Location{})) {
+          return ProtocolError(TerminationCode::kProtocolViolation,
+                               "SUBSCRIBE_UPDATE moved the start backwards");
+        }
+        f.subscriber_priority = m.subscriber_priority;
+        f.forward = m.forward;
+        if (f.filter_type == FilterType::kAbsoluteStart ||
+            f.filter_type == FilterType::kAbsoluteRange) {
+          f.start = m.start;
+        }
+        if (m.end_group > 0) {
+          f.filter_type = FilterType::kAbsoluteRange;
+          f.start = f.start.value_or(m.start);
+          f.end_group = m.end_group - 1;
+        }
+        return absl::OkStatus();
+      },
+      [&](Unsubscribe& m) -> absl::Status {
+        auto it = downstreams.find(m.request_id);
+        if (it != downstreams.end()) it->second->Cancel(/*session_closing=*/false);
+        return absl::OkStatus();
+      },
+      [&](Fetch& m) -> absl::Status {
+        RETURN_IF_ERROR(CheckNewPeerRequest(m.request_id));
+        if (m.fetch_type != FetchType::kStandalone) {
+          auto d = std::make_shared<DownstreamImpl>(this, DownstreamImpl::Kind::kFetch,
+                                                    m.request_id, FullTrackName{},
+                                                    Subscribe{}, m.subscriber_priority);
+          downstreams[m.request_id] = d;
+          auto it = downstreams.find(m.joining_request_id);
+          if (it != downstreams.end() &&
+              it->second->kind() == DownstreamImpl::Kind::kSubscribe &&
+              it->second->filter().filter_type != FilterType::kLargestObject) {
+            return ProtocolError(TerminationCode::kProtocolViolation,
+                                 "joining FETCH of a subscription without the "
+                                 "Largest Object filter");
+          }
+          ResolveJoiningFetch(m, d);
+          return absl::OkStatus();
+        }
+        auto d = std::make_shared<DownstreamImpl>(this, DownstreamImpl::Kind::kFetch,
+                                                  m.request_id, m.track, Subscribe{},
+                                                  m.subscriber_priority);
+        downstreams[m.request_id] = d;
+        if (m.end < m.start && !(m.end.object == 0 && m.end.group == m.start.group)) {
+          d->Reject(kErrInvalidRange, "end before start");
+          return absl::OkStatus();
+        }
+        handler->OnFetch(self_session, m, d);
+        return absl::OkStatus();
+      },
+      [&](FetchCancel& m) -> absl::Status {
+        auto it = downstreams.find(m.request_id);
+        if (it != downstreams.end()) it->second->Cancel(/*session_closing=*/false);
+        return absl::OkStatus();
+      },
+      [&](SubscribeOk& m) -> absl::Status {
+        auto it = out.find(m.request_id);
+        if (it == out.end() || it->second.kind != OutRequest::Kind::kSubscribe) {
+          return ProtocolError(TerminationCode::kProtocolViolation,
+                               "SUBSCRIBE_OK for no pending SUBSCRIBE");
+        }
+        OutRequest& req = it->second;
+        if (alias_to_request.contains(m.track_alias)) {
+          return ProtocolError(TerminationCode::kDuplicateTrackAlias,
+                               absl::StrCat("track alias ", m.track_alias, " in use"));
+        }
+        req.track_alias = m.track_alias;
+        alias_to_request[m.track_alias] = m.request_id;
+        req.replied = true;
+        if (req.on_reply) req.on_reply(TrackInfo{m.largest, m.group_order, false});
+        FlushAlias(m.track_alias);
+        return absl::OkStatus();
+      },
+      [&](TrackStatusOk& m) -> absl::Status {
+        auto it = out.find(m.reply.request_id);
+        if (it == out.end() || it->second.kind != OutRequest::Kind::kTrackStatus) {
+          return ProtocolError(TerminationCode::kProtocolViolation,
+                               "TRACK_STATUS_OK for no pending TRACK_STATUS");
+        }
+        auto cb = std::move(it->second.on_reply);
+        out.erase(it);
+        if (cb) cb(TrackInfo{m.reply.largest, m.reply.group_order, false});
+        return absl::OkStatus();
+      },
+      [&](SubscribeError& m) -> absl::Status {
+        CompleteOut(m.request_id, RequestError(m.error_code, m.reason));
+        return absl::OkStatus();
+      },
+      [&](TrackStatusError& m) -> absl::Status {
+        CompleteOut(m.reply.request_id, RequestError(m.reply.error_code, m.reply.reason));
+        return absl::OkStatus();
+      },
+      [&](FetchOk& m) -> absl::Status {
+        auto it = out.find(m.request_id);
+        if (it == out.end() || it->second.kind != OutRequest::Kind::kFetch) {
+          return absl::OkStatus();  // may have completed already (stream FIN first)
+        }
+        it->second.replied = true;
+        if (it->second.on_reply) {
+          it->second.on_reply(TrackInfo{m.end, m.group_order, m.end_of_track});
+        }
+        return absl::OkStatus();
+      },
+      [&](FetchError& m) -> absl::Status {
+        CompleteOut(m.request_id, RequestError(m.error_code, m.reason));
+        return absl::OkStatus();
+      },
+      [&](PublishDone& m) -> absl::Status {
+        auto it = out.find(m.request_id);
+        if (it == out.end()) return absl::OkStatus();
+        OutRequest& req = it->second;
+        req.publish_done = true;
+        req.expected_streams = m.stream_count;
+        req.done_status =
+            m.status_code == kDoneTrackEnded
+                ? absl::OkStatus()
+                : absl::Status(m.status_code == kDoneSubscriptionEnded
+                                   ? absl::StatusCode::kCancelled
+                                   : absl::StatusCode::kAborted,
+                               absl::StrCat("PUBLISH_DONE 0x", absl::Hex(m.status_code),
+                                            ": ", m.reason));
+        uint64_t id = m.request_id;
+        req.linger_timer = loop->RunAfter(options.publish_done_linger, [this, id] {
+          auto it = out.find(id);
+          if (it == out.end()) return;
+          it->second.linger_timer = 0;
+          CompleteOut(id, it->second.done_status);
+        });
+        MaybeFinishSubscription(id);
+        return absl::OkStatus();
+      },
+      [&](Publish& m) -> absl::Status {
+        RETURN_IF_ERROR(CheckNewPeerRequest(m.request_id));
+        SendControl(PublishError{m.request_id, kErrNotSupported,
+                                 "PUBLISH is not accepted; use PUBLISH_NAMESPACE"});
+        PeerRequestFinished();
+        return absl::OkStatus();
+      },
+      [&](PublishOk&) -> absl::Status { return reject("PUBLISH_OK (we never PUBLISH)"); },
+      [&](PublishError&) -> absl::Status { return reject("PUBLISH_ERROR (we never PUBLISH)"); },
+      [&](PublishNamespace& m) -> absl::Status {
+        RETURN_IF_ERROR(CheckNewPeerRequest(m.request_id));
+        absl::Status s = handler->OnPublishNamespace(self_session, m.ns);
+        if (s.ok()) {
+          SendControl(PublishNamespaceOk{m.request_id});
+        } else {
+          SendControl(PublishNamespaceError{m.request_id, kErrInternal,
+                                            std::string(s.message())});
+        }
+        PeerRequestFinished();
+        return absl::OkStatus();
+      },
+      [&](PublishNamespaceDone& m) -> absl::Status {
+        handler->OnPublishNamespaceDone(self_session, m.ns);
+        return absl::OkStatus();
+      },
+      [&](PublishNamespaceCancel& m) -> absl::Status {
+        handler->OnPublishNamespaceCancel(self_session, m.ns,
+                                          RequestError(m.error_code, m.reason));
+        return absl::OkStatus();
+      },
+      [&](PublishNamespaceOk& m) -> absl::Status {
+        auto it = out_namespace.find(m.request_id);
+        if (it == out_namespace.end()) return reject("PUBLISH_NAMESPACE_OK");
+        auto cb = std::move(it->second.second);
+        out_namespace.erase(it);
+        if (cb) cb(absl::OkStatus());
+        return absl::OkStatus();
+      },
+      [&](PublishNamespaceError& m) -> absl::Status {
+        auto it = out_namespace.find(m.request_id);
+        if (it == out_namespace.end()) return reject("PUBLISH_NAMESPACE_ERROR");
+        auto cb = std::move(it->second.second);
+        out_namespace.erase(it);
+        if (cb) cb(RequestError(m.error_code, m.reason));
+        return absl::OkStatus();
+      },
+      [&](SubscribeNamespace& m) -> absl::Status {
+        RETURN_IF_ERROR(CheckNewPeerRequest(m.request_id));
+        absl::Status s = handler->OnSubscribeNamespace(self_session, m.prefix);
+        if (s.ok()) {
+          SendControl(SubscribeNamespaceOk{m.request_id});
+        } else {
+          SendControl(SubscribeNamespaceError{m.request_id, kErrInternal,
+                                              std::string(s.message())});
+        }
+        PeerRequestFinished();
+        return absl::OkStatus();
+      },
+      [&](SubscribeNamespaceOk& m) -> absl::Status {
+        auto it = out_namespace.find(m.request_id);
+        if (it == out_namespace.end()) return reject("SUBSCRIBE_NAMESPACE_OK");
+        auto cb = std::move(it->second.second);
+        out_namespace.erase(it);
+        if (cb) cb(absl::OkStatus());
+        return absl::OkStatus();
+      },
+      [&](SubscribeNamespaceError& m) -> absl::Status {
+        auto it = out_namespace.find(m.request_id);
+        if (it == out_namespace.end()) return reject("SUBSCRIBE_NAMESPACE_ERROR");
+        auto cb = std::move(it->second.second);
+        out_namespace.erase(it);
+        if (cb) cb(RequestError(m.error_code, m.reason));
+        return absl::OkStatus();
+      },
+      [&](UnsubscribeNamespace& m) -> absl::Status {
+        handler->OnUnsubscribeNamespace(self_session, m.prefix);
+        return absl::OkStatus();
+      },
+  }, msg);
+}
+
+}  // namespace internal
+
+using internal::OutRequest;
+using internal::SessionImpl;
+
+MoqtSession::MoqtSession(quic::EventLoop* loop, quic::Connection* conn,
+                         RequestHandler* handler, SessionOptions options)
+    : impl_(std::make_unique<SessionImpl>(this, loop, conn, handler, std::move(options))) {
+  SessionImpl& s = *impl_;
+  s.local_max_request_id = 2 * s.options.max_requests;
+  if (conn && conn->is_server()) {
+    s.is_server = true;
+    s.next_request_id = 1;
+    s.next_peer_request_id = 0;
+    s.local_max_request_id = 2 * s.options.max_requests;
+  } else {
+    s.next_request_id = 0;
+    s.next_peer_request_id = 1;
+    s.local_max_request_id = 2 * s.options.max_requests + 1;
+  }
+  s.setup_timer = loop->RunAfter(s.options.setup_timeout, [this] {
+    impl_->setup_timer = 0;
+    if (impl_->state != SessionImpl::State::kReady) {
+      impl_->CloseWith(ProtocolError(TerminationCode::kControlMessageTimeout,
+                                     "no SETUP within the setup timeout"));
+    }
+  });
+}
+
+MoqtSession::~MoqtSession() {
+  if (impl_->state != SessionImpl::State::kClosed) {
+    impl_->CloseWith(absl::OkStatus());
+  }
+  if (impl_->setup_timer) impl_->loop->Cancel(impl_->setup_timer);
+}
+
+bool MoqtSession::ready() const { return impl_->state == SessionImpl::State::kReady; }
+bool MoqtSession::closed() const { return impl_->state == SessionImpl::State::kClosed; }
+quic::Connection* MoqtSession::connection() const { return impl_->conn; }
+std::string MoqtSession::peer() const {
+  return impl_->conn ? impl_->conn->peer_address() : std::string("(connecting)");
+}
+const MoqtSession::Stats& MoqtSession::stats() const { return impl_->stats; }
+void MoqtSession::SetClosedCallback(std::function<void()> cb) {
+  impl_->closed_callback = std::move(cb);
+}
+
+absl::StatusOr<uint64_t> MoqtSession::Subscribe(moqt::Subscribe request,
+                                                std::shared_ptr<TrackConsumer> consumer,
+                                                ReplyCallback on_reply) {
+  SessionImpl& s = *impl_;
+  if (s.state == SessionImpl::State::kClosed) {
+    return absl::FailedPreconditionError("session closed");
+  }
+  return s.StartRequest([&](uint64_t id) -> ControlMessage {
+    request.request_id = id;
+    OutRequest& r = s.out[id];
+    r.kind = OutRequest::Kind::kSubscribe;
+    r.subscribe = request;
+    r.consumer = std::move(consumer);
+    r.on_reply = std::move(on_reply);
+    return request;
+  });
+}
+
+void MoqtSession::Unsubscribe(uint64_t request_id) {
+  SessionImpl& s = *impl_;
+  auto it = s.out.find(request_id);
+  if (it == s.out.end() || it->second.kind != OutRequest::Kind::kSubscribe) return;
+  bool sent = true;
+  for (auto& [id, msg] : s.blocked) sent &= id != request_id;
+  if (sent) {
+    s.SendControl(moqt::Unsubscribe{request_id});
+  } else {
+    for (auto b = s.blocked.begin(); b != s.blocked.end(); ++b) {
+      if (b->first == request_id) {
+        s.blocked.erase(b);
+        break;
+      }
+    }
+  }
+  s.CompleteOut(request_id, absl::CancelledError("unsubscribed"));
+}
+
+absl::StatusOr<uint64_t> MoqtSession::Fetch(moqt::Fetch request,
+                                            std::shared_ptr<TrackConsumer> consumer,
+                                            ReplyCallback on_reply) {
+  SessionImpl& s = *impl_;
+  if (s.state == SessionImpl::State::kClosed) {
+    return absl::FailedPreconditionError("session closed");
+  }
+  return s.StartRequest([&](uint64_t id) -> ControlMessage {
+    request.request_id = id;
+    OutRequest& r = s.out[id];
+    r.kind = OutRequest::Kind::kFetch;
+    r.fetch = request;
+    r.consumer = std::move(consumer);
+    r.on_reply = std::move(on_reply);
+    return request;
+  });
+}
+
+void MoqtSession::FetchCancel(uint64_t request_id) {
+  SessionImpl& s = *impl_;
+  auto it = s.out.find(request_id);
+  if (it == s.out.end() || it->second.kind != OutRequest::Kind::kFetch) return;
+  s.SendControl(moqt::FetchCancel{request_id});
+  s.CompleteOut(request_id, absl::CancelledError("fetch cancelled"));
+}
+
+absl::StatusOr<uint64_t> MoqtSession::TrackStatus(moqt::Subscribe request,
+                                                  ReplyCallback on_reply) {
+  SessionImpl& s = *impl_;
+  if (s.state == SessionImpl::State::kClosed) {
+    return absl::FailedPreconditionError("session closed");
+  }
+  return s.StartRequest([&](uint64_t id) -> ControlMessage {
+    request.request_id = id;
+    OutRequest& r = s.out[id];
+    r.kind = OutRequest::Kind::kTrackStatus;
+    r.subscribe = request;
+    r.on_reply = std::move(on_reply);
+    return moqt::TrackStatus{request};
+  });
+}
+
+absl::Status MoqtSession::PublishNamespace(const TrackNamespace& ns,
+                                           StatusCallback on_reply) {
+  SessionImpl& s = *impl_;
+  if (s.state == SessionImpl::State::kClosed) {
+    return absl::FailedPreconditionError("session closed");
+  }
+  s.StartRequest([&](uint64_t id) -> ControlMessage {
+    s.out_namespace[id] = {ns, std::move(on_reply)};
+    return moqt::PublishNamespace{id, ns, {}};
+  });
+  return absl::OkStatus();
+}
+
+void MoqtSession::PublishNamespaceDone(const TrackNamespace& ns) {
+  impl_->SendControl(moqt::PublishNamespaceDone{ns});
+}
+
+absl::Status MoqtSession::SubscribeNamespace(const TrackNamespace& prefix,
+                                             StatusCallback on_reply) {
+  SessionImpl& s = *impl_;
+  if (s.state == SessionImpl::State::kClosed) {
+    return absl::FailedPreconditionError("session closed");
+  }
+  s.StartRequest([&](uint64_t id) -> ControlMessage {
+    s.out_namespace[id] = {prefix, std::move(on_reply)};
+    return moqt::SubscribeNamespace{id, prefix, {}};
+  });
+  return absl::OkStatus();
+}
+
+void MoqtSession::UnsubscribeNamespace(const TrackNamespace& prefix) {
+  impl_->SendControl(moqt::UnsubscribeNamespace{prefix});
+}
+
+void MoqtSession::Goaway(const std::string& new_uri) {
+  impl_->SendControl(moqt::Goaway{new_uri});
+}
+
+void MoqtSession::Close(TerminationCode code, const std::string& reason) {
+  impl_->CloseWith(code == TerminationCode::kNoError
+                       ? absl::OkStatus()
+                       : ProtocolError(code, reason));
+}
+
+// ---- quic::ConnectionHandler -------------------------------------------------
+
+void MoqtSession::OnHandshakeDone(quic::Connection* conn) {
+  SessionImpl& s = *impl_;
+  s.conn = conn;
+  s.is_server = conn->is_server();
+  if (s.is_server) return;  // the client opens the control stream
+  absl::StatusOr<int64_t> stream = conn->OpenBidiStream();
+  if (!stream.ok()) {
+    s.CloseWith(stream.status());
+    return;
+  }
+  s.control_stream = *stream;
+  ClientSetup setup;
+  setup.supported_versions = {kVersionDraft14};
+  setup.parameters.push_back({kSetupMaxRequestId, s.local_max_request_id, ""});
+  setup.parameters.push_back({kSetupMoqtImplementation, 0, s.options.implementation});
+  if (!s.options.path.empty()) setup.parameters.push_back({kSetupPath, 0, s.options.path});
+  if (!s.options.authority.empty()) {
+    setup.parameters.push_back({kSetupAuthority, 0, s.options.authority});
+  }
+  s.SendControl(setup);
+  s.state = SessionImpl::State::kSetupSent;
+}
+
+void MoqtSession::OnStreamData(quic::Connection* conn, int64_t stream_id,
+                               absl::Span<const uint8_t> data, bool fin) {
+  SessionImpl& s = *impl_;
+  if (s.conn == nullptr) s.conn = conn;
+  if (s.state == SessionImpl::State::kClosed) return;
+  if (internal::IsUniStream(stream_id)) {
+    s.OnUniStreamData(stream_id, data, fin);
+    return;
+  }
+  if (s.control_stream < 0 && s.is_server && !internal::IsServerInitiated(stream_id)) {
+    s.control_stream = stream_id;
+  }
+  if (stream_id != s.control_stream) {
+    s.CloseWith(ProtocolError(TerminationCode::kProtocolViolation,
+                              "a second bidirectional stream"));
+    return;
+  }
+  absl::Status st = s.control_parser->OnIngress(data, fin);
+  if (!st.ok()) s.CloseWith(st);
+}
+
+void MoqtSession::OnStreamReset(quic::Connection* conn, int64_t stream_id,
+                                uint64_t app_error) {
+  SessionImpl& s = *impl_;
+  if (stream_id == s.control_stream) {
+    s.CloseWith(ProtocolError(TerminationCode::kProtocolViolation,
+                              "the control stream was reset"));
+    return;
+  }
+  auto owner = s.stream_owner.find(stream_id);
+  if (owner != s.stream_owner.end()) {
+    owner->second->OnStreamStopped(stream_id);
+    return;
+  }
+  auto in = s.in_streams.find(stream_id);
+  if (in != s.in_streams.end()) {
+    bool fetch = in->second->is_fetch();
+    uint64_t key = in->second->key();
+    bool counted = in->second->counted();
+    s.in_streams.erase(in);
+    if (fetch) {
+      s.CompleteOut(key, absl::AbortedError(absl::StrCat(
+                             "fetch stream reset by the peer, code ", app_error)));
+    } else if (counted) {
+      auto alias = s.alias_to_request.find(key);
+      if (alias != s.alias_to_request.end()) {
+        ++s.out[alias->second].ended_streams;
+        s.MaybeFinishSubscription(alias->second);
+      }
+    }
+  }
+}
+
+void MoqtSession::OnStreamDrained(quic::Connection*, int64_t) {}
+
+void MoqtSession::OnDatagram(quic::Connection*, absl::Span<const uint8_t> data) {
+  SessionImpl& s = *impl_;
+  if (s.state != SessionImpl::State::kReady) return;
+  absl::StatusOr<Datagram> d = ParseDatagram(data, s.options.limits);
+  if (!d.ok()) {
+    s.CloseWith(d.status());
+    return;
+  }
+  auto alias = s.alias_to_request.find(d->track_alias);
+  if (alias == s.alias_to_request.end()) return;  // unknown or ended: dropped
+  auto it = s.out.find(alias->second);
+  if (it == s.out.end() || !it->second.consumer) return;
+  ++s.stats.objects_received;
+  s.stats.bytes_received += d->payload.size();
+  it->second.consumer->OnObject(
+      d->object, absl::Span<const uint8_t>(
+                     reinterpret_cast<const uint8_t*>(d->payload.data()), d->payload.size()));
+}
+
+void MoqtSession::OnClosed(quic::Connection*, const absl::Status& reason) {
+  SessionImpl& s = *impl_;
+  if (s.closed_reported) return;
+  s.closed_reported = true;
+  absl::Status status = reason.ok() ? absl::CancelledError("session closed") : reason;
+  if (s.state != SessionImpl::State::kClosed) {
+    s.state = SessionImpl::State::kClosed;
+    s.FailEverything(status);
+  }
+  s.conn = nullptr;
+  s.handler->OnSessionClosed(this, reason);
+  if (s.closed_callback) s.closed_callback();
+}
+
+}  // namespace kvcast::moqt

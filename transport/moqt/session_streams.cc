@@ -1,0 +1,474 @@
+// MoqtSession data plane: the streams we publish on (DownstreamImpl) and the
+// streams we receive (InStream).
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "transport/moqt/internal/session_impl.h"
+
+namespace kvcast::moqt::internal {
+namespace {
+
+absl::Span<const uint8_t> AsBytes(const std::string& s) {
+  return absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(s.data()), s.size());
+}
+
+// Objects that wait for a SUBSCRIBE_OK naming their alias, per session.
+constexpr size_t kMaxPendingBytes = 64u << 20;
+
+}  // namespace
+
+// ---- helpers on the session -------------------------------------------------
+
+absl::StatusOr<int64_t> SessionImpl::OpenDataStream() {
+  if (state == State::kClosed || conn == nullptr) {
+    return absl::FailedPreconditionError("session closed");
+  }
+  return conn->OpenUniStream();
+}
+
+void SessionImpl::SendOnStream(int64_t stream, const std::string& bytes, bool fin) {
+  if (state == State::kClosed || conn == nullptr) return;
+  absl::Status s = conn->Send(stream, bytes, fin);
+  if (!s.ok()) CloseWith(s);
+}
+
+// ---- DownstreamImpl ----------------------------------------------------------
+
+DownstreamImpl::DownstreamImpl(SessionImpl* session, Kind kind, uint64_t request_id,
+                               FullTrackName track, Subscribe filter, uint8_t priority)
+    : session_(session), kind_(kind), request_id_(request_id), track_(std::move(track)),
+      filter_(std::move(filter)), subscriber_priority_(priority) {}
+
+void DownstreamImpl::Accept(const TrackInfo& info) {
+  if (session_ == nullptr || accepted_ || finished_) return;
+  accepted_ = true;
+  info_ = info;
+  switch (kind_) {
+    case Kind::kSubscribe: {
+      track_alias_ = session_->next_track_alias++;
+      SubscribeOk ok;
+      ok.request_id = request_id_;
+      ok.track_alias = track_alias_;
+      ok.group_order = info.group_order == GroupOrder::kPublisherDefault
+                           ? GroupOrder::kAscending
+                           : info.group_order;
+      ok.largest = info.largest;
+      session_->SendControl(ok);
+      break;
+    }
+    case Kind::kTrackStatus: {
+      SubscribeOk ok;
+      ok.request_id = request_id_;
+      ok.track_alias = 0;
+      ok.group_order = GroupOrder::kAscending;
+      ok.largest = info.largest;
+      session_->SendControl(TrackStatusOk{ok});
+      Finish();
+      break;
+    }
+    case Kind::kFetch: {
+      FetchOk ok;
+      ok.request_id = request_id_;
+      ok.group_order = GroupOrder::kAscending;
+      ok.end_of_track = info.end_of_track;
+      ok.end = info.largest.value_or(Location{});
+      session_->SendControl(ok);
+      break;
+    }
+  }
+  RunAnswerCallbacks();
+}
+
+void DownstreamImpl::WhenAnswered(std::function<void()> fn) {
+  if (answered()) {
+    fn();
+    return;
+  }
+  on_answer_.push_back(std::move(fn));
+}
+
+void DownstreamImpl::RunAnswerCallbacks() {
+  auto callbacks = std::move(on_answer_);
+  on_answer_.clear();
+  for (auto& fn : callbacks) fn();
+}
+
+void DownstreamImpl::Reject(uint64_t error_code, const std::string& reason) {
+  if (session_ == nullptr || accepted_ || finished_) return;
+  std::string r = reason.substr(0, 1024);
+  switch (kind_) {
+    case Kind::kSubscribe:
+      session_->SendControl(SubscribeError{request_id_, error_code, r});
+      break;
+    case Kind::kTrackStatus:
+      session_->SendControl(TrackStatusError{SubscribeError{request_id_, error_code, r}});
+      break;
+    case Kind::kFetch:
+      session_->SendControl(FetchError{request_id_, error_code, r});
+      break;
+  }
+  Finish();
+  RunAnswerCallbacks();
+}
+
+void DownstreamImpl::OnObject(const ObjectHeader& header,
+                              absl::Span<const uint8_t> payload) {
+  if (session_ == nullptr || !accepted_ || finished_ || cancelled_) return;
+  if (kind_ == Kind::kFetch) {
+    SendFetchObject(header, payload);
+    return;
+  }
+  if (kind_ != Kind::kSubscribe || !filter_.forward) return;
+  Location loc{header.group, header.object};
+  if (!FilterAccepts(filter_, info_.largest, loc)) return;
+  SendSubgroupObject(header, payload);
+}
+
+void DownstreamImpl::SendSubgroupObject(const ObjectHeader& header,
+                                        absl::Span<const uint8_t> payload) {
+  SessionImpl& s = *session_;
+  auto key = std::make_pair(header.group, header.subgroup);
+  auto it = subgroups_.find(key);
+  if (it == subgroups_.end()) {
+    if (subgroups_.size() >= s.options.max_open_subgroups && !subgroup_lru_.empty()) {
+      FinishSubgroup(subgroups_.find(subgroup_lru_.front()));
+      if (session_ == nullptr) return;
+    }
+    absl::StatusOr<int64_t> stream = s.OpenDataStream();
+    if (!stream.ok()) {
+      // Out of streams for now: the peer raises the limit as we finish
+      // streams; a subscription that cannot open one ends with an error.
+      OnDone(absl::ResourceExhaustedError(std::string(stream.status().message())));
+      return;
+    }
+    OpenSubgroup sg;
+    sg.stream = *stream;
+    sg.header.track_alias = track_alias_;
+    sg.header.group = header.group;
+    sg.header.subgroup = header.subgroup;
+    sg.header.subgroup_mode = header.subgroup == 0 ? SubgroupHeader::SubgroupIdMode::kZero
+                                                   : SubgroupHeader::SubgroupIdMode::kExplicit;
+    sg.header.publisher_priority = header.publisher_priority;
+    sg.header.has_extensions = true;
+    it = subgroups_.emplace(key, sg).first;
+    subgroup_lru_.push_back(key);
+    s.stream_owner[sg.stream] = this;
+    ++streams_opened_;
+    ++s.stats.subgroup_streams_opened;
+    s.SendOnStream(sg.stream, SerializeSubgroupHeader(sg.header), false);
+  }
+  OpenSubgroup& sg = it->second;
+  if (sg.last_object && header.object <= *sg.last_object) return;  // ids only increase
+  std::string bytes;
+  absl::Status st = SerializeSubgroupObject(sg.header, sg.last_object, header, payload, &bytes);
+  if (!st.ok()) return;
+  sg.last_object = header.object;
+  ++s.stats.objects_sent;
+  s.stats.bytes_sent += payload.size();
+  bool ends = header.status == ObjectStatus::kEndOfGroup ||
+              header.status == ObjectStatus::kEndOfTrack;
+  s.SendOnStream(sg.stream, bytes, ends);
+  if (ends && session_ != nullptr) {
+    s.stream_owner.erase(sg.stream);
+    subgroup_lru_.remove(key);
+    subgroups_.erase(it);
+  }
+}
+
+void DownstreamImpl::SendFetchObject(const ObjectHeader& header,
+                                     absl::Span<const uint8_t> payload) {
+  SessionImpl& s = *session_;
+  if (fetch_stream_ < 0) {
+    absl::StatusOr<int64_t> stream = s.OpenDataStream();
+    if (!stream.ok()) {
+      OnDone(absl::ResourceExhaustedError(std::string(stream.status().message())));
+      return;
+    }
+    fetch_stream_ = *stream;
+    s.stream_owner[fetch_stream_] = this;
+    s.SendOnStream(fetch_stream_, SerializeFetchHeader(request_id_), false);
+  }
+  std::string bytes;
+  if (!SerializeFetchObject(header, payload, &bytes).ok()) return;
+  ++s.stats.objects_sent;
+  s.stats.bytes_sent += payload.size();
+  s.SendOnStream(fetch_stream_, bytes, false);
+}
+
+void DownstreamImpl::FinishSubgroup(
+    std::map<std::pair<uint64_t, uint64_t>, OpenSubgroup>::iterator it) {
+  if (it == subgroups_.end()) return;
+  int64_t stream = it->second.stream;
+  subgroup_lru_.remove(it->first);
+  subgroups_.erase(it);
+  session_->stream_owner.erase(stream);
+  session_->SendOnStream(stream, std::string(), /*fin=*/true);
+}
+
+void DownstreamImpl::OnDone(const absl::Status& status) {
+  if (session_ == nullptr || finished_) return;
+  SessionImpl& s = *session_;
+  if (!accepted_) {
+    Reject(status.ok() ? kErrNoObjects : kErrInternal,
+           status.ok() ? "no objects" : std::string(status.message()));
+    return;
+  }
+  if (kind_ == Kind::kFetch) {
+    if (!status.ok()) {
+      if (fetch_stream_ >= 0 && s.conn) s.conn->ResetStream(fetch_stream_, kResetInternalError);
+    } else {
+      if (fetch_stream_ < 0) {
+        absl::StatusOr<int64_t> stream = s.OpenDataStream();
+        if (stream.ok()) {
+          fetch_stream_ = *stream;
+          s.SendOnStream(fetch_stream_, SerializeFetchHeader(request_id_), false);
+        }
+      }
+      if (fetch_stream_ >= 0) s.SendOnStream(fetch_stream_, std::string(), true);
+    }
+    if (fetch_stream_ >= 0) s.stream_owner.erase(fetch_stream_);
+    Finish();
+    return;
+  }
+  while (session_ != nullptr && !subgroups_.empty()) FinishSubgroup(subgroups_.begin());
+  if (session_ == nullptr) return;
+  PublishDone done;
+  done.request_id = request_id_;
+  done.stream_count = streams_opened_;
+  if (status.ok()) {
+    done.status_code = kDoneTrackEnded;
+    done.reason = "track ended";
+  } else {
+    done.status_code = status.code() == absl::StatusCode::kCancelled
+                           ? kDoneSubscriptionEnded
+                           : status.code() == absl::StatusCode::kDataLoss
+                                 ? kDoneMalformedTrack
+                                 : kDoneInternalError;
+    done.reason = std::string(status.message()).substr(0, 1024);
+  }
+  s.SendControl(done);
+  Finish();
+}
+
+void DownstreamImpl::OnStreamStopped(int64_t stream_id) {
+  // The subscriber does not want this subgroup (STOP_SENDING): forget it.
+  if (session_ == nullptr) return;
+  session_->stream_owner.erase(stream_id);
+  if (stream_id == fetch_stream_) {
+    Cancel(false);
+    return;
+  }
+  for (auto it = subgroups_.begin(); it != subgroups_.end(); ++it) {
+    if (it->second.stream == stream_id) {
+      subgroup_lru_.remove(it->first);
+      subgroups_.erase(it);
+      return;
+    }
+  }
+}
+
+void DownstreamImpl::Cancel(bool session_closing) {
+  if (cancelled_ || finished_) {
+    if (session_closing) session_ = nullptr;
+    return;
+  }
+  cancelled_ = true;
+  if (session_ != nullptr && !session_closing) {
+    SessionImpl& s = *session_;
+    for (auto& [key, sg] : subgroups_) {
+      s.stream_owner.erase(sg.stream);
+      if (s.conn) s.conn->ResetStream(sg.stream, kResetCancelled);
+    }
+    if (fetch_stream_ >= 0) {
+      s.stream_owner.erase(fetch_stream_);
+      if (s.conn) s.conn->ResetStream(fetch_stream_, kResetCancelled);
+    }
+    subgroups_.clear();
+    subgroup_lru_.clear();
+    if (kind_ == Kind::kSubscribe && accepted_) {
+      // An UNSUBSCRIBE is answered with PUBLISH_DONE (draft-14 "UNSUBSCRIBE").
+      s.SendControl(PublishDone{request_id_, kDoneSubscriptionEnded, streams_opened_,
+                                "unsubscribed"});
+    }
+    Finish();
+  }
+  if (session_closing) {
+    finished_ = true;
+    session_ = nullptr;
+  }
+  if (on_cancel_) {
+    auto cb = std::move(on_cancel_);
+    cb();
+  }
+}
+
+void DownstreamImpl::Finish() {
+  if (finished_) return;
+  finished_ = true;
+  if (session_ == nullptr) return;
+  SessionImpl* s = session_;
+  session_ = nullptr;
+  auto self = s->downstreams.find(request_id_);
+  if (self != s->downstreams.end() && self->second.get() == this) {
+    // Released from a posted task: the caller may still be running in us.
+    std::shared_ptr<DownstreamImpl> keep = std::move(self->second);
+    s->downstreams.erase(self);
+    s->loop->Post([keep] {});
+  }
+  s->PeerRequestFinished();
+}
+
+// ---- receiving ---------------------------------------------------------------
+
+void SessionImpl::OnUniStreamData(int64_t stream_id, absl::Span<const uint8_t> data,
+                                  bool fin) {
+  auto it = in_streams.find(stream_id);
+  if (it == in_streams.end()) {
+    if (IsServerInitiated(stream_id) != !is_server) {
+      return;  // our own uni stream cannot carry incoming data
+    }
+    it = in_streams.emplace(stream_id,
+                            std::make_unique<InStream>(this, stream_id, options.limits))
+             .first;
+  }
+  absl::Status s = it->second->OnIngress(data, fin);
+  if (!s.ok()) {
+    CloseWith(s);
+    return;
+  }
+  if (state != State::kClosed) ReapEndedStream(stream_id);
+}
+
+void SessionImpl::OnInStreamEnded(InStream* stream) {
+  bool fetch = stream->is_fetch();
+  uint64_t key = stream->key();
+  bool counted = stream->counted();
+  // The stream object is destroyed by the caller's erase, after this returns.
+  if (fetch) {
+    CompleteOut(key, absl::OkStatus());
+    return;
+  }
+  if (!counted) return;
+  auto alias = alias_to_request.find(key);
+  if (alias == alias_to_request.end()) return;
+  ++out[alias->second].ended_streams;
+  MaybeFinishSubscription(alias->second);
+}
+
+void SessionImpl::MaybeFinishSubscription(uint64_t request_id) {
+  auto it = out.find(request_id);
+  if (it == out.end()) return;
+  OutRequest& req = it->second;
+  if (req.publish_done && req.ended_streams >= req.expected_streams) {
+    CompleteOut(request_id, req.done_status);
+  }
+}
+
+OutRequest* InStream::Target() {
+  SessionImpl& s = *session_;
+  if (is_fetch_) {
+    auto it = s.out.find(key_);
+    return it == s.out.end() ? nullptr : &it->second;
+  }
+  auto alias = s.alias_to_request.find(key_);
+  if (alias == s.alias_to_request.end()) return nullptr;
+  auto it = s.out.find(alias->second);
+  return it == s.out.end() ? nullptr : &it->second;
+}
+
+absl::Status InStream::OnSubgroupHeader(const SubgroupHeader& header) {
+  key_ = header.track_alias;
+  if (OutRequest* r = Target()) {
+    counted_ = true;
+    (void)r;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status InStream::OnFetchHeader(uint64_t request_id) {
+  is_fetch_ = true;
+  key_ = request_id;
+  auto it = session_->out.find(request_id);
+  if (it == session_->out.end() || it->second.kind != OutRequest::Kind::kFetch) {
+    // A fetch we cancelled may still deliver; anything else is a violation.
+    if (request_id >= session_->next_request_id ||
+        (request_id % 2) != (session_->next_request_id % 2)) {
+      return ProtocolError(TerminationCode::kProtocolViolation,
+                           absl::StrCat("FETCH_HEADER for unknown request ", request_id));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status InStream::OnObject(const ObjectHeader& header,
+                                absl::Span<const uint8_t> fragment, bool last) {
+  payload_.append(reinterpret_cast<const char*>(fragment.data()), fragment.size());
+  if (!last) return absl::OkStatus();
+  std::string payload = std::move(payload_);
+  payload_.clear();
+  OutRequest* target = Target();
+  if (target == nullptr) {
+    if (is_fetch_) return absl::OkStatus();  // cancelled fetch: drop
+    // The SUBSCRIBE_OK carrying this alias may not have arrived yet.
+    if (session_->pending_bytes + payload.size() > kMaxPendingBytes) {
+      return ProtocolError(TerminationCode::kProtocolViolation,
+                           absl::StrCat("objects for unknown track alias ", key_,
+                                        " exceed the buffer"));
+    }
+    session_->pending_bytes += payload.size();
+    pending_bytes_ += payload.size();
+    pending_.emplace_back(header, std::move(payload));
+    return absl::OkStatus();
+  }
+  ++session_->stats.objects_received;
+  session_->stats.bytes_received += payload.size();
+  if (target->consumer) target->consumer->OnObject(header, AsBytes(payload));
+  return absl::OkStatus();
+}
+
+void InStream::FlushPending() {
+  if (pending_.empty() && counted_) return;
+  OutRequest* target = Target();
+  if (target == nullptr) return;
+  if (!counted_) counted_ = true;
+  auto pending = std::move(pending_);
+  pending_.clear();
+  session_->pending_bytes -= pending_bytes_;
+  pending_bytes_ = 0;
+  std::shared_ptr<TrackConsumer> consumer = target->consumer;
+  for (auto& [header, payload] : pending) {
+    ++session_->stats.objects_received;
+    session_->stats.bytes_received += payload.size();
+    if (consumer) consumer->OnObject(header, AsBytes(payload));
+  }
+}
+
+absl::Status InStream::OnStreamEnd() {
+  ended_ = true;
+  return absl::OkStatus();
+}
+
+void SessionImpl::ReapEndedStream(int64_t stream_id) {
+  auto it = in_streams.find(stream_id);
+  if (it == in_streams.end() || !it->second->ended() || it->second->has_pending()) return;
+  std::unique_ptr<InStream> stream = std::move(it->second);
+  in_streams.erase(it);
+  OnInStreamEnded(stream.get());
+}
+
+void SessionImpl::FlushAlias(uint64_t alias) {
+  std::vector<int64_t> ids;
+  for (auto& [id, stream] : in_streams) {
+    if (!stream->is_fetch() && stream->key() == alias) ids.push_back(id);
+  }
+  for (int64_t id : ids) {
+    if (state == State::kClosed) return;
+    auto it = in_streams.find(id);
+    if (it == in_streams.end()) continue;
+    it->second->FlushPending();
+    ReapEndedStream(id);
+  }
+}
+
+}  // namespace kvcast::moqt::internal

@@ -1,0 +1,22 @@
+// Flag helpers shared by kvcast-relay and kvcast-moqt: TLS options from
+// flags, "host:port" and "a/b/c" parsing.
+#ifndef KVCAST_TRANSPORT_MOQT_TOOLS_TOOL_FLAGS_H_
+#define KVCAST_TRANSPORT_MOQT_TOOLS_TOOL_FLAGS_H_
+
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "absl/status/statusor.h"
+#include "transport/moqt/messages.h"
+
+namespace kvcast::moqt {
+
+// "host:port" or "[v6]:port".
+absl::StatusOr<std::pair<std::string, uint16_t>> ParseHostPort(const std::string& s);
+// "a/b/c" -> {"a","b","c"}; INVALID_ARGUMENT for empty elements or > 32.
+absl::StatusOr<TrackNamespace> ParseNamespace(const std::string& s);
+
+}  // namespace kvcast::moqt
+
+#endif  // KVCAST_TRANSPORT_MOQT_TOOLS_TOOL_FLAGS_H_

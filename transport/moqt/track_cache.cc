@@ -1,0 +1,143 @@
+#include "transport/moqt/track_cache.h"
+
+#include <cstring>
+
+namespace kvcast::moqt {
+
+void TrackCache::Touch(Group& group) { lru_.splice(lru_.end(), lru_, group.lru); }
+
+void TrackCache::EvictFor(const FullTrackName& keep_track, uint64_t keep_group) {
+  auto it = lru_.begin();
+  while (bytes_ > budget_ && it != lru_.end()) {
+    if (it->second == keep_group && it->first == keep_track) {
+      ++it;
+      continue;
+    }
+    auto track = tracks_.find(it->first);
+    auto group = track->second.groups.find(it->second);
+    bytes_ -= group->second.bytes;
+    track->second.groups.erase(group);
+    ++evicted_groups_;
+    it = lru_.erase(it);
+    if (track->second.groups.empty() && !track->second.end) tracks_.erase(track);
+  }
+}
+
+TrackCache::InsertResult TrackCache::Insert(const FullTrackName& name,
+                                            const ObjectHeader& header,
+                                            absl::Span<const uint8_t> payload) {
+  uint64_t cost = Cost(header, payload.size());
+  if (cost > budget_) return InsertResult::kTooLarge;
+  Track& track = tracks_[name];
+  auto [git, new_group] = track.groups.try_emplace(header.group);
+  Group& group = git->second;
+  if (new_group) group.lru = lru_.insert(lru_.end(), {name, header.group});
+  auto existing = group.objects.find(header.object);
+  if (existing != group.objects.end()) {
+    const Object& old = existing->second;
+    bool same = old.header.status == header.status &&
+                old.payload.size() == payload.size() &&
+                (payload.empty() ||
+                 std::memcmp(old.payload.data(), payload.data(), payload.size()) == 0);
+    if (same) return InsertResult::kDuplicate;
+    track.malformed = true;
+    return InsertResult::kConflict;
+  }
+  Object& obj = group.objects[header.object];
+  obj.header = header;
+  obj.header.payload_length = payload.size();
+  obj.payload.assign(reinterpret_cast<const char*>(payload.data()), payload.size());
+  group.bytes += cost;
+  bytes_ += cost;
+  Location loc{header.group, header.object};
+  if (!track.largest || *track.largest < loc) track.largest = loc;
+  if (header.status == ObjectStatus::kEndOfGroup) group.complete = true;
+  if (header.status == ObjectStatus::kEndOfTrack) {
+    group.complete = true;
+    track.end = loc;
+  }
+  Touch(group);
+  EvictFor(name, header.group);
+  return InsertResult::kInserted;
+}
+
+void TrackCache::MarkComplete(const FullTrackName& name, uint64_t first, uint64_t last) {
+  auto track = tracks_.find(name);
+  if (track == tracks_.end()) return;
+  for (auto it = track->second.groups.lower_bound(first);
+       it != track->second.groups.end() && it->first <= last; ++it) {
+    it->second.complete = true;
+  }
+}
+
+void TrackCache::MarkEnded(const FullTrackName& name, std::optional<Location> last) {
+  Track& track = tracks_[name];
+  Location end = last ? *last : track.largest.value_or(Location{});
+  if (!track.end || *track.end < end) track.end = end;
+  // Every group before the last one is as complete as it will ever be only
+  // if it was seen whole; the last group ends with the track.
+  auto it = track.groups.find(end.group);
+  if (it != track.groups.end()) it->second.complete = true;
+}
+
+bool TrackCache::Has(const FullTrackName& name) const { return tracks_.count(name) > 0; }
+
+std::optional<Location> TrackCache::Largest(const FullTrackName& name) const {
+  auto it = tracks_.find(name);
+  return it == tracks_.end() ? std::nullopt : it->second.largest;
+}
+
+std::optional<Location> TrackCache::EndOfTrack(const FullTrackName& name) const {
+  auto it = tracks_.find(name);
+  return it == tracks_.end() ? std::nullopt : it->second.end;
+}
+
+bool TrackCache::malformed(const FullTrackName& name) const {
+  auto it = tracks_.find(name);
+  return it != tracks_.end() && it->second.malformed;
+}
+
+bool TrackCache::Covers(const FullTrackName& name, Location start, Location end) const {
+  auto it = tracks_.find(name);
+  if (it == tracks_.end()) return false;
+  const Track& track = it->second;
+  uint64_t last = end.group;
+  if (track.end) {
+    if (start.group > track.end->group) return true;  // nothing exists there
+    last = std::min(last, track.end->group);
+  }
+  for (uint64_t g = start.group; g <= last; ++g) {
+    auto group = track.groups.find(g);
+    if (group == track.groups.end()) return false;
+    if (group->second.complete) continue;
+    // An incomplete group still covers a range that ends at an object it has
+    // and every object in between is present.
+    uint64_t from = g == start.group ? start.object : 0;
+    if (g != end.group) return false;
+    for (uint64_t o = from; o <= end.object; ++o) {
+      if (!group->second.objects.count(o)) return false;
+    }
+  }
+  return true;
+}
+
+void TrackCache::ForEach(
+    const FullTrackName& name, Location start, Location end,
+    const std::function<void(const ObjectHeader&, absl::Span<const uint8_t>)>& fn) {
+  auto it = tracks_.find(name);
+  if (it == tracks_.end()) return;
+  Track& track = it->second;
+  for (auto g = track.groups.lower_bound(start.group);
+       g != track.groups.end() && g->first <= end.group; ++g) {
+    Touch(g->second);
+    for (auto& [id, obj] : g->second.objects) {
+      Location loc{g->first, id};
+      if (loc < start || end < loc) continue;
+      fn(obj.header, absl::Span<const uint8_t>(
+                         reinterpret_cast<const uint8_t*>(obj.payload.data()),
+                         obj.payload.size()));
+    }
+  }
+}
+
+}  // namespace kvcast::moqt

@@ -1,0 +1,90 @@
+// TrackCache: objects of many tracks kept in memory within a byte budget,
+// keyed by (full track name, group, object), evicted least recently used
+// group first.
+//
+// A cached object never changes: inserting the same key again with a
+// different payload is refused (kConflict) and the track is marked
+// malformed, as draft-14 requires of relays.
+//
+// Thread safety: none (one loop thread).
+#ifndef KVCAST_TRANSPORT_MOQT_TRACK_CACHE_H_
+#define KVCAST_TRANSPORT_MOQT_TRACK_CACHE_H_
+
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "absl/types/span.h"
+#include "transport/moqt/messages.h"
+
+namespace kvcast::moqt {
+
+class TrackCache {
+ public:
+  explicit TrackCache(uint64_t budget_bytes) : budget_(budget_bytes) {}
+
+  enum class InsertResult { kInserted, kDuplicate, kConflict, kTooLarge };
+  // Stores one object. An kEndOfGroup status completes its group; kEndOfTrack
+  // ends the track there. May evict other groups to stay within the budget
+  // (never the group being written).
+  InsertResult Insert(const FullTrackName& track, const ObjectHeader& header,
+                      absl::Span<const uint8_t> payload);
+  // Marks groups [first, last] complete: every object of them that exists is
+  // cached (e.g. after a fetch of that range finished).
+  void MarkComplete(const FullTrackName& track, uint64_t first_group, uint64_t last_group);
+  // The track ends after `last` (PUBLISH_DONE "track ended").
+  void MarkEnded(const FullTrackName& track, std::optional<Location> last);
+
+  bool Has(const FullTrackName& track) const;
+  std::optional<Location> Largest(const FullTrackName& track) const;
+  // Location of the end of track, if known.
+  std::optional<Location> EndOfTrack(const FullTrackName& track) const;
+  bool malformed(const FullTrackName& track) const;
+  // True if every object in [start, end] (inclusive, by location) that
+  // exists is cached: all groups in range complete, or past the end of track.
+  bool Covers(const FullTrackName& track, Location start, Location end) const;
+  // Calls `fn` for cached objects in [start, end] in ascending order and
+  // refreshes their groups in the LRU. `fn` must not modify the cache.
+  void ForEach(const FullTrackName& track, Location start, Location end,
+               const std::function<void(const ObjectHeader&, absl::Span<const uint8_t>)>& fn);
+
+  uint64_t bytes() const { return bytes_; }
+  uint64_t budget() const { return budget_; }
+  uint64_t evicted_groups() const { return evicted_groups_; }
+  size_t num_tracks() const { return tracks_.size(); }
+
+ private:
+  struct Object {
+    ObjectHeader header;
+    std::string payload;
+  };
+  struct Group {
+    std::map<uint64_t, Object> objects;
+    bool complete = false;
+    uint64_t bytes = 0;
+    std::list<std::pair<FullTrackName, uint64_t>>::iterator lru;
+  };
+  struct Track {
+    std::map<uint64_t, Group> groups;
+    std::optional<Location> largest;
+    std::optional<Location> end;  // end of track
+    bool malformed = false;
+  };
+  static uint64_t Cost(const ObjectHeader& h, size_t payload) { return payload + 64; }
+  void Touch(Group& group);
+  void EvictFor(const FullTrackName& keep_track, uint64_t keep_group);
+
+  uint64_t budget_;
+  uint64_t bytes_ = 0;
+  uint64_t evicted_groups_ = 0;
+  std::map<FullTrackName, Track> tracks_;
+  // Least recently used group first.
+  std::list<std::pair<FullTrackName, uint64_t>> lru_;
+};
+
+}  // namespace kvcast::moqt
+
+#endif  // KVCAST_TRANSPORT_MOQT_TRACK_CACHE_H_

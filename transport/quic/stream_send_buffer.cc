@@ -1,0 +1,85 @@
+#include "transport/quic/stream_send_buffer.h"
+
+#include <algorithm>
+
+namespace kvcast::quic {
+
+void StreamSendBuffer::Append(absl::Span<const uint8_t> data) {
+  if (data.empty()) return;
+  // Small writes join the last chunk while QUIC holds no pointer into it
+  // (it is wholly unsent), so vectors can grow without dangling pointers.
+  if (!chunks_.empty()) {
+    size_t last = chunks_.size() - 1;
+    std::vector<uint8_t>& tail = chunks_.back();
+    bool untouched = cursor_chunk_ < last ||
+                     (cursor_chunk_ == last && cursor_offset_ == 0);
+    if (untouched && tail.size() + data.size() <= kCoalesceLimit) {
+      tail.insert(tail.end(), data.begin(), data.end());
+      queued_ += data.size();
+      return;
+    }
+  }
+  chunks_.emplace_back(data.begin(), data.end());
+  queued_ += data.size();
+}
+
+size_t StreamSendBuffer::PeekUnsent(ngtcp2_vec* vecs, size_t max,
+                                    bool* covers_all) const {
+  size_t count = 0;
+  size_t chunk = cursor_chunk_;
+  size_t offset = cursor_offset_;
+  while (count < max && chunk < chunks_.size()) {
+    const std::vector<uint8_t>& c = chunks_[chunk];
+    vecs[count].base = const_cast<uint8_t*>(c.data() + offset);
+    vecs[count].len = c.size() - offset;
+    ++count;
+    ++chunk;
+    offset = 0;
+  }
+  *covers_all = chunk >= chunks_.size();
+  return count;
+}
+
+void StreamSendBuffer::MarkSent(uint64_t n) {
+  sent_ += n;
+  while (n > 0 && cursor_chunk_ < chunks_.size()) {
+    size_t left = chunks_[cursor_chunk_].size() - cursor_offset_;
+    size_t take = static_cast<size_t>(std::min<uint64_t>(n, left));
+    cursor_offset_ += take;
+    n -= take;
+    if (cursor_offset_ == chunks_[cursor_chunk_].size()) {
+      ++cursor_chunk_;
+      cursor_offset_ = 0;
+    }
+  }
+}
+
+void StreamSendBuffer::MarkAcked(uint64_t end) {
+  while (!chunks_.empty() && cursor_chunk_ > 0 &&
+         front_offset_ + chunks_.front().size() <= end) {
+    front_offset_ += chunks_.front().size();
+    chunks_.pop_front();
+    --cursor_chunk_;
+  }
+}
+
+void StreamSendBuffer::DropUnsent() {
+  if (cursor_chunk_ < chunks_.size()) {
+    if (cursor_offset_ > 0) {
+      // Keep the sent prefix of the current chunk in place (no realloc).
+      chunks_[cursor_chunk_].resize(cursor_offset_);
+      ++cursor_chunk_;
+      cursor_offset_ = 0;
+    }
+    chunks_.erase(chunks_.begin() + cursor_chunk_, chunks_.end());
+  }
+  queued_ = sent_;
+}
+
+void StreamSendBuffer::Clear() {
+  chunks_.clear();
+  front_offset_ = sent_ = queued_;
+  cursor_chunk_ = cursor_offset_ = 0;
+}
+
+}  // namespace kvcast::quic

@@ -1,0 +1,272 @@
+#include "transport/quic/udp_socket.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/udp.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+#ifndef UDP_SEGMENT
+#define UDP_SEGMENT 103
+#endif
+
+namespace kvcast::quic {
+namespace {
+
+constexpr size_t kRxSlot = 4096;  // Larger than any QUIC packet we accept.
+constexpr size_t kRxBatch = 64;
+constexpr size_t kTxBatch = 64;
+constexpr int kSocketBuffer = 4 << 20;  // Capped by net.core.[rw]mem_max.
+
+bool WouldBlock(int err) { return err == EAGAIN || err == EWOULDBLOCK; }
+
+}  // namespace
+
+uint16_t SocketAddress::port() const {
+  if (family() == AF_INET) {
+    return ntohs(reinterpret_cast<const sockaddr_in*>(&storage)->sin_port);
+  }
+  if (family() == AF_INET6) {
+    return ntohs(reinterpret_cast<const sockaddr_in6*>(&storage)->sin6_port);
+  }
+  return 0;
+}
+
+std::string SocketAddress::ToString() const {
+  char host[INET6_ADDRSTRLEN] = "?";
+  if (family() == AF_INET) {
+    inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in*>(&storage)->sin_addr,
+              host, sizeof(host));
+    return absl::StrCat(host, ":", port());
+  }
+  if (family() == AF_INET6) {
+    inet_ntop(AF_INET6,
+              &reinterpret_cast<const sockaddr_in6*>(&storage)->sin6_addr, host,
+              sizeof(host));
+    return absl::StrCat("[", host, "]:", port());
+  }
+  return "unknown";
+}
+
+absl::StatusOr<SocketAddress> SocketAddress::Resolve(const std::string& host,
+                                                     uint16_t port) {
+  std::string name = host.empty() ? "0.0.0.0" : host;
+  if (name.size() > 2 && name.front() == '[' && name.back() == ']') {
+    name = name.substr(1, name.size() - 2);
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  std::string port_str = std::to_string(port);
+  int rv = getaddrinfo(name.c_str(), port_str.c_str(), &hints, &res);
+  if (rv != 0 || res == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("cannot resolve ", host, ": ", gai_strerror(rv)));
+  }
+  SocketAddress addr;
+  std::memcpy(&addr.storage, res->ai_addr, res->ai_addrlen);
+  addr.len = res->ai_addrlen;
+  freeaddrinfo(res);
+  return addr;
+}
+
+absl::StatusOr<std::unique_ptr<UdpSocket>> UdpSocket::Bind(
+    const SocketAddress& local, Options options) {
+  int fd = socket(local.family(), SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                  IPPROTO_UDP);
+  if (fd < 0) {
+    return absl::UnavailableError(
+        absl::StrCat("socket: ", std::strerror(errno)));
+  }
+  int size = kSocketBuffer;
+  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
+  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
+  if (bind(fd, local.sa(), local.len) != 0) {
+    int err = errno;
+    close(fd);
+    return absl::UnavailableError(absl::StrCat(
+        "cannot bind UDP ", local.ToString(), ": ", std::strerror(err)));
+  }
+  SocketAddress bound;
+  bound.len = sizeof(bound.storage);
+  getsockname(fd, bound.sa(), &bound.len);
+  return std::unique_ptr<UdpSocket>(new UdpSocket(fd, bound, std::move(options)));
+}
+
+UdpSocket::UdpSocket(int fd, const SocketAddress& local, Options options)
+    : fd_(fd),
+      local_(local),
+      options_(std::move(options)),
+      rx_buffers_(kRxSlot * kRxBatch) {
+  // Probe UDP GSO support: the option exists since Linux 4.18.
+  int probe = 1200;
+  gso_ok_ = setsockopt(fd_, SOL_UDP, UDP_SEGMENT, &probe, sizeof(probe)) == 0;
+  probe = 0;
+  if (gso_ok_) setsockopt(fd_, SOL_UDP, UDP_SEGMENT, &probe, sizeof(probe));
+}
+
+UdpSocket::~UdpSocket() { close(fd_); }
+
+size_t UdpSocket::Receive(
+    absl::FunctionRef<void(const SocketAddress&, absl::Span<uint8_t>)> fn,
+    int max_batches) {
+  mmsghdr msgs[kRxBatch];
+  iovec iovs[kRxBatch];
+  SocketAddress from[kRxBatch];
+  size_t total = 0;
+  for (int batch = 0; batch < max_batches; ++batch) {
+    for (size_t i = 0; i < kRxBatch; ++i) {
+      iovs[i].iov_base = rx_buffers_.data() + i * kRxSlot;
+      iovs[i].iov_len = kRxSlot;
+      std::memset(&msgs[i], 0, sizeof(msgs[i]));
+      msgs[i].msg_hdr.msg_name = &from[i].storage;
+      msgs[i].msg_hdr.msg_namelen = sizeof(from[i].storage);
+      msgs[i].msg_hdr.msg_iov = &iovs[i];
+      msgs[i].msg_hdr.msg_iovlen = 1;
+    }
+    int n = recvmmsg(fd_, msgs, kRxBatch, MSG_DONTWAIT, nullptr);
+    if (n <= 0) break;
+    for (int i = 0; i < n; ++i) {
+      if (msgs[i].msg_hdr.msg_flags & MSG_TRUNC) continue;
+      from[i].len = msgs[i].msg_hdr.msg_namelen;
+      fn(from[i], absl::Span<uint8_t>(
+                      static_cast<uint8_t*>(iovs[i].iov_base), msgs[i].msg_len));
+    }
+    total += n;
+    if (static_cast<size_t>(n) < kRxBatch) break;
+  }
+  return total;
+}
+
+size_t UdpSocket::MaxGsoSegments(size_t segment_size) {
+  // The whole train is one UDP datagram before segmentation: < 64 KiB.
+  return std::max<size_t>(1, std::min<size_t>(64, 65000 / segment_size));
+}
+
+size_t UdpSocket::Send(const SocketAddress& to, absl::Span<const uint8_t> data,
+                       size_t segment_size) {
+  if (data.empty()) return 0;
+  if (segment_size == 0 || segment_size > data.size()) {
+    segment_size = data.size();
+  }
+  if (options_.filter) return SendFiltered(to, data, segment_size);
+  if (!options_.batch_send || data.size() == segment_size) {
+    return SendOneByOne(to, data, segment_size);
+  }
+  if (gso_ok_) return SendGso(to, data, segment_size);
+  return SendMmsg(to, data, segment_size);
+}
+
+size_t UdpSocket::SendGso(const SocketAddress& to,
+                          absl::Span<const uint8_t> data, size_t segment_size) {
+  const size_t max_train = MaxGsoSegments(segment_size) * segment_size;
+  size_t sent = 0;
+  while (sent < data.size()) {
+    size_t len = std::min(max_train, data.size() - sent);
+    iovec iov{const_cast<uint8_t*>(data.data() + sent), len};
+    msghdr msg{};
+    msg.msg_name = const_cast<sockaddr*>(to.sa());
+    msg.msg_namelen = to.len;
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(uint16_t))] = {};
+    if (len > segment_size) {
+      msg.msg_control = control;
+      msg.msg_controllen = sizeof(control);
+      cmsghdr* cm = CMSG_FIRSTHDR(&msg);
+      cm->cmsg_level = SOL_UDP;
+      cm->cmsg_type = UDP_SEGMENT;
+      cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+      uint16_t seg = static_cast<uint16_t>(segment_size);
+      std::memcpy(CMSG_DATA(cm), &seg, sizeof(seg));
+    }
+    ssize_t rc;
+    do {
+      rc = sendmsg(fd_, &msg, 0);
+    } while (rc < 0 && errno == EINTR);
+    if (rc < 0) {
+      if (WouldBlock(errno)) return sent;
+      if (errno == EIO || errno == EINVAL || errno == EOPNOTSUPP) {
+        // The device cannot segment: stop using GSO on this socket.
+        gso_ok_ = false;
+        return sent + SendMmsg(to, data.subspan(sent), segment_size);
+      }
+      // Other errors (e.g. ECONNREFUSED from an earlier ICMP): drop.
+    }
+    sent += len;
+  }
+  return sent;
+}
+
+size_t UdpSocket::SendMmsg(const SocketAddress& to,
+                           absl::Span<const uint8_t> data,
+                           size_t segment_size) {
+  size_t sent = 0;
+  while (sent < data.size()) {
+    mmsghdr msgs[kTxBatch];
+    iovec iovs[kTxBatch];
+    size_t count = 0;
+    for (size_t off = sent; off < data.size() && count < kTxBatch;
+         off += segment_size, ++count) {
+      iovs[count].iov_base = const_cast<uint8_t*>(data.data() + off);
+      iovs[count].iov_len = std::min(segment_size, data.size() - off);
+      std::memset(&msgs[count], 0, sizeof(msgs[count]));
+      msgs[count].msg_hdr.msg_name = const_cast<sockaddr*>(to.sa());
+      msgs[count].msg_hdr.msg_namelen = to.len;
+      msgs[count].msg_hdr.msg_iov = &iovs[count];
+      msgs[count].msg_hdr.msg_iovlen = 1;
+    }
+    int n;
+    do {
+      n = sendmmsg(fd_, msgs, count, 0);
+    } while (n < 0 && errno == EINTR);
+    if (n < 0) {
+      if (WouldBlock(errno)) return sent;
+      n = 1;  // Drop the datagram that failed and go on.
+    }
+    for (int i = 0; i < n; ++i) sent += iovs[i].iov_len;
+  }
+  return sent;
+}
+
+size_t UdpSocket::SendOneByOne(const SocketAddress& to,
+                               absl::Span<const uint8_t> data,
+                               size_t segment_size) {
+  size_t sent = 0;
+  while (sent < data.size()) {
+    size_t len = std::min(segment_size, data.size() - sent);
+    ssize_t rc;
+    do {
+      rc = sendto(fd_, data.data() + sent, len, 0, to.sa(), to.len);
+    } while (rc < 0 && errno == EINTR);
+    if (rc < 0 && WouldBlock(errno)) return sent;
+    sent += len;
+  }
+  return sent;
+}
+
+size_t UdpSocket::SendFiltered(const SocketAddress& to,
+                               absl::Span<const uint8_t> data,
+                               size_t segment_size) {
+  size_t sent = 0;
+  while (sent < data.size()) {
+    size_t len = std::min(segment_size, data.size() - sent);
+    absl::Span<const uint8_t> datagram = data.subspan(sent, len);
+    if (options_.filter(datagram) &&
+        SendOneByOne(to, datagram, segment_size) == 0) {
+      return sent;
+    }
+    sent += len;
+  }
+  return sent;
+}
+
+}  // namespace kvcast::quic

@@ -1,0 +1,100 @@
+// UdpSocket: a non-blocking UDP socket with batched receive (recvmmsg) and
+// batched send (UDP GSO via UDP_SEGMENT where the kernel accepts it, else
+// sendmmsg), plus the outgoing-datagram filter used for fault injection.
+// SocketAddress: a sockaddr with its length.
+//
+// Thread safety: none; a socket is used on its endpoint's loop thread.
+#ifndef KVCAST_TRANSPORT_QUIC_UDP_SOCKET_H_
+#define KVCAST_TRANSPORT_QUIC_UDP_SOCKET_H_
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace kvcast::quic {
+
+struct SocketAddress {
+  sockaddr_storage storage{};
+  socklen_t len = 0;
+
+  sockaddr* sa() { return reinterpret_cast<sockaddr*>(&storage); }
+  const sockaddr* sa() const {
+    return reinterpret_cast<const sockaddr*>(&storage);
+  }
+  int family() const { return storage.ss_family; }
+  uint16_t port() const;
+  // "1.2.3.4:443" or "[::1]:443".
+  std::string ToString() const;
+
+  // Resolves `host` (numeric address or name, first result) and `port`.
+  // INVALID_ARGUMENT when it cannot be resolved.
+  static absl::StatusOr<SocketAddress> Resolve(const std::string& host,
+                                               uint16_t port);
+};
+
+class UdpSocket {
+ public:
+  // Called for each outgoing datagram; false drops it (fault injection).
+  using OutgoingFilter = std::function<bool(absl::Span<const uint8_t>)>;
+
+  struct Options {
+    // sendmmsg/GSO when true; one sendmsg per datagram when false.
+    bool batch_send = true;
+    OutgoingFilter filter;  // May be empty.
+  };
+
+  // Binds `local` (port 0 picks one). UNAVAILABLE if the bind fails.
+  static absl::StatusOr<std::unique_ptr<UdpSocket>> Bind(
+      const SocketAddress& local, Options options);
+  ~UdpSocket();
+
+  int fd() const { return fd_; }
+  const SocketAddress& local_address() const { return local_; }
+
+  // Reads the datagrams waiting on the socket, at most `max_batches` recvmmsg
+  // calls of up to 64 each, and calls `fn` for each. Returns the count.
+  size_t Receive(
+      absl::FunctionRef<void(const SocketAddress& from, absl::Span<uint8_t>)>
+          fn,
+      int max_batches = 4);
+
+  // Sends `data` to `to` as datagrams of `segment_size` bytes (the last may
+  // be shorter). Returns the number of bytes taken (whole datagrams); fewer
+  // than data.size() means the socket buffer is full (EAGAIN): send the rest
+  // once writable. Hard errors drop the datagrams (UDP may lose them anyway).
+  size_t Send(const SocketAddress& to, absl::Span<const uint8_t> data,
+              size_t segment_size);
+
+  // Datagrams written with one UDP_SEGMENT sendmsg at most.
+  static size_t MaxGsoSegments(size_t segment_size);
+
+ private:
+  UdpSocket(int fd, const SocketAddress& local, Options options);
+  size_t SendGso(const SocketAddress& to, absl::Span<const uint8_t> data,
+                 size_t segment_size);
+  size_t SendMmsg(const SocketAddress& to, absl::Span<const uint8_t> data,
+                  size_t segment_size);
+  size_t SendOneByOne(const SocketAddress& to, absl::Span<const uint8_t> data,
+                      size_t segment_size);
+  size_t SendFiltered(const SocketAddress& to, absl::Span<const uint8_t> data,
+                      size_t segment_size);
+
+  const int fd_;
+  const SocketAddress local_;
+  const Options options_;
+  bool gso_ok_;
+  std::vector<uint8_t> rx_buffers_;
+};
+
+}  // namespace kvcast::quic
+
+#endif  // KVCAST_TRANSPORT_QUIC_UDP_SOCKET_H_
