@@ -12,9 +12,11 @@ APT_PACKAGES=(
   nlohmann-json3-dev libpcre2-dev libxxhash-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libngtcp2-dev libngtcp2-crypto-gnutls-dev libgnutls28-dev
+  openssl iproute2 clang-14 libclang-rt-14-dev
 )
 PY_PACKAGES=(tokenizers==0.23.3)
 VENV=.venv
+MOQ_VENV=.venv-moq   # aiomoqt, the independent MoQT peer (Python >= 3.12)
 TINY_MODEL=build/tiny-model
 
 log() { printf '\033[1m[kvcast]\033[0m %s\n' "$*" >&2; }
@@ -56,11 +58,21 @@ demo() {
     --max_tokens 48 --temperature 0.8 --top_p 0.95 --seed 7 --ignore_eos
 }
 
+setup_moq_venv() {
+  if tests/interop/setup_aiomoqt.sh "$MOQ_VENV" >&2; then
+    echo "$PWD/$MOQ_VENV"
+  else
+    log "no Python >= 3.12 for aiomoqt: the MoQT interop test will report SKIPPED"
+  fi
+}
+
 test_all() {
   setup_apt
   setup_venv
-  local rc=0
-  bazel_cmd test //... --test_env=KVCAST_PYTHON="$PWD/$VENV/bin/python" || rc=$?
+  local moq_venv rc=0
+  moq_venv=$(setup_moq_venv)
+  bazel_cmd test //... --test_env=KVCAST_PYTHON="$PWD/$VENV/bin/python" \
+    --test_env=KVCAST_AIOMOQT_VENV="$moq_venv" || rc=$?
   python3 tests/count_results.py bazel-testlogs
   return $rc
 }

@@ -63,7 +63,7 @@ timeout 60 bash -c 'source "$1"; netem_setup "$2" 0 1 >/dev/null 2>&1 || exit 99
 
 marker=$(mktemp -u "${TEST_TMPDIR:-/tmp}/netem-marker.XXXXXX")
 timeout 60 bash -c 'source "$1"; netem_setup "$2" 0 1 >/dev/null 2>&1 || exit 99
-  touch "$3"; while :; do sleep 0.2; done' _ "$HERE/netns.sh" "${prefix}y" "$marker" &
+  touch "$3"; { while :; do sleep 0.2; done; } 2>/dev/null' _ "$HERE/netns.sh" "${prefix}y" "$marker" &
 child=$!
 for _ in $(seq 1 200); do [ -e "$marker" ] && break; sleep 0.1; done
 [ -e "$marker" ] || fail "child did not finish netem_setup"

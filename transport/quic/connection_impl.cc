@@ -22,8 +22,19 @@ constexpr size_t kMaxRecvUdpPayload = 4096;  // UdpSocket's receive slot.
 // header: what a DATAGRAM payload must leave free in a minimum-size packet.
 constexpr size_t kDatagramOverhead = 1 + 20 + 4 + 16 + 1 + 2;
 
+// For settings, where UINT64_MAX means "never" (also for zero: a zero
+// handshake timeout is taken as "none", not "fail at once").
 ngtcp2_duration ToNgtcp2(absl::Duration d) {
-  if (d == absl::InfiniteDuration()) return UINT64_MAX;
+  if (d == absl::InfiniteDuration() || d <= absl::ZeroDuration()) {
+    return UINT64_MAX;
+  }
+  return static_cast<ngtcp2_duration>(absl::ToInt64Nanoseconds(d));
+}
+
+// For the max_idle_timeout transport parameter, where 0 means "none" (it is
+// a varint on the wire: UINT64_MAX would not encode).
+ngtcp2_duration IdleTimeoutParam(absl::Duration d) {
+  if (d == absl::InfiniteDuration() || d <= absl::ZeroDuration()) return 0;
   return static_cast<ngtcp2_duration>(absl::ToInt64Nanoseconds(d));
 }
 
@@ -128,7 +139,7 @@ absl::Status ConnectionImpl::Init(const ngtcp2_cid& dcid,
   params.initial_max_data = options_.max_data;
   params.initial_max_streams_bidi = options_.max_streams_bidi;
   params.initial_max_streams_uni = options_.max_streams_uni;
-  params.max_idle_timeout = ToNgtcp2(options_.idle_timeout);
+  params.max_idle_timeout = IdleTimeoutParam(options_.idle_timeout);
   params.max_datagram_frame_size = options_.max_datagram_frame_size;
   params.max_udp_payload_size = kMaxRecvUdpPayload;
   params.active_connection_id_limit = 4;
@@ -158,7 +169,8 @@ absl::Status ConnectionImpl::Init(const ngtcp2_cid& dcid,
   if (!tls.ok()) return tls.status();
   tls_ = std::move(*tls);
   ngtcp2_conn_set_tls_native_handle(conn_, tls_->native());
-  if (options_.keep_alive > absl::ZeroDuration()) {
+  if (options_.keep_alive > absl::ZeroDuration() &&
+      options_.keep_alive != absl::InfiniteDuration()) {
     ngtcp2_conn_set_keep_alive_timeout(conn_, ToNgtcp2(options_.keep_alive));
   }
   return absl::OkStatus();
@@ -299,14 +311,7 @@ void ConnectionImpl::OnPacket(const SocketAddress& from,
   ngtcp2_pkt_info pi{};
   int rv = ngtcp2_conn_read_pkt(conn_, &path, &pi, packet.data(),
                                 packet.size(), NowTs());
-  if (rv != 0) {
-    FailWithLibError(rv);
-    return;
-  }
-  if (from.len != remote_.len ||
-      std::memcmp(&from.storage, &remote_.storage, from.len) != 0) {
-    remote_ = from;  // NAT rebinding; ngtcp2 validates the new path.
-  }
+  if (rv != 0) FailWithLibError(rv);
 }
 
 void ConnectionImpl::OnTimer() {
@@ -504,6 +509,11 @@ void ConnectionImpl::WritePackets() {
     if (size < segment) send_train();
   }
   send_train();
+  if (len > 0) {
+    // ngtcp2 chose the path: after a validated NAT rebinding it is the
+    // peer's new address, which CONNECTION_CLOSE must use too.
+    remote_ = FromNgtcp2(ps.path.remote);
+  }
   ngtcp2_conn_update_pkt_tx_time(conn_, ts);
 }
 

@@ -176,6 +176,8 @@ class EpollEventLoop : public EventLoop {
       if (fd == wake_fd_) {
         absl::MutexLock lock(&mu_);
         wake_pending_ = false;
+      } else {
+        armed_deadline_ = 0;  // Fired: the next ArmTimerFd() must re-arm.
       }
       return;  // Tasks and timers run at the top of the loop.
     }
@@ -233,9 +235,15 @@ class EpollEventLoop : public EventLoop {
     }
   }
 
+  // Re-arms only when the earliest deadline moved earlier (or nothing is
+  // armed): a deadline that moved later costs one early wake-up instead of
+  // a timerfd_settime per event, which matters when QUIC pacing reschedules
+  // a timer after every packet burst.
   void ArmTimerFd() {
     int64_t deadline = timers_.empty() ? 0 : timers_.begin()->first.first;
-    if (deadline == armed_deadline_) return;
+    if (deadline == 0 || (armed_deadline_ != 0 && deadline >= armed_deadline_)) {
+      return;
+    }
     armed_deadline_ = deadline;
     itimerspec spec{};
     if (deadline != 0) {

@@ -146,6 +146,29 @@ TEST(QuicCloseTest, CloseFromInsideStreamCallback) {
   EXPECT_EQ(server->closed_count(), 1);
 }
 
+TEST(QuicCloseTest, RefusedConnectionFailsFast) {
+  QuicTestEnv env;
+  std::unique_ptr<Server> server;
+  env.Run([&] {
+    absl::StatusOr<std::unique_ptr<Server>> s = Server::Create(
+        env.loop().loop(), "127.0.0.1", 0, env.ServerTls(), {},
+        [](Connection*) -> ConnectionHandler* { return nullptr; });
+    ASSERT_TRUE(s.ok()) << s.status();
+    server = std::move(*s);
+  });
+  absl::StatusOr<size_t> c =
+      env.Connect(env.ClientTls(), {}, "127.0.0.1", server->port());
+  ASSERT_TRUE(c.ok());
+  std::optional<absl::Status> st = env.client_handler(*c)->WaitClosed(kWait);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->code(), absl::StatusCode::kUnavailable) << *st;
+  std::printf("refused client sees: %s\n", st->ToString().c_str());
+  env.Run([&] {
+    EXPECT_EQ(server->num_connections(), 0u);
+    server.reset();
+  });
+}
+
 TEST(QuicCloseTest, IdleTimeoutFires) {
   QuicTestEnv env;
   TransportOptions opts;

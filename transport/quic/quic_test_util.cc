@@ -252,12 +252,12 @@ TlsOptions QuicTestEnv::ClientTls() const {
 absl::Status QuicTestEnv::StartServer(const TlsOptions& tls,
                                       const TransportOptions& transport,
                                       RecordingHandler::Options handler_options,
-                                      uint16_t port) {
+                                      uint16_t port, const std::string& host) {
   server_handler_options_ = handler_options;
   absl::Status status;
   loop_->RunSync([&] {
     absl::StatusOr<std::unique_ptr<Server>> server = Server::Create(
-        loop_->loop(), "127.0.0.1", port, tls, transport,
+        loop_->loop(), host, port, tls, transport,
         [this](Connection*) -> ConnectionHandler* {
           auto handler =
               std::make_unique<RecordingHandler>(server_handler_options_);

@@ -112,12 +112,13 @@ class QuicTestEnv {
   // Client TLS options trusting the test CA.
   TlsOptions ClientTls() const;
 
-  // Starts the server on 127.0.0.1 (port 0 unless given). Accepted
+  // Starts the server on `host` (port 0 unless given). Accepted
   // connections get a new RecordingHandler with `handler_options`.
   absl::Status StartServer(const TlsOptions& tls,
                            const TransportOptions& transport,
                            RecordingHandler::Options handler_options = {},
-                           uint16_t port = 0);
+                           uint16_t port = 0,
+                           const std::string& host = "127.0.0.1");
   void StopServer();
   uint16_t port() const { return port_; }
   Server* server() { return server_.get(); }

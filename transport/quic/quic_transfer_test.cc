@@ -59,6 +59,26 @@ TEST(QuicTransferTest, HandshakeAndBidiEcho) {
   env.Run([&] { EXPECT_EQ(env.server()->num_connections(), 1u); });
 }
 
+TEST(QuicTransferTest, Ipv6Loopback) {
+  QuicTestEnv env;
+  RecordingHandler::Options echo;
+  echo.echo_bidi = true;
+  absl::Status st = env.StartServer(env.ServerTls(), {}, echo, 0, "::1");
+  if (!st.ok()) GTEST_SKIP() << "no IPv6 loopback here: " << st;
+  absl::StatusOr<size_t> c = env.Connect(env.ClientTls(), {}, "::1");
+  ASSERT_TRUE(c.ok()) << c.status();
+  RecordingHandler* client = env.client_handler(*c);
+  ASSERT_TRUE(client->WaitHandshake(kWait));  // Verified against IP SAN ::1.
+  env.Run([&] {
+    Connection* conn = env.client(*c)->connection();
+    EXPECT_EQ(conn->peer_address(), absl::StrCat("[::1]:", env.port()));
+    int64_t id = *conn->OpenBidiStream();
+    ASSERT_TRUE(conn->Send(id, "over v6", true).ok());
+  });
+  ASSERT_TRUE(client->WaitFin(0, kWait));
+  EXPECT_EQ(client->stream_data(0), "over v6");
+}
+
 TEST(QuicTransferTest, Transfer32MiBByteExact) {
   QuicTestEnv env;
   ASSERT_TRUE(env.StartServer(env.ServerTls(), {}).ok());

@@ -15,12 +15,20 @@
 #ifndef UDP_SEGMENT
 #define UDP_SEGMENT 103
 #endif
+#ifndef UDP_GRO
+#define UDP_GRO 104
+#endif
 
 namespace kvcast::quic {
 namespace {
 
-constexpr size_t kRxSlot = 4096;  // Larger than any QUIC packet we accept.
+// Without GRO a slot holds one datagram (larger than any QUIC packet we
+// accept); with GRO the kernel may hand over up to 64 KiB of same-size
+// datagrams in one slot (on loopback a GSO train arrives unsegmented).
+constexpr size_t kRxSlot = 4096;
+constexpr size_t kRxGroSlot = 65536;
 constexpr size_t kRxBatch = 64;
+constexpr size_t kRxGroBatch = 16;
 constexpr size_t kTxBatch = 64;
 constexpr int kSocketBuffer = 4 << 20;  // Capped by net.core.[rw]mem_max.
 
@@ -104,13 +112,17 @@ absl::StatusOr<std::unique_ptr<UdpSocket>> UdpSocket::Bind(
 UdpSocket::UdpSocket(int fd, const SocketAddress& local, Options options)
     : fd_(fd),
       local_(local),
-      options_(std::move(options)),
-      rx_buffers_(kRxSlot * kRxBatch) {
+      options_(std::move(options)) {
   // Probe UDP GSO support: the option exists since Linux 4.18.
   int probe = 1200;
   gso_ok_ = setsockopt(fd_, SOL_UDP, UDP_SEGMENT, &probe, sizeof(probe)) == 0;
   probe = 0;
   if (gso_ok_) setsockopt(fd_, SOL_UDP, UDP_SEGMENT, &probe, sizeof(probe));
+  int on = 1;
+  gro_ = setsockopt(fd_, SOL_UDP, UDP_GRO, &on, sizeof(on)) == 0;
+  rx_slot_ = gro_ ? kRxGroSlot : kRxSlot;
+  rx_batch_ = gro_ ? kRxGroBatch : kRxBatch;
+  rx_buffers_.resize(rx_slot_ * rx_batch_);
 }
 
 UdpSocket::~UdpSocket() { close(fd_); }
@@ -121,27 +133,45 @@ size_t UdpSocket::Receive(
   mmsghdr msgs[kRxBatch];
   iovec iovs[kRxBatch];
   SocketAddress from[kRxBatch];
+  alignas(cmsghdr) char control[kRxBatch][CMSG_SPACE(sizeof(int))];
   size_t total = 0;
   for (int batch = 0; batch < max_batches; ++batch) {
-    for (size_t i = 0; i < kRxBatch; ++i) {
-      iovs[i].iov_base = rx_buffers_.data() + i * kRxSlot;
-      iovs[i].iov_len = kRxSlot;
+    for (size_t i = 0; i < rx_batch_; ++i) {
+      iovs[i].iov_base = rx_buffers_.data() + i * rx_slot_;
+      iovs[i].iov_len = rx_slot_;
       std::memset(&msgs[i], 0, sizeof(msgs[i]));
       msgs[i].msg_hdr.msg_name = &from[i].storage;
       msgs[i].msg_hdr.msg_namelen = sizeof(from[i].storage);
       msgs[i].msg_hdr.msg_iov = &iovs[i];
       msgs[i].msg_hdr.msg_iovlen = 1;
+      if (gro_) {
+        msgs[i].msg_hdr.msg_control = control[i];
+        msgs[i].msg_hdr.msg_controllen = sizeof(control[i]);
+      }
     }
-    int n = recvmmsg(fd_, msgs, kRxBatch, MSG_DONTWAIT, nullptr);
+    int n = recvmmsg(fd_, msgs, rx_batch_, MSG_DONTWAIT, nullptr);
     if (n <= 0) break;
     for (int i = 0; i < n; ++i) {
-      if (msgs[i].msg_hdr.msg_flags & MSG_TRUNC) continue;
-      from[i].len = msgs[i].msg_hdr.msg_namelen;
-      fn(from[i], absl::Span<uint8_t>(
-                      static_cast<uint8_t*>(iovs[i].iov_base), msgs[i].msg_len));
+      const msghdr& hdr = msgs[i].msg_hdr;
+      if (hdr.msg_flags & MSG_TRUNC) continue;
+      from[i].len = hdr.msg_namelen;
+      size_t len = msgs[i].msg_len;
+      size_t segment = len;
+      for (cmsghdr* cm = CMSG_FIRSTHDR(const_cast<msghdr*>(&hdr)); cm != nullptr;
+           cm = CMSG_NXTHDR(const_cast<msghdr*>(&hdr), cm)) {
+        if (cm->cmsg_level == SOL_UDP && cm->cmsg_type == UDP_GRO) {
+          int gso_size = 0;
+          std::memcpy(&gso_size, CMSG_DATA(cm), sizeof(gso_size));
+          if (gso_size > 0) segment = static_cast<size_t>(gso_size);
+        }
+      }
+      uint8_t* base = static_cast<uint8_t*>(iovs[i].iov_base);
+      for (size_t off = 0; off < len; off += segment) {
+        fn(from[i], absl::Span<uint8_t>(base + off, std::min(segment, len - off)));
+        ++total;
+      }
     }
-    total += n;
-    if (static_cast<size_t>(n) < kRxBatch) break;
+    if (static_cast<size_t>(n) < rx_batch_) break;
   }
   return total;
 }

@@ -61,7 +61,8 @@ class UdpSocket {
   const SocketAddress& local_address() const { return local_; }
 
   // Reads the datagrams waiting on the socket, at most `max_batches` recvmmsg
-  // calls of up to 64 each, and calls `fn` for each. Returns the count.
+  // calls, and calls `fn` for each datagram (a GRO-coalesced receive is
+  // split back into its datagrams). Returns the count.
   size_t Receive(
       absl::FunctionRef<void(const SocketAddress& from, absl::Span<uint8_t>)>
           fn,
@@ -92,6 +93,9 @@ class UdpSocket {
   const SocketAddress local_;
   const Options options_;
   bool gso_ok_;
+  bool gro_;  // UDP_GRO on receive: one slot may hold several datagrams.
+  size_t rx_slot_;
+  size_t rx_batch_;
   std::vector<uint8_t> rx_buffers_;
 };
 
