@@ -20,13 +20,6 @@ XML
   exit 0
 fi
 OUT=${TEST_TMPDIR:-$(mktemp -d)}/interop
-# Cases that fail because kvcast lacks a feature, not because of the peer:
-# reported as skipped with the reason, so the gap stays visible.
-declare -A KNOWN_GAPS=(
-  [namespace-discovery]="kvcast-relay does not yet forward PUBLISH (0x1D) to namespace subscribers"
-  [publish-track-only]="kvcast does not yet accept PUBLISH (0x1D); it answers PUBLISH_ERROR NOT_SUPPORTED"
-  [publish-track-subscribe]="kvcast does not yet accept PUBLISH (0x1D)"
-)
 "$RUNFILES/tests/interop/run_interop.sh" --venv "$VENV" \
   --relay-bin "$RUNFILES/transport/moqt/kvcast-relay" \
   --kvcast-moqt "$RUNFILES/transport/moqt/kvcast-moqt" --out "$OUT"
@@ -44,15 +37,8 @@ while IFS= read -r line; do
     PASS) cases+="  <testcase classname=\"aiomoqt_interop\" name=\"$ename\"><system-out>$detail</system-out></testcase>"$'\n' ;;
     SKIP) skipped=$((skipped + 1))
           cases+="  <testcase classname=\"aiomoqt_interop\" name=\"$ename\"><skipped message=\"$detail\"/></testcase>"$'\n' ;;
-    FAIL) gap=${KNOWN_GAPS[$name]:-}
-          if [[ -n "$gap" ]]; then
-            skipped=$((skipped + 1))
-            msg=$(echo "known gap: $gap (peer said: ${rest:35})" | xml_escape)
-            cases+="  <testcase classname=\"aiomoqt_interop\" name=\"$ename\"><skipped message=\"$msg\"/></testcase>"$'\n'
-          else
-            failures=$((failures + 1))
-            cases+="  <testcase classname=\"aiomoqt_interop\" name=\"$ename\"><failure message=\"$detail\"/></testcase>"$'\n'
-          fi ;;
+    FAIL) failures=$((failures + 1))
+          cases+="  <testcase classname=\"aiomoqt_interop\" name=\"$ename\"><failure message=\"$detail\"/></testcase>"$'\n' ;;
   esac
 done < "$OUT/results.txt"
 {

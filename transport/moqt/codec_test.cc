@@ -783,7 +783,8 @@ class DataRecorder : public DataStreamVisitor {
                         bool last) override {
     if (objects.empty() || objects.back().complete) {
       events += "O";
-      objects.push_back({header});
+      objects.emplace_back();
+      objects.back().header = header;
     }
     Object& object = objects.back();
     EXPECT_EQ(object.header, header);

@@ -29,6 +29,10 @@ struct Relay::Track {
   uint64_t upstream_request = 0;
   std::shared_ptr<Upstream> upstream;
   std::optional<Location> upstream_largest;  // from the upstream SUBSCRIBE_OK
+  // Pushed to us by the publisher's PUBLISH: objects flow only while
+  // `forwarding` (asked for when the first subscriber arrives).
+  bool pushed = false;
+  bool forwarding = false;
   std::vector<std::pair<Subscribe, std::shared_ptr<Downstream>>> waiting;
   std::vector<std::shared_ptr<Downstream>> subscribers;
 };
@@ -265,6 +269,12 @@ void Relay::DropIfIdle(const FullTrackName& name) {
                      [](const std::shared_ptr<Downstream>& d) { return d->cancelled(); }),
       track.subscribers.end());
   if (track.state != Track::State::kLive || !track.subscribers.empty()) return;
+  if (track.pushed) {
+    // The publisher pushes; pause it rather than ending its PUBLISH.
+    track.forwarding = false;
+    if (track.upstream_session) track.upstream_session->SetForward(track.upstream_request, false);
+    return;
+  }
   std::unique_ptr<Track> gone = std::move(it->second);
   tracks_.erase(it);
   gone->upstream->Detach();
@@ -286,6 +296,10 @@ void Relay::AttachLive(Track& track, const Subscribe& request, std::shared_ptr<D
                    [&](const ObjectHeader& h, absl::Span<const uint8_t> p) { d->OnObject(h, p); });
   }
   track.subscribers.push_back(d);
+  if (track.pushed && !track.forwarding && track.upstream_session) {
+    track.forwarding = true;
+    track.upstream_session->SetForward(track.upstream_request, true);
+  }
   std::weak_ptr<bool> alive = alive_;
   d->SetCancelCallback([this, alive, name] {
     if (!alive.expired()) DropIfIdle(name);
@@ -470,6 +484,50 @@ void Relay::OnFetch(MoqtSession* session, const Fetch& request,
 
 // ---- namespaces and sessions ----------------------------------------------------
 
+std::shared_ptr<TrackConsumer> Relay::OnPublish(MoqtSession* session, const Publish& request,
+                                                bool* forward) {
+  if (tracks_.count(request.track) || IsLocal(request.track.ns)) {
+    return nullptr;  // one source per track
+  }
+  auto track = std::make_unique<Track>();
+  track->state = Track::State::kLive;
+  track->pushed = true;
+  track->upstream_session = session;
+  track->upstream_request = request.request_id;
+  track->upstream_largest = request.largest;
+  track->upstream = std::make_shared<Upstream>(this, request.track, /*from_start=*/false);
+  std::shared_ptr<TrackConsumer> consumer = track->upstream;
+  tracks_[request.track] = std::move(track);
+  *forward = false;  // until someone subscribes
+  std::weak_ptr<bool> alive = alive_;
+  FullTrackName name = request.track;
+  loop_->Post([this, alive, name, session] {  // after our PUBLISH_OK is out
+    if (alive.expired()) return;
+    for (const auto& [prefix, sub] : namespace_subscribers_) {
+      if (sub != session && IsNamespacePrefix(prefix, name.ns)) OfferTrack(sub, name);
+    }
+  });
+  return consumer;
+}
+
+void Relay::OfferTrack(MoqtSession* subscriber, const FullTrackName& name) {
+  std::weak_ptr<bool> alive = alive_;
+  (void)subscriber->Publish(
+      name, cache_.Largest(name),
+      [this, alive, name](absl::StatusOr<std::shared_ptr<Downstream>> d) {
+        if (alive.expired() || !d.ok()) return;
+        auto it = tracks_.find(name);
+        if (it == tracks_.end() || it->second->state == Track::State::kPending) {
+          (*d)->OnDone(absl::OkStatus());
+          return;
+        }
+        Subscribe live;
+        live.track = name;
+        live.filter_type = FilterType::kLargestObject;
+        AttachLive(*it->second, live, *d);
+      });
+}
+
 absl::Status Relay::OnPublishNamespace(MoqtSession* session, const TrackNamespace& ns) {
   for (const auto& [prefix, s] : publishers_) {
     if (s == session && prefix == ns) {
@@ -526,6 +584,14 @@ absl::Status Relay::OnSubscribeNamespace(MoqtSession* session, const TrackNamesp
     for (const auto& ns : local_namespaces_) {
       if (IsNamespacePrefix(prefix, ns)) (void)session->PublishNamespace(ns, nullptr);
     }
+    std::vector<FullTrackName> pushed;
+    for (const auto& [name, track] : tracks_) {
+      if (track->pushed && track->upstream_session != session &&
+          IsNamespacePrefix(prefix, name.ns)) {
+        pushed.push_back(name);
+      }
+    }
+    for (const auto& name : pushed) OfferTrack(session, name);
   });
   return absl::OkStatus();
 }

@@ -78,6 +78,8 @@ class Relay : public RequestHandler {
                      std::shared_ptr<Downstream> downstream) override;
   void OnFetch(MoqtSession* session, const Fetch& request,
                std::shared_ptr<Downstream> downstream) override;
+  std::shared_ptr<TrackConsumer> OnPublish(MoqtSession* session, const Publish& request,
+                                           bool* forward) override;
   absl::Status OnPublishNamespace(MoqtSession* session, const TrackNamespace& ns) override;
   void OnPublishNamespaceDone(MoqtSession* session, const TrackNamespace& ns) override;
   absl::Status OnSubscribeNamespace(MoqtSession* session, const TrackNamespace& prefix) override;
@@ -105,6 +107,9 @@ class Relay : public RequestHandler {
                absl::Span<const uint8_t> payload);
   void EndSubscribers(const FullTrackName& name, const absl::Status& status);
   void DropIfIdle(const FullTrackName& name);
+  // PUBLISHes `name` to a namespace subscriber; on PUBLISH_OK it becomes one
+  // of the track's subscribers.
+  void OfferTrack(MoqtSession* subscriber, const FullTrackName& name);
 
   quic::EventLoop* loop_;
   RelayOptions options_;

@@ -120,6 +120,7 @@ void SessionImpl::CompleteOut(uint64_t request_id, absl::Status status) {
   out.erase(it);
   if (req.track_alias) alias_to_request.erase(req.track_alias);
   if (req.linger_timer) loop->Cancel(req.linger_timer);
+  if (req.inbound_publish) PeerRequestFinished();
   if (!req.replied && req.on_reply) req.on_reply(status.ok() ? absl::UnknownError("no reply") : status);
   if (req.consumer) req.consumer->OnDone(status);
 }
@@ -137,6 +138,11 @@ void SessionImpl::FailEverything(const absl::Status& status) {
   out_namespace.clear();
   for (auto& [id, ns] : namespaces) {
     if (ns.second) ns.second(status);
+  }
+  auto publishes = std::move(pending_publish);
+  pending_publish.clear();
+  for (auto& [id, p] : publishes) {
+    if (p.second) p.second(status);
   }
   auto downs = std::move(downstreams);
   downstreams.clear();
@@ -421,13 +427,58 @@ absl::Status SessionImpl::OnControlMessage(ControlMessage msg) {
       },
       [&](Publish& m) -> absl::Status {
         RETURN_IF_ERROR(CheckNewPeerRequest(m.request_id));
-        SendControl(PublishError{m.request_id, kErrNotSupported,
-                                 "PUBLISH is not accepted; use PUBLISH_NAMESPACE"});
-        PeerRequestFinished();
+        if (alias_to_request.contains(m.track_alias)) {
+          return ProtocolError(TerminationCode::kDuplicateTrackAlias,
+                               absl::StrCat("PUBLISH reuses track alias ", m.track_alias));
+        }
+        bool forward = m.forward;
+        std::shared_ptr<TrackConsumer> consumer = handler->OnPublish(self_session, m, &forward);
+        if (consumer == nullptr) {
+          SendControl(PublishError{m.request_id, kErrNotSupported,
+                                   absl::StrCat("PUBLISH of ", ToString(m.track), " refused")});
+          PeerRequestFinished();
+          return absl::OkStatus();
+        }
+        OutRequest& r = out[m.request_id];
+        r.kind = OutRequest::Kind::kSubscribe;
+        r.subscribe.track = m.track;
+        r.consumer = std::move(consumer);
+        r.replied = true;
+        r.inbound_publish = true;
+        r.publish_largest = m.largest;
+        r.track_alias = m.track_alias;
+        alias_to_request[m.track_alias] = m.request_id;
+        PublishOk ok;
+        ok.request_id = m.request_id;
+        ok.forward = forward;
+        ok.group_order = GroupOrder::kAscending;
+        ok.filter_type = FilterType::kLargestObject;
+        SendControl(ok);
+        FlushAlias(m.track_alias);
         return absl::OkStatus();
       },
-      [&](PublishOk&) -> absl::Status { return reject("PUBLISH_OK (we never PUBLISH)"); },
-      [&](PublishError&) -> absl::Status { return reject("PUBLISH_ERROR (we never PUBLISH)"); },
+      [&](PublishOk& m) -> absl::Status {
+        auto pending = pending_publish.find(m.request_id);
+        auto d = downstreams.find(m.request_id);
+        if (pending == pending_publish.end() || d == downstreams.end()) {
+          return reject("PUBLISH_OK for no pending PUBLISH");
+        }
+        auto [largest, cb] = std::move(pending->second);
+        pending_publish.erase(pending);
+        std::shared_ptr<DownstreamImpl> down = d->second;
+        down->OnPublishOk(m, largest);
+        if (cb) cb(std::shared_ptr<Downstream>(down));
+        return absl::OkStatus();
+      },
+      [&](PublishError& m) -> absl::Status {
+        auto pending = pending_publish.find(m.request_id);
+        if (pending == pending_publish.end()) return reject("PUBLISH_ERROR for no pending PUBLISH");
+        auto cb = std::move(pending->second.second);
+        pending_publish.erase(pending);
+        downstreams.erase(m.request_id);
+        if (cb) cb(RequestError(m.error_code, m.reason));
+        return absl::OkStatus();
+      },
       [&](PublishNamespace& m) -> absl::Status {
         RETURN_IF_ERROR(CheckNewPeerRequest(m.request_id));
         absl::Status s = handler->OnPublishNamespace(self_session, m.ns);
@@ -623,6 +674,40 @@ absl::StatusOr<uint64_t> MoqtSession::TrackStatus(moqt::Subscribe request,
     r.subscribe = request;
     r.on_reply = std::move(on_reply);
     return moqt::TrackStatus{request};
+  });
+}
+
+absl::StatusOr<uint64_t> MoqtSession::Publish(const FullTrackName& track,
+                                              std::optional<Location> largest,
+                                              PublishCallback on_reply) {
+  SessionImpl& s = *impl_;
+  if (s.state == SessionImpl::State::kClosed) {
+    return absl::FailedPreconditionError("session closed");
+  }
+  return s.StartRequest([&](uint64_t id) -> ControlMessage {
+    auto d = std::make_shared<internal::DownstreamImpl>(
+        &s, internal::DownstreamImpl::Kind::kSubscribe, id, track, moqt::Subscribe{}, 128);
+    uint64_t alias = s.next_track_alias++;
+    d->MarkOutboundPublish(alias);
+    s.downstreams[id] = d;
+    s.pending_publish[id] = {largest, std::move(on_reply)};
+    moqt::Publish msg;
+    msg.request_id = id;
+    msg.track = track;
+    msg.track_alias = alias;
+    msg.largest = largest;
+    msg.forward = true;
+    return msg;
+  });
+}
+
+void MoqtSession::SetForward(uint64_t publish_request_id, bool forward) {
+  SessionImpl& s = *impl_;
+  auto it = s.out.find(publish_request_id);
+  if (it == s.out.end() || !it->second.inbound_publish) return;
+  Location start = it->second.publish_largest.value_or(Location{});
+  s.StartRequest([&](uint64_t id) -> ControlMessage {
+    return SubscribeUpdate{id, publish_request_id, start, 0, 128, forward, {}};
   });
 }
 

@@ -65,6 +65,14 @@ class RequestHandler {
                        std::shared_ptr<Downstream> downstream) {
     downstream->Reject(kErrTrackDoesNotExist, "no publisher here");
   }
+  // A peer PUBLISH: it offers to push `request.track` to us. Return the
+  // consumer for its objects to accept (PUBLISH_OK; set `*forward` to
+  // whether objects should flow now), or nullptr to refuse (PUBLISH_ERROR).
+  // Forwarding can be changed later with MoqtSession::SetForward.
+  virtual std::shared_ptr<TrackConsumer> OnPublish(MoqtSession* session,
+                                                   const Publish& request, bool* forward) {
+    return nullptr;
+  }
   // PUBLISH_NAMESPACE from the peer: OK -> PUBLISH_NAMESPACE_OK, an error ->
   // PUBLISH_NAMESPACE_ERROR with the message as reason.
   virtual absl::Status OnPublishNamespace(MoqtSession* session,
@@ -136,8 +144,17 @@ class MoqtSession : public quic::ConnectionHandler {
                                  ReplyCallback on_reply);
   void FetchCancel(uint64_t request_id);
   absl::StatusOr<uint64_t> TrackStatus(moqt::Subscribe request, ReplyCallback on_reply);
+  // For a track the peer PUBLISHed to us: asks it to start or stop sending
+  // objects (SUBSCRIBE_UPDATE with Forward).
+  void SetForward(uint64_t publish_request_id, bool forward);
 
   // ---- publisher side -------------------------------------------------------
+  // PUBLISH: offers `track` to the peer. On PUBLISH_OK `on_reply` gets the
+  // Downstream to push objects into (the peer's filter applies); on
+  // PUBLISH_ERROR, the error.
+  using PublishCallback = std::function<void(absl::StatusOr<std::shared_ptr<Downstream>>)>;
+  absl::StatusOr<uint64_t> Publish(const FullTrackName& track,
+                                   std::optional<Location> largest, PublishCallback on_reply);
   absl::Status PublishNamespace(const TrackNamespace& ns, StatusCallback on_reply);
   void PublishNamespaceDone(const TrackNamespace& ns);
   absl::Status SubscribeNamespace(const TrackNamespace& prefix, StatusCallback on_reply);

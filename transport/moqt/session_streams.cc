@@ -80,6 +80,16 @@ void DownstreamImpl::Accept(const TrackInfo& info) {
   RunAnswerCallbacks();
 }
 
+void DownstreamImpl::OnPublishOk(const PublishOk& ok, std::optional<Location> largest) {
+  accepted_ = true;
+  filter_.filter_type = ok.filter_type;
+  filter_.start = ok.start;
+  filter_.end_group = ok.end_group;
+  filter_.forward = ok.forward;
+  filter_.subscriber_priority = ok.subscriber_priority;
+  info_.largest = largest;
+}
+
 void DownstreamImpl::WhenAnswered(std::function<void()> fn) {
   if (answered()) {
     fn();
@@ -316,7 +326,7 @@ void DownstreamImpl::Finish() {
     s->downstreams.erase(self);
     s->loop->Post([keep] {});
   }
-  s->PeerRequestFinished();
+  if (!outbound_) s->PeerRequestFinished();
 }
 
 // ---- receiving ---------------------------------------------------------------

@@ -15,6 +15,24 @@ std::string DurationText(absl::Duration d) { return absl::FormatDuration(d); }
 
 bool IsCryptoError(uint64_t code) { return (code & ~uint64_t{0xff}) == 0x100; }
 
+// RFC 9000 section 20.1.
+std::string TransportErrorName(uint64_t code) {
+  static constexpr const char* kNames[] = {
+      "NO_ERROR",           "INTERNAL_ERROR",
+      "CONNECTION_REFUSED", "FLOW_CONTROL_ERROR",
+      "STREAM_LIMIT_ERROR", "STREAM_STATE_ERROR",
+      "FINAL_SIZE_ERROR",   "FRAME_ENCODING_ERROR",
+      "TRANSPORT_PARAMETER_ERROR", "CONNECTION_ID_LIMIT_ERROR",
+      "PROTOCOL_VIOLATION", "INVALID_TOKEN",
+      "APPLICATION_ERROR",  "CRYPTO_BUFFER_EXCEEDED",
+      "KEY_UPDATE_ERROR",   "AEAD_LIMIT_REACHED",
+      "NO_VIABLE_PATH"};
+  std::string name = code < sizeof(kNames) / sizeof(kNames[0])
+                         ? kNames[code]
+                         : "unknown transport error";
+  return absl::StrCat(name, " (0x", absl::Hex(code), ")");
+}
+
 }  // namespace
 
 void ConnectionImpl::EnterState(State state) {
@@ -51,6 +69,16 @@ void ConnectionImpl::Close(uint64_t app_error, absl::string_view reason) {
   ngtcp2_connection_close_error_set_application_error(&pending_close_->ccerr,
                                                       app_error, nullptr, 0);
   host_->RequestFlush(this);
+}
+
+void ConnectionImpl::Refuse(absl::string_view reason) {
+  if (pending_close_.has_value() || state_ != State::kHandshake) return;
+  SetPendingClose(absl::UnavailableError(absl::StrCat(
+                      "refused by the server's accept callback: ", reason)),
+                  CloseAction::kSendClose);
+  pending_close_->reason = std::string(reason);
+  ngtcp2_connection_close_error_set_transport_error(
+      &pending_close_->ccerr, NGTCP2_CONNECTION_REFUSED, nullptr, 0);
 }
 
 void ConnectionImpl::Shutdown(absl::Status status) {
@@ -207,9 +235,12 @@ absl::Status ConnectionImpl::PeerCloseStatus() {
         return IsCertificateAlert(alert) ? absl::UnauthenticatedError(msg)
                                          : absl::UnavailableError(msg);
       }
-      return absl::UnavailableError(
-          absl::StrCat("peer closed the connection with transport error 0x",
-                       absl::Hex(ccerr.error_code), suffix));
+      return absl::UnavailableError(absl::StrCat(
+          "peer closed the connection with transport error ",
+          TransportErrorName(ccerr.error_code),
+          ccerr.error_code == NGTCP2_APPLICATION_ERROR && reason.empty()
+              ? ": its application closed during the handshake"
+              : suffix));
     default:
       return absl::UnavailableError(
           absl::StrCat("peer closed the connection", suffix));

@@ -113,6 +113,9 @@ class ConnectionImpl final : public Connection {
   ngtcp2_tstamp Expiry() const;
   // The close reason, once, right after the connection stopped being usable.
   std::optional<absl::Status> TakeCloseStatus();
+  // Server: the accept callback declined; closes with CONNECTION_REFUSED
+  // once Flush() runs.
+  void Refuse(absl::string_view reason);
   // Endpoint teardown: sends CONNECTION_CLOSE (if still open) and ends.
   void Shutdown(absl::Status status);
   // Source CIDs to route to this connection (server).

@@ -17,8 +17,6 @@
 namespace kvcast::quic {
 namespace {
 
-constexpr uint64_t kRefusedAppError = 0x1;
-
 std::string CidKey(const uint8_t* data, size_t len) {
   return std::string(reinterpret_cast<const char*>(data), len);
 }
@@ -131,7 +129,7 @@ class ServerImpl final : public Server, private EndpointCore {
     ConnectionHandler* handler = accept_ ? accept_(conn) : nullptr;
     conn->set_handler(handler);
     conn->OnPacket(from, data);
-    if (handler == nullptr) conn->Close(kRefusedAppError, "connection refused");
+    if (handler == nullptr) conn->Refuse("connection refused");
     Touch(conn);
   }
 

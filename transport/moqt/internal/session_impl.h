@@ -58,6 +58,14 @@ class DownstreamImpl : public Downstream {
   void WhenAnswered(std::function<void()> fn);
   bool answered() const { return accepted_ || finished_; }
   void SetTrack(FullTrackName track) { track_ = std::move(track); }
+  // Our PUBLISH of this track: the alias is ours from the start; PUBLISH_OK
+  // makes it accepted with the peer's filter.
+  void MarkOutboundPublish(uint64_t alias) {
+    outbound_ = true;
+    track_alias_ = alias;
+  }
+  void OnPublishOk(const PublishOk& ok, std::optional<Location> largest);
+  bool outbound() const { return outbound_; }
 
  private:
   struct OpenSubgroup {
@@ -81,6 +89,7 @@ class DownstreamImpl : public Downstream {
   bool accepted_ = false;
   bool finished_ = false;
   bool cancelled_ = false;
+  bool outbound_ = false;  // our PUBLISH, not the peer's request
   TrackInfo info_;
   std::function<void()> on_cancel_;
   std::vector<std::function<void()>> on_answer_;
@@ -98,6 +107,8 @@ struct OutRequest {
   std::shared_ptr<TrackConsumer> consumer;
   MoqtSession::ReplyCallback on_reply;
   bool replied = false;
+  bool inbound_publish = false;  // the peer's PUBLISH, keyed by its request id
+  std::optional<Location> publish_largest;
   uint64_t track_alias = 0;
   // PUBLISH_DONE bookkeeping: done once all announced streams ended.
   bool publish_done = false;
@@ -204,6 +215,10 @@ struct SessionImpl : public ControlMessageVisitor {
   // The peer's requests we serve.
   absl::flat_hash_map<uint64_t, std::shared_ptr<DownstreamImpl>> downstreams;
   absl::flat_hash_map<int64_t, DownstreamImpl*> stream_owner;  // our data streams
+  // Our PUBLISH requests awaiting PUBLISH_OK (their DownstreamImpl is in
+  // `downstreams` under our request id).
+  absl::flat_hash_map<uint64_t, std::pair<std::optional<Location>, MoqtSession::PublishCallback>>
+      pending_publish;
   uint64_t next_track_alias = 1;
   // Incoming data streams.
   absl::flat_hash_map<int64_t, std::unique_ptr<InStream>> in_streams;
