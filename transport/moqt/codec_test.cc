@@ -547,7 +547,7 @@ TEST(ControlValidationTest, GoawayUriLength) {
 }
 
 TEST(ControlValidationTest, OddKeyValueLength) {
-  // MAX_REQUEST_ID? No: an unknown odd setup parameter with Length 65536.
+  // CLIENT_SETUP with an unknown odd setup parameter of Length 65536.
   const std::string setup = B({0x01, 0x01, 0x01, 0x3f, 0x80, 0x01, 0x00, 0x00});
   EXPECT_EQ(TerminationCodeOf(ParsePayload(0x20, setup)), TerminationCode::kProtocolViolation);
   ServerSetup big{kVersionDraft14, {{0x3f, 0, std::string(65536, 'x')}}};

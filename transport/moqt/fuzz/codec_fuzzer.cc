@@ -23,14 +23,18 @@
 //
 // Any invariant break prints what broke and calls __builtin_trap().
 // With MOQT_FUZZ_EXPECT_VALID=1 in the environment every input must also
-// parse without error (used to check the seed corpus; see build_and_run.sh).
+// parse without error and re-serialize to exactly its own bytes (used to
+// check the hand-written, canonical seed corpus; see build_and_run.sh).
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
 #include <string>
+#include <tuple>
+#include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -161,6 +165,78 @@ bool ValidStatus(ObjectStatus s) {
          s == ObjectStatus::kEndOfGroup || s == ObjectStatus::kEndOfTrack;
 }
 
+// ---- structural equality of control messages ----------------------------------
+// The round trip must give back the very message that was parsed
+// (parse(serialize(m)) == m), not only the same bytes: a serializer that
+// writes a wrong value would otherwise go unnoticed.
+
+auto Tie(const ClientSetup& m) { return std::tie(m.supported_versions, m.parameters); }
+auto Tie(const ServerSetup& m) { return std::tie(m.selected_version, m.parameters); }
+auto Tie(const Goaway& m) { return std::tie(m.new_session_uri); }
+auto Tie(const MaxRequestId& m) { return std::tie(m.request_id); }
+auto Tie(const RequestsBlocked& m) { return std::tie(m.maximum_request_id); }
+auto Tie(const Subscribe& m) {
+  return std::tie(m.request_id, m.track, m.subscriber_priority, m.group_order, m.forward,
+                  m.filter_type, m.start, m.end_group, m.parameters);
+}
+auto Tie(const SubscribeOk& m) {
+  return std::tie(m.request_id, m.track_alias, m.expires, m.group_order, m.largest,
+                  m.parameters);
+}
+auto Tie(const SubscribeError& m) { return std::tie(m.request_id, m.error_code, m.reason); }
+auto Tie(const SubscribeUpdate& m) {
+  return std::tie(m.request_id, m.subscription_request_id, m.start, m.end_group,
+                  m.subscriber_priority, m.forward, m.parameters);
+}
+auto Tie(const Unsubscribe& m) { return std::tie(m.request_id); }
+auto Tie(const PublishDone& m) {
+  return std::tie(m.request_id, m.status_code, m.stream_count, m.reason);
+}
+auto Tie(const Publish& m) {
+  return std::tie(m.request_id, m.track, m.track_alias, m.group_order, m.largest, m.forward,
+                  m.parameters);
+}
+auto Tie(const PublishOk& m) {
+  return std::tie(m.request_id, m.forward, m.subscriber_priority, m.group_order, m.filter_type,
+                  m.start, m.end_group, m.parameters);
+}
+auto Tie(const PublishError& m) { return std::tie(m.request_id, m.error_code, m.reason); }
+auto Tie(const Fetch& m) {
+  return std::tie(m.request_id, m.subscriber_priority, m.group_order, m.fetch_type, m.track,
+                  m.start, m.end, m.joining_request_id, m.joining_start, m.parameters);
+}
+auto Tie(const FetchOk& m) {
+  return std::tie(m.request_id, m.group_order, m.end_of_track, m.end, m.parameters);
+}
+auto Tie(const FetchError& m) { return std::tie(m.request_id, m.error_code, m.reason); }
+auto Tie(const FetchCancel& m) { return std::tie(m.request_id); }
+auto Tie(const TrackStatus& m) { return Tie(m.request); }
+auto Tie(const TrackStatusOk& m) { return Tie(m.reply); }
+auto Tie(const TrackStatusError& m) { return Tie(m.reply); }
+auto Tie(const PublishNamespace& m) { return std::tie(m.request_id, m.ns, m.parameters); }
+auto Tie(const PublishNamespaceOk& m) { return std::tie(m.request_id); }
+auto Tie(const PublishNamespaceError& m) {
+  return std::tie(m.request_id, m.error_code, m.reason);
+}
+auto Tie(const PublishNamespaceDone& m) { return std::tie(m.ns); }
+auto Tie(const PublishNamespaceCancel& m) { return std::tie(m.ns, m.error_code, m.reason); }
+auto Tie(const SubscribeNamespace& m) { return std::tie(m.request_id, m.prefix, m.parameters); }
+auto Tie(const SubscribeNamespaceOk& m) { return std::tie(m.request_id); }
+auto Tie(const SubscribeNamespaceError& m) {
+  return std::tie(m.request_id, m.error_code, m.reason);
+}
+auto Tie(const UnsubscribeNamespace& m) { return std::tie(m.prefix); }
+
+bool SameMessage(const ControlMessage& a, const ControlMessage& b) {
+  if (a.index() != b.index()) return false;
+  return std::visit(
+      [&b](const auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        return Tie(x) == Tie(std::get<T>(b));
+      },
+      a);
+}
+
 // ---- control stream -----------------------------------------------------------
 
 class ControlRecorder : public ControlMessageVisitor {
@@ -239,8 +315,9 @@ ControlResult RunControl(Bytes data, uint8_t seed, bool fin, int fail_at,
   return result;
 }
 
-// serialize -> parse -> serialize must reproduce the same bytes.
-void RoundTripControl(const ControlMessage& msg) {
+// serialize -> parse must give the same message, and serialize -> parse ->
+// serialize the same bytes. Returns the serialized message.
+std::string RoundTripControl(const ControlMessage& msg) {
   std::string s1;
   absl::Status st = SerializeControlMessage(msg, &s1);
   FUZZ_CHECK(st.ok(), "parsed %s does not re-serialize: %s", MessageName(msg), Str(st).c_str());
@@ -272,19 +349,38 @@ void RoundTripControl(const ControlMessage& msg) {
   const ControlMessage& again = visitor.messages[0];
   FUZZ_CHECK(again.index() == msg.index(), "%s re-parsed as %s", MessageName(msg),
              MessageName(again));
+  FUZZ_CHECK(SameMessage(msg, again),
+             "%s changed in the round trip (serialize then parse); bytes %s", MessageName(msg),
+             Hex(s1).c_str());
   std::string s2;
   st = SerializeControlMessage(again, &s2);
   FUZZ_CHECK(st.ok(), "re-parsed %s does not serialize: %s", MessageName(again),
              Str(st).c_str());
   FUZZ_CHECK(s1 == s2, "%s round trip differs:\n  first  %s\n  second %s", MessageName(msg),
              Hex(s1).c_str(), Hex(s2).c_str());
+  return s1;
+}
+
+// Seeds are canonical draft-14 encodings (minimal varints): with
+// MOQT_FUZZ_EXPECT_VALID the codec must write back exactly the input.
+void CheckCanonical(absl::string_view what, absl::string_view input, absl::string_view output) {
+  FUZZ_CHECK(!g_expect_valid || input == output,
+             "EXPECT_VALID: %.*s re-serialized differently:\n  input  %s\n  output %s",
+             static_cast<int>(what.size()), what.data(), Hex(input).c_str(),
+             Hex(output).c_str());
+}
+
+absl::string_view AsView(Bytes b) {
+  return absl::string_view(reinterpret_cast<const char*>(b.data()), b.size());
 }
 
 void FuzzControl(uint8_t flags, uint8_t seed, Bytes data) {
   const bool fin = flags & 1;
   std::vector<ControlMessage> messages;
   ControlResult whole = RunControl(data, 0, fin, -1, &messages);
-  for (const ControlMessage& msg : messages) RoundTripControl(msg);
+  std::string reserialized;
+  for (const ControlMessage& msg : messages) reserialized += RoundTripControl(msg);
+  CheckCanonical("control stream", AsView(data), reserialized);
   if (seed != 0) {
     ControlResult split = RunControl(data, seed, fin, -1, nullptr);
     FUZZ_CHECK(split.ok == whole.ok && split.code == whole.code &&
@@ -334,7 +430,9 @@ void FuzzFramedControl(Bytes data) {
   }
   std::vector<ControlMessage> messages;
   RunControl(AsBytes(stream), 0, false, -1, &messages);
-  for (const ControlMessage& msg : messages) RoundTripControl(msg);
+  std::string reserialized;
+  for (const ControlMessage& msg : messages) reserialized += RoundTripControl(msg);
+  CheckCanonical("framed control messages", stream, reserialized);
 }
 
 // ---- data streams ---------------------------------------------------------------
@@ -595,8 +693,9 @@ DataResult RunData(Bytes data, uint8_t seed, bool fin, const CodecLimits& limits
 }
 
 // Re-serializes the complete objects of `parsed` and parses them again.
-void RoundTripData(const DataRecorder& parsed, const CodecLimits& limits) {
-  if (!parsed.have_header) return;
+// Returns the serialized stream.
+std::string RoundTripData(const DataRecorder& parsed, const CodecLimits& limits) {
+  if (!parsed.have_header) return "";
   std::string wire;
   absl::Status st;
   SubgroupHeader header = parsed.subgroup;
@@ -649,6 +748,7 @@ void RoundTripData(const DataRecorder& parsed, const CodecLimits& limits) {
                DescribeHeader(parsed.objects[i].header).c_str(),
                DescribeHeader(again.objects[i].header).c_str());
   }
+  return wire;
 }
 
 CodecLimits SmallLimits(uint8_t flags) {
@@ -665,7 +765,7 @@ void FuzzData(uint8_t flags, uint8_t seed, Bytes data) {
   const CodecLimits limits = SmallLimits(flags);
   DataRecorder whole_visitor(limits, -1);
   DataResult whole = RunData(data, 0, fin, limits, -1, &whole_visitor);
-  RoundTripData(whole_visitor, limits);
+  CheckCanonical("data stream", AsView(data), RoundTripData(whole_visitor, limits));
   if (seed != 0) {
     DataRecorder split_visitor(limits, -1);
     DataResult split = RunData(data, seed, fin, limits, -1, &split_visitor);
@@ -728,6 +828,7 @@ void FuzzDatagram(uint8_t flags, Bytes data) {
   st = SerializeDatagram(*again, &s2);
   FUZZ_CHECK(st.ok() && s1 == s2, "datagram round trip bytes differ:\n  %s\n  %s",
              Hex(s1).c_str(), Hex(s2).c_str());
+  CheckCanonical("datagram", AsView(data), s1);
 }
 
 }  // namespace

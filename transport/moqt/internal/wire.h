@@ -32,13 +32,13 @@ namespace kvcast::moqt::internal {
 
 inline constexpr uint64_t kMaxVarint = (1ull << 62) - 1;
 inline constexpr size_t kMaxVarintLength = 8;
-// Draft-14 limits (section numbers of draft-ietf-moq-transport-14).
-inline constexpr uint64_t kMaxKvpValueLength = 65535;      // 1.4.2 Key-Value-Pair
-inline constexpr uint64_t kMaxReasonPhraseLength = 1024;   // 1.4.3 Reason Phrase
-inline constexpr uint64_t kMaxNamespaceElements = 32;      // 2.4.1 Track Naming
-inline constexpr uint64_t kMaxFullTrackNameLength = 4096;  // 2.4.1 Track Naming
+// Draft-14 limits, by the section of draft-ietf-moq-transport-14 that sets them.
+inline constexpr uint64_t kMaxKvpValueLength = 65535;      // Key-Value-Pair Structure
+inline constexpr uint64_t kMaxReasonPhraseLength = 1024;   // Reason Phrase Structure
+inline constexpr uint64_t kMaxNamespaceElements = 32;      // Track Naming
+inline constexpr uint64_t kMaxFullTrackNameLength = 4096;  // Track Naming
 inline constexpr uint64_t kMaxGoawayUriLength = 8192;      // GOAWAY
-inline constexpr uint64_t kMaxControlPayload = 65535;      // Message Length (16)
+inline constexpr uint64_t kMaxControlPayload = 65535;      // Control Messages: Length (16)
 
 // Bytes a minimal varint encoding of `v` takes (v <= kMaxVarint).
 size_t VarintLength(uint64_t v);
