@@ -26,6 +26,7 @@ die() { echo "setup_aiomoqt: error: $*" >&2; exit 1; }
 
 [[ $# -eq 1 && -n "$1" ]] || die "usage: $0 VENV_DIR"
 VENV_DIR=$1
+[[ "$VENV_DIR" == /* ]] || VENV_DIR="$PWD/$VENV_DIR"   # checks below run from /
 
 py_ok() {  # is "$1" a Python >= 3.12 interpreter?
   "$1" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else 1)' \

@@ -41,10 +41,11 @@
 #              ends still share one Ethernet segment (MTU 1500; GSO and
 #              checksum offload are passed through). Forwarding costs a few
 #              tens of microseconds per frame: fine for tests, not for
-#              throughput measurements.
+#              throughput measurements. As with netem, a GSO packet (up to
+#              64 KiB) is lost or delayed as a whole.
+#   auto       tc if sch_netem works, else userspace.
 # Both backends add permanent neighbour (ARP) entries for the two addresses,
 # so no ARP exchange crosses the lossy link.
-#   auto picks tc if sch_netem works, else userspace.
 #
 # Every wait is bounded with `timeout`. Needs iproute2 (ip, tc), coreutils
 # and, for the userspace backend, python3.
@@ -150,12 +151,16 @@ netem_available() {
   fi
   _netem_probe || return 1
   if [ -z "$(_netem_pick_backend)" ]; then
-    NETEM_UNAVAILABLE_REASON="no backend works: kernel sch_netem missing and python3 AF_PACKET unusable (NETEM_BACKEND=${NETEM_BACKEND:-auto})"
+    local missing=()
+    [ "$_NETEM_TC_OK" = 1 ] || missing+=("tc: the kernel has no sch_netem")
+    [ "$_NETEM_USERSPACE_OK" = 1 ] || missing+=("userspace: python3 AF_PACKET unusable")
+    NETEM_UNAVAILABLE_REASON="no usable backend for NETEM_BACKEND=${NETEM_BACKEND:-auto} ($(IFS=';'; echo "${missing[*]}"))"
     return 1
   fi
   return 0
 }
 
+# shellcheck disable=SC2120  # "$3" below is from `set --`, not an argument
 _netem_install_trap() {
   [ -n "$_NETEM_TRAP_INSTALLED" ] && return 0
   _NETEM_TRAP_INSTALLED=1
@@ -312,11 +317,11 @@ netem_setup() {
   else
     NETEM_NAMESPACES+=("$ns_m")
     _netem_ip netns add "$ns_m" || { _netem_log "ip netns add $ns_m failed"; return 1; }
-    _netem_ip link add "$ifc" netns "$ns_a" type veth peer name side-a netns "$ns_m" &&
-      _netem_ip link add "$ifc" netns "$ns_b" type veth peer name side-b netns "$ns_m" || {
-        _netem_log "creating the veth pairs failed"
-        return 1
-      }
+    if ! _netem_ip link add "$ifc" netns "$ns_a" type veth peer name side-a netns "$ns_m" ||
+       ! _netem_ip link add "$ifc" netns "$ns_b" type veth peer name side-b netns "$ns_m"; then
+      _netem_log "creating the veth pairs failed"
+      return 1
+    fi
     local side
     for side in side-a side-b; do
       _netem_ip netns exec "$ns_m" sh -c \
