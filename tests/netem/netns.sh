@@ -47,6 +47,8 @@
 # Both backends add permanent neighbour (ARP) entries for the two addresses,
 # so no ARP exchange crosses the lossy link.
 #
+# The forwarder logs to $TMPDIR/netem-forwarder-PREFIX.log (frame counts
+# at exit), deleted by netem_cleanup unless NETEM_KEEP_LOGS=1.
 # Every wait is bounded with `timeout`. Needs iproute2 (ip, tc), coreutils
 # and, for the userspace backend, python3.
 
@@ -57,6 +59,7 @@ _NETEM_NETNS_SH_LOADED=1
 
 NETEM_NAMESPACES=()       # every namespace netem_setup created (cleanup order)
 NETEM_FORWARDER_PIDS=()   # userspace forwarders
+_NETEM_LOGS=()            # their logs (kept if NETEM_KEEP_LOGS=1)
 _NETEM_TRAP_INSTALLED=""
 NETEM_IF=nm0
 NETEM_UNAVAILABLE_REASON=""
@@ -359,6 +362,7 @@ netem_setup() {
     py=$(_netem_python)
     ready=$(mktemp -u "${TMPDIR:-/tmp}/netem-ready.XXXXXX")
     log="${TMPDIR:-/tmp}/netem-forwarder-$prefix.log"
+    _NETEM_LOGS+=("$log")
     # Started from a subshell so that it is not a job of the test's shell (a
     # bare `wait` in the test must not wait for it); it reports its pid in
     # $ready and exits by itself when this shell is gone.
@@ -412,6 +416,10 @@ netem_cleanup() {
     _netem_stop_pid "$pid" 5
   done
   NETEM_FORWARDER_PIDS=()
+  if [ "${NETEM_KEEP_LOGS:-0}" != 1 ]; then
+    rm -f "${_NETEM_LOGS[@]}"
+  fi
+  _NETEM_LOGS=()
   for ns in "${NETEM_NAMESPACES[@]}"; do
     # Processes the test left running inside its namespaces.
     for pid in $(timeout 10 ip netns pids "$ns" 2>/dev/null); do
