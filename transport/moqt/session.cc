@@ -57,12 +57,24 @@ void SessionImpl::SendControl(const ControlMessage& msg) {
   if (!s.ok()) CloseWith(s);
 }
 
-uint64_t SessionImpl::StartRequest(std::function<ControlMessage(uint64_t)> make) {
+absl::StatusOr<uint64_t> SessionImpl::StartRequest(
+    std::function<ControlMessage(uint64_t)> make) {
+  if (state == State::kClosed) return absl::FailedPreconditionError("session closed");
   uint64_t id = next_request_id;
   next_request_id += 2;
   blocked.emplace_back(id, make(id));
   FlushBlocked();
   return id;
+}
+
+OutRequest& SessionImpl::NewOut(uint64_t id, OutRequest::Kind kind,
+                                std::shared_ptr<TrackConsumer> consumer,
+                                MoqtSession::ReplyCallback on_reply) {
+  OutRequest& r = out[id];
+  r.kind = kind;
+  r.consumer = std::move(consumer);
+  r.on_reply = std::move(on_reply);
+  return r;
 }
 
 void SessionImpl::FlushBlocked() {
@@ -164,6 +176,19 @@ void SessionImpl::CloseWith(const absl::Status& status) {
   TerminationCode code = status.ok() ? TerminationCode::kNoError : TerminationCodeOf(status);
   if (conn) conn->Close(static_cast<uint64_t>(code), std::string(status.message()).substr(0, 512));
   FailEverything(status.ok() ? absl::CancelledError("session closed") : status);
+}
+
+absl::Status SessionImpl::AnswerNamespace(uint64_t request_id, absl::Status result,
+                                          const char* what) {
+  auto it = out_namespace.find(request_id);
+  if (it == out_namespace.end()) {
+    return ProtocolError(TerminationCode::kProtocolViolation,
+                         absl::StrCat(what, " for no pending request"));
+  }
+  auto cb = std::move(it->second.second);
+  out_namespace.erase(it);
+  if (cb) cb(std::move(result));
+  return absl::OkStatus();
 }
 
 void SessionImpl::ResolveJoiningFetch(const Fetch& m, std::shared_ptr<DownstreamImpl> d) {
@@ -501,20 +526,10 @@ absl::Status SessionImpl::OnControlMessage(ControlMessage msg) {
         return absl::OkStatus();
       },
       [&](PublishNamespaceOk& m) -> absl::Status {
-        auto it = out_namespace.find(m.request_id);
-        if (it == out_namespace.end()) return reject("PUBLISH_NAMESPACE_OK");
-        auto cb = std::move(it->second.second);
-        out_namespace.erase(it);
-        if (cb) cb(absl::OkStatus());
-        return absl::OkStatus();
+        return AnswerNamespace(m.request_id, absl::OkStatus(), "PUBLISH_NAMESPACE_OK");
       },
       [&](PublishNamespaceError& m) -> absl::Status {
-        auto it = out_namespace.find(m.request_id);
-        if (it == out_namespace.end()) return reject("PUBLISH_NAMESPACE_ERROR");
-        auto cb = std::move(it->second.second);
-        out_namespace.erase(it);
-        if (cb) cb(RequestError(m.error_code, m.reason));
-        return absl::OkStatus();
+        return AnswerNamespace(m.request_id, RequestError(m.error_code, m.reason), "PUBLISH_NAMESPACE_ERROR");
       },
       [&](SubscribeNamespace& m) -> absl::Status {
         RETURN_IF_ERROR(CheckNewPeerRequest(m.request_id));
@@ -529,20 +544,10 @@ absl::Status SessionImpl::OnControlMessage(ControlMessage msg) {
         return absl::OkStatus();
       },
       [&](SubscribeNamespaceOk& m) -> absl::Status {
-        auto it = out_namespace.find(m.request_id);
-        if (it == out_namespace.end()) return reject("SUBSCRIBE_NAMESPACE_OK");
-        auto cb = std::move(it->second.second);
-        out_namespace.erase(it);
-        if (cb) cb(absl::OkStatus());
-        return absl::OkStatus();
+        return AnswerNamespace(m.request_id, absl::OkStatus(), "SUBSCRIBE_NAMESPACE_OK");
       },
       [&](SubscribeNamespaceError& m) -> absl::Status {
-        auto it = out_namespace.find(m.request_id);
-        if (it == out_namespace.end()) return reject("SUBSCRIBE_NAMESPACE_ERROR");
-        auto cb = std::move(it->second.second);
-        out_namespace.erase(it);
-        if (cb) cb(RequestError(m.error_code, m.reason));
-        return absl::OkStatus();
+        return AnswerNamespace(m.request_id, RequestError(m.error_code, m.reason), "SUBSCRIBE_NAMESPACE_ERROR");
       },
       [&](UnsubscribeNamespace& m) -> absl::Status {
         handler->OnUnsubscribeNamespace(self_session, m.prefix);
@@ -602,16 +607,10 @@ absl::StatusOr<uint64_t> MoqtSession::Subscribe(moqt::Subscribe request,
                                                 std::shared_ptr<TrackConsumer> consumer,
                                                 ReplyCallback on_reply) {
   SessionImpl& s = *impl_;
-  if (s.state == SessionImpl::State::kClosed) {
-    return absl::FailedPreconditionError("session closed");
-  }
   return s.StartRequest([&](uint64_t id) -> ControlMessage {
     request.request_id = id;
-    OutRequest& r = s.out[id];
-    r.kind = OutRequest::Kind::kSubscribe;
-    r.subscribe = request;
-    r.consumer = std::move(consumer);
-    r.on_reply = std::move(on_reply);
+    s.NewOut(id, OutRequest::Kind::kSubscribe, std::move(consumer), std::move(on_reply))
+        .subscribe = request;
     return request;
   });
 }
@@ -639,16 +638,10 @@ absl::StatusOr<uint64_t> MoqtSession::Fetch(moqt::Fetch request,
                                             std::shared_ptr<TrackConsumer> consumer,
                                             ReplyCallback on_reply) {
   SessionImpl& s = *impl_;
-  if (s.state == SessionImpl::State::kClosed) {
-    return absl::FailedPreconditionError("session closed");
-  }
   return s.StartRequest([&](uint64_t id) -> ControlMessage {
     request.request_id = id;
-    OutRequest& r = s.out[id];
-    r.kind = OutRequest::Kind::kFetch;
-    r.fetch = request;
-    r.consumer = std::move(consumer);
-    r.on_reply = std::move(on_reply);
+    s.NewOut(id, OutRequest::Kind::kFetch, std::move(consumer), std::move(on_reply)).fetch =
+        request;
     return request;
   });
 }
@@ -664,15 +657,10 @@ void MoqtSession::FetchCancel(uint64_t request_id) {
 absl::StatusOr<uint64_t> MoqtSession::TrackStatus(moqt::Subscribe request,
                                                   ReplyCallback on_reply) {
   SessionImpl& s = *impl_;
-  if (s.state == SessionImpl::State::kClosed) {
-    return absl::FailedPreconditionError("session closed");
-  }
   return s.StartRequest([&](uint64_t id) -> ControlMessage {
     request.request_id = id;
-    OutRequest& r = s.out[id];
-    r.kind = OutRequest::Kind::kTrackStatus;
-    r.subscribe = request;
-    r.on_reply = std::move(on_reply);
+    s.NewOut(id, OutRequest::Kind::kTrackStatus, nullptr, std::move(on_reply)).subscribe =
+        request;
     return moqt::TrackStatus{request};
   });
 }
@@ -681,9 +669,6 @@ absl::StatusOr<uint64_t> MoqtSession::Publish(const FullTrackName& track,
                                               std::optional<Location> largest,
                                               PublishCallback on_reply) {
   SessionImpl& s = *impl_;
-  if (s.state == SessionImpl::State::kClosed) {
-    return absl::FailedPreconditionError("session closed");
-  }
   return s.StartRequest([&](uint64_t id) -> ControlMessage {
     auto d = std::make_shared<internal::DownstreamImpl>(
         &s, internal::DownstreamImpl::Kind::kSubscribe, id, track, moqt::Subscribe{}, 128);
@@ -706,7 +691,7 @@ void MoqtSession::SetForward(uint64_t publish_request_id, bool forward) {
   auto it = s.out.find(publish_request_id);
   if (it == s.out.end() || !it->second.inbound_publish) return;
   Location start = it->second.publish_largest.value_or(Location{});
-  s.StartRequest([&](uint64_t id) -> ControlMessage {
+  (void)s.StartRequest([&](uint64_t id) -> ControlMessage {
     return SubscribeUpdate{id, publish_request_id, start, 0, 128, forward, {}};
   });
 }
@@ -714,14 +699,10 @@ void MoqtSession::SetForward(uint64_t publish_request_id, bool forward) {
 absl::Status MoqtSession::PublishNamespace(const TrackNamespace& ns,
                                            StatusCallback on_reply) {
   SessionImpl& s = *impl_;
-  if (s.state == SessionImpl::State::kClosed) {
-    return absl::FailedPreconditionError("session closed");
-  }
-  s.StartRequest([&](uint64_t id) -> ControlMessage {
+  return s.StartRequest([&](uint64_t id) -> ControlMessage {
     s.out_namespace[id] = {ns, std::move(on_reply)};
     return moqt::PublishNamespace{id, ns, {}};
-  });
-  return absl::OkStatus();
+  }).status();
 }
 
 void MoqtSession::PublishNamespaceDone(const TrackNamespace& ns) {
@@ -731,14 +712,10 @@ void MoqtSession::PublishNamespaceDone(const TrackNamespace& ns) {
 absl::Status MoqtSession::SubscribeNamespace(const TrackNamespace& prefix,
                                              StatusCallback on_reply) {
   SessionImpl& s = *impl_;
-  if (s.state == SessionImpl::State::kClosed) {
-    return absl::FailedPreconditionError("session closed");
-  }
-  s.StartRequest([&](uint64_t id) -> ControlMessage {
+  return s.StartRequest([&](uint64_t id) -> ControlMessage {
     s.out_namespace[id] = {prefix, std::move(on_reply)};
     return moqt::SubscribeNamespace{id, prefix, {}};
-  });
-  return absl::OkStatus();
+  }).status();
 }
 
 void MoqtSession::UnsubscribeNamespace(const TrackNamespace& prefix) {

@@ -160,8 +160,13 @@ struct SessionImpl : public ControlMessageVisitor {
   // ---- control (session.cc) ----
   absl::Status OnControlMessage(ControlMessage msg) override;
   void SendControl(const ControlMessage& msg);
-  // Assigns the next request id and sends (or queues) the request.
-  uint64_t StartRequest(std::function<ControlMessage(uint64_t id)> make);
+  // Assigns the next request id and sends (or queues) the request;
+  // FAILED_PRECONDITION once the session is closed.
+  absl::StatusOr<uint64_t> StartRequest(std::function<ControlMessage(uint64_t id)> make);
+  OutRequest& NewOut(uint64_t id, OutRequest::Kind kind, std::shared_ptr<TrackConsumer> consumer,
+                     MoqtSession::ReplyCallback on_reply);
+  // PUBLISH_NAMESPACE_OK/_ERROR, SUBSCRIBE_NAMESPACE_OK/_ERROR.
+  absl::Status AnswerNamespace(uint64_t request_id, absl::Status result, const char* what);
   void FlushBlocked();
   void OnSetupDone();
   absl::Status CheckNewPeerRequest(uint64_t request_id);
