@@ -16,6 +16,14 @@ absl::Span<const uint8_t> AsBytes(const std::string& s) {
 // Objects that wait for a SUBSCRIBE_OK naming their alias, per session.
 constexpr size_t kMaxPendingBytes = 64u << 20;
 
+// QUIC send order of a data stream (lower first), draft-14 "Priorities":
+// subscriber priority, then publisher priority, then group (ascending). The
+// control stream keeps priority 0 and goes before all of them.
+uint64_t StreamPriority(uint8_t subscriber, uint8_t publisher, uint64_t group) {
+  return (uint64_t{subscriber} << 56) | (uint64_t{publisher} << 48) |
+         (std::min<uint64_t>(group, (uint64_t{1} << 48) - 2) + 1);
+}
+
 }  // namespace
 
 // ---- helpers on the session -------------------------------------------------
@@ -164,6 +172,8 @@ void DownstreamImpl::SendSubgroupObject(const ObjectHeader& header,
     it = subgroups_.emplace(key, sg).first;
     subgroup_lru_.push_back(key);
     s.stream_owner[sg.stream] = this;
+    s.conn->SetStreamPriority(sg.stream, StreamPriority(filter_.subscriber_priority,
+                                                        header.publisher_priority, header.group));
     ++streams_opened_;
     ++s.stats.subgroup_streams_opened;
     s.SendOnStream(sg.stream, SerializeSubgroupHeader(sg.header), false);
@@ -197,6 +207,8 @@ void DownstreamImpl::SendFetchObject(const ObjectHeader& header,
     }
     fetch_stream_ = *stream;
     s.stream_owner[fetch_stream_] = this;
+    s.conn->SetStreamPriority(fetch_stream_, StreamPriority(subscriber_priority_,
+                                                            header.publisher_priority, 0));
     s.SendOnStream(fetch_stream_, SerializeFetchHeader(request_id_), false);
   }
   std::string bytes;

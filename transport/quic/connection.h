@@ -84,6 +84,10 @@ class Connection {
   }
   // Bytes queued on the stream and not yet handed to QUIC.
   virtual size_t QueuedBytes(int64_t stream_id) const = 0;
+  // Orders sending between streams: data of the lowest priority value with
+  // anything queued goes first; equal priorities share round robin. Streams
+  // start at 0 (first), which suits a control stream.
+  virtual void SetStreamPriority(int64_t stream_id, uint64_t priority) = 0;
   // Abandons a stream in both directions (RESET_STREAM + STOP_SENDING) with
   // an application error code; queued data is dropped.
   virtual void ResetStream(int64_t stream_id, uint64_t app_error) = 0;

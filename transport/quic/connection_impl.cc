@@ -361,14 +361,22 @@ void ConnectionImpl::Flush() {
 void ConnectionImpl::MarkReady(int64_t stream_id, Stream& s) {
   if (s.in_ready || s.blocked) return;
   s.in_ready = true;
-  ready_.push_back(stream_id);
+  ready_[s.priority].push_back(stream_id);
+}
+
+void ConnectionImpl::PopReady(uint64_t priority) {
+  auto bucket = ready_.find(priority);
+  if (bucket == ready_.end()) return;
+  if (!bucket->second.empty()) bucket->second.pop_front();
+  if (bucket->second.empty()) ready_.erase(bucket);
 }
 
 ConnectionImpl::Stream* ConnectionImpl::NextReadyStream(int64_t* stream_id) {
   while (!ready_.empty()) {
-    int64_t id = ready_.front();
+    auto& [priority, queue] = *ready_.begin();
+    int64_t id = queue.front();
     auto it = streams_.find(id);
-    if (it != streams_.end()) {
+    if (it != streams_.end() && it->second.priority == priority) {
       Stream& s = it->second;
       bool pending = s.send.unsent() > 0 || (s.fin_queued && !s.fin_sent);
       if (pending && !s.blocked && !s.local_reset) {
@@ -377,9 +385,24 @@ ConnectionImpl::Stream* ConnectionImpl::NextReadyStream(int64_t* stream_id) {
       }
       s.in_ready = false;
     }
-    ready_.pop_front();
+    PopReady(priority);
   }
   return nullptr;
+}
+
+void ConnectionImpl::SetStreamPriority(int64_t stream_id, uint64_t priority) {
+  auto it = streams_.find(stream_id);
+  if (it == streams_.end() || it->second.priority == priority) return;
+  Stream& s = it->second;
+  if (s.in_ready) {
+    // Leave the old queue; NextReadyStream skips entries whose priority no
+    // longer matches, so only the new queue holds it.
+    s.in_ready = false;
+    s.priority = priority;
+    MarkReady(stream_id, s);
+    return;
+  }
+  s.priority = priority;
 }
 
 void ConnectionImpl::AfterStreamWrite(int64_t stream_id, Stream& s,
@@ -393,7 +416,7 @@ void ConnectionImpl::AfterStreamWrite(int64_t stream_id, Stream& s,
     drained_.push_back(stream_id);
   }
   // Round robin: the stream goes to the back if it still has something.
-  ready_.pop_front();
+  PopReady(s.priority);
   s.in_ready = false;
   if (s.send.unsent() > 0 || (s.fin_queued && !s.fin_sent)) {
     MarkReady(stream_id, s);
@@ -420,6 +443,7 @@ ngtcp2_ssize ConnectionImpl::WriteOnePacket(ngtcp2_path* path,
 
     int64_t id = -1;
     Stream* s = NextReadyStream(&id);
+    uint64_t priority = s != nullptr ? s->priority : 0;
     ngtcp2_vec vecs[kMaxStreamVecs];
     size_t nvec = 0;
     bool fin_offered = false;
@@ -459,7 +483,7 @@ ngtcp2_ssize ConnectionImpl::WriteOnePacket(ngtcp2_path* path,
         }
         stream->in_ready = false;
       }
-      ready_.pop_front();
+      PopReady(priority);
       continue;
     }
     if (n >= 0 && stream != nullptr && ndatalen >= 0) {

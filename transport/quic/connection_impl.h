@@ -17,6 +17,7 @@
 #include <ngtcp2/ngtcp2_crypto.h>
 
 #include <deque>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -95,6 +96,7 @@ class ConnectionImpl final : public Connection {
                     bool fin) override;
   size_t QueuedBytes(int64_t stream_id) const override;
   void ResetStream(int64_t stream_id, uint64_t app_error) override;
+  void SetStreamPriority(int64_t stream_id, uint64_t priority) override;
   absl::Status SendDatagram(absl::Span<const uint8_t> data) override;
   void Close(uint64_t app_error, absl::string_view reason) override;
 
@@ -130,7 +132,8 @@ class ConnectionImpl final : public Connection {
     bool fin_queued = false;
     bool fin_sent = false;
     bool blocked = false;   // Stream flow control; cleared on MAX_STREAM_DATA.
-    bool in_ready = false;  // In ready_.
+    bool in_ready = false;  // In ready_[priority].
+    uint64_t priority = 0;  // Lower is sent first (SetStreamPriority).
     bool drained = false;   // Became empty in this Flush().
     bool local_reset = false;
     bool reset_reported = false;
@@ -186,6 +189,8 @@ class ConnectionImpl final : public Connection {
   void AfterStreamWrite(int64_t stream_id, Stream& s, ngtcp2_ssize ndatalen,
                         bool fin_offered);
   void MarkReady(int64_t stream_id, Stream& s);
+  // Drops the front of the ready queue of `priority`.
+  void PopReady(uint64_t priority);
   void ApplyPendingResets();
   bool HandlerLive() const;
 
@@ -204,7 +209,9 @@ class ConnectionImpl final : public Connection {
   State state_ = State::kHandshake;
 
   absl::flat_hash_map<int64_t, Stream> streams_;
-  std::deque<int64_t> ready_;  // Streams with data or FIN to hand to QUIC.
+  // Streams with data or FIN to hand to QUIC, by priority (lowest first),
+  // round robin within one priority.
+  std::map<uint64_t, std::deque<int64_t>> ready_;
   std::vector<int64_t> drained_;
   std::vector<std::pair<int64_t, uint64_t>> pending_resets_;
   std::deque<std::vector<uint8_t>> datagrams_;
