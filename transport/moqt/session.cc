@@ -810,8 +810,6 @@ void MoqtSession::OnStreamReset(quic::Connection* conn, int64_t stream_id,
   }
 }
 
-void MoqtSession::OnStreamDrained(quic::Connection*, int64_t) {}
-
 void MoqtSession::OnDatagram(quic::Connection*, absl::Span<const uint8_t> data) {
   SessionImpl& s = *impl_;
   if (s.state != SessionImpl::State::kReady) return;

@@ -189,7 +189,6 @@ class MoqtSession : public quic::ConnectionHandler {
                     absl::Span<const uint8_t> data, bool fin) override;
   void OnStreamReset(quic::Connection* conn, int64_t stream_id,
                      uint64_t app_error) override;
-  void OnStreamDrained(quic::Connection* conn, int64_t stream_id) override;
   void OnDatagram(quic::Connection* conn, absl::Span<const uint8_t> data) override;
   void OnClosed(quic::Connection* conn, const absl::Status& reason) override;
 

@@ -26,7 +26,7 @@ void TrackCache::EvictFor(const FullTrackName& keep_track, uint64_t keep_group) 
 TrackCache::InsertResult TrackCache::Insert(const FullTrackName& name,
                                             const ObjectHeader& header,
                                             absl::Span<const uint8_t> payload) {
-  uint64_t cost = Cost(header, payload.size());
+  uint64_t cost = Cost(payload.size());
   if (cost > budget_) return InsertResult::kTooLarge;
   Track& track = tracks_[name];
   auto [git, new_group] = track.groups.try_emplace(header.group);

@@ -73,7 +73,8 @@ class TrackCache {
     std::optional<Location> end;  // end of track
     bool malformed = false;
   };
-  static uint64_t Cost(const ObjectHeader& h, size_t payload) { return payload + 64; }
+  // Bytes charged to the budget: the payload plus a fixed header estimate.
+  static uint64_t Cost(size_t payload) { return payload + 64; }
   void Touch(Group& group);
   void EvictFor(const FullTrackName& keep_track, uint64_t keep_group);
 

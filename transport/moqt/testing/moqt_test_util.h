@@ -69,9 +69,8 @@ class RelayHarness {
   Relay* relay() { return relay_.get(); }
   uint16_t port() const { return port_; }
   const TestCerts& certs() const { return certs_; }
-  // Connects a client whose requests go to `handler`; waits until SETUP is
-  // done (the handler must set ready via OnSessionReady -> ClientHandler or
-  // a Relay subclass; readiness is checked on the session).
+  // Connects a client whose peer requests go to `handler` (borrowed; must
+  // outlive the harness) and waits until its SETUP exchange is done.
   MoqtClient* Connect(RequestHandler* handler, SessionOptions options = {});
   void Disconnect(MoqtClient* client);
 
