@@ -110,7 +110,6 @@ absl::Status FeedControl(const std::string& bytes, std::vector<ControlMessage>* 
     status = parser.OnIngress(S(bytes).subspan(pos, n), fin && last);
     pos += n;
   } while (status.ok() && pos < bytes.size());
-  if (status.ok() && bytes.empty() && fin) status = parser.OnIngress({}, true);
   *out = std::move(collector.messages);
   return status;
 }
@@ -672,7 +671,8 @@ TEST(ControlSerializeTest, RefusesOutOfRangeFields) {
   auto refused = [&out](const ControlMessage& msg) {
     out.clear();
     absl::Status status = SerializeControlMessage(msg, &out);
-    return status.code() == absl::StatusCode::kInvalidArgument;
+    // Nothing is appended on failure.
+    return status.code() == absl::StatusCode::kInvalidArgument && out.empty();
   };
   EXPECT_TRUE(refused(MaxRequestId{kMaxVarint + 1}));
   EXPECT_TRUE(refused(PublishNamespaceDone{{}}));
@@ -1004,6 +1004,14 @@ INSTANTIATE_TEST_SUITE_P(
                     SubgroupCase{SubgroupHeader::SubgroupIdMode::kFirstObject, true, true, 0x1b},
                     SubgroupCase{SubgroupHeader::SubgroupIdMode::kExplicit, false, true, 0x1c},
                     SubgroupCase{SubgroupHeader::SubgroupIdMode::kExplicit, true, true, 0x1d}));
+
+TEST(FetchStreamTest, FailedWriteLeavesTheBufferAsItWas) {
+  std::string out = "queued";
+  ObjectHeader object = MakeObject(kMaxVarint + 1, 0, 0, 0);  // group out of range
+  EXPECT_EQ(SerializeFetchObject(object, S("payload"), &out).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(out, "queued");
+}
 
 TEST(SubgroupStreamTest, ObjectIdDeltas) {
   SubgroupHeader header;

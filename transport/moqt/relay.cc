@@ -283,18 +283,23 @@ void Relay::DropIfIdle(const FullTrackName& name) {
   }
 }
 
+void Relay::AcceptAndReplay(const Subscribe& request, std::optional<Location> largest,
+                            Downstream& d) {
+  d.Accept(TrackInfo{largest, GroupOrder::kAscending, false});
+  if (largest && (request.filter_type == FilterType::kAbsoluteStart ||
+                  request.filter_type == FilterType::kAbsoluteRange)) {
+    cache_.ForEach(d.track(), request.start.value_or(Location{}), *largest,
+                   [&](const ObjectHeader& h, absl::Span<const uint8_t> p) { d.OnObject(h, p); });
+  }
+}
+
 void Relay::AttachLive(Track& track, const Subscribe& request, std::shared_ptr<Downstream> d) {
   const FullTrackName name = d->track();
   std::optional<Location> largest = cache_.Largest(name);
   if (track.upstream_largest && (!largest || *largest < *track.upstream_largest)) {
     largest = track.upstream_largest;
   }
-  d->Accept(TrackInfo{largest, GroupOrder::kAscending, false});
-  if (largest && (request.filter_type == FilterType::kAbsoluteStart ||
-                  request.filter_type == FilterType::kAbsoluteRange)) {
-    cache_.ForEach(name, request.start.value_or(Location{}), *largest,
-                   [&](const ObjectHeader& h, absl::Span<const uint8_t> p) { d->OnObject(h, p); });
-  }
+  AcceptAndReplay(request, largest, *d);
   track.subscribers.push_back(d);
   if (track.pushed && !track.forwarding && track.upstream_session) {
     track.forwarding = true;
@@ -309,12 +314,7 @@ void Relay::AttachLive(Track& track, const Subscribe& request, std::shared_ptr<D
 void Relay::ServeFromCache(const Subscribe& request, const std::shared_ptr<Downstream>& d) {
   ++stats_.served_from_cache;
   std::optional<Location> largest = cache_.Largest(d->track());
-  d->Accept(TrackInfo{largest, GroupOrder::kAscending, false});
-  if (largest && (request.filter_type == FilterType::kAbsoluteStart ||
-                  request.filter_type == FilterType::kAbsoluteRange)) {
-    cache_.ForEach(d->track(), request.start.value_or(Location{}), *largest,
-                   [&](const ObjectHeader& h, absl::Span<const uint8_t> p) { d->OnObject(h, p); });
-  }
+  AcceptAndReplay(request, largest, *d);
   d->OnDone(absl::OkStatus());
 }
 
@@ -451,22 +451,20 @@ void Relay::OnFetch(MoqtSession* session, const Fetch& request,
   MoqtSession* publisher = local ? nullptr : FindPublisher(name.ns);
   bool covered = cache_.Has(name) && cache_.Covers(name, start, end);
   if (local || covered || (publisher == nullptr && cache_.Has(name))) {
-    std::vector<std::pair<ObjectHeader, std::string>> objects;
-    cache_.ForEach(name, start, end, [&](const ObjectHeader& h, absl::Span<const uint8_t> p) {
-      objects.emplace_back(h, std::string(reinterpret_cast<const char*>(p.data()), p.size()));
+    // FETCH_OK names the last object, so find it before sending any.
+    std::optional<Location> last;
+    cache_.ForEach(name, start, end, [&](const ObjectHeader& h, absl::Span<const uint8_t>) {
+      last = Location{h.group, h.object};
     });
-    if (objects.empty()) {
+    if (!last) {
       d->Reject(kErrNoObjects, "no objects in the requested range");
       return;
     }
     if (!local) ++stats_.served_from_cache;
-    Location last{objects.back().first.group, objects.back().first.object};
     std::optional<Location> eot = cache_.EndOfTrack(name);
-    d->Accept(TrackInfo{last, GroupOrder::kAscending, eot && *eot <= last});
-    for (auto& [h, p] : objects) {
-      d->OnObject(h, absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(p.data()),
-                                               p.size()));
-    }
+    d->Accept(TrackInfo{last, GroupOrder::kAscending, eot && *eot <= *last});
+    cache_.ForEach(name, start, *last,
+                   [&](const ObjectHeader& h, absl::Span<const uint8_t> p) { d->OnObject(h, p); });
     d->OnDone(absl::OkStatus());
     return;
   }

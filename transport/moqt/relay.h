@@ -99,8 +99,12 @@ class Relay : public RequestHandler {
   MoqtSession* FindPublisher(const TrackNamespace& ns) const;
   bool IsLocal(const TrackNamespace& ns) const;
   void StartSubscribe(const Subscribe& request, std::shared_ptr<Downstream> downstream);
-  // Accepts `d` for a track with content up to `largest` and replays cached
-  // objects that pass its filter.
+  // Accepts `d` with content up to `largest` and replays the cached objects
+  // an absolute filter asks for (the session applies the filter's end).
+  void AcceptAndReplay(const Subscribe& request, std::optional<Location> largest,
+                       Downstream& d);
+  // Accepts `d` for a live or local track, replays, and adds it to the
+  // track's subscribers.
   void AttachLive(Track& track, const Subscribe& request, std::shared_ptr<Downstream> d);
   void ServeFromCache(const Subscribe& request, const std::shared_ptr<Downstream>& d);
   void Deliver(const FullTrackName& name, const ObjectHeader& header,

@@ -2,6 +2,7 @@
 // kind. Data streams are in session_streams.cc.
 #include "transport/moqt/session.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -619,17 +620,13 @@ void MoqtSession::Unsubscribe(uint64_t request_id) {
   SessionImpl& s = *impl_;
   auto it = s.out.find(request_id);
   if (it == s.out.end() || it->second.kind != OutRequest::Kind::kSubscribe) return;
-  bool sent = true;
-  for (auto& [id, msg] : s.blocked) sent &= id != request_id;
-  if (sent) {
-    s.SendControl(moqt::Unsubscribe{request_id});
+  // Still waiting for a request id: never sent, so just drop it.
+  auto queued = std::find_if(s.blocked.begin(), s.blocked.end(),
+                             [&](const auto& b) { return b.first == request_id; });
+  if (queued != s.blocked.end()) {
+    s.blocked.erase(queued);
   } else {
-    for (auto b = s.blocked.begin(); b != s.blocked.end(); ++b) {
-      if (b->first == request_id) {
-        s.blocked.erase(b);
-        break;
-      }
-    }
+    s.SendControl(moqt::Unsubscribe{request_id});
   }
   s.CompleteOut(request_id, absl::CancelledError("unsubscribed"));
 }

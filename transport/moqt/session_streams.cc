@@ -46,7 +46,9 @@ void SessionImpl::SendOnStream(int64_t stream, const std::string& bytes, bool fi
 DownstreamImpl::DownstreamImpl(SessionImpl* session, Kind kind, uint64_t request_id,
                                FullTrackName track, Subscribe filter, uint8_t priority)
     : session_(session), kind_(kind), request_id_(request_id), track_(std::move(track)),
-      filter_(std::move(filter)), subscriber_priority_(priority) {}
+      filter_(std::move(filter)) {
+  filter_.subscriber_priority = priority;  // also for fetches, which have no filter
+}
 
 void DownstreamImpl::Accept(const TrackInfo& info) {
   if (session_ == nullptr || accepted_ || finished_) return;
@@ -207,7 +209,7 @@ void DownstreamImpl::SendFetchObject(const ObjectHeader& header,
     }
     fetch_stream_ = *stream;
     s.stream_owner[fetch_stream_] = this;
-    s.conn->SetStreamPriority(fetch_stream_, StreamPriority(subscriber_priority_,
+    s.conn->SetStreamPriority(fetch_stream_, StreamPriority(filter_.subscriber_priority,
                                                             header.publisher_priority, 0));
     s.SendOnStream(fetch_stream_, SerializeFetchHeader(request_id_), false);
   }
@@ -401,10 +403,7 @@ OutRequest* InStream::Target() {
 
 absl::Status InStream::OnSubgroupHeader(const SubgroupHeader& header) {
   key_ = header.track_alias;
-  if (OutRequest* r = Target()) {
-    counted_ = true;
-    (void)r;
-  }
+  counted_ = Target() != nullptr;
   return absl::OkStatus();
 }
 

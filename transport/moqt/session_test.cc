@@ -164,7 +164,7 @@ TEST(MoqtSessionTest, MalformedControlMessageClosesWithProtocolViolation) {
   std::unique_ptr<quic::Client> client;
   h.thread()->RunSync([&] {
     quic::TlsOptions tls;
-    tls.ca_file = h.certs().ca_file;
+    tls.ca_file = h.certs().ca_cert;
     tls.server_name = "localhost";
     auto c = quic::Client::Connect(h.loop(), "127.0.0.1", h.port(), tls,
                                    quic::TransportOptions{}, &garbage);

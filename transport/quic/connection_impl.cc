@@ -541,10 +541,4 @@ void ConnectionImpl::WritePackets() {
   ngtcp2_conn_update_pkt_tx_time(conn_, ts);
 }
 
-std::vector<ngtcp2_cid> ConnectionImpl::SourceCids() const {
-  std::vector<ngtcp2_cid> cids(ngtcp2_conn_get_num_scid(conn_));
-  cids.resize(ngtcp2_conn_get_scid(conn_, cids.data()));
-  return cids;
-}
-
 }  // namespace kvcast::quic

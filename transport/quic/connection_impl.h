@@ -120,8 +120,6 @@ class ConnectionImpl final : public Connection {
   void Refuse(absl::string_view reason);
   // Endpoint teardown: sends CONNECTION_CLOSE (if still open) and ends.
   void Shutdown(absl::Status status);
-  // Source CIDs to route to this connection (server).
-  std::vector<ngtcp2_cid> SourceCids() const;
 
  private:
   friend struct ConnectionCallbacks;

@@ -245,14 +245,9 @@ class EpollEventLoop : public EventLoop {
       return;
     }
     armed_deadline_ = deadline;
-    itimerspec spec{};
-    if (deadline != 0) {
-      spec.it_value.tv_sec = deadline / 1000000000;
-      spec.it_value.tv_nsec = deadline % 1000000000;
-      if (spec.it_value.tv_sec == 0 && spec.it_value.tv_nsec == 0) {
-        spec.it_value.tv_nsec = 1;  // All-zero would disarm.
-      }
-    }
+    itimerspec spec{};  // deadline > 0 here, so it_value is never all-zero
+    spec.it_value.tv_sec = deadline / 1000000000;
+    spec.it_value.tv_nsec = deadline % 1000000000;
     timerfd_settime(timer_fd_, TFD_TIMER_ABSTIME, &spec, nullptr);
   }
 

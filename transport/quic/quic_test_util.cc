@@ -55,7 +55,6 @@ void RecordingHandler::OnHandshakeDone(Connection* conn) {
     conn_ = conn;
     handshake_done_ = true;
   }
-  if (on_handshake) on_handshake(conn);
 }
 
 void RecordingHandler::OnStreamData(Connection* conn, int64_t stream_id,
@@ -287,11 +286,6 @@ RecordingHandler* QuicTestEnv::ServerHandler(size_t i, absl::Duration timeout) {
   };
   if (!mu_.AwaitWithTimeout(absl::Condition(&ready), timeout)) return nullptr;
   return server_handlers_[i].get();
-}
-
-size_t QuicTestEnv::ServerHandlerCount() const {
-  absl::MutexLock lock(&mu_);
-  return server_handlers_.size();
 }
 
 absl::StatusOr<size_t> QuicTestEnv::Connect(const TlsOptions& tls,

@@ -57,7 +57,6 @@ class RecordingHandler : public ConnectionHandler {
   void OnClosed(Connection* conn, const absl::Status& reason) override;
 
   // Optional hooks, run on the loop thread after recording.
-  std::function<void(Connection*)> on_handshake;
   std::function<void(Connection*, int64_t, absl::Span<const uint8_t>, bool)>
       on_data;
   std::function<void(Connection*)> on_streams_available;
@@ -125,7 +124,6 @@ class QuicTestEnv {
   // Waits for the i-th accepted connection's handler.
   RecordingHandler* ServerHandler(size_t i,
                                   absl::Duration timeout = absl::Seconds(10));
-  size_t ServerHandlerCount() const;
 
   // Connects a client (on the loop thread) with a new RecordingHandler.
   // Returns its index; the client's handler is client_handler(i).

@@ -97,7 +97,9 @@ class ServerImpl final : public Server, private EndpointCore {
       return;
     }
     if (rv != 0) return;
-    auto it = by_cid_.find(CidKey(vc.dcid, vc.dcidlen));
+    // Looked up by view: no allocation per received packet.
+    auto it = by_cid_.find(
+        absl::string_view(reinterpret_cast<const char*>(vc.dcid), vc.dcidlen));
     if (it != by_cid_.end()) {
       it->second->OnPacket(from, data);
       Touch(it->second);

@@ -76,10 +76,4 @@ void StreamSendBuffer::DropUnsent() {
   queued_ = sent_;
 }
 
-void StreamSendBuffer::Clear() {
-  chunks_.clear();
-  front_offset_ = sent_ = queued_;
-  cursor_chunk_ = cursor_offset_ = 0;
-}
-
 }  // namespace kvcast::quic

@@ -26,7 +26,6 @@ class StreamSendBuffer {
   void Append(absl::Span<const uint8_t> data);
   // Bytes queued and not yet handed to QUIC.
   uint64_t unsent() const { return queued_ - sent_; }
-  uint64_t sent_offset() const { return sent_; }
   // Points up to `max` vecs at the unsent bytes, in order; `*covers_all` is
   // set when they cover every unsent byte. Returns the number of vecs.
   size_t PeekUnsent(ngtcp2_vec* vecs, size_t max, bool* covers_all) const;
@@ -34,9 +33,8 @@ class StreamSendBuffer {
   void MarkSent(uint64_t n);
   // QUIC acknowledged everything below stream offset `end`; frees chunks.
   void MarkAcked(uint64_t end);
-  // Drops unsent bytes (stream reset); in-flight ones stay until Clear().
+  // Drops unsent bytes (stream reset); in-flight ones stay until acked.
   void DropUnsent();
-  void Clear();
   // Bytes held in memory (unacknowledged + unsent).
   uint64_t held() const { return queued_ - front_offset_; }
 

@@ -60,8 +60,6 @@ class TlsContext {
   absl::StatusOr<std::unique_ptr<TlsSession>> NewSession(
       ngtcp2_crypto_conn_ref* conn_ref, const std::string& peer_name) const;
 
-  Role role() const { return role_; }
-
  private:
   TlsContext(Role role, const TlsOptions& tls, const std::string& alpn)
       : role_(role), options_(tls), alpn_(alpn) {}

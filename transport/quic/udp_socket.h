@@ -86,8 +86,6 @@ class UdpSocket {
                   size_t segment_size);
   size_t SendOneByOne(const SocketAddress& to, absl::Span<const uint8_t> data,
                       size_t segment_size);
-  size_t SendFiltered(const SocketAddress& to, absl::Span<const uint8_t> data,
-                      size_t segment_size);
 
   const int fd_;
   const SocketAddress local_;

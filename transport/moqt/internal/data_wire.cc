@@ -99,14 +99,18 @@ void WriteExtensions(const Parameters& extensions, Writer* w) {
   w->WriteLengthPrefixed(block);
 }
 
-// Runs `write` into a scratch string and appends it to `out` on success.
+// Runs `write` appending to `out`; on error cuts `out` back to where it was,
+// so nothing is appended. Writes in place: an object's payload is copied
+// once, straight into `out`.
 template <typename WriteFn>
 absl::Status AppendIfValid(std::string* out, WriteFn write) {
-  std::string bytes;
-  Writer writer(&bytes);
+  const size_t old_size = out->size();
+  Writer writer(out);
   write(&writer);
-  RETURN_IF_ERROR(writer.status());
-  out->append(bytes);
+  if (!writer.status().ok()) {
+    out->resize(old_size);
+    return writer.status();
+  }
   return absl::OkStatus();
 }
 

@@ -84,7 +84,6 @@ class DownstreamImpl : public Downstream {
   const uint64_t request_id_;
   FullTrackName track_;
   Subscribe filter_;
-  const uint8_t subscriber_priority_;
   uint64_t track_alias_ = 0;
   bool accepted_ = false;
   bool finished_ = false;

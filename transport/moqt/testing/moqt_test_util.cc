@@ -2,21 +2,9 @@
 
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-
-#include "absl/strings/str_cat.h"
-#include "tools/devcert/devcert.h"
+#include "transport/quic/quic_test_util.h"
 
 namespace kvcast::moqt::testing {
-
-TestCerts MakeTestCerts(const std::string& dir) {
-  devcert::DevCertOptions options;
-  options.out_dir = dir;
-  absl::Status s = devcert::WriteDevCertificates(options);
-  EXPECT_TRUE(s.ok()) << s;
-  devcert::DevCertPaths paths = devcert::PathsIn(dir);
-  return TestCerts{paths.ca_cert, paths.server_cert, paths.server_key};
-}
 
 bool WaitOnLoop(quic::LoopThread* thread, const std::function<bool()>& pred,
                 absl::Duration timeout) {
@@ -34,14 +22,12 @@ RelayHarness::RelayHarness(RelayOptions options, SessionOptions server_options) 
   auto thread = quic::LoopThread::Start();
   EXPECT_TRUE(thread.ok()) << thread.status();
   thread_ = std::move(*thread);
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  std::string dir = absl::StrCat(tmp ? tmp : "/tmp", "/certs-", reinterpret_cast<uintptr_t>(this));
-  certs_ = MakeTestCerts(dir);
+  certs_ = quic::testing::MakeTestCerts("moqt");
   thread_->RunSync([&] {
     relay_ = std::make_unique<Relay>(loop(), options);
     quic::TlsOptions tls;
-    tls.cert_file = certs_.cert_file;
-    tls.key_file = certs_.key_file;
+    tls.cert_file = certs_.server_cert;
+    tls.key_file = certs_.server_key;
     auto server = MoqtServer::Create(loop(), "127.0.0.1", 0, tls, quic::TransportOptions{},
                                      server_options, relay_.get());
     EXPECT_TRUE(server.ok()) << server.status();
@@ -65,7 +51,7 @@ MoqtClient* RelayHarness::Connect(RequestHandler* handler, SessionOptions option
   MoqtClient* raw = nullptr;
   thread_->RunSync([&] {
     quic::TlsOptions tls;
-    tls.ca_file = certs_.ca_file;
+    tls.ca_file = certs_.ca_cert;
     tls.server_name = "localhost";
     auto client = MoqtClient::Connect(loop(), "127.0.0.1", port_, tls,
                                       quic::TransportOptions{}, options, handler);
@@ -92,13 +78,7 @@ void RelayHarness::Disconnect(MoqtClient* client) {
 }
 
 std::string Bytes(uint64_t group, uint64_t object, size_t size) {
-  std::string s(size, '\0');
-  uint64_t x = group * 1000003 + object * 7919 + 1;
-  for (size_t i = 0; i < size; ++i) {
-    x = x * 6364136223846793005ull + 1442695040888963407ull;
-    s[i] = static_cast<char>(x >> 56);
-  }
-  return s;
+  return quic::testing::Pattern(size, static_cast<uint32_t>(group * 65537 + object));
 }
 
 absl::Span<const uint8_t> AsSpan(const std::string& s) {

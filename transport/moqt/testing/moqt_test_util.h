@@ -8,21 +8,13 @@
 #include <string>
 #include <utility>
 
-#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "tools/devcert/devcert.h"
 #include "transport/moqt/moqt_endpoint.h"
 #include "transport/moqt/relay.h"
 #include "transport/quic/event_loop.h"
 
 namespace kvcast::moqt::testing {
-
-struct TestCerts {
-  std::string ca_file;
-  std::string cert_file;  // for "localhost" and 127.0.0.1
-  std::string key_file;
-};
-// Makes a fresh CA and server certificate under `dir`.
-TestCerts MakeTestCerts(const std::string& dir);
 
 // Polls `pred` on the loop thread every few ms until true or `timeout`.
 bool WaitOnLoop(quic::LoopThread* thread, const std::function<bool()>& pred,
@@ -68,7 +60,7 @@ class RelayHarness {
   quic::EventLoop* loop() { return thread_->loop(); }
   Relay* relay() { return relay_.get(); }
   uint16_t port() const { return port_; }
-  const TestCerts& certs() const { return certs_; }
+  const devcert::DevCertPaths& certs() const { return certs_; }
   // Connects a client whose peer requests go to `handler` (borrowed; must
   // outlive the harness) and waits until its SETUP exchange is done.
   MoqtClient* Connect(RequestHandler* handler, SessionOptions options = {});
@@ -76,13 +68,14 @@ class RelayHarness {
 
  private:
   std::unique_ptr<quic::LoopThread> thread_;
-  TestCerts certs_;
+  devcert::DevCertPaths certs_;
   std::unique_ptr<Relay> relay_;
   std::unique_ptr<MoqtServer> server_;
   std::vector<std::unique_ptr<MoqtClient>> clients_;
   uint16_t port_ = 0;
 };
 
+// The test payload of object `object` of group `group`.
 std::string Bytes(uint64_t group, uint64_t object, size_t size);
 absl::Span<const uint8_t> AsSpan(const std::string& s);
 

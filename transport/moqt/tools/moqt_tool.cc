@@ -161,12 +161,20 @@ class PublisherHandler : public Relay {
         return;
       }
       std::fprintf(stderr, "namespace %s announced\n", ToString(track_.ns).c_str());
-      if (absl::GetFlag(FLAGS_start) == "now") {
-        PublishAll();
-      } else {
-        WaitForSubscriber();
-      }
+      announced_ = true;
+      if (absl::GetFlag(FLAGS_start) == "now" || num_subscribers(track_) > 0) PublishAll();
     });
+  }
+  // --start subscriber: the first SUBSCRIBE of our track starts the objects
+  // (after it is accepted, so its filter sees them as new).
+  void OnSubscribe(MoqtSession* session, const Subscribe& request,
+                   std::shared_ptr<Downstream> downstream) override {
+    Relay::OnSubscribe(session, request, std::move(downstream));
+    if (request.track == track_ && announced_ && !published_) {
+      loop_->Post([this] {
+        if (!published_) PublishAll();
+      });
+    }
   }
   void OnSessionClosed(MoqtSession* session, const absl::Status& reason) override {
     Relay::OnSessionClosed(session, reason);
@@ -177,14 +185,8 @@ class PublisherHandler : public Relay {
   }
 
  private:
-  void WaitForSubscriber() {
-    if (num_subscribers(track_) > 0) {
-      PublishAll();
-      return;
-    }
-    loop_->RunAfter(absl::Milliseconds(5), [this] { WaitForSubscriber(); });
-  }
   void PublishAll() {
+    published_ = true;
     uint64_t groups = absl::GetFlag(FLAGS_groups), objects = absl::GetFlag(FLAGS_objects);
     for (uint64_t g = 0; g < groups; ++g) {
       for (uint64_t o = 0; o < objects; ++o) {
@@ -207,6 +209,8 @@ class PublisherHandler : public Relay {
   quic::EventLoop* loop_;
   FullTrackName track_;
   Result* result_;
+  bool announced_ = false;
+  bool published_ = false;
 };
 
 int Run(const std::string& mode) {
