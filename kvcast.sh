@@ -17,6 +17,7 @@ APT_PACKAGES=(
 PY_PACKAGES=(tokenizers==0.23.3)
 VENV=.venv
 MOQ_VENV=.venv-moq   # aiomoqt, the independent MoQT peer (Python >= 3.12)
+DEPLOY_VENV=build/venv-deploy   # Helm engine, Kubernetes schemas, linters for deploy/ tests
 TINY_MODEL=build/tiny-model
 
 log() { printf '\033[1m[kvcast]\033[0m %s\n' "$*" >&2; }
@@ -66,13 +67,23 @@ setup_moq_venv() {
   fi
 }
 
+setup_deploy_venv() {
+  if deploy/tests/setup_deploy_venv.sh "$DEPLOY_VENV" >&2; then
+    echo "$PWD/$DEPLOY_VENV"
+  else
+    log "could not create $DEPLOY_VENV: the chart tests will report SKIPPED"
+  fi
+}
+
 test_all() {
   setup_apt
   setup_venv
-  local moq_venv rc=0
+  local moq_venv deploy_venv rc=0
   moq_venv=$(setup_moq_venv)
+  deploy_venv=$(setup_deploy_venv)
   bazel_cmd test //... --test_env=KVCAST_PYTHON="$PWD/$VENV/bin/python" \
-    --test_env=KVCAST_AIOMOQT_VENV="$moq_venv" || rc=$?
+    --test_env=KVCAST_AIOMOQT_VENV="$moq_venv" \
+    --test_env=KVCAST_DEPLOY_VENV="$deploy_venv" || rc=$?
   python3 tests/count_results.py bazel-testlogs
   return $rc
 }

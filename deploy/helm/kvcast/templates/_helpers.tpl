@@ -1,0 +1,95 @@
+{{/*
+Names, labels and addresses shared by every template. Templates that take a
+role are called with (dict "root" $ "role" ROLE), ROLE one of
+scheduler | prefill | decode | relay.
+*/}}
+
+{{- define "kvcast.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "kvcast.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* The roles this release runs, in order; the relay is optional. */}}
+{{- define "kvcast.roles" -}}
+{{- $roles := list "scheduler" "prefill" "decode" }}
+{{- if .Values.relay.enabled }}{{ $roles = append $roles "relay" }}{{ end }}
+{{- join " " $roles }}
+{{- end }}
+
+{{/* Name of a role's Deployment, Service, HPA, PDB: <fullname>-<role>. */}}
+{{- define "kvcast.componentName" -}}
+{{- printf "%s-%s" (include "kvcast.fullname" .root | trunc 50 | trimSuffix "-") .role }}
+{{- end }}
+
+{{- define "kvcast.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "kvcast.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .role }}
+{{- end }}
+
+{{- define "kvcast.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | replace "+" "_" }}
+{{ include "kvcast.selectorLabels" . }}
+app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .root.Release.Service }}
+app.kubernetes.io/part-of: kvcast
+{{- end }}
+
+{{- define "kvcast.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "kvcast.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "kvcast.image" -}}
+{{- $v := index .root.Values .role }}
+{{- printf "%s:%s" $v.image.repository (default .root.Chart.AppVersion .root.Values.image.tag) }}
+{{- end }}
+
+{{/* In-cluster DNS name of a role's Service. */}}
+{{- define "kvcast.serviceHost" -}}
+{{- printf "%s.%s.svc" (include "kvcast.componentName" .) .root.Release.Namespace }}
+{{- end }}
+
+{{/* HOST:PORT workers register and heartbeat with (--scheduler). */}}
+{{- define "kvcast.schedulerAddress" -}}
+{{- printf "%s:%d" (include "kvcast.serviceHost" (dict "root" . "role" "scheduler")) (int .Values.scheduler.ports.grpc) }}
+{{- end }}
+
+{{/* HOST:PORT of the MoQT relay Service (--relay). */}}
+{{- define "kvcast.relayAddress" -}}
+{{- printf "%s:%d" (include "kvcast.serviceHost" (dict "root" . "role" "relay")) (int .Values.relay.ports.moqt) }}
+{{- end }}
+
+{{/* LISTEN_HOST:PORT for a --*_listen flag. */}}
+{{- define "kvcast.listen" -}}
+{{- printf "%s:%d" .root.Values.listenHost (int .port) }}
+{{- end }}
+
+{{- define "kvcast.quicSecretName" -}}
+{{- default (printf "%s-quic-dev" (include "kvcast.fullname" .)) .Values.tls.quic.secretName }}
+{{- end }}
+
+{{/* Whether a role speaks QUIC (and so mounts the QUIC TLS material). */}}
+{{- define "kvcast.usesQuic" -}}
+{{- if has .role (list "prefill" "decode" "relay") }}true{{ end }}
+{{- end }}
+
+{{/* Whether a role is a GPU-capable worker (prefill, decode). */}}
+{{- define "kvcast.isWorker" -}}
+{{- if has .role (list "prefill" "decode") }}true{{ end }}
+{{- end }}

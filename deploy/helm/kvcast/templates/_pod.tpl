@@ -1,0 +1,162 @@
+{{/*
+Pieces of a role's pod spec: probes, environment, volumes and mounts.
+Called with (dict "root" $ "role" ROLE).
+*/}}
+
+{{/*
+gRPC health probes (grpc.health.v1) on the role's gRPC port. With gRPC TLS
+on they become TCP checks of the same port: the kubelet's gRPC probe speaks
+plaintext only.
+*/}}
+{{- define "kvcast.probes" -}}
+{{- $v := index .root.Values .role }}
+{{- $check := dict "grpc" (dict "port" (int $v.ports.grpc)) }}
+{{- if .root.Values.tls.grpc.enabled }}
+{{- $check = dict "tcpSocket" (dict "port" "grpc") }}
+{{- end }}
+startupProbe:
+  {{- toYaml $check | nindent 2 }}
+  periodSeconds: {{ $v.probes.startup.periodSeconds }}
+  failureThreshold: {{ $v.probes.startup.failureThreshold }}
+livenessProbe:
+  {{- toYaml $check | nindent 2 }}
+  periodSeconds: {{ $v.probes.liveness.periodSeconds }}
+  timeoutSeconds: {{ $v.probes.liveness.timeoutSeconds }}
+  failureThreshold: {{ $v.probes.liveness.failureThreshold }}
+readinessProbe:
+  {{- toYaml $check | nindent 2 }}
+  periodSeconds: {{ $v.probes.readiness.periodSeconds }}
+  timeoutSeconds: {{ $v.probes.readiness.timeoutSeconds }}
+  failureThreshold: {{ $v.probes.readiness.failureThreshold }}
+{{- end }}
+
+{{- define "kvcast.containerPorts" -}}
+{{- $v := index .root.Values .role }}
+- name: grpc
+  containerPort: {{ int $v.ports.grpc }}
+  protocol: TCP
+{{- if include "kvcast.usesQuic" . }}
+- name: moqt
+  containerPort: {{ int $v.ports.moqt }}
+  protocol: UDP
+{{- end }}
+- name: metrics
+  containerPort: {{ int $v.ports.metrics }}
+  protocol: TCP
+{{- end }}
+
+{{/* Workers advertise the pod IP, or the node IP under hostNetwork. */}}
+{{- define "kvcast.env" -}}
+{{- $v := index .root.Values .role }}
+{{- if include "kvcast.isWorker" . }}
+- name: KVCAST_ADVERTISE_HOST
+  valueFrom:
+    fieldRef:
+      fieldPath: {{ ternary "status.hostIP" "status.podIP" .root.Values.hostNetwork }}
+{{- if eq $v.backend "cpu" }}
+# CPU backend: hide the node's GPUs from the NVIDIA container runtime.
+- name: NVIDIA_VISIBLE_DEVICES
+  value: void
+{{- end }}
+{{- end }}
+{{- with $v.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* The role's resources, plus nvidia.com/gpu for workers on CUDA. */}}
+{{- define "kvcast.resources" -}}
+{{- $v := index .root.Values .role }}
+{{- $res := deepCopy (default dict $v.resources) }}
+{{- if and (include "kvcast.isWorker" .) (eq $v.backend "cuda") }}
+{{- $_ := set $res "requests" (set (default dict $res.requests) "nvidia.com/gpu" (int $v.gpus)) }}
+{{- $_ := set $res "limits" (set (default dict $res.limits) "nvidia.com/gpu" (int $v.gpus)) }}
+{{- end }}
+{{- toYaml $res }}
+{{- end }}
+
+{{- define "kvcast.volumeMounts" -}}
+- name: tmp
+  mountPath: /tmp
+{{- if include "kvcast.isWorker" . }}
+- name: model
+  mountPath: {{ .root.Values.model.mountPath }}
+  readOnly: true
+  {{- if and (eq .root.Values.model.source "pvc") .root.Values.model.pvc.subPath }}
+  subPath: {{ .root.Values.model.pvc.subPath }}
+  {{- end }}
+{{- end }}
+{{- if include "kvcast.usesQuic" . }}
+- name: quic-tls
+  mountPath: /etc/kvcast/quic
+  readOnly: true
+{{- end }}
+{{- if .root.Values.tls.grpc.enabled }}
+- name: grpc-tls
+  mountPath: /etc/kvcast/grpc
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{- define "kvcast.volumes" -}}
+{{- $m := .root.Values.model }}
+- name: tmp
+  emptyDir: {}
+{{- if include "kvcast.isWorker" . }}
+- name: model
+  {{- if eq $m.source "pvc" }}
+  persistentVolumeClaim:
+    claimName: {{ $m.pvc.claimName }}
+    readOnly: true
+  {{- else if eq $m.source "hostPath" }}
+  hostPath:
+    path: {{ $m.hostPath.path }}
+    type: Directory
+  {{- else }}
+  emptyDir:
+    sizeLimit: {{ $m.image.sizeLimit }}
+  {{- end }}
+{{- end }}
+{{- if include "kvcast.usesQuic" . }}
+- name: quic-tls
+  secret:
+    secretName: {{ include "kvcast.quicSecretName" .root }}
+    defaultMode: 0440
+{{- end }}
+{{- if .root.Values.tls.grpc.enabled }}
+- name: grpc-tls
+  secret:
+    secretName: {{ .root.Values.tls.grpc.secretName }}
+    defaultMode: 0440
+{{- end }}
+{{- end }}
+
+{{/* model.source=image: copy the checkpoint out of the model image. */}}
+{{- define "kvcast.initContainers" -}}
+{{- $m := .root.Values.model }}
+{{- if and (include "kvcast.isWorker" .) (eq $m.source "image") }}
+- name: copy-model
+  image: {{ printf "%s:%s" $m.image.repository $m.image.tag }}
+  imagePullPolicy: {{ $m.image.pullPolicy }}
+  command: ["cp", "-R", "{{ trimSuffix "/" $m.image.path }}/.", "/kvcast-model/"]
+  securityContext:
+    {{- toYaml .root.Values.containerSecurityContext | nindent 4 }}
+  volumeMounts:
+    - name: model
+      mountPath: /kvcast-model
+{{- end }}
+{{- end }}
+
+{{/* Placement: the role's affinity, plus one pod per node under hostNetwork. */}}
+{{- define "kvcast.affinity" -}}
+{{- $v := index .root.Values .role }}
+{{- $aff := deepCopy (default dict $v.affinity) }}
+{{- if .root.Values.hostNetwork }}
+{{- $term := dict "topologyKey" "kubernetes.io/hostname" "labelSelector" (dict "matchLabels" (include "kvcast.selectorLabels" . | fromYaml)) }}
+{{- $paa := default dict $aff.podAntiAffinity }}
+{{- $req := default list (get $paa "requiredDuringSchedulingIgnoredDuringExecution") }}
+{{- $_ := set $paa "requiredDuringSchedulingIgnoredDuringExecution" (append $req $term) }}
+{{- $_ := set $aff "podAntiAffinity" $paa }}
+{{- end }}
+{{- if $aff }}{{ toYaml $aff }}{{ end }}
+{{- end }}

@@ -1,0 +1,26 @@
+{{/*
+Checks values.schema.json cannot express; each failure stops the render
+with a message that names the values involved.
+*/}}
+{{- define "kvcast.validate" -}}
+{{- $seen := dict }}
+{{- range $role := splitList " " (include "kvcast.roles" .) }}
+{{- $v := index $.Values $role }}
+{{- $mine := dict }}
+{{- range $kind, $port := $v.ports }}
+{{- $key := toString (int $port) }}
+{{- if hasKey $mine $key }}
+{{- fail (printf "kvcast: %s.ports.%s and %s.ports.%s are both %s; a pod's ports must differ" $role $kind $role (get $mine $key) $key) }}
+{{- end }}
+{{- $_ := set $mine $key $kind }}
+{{- if and $.Values.hostNetwork (hasKey $seen $key) }}
+{{- fail (printf "kvcast: hostNetwork is on, and %s.ports.%s and %s are both %s; pods of different roles share a node's ports, so every port must differ" $role $kind (get $seen $key) $key) }}
+{{- end }}
+{{- $_ := set $seen $key (printf "%s.ports.%s" $role $kind) }}
+{{- end }}
+{{- $a := $v.autoscaling }}
+{{- if and $a.enabled (gt (int $a.minReplicas) (int $a.maxReplicas)) }}
+{{- fail (printf "kvcast: %s.autoscaling.minReplicas (%d) is greater than maxReplicas (%d)" $role (int $a.minReplicas) (int $a.maxReplicas)) }}
+{{- end }}
+{{- end }}
+{{- end }}

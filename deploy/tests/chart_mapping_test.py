@@ -1,0 +1,416 @@
+"""Values map onto the rendered objects as docs/deploy.md says: replicas per
+role, GPU requests, UDP ports, probes, TLS Secret mounts, worker
+registration with the scheduler Service, model mounts, HPAs, PDBs, metrics.
+Command lines use only the flags of the services' contract (and, for the
+relay, only flags that transport/moqt/relay_main.cc defines).
+
+Run by run_in_venv.sh with the venv from setup_deploy_venv.sh.
+"""
+import base64
+import os
+import pathlib
+import re
+import subprocess
+import tempfile
+import unittest
+
+import kvtest
+from kvtest import container, find, flags, render_set, the
+
+COMMON_FLAGS = {"grpc_listen", "metrics_listen", "grpc_cert", "grpc_key", "grpc_ca"}
+WORKER_FLAGS = COMMON_FLAGS | {"model", "backend", "kv_cache_mb", "scheduler", "advertise_host",
+                               "moqt_listen", "relay", "quic_cert", "quic_key", "quic_ca"}
+CONTRACT = {
+    "scheduler": COMMON_FLAGS | {"lease_s", "max_queue"},
+    "prefill": WORKER_FLAGS,
+    "decode": WORKER_FLAGS,
+    "relay": COMMON_FLAGS,  # plus what relay_main.cc defines, added below
+}
+RELAY_MAIN = pathlib.Path(os.environ.get("KVCAST_RELAY_MAIN", "transport/moqt/relay_main.cc"))
+WORKERS = ("prefill", "decode")
+QUIC_ROLES = ("prefill", "decode", "relay")
+
+
+def objs(name):
+    return kvtest.objects(render_set(name))
+
+
+def pod(deployment):
+    return deployment["spec"]["template"]["spec"]
+
+
+def probe_checks(c):
+    return {k: {m: v for m, v in c[k].items() if m in ("grpc", "tcpSocket")}
+            for k in ("startupProbe", "livenessProbe", "readinessProbe")}
+
+
+class Replicas(unittest.TestCase):
+    def test_defaults_one_pod_per_role(self):
+        for role in kvtest.ROLES:
+            self.assertEqual(the(objs("defaults"), "Deployment", role)["spec"]["replicas"], 1, role)
+
+    def test_4_prefill_8_decode(self):
+        o = objs("scale-4p8d")
+        want = {"scheduler": 1, "prefill": 4, "decode": 8, "relay": 1}
+        got = {r: the(o, "Deployment", r)["spec"]["replicas"] for r in kvtest.ROLES}
+        self.assertEqual(got, want)
+
+    def test_hpa_owns_replicas(self):
+        o = objs("full")
+        for role in kvtest.ROLES:
+            self.assertNotIn("replicas", the(o, "Deployment", role)["spec"], role)
+            hpa = the(o, "HorizontalPodAutoscaler", role)
+            self.assertEqual(hpa["spec"]["scaleTargetRef"]["name"],
+                             the(o, "Deployment", role)["metadata"]["name"])
+        self.assertEqual(find(objs("defaults"), "HorizontalPodAutoscaler"), [])
+
+    def test_hpa_metrics(self):
+        o = objs("full")
+        metric = {r: the(o, "HorizontalPodAutoscaler", r)["spec"]["metrics"][0] for r in kvtest.ROLES}
+        self.assertEqual(metric["scheduler"]["resource"]["target"]["averageUtilization"], 70)
+        self.assertEqual(metric["decode"]["resource"]["target"]["averageUtilization"], 60)
+        self.assertEqual(metric["prefill"]["type"], "Pods")
+        self.assertEqual(metric["prefill"]["pods"]["metric"]["name"], "kvcast_prefill_queued_tokens")
+        self.assertEqual(metric["relay"]["pods"]["target"]["averageValue"], "200")
+        prefill = the(o, "HorizontalPodAutoscaler", "prefill")["spec"]
+        self.assertEqual((prefill["minReplicas"], prefill["maxReplicas"]), (2, 6))
+
+
+class Gpus(unittest.TestCase):
+    def gpu(self, deployment):
+        res = container(deployment)["resources"]
+        return (res.get("requests", {}).get("nvidia.com/gpu"),
+                res.get("limits", {}).get("nvidia.com/gpu"))
+
+    def test_workers_request_a_gpu_by_default(self):
+        o = objs("defaults")
+        for role in WORKERS:
+            d = the(o, "Deployment", role)
+            self.assertEqual(self.gpu(d), (1, 1), role)
+            self.assertEqual(flags(d)["backend"], "cuda")
+        for role in ("scheduler", "relay"):
+            self.assertEqual(self.gpu(the(o, "Deployment", role)), (None, None), role)
+
+    def test_gpus_per_pod(self):
+        self.assertEqual(self.gpu(the(objs("full"), "Deployment", "prefill")), (2, 2))
+
+    def test_cpu_backend_requests_no_gpu_and_hides_them(self):
+        o = objs("cpu-backend")
+        for role in WORKERS:
+            d = the(o, "Deployment", role)
+            self.assertEqual(self.gpu(d), (None, None), role)
+            self.assertEqual(flags(d)["backend"], "cpu")
+            env = {e["name"]: e.get("value") for e in container(d)["env"]}
+            self.assertEqual(env["NVIDIA_VISIBLE_DEVICES"], "void")
+
+
+class Ports(unittest.TestCase):
+    def test_quic_is_udp_everywhere(self):
+        for name in kvtest.VALUE_SETS:
+            o = objs(name)
+            for role in QUIC_ROLES:
+                if not find(o, "Deployment", role):
+                    continue
+                d, svc = the(o, "Deployment", role), the(o, "Service", role)
+                cport = {p["name"]: p for p in container(d)["ports"]}["moqt"]
+                sport = {p["name"]: p for p in svc["spec"]["ports"]}["moqt"]
+                self.assertEqual((cport["protocol"], sport["protocol"]), ("UDP", "UDP"))
+                self.assertEqual(sport["port"], cport["containerPort"])
+                listen = flags(d)["listen" if role == "relay" else "moqt_listen"]
+                self.assertEqual(listen, f"0.0.0.0:{cport['containerPort']}", (name, role))
+
+    def test_grpc_is_tcp_and_scheduler_has_no_udp(self):
+        o = objs("defaults")
+        for role in kvtest.ROLES:
+            ports = {p["name"]: p for p in the(o, "Service", role)["spec"]["ports"]}
+            self.assertEqual(ports["grpc"]["protocol"], "TCP")
+            self.assertEqual(flags(the(o, "Deployment", role))["grpc_listen"],
+                             f"0.0.0.0:{ports['grpc']['port']}")
+        self.assertNotIn("UDP", [p["protocol"] for p in the(o, "Service", "scheduler")["spec"]["ports"]])
+
+    def test_service_types(self):
+        o = objs("defaults")
+        for role in WORKERS:
+            self.assertEqual(the(o, "Service", role)["spec"]["clusterIP"], "None")
+        self.assertEqual(the(o, "Service", "scheduler")["spec"]["type"], "ClusterIP")
+        self.assertEqual(the(objs("full"), "Service", "scheduler")["spec"]["type"], "LoadBalancer")
+
+    def test_host_network(self):
+        o = objs("hostnetwork")
+        for role in kvtest.ROLES:
+            spec = pod(the(o, "Deployment", role))
+            self.assertTrue(spec["hostNetwork"])
+            self.assertEqual(spec["dnsPolicy"], "ClusterFirstWithHostNet")
+            anti = spec["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+            self.assertEqual(anti[-1]["labelSelector"]["matchLabels"]["app.kubernetes.io/component"], role)
+        # The role's own affinity survives next to the added anti-affinity.
+        self.assertIn("nodeAffinity", pod(the(o, "Deployment", "decode"))["affinity"])
+        for role in WORKERS:
+            env = {e["name"]: e for e in container(the(o, "Deployment", role))["env"]}
+            self.assertEqual(env["KVCAST_ADVERTISE_HOST"]["valueFrom"]["fieldRef"]["fieldPath"],
+                             "status.hostIP")
+        self.assertNotIn("hostNetwork", pod(the(objs("defaults"), "Deployment", "prefill")))
+
+
+class Probes(unittest.TestCase):
+    def test_grpc_health_probes_on_the_grpc_port(self):
+        o = objs("defaults")
+        for role in kvtest.ROLES:
+            c = container(the(o, "Deployment", role))
+            port = {p["name"]: p["containerPort"] for p in c["ports"]}["grpc"]
+            for kind, check in probe_checks(c).items():
+                self.assertEqual(check, {"grpc": {"port": port}}, (role, kind))
+
+    def test_tls_probes_fall_back_to_tcp(self):
+        o = objs("tls")
+        for role in kvtest.ROLES:
+            for kind, check in probe_checks(container(the(o, "Deployment", role))).items():
+                self.assertEqual(check, {"tcpSocket": {"port": "grpc"}}, (role, kind))
+
+    def test_workers_get_time_to_load_the_model(self):
+        c = container(the(objs("defaults"), "Deployment", "decode"))
+        p = c["startupProbe"]
+        self.assertGreaterEqual(p["periodSeconds"] * p["failureThreshold"], 300)
+
+
+class TlsSecrets(unittest.TestCase):
+    def mounts(self, d):
+        spec = pod(d)
+        vols = {v["name"]: v for v in spec["volumes"]}
+        return {m["mountPath"]: (vols[m["name"]].get("secret", {}).get("secretName"), m.get("readOnly"))
+                for m in container(d)["volumeMounts"]}
+
+    def test_dev_quic_secret_by_default(self):
+        o = objs("defaults")
+        secret = the_secret(o, "kv-kvcast-quic-dev")
+        self.assertEqual(set(secret["data"]), {"tls.crt", "tls.key", "ca.crt"})
+        for role in kvtest.ROLES:
+            m = self.mounts(the(o, "Deployment", role))
+            if role in QUIC_ROLES:
+                self.assertEqual(m["/etc/kvcast/quic"], ("kv-kvcast-quic-dev", True), role)
+            else:
+                self.assertNotIn("/etc/kvcast/quic", m)
+            self.assertNotIn("/etc/kvcast/grpc", m)
+            self.assertNotIn("grpc_cert", flags(the(o, "Deployment", role)))
+
+    def test_dev_certificate_is_signed_by_its_ca(self):
+        data = the_secret(objs("defaults"), "kv-kvcast-quic-dev")["data"]
+        with tempfile.TemporaryDirectory(dir=os.environ.get("TEST_TMPDIR")) as tmp:
+            for key in data:
+                pathlib.Path(tmp, key).write_bytes(base64.b64decode(data[key]))
+            ok = subprocess.run(["openssl", "verify", "-CAfile", "ca.crt", "tls.crt"], cwd=tmp,
+                                capture_output=True, text=True)
+            self.assertEqual(ok.returncode, 0, ok.stdout + ok.stderr)
+            text = subprocess.run(["openssl", "x509", "-in", "tls.crt", "-noout", "-text"], cwd=tmp,
+                                  capture_output=True, text=True, check=True).stdout
+            self.assertIn("DNS:kv-kvcast-relay.llm.svc", text)
+            self.assertIn("TLS Web Client Authentication", text)
+
+    def test_tls_on_mounts_both_secrets(self):
+        o = objs("tls")
+        self.assertEqual(find(o, "Secret"), [])
+        for role in kvtest.ROLES:
+            d = the(o, "Deployment", role)
+            m, f = self.mounts(d), flags(d)
+            self.assertEqual(m["/etc/kvcast/grpc"], ("kvcast-grpc-tls", True), role)
+            self.assertEqual((f["grpc_cert"], f["grpc_key"], f["grpc_ca"]),
+                             tuple(f"/etc/kvcast/grpc/{k}" for k in ("tls.crt", "tls.key", "ca.crt")))
+            if role in QUIC_ROLES:
+                self.assertEqual(m["/etc/kvcast/quic"], ("kvcast-quic-tls", True), role)
+            mode = [v for v in pod(d)["volumes"] if v["name"] == "grpc-tls"][0]["secret"]["defaultMode"]
+            self.assertEqual(mode, 0o440)
+        relay = flags(the(o, "Deployment", "relay"))
+        self.assertEqual((relay["cert"], relay["key"], relay["client_ca"], relay["require_client_cert"]),
+                         ("/etc/kvcast/quic/tls.crt", "/etc/kvcast/quic/tls.key",
+                          "/etc/kvcast/quic/ca.crt", "true"))
+        for role in WORKERS:
+            f = flags(the(o, "Deployment", role))
+            self.assertEqual(f["quic_cert"], "/etc/kvcast/quic/tls.crt")
+            self.assertEqual(f["quic_ca"], "/etc/kvcast/quic/ca.crt")
+
+
+def the_secret(o, name):
+    found = [s for s in find(o, "Secret") if s["metadata"]["name"] == name]
+    assert len(found) == 1, f"no Secret {name}"
+    return found[0]
+
+
+class Wiring(unittest.TestCase):
+    def test_workers_register_with_the_scheduler_service(self):
+        for name in kvtest.VALUE_SETS:
+            o = objs(name)
+            svc = the(o, "Service", "scheduler")
+            grpc = {p["name"]: p["port"] for p in svc["spec"]["ports"]}["grpc"]
+            for role in WORKERS:
+                self.assertEqual(flags(the(o, "Deployment", role))["scheduler"],
+                                 f"{svc['metadata']['name']}.llm.svc:{grpc}", (name, role))
+
+    def test_workers_use_the_relay_service_when_there_is_one(self):
+        o = objs("defaults")
+        svc = the(o, "Service", "relay")
+        moqt = {p["name"]: p["port"] for p in svc["spec"]["ports"]}["moqt"]
+        for role in WORKERS:
+            self.assertEqual(flags(the(o, "Deployment", role))["relay"],
+                             f"{svc['metadata']['name']}.llm.svc:{moqt}")
+            self.assertNotIn("relay", flags(the(objs("cpu-backend"), "Deployment", role)))
+
+    def test_selectors_match_pods(self):
+        o = objs("full")
+        for role in kvtest.ROLES:
+            labels = the(o, "Deployment", role)["spec"]["template"]["metadata"]["labels"]
+            selectors = [the(o, "Service", role)["spec"]["selector"],
+                         the(o, "Deployment", role)["spec"]["selector"]["matchLabels"]]
+            selectors += [p["spec"]["selector"]["matchLabels"] for p in find(o, "PodDisruptionBudget", role)]
+            selectors += [t["labelSelector"]["matchLabels"]
+                          for t in pod(the(o, "Deployment", role))["topologySpreadConstraints"]]
+            for sel in selectors:
+                self.assertTrue(sel.items() <= labels.items(), (role, sel))
+
+    def test_pdbs(self):
+        o = objs("full")
+        self.assertEqual(the(o, "PodDisruptionBudget", "decode")["spec"]["maxUnavailable"], "25%")
+        self.assertEqual(find(o, "PodDisruptionBudget", "relay"), [])
+        self.assertEqual(len(find(objs("defaults"), "PodDisruptionBudget")), 4)
+
+    def test_non_root(self):
+        for role in kvtest.ROLES:
+            d = the(objs("defaults"), "Deployment", role)
+            self.assertTrue(pod(d)["securityContext"]["runAsNonRoot"])
+            self.assertEqual(pod(d)["securityContext"]["runAsUser"], 10001)
+            self.assertTrue(container(d)["securityContext"]["readOnlyRootFilesystem"])
+
+
+class Model(unittest.TestCase):
+    def model(self, name, role="prefill"):
+        d = the(objs(name), "Deployment", role)
+        vol = [v for v in pod(d)["volumes"] if v["name"] == "model"][0]
+        mount = [m for m in container(d)["volumeMounts"] if m["name"] == "model"][0]
+        self.assertTrue(mount["readOnly"])
+        self.assertEqual(flags(d)["model"], mount["mountPath"])
+        return d, vol
+
+    def test_pvc(self):
+        _, vol = self.model("defaults", "decode")
+        self.assertEqual(vol["persistentVolumeClaim"], {"claimName": "kvcast-model", "readOnly": True})
+
+    def test_host_path(self):
+        _, vol = self.model("cpu-backend")
+        self.assertEqual(vol["hostPath"]["path"], "/srv/models/tiny")
+
+    def test_copied_out_of_an_image(self):
+        d, vol = self.model("full")
+        self.assertIn("emptyDir", vol)
+        init = pod(d)["initContainers"][0]
+        self.assertEqual(init["image"], "models/smollm-135m:2024-07")
+        self.assertEqual(init["command"], ["cp", "-R", "/checkpoint/.", "/kvcast-model/"])
+
+    def test_scheduler_and_relay_mount_no_model(self):
+        for role in ("scheduler", "relay"):
+            d = the(objs("defaults"), "Deployment", role)
+            self.assertNotIn("model", [v["name"] for v in pod(d)["volumes"]])
+
+
+class Metrics(unittest.TestCase):
+    def test_scrape_annotations_name_the_metrics_port(self):
+        o = objs("defaults")
+        for role in kvtest.ROLES:
+            d = the(o, "Deployment", role)
+            ann = d["spec"]["template"]["metadata"]["annotations"]
+            port = {p["name"]: p["containerPort"] for p in container(d)["ports"]}["metrics"]
+            self.assertEqual((ann["prometheus.io/scrape"], ann["prometheus.io/port"]), ("true", str(port)))
+            self.assertEqual(flags(d)["metrics_listen"], f"0.0.0.0:{port}")
+
+    def test_service_monitor(self):
+        o = objs("full")
+        (sm,) = find(o, "ServiceMonitor")
+        self.assertEqual(sm["apiVersion"], "monitoring.coreos.com/v1")
+        self.assertEqual(sm["metadata"]["labels"]["release"], "prometheus")
+        self.assertEqual(sm["spec"]["endpoints"][0]["port"], "metrics")
+        for svc in find(o, "Service"):
+            self.assertTrue(sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items())
+            self.assertIn("metrics", [p["name"] for p in svc["spec"]["ports"]])
+        self.assertEqual(find(objs("defaults"), "ServiceMonitor"), [])
+
+
+class Notes(unittest.TestCase):
+    def test_notes_tell_how_to_call_the_scheduler(self):
+        notes = render_set("defaults")["kvcast/templates/NOTES.txt"]
+        self.assertIn("kubectl -n llm port-forward svc/kv-kvcast-scheduler 50051:50051", notes)
+        self.assertIn("grpcurl -plaintext -d '{\"service\": \"\"}' 127.0.0.1:50051 "
+                      "grpc.health.v1.Health/Check", notes)
+        self.assertIn("kv-kvcast-prefill: 1 pod(s), 1 nvidia.com/gpu each", notes)
+        tls = render_set("tls")["kvcast/templates/NOTES.txt"]
+        self.assertIn("-cacert ca.crt -cert tls.crt -key tls.key -servername kv-kvcast-scheduler.llm.svc", tls)
+        self.assertIn("kv-kvcast-decode: 8 pod(s)", render_set("scale-4p8d")["kvcast/templates/NOTES.txt"])
+
+
+class CommandLines(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        src = RELAY_MAIN.read_text()
+        cls.relay_flags = set(re.findall(r"ABSL_FLAG\(\s*[\w:]+\s*,\s*(\w+)\s*,", src))
+
+    def test_relay_flags_exist_in_relay_main(self):
+        self.assertIn("require_client_cert", self.relay_flags)
+        for name in kvtest.VALUE_SETS:
+            f = set(flags(the(objs(name), "Deployment", "relay"))) if name != "cpu-backend" else set()
+            self.assertEqual(f - CONTRACT["relay"] - self.relay_flags, set(), name)
+
+    def test_only_contract_flags(self):
+        for name in kvtest.VALUE_SETS:
+            o = objs(name)
+            for role in ("scheduler", "prefill", "decode"):
+                f = set(flags(the(o, "Deployment", role)))
+                extra = set(kvtest.load_values(name).get(role, {}).get("extraArgs", []))
+                extra = {a.removeprefix("--").partition("=")[0] for a in extra}
+                self.assertEqual(f - CONTRACT[role] - extra, set(), (name, role))
+
+    def test_binaries(self):
+        o = objs("defaults")
+        for role in kvtest.ROLES:
+            self.assertEqual(container(the(o, "Deployment", role))["command"],
+                             [f"/usr/local/bin/kvcast-{role}"])
+
+
+# Values whose insides are Kubernetes objects, documented as one value.
+OPAQUE = {"resources", "podSecurityContext", "containerSecurityContext"}
+
+
+def leaf_paths(values: dict, prefix: str = ""):
+    for key, value in values.items():
+        path = prefix + key
+        if isinstance(value, dict) and value and key not in OPAQUE:
+            yield from leaf_paths(value, path + ".")
+        else:
+            yield path
+
+
+class Docs(unittest.TestCase):
+    """docs/deploy.md names every value and every flag the chart passes."""
+
+    @classmethod
+    def setUpClass(cls):
+        doc = kvtest.source_root() / "docs" / "deploy.md"
+        if not doc.is_file():
+            raise unittest.SkipTest(f"{doc} not reachable from here")
+        cls.text = doc.read_text()
+
+    def test_every_value_is_documented(self):
+        missing = []
+        for path in leaf_paths(kvtest.chart().values):
+            role, _, rel = path.partition(".")
+            if f"`{path}`" not in self.text and not (role in kvtest.ROLES and f"`{rel}`" in self.text):
+                missing.append(path)
+        self.assertEqual(missing, [])
+
+    def test_every_flag_is_documented(self):
+        o = objs("full") + objs("tls")
+        passed = set()
+        for role in kvtest.ROLES:
+            for d in find(o, "Deployment", role):
+                passed |= set(flags(d)) - {"chunk_tokens"}  # full.yaml's extraArgs example
+        self.assertEqual(sorted(f for f in passed if f"--{f}" not in self.text), [])
+
+
+if __name__ == "__main__":
+    kvtest.main(__name__)
