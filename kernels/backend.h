@@ -21,6 +21,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/kv_codec.h"
 
 namespace kvcast {
 
@@ -105,6 +106,18 @@ class Backend {
                               int num_seqs, const AttentionShape& shape,
                               const float* k_cache, const float* v_cache,
                               float* out) = 0;
+
+  // KV wire codecs (kv_codec.h, rows of num_heads * head_dim values, scale
+  // blocks of `block` values). EncodeKv reads rows slots[t] of `cache` (one
+  // layer's K or V array) and writes encoded row t at out + t * out_stride;
+  // DecodeKv writes encoded row t at in + t * in_stride into row slots[t].
+  // `out` / `in` are backend memory, like the caches.
+  virtual void EncodeKv(KvFormat format, int block, const float* cache,
+                        const int32_t* slots, int num_tokens, int num_heads,
+                        int head_dim, uint8_t* out, size_t out_stride) = 0;
+  virtual void DecodeKv(KvFormat format, int block, const uint8_t* in,
+                        size_t in_stride, int num_tokens, int num_heads,
+                        int head_dim, const int32_t* slots, float* cache) = 0;
 };
 
 // The CPU backend (OpenBLAS GEMM); always available.

@@ -1,3 +1,4 @@
+// ProfilingBackend (profiling_backend.h): forwards each op and adds its wall time.
 #include "kernels/profiling_backend.h"
 
 #include <chrono>
@@ -59,6 +60,22 @@ void ProfilingBackend::PagedAttention(const float* q, int q_stride, const Attent
                                       const float* k_cache, const float* v_cache, float* out) {
   Time("PagedAttention", [&] {
     inner_->PagedAttention(q, q_stride, seqs, num_seqs, shape, k_cache, v_cache, out);
+  });
+}
+void ProfilingBackend::EncodeKv(KvFormat format, int block, const float* cache,
+                                const int32_t* slots, int num_tokens, int num_heads, int head_dim,
+                                uint8_t* out, size_t out_stride) {
+  Time("EncodeKv", [&] {
+    inner_->EncodeKv(format, block, cache, slots, num_tokens, num_heads, head_dim, out,
+                     out_stride);
+  });
+}
+void ProfilingBackend::DecodeKv(KvFormat format, int block, const uint8_t* in, size_t in_stride,
+                                int num_tokens, int num_heads, int head_dim,
+                                const int32_t* slots, float* cache) {
+  Time("DecodeKv", [&] {
+    inner_->DecodeKv(format, block, in, in_stride, num_tokens, num_heads, head_dim, slots,
+                     cache);
   });
 }
 

@@ -51,6 +51,11 @@ class ProfilingBackend : public Backend {
   void PagedAttention(const float* q, int q_stride, const AttentionSeq* seqs, int num_seqs,
                       const AttentionShape& shape, const float* k_cache, const float* v_cache,
                       float* out) override;
+  void EncodeKv(KvFormat format, int block, const float* cache, const int32_t* slots,
+                int num_tokens, int num_heads, int head_dim, uint8_t* out,
+                size_t out_stride) override;
+  void DecodeKv(KvFormat format, int block, const uint8_t* in, size_t in_stride, int num_tokens,
+                int num_heads, int head_dim, const int32_t* slots, float* cache) override;
 
  private:
   template <typename F>

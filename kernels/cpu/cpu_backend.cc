@@ -12,6 +12,7 @@
 
 #include "engine/model/dtype.h"
 #include "kernels/backend.h"
+#include "kernels/kv_codec.h"
 
 namespace kvcast {
 namespace {
@@ -151,6 +152,26 @@ class CpuBackend : public Backend {
                   row * sizeof(float));
       std::memcpy(v_cache + size_t(slots[t]) * row, v + size_t(t) * stride,
                   row * sizeof(float));
+    }
+  }
+
+  void EncodeKv(KvFormat format, int block, const float* cache, const int32_t* slots,
+                int num_tokens, int num_heads, int head_dim, uint8_t* out,
+                size_t out_stride) override {
+    const size_t row = size_t(num_heads) * head_dim;
+    for (int t = 0; t < num_tokens; ++t) {
+      EncodeKvRow(format, cache + size_t(slots[t]) * row, num_heads, head_dim, block,
+                  out + size_t(t) * out_stride);
+    }
+  }
+
+  void DecodeKv(KvFormat format, int block, const uint8_t* in, size_t in_stride,
+                int num_tokens, int num_heads, int head_dim, const int32_t* slots,
+                float* cache) override {
+    const size_t row = size_t(num_heads) * head_dim;
+    for (int t = 0; t < num_tokens; ++t) {
+      DecodeKvRow(format, in + size_t(t) * in_stride, num_heads, head_dim, block,
+                  cache + size_t(slots[t]) * row);
     }
   }
 

@@ -1,0 +1,244 @@
+// kvcache_bench: what each KVCache-over-MoQT compression costs in bytes and
+// in model quality.
+//
+//   kvcache_bench [--presets tiny,100m] [--model DIR] [--prompt_len 256] [--steps 64]
+//
+// Bytes: payload bytes per token of every track for the bench models and
+// Llama-3-8B / 70B shapes. Quality: a prompt is prefilled with exact KV; the
+// prompt's KV then goes through a codec (what a decode worker receives) and
+// decode runs `steps` greedy steps. Against the exact-KV run it reports the
+// max |logit error| and KL(exact || codec) of the first decode step, the
+// same over all steps with the exact run's tokens forced (teacher forcing),
+// and how many of the free-running greedy tokens agree. The 8-bit and 4-bit
+// formats are also run with the scale block they do not use on the wire
+// (per head vs per 32 values), the measurement behind that choice.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/status_macros.h"
+#include "engine/model/checkpoint.h"
+#include "engine/transformer.h"
+#include "kernels/kv_codec.h"
+#include "tools/tiny_model/tiny_model.h"
+#include "transport/kvcache/naming.h"
+#include "transport/kvcache/token_codec.h"
+
+ABSL_FLAG(std::string, model, "", "HF model directory (instead of --presets)");
+ABSL_FLAG(std::string, presets, "tiny,100m", "random models: tiny (head_dim 16), 100m (head_dim 64)");
+ABSL_FLAG(int, prompt_len, 256, "prompt tokens");
+ABSL_FLAG(int, steps, 64, "greedy decode steps compared");
+
+namespace kvcast {
+namespace {
+
+using kvcache::ScaleBlock;
+using kvcache::TrackNameOf;
+
+absl::StatusOr<std::string> PresetDir(const std::string& preset) {
+  TinyModelOptions o;
+  if (preset == "100m") {
+    o.vocab_size = 32000;
+    o.hidden_size = 768;
+    o.intermediate_size = 2048;
+    o.num_layers = 12;
+    o.num_heads = 12;
+    o.num_kv_heads = 4;
+  } else if (preset != "tiny") {
+    return absl::InvalidArgumentError(absl::StrCat("unknown preset \"", preset, "\""));
+  }
+  const char* tmp = std::getenv("TMPDIR");
+  std::string dir = absl::StrCat(tmp ? tmp : "/tmp", "/kvcast-bench-", preset);
+  RETURN_IF_ERROR(WriteTinyModel(o, dir));
+  return dir;
+}
+
+void PrintBytes() {
+  struct Shape {
+    const char* name;
+    KvLayout layout;
+  };
+  const Shape shapes[] = {{"tiny (L2 H2 D16)", {2, 2, 16, 16}},
+                          {"100m (L12 H4 D64)", {12, 4, 64, 16}},
+                          {"Llama-3-8B (L32 H8 D128)", {32, 8, 128, 16}},
+                          {"Llama-3-70B (L80 H8 D128)", {80, 8, 128, 16}}};
+  std::printf("\n### Bytes per token\n\n| track |");
+  for (const Shape& s : shapes) std::printf(" %s |", s.name);
+  std::printf(" vs fp16 (8B) |\n|---|");
+  for (size_t i = 0; i <= std::size(shapes); ++i) std::printf("---|");
+  std::printf("\n");
+  for (KvFormat f : kAllKvFormats) {
+    std::printf("| %s |", TrackNameOf(f).c_str());
+    for (const Shape& s : shapes) {
+      std::printf(" %zu |", kvcache::TokenCodec(s.layout, f).token_bytes());
+    }
+    const double ratio = double(kvcache::TokenCodec(shapes[2].layout, f).token_bytes()) /
+                         kvcache::TokenCodec(shapes[2].layout, KvFormat::kFp16).token_bytes();
+    std::printf(" %.3f |\n", ratio);
+  }
+}
+
+struct Variant {
+  KvFormat format;
+  int block;  // 0: exact KV (no codec)
+};
+
+// Prefills `prompt`, passes its KV through `v`, then decodes greedily.
+// `forced` (if not empty) replaces the sampled tokens. Returns the logits of
+// every decode step and the tokens fed.
+struct Run {
+  std::vector<std::vector<float>> logits;
+  std::vector<int32_t> tokens;
+};
+absl::StatusOr<Run> Generate(Transformer& model, KvPagePool& pool,
+                             const std::vector<int32_t>& pages,
+                             const std::vector<int32_t>& prompt, const Variant& v, int steps,
+                             const std::vector<int32_t>& forced) {
+  std::vector<float> logits;
+  const int n = prompt.size();
+  for (int start = 0; start < n; start += 128) {
+    ForwardItem item{absl::MakeConstSpan(prompt).subspan(start, std::min(128, n - start)), start,
+                     pages};
+    RETURN_IF_ERROR(model.Forward({&item, 1}, &pool, false, &logits));
+  }
+  const KvLayout& layout = pool.layout();
+  if (v.block > 0) {
+    std::vector<uint8_t> enc(KvRowBytes(v.format, layout.num_kv_heads, layout.head_dim, v.block));
+    for (int32_t slot : kvcache::SlotsOf(pages, layout.page_tokens, 0, n)) {
+      for (int l = 0; l < layout.num_layers; ++l) {
+        for (float* cache : {pool.k_cache(l), pool.v_cache(l)}) {
+          float* row = cache + size_t(slot) * layout.token_floats();
+          EncodeKvRow(v.format, row, layout.num_kv_heads, layout.head_dim, v.block, enc.data());
+          DecodeKvRow(v.format, enc.data(), layout.num_kv_heads, layout.head_dim, v.block, row);
+        }
+      }
+    }
+  }
+  Run run;
+  // The first token comes from the prefill (exact KV in every variant).
+  int32_t next = std::max_element(logits.begin(), logits.end()) - logits.begin();
+  for (int s = 0; s < steps; ++s) {
+    run.tokens.push_back(next);
+    ForwardItem item{absl::MakeConstSpan(&run.tokens.back(), 1), n + s, pages};
+    RETURN_IF_ERROR(model.Forward({&item, 1}, &pool, false, &logits));
+    run.logits.push_back(logits);
+    next = forced.empty() ? int32_t(std::max_element(logits.begin(), logits.end()) -
+                                    logits.begin())
+                          : forced[std::min<size_t>(s + 1, forced.size() - 1)];
+  }
+  return run;
+}
+
+// KL(p || q) of the softmax distributions of two logit vectors.
+double Kl(const std::vector<float>& a, const std::vector<float>& b) {
+  auto log_softmax = [](const std::vector<float>& x) {
+    const double m = *std::max_element(x.begin(), x.end());
+    double sum = 0;
+    for (float v : x) sum += std::exp(v - m);
+    std::vector<double> out(x.size());
+    for (size_t i = 0; i < x.size(); ++i) out[i] = x[i] - m - std::log(sum);
+    return out;
+  };
+  auto la = log_softmax(a), lb = log_softmax(b);
+  double kl = 0;
+  for (size_t i = 0; i < la.size(); ++i) kl += std::exp(la[i]) * (la[i] - lb[i]);
+  return std::max(kl, 0.0);
+}
+
+double MaxAbs(const std::vector<float>& a, const std::vector<float>& b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, double(std::fabs(a[i] - b[i])));
+  return m;
+}
+
+absl::Status Quality(const std::string& dir, int prompt_len, int steps) {
+  ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(dir));
+  auto cpu = NewCpuBackend();
+  ASSIGN_OR_RETURN(auto model, Transformer::Load(*ckpt, cpu.get()));
+  const ModelConfig& c = model->config();
+  const KvLayout layout = model->kv_layout(16);
+  const int pages_needed = (prompt_len + steps + 15) / 16;
+  ASSIGN_OR_RETURN(auto pool, KvPagePool::Create(cpu.get(), layout, pages_needed));
+  ASSIGN_OR_RETURN(std::vector<int32_t> pages, pool->Allocate(pages_needed));
+  std::vector<int32_t> prompt(prompt_len);
+  for (int i = 0; i < prompt_len; ++i) prompt[i] = (i * 7919 + 13) % c.vocab_size;
+
+  ASSIGN_OR_RETURN(Run exact, Generate(*model, *pool, pages, prompt, {KvFormat::kFp16, 0},
+                                       steps, {}));
+  std::printf("\n### Quality: %s, %d layers, %d kv heads x %d, vocab %d; prompt %d, %d steps\n\n",
+              c.architecture.c_str(), layout.num_layers, layout.num_kv_heads, layout.head_dim,
+              c.vocab_size, prompt_len, steps);
+  std::printf("| track | scale block | bytes/token vs fp16 | step 1 max abs logit err | "
+              "step 1 KL | forced %d steps: max abs err | mean KL | greedy tokens agreeing |\n"
+              "|---|---|---|---|---|---|---|---|\n", steps);
+  std::vector<Variant> variants;
+  for (KvFormat f : kAllKvFormats) {
+    const int wire = ScaleBlock(f, layout.head_dim);
+    variants.push_back({f, wire});
+    if (KvFormatScaled(f)) {
+      const int other = wire == layout.head_dim ? 32 : layout.head_dim;
+      if (other != wire && layout.head_dim % other == 0) variants.push_back({f, -other});
+    }
+  }
+  const size_t fp16_bytes = KvRowBytes(KvFormat::kFp16, layout.num_kv_heads, layout.head_dim,
+                                       layout.head_dim);
+  for (Variant v : variants) {
+    const bool on_wire = v.block > 0;
+    v.block = std::abs(v.block);
+    ASSIGN_OR_RETURN(Run forced, Generate(*model, *pool, pages, prompt, v, steps, exact.tokens));
+    ASSIGN_OR_RETURN(Run free, Generate(*model, *pool, pages, prompt, v, steps, {}));
+    double max_err = 0, kl_sum = 0;
+    for (int s = 0; s < steps; ++s) {
+      max_err = std::max(max_err, MaxAbs(exact.logits[s], forced.logits[s]));
+      kl_sum += Kl(exact.logits[s], forced.logits[s]);
+    }
+    int agree = 0;
+    for (int s = 0; s < steps; ++s) agree += free.tokens[s] == exact.tokens[s];
+    const std::string block =
+        KvFormatScaled(v.format) ? absl::StrCat(v.block == layout.head_dim ? "per head (" : "",
+                                                v.block, v.block == layout.head_dim ? ")" : "")
+                                 : "-";
+    std::printf("| %s%s | %s | %.3f | %.2e | %.2e | %.2e | %.2e | %d/%d |\n",
+                TrackNameOf(v.format).c_str(), on_wire ? "" : " (not used)",
+                block.c_str(),
+                double(KvRowBytes(v.format, layout.num_kv_heads, layout.head_dim, v.block)) /
+                    fp16_bytes,
+                MaxAbs(exact.logits[0], forced.logits[0]), Kl(exact.logits[0], forced.logits[0]),
+                max_err, kl_sum / steps, agree, steps);
+    std::fflush(stdout);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Main() {
+  PrintBytes();
+  const int prompt_len = absl::GetFlag(FLAGS_prompt_len);
+  const int steps = absl::GetFlag(FLAGS_steps);
+  if (prompt_len <= 0 || steps <= 0) return absl::InvalidArgumentError("--prompt_len, --steps > 0");
+  if (!absl::GetFlag(FLAGS_model).empty()) return Quality(absl::GetFlag(FLAGS_model), prompt_len, steps);
+  for (absl::string_view preset : absl::StrSplit(absl::GetFlag(FLAGS_presets), ',')) {
+    ASSIGN_OR_RETURN(std::string dir, PresetDir(std::string(preset)));
+    RETURN_IF_ERROR(Quality(dir, prompt_len, steps));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace kvcast
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  absl::Status s = kvcast::Main();
+  if (!s.ok()) {
+    std::fprintf(stderr, "kvcache_bench: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,131 @@
+// KvLander: see lander.h.
+#include "transport/kvcache/lander.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "transport/kvcache/naming.h"
+
+namespace kvcast::kvcache {
+
+absl::StatusOr<std::shared_ptr<KvLander>> KvLander::Create(
+    KvPagePool* pool, Backend* backend, const Hash128& model_fingerprint,
+    const moqt::FullTrackName& track, LandingSpec spec, DoneCallback done) {
+  auto fail = [&](absl::Status st) {
+    (void)pool->ReleaseAll(spec.pages);
+    return st;
+  };
+  absl::StatusOr<KvTrack> parsed = ParseTrack(track);
+  if (!parsed.ok()) return fail(absl::InvalidArgumentError(parsed.status().message()));
+  if (parsed->model_id != ModelId(model_fingerprint)) {
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+        "KV of model ", parsed->model_id, " cannot land in model ", ModelId(model_fingerprint))));
+  }
+  const int page_tokens = pool->layout().page_tokens;
+  if (spec.chunk_tokens <= 0 || spec.chunk_tokens % page_tokens != 0) {
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+        "chunk_tokens ", spec.chunk_tokens, " is not a multiple of page_tokens ", page_tokens)));
+  }
+  const int first = spec.first_group * spec.chunk_tokens;
+  const int end = std::min(spec.end_group * spec.chunk_tokens, spec.num_tokens);
+  if (spec.first_group < 0 || first >= end) {
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat("empty landing range: groups [", spec.first_group, ", ", spec.end_group,
+                     ") of a ", spec.num_tokens, "-token sequence")));
+  }
+  const size_t want_pages = (end - first + page_tokens - 1) / page_tokens;
+  if (spec.pages.size() != want_pages) {
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+        "landing ", end - first, " tokens needs ", want_pages, " pages, got ",
+        spec.pages.size())));
+  }
+  return std::shared_ptr<KvLander>(
+      new KvLander(pool, backend, parsed->format, std::move(spec), std::move(done)));
+}
+
+KvLander::KvLander(KvPagePool* pool, Backend* backend, KvFormat format, LandingSpec spec,
+                   DoneCallback done)
+    : pool_(pool),
+      backend_(backend),
+      codec_(pool->layout(), format),
+      spec_(std::move(spec)),
+      first_token_(spec_.first_group * spec_.chunk_tokens),
+      end_token_(std::min(spec_.end_group * spec_.chunk_tokens, spec_.num_tokens)),
+      done_(std::move(done)),
+      landed_(end_token_ - first_token_, false) {}
+
+KvLander::~KvLander() {
+  if (!finished_) (void)pool_->ReleaseAll(spec_.pages);
+}
+
+absl::Status KvLander::Land(const moqt::ObjectHeader& h, absl::Span<const uint8_t> payload) {
+  if (h.group < uint64_t(spec_.first_group) || h.group >= uint64_t(spec_.end_group)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KV object in group ", h.group, ", outside the requested groups [", spec_.first_group,
+        ", ", spec_.end_group, ")"));
+  }
+  const int64_t token = int64_t(h.group) * spec_.chunk_tokens + int64_t(h.object);
+  if (h.object >= uint64_t(spec_.chunk_tokens) || token >= end_token_) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KV object ", h.group, "/", h.object, " is past the ", end_token_, "-token sequence"));
+  }
+  if (h.status == moqt::ObjectStatus::kDoesNotExist) {
+    return absl::NotFoundError(
+        absl::StrCat("publisher has no KV for token ", token, " (object ", h.group, "/",
+                     h.object, ")"));
+  }
+  if (payload.size() != codec_.token_bytes()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KV object ", h.group, "/", h.object, " has ", payload.size(), " bytes; ",
+        TrackNameOf(codec_.format()), " tokens of this model have ", codec_.token_bytes()));
+  }
+  const int index = int(token - first_token_);
+  if (landed_[index]) return absl::OkStatus();  // duplicate: first copy stands
+  const int32_t slot = SlotsOf(spec_.pages, pool_->layout().page_tokens, index, 1)[0];
+  codec_.Decode(backend_, payload.data(), {&slot, 1}, pool_);
+  landed_[index] = true;
+  ++landed_count_;
+  return absl::OkStatus();
+}
+
+void KvLander::OnObject(const moqt::ObjectHeader& header, absl::Span<const uint8_t> payload) {
+  if (finished_) return;
+  if (header.status == moqt::ObjectStatus::kEndOfGroup ||
+      header.status == moqt::ObjectStatus::kEndOfTrack) {
+    return;  // markers, no KV
+  }
+  if (absl::Status st = Land(header, payload); !st.ok()) {
+    Finish(st);
+    return;
+  }
+  if (landed_count_ == tokens_wanted()) Finish(std::move(spec_.pages));
+}
+
+void KvLander::OnDone(const absl::Status& status) {
+  if (finished_) return;
+  const int missing = tokens_wanted() - landed_count_;
+  if (status.ok()) {
+    Finish(absl::DataLossError(absl::StrCat("KV track ended with ", missing, " of ",
+                                            tokens_wanted(), " tokens missing")));
+  } else {
+    Finish(absl::Status(status.code(), absl::StrCat("KV transfer failed with ", missing,
+                                                    " tokens missing: ", status.message())));
+  }
+}
+
+void KvLander::Abort(const absl::Status& reason) {
+  if (finished_) return;
+  Finish(reason.ok() ? absl::CancelledError("KV landing aborted") : reason);
+}
+
+void KvLander::Finish(absl::StatusOr<std::vector<int32_t>> result) {
+  finished_ = true;
+  if (!result.ok()) {
+    (void)pool_->ReleaseAll(spec_.pages);
+  }
+  spec_.pages.clear();
+  DoneCallback done = std::move(done_);
+  if (done) done(std::move(result));
+}
+
+}  // namespace kvcast::kvcache

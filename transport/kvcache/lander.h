@@ -1,0 +1,93 @@
+// KvLander: lands the objects of one KVCache track (a SUBSCRIBE or FETCH)
+// straight into pre-allocated pages of a decoding sequence.
+//
+// A lander owns the pages of a run of whole groups [first_group, end_group)
+// of a sequence of num_tokens tokens: tokens [first_group * chunk_tokens,
+// min(end_group * chunk_tokens, num_tokens)), first token at slot 0 of
+// pages[0]. Each object is checked, then decoded into its token's slot:
+// groups and objects may arrive in any order; a duplicate is ignored.
+// When every token has landed, `done` gets the pages (ownership passes to
+// the caller). On the first bad object or failure, nothing of it is written,
+// `done` gets an error naming the cause, the pages are released to the
+// pool, and later objects are ignored; the caller should then end the
+// subscription. `done` is called exactly once (success, failure or Abort)
+// unless the lander is destroyed first.
+//
+// Errors: InvalidArgument (bad track name, model id of another model,
+// group outside the range, object id past its chunk, wrong payload length,
+// a page count that does not match), NotFound (publisher says a token does
+// not exist), DataLoss (track ended with tokens missing), and the error a
+// subscription or fetch ended with.
+//
+// Thread safety: none; use on the session's loop thread.
+#ifndef KVCAST_TRANSPORT_KVCACHE_LANDER_H_
+#define KVCAST_TRANSPORT_KVCACHE_LANDER_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/kv/kv_page_pool.h"
+#include "engine/kv/prefix_hash.h"
+#include "kernels/backend.h"
+#include "transport/kvcache/token_codec.h"
+#include "transport/moqt/track_consumer.h"
+
+namespace kvcast::kvcache {
+
+struct LandingSpec {
+  int chunk_tokens = 128;
+  int num_tokens = 0;   // tokens of the whole sequence
+  int first_group = 0;  // groups [first_group, end_group) land here
+  int end_group = 0;
+  std::vector<int32_t> pages;  // owned by the lander from Create on
+};
+
+class KvLander : public moqt::TrackConsumer {
+ public:
+  using DoneCallback = std::function<void(absl::StatusOr<std::vector<int32_t>>)>;
+
+  // Validates `track` (a KVCache track of `model_fingerprint`'s model) and
+  // `spec`. On error the spec's pages are released before returning.
+  // `pool` and `backend` (the pool's) are borrowed and outlive the lander.
+  static absl::StatusOr<std::shared_ptr<KvLander>> Create(
+      KvPagePool* pool, Backend* backend, const Hash128& model_fingerprint,
+      const moqt::FullTrackName& track, LandingSpec spec, DoneCallback done);
+  ~KvLander() override;  // releases the pages if still held
+
+  // Gives up (deadline, cancellation): releases the pages and reports
+  // `reason` through `done`, unless already finished.
+  void Abort(const absl::Status& reason);
+
+  bool finished() const { return finished_; }
+  int tokens_landed() const { return landed_count_; }
+  int tokens_wanted() const { return end_token_ - first_token_; }
+  const TokenCodec& codec() const { return codec_; }
+
+  // moqt::TrackConsumer
+  void OnObject(const moqt::ObjectHeader& header, absl::Span<const uint8_t> payload) override;
+  void OnDone(const absl::Status& status) override;
+
+ private:
+  KvLander(KvPagePool* pool, Backend* backend, KvFormat format, LandingSpec spec,
+           DoneCallback done);
+  absl::Status Land(const moqt::ObjectHeader& header, absl::Span<const uint8_t> payload);
+  void Finish(absl::StatusOr<std::vector<int32_t>> result);
+
+  KvPagePool* const pool_;
+  Backend* const backend_;
+  const TokenCodec codec_;
+  LandingSpec spec_;  // spec_.pages are ours until Finish
+  const int first_token_;
+  const int end_token_;
+  DoneCallback done_;
+  std::vector<bool> landed_;
+  int landed_count_ = 0;
+  bool finished_ = false;
+};
+
+}  // namespace kvcast::kvcache
+
+#endif  // KVCAST_TRANSPORT_KVCACHE_LANDER_H_

@@ -1,0 +1,180 @@
+// KvLander without a network: objects in any order land in the right slots;
+// bad objects are refused with a specific error, write nothing, and give
+// the pages back to the pool.
+#include "transport/kvcache/lander.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+
+#include "transport/kvcache/naming.h"
+
+namespace kvcast::kvcache {
+namespace {
+
+const Hash128 kModel{11, 22};
+constexpr int kChunk = 8;
+constexpr float kSentinel = -12345.f;
+
+class LanderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    backend_ = NewCpuBackend();
+    pool_ = *KvPagePool::Create(backend_.get(), layout_, 16);
+    for (int l = 0; l < layout_.num_layers; ++l) {
+      std::fill_n(pool_->k_cache(l), 16 * layout_.page_floats(), kSentinel);
+      std::fill_n(pool_->v_cache(l), 16 * layout_.page_floats(), kSentinel);
+    }
+  }
+  moqt::FullTrackName Track(KvFormat f, const Hash128& model = kModel) {
+    return FullTrackNameOf({ModelId(model), std::string(32, 'a'), f});
+  }
+  // A deterministic fp16-exact payload for token `token`.
+  std::vector<uint8_t> Payload(const TokenCodec& codec, int token) {
+    std::vector<float> row(layout_.token_floats());
+    std::vector<uint8_t> out;
+    for (int r = 0; r < 2 * layout_.num_layers; ++r) {
+      for (size_t i = 0; i < row.size(); ++i) row[i] = token + r * 0.25f + i / 64.f;
+      std::vector<uint8_t> enc(codec.row_bytes());
+      EncodeKvRow(codec.format(), row.data(), layout_.num_kv_heads, layout_.head_dim,
+                  codec.block(), enc.data());
+      out.insert(out.end(), enc.begin(), enc.end());
+    }
+    return out;
+  }
+  // Creates a lander for groups [first, end) of a `tokens`-token sequence.
+  std::shared_ptr<KvLander> Make(int tokens, int first, int end, KvFormat f = KvFormat::kFp16) {
+    const int n = std::min(end * kChunk, tokens) - first * kChunk;
+    LandingSpec spec{kChunk, tokens, first, end,
+                     *pool_->Allocate((n + layout_.page_tokens - 1) / layout_.page_tokens)};
+    pages_ = spec.pages;
+    auto lander = KvLander::Create(pool_.get(), backend_.get(), kModel, Track(f),
+                                   std::move(spec), [this](auto r) {
+                                     ++done_calls_;
+                                     result_ = std::move(r);
+                                   });
+    EXPECT_TRUE(lander.ok()) << lander.status();
+    return *lander;
+  }
+  void Send(KvLander& lander, uint64_t group, uint64_t object, absl::Span<const uint8_t> p) {
+    moqt::ObjectHeader h;
+    h.group = group;
+    h.object = object;
+    lander.OnObject(h, p);
+  }
+  bool Untouched(int32_t page) {
+    const float* k = pool_->k_cache(0) + size_t(page) * layout_.page_floats();
+    return std::all_of(k, k + layout_.page_floats(), [](float x) { return x == kSentinel; });
+  }
+
+  KvLayout layout_{2, 2, 16, 4};
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<KvPagePool> pool_;
+  std::vector<int32_t> pages_;
+  int done_calls_ = 0;
+  absl::StatusOr<std::vector<int32_t>> result_ = absl::UnknownError("not done");
+};
+
+TEST_F(LanderTest, OutOfOrderGroupsLandInTheirSlotsAndHandOverThePages) {
+  const int tokens = 19;  // groups 0, 1 full; group 2 holds 3 tokens
+  auto lander = Make(tokens, 0, 3);
+  TokenCodec codec(layout_, KvFormat::kFp16);
+  std::vector<int> order(tokens);
+  for (int i = 0; i < tokens; ++i) order[i] = i;
+  std::shuffle(order.begin(), order.end(), std::mt19937(3));
+  for (int t : order) Send(*lander, t / kChunk, t % kChunk, Payload(codec, t));
+  ASSERT_EQ(done_calls_, 1);
+  ASSERT_TRUE(result_.ok()) << result_.status();
+  EXPECT_EQ(*result_, pages_);
+  for (int t = 0; t < tokens; ++t) {
+    const int slot = pages_[t / 4] * 4 + t % 4;
+    EXPECT_EQ(pool_->k_cache(0)[size_t(slot) * 32], float(t));
+    EXPECT_EQ(pool_->v_cache(1)[size_t(slot) * 32 + 1], t + 3 * 0.25f + 1 / 64.f);
+  }
+  EXPECT_EQ(pool_->RefCount(pages_[0]), 1);  // ours now
+}
+
+TEST_F(LanderTest, ASuffixRangeLandsOnlyItsGroups) {
+  auto lander = Make(20, 1, 3);  // tokens 8..19 into 3 pages
+  TokenCodec codec(layout_, KvFormat::kFp16);
+  for (int t = 8; t < 20; ++t) Send(*lander, t / kChunk, t % kChunk, Payload(codec, t));
+  ASSERT_TRUE(result_.ok()) << result_.status();
+  EXPECT_EQ(pool_->k_cache(1)[size_t(pages_[0] * 4) * 32], 8 + 2 * 0.25f);
+}
+
+TEST_F(LanderTest, BadObjectsAreRefusedWriteNothingAndReleaseThePages) {
+  TokenCodec codec(layout_, KvFormat::kInt8);
+  const int free_before = pool_->free_pages();
+  struct Case {
+    const char* what;
+    uint64_t group, object;
+    int payload_delta;
+    const char* message;
+  };
+  const Case cases[] = {
+      {"short payload", 0, 0, -1, "has 143 bytes; int8 tokens of this model have 144"},
+      {"long payload", 0, 0, +1, "bytes"},
+      {"object past the chunk", 0, kChunk, 0, "past the"},
+      {"object past the sequence", 1, 3, 0, "past the 11-token sequence"},
+      {"group past the prompt", 2, 0, 0, "outside the requested groups"},
+  };
+  for (const Case& c : cases) {
+    done_calls_ = 0;
+    auto lander = Make(11, 0, 2, KvFormat::kInt8);
+    std::vector<uint8_t> p = Payload(codec, 1);
+    p.resize(p.size() + c.payload_delta);
+    Send(*lander, c.group, c.object, p);
+    ASSERT_EQ(done_calls_, 1) << c.what;
+    EXPECT_EQ(result_.status().code(), absl::StatusCode::kInvalidArgument) << c.what;
+    EXPECT_NE(result_.status().message().find(c.message), std::string::npos)
+        << c.what << ": " << result_.status();
+    for (int32_t page : pages_) EXPECT_TRUE(Untouched(page)) << c.what;
+    EXPECT_EQ(pool_->free_pages(), free_before) << c.what;
+    Send(*lander, 0, 1, Payload(codec, 1));  // ignored after the failure
+    EXPECT_EQ(done_calls_, 1);
+  }
+}
+
+TEST_F(LanderTest, AnotherModelsTrackIsRefusedAtCreateAndThePagesReleased) {
+  const int free_before = pool_->free_pages();
+  LandingSpec spec{kChunk, 8, 0, 1, *pool_->Allocate(2)};
+  auto lander = KvLander::Create(pool_.get(), backend_.get(), kModel,
+                                 Track(KvFormat::kFp16, Hash128{99, 22}), std::move(spec),
+                                 [](auto) {});
+  EXPECT_EQ(lander.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(lander.status().message().find("cannot land in model"), std::string::npos);
+  EXPECT_EQ(pool_->free_pages(), free_before);
+
+  LandingSpec wrong_pages{kChunk, 8, 0, 1, *pool_->Allocate(1)};
+  lander = KvLander::Create(pool_.get(), backend_.get(), kModel, Track(KvFormat::kFp16),
+                            std::move(wrong_pages), [](auto) {});
+  EXPECT_NE(lander.status().message().find("needs 2 pages, got 1"), std::string::npos);
+  EXPECT_EQ(pool_->free_pages(), free_before);
+}
+
+TEST_F(LanderTest, TrackEndingEarlyIsDataLossAndAbortReleases) {
+  const int free_before = pool_->free_pages();
+  TokenCodec codec(layout_, KvFormat::kFp16);
+  auto lander = Make(16, 0, 2);
+  Send(*lander, 0, 0, Payload(codec, 0));
+  Send(*lander, 0, 0, Payload(codec, 0));  // duplicate: ignored
+  EXPECT_EQ(lander->tokens_landed(), 1);
+  lander->OnDone(absl::OkStatus());
+  EXPECT_EQ(result_.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(result_.status().message().find("15 of 16 tokens missing"), std::string::npos);
+  EXPECT_EQ(pool_->free_pages(), free_before);
+
+  lander = Make(16, 0, 2);
+  lander->Abort(absl::DeadlineExceededError("deadline"));
+  EXPECT_EQ(result_.status().code(), absl::StatusCode::kDeadlineExceeded);
+  lander->OnDone(absl::OkStatus());  // nothing more
+  EXPECT_EQ(pool_->free_pages(), free_before);
+
+  lander = Make(16, 0, 2);
+  lander.reset();  // destroyed unfinished: pages go back too
+  EXPECT_EQ(pool_->free_pages(), free_before);
+}
+
+}  // namespace
+}  // namespace kvcast::kvcache

@@ -1,0 +1,290 @@
+// KvPublisher: see publisher.h.
+#include "transport/kvcache/publisher.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "transport/kvcache/token_codec.h"
+
+namespace kvcast::kvcache {
+
+using moqt::Downstream;
+using moqt::Location;
+
+KvPublisher::KvPublisher(KvPagePool* pool, Backend* backend, const Hash128& model_fingerprint,
+                         int chunk_tokens)
+    : pool_(pool),
+      backend_(backend),
+      model_id_(ModelId(model_fingerprint)),
+      chunk_tokens_(chunk_tokens) {}
+
+KvPublisher::~KvPublisher() {
+  for (auto& [digest, prompt] : prompts_) {
+    EndSubscribers(prompt, absl::CancelledError("KV publisher shut down"));
+    Release(prompt);
+  }
+}
+
+void KvPublisher::SetUpstream(moqt::MoqtSession* session) {
+  upstream_ = session;
+  if (upstream_ == nullptr) return;
+  for (const auto& [digest, prompt] : prompts_) {
+    (void)upstream_->PublishNamespace(NamespaceOf(model_id_, digest), [](absl::Status) {});
+  }
+}
+
+int KvPublisher::tokens_in(const Prompt& p, int group) const {
+  return std::min(chunk_tokens_, p.num_tokens - group * chunk_tokens_);
+}
+
+absl::Status KvPublisher::BeginPrompt(const std::string& digest, int num_tokens) {
+  moqt::FullTrackName probe{NamespaceOf(model_id_, digest), "fp16"};
+  if (auto parsed = ParseTrack(probe); !parsed.ok()) return parsed.status();
+  if (num_tokens <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("prompt length ", num_tokens, " <= 0"));
+  }
+  if (prompts_.count(digest)) {
+    return absl::AlreadyExistsError(absl::StrCat("prompt ", digest, " is already published"));
+  }
+  Prompt& p = prompts_[digest];
+  p.num_tokens = num_tokens;
+  p.chunk_pages.resize(num_groups(p));
+  if (upstream_ != nullptr) {
+    (void)upstream_->PublishNamespace(NamespaceOf(model_id_, digest), [](absl::Status) {});
+  }
+  return absl::OkStatus();
+}
+
+absl::Status KvPublisher::ChunkReady(const std::string& digest, int group,
+                                     absl::Span<const int32_t> pages) {
+  auto it = prompts_.find(digest);
+  if (it == prompts_.end()) return absl::NotFoundError(absl::StrCat("unknown prompt ", digest));
+  Prompt& p = it->second;
+  if (group < 0 || group >= num_groups(p)) {
+    return absl::OutOfRangeError(absl::StrCat("chunk ", group, " is past the prompt's ",
+                                              num_groups(p), " chunks"));
+  }
+  if (p.ended) {
+    return absl::FailedPreconditionError(absl::StrCat("prompt ", digest, " has ended"));
+  }
+  if (!p.chunk_pages[group].empty()) {
+    return absl::AlreadyExistsError(absl::StrCat("chunk ", group, " was already handed over"));
+  }
+  const int page_tokens = pool_->layout().page_tokens;
+  const size_t want = (tokens_in(p, group) + page_tokens - 1) / page_tokens;
+  if (pages.size() != want) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("chunk ", group, " needs ", want, " pages, got ", pages.size()));
+  }
+  for (size_t i = 0; i < pages.size(); ++i) {
+    if (absl::Status st = pool_->AddRef(pages[i]); !st.ok()) {
+      for (size_t j = 0; j < i; ++j) (void)pool_->Release(pages[j]);
+      return st;
+    }
+  }
+  p.chunk_pages[group].assign(pages.begin(), pages.end());
+  ++p.ready;
+
+  // Live subscribers whose filter wants this chunk, grouped by compression
+  // so each chunk is encoded once per compression.
+  std::map<KvFormat, std::vector<Downstream*>> by_format;
+  for (const auto& s : p.subscribers) {
+    Location first{uint64_t(group), 0}, last{uint64_t(group), uint64_t(tokens_in(p, group))};
+    if (moqt::FilterAccepts(s->request, s->largest_at_subscribe, first) ||
+        moqt::FilterAccepts(s->request, s->largest_at_subscribe, last)) {
+      by_format[s->format].push_back(s->downstream.get());
+    }
+  }
+  for (const auto& [format, to] : by_format) SendChunk(p, group, format, to);
+  return absl::OkStatus();
+}
+
+absl::Status KvPublisher::EndPrompt(const std::string& digest, const absl::Status& status) {
+  auto it = prompts_.find(digest);
+  if (it == prompts_.end()) return absl::NotFoundError(absl::StrCat("unknown prompt ", digest));
+  Prompt& p = it->second;
+  if (status.ok() && p.ready != num_groups(p)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "prompt ", digest, " has ", p.ready, " of ", num_groups(p), " chunks ready"));
+  }
+  p.ended = true;
+  p.end_status = status;
+  EndSubscribers(p, status);
+  return absl::OkStatus();
+}
+
+void KvPublisher::DropPrompt(const std::string& digest) {
+  auto it = prompts_.find(digest);
+  if (it == prompts_.end()) return;
+  EndSubscribers(it->second, absl::CancelledError("prompt dropped by its publisher"));
+  Release(it->second);
+  prompts_.erase(it);
+  if (upstream_ != nullptr) upstream_->PublishNamespaceDone(NamespaceOf(model_id_, digest));
+}
+
+void KvPublisher::Release(Prompt& p) {
+  for (auto& pages : p.chunk_pages) {
+    (void)pool_->ReleaseAll(pages);
+    pages.clear();
+  }
+  p.ready = 0;
+}
+
+void KvPublisher::EndSubscribers(Prompt& p, const absl::Status& status) {
+  auto subscribers = std::move(p.subscribers);
+  p.subscribers.clear();
+  for (auto& s : subscribers) s->downstream->OnDone(status);
+}
+
+std::optional<Location> KvPublisher::Largest(const Prompt& p) const {
+  for (int g = num_groups(p) - 1; g >= 0; --g) {
+    // The end-of-group marker follows the last token.
+    if (!p.chunk_pages[g].empty()) return Location{uint64_t(g), uint64_t(tokens_in(p, g))};
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<KvPublisher::Prompt*> KvPublisher::Resolve(const moqt::FullTrackName& name,
+                                                          KvFormat* format) {
+  absl::StatusOr<KvTrack> track = ParseTrack(name);
+  if (!track.ok()) return track.status();
+  if (track->model_id != model_id_) {
+    return absl::NotFoundError(absl::StrCat("model ", track->model_id,
+                                            " is not served here (serving ", model_id_, ")"));
+  }
+  auto it = prompts_.find(track->prompt_digest);
+  if (it == prompts_.end()) {
+    return absl::NotFoundError(absl::StrCat("no KV published for prompt ", track->prompt_digest));
+  }
+  *format = track->format;
+  return &it->second;
+}
+
+void KvPublisher::SendChunk(const Prompt& p, int group, KvFormat format,
+                            const std::vector<Downstream*>& to, uint64_t lo, uint64_t hi) {
+  const int n = tokens_in(p, group);
+  TokenCodec codec(pool_->layout(), format);
+  const int first = int(std::min<uint64_t>(lo, n));
+  const int count = int(hi >= uint64_t(n) ? n : hi + 1) - first;
+  if (count > 0) {
+    scratch_.resize(count * codec.token_bytes());
+    codec.Encode(backend_, *pool_,
+                 SlotsOf(p.chunk_pages[group], pool_->layout().page_tokens, first, count),
+                 scratch_.data());
+    ++stats_.chunks_encoded;
+  }
+  moqt::ObjectHeader h;
+  h.group = group;
+  for (int i = 0; i < count; ++i) {
+    h.object = first + i;
+    absl::Span<const uint8_t> payload(scratch_.data() + i * codec.token_bytes(),
+                                      codec.token_bytes());
+    for (Downstream* d : to) d->OnObject(h, payload);
+    stats_.objects_sent += to.size();
+    stats_.bytes_sent += to.size() * payload.size();
+  }
+  if (hi < uint64_t(n) || lo > uint64_t(n)) return;
+  h.object = n;  // marks the group complete (caches) and finishes its stream
+  h.status = moqt::ObjectStatus::kEndOfGroup;
+  for (Downstream* d : to) d->OnObject(h, {});
+}
+
+void KvPublisher::OnSubscribe(moqt::MoqtSession* session, const moqt::Subscribe& request,
+                              std::shared_ptr<Downstream> downstream) {
+  KvFormat format;
+  absl::StatusOr<Prompt*> found = Resolve(request.track, &format);
+  if (!found.ok()) {
+    ++stats_.rejected;
+    downstream->Reject(moqt::kErrTrackDoesNotExist, std::string(found.status().message()));
+    return;
+  }
+  Prompt& p = **found;
+  auto sub = std::make_shared<Subscriber>();
+  sub->request = request;
+  sub->largest_at_subscribe = Largest(p);
+  sub->format = format;
+  sub->downstream = downstream;
+  downstream->Accept(moqt::TrackInfo{sub->largest_at_subscribe});
+  for (int g = 0; g < num_groups(p); ++g) {
+    if (p.chunk_pages[g].empty()) continue;
+    Location first{uint64_t(g), 0}, last{uint64_t(g), uint64_t(tokens_in(p, g))};
+    if (moqt::FilterAccepts(request, sub->largest_at_subscribe, first) ||
+        moqt::FilterAccepts(request, sub->largest_at_subscribe, last)) {
+      SendChunk(p, g, format, {downstream.get()});
+    }
+  }
+  if (p.ended) {
+    downstream->OnDone(p.end_status);
+    return;
+  }
+  p.subscribers.push_back(sub);
+  std::weak_ptr<Subscriber> weak = sub;
+  Prompt* prompt = &p;  // stable: std::map node; erased only with its subscribers ended
+  downstream->SetCancelCallback([prompt, weak] {
+    auto s = weak.lock();
+    if (!s) return;
+    auto& subs = prompt->subscribers;
+    subs.erase(std::remove(subs.begin(), subs.end(), s), subs.end());
+  });
+}
+
+void KvPublisher::OnTrackStatus(moqt::MoqtSession* session, const moqt::Subscribe& request,
+                                std::shared_ptr<Downstream> downstream) {
+  KvFormat format;
+  absl::StatusOr<Prompt*> found = Resolve(request.track, &format);
+  if (!found.ok()) {
+    downstream->Reject(moqt::kErrTrackDoesNotExist, std::string(found.status().message()));
+    return;
+  }
+  downstream->Accept(moqt::TrackInfo{Largest(**found)});
+}
+
+void KvPublisher::OnFetch(moqt::MoqtSession* session, const moqt::Fetch& request,
+                          std::shared_ptr<Downstream> downstream) {
+  KvFormat format;
+  absl::StatusOr<Prompt*> found = Resolve(request.track, &format);
+  if (!found.ok()) {
+    ++stats_.rejected;
+    downstream->Reject(moqt::kErrTrackDoesNotExist, std::string(found.status().message()));
+    return;
+  }
+  const Prompt& p = **found;
+  // Draft-14: an end object of 0 means the whole end group.
+  const uint64_t first = request.start.group;
+  const uint64_t last = request.end.group;
+  std::string problem;
+  if (first > last) {
+    problem = absl::StrCat("fetch range starts at group ", first, " after its end ", last);
+  } else if (last >= uint64_t(num_groups(p))) {
+    problem = absl::StrCat("group ", last, " is past the prompt's ", num_groups(p), " chunks");
+  } else {
+    for (uint64_t g = first; g <= last; ++g) {
+      if (p.chunk_pages[g].empty()) {
+        problem = absl::StrCat("chunk ", g, " is not computed yet; SUBSCRIBE to get it live");
+        break;
+      }
+    }
+  }
+  if (!problem.empty()) {
+    ++stats_.rejected;
+    downstream->Reject(moqt::kErrInvalidRange, problem);
+    return;
+  }
+  const bool whole_end = request.end.object == 0;
+  const uint64_t last_object =
+      whole_end ? uint64_t(tokens_in(p, last)) : std::min<uint64_t>(request.end.object - 1,
+                                                                    tokens_in(p, last));
+  downstream->Accept(moqt::TrackInfo{Location{last, last_object}, moqt::GroupOrder::kAscending,
+                                     p.ended && last + 1 == uint64_t(num_groups(p))});
+  for (uint64_t g = first; g <= last; ++g) {
+    SendChunk(p, g, format, {downstream.get()}, g == first ? request.start.object : 0,
+              g == last ? last_object : UINT64_MAX);
+  }
+  downstream->OnDone(absl::OkStatus());
+}
+
+void KvPublisher::OnSessionClosed(moqt::MoqtSession* session, const absl::Status& reason) {
+  if (session == upstream_) upstream_ = nullptr;
+}
+
+}  // namespace kvcast::kvcache

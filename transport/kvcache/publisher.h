@@ -1,0 +1,135 @@
+// KvPublisher: serves the KVCache tracks of prompts whose KV sits in this
+// process's page pool, encoding each chunk on demand in the compression a
+// subscriber asks for (any track of any published prompt).
+//
+// The owner (a prefill worker) announces a prompt with BeginPrompt, hands
+// over each chunk the moment its KV is computed (ChunkReady: the publisher
+// takes a reference on its pages), and ends it with EndPrompt. Meanwhile:
+//  - SUBSCRIBE of (root, model id, digest)/<compression>: accepted, every
+//    ready chunk the filter wants is sent at once, later chunks as they come
+//    (each group on its own subgroup stream, objects = tokens in order);
+//    PUBLISH_DONE "track ended" after the last chunk, or an error if the
+//    prompt was abandoned. Chunks may become ready in any order.
+//  - FETCH of a group range: served from ready chunks; a range reaching past
+//    the prompt or into chunks not computed yet is refused (INVALID_RANGE)
+//    with a message naming the missing chunk.
+//  - Errors name their cause: another model id, an unknown prompt, an
+//    unknown compression (TRACK_DOES_NOT_EXIST).
+// DropPrompt releases a prompt's pages; its subscriptions end. With an
+// upstream session (a relay), each prompt's namespace is announced there
+// (PUBLISH_NAMESPACE) so the relay routes subscriptions here and caches.
+//
+// Thread safety: none; the publisher and its sessions live on one loop
+// thread. Other threads (the compute thread) Post their calls to it.
+#ifndef KVCAST_TRANSPORT_KVCACHE_PUBLISHER_H_
+#define KVCAST_TRANSPORT_KVCACHE_PUBLISHER_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "engine/kv/kv_page_pool.h"
+#include "engine/kv/prefix_hash.h"
+#include "kernels/backend.h"
+#include "transport/kvcache/naming.h"
+#include "transport/moqt/session.h"
+
+namespace kvcast::kvcache {
+
+class KvPublisher : public moqt::RequestHandler {
+ public:
+  // `pool` and `backend` (the pool's) are borrowed and must outlive the
+  // publisher. Chunks are `chunk_tokens` tokens (a multiple of the pool's
+  // page_tokens).
+  KvPublisher(KvPagePool* pool, Backend* backend, const Hash128& model_fingerprint,
+              int chunk_tokens);
+  ~KvPublisher() override;  // releases every page it holds
+
+  // Announces prompts on `session` (borrowed; null to stop); prompts already
+  // begun are announced now.
+  void SetUpstream(moqt::MoqtSession* session);
+
+  // A prompt of `num_tokens` tokens named `prompt_digest` (naming.h).
+  // AlreadyExists if it is being published; InvalidArgument for a malformed
+  // digest or a non-positive length.
+  absl::Status BeginPrompt(const std::string& prompt_digest, int num_tokens);
+  // Chunk `group` is computed; `pages` hold its tokens (ceil(tokens in the
+  // chunk / page_tokens) pages, first token at slot 0 of pages[0]). The
+  // publisher takes one reference on each page. NotFound for an unknown
+  // prompt, OutOfRange for a group past the prompt, InvalidArgument for the
+  // wrong number of pages, AlreadyExists for a chunk handed over twice.
+  absl::Status ChunkReady(const std::string& prompt_digest, int group,
+                          absl::Span<const int32_t> pages);
+  // No more chunks come (later ChunkReady calls are FailedPrecondition). OK: subscribers get PUBLISH_DONE once every chunk
+  // was ready (FailedPrecondition, and nothing changes, if some are
+  // missing); an error: subscriptions end with it. Chunks stay fetchable
+  // until DropPrompt.
+  absl::Status EndPrompt(const std::string& prompt_digest, const absl::Status& status);
+  // Releases the prompt's pages and ends its subscriptions (CANCELLED).
+  void DropPrompt(const std::string& prompt_digest);
+
+  const std::string& model_id() const { return model_id_; }
+  size_t num_prompts() const { return prompts_.size(); }
+  struct Stats {
+    uint64_t objects_sent = 0;
+    uint64_t bytes_sent = 0;   // encoded payload bytes
+    uint64_t chunks_encoded = 0;
+    uint64_t rejected = 0;     // refused subscribes and fetches
+  };
+  const Stats& stats() const { return stats_; }
+
+  // moqt::RequestHandler
+  void OnSubscribe(moqt::MoqtSession* session, const moqt::Subscribe& request,
+                   std::shared_ptr<moqt::Downstream> downstream) override;
+  void OnTrackStatus(moqt::MoqtSession* session, const moqt::Subscribe& request,
+                     std::shared_ptr<moqt::Downstream> downstream) override;
+  void OnFetch(moqt::MoqtSession* session, const moqt::Fetch& request,
+               std::shared_ptr<moqt::Downstream> downstream) override;
+  void OnSessionClosed(moqt::MoqtSession* session, const absl::Status& reason) override;
+
+ private:
+  struct Subscriber {
+    moqt::Subscribe request;
+    std::optional<moqt::Location> largest_at_subscribe;
+    KvFormat format;
+    std::shared_ptr<moqt::Downstream> downstream;
+  };
+  struct Prompt {
+    int num_tokens = 0;
+    std::vector<std::vector<int32_t>> chunk_pages;  // empty: not ready
+    int ready = 0;
+    bool ended = false;
+    absl::Status end_status;
+    std::vector<std::shared_ptr<Subscriber>> subscribers;
+  };
+
+  int num_groups(const Prompt& p) const { return (p.num_tokens + chunk_tokens_ - 1) / chunk_tokens_; }
+  int tokens_in(const Prompt& p, int group) const;
+  std::optional<moqt::Location> Largest(const Prompt& p) const;
+  // The prompt a request names, or the reason it cannot be served.
+  absl::StatusOr<Prompt*> Resolve(const moqt::FullTrackName& name, KvFormat* format);
+  // Encodes chunk `group` of `p` and sends its objects with ids in [lo, hi]
+  // (tokens, then the end-of-group marker) to `to`.
+  void SendChunk(const Prompt& p, int group, KvFormat format,
+                 const std::vector<moqt::Downstream*>& to, uint64_t lo = 0,
+                 uint64_t hi = UINT64_MAX);
+  void EndSubscribers(Prompt& p, const absl::Status& status);
+  void Release(Prompt& p);
+
+  KvPagePool* const pool_;
+  Backend* const backend_;
+  const std::string model_id_;
+  const int chunk_tokens_;
+  moqt::MoqtSession* upstream_ = nullptr;
+  std::map<std::string, Prompt> prompts_;
+  std::vector<uint8_t> scratch_;
+  Stats stats_;
+};
+
+}  // namespace kvcast::kvcache
+
+#endif  // KVCAST_TRANSPORT_KVCACHE_PUBLISHER_H_

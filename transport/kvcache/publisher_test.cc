@@ -1,0 +1,361 @@
+// KvPublisher -> (relay) -> KvLander over real loopback QUIC: live chunks in
+// any order for every compression, a relay serving a dropped prompt from its
+// cache, prefix reuse by FETCH of another prompt's groups, and the errors a
+// subscriber sees.
+#include "transport/kvcache/publisher.h"
+
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "transport/kvcache/lander.h"
+#include "transport/kvcache/naming.h"
+#include "transport/moqt/testing/moqt_test_util.h"
+
+namespace kvcast::kvcache {
+namespace {
+
+using moqt::testing::ClientHandler;
+using moqt::testing::RelayHarness;
+using moqt::testing::WaitOnLoop;
+
+const Hash128 kModel{0x1234, 0x5678};
+constexpr int kChunk = 32;
+const KvLayout kLayout{2, 2, 32, 16};
+
+std::string Digest(int n) { return absl::StrCat(std::string(31, 'd'), n); }
+
+// One side's memory: a CPU backend and a page pool.
+struct Memory {
+  explicit Memory(KvLayout layout = kLayout) {
+    backend = NewCpuBackend();
+    pool = *KvPagePool::Create(backend.get(), layout, 64);
+  }
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<KvPagePool> pool;
+};
+
+// The publisher connected to the relay as a client.
+class PublisherHandler : public KvPublisher {
+ public:
+  using KvPublisher::KvPublisher;
+  void OnSessionReady(moqt::MoqtSession* session) override { SetUpstream(session); }
+};
+
+class KvOverMoqt : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::mt19937 rng(5);
+    std::normal_distribution<float> dist(0.f, 2.f);
+    const size_t floats = 64 * kLayout.page_floats();
+    for (int l = 0; l < kLayout.num_layers; ++l) {
+      for (size_t i = 0; i < floats; ++i) {
+        src_.pool->k_cache(l)[i] = dist(rng);
+        src_.pool->v_cache(l)[i] = dist(rng);
+      }
+    }
+    baseline_ = src_.pool->free_pages();
+    h_.thread()->RunSync([&] {
+      publisher_ = std::make_unique<PublisherHandler>(src_.pool.get(), src_.backend.get(),
+                                                      kModel, kChunk);
+    });
+    pub_client_ = h_.Connect(publisher_.get());
+  }
+  void TearDown() override {
+    h_.Disconnect(pub_client_);
+    h_.thread()->RunSync([&] { publisher_.reset(); });
+    EXPECT_EQ(src_.pool->free_pages(), baseline_) << "publisher leaked pages";
+  }
+  // Pages for a `tokens`-token prompt; their KV is the random fill above.
+  std::vector<int32_t> Pages(int tokens) { return *src_.pool->Allocate((tokens + 15) / 16); }
+  // Hands chunk `group` of the prompt whose page table is `pages` over.
+  void Ready(const std::string& digest, const std::vector<int32_t>& pages, int group) {
+    const int per_chunk = kChunk / 16;
+    const int end = std::min<int>(pages.size(), (group + 1) * per_chunk);
+    std::vector<int32_t> chunk(pages.begin() + group * per_chunk, pages.begin() + end);
+    h_.thread()->RunSync([&] { ASSERT_TRUE(publisher_->ChunkReady(digest, group, chunk).ok()); });
+  }
+  // Checks that tokens [first, end) landed in `dst_pages` equal the source
+  // tokens in `src_pages` after one trip through `format`.
+  void ExpectLanded(KvFormat format, const std::vector<int32_t>& src_pages,
+                    const std::vector<int32_t>& dst_pages, int first, int end,
+                    int dst_first = 0) {
+    TokenCodec codec(kLayout, format);
+    std::vector<uint8_t> enc(codec.row_bytes());
+    std::vector<float> want(kLayout.token_floats());
+    for (int t = first; t < end; ++t) {
+      const int32_t s = SlotsOf(src_pages, 16, t, 1)[0];
+      const int32_t d = SlotsOf(dst_pages, 16, t - dst_first, 1)[0];
+      for (int l = 0; l < kLayout.num_layers; ++l) {
+        for (bool v : {false, true}) {
+          const float* src = (v ? src_.pool->v_cache(l) : src_.pool->k_cache(l)) +
+                             size_t(s) * kLayout.token_floats();
+          const float* got = (v ? dst_.pool->v_cache(l) : dst_.pool->k_cache(l)) +
+                             size_t(d) * kLayout.token_floats();
+          EncodeKvRow(format, src, 2, 32, codec.block(), enc.data());
+          DecodeKvRow(format, enc.data(), 2, 32, codec.block(), want.data());
+          for (size_t i = 0; i < want.size(); ++i) {
+            ASSERT_EQ(got[i], want[i]) << TrackNameOf(format) << " token " << t;
+          }
+        }
+      }
+    }
+  }
+
+  // A subscription (or fetch) landing groups [first, end) of a `tokens`
+  // sequence into fresh pages of dst_.
+  struct Landing {
+    std::shared_ptr<KvLander> lander;
+    std::vector<int32_t> pages;
+    bool done = false;
+    absl::StatusOr<std::vector<int32_t>> result = absl::UnknownError("pending");
+    absl::Status reply;
+  };
+  std::unique_ptr<Landing> Subscribe(moqt::MoqtSession* session, const moqt::FullTrackName& track,
+                                     int tokens, int first, int end, bool fetch = false,
+                                     Memory* into = nullptr) {
+    Memory* mem = into ? into : &dst_;
+    auto landing = std::make_unique<Landing>();
+    Landing* l = landing.get();
+    h_.thread()->RunSync([&] {
+      const int n = std::min(end * kChunk, tokens) - first * kChunk;
+      l->pages = *mem->pool->Allocate((n + 15) / 16);
+      auto lander = KvLander::Create(mem->pool.get(), mem->backend.get(), kModel, track,
+                                     LandingSpec{kChunk, tokens, first, end, l->pages},
+                                     [l](auto r) {
+                                       l->done = true;
+                                       l->result = std::move(r);
+                                     });
+      ASSERT_TRUE(lander.ok()) << lander.status();
+      l->lander = *lander;
+      auto on_reply = [l](absl::StatusOr<moqt::TrackInfo> r) { l->reply = r.status(); };
+      if (fetch) {
+        moqt::Fetch f;
+        f.track = track;
+        f.start = {uint64_t(first), 0};
+        f.end = {uint64_t(end - 1), 0};
+        ASSERT_TRUE(session->Fetch(f, l->lander, on_reply).ok());
+      } else {
+        moqt::Subscribe s;
+        s.track = track;
+        s.filter_type = moqt::FilterType::kAbsoluteRange;
+        s.start = moqt::Location{uint64_t(first), 0};
+        s.end_group = end - 1;
+        ASSERT_TRUE(session->Subscribe(s, l->lander, on_reply).ok());
+      }
+    });
+    return landing;
+  }
+  bool WaitDone(Landing& l) {
+    return WaitOnLoop(h_.thread(), [&] { return l.done; }, absl::Seconds(20));
+  }
+  void ReleaseLanded(Landing& l) {
+    h_.thread()->RunSync([&] { ASSERT_TRUE(dst_.pool->ReleaseAll(l.pages).ok()); });
+  }
+
+  // Subscriptions wait briefly for the publisher's PUBLISH_NAMESPACE.
+  static moqt::RelayOptions RelayWithWait() {
+    moqt::RelayOptions options;
+    options.subscribe_wait = absl::Seconds(5);
+    return options;
+  }
+  // Destroyed after the harness, which closes the sessions using them.
+  Memory src_, dst_;
+  ClientHandler decode_;
+  RelayHarness h_{RelayWithWait()};
+  int baseline_ = 0;
+  std::unique_ptr<PublisherHandler> publisher_;
+  moqt::MoqtClient* pub_client_ = nullptr;
+};
+
+TEST_F(KvOverMoqt, LiveChunksInAnyOrderLandForEveryCompression) {
+  const int tokens = 80;  // groups 0, 1 of 32 tokens, group 2 of 16
+  const auto pages = Pages(tokens);
+  h_.thread()->RunSync([&] { ASSERT_TRUE(publisher_->BeginPrompt(Digest(1), tokens).ok()); });
+  Ready(Digest(1), pages, 0);  // before anyone subscribes
+  moqt::MoqtClient* client = h_.Connect(&decode_);
+  std::vector<std::unique_ptr<Landing>> landings;
+  for (KvFormat f : kAllKvFormats) {
+    landings.push_back(Subscribe(client->session(),
+                                 FullTrackNameOf({ModelId(kModel), Digest(1), f}), tokens, 0, 3));
+  }
+  Ready(Digest(1), pages, 2);  // out of order
+  Ready(Digest(1), pages, 1);
+  h_.thread()->RunSync([&] { ASSERT_TRUE(publisher_->EndPrompt(Digest(1), absl::OkStatus()).ok()); });
+  int i = 0;
+  for (KvFormat f : kAllKvFormats) {
+    Landing& l = *landings[i++];
+    ASSERT_TRUE(WaitDone(l)) << TrackNameOf(f);
+    ASSERT_TRUE(l.result.ok()) << TrackNameOf(f) << ": " << l.result.status();
+    ExpectLanded(f, pages, l.pages, 0, tokens);
+    ReleaseLanded(l);
+  }
+  h_.thread()->RunSync([&] {
+    EXPECT_EQ(publisher_->stats().chunks_encoded, 18u);  // 3 chunks x 6 compressions
+    publisher_->DropPrompt(Digest(1));
+  });
+  ASSERT_TRUE(src_.pool->ReleaseAll(pages).ok());
+  EXPECT_EQ(dst_.pool->free_pages(), dst_.pool->num_pages());
+}
+
+TEST_F(KvOverMoqt, RelayServesADroppedPromptFromItsCache) {
+  const int tokens = 64;
+  const auto pages = Pages(tokens);
+  h_.thread()->RunSync([&] { ASSERT_TRUE(publisher_->BeginPrompt(Digest(2), tokens).ok()); });
+  Ready(Digest(2), pages, 0);
+  Ready(Digest(2), pages, 1);
+  h_.thread()->RunSync([&] { ASSERT_TRUE(publisher_->EndPrompt(Digest(2), absl::OkStatus()).ok()); });
+  const auto track = FullTrackNameOf({ModelId(kModel), Digest(2), KvFormat::kInt8});
+  moqt::MoqtClient* client = h_.Connect(&decode_);
+  auto first = Subscribe(client->session(), track, tokens, 0, 2);
+  ASSERT_TRUE(WaitDone(*first));
+  ASSERT_TRUE(first->result.ok()) << first->result.status();
+  h_.thread()->RunSync([&] { publisher_->DropPrompt(Digest(2)); });
+  ASSERT_TRUE(src_.pool->ReleaseAll(pages).ok());
+
+  uint64_t cached_before = 0;
+  h_.thread()->RunSync([&] { cached_before = h_.relay()->stats().served_from_cache; });
+  auto again = Subscribe(client->session(), track, tokens, 0, 2);
+  ASSERT_TRUE(WaitDone(*again));
+  ASSERT_TRUE(again->result.ok()) << again->result.status();
+  h_.thread()->RunSync([&] { EXPECT_GT(h_.relay()->stats().served_from_cache, cached_before); });
+  // Same bytes as the first landing, with the publisher's pages gone.
+  for (int l = 0; l < kLayout.num_layers; ++l) {
+    for (int t = 0; t < tokens; ++t) {
+      const float* a = dst_.pool->k_cache(l) + size_t(SlotsOf(first->pages, 16, t, 1)[0]) * 64;
+      const float* b = dst_.pool->k_cache(l) + size_t(SlotsOf(again->pages, 16, t, 1)[0]) * 64;
+      ASSERT_EQ(std::vector<float>(a, a + 64), std::vector<float>(b, b + 64));
+    }
+  }
+  ReleaseLanded(*first);
+  ReleaseLanded(*again);
+}
+
+TEST_F(KvOverMoqt, PrefixReuseFetchesAnotherPromptsGroupsAndSubscribesTheRest) {
+  // Prompt A (64 tokens) is published; prompt B (100 tokens) shares A's two
+  // chunks, and its prefill computed only chunks 2 and 3.
+  const auto a_pages = Pages(64);
+  const auto b_tail = Pages(100 - 64);
+  h_.thread()->RunSync([&] {
+    ASSERT_TRUE(publisher_->BeginPrompt(Digest(3), 64).ok());
+    ASSERT_TRUE(publisher_->BeginPrompt(Digest(4), 100).ok());
+  });
+  Ready(Digest(3), a_pages, 0);
+  Ready(Digest(3), a_pages, 1);
+  std::vector<int32_t> b_pages = a_pages;
+  b_pages.insert(b_pages.end(), b_tail.begin(), b_tail.end());
+  for (int g = 0; g < 4; ++g) Ready(Digest(4), b_pages, g);
+
+  moqt::MoqtClient* client = h_.Connect(&decode_);
+  auto prefix = Subscribe(client->session(),
+                          FullTrackNameOf({ModelId(kModel), Digest(3), KvFormat::kBf16}), 100,
+                          0, 2, /*fetch=*/true);
+  auto rest = Subscribe(client->session(),
+                        FullTrackNameOf({ModelId(kModel), Digest(4), KvFormat::kBf16}), 100, 2,
+                        4);
+  ASSERT_TRUE(WaitDone(*prefix));
+  ASSERT_TRUE(prefix->result.ok()) << prefix->result.status();
+  ASSERT_TRUE(WaitDone(*rest));
+  ASSERT_TRUE(rest->result.ok()) << rest->result.status();
+  ExpectLanded(KvFormat::kBf16, b_pages, prefix->pages, 0, 64);
+  ExpectLanded(KvFormat::kBf16, b_pages, rest->pages, 64, 100, /*dst_first=*/64);
+  ReleaseLanded(*prefix);
+  ReleaseLanded(*rest);
+  h_.thread()->RunSync([&] {
+    publisher_->DropPrompt(Digest(3));
+    publisher_->DropPrompt(Digest(4));
+  });
+  ASSERT_TRUE(src_.pool->ReleaseAll(a_pages).ok());
+  ASSERT_TRUE(src_.pool->ReleaseAll(b_tail).ok());
+}
+
+TEST_F(KvOverMoqt, RequestsThePublisherCannotServeAreRefusedWithTheirReason) {
+  // Directly to the publisher (no relay): the prefill worker's own endpoint.
+  std::unique_ptr<moqt::MoqtServer> server;
+  h_.thread()->RunSync([&] {
+    quic::TlsOptions tls;
+    tls.cert_file = h_.certs().server_cert;
+    tls.key_file = h_.certs().server_key;
+    server = *moqt::MoqtServer::Create(h_.loop(), "127.0.0.1", 0, tls, quic::TransportOptions{},
+                                       moqt::SessionOptions{}, publisher_.get());
+    ASSERT_TRUE(publisher_->BeginPrompt(Digest(5), 40).ok());
+  });
+  const auto pages = Pages(40);
+  Ready(Digest(5), pages, 0);
+  std::unique_ptr<moqt::MoqtClient> client;
+  h_.thread()->RunSync([&] {
+    quic::TlsOptions tls;
+    tls.ca_file = h_.certs().ca_cert;
+    tls.server_name = "localhost";
+    client = *moqt::MoqtClient::Connect(h_.loop(), "127.0.0.1", server->port(), tls,
+                                        quic::TransportOptions{}, moqt::SessionOptions{}, &decode_);
+  });
+  ASSERT_TRUE(WaitOnLoop(h_.thread(), [&] { return decode_.ready; }));
+
+  struct Case {
+    moqt::FullTrackName track;
+    bool fetch;
+    uint64_t end_group;
+    const char* message;
+  };
+  const Case cases[] = {
+      {{NamespaceOf(ModelId(kModel), Digest(5)), "zstd"}, false, 0, "unknown KV compression"},
+      {{NamespaceOf(ModelId(kModel), Digest(5)), "ac"}, false, 0, "not served yet"},
+      {FullTrackNameOf({ModelId(Hash128{1, 1}), Digest(5), KvFormat::kFp16}), false, 0,
+       "is not served here"},
+      {FullTrackNameOf({ModelId(kModel), Digest(6), KvFormat::kFp16}), false, 0,
+       "no KV published for prompt"},
+      {FullTrackNameOf({ModelId(kModel), Digest(5), KvFormat::kFp16}), true, 2,
+       "past the prompt's 2 chunks"},
+      {FullTrackNameOf({ModelId(kModel), Digest(5), KvFormat::kFp16}), true, 1,
+       "chunk 1 is not computed yet"},
+  };
+  for (const Case& c : cases) {
+    bool replied = false;
+    absl::Status reply;
+    h_.thread()->RunSync([&] {
+      auto sink = std::make_shared<moqt::testing::CollectingConsumer>();
+      auto on_reply = [&](absl::StatusOr<moqt::TrackInfo> r) {
+        replied = true;
+        reply = r.status();
+      };
+      if (c.fetch) {
+        moqt::Fetch f;
+        f.track = c.track;
+        f.end = {c.end_group, 0};
+        ASSERT_TRUE(client->session()->Fetch(f, sink, on_reply).ok());
+      } else {
+        moqt::Subscribe s;
+        s.track = c.track;
+        ASSERT_TRUE(client->session()->Subscribe(s, sink, on_reply).ok());
+      }
+    });
+    ASSERT_TRUE(WaitOnLoop(h_.thread(), [&] { return replied; })) << c.message;
+    EXPECT_FALSE(reply.ok()) << c.message;
+    EXPECT_NE(reply.message().find(c.message), std::string::npos) << reply;
+  }
+
+  // A decoder whose model has another KV shape refuses the objects by size
+  // and gets its pages back.
+  Memory other(KvLayout{2, 2, 16, 16});
+  const int free_before = other.pool->free_pages();
+  moqt::FullTrackName track = FullTrackNameOf({ModelId(kModel), Digest(5), KvFormat::kFp16});
+  auto wrong = Subscribe(client->session(), track, 40, 0, 1, false, &other);
+  ASSERT_TRUE(WaitDone(*wrong));
+  EXPECT_EQ(wrong->result.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(wrong->result.status().message().find("has 512 bytes; fp16 tokens of this model have 256"),
+            std::string::npos)
+      << wrong->result.status();
+  EXPECT_EQ(other.pool->free_pages(), free_before);
+
+  h_.thread()->RunSync([&] {
+    wrong->lander.reset();
+    client.reset();
+    server.reset();
+    publisher_->DropPrompt(Digest(5));
+  });
+  ASSERT_TRUE(src_.pool->ReleaseAll(pages).ok());
+}
+
+}  // namespace
+}  // namespace kvcast::kvcache

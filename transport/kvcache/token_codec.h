@@ -1,0 +1,63 @@
+// TokenCodec: one token's KV <-> one KVCache object payload (wire format v1,
+// docs/kvcache-wire-format.md).
+//
+// Payload of a token = for each layer 0..L-1: its K row, then its V row,
+// each an encoded row of kernels/kv_codec.h (num_kv_heads * head_dim values,
+// scales first). Every token of a format has the same size, token_bytes().
+//
+// Encode/Decode run on the page pool's backend through Backend::EncodeKv /
+// DecodeKv; their byte buffers are backend memory (host memory on the CPU
+// backend; a GPU backend stages through pinned memory, see the CUDA issue).
+//
+// Thread safety: immutable after construction; Encode/Decode follow the
+// backend's threading contract.
+#ifndef KVCAST_TRANSPORT_KVCACHE_TOKEN_CODEC_H_
+#define KVCAST_TRANSPORT_KVCACHE_TOKEN_CODEC_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/types/span.h"
+#include "engine/kv/kv_page_pool.h"
+#include "kernels/backend.h"
+#include "kernels/kv_codec.h"
+
+namespace kvcast::kvcache {
+
+// Values per scale in wire format v1: one scale per head for the 8-bit
+// formats, one per 32 values for the 4-bit ones (per head when head_dim is
+// not a multiple of 32). Unscaled formats: head_dim (unused).
+int ScaleBlock(KvFormat format, int head_dim);
+
+class TokenCodec {
+ public:
+  TokenCodec(const KvLayout& layout, KvFormat format);
+
+  KvFormat format() const { return format_; }
+  int block() const { return block_; }
+  size_t row_bytes() const { return row_bytes_; }
+  size_t token_bytes() const { return row_bytes_ * 2 * layout_.num_layers; }
+
+  // Encodes the tokens at `slots` of `pool` into `out`, token t at
+  // out + t * token_bytes().
+  void Encode(Backend* backend, const KvPagePool& pool, absl::Span<const int32_t> slots,
+              uint8_t* out) const;
+  // Decodes token t at in + t * token_bytes() into slot slots[t] of `pool`.
+  void Decode(Backend* backend, const uint8_t* in, absl::Span<const int32_t> slots,
+              KvPagePool* pool) const;
+
+ private:
+  const KvLayout layout_;
+  const KvFormat format_;
+  const int block_;
+  const size_t row_bytes_;
+};
+
+// The KV slots of tokens [first, first + count) of a sequence whose tokens
+// start at slot 0 of `pages` (page_tokens tokens per page).
+std::vector<int32_t> SlotsOf(absl::Span<const int32_t> pages, int page_tokens, int first,
+                             int count);
+
+}  // namespace kvcast::kvcache
+
+#endif  // KVCAST_TRANSPORT_KVCACHE_TOKEN_CODEC_H_
