@@ -6,7 +6,6 @@
 // Prints one markdown table row per measurement.
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <numeric>
 #include <string>
 #include <vector>
@@ -19,7 +18,7 @@
 #include "engine/model/checkpoint.h"
 #include "engine/transformer.h"
 #include "kernels/profiling_backend.h"
-#include "tools/tiny_model/tiny_model.h"
+#include "tools/bench/bench_models.h"
 
 ABSL_FLAG(std::string, model, "", "HF model directory (overrides --preset)");
 ABSL_FLAG(std::string, preset, "tiny", "tiny (the test model) or 100m (~125M-parameter Llama)");
@@ -36,22 +35,7 @@ double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 
 absl::StatusOr<std::string> ModelDir() {
   if (!absl::GetFlag(FLAGS_model).empty()) return absl::GetFlag(FLAGS_model);
-  TinyModelOptions o;
-  const std::string preset = absl::GetFlag(FLAGS_preset);
-  if (preset == "100m") {
-    o.vocab_size = 32000;
-    o.hidden_size = 768;
-    o.intermediate_size = 2048;
-    o.num_layers = 12;
-    o.num_heads = 12;
-    o.num_kv_heads = 4;
-  } else if (preset != "tiny") {
-    return absl::InvalidArgumentError("--preset must be tiny or 100m");
-  }
-  const char* tmp = std::getenv("TMPDIR");
-  std::string dir = absl::StrCat(tmp ? tmp : "/tmp", "/kvcast-bench-", preset);
-  RETURN_IF_ERROR(WriteTinyModel(o, dir));
-  return dir;
+  return WriteBenchModel(absl::GetFlag(FLAGS_preset));
 }
 
 absl::Status Run() {

@@ -15,7 +15,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -27,7 +26,7 @@
 #include "engine/model/checkpoint.h"
 #include "engine/transformer.h"
 #include "kernels/kv_codec.h"
-#include "tools/tiny_model/tiny_model.h"
+#include "tools/bench/bench_models.h"
 #include "transport/kvcache/naming.h"
 #include "transport/kvcache/token_codec.h"
 
@@ -41,24 +40,6 @@ namespace {
 
 using kvcache::ScaleBlock;
 using kvcache::TrackNameOf;
-
-absl::StatusOr<std::string> PresetDir(const std::string& preset) {
-  TinyModelOptions o;
-  if (preset == "100m") {
-    o.vocab_size = 32000;
-    o.hidden_size = 768;
-    o.intermediate_size = 2048;
-    o.num_layers = 12;
-    o.num_heads = 12;
-    o.num_kv_heads = 4;
-  } else if (preset != "tiny") {
-    return absl::InvalidArgumentError(absl::StrCat("unknown preset \"", preset, "\""));
-  }
-  const char* tmp = std::getenv("TMPDIR");
-  std::string dir = absl::StrCat(tmp ? tmp : "/tmp", "/kvcast-bench-", preset);
-  RETURN_IF_ERROR(WriteTinyModel(o, dir));
-  return dir;
-}
 
 void PrintBytes() {
   struct Shape {
@@ -224,7 +205,7 @@ absl::Status Main() {
   if (prompt_len <= 0 || steps <= 0) return absl::InvalidArgumentError("--prompt_len, --steps > 0");
   if (!absl::GetFlag(FLAGS_model).empty()) return Quality(absl::GetFlag(FLAGS_model), prompt_len, steps);
   for (absl::string_view preset : absl::StrSplit(absl::GetFlag(FLAGS_presets), ',')) {
-    ASSIGN_OR_RETURN(std::string dir, PresetDir(std::string(preset)));
+    ASSIGN_OR_RETURN(std::string dir, WriteBenchModel(std::string(preset)));
     RETURN_IF_ERROR(Quality(dir, prompt_len, steps));
   }
   return absl::OkStatus();

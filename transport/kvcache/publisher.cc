@@ -89,11 +89,7 @@ absl::Status KvPublisher::ChunkReady(const std::string& digest, int group,
   // so each chunk is encoded once per compression.
   std::map<KvFormat, std::vector<Downstream*>> by_format;
   for (const auto& s : p.subscribers) {
-    Location first{uint64_t(group), 0}, last{uint64_t(group), uint64_t(tokens_in(p, group))};
-    if (moqt::FilterAccepts(s->request, s->largest_at_subscribe, first) ||
-        moqt::FilterAccepts(s->request, s->largest_at_subscribe, last)) {
-      by_format[s->format].push_back(s->downstream.get());
-    }
+    if (Wants(*s, p, group)) by_format[s->format].push_back(s->downstream.get());
   }
   for (const auto& [format, to] : by_format) SendChunk(p, group, format, to);
   return absl::OkStatus();
@@ -144,20 +140,30 @@ std::optional<Location> KvPublisher::Largest(const Prompt& p) const {
   return std::nullopt;
 }
 
-absl::StatusOr<KvPublisher::Prompt*> KvPublisher::Resolve(const moqt::FullTrackName& name,
-                                                          KvFormat* format) {
+KvPublisher::Prompt* KvPublisher::Resolve(const moqt::FullTrackName& name, Downstream& d,
+                                          KvFormat* format) {
+  std::string problem;
   absl::StatusOr<KvTrack> track = ParseTrack(name);
-  if (!track.ok()) return track.status();
-  if (track->model_id != model_id_) {
-    return absl::NotFoundError(absl::StrCat("model ", track->model_id,
-                                            " is not served here (serving ", model_id_, ")"));
+  if (!track.ok()) {
+    problem = std::string(track.status().message());
+  } else if (track->model_id != model_id_) {
+    problem = absl::StrCat("model ", track->model_id, " is not served here (serving ",
+                           model_id_, ")");
+  } else if (auto it = prompts_.find(track->prompt_digest); it != prompts_.end()) {
+    *format = track->format;
+    return &it->second;
+  } else {
+    problem = absl::StrCat("no KV published for prompt ", track->prompt_digest);
   }
-  auto it = prompts_.find(track->prompt_digest);
-  if (it == prompts_.end()) {
-    return absl::NotFoundError(absl::StrCat("no KV published for prompt ", track->prompt_digest));
-  }
-  *format = track->format;
-  return &it->second;
+  ++stats_.rejected;
+  d.Reject(moqt::kErrTrackDoesNotExist, problem);
+  return nullptr;
+}
+
+bool KvPublisher::Wants(const Subscriber& s, const Prompt& p, int group) const {
+  const Location first{uint64_t(group), 0}, marker{uint64_t(group), uint64_t(tokens_in(p, group))};
+  return moqt::FilterAccepts(s.request, s.largest_at_subscribe, first) ||
+         moqt::FilterAccepts(s.request, s.largest_at_subscribe, marker);
 }
 
 void KvPublisher::SendChunk(const Prompt& p, int group, KvFormat format,
@@ -192,13 +198,9 @@ void KvPublisher::SendChunk(const Prompt& p, int group, KvFormat format,
 void KvPublisher::OnSubscribe(moqt::MoqtSession* session, const moqt::Subscribe& request,
                               std::shared_ptr<Downstream> downstream) {
   KvFormat format;
-  absl::StatusOr<Prompt*> found = Resolve(request.track, &format);
-  if (!found.ok()) {
-    ++stats_.rejected;
-    downstream->Reject(moqt::kErrTrackDoesNotExist, std::string(found.status().message()));
-    return;
-  }
-  Prompt& p = **found;
+  Prompt* found = Resolve(request.track, *downstream, &format);
+  if (found == nullptr) return;
+  Prompt& p = *found;
   auto sub = std::make_shared<Subscriber>();
   sub->request = request;
   sub->largest_at_subscribe = Largest(p);
@@ -206,12 +208,7 @@ void KvPublisher::OnSubscribe(moqt::MoqtSession* session, const moqt::Subscribe&
   sub->downstream = downstream;
   downstream->Accept(moqt::TrackInfo{sub->largest_at_subscribe});
   for (int g = 0; g < num_groups(p); ++g) {
-    if (p.chunk_pages[g].empty()) continue;
-    Location first{uint64_t(g), 0}, last{uint64_t(g), uint64_t(tokens_in(p, g))};
-    if (moqt::FilterAccepts(request, sub->largest_at_subscribe, first) ||
-        moqt::FilterAccepts(request, sub->largest_at_subscribe, last)) {
-      SendChunk(p, g, format, {downstream.get()});
-    }
+    if (!p.chunk_pages[g].empty() && Wants(*sub, p, g)) SendChunk(p, g, format, {downstream.get()});
   }
   if (p.ended) {
     downstream->OnDone(p.end_status);
@@ -231,24 +228,17 @@ void KvPublisher::OnSubscribe(moqt::MoqtSession* session, const moqt::Subscribe&
 void KvPublisher::OnTrackStatus(moqt::MoqtSession* session, const moqt::Subscribe& request,
                                 std::shared_ptr<Downstream> downstream) {
   KvFormat format;
-  absl::StatusOr<Prompt*> found = Resolve(request.track, &format);
-  if (!found.ok()) {
-    downstream->Reject(moqt::kErrTrackDoesNotExist, std::string(found.status().message()));
-    return;
+  if (Prompt* found = Resolve(request.track, *downstream, &format)) {
+    downstream->Accept(moqt::TrackInfo{Largest(*found)});
   }
-  downstream->Accept(moqt::TrackInfo{Largest(**found)});
 }
 
 void KvPublisher::OnFetch(moqt::MoqtSession* session, const moqt::Fetch& request,
                           std::shared_ptr<Downstream> downstream) {
   KvFormat format;
-  absl::StatusOr<Prompt*> found = Resolve(request.track, &format);
-  if (!found.ok()) {
-    ++stats_.rejected;
-    downstream->Reject(moqt::kErrTrackDoesNotExist, std::string(found.status().message()));
-    return;
-  }
-  const Prompt& p = **found;
+  const Prompt* found = Resolve(request.track, *downstream, &format);
+  if (found == nullptr) return;
+  const Prompt& p = *found;
   // Draft-14: an end object of 0 means the whole end group.
   const uint64_t first = request.start.group;
   const uint64_t last = request.end.group;

@@ -78,7 +78,7 @@ class KvPublisher : public moqt::RequestHandler {
     uint64_t objects_sent = 0;
     uint64_t bytes_sent = 0;   // encoded payload bytes
     uint64_t chunks_encoded = 0;
-    uint64_t rejected = 0;     // refused subscribes and fetches
+    uint64_t rejected = 0;     // refused requests
   };
   const Stats& stats() const { return stats_; }
 
@@ -110,8 +110,11 @@ class KvPublisher : public moqt::RequestHandler {
   int num_groups(const Prompt& p) const { return (p.num_tokens + chunk_tokens_ - 1) / chunk_tokens_; }
   int tokens_in(const Prompt& p, int group) const;
   std::optional<moqt::Location> Largest(const Prompt& p) const;
-  // The prompt a request names, or the reason it cannot be served.
-  absl::StatusOr<Prompt*> Resolve(const moqt::FullTrackName& name, KvFormat* format);
+  // The prompt a request names; null after rejecting `d` with the reason
+  // it cannot be served.
+  Prompt* Resolve(const moqt::FullTrackName& name, moqt::Downstream& d, KvFormat* format);
+  // Whether `s`'s filter wants any object of chunk `group`.
+  bool Wants(const Subscriber& s, const Prompt& p, int group) const;
   // Encodes chunk `group` of `p` and sends its objects with ids in [lo, hi]
   // (tokens, then the end-of-group marker) to `to`.
   void SendChunk(const Prompt& p, int group, KvFormat format,
