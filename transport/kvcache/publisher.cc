@@ -87,9 +87,9 @@ absl::Status KvPublisher::ChunkReady(const std::string& digest, int group,
 
   // Live subscribers whose filter wants this chunk, grouped by compression
   // so each chunk is encoded once per compression.
-  std::map<KvFormat, std::vector<Downstream*>> by_format;
+  std::map<KvFormat, std::vector<std::shared_ptr<Downstream>>> by_format;
   for (const auto& s : p.subscribers) {
-    if (Wants(*s, p, group)) by_format[s->format].push_back(s->downstream.get());
+    if (Wants(*s, p, group)) by_format[s->format].push_back(s->downstream);
   }
   for (const auto& [format, to] : by_format) SendChunk(p, group, format, to);
   return absl::OkStatus();
@@ -167,7 +167,8 @@ bool KvPublisher::Wants(const Subscriber& s, const Prompt& p, int group) const {
 }
 
 void KvPublisher::SendChunk(const Prompt& p, int group, KvFormat format,
-                            const std::vector<Downstream*>& to, uint64_t lo, uint64_t hi) {
+                            const std::vector<std::shared_ptr<Downstream>>& to, uint64_t lo,
+                            uint64_t hi) {
   const int n = tokens_in(p, group);
   TokenCodec codec(pool_->layout(), format);
   const int first = int(std::min<uint64_t>(lo, n));
@@ -185,14 +186,14 @@ void KvPublisher::SendChunk(const Prompt& p, int group, KvFormat format,
     h.object = first + i;
     absl::Span<const uint8_t> payload(scratch_.data() + i * codec.token_bytes(),
                                       codec.token_bytes());
-    for (Downstream* d : to) d->OnObject(h, payload);
+    for (const auto& d : to) d->OnObject(h, payload);
     stats_.objects_sent += to.size();
     stats_.bytes_sent += to.size() * payload.size();
   }
   if (hi < uint64_t(n) || lo > uint64_t(n)) return;
   h.object = n;  // marks the group complete (caches) and finishes its stream
   h.status = moqt::ObjectStatus::kEndOfGroup;
-  for (Downstream* d : to) d->OnObject(h, {});
+  for (const auto& d : to) d->OnObject(h, {});
 }
 
 void KvPublisher::OnSubscribe(moqt::MoqtSession* session, const moqt::Subscribe& request,
@@ -208,7 +209,7 @@ void KvPublisher::OnSubscribe(moqt::MoqtSession* session, const moqt::Subscribe&
   sub->downstream = downstream;
   downstream->Accept(moqt::TrackInfo{sub->largest_at_subscribe});
   for (int g = 0; g < num_groups(p); ++g) {
-    if (!p.chunk_pages[g].empty() && Wants(*sub, p, g)) SendChunk(p, g, format, {downstream.get()});
+    if (!p.chunk_pages[g].empty() && Wants(*sub, p, g)) SendChunk(p, g, format, {downstream});
   }
   if (p.ended) {
     downstream->OnDone(p.end_status);
@@ -267,7 +268,7 @@ void KvPublisher::OnFetch(moqt::MoqtSession* session, const moqt::Fetch& request
   downstream->Accept(moqt::TrackInfo{Location{last, last_object}, moqt::GroupOrder::kAscending,
                                      p.ended && last + 1 == uint64_t(num_groups(p))});
   for (uint64_t g = first; g <= last; ++g) {
-    SendChunk(p, g, format, {downstream.get()}, g == first ? request.start.object : 0,
+    SendChunk(p, g, format, {downstream}, g == first ? request.start.object : 0,
               g == last ? last_object : UINT64_MAX);
   }
   downstream->OnDone(absl::OkStatus());

@@ -116,9 +116,10 @@ class KvPublisher : public moqt::RequestHandler {
   // Whether `s`'s filter wants any object of chunk `group`.
   bool Wants(const Subscriber& s, const Prompt& p, int group) const;
   // Encodes chunk `group` of `p` and sends its objects with ids in [lo, hi]
-  // (tokens, then the end-of-group marker) to `to`.
+  // (tokens, then the end-of-group marker) to `to` (kept alive meanwhile:
+  // a send may end a subscription).
   void SendChunk(const Prompt& p, int group, KvFormat format,
-                 const std::vector<moqt::Downstream*>& to, uint64_t lo = 0,
+                 const std::vector<std::shared_ptr<moqt::Downstream>>& to, uint64_t lo = 0,
                  uint64_t hi = UINT64_MAX);
   void EndSubscribers(Prompt& p, const absl::Status& status);
   void Release(Prompt& p);
