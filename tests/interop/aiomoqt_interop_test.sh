@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Bazel test: the aiomoqt interop matrix (run_interop.sh) against kvcast-relay
-# and kvcast-moqt. Each case becomes one JUnit <testcase> in $XML_OUTPUT_FILE.
+# Bazel test: the aiomoqt interop matrix (run_interop.sh) against kvcast-relay,
+# kvcast-moqt and kvcast-kvpub. Each case becomes one JUnit <testcase> in $XML_OUTPUT_FILE.
 # Needs the aiomoqt venv (setup_aiomoqt.sh) passed as KVCAST_AIOMOQT_VENV;
 # `./kvcast.sh test` provides it.
 set -uo pipefail
@@ -22,7 +22,9 @@ fi
 OUT=${TEST_TMPDIR:-$(mktemp -d)}/interop
 "$RUNFILES/tests/interop/run_interop.sh" --venv "$VENV" \
   --relay-bin "$RUNFILES/transport/moqt/kvcast-relay" \
-  --kvcast-moqt "$RUNFILES/transport/moqt/kvcast-moqt" --out "$OUT"
+  --kvcast-moqt "$RUNFILES/transport/moqt/kvcast-moqt" \
+  --kvpub "$RUNFILES/transport/kvcache/kvcast-kvpub" \
+  --make-tiny-model "$RUNFILES/tools/tiny_model/make_tiny_model" --out "$OUT"
 echo "run_interop exit code $?"
 
 xml_escape() { sed -e 's/&/\&amp;/g' -e 's/</\&lt;/g' -e 's/>/\&gt;/g' -e 's/"/\&quot;/g'; }

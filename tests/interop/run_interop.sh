@@ -10,13 +10,20 @@
 #                       (e.g. aiomoqt's own relay, for a baseline)
 #   --kvcast-moqt PATH  kvcast MoQT tool for parts b and c
 #                       (default bazel-bin/transport/moqt/kvcast-moqt)
+#   --kvpub PATH        kvcast KV publisher for part d
+#                       (default bazel-bin/transport/kvcache/kvcast-kvpub)
+#   --make-tiny-model PATH  model writer for part d
+#                       (default bazel-bin/tools/tiny_model/make_tiny_model)
 #   --peer aiomoqt      use the aiomoqt scripts on both ends of b and c (self-test)
-#   --only a|b|c        run one part (repeatable)
+#   --only a|b|c|d      run one part (repeatable)
 #   --port N            UDP port (default: a free one)
 #   --out DIR           keep logs here (default: a new mktemp dir)
 # Part a: aiomoqt interop client cases (--draft 14) against the relay.
 # Part b: aiomoqt publisher -> relay -> kvcast subscriber (subscribe, fetch).
 # Part c: kvcast publisher -> relay -> aiomoqt subscriber (subscribe, fetch, join).
+# Part d: KVCache over MoQT: kvcast-kvpub (a real model's KV) -> relay ->
+#         aiomoqt_kv_subscriber.py (decodes every track per
+#         docs/kvcache-wire-format.md, compares with the exact KV).
 # Exit 0 iff every run part passed. Results: OUT/results.txt.
 set -uo pipefail
 
@@ -24,6 +31,8 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 VENV="" RELAY_BIN="$ROOT/bazel-bin/transport/moqt/kvcast-relay" RELAY_CMD=""
 KVMOQT="$ROOT/bazel-bin/transport/moqt/kvcast-moqt" PEER=kvcast PORT="" OUT="" ONLY=""
+KVPUB="$ROOT/bazel-bin/transport/kvcache/kvcast-kvpub"
+TINY_MODEL="$ROOT/bazel-bin/tools/tiny_model/make_tiny_model"
 
 die() { echo "run_interop: $*" >&2; exit 2; }
 while [[ $# -gt 0 ]]; do
@@ -32,11 +41,13 @@ while [[ $# -gt 0 ]]; do
     --relay-bin) RELAY_BIN=$2; shift 2 ;;
     --relay-cmd) RELAY_CMD=$2; shift 2 ;;
     --kvcast-moqt) KVMOQT=$2; shift 2 ;;
+    --kvpub) KVPUB=$2; shift 2 ;;
+    --make-tiny-model) TINY_MODEL=$2; shift 2 ;;
     --peer) PEER=$2; shift 2 ;;
     --only) ONLY="$ONLY $2"; shift 2 ;;
     --port) PORT=$2; shift 2 ;;
     --out) OUT=$2; shift 2 ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,27p' "$0"; exit 0 ;;
     *) die "unknown argument $1" ;;
   esac
 done
@@ -46,6 +57,9 @@ want() { [[ -z "$ONLY" || " $ONLY " == *" $1 "* ]]; }
 [[ "$PEER" == kvcast || "$PEER" == aiomoqt ]] || die "--peer kvcast|aiomoqt"
 if [[ "$PEER" == kvcast ]] && { want b || want c; } && [[ ! -x "$KVMOQT" ]]; then
   die "no kvcast tool at $KVMOQT (build it, pass --kvcast-moqt, or --only a)"
+fi
+if want d && [[ ! -x "$KVPUB" || ! -x "$TINY_MODEL" ]]; then
+  die "no $KVPUB or $TINY_MODEL (bazel build //transport/kvcache:kvcast-kvpub //tools/tiny_model:make_tiny_model, pass --kvpub/--make-tiny-model, or --only a|b|c)"
 fi
 if [[ -z "$RELAY_CMD" && ! -x "$RELAY_BIN" ]]; then
   die "no relay at $RELAY_BIN (bazel build //transport/moqt:kvcast-relay, or --relay-cmd)"
@@ -184,6 +198,67 @@ if want c; then
     record c "$PEER-pub -> aiomoqt-$mode" $rc "$(summ "$OUT/c-$mode.sub.json")"
     stop_pub
   done
+fi
+
+# ---- part d: KVCache over MoQT: kvcast-kvpub -> relay -> aiomoqt + numpy -----
+# A 2-layer model with 2 KV heads of 64 (so the 4-bit tracks use two 32-value
+# blocks per head), a 300-token prompt in 128-token groups (the last one
+# partial). Both ends verify the relay's certificate.
+if want d; then
+  model="$OUT/d-model"
+  if ! "$TINY_MODEL" --out "$model" --hidden_size 128 --num_heads 2 --num_kv_heads 2 \
+       > "$OUT/d-model.log" 2>&1; then
+    record d "kvpub -> aiomoqt KV" 1 "make_tiny_model failed: $(tail -1 "$OUT/d-model.log")"
+  else
+    "$KVPUB" --model "$model" --prompt_len 300 --relay "$RELAY" --ca "$CERT" \
+      --dump "$OUT/d-kv.f32" --linger_s 60 > "$OUT/d.pub.json" 2> "$OUT/d.pub.err" &
+    PUB_PID=$!; PIDS+=("$PUB_PID")
+    # Its JSON line comes once the relay accepted the namespace.
+    for _ in $(seq 150); do
+      [[ -s "$OUT/d.pub.json" ]] && break
+      kill -0 "$PUB_PID" 2>/dev/null || break
+      sleep 0.1
+    done
+    if [[ ! -s "$OUT/d.pub.json" ]]; then
+      record d "kvpub -> aiomoqt KV" 1 "kvcast-kvpub never announced: $(tail -1 "$OUT/d.pub.err")"
+    else
+      "$PY" "$HERE/aiomoqt_kv_subscriber.py" --relay "$RELAY" --ca-file "$CERT" \
+        --info "$OUT/d.pub.json" --model-config "$model/config.json" --timeout 30 \
+        > "$OUT/d.sub.json" 2> "$OUT/d.sub.err"
+      rc=$?
+      # One result per track: "rc<TAB>name<TAB>detail" lines from its JSON.
+      (cd / && "$PY" - "$OUT/d.sub.json" "$rc" <<'EOF3'
+import json, sys
+try:
+    d = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+except Exception as e:  # noqa: BLE001
+    d = {"error": f"no JSON summary ({type(e).__name__})", "tracks": []}
+for t in d.get("tracks", []):
+    name = ("aiomoqt " + ("sub " if t["via"] == "subscribe" else "fetch ") + t["track"])
+    detail = (f"objects={t['objects']}/{t['expected']} markers={t['markers']} "
+              f"bytes={t['token_bytes']} max_abs_err={t.get('max_abs_err', 0):.3g}")
+    if "max_err_half_steps" in t:
+        detail += f" max_err/half_step={t['max_err_half_steps']:.6f}"
+    if not t["ok"]:
+        detail += f" errors={t['errors']} {'; '.join(t['error_sample'][:2])}"
+    print(f"{0 if t['ok'] else 1}\tkvpub -> {name}\t{detail}")
+if sys.argv[2] != "0" or not d.get("tracks"):
+    print(f"1\tkvpub -> aiomoqt KV (overall)\tresult={d.get('result')} error={d.get('error')}")
+EOF3
+      ) > "$OUT/d.records"
+      while IFS=$'\t' read -r r name detail; do record d "$name" "$r" "$detail"; done < "$OUT/d.records"
+    fi
+    # SIGTERM must end kvcast-kvpub cleanly (exit 0) within 5 s.
+    kill -TERM "$PUB_PID" 2>/dev/null
+    for _ in $(seq 50); do kill -0 "$PUB_PID" 2>/dev/null || break; sleep 0.1; done
+    if kill -0 "$PUB_PID" 2>/dev/null; then
+      kill -KILL "$PUB_PID" 2>/dev/null; wait "$PUB_PID" 2>/dev/null
+      record d "kvpub exits on SIGTERM" 1 "still running 5 s after SIGTERM"
+    else
+      wait "$PUB_PID"; prc=$?
+      record d "kvpub exits on SIGTERM" "$prc" "exit code $prc"
+    fi
+  fi
 fi
 
 fails=$(grep -c '^FAIL' "$RESULTS")

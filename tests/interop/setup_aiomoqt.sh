@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Create (or verify) a Python virtual environment with the pinned aiomoqt
-# MoQT peer used by the kvcast interop tests.
+# MoQT peer used by the kvcast interop tests (and numpy, with which
+# aiomoqt_kv_subscriber.py decodes KVCache payloads).
 #
 #   tests/interop/setup_aiomoqt.sh VENV_DIR
 #
@@ -21,6 +22,8 @@ AIOMOQT_VERSION=0.13.3
 AIOPQUIC_VERSION=0.6.1
 SORTEDCONTAINERS_VERSION=2.4.0
 CERTIFI_VERSION=2026.10.18
+# numpy for aiomoqt_kv_subscriber.py (wheels for cp312-cp314, x86_64 and aarch64).
+NUMPY_VERSION=2.3.3
 
 die() { echo "setup_aiomoqt: error: $*" >&2; exit 1; }
 
@@ -56,12 +59,13 @@ find_python() {
 # site-packages/aiomoqt would let aiomoqt/types.py shadow the stdlib "types".
 venv_matches() {
   [[ -x "$VENV_DIR/bin/python" ]] || return 1
-  (cd / && "$VENV_DIR/bin/python" - "$AIOMOQT_VERSION" "$AIOPQUIC_VERSION" <<'EOF'
+  (cd / && "$VENV_DIR/bin/python" - "$AIOMOQT_VERSION" "$AIOPQUIC_VERSION" "$NUMPY_VERSION" <<'EOF'
 import sys
 from importlib.metadata import version, PackageNotFoundError
 try:
-    ok = (version("aiomoqt") == sys.argv[1] and version("aiopquic") == sys.argv[2])
-    import aiomoqt.client, aiomoqt.track, aiopquic  # noqa: F401
+    ok = (version("aiomoqt") == sys.argv[1] and version("aiopquic") == sys.argv[2]
+          and version("numpy") == sys.argv[3])
+    import aiomoqt.client, aiomoqt.track, aiopquic, numpy  # noqa: F401
 except (PackageNotFoundError, ImportError):
     ok = False
 sys.exit(0 if ok and sys.version_info >= (3, 12) else 1)
@@ -71,7 +75,7 @@ EOF
 
 start=$(date +%s)
 if venv_matches; then
-  echo "setup_aiomoqt: $VENV_DIR already has aiomoqt==$AIOMOQT_VERSION aiopquic==$AIOPQUIC_VERSION"
+  echo "setup_aiomoqt: $VENV_DIR already has aiomoqt==$AIOMOQT_VERSION aiopquic==$AIOPQUIC_VERSION numpy==$NUMPY_VERSION"
   exit 0
 fi
 
@@ -98,8 +102,9 @@ fi
   "aiopquic==$AIOPQUIC_VERSION" \
   "sortedcontainers==$SORTEDCONTAINERS_VERSION" \
   "certifi==$CERTIFI_VERSION" \
+  "numpy==$NUMPY_VERSION" \
   || die "pip install failed (is PyPI reachable?)"
 
-venv_matches || die "installed, but importing aiomoqt $AIOMOQT_VERSION / aiopquic $AIOPQUIC_VERSION from $VENV_DIR fails"
+venv_matches || die "installed, but importing aiomoqt $AIOMOQT_VERSION / aiopquic $AIOPQUIC_VERSION / numpy $NUMPY_VERSION from $VENV_DIR fails"
 (cd / && "$VENV_DIR/bin/python" -m aiomoqt.versions) || true
 echo "setup_aiomoqt: ready in $(( $(date +%s) - start ))s: $VENV_DIR"

@@ -1,0 +1,328 @@
+// kvcast-kvpub: prefills a prompt with a real model on the CPU and publishes
+// its KV cache to a MoQT relay (docs/kvcache-wire-format.md), for interop
+// tests with independent subscribers.
+//
+//   kvcast-kvpub --model DIR (--prompt_ids 1,2,3 | --prompt_len N)
+//                --relay HOST:PORT (--ca relay.pem | --insecure)
+//                [--chunk_tokens 128] [--dump kv.f32] [--linger_s 30]
+//
+// Once the relay accepted the prompt's namespace (PUBLISH_NAMESPACE_OK) it
+// prints one JSON line on stdout:
+//   {"namespace": [root, model_id, digest], "tokens": N, "chunk_tokens": C,
+//    "layers": L, "kv_heads": H, "head_dim": D, "dump": PATH}
+// and serves every track of the prompt until --linger_s passed or SIGINT /
+// SIGTERM (exit 0). --dump FILE gets the exact KV the tracks encode: float32
+// little-endian, [token][layer][K then V][kv_heads * head_dim], written
+// before the JSON line. Exit 2: bad flags; 1: other errors (the model, the
+// relay refused or unreachable, the session lost).
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/time.h"
+#include "common/status_macros.h"
+#include "engine/model/checkpoint.h"
+#include "engine/transformer.h"
+#include "transport/kvcache/naming.h"
+#include "transport/kvcache/publisher.h"
+#include "transport/kvcache/token_codec.h"
+#include "transport/moqt/moqt_endpoint.h"
+#include "transport/moqt/tools/tool_flags.h"
+
+ABSL_FLAG(std::string, model, "", "HF model directory (config.json + safetensors)");
+ABSL_FLAG(std::string, prompt_ids, "", "prompt token ids, comma-separated");
+ABSL_FLAG(int, prompt_len, 0, "prompt of N deterministic token ids (instead of --prompt_ids)");
+ABSL_FLAG(int, chunk_tokens, 128, "tokens per group (a multiple of the 16-token page)");
+ABSL_FLAG(std::string, dump, "", "write the prompt's exact KV here (float32 LE)");
+ABSL_FLAG(std::string, relay, "", "relay address HOST:PORT");
+ABSL_FLAG(std::string, ca, "", "CA file (PEM) that verifies the relay");
+ABSL_FLAG(bool, insecure, false, "do not verify the relay's certificate (development only)");
+ABSL_FLAG(std::string, cert, "", "client certificate (PEM) for mutual TLS");
+ABSL_FLAG(std::string, key, "", "client key (PEM) for mutual TLS");
+ABSL_FLAG(std::string, server_name, "", "name to verify in the relay certificate");
+ABSL_FLAG(double, linger_s, 30, "serve this many seconds after announcing, then exit");
+ABSL_FLAG(double, connect_timeout_s, 10,
+          "give up if the relay has not accepted the namespace by then");
+
+namespace kvcast::kvcache {
+namespace {
+
+constexpr int kPageTokens = 16;
+
+// Write end of the pipe that wakes the loop on SIGINT / SIGTERM.
+int g_signal_pipe = -1;
+void OnSignal(int) {
+  const char c = 0;
+  (void)!write(g_signal_pipe, &c, 1);
+}
+
+absl::StatusOr<std::vector<int32_t>> PromptFromFlags(int vocab_size) {
+  const std::string ids = absl::GetFlag(FLAGS_prompt_ids);
+  const int len = absl::GetFlag(FLAGS_prompt_len);
+  if (ids.empty() == (len == 0)) {
+    return absl::InvalidArgumentError("give exactly one of --prompt_ids and --prompt_len");
+  }
+  std::vector<int32_t> tokens;
+  if (!ids.empty()) {
+    for (absl::string_view s : absl::StrSplit(ids, ',')) {
+      int32_t id = 0;
+      if (!absl::SimpleAtoi(s, &id) || id < 0 || id >= vocab_size) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--prompt_ids: \"", std::string(s), "\" is not a token id in [0, ", vocab_size, ")"));
+      }
+      tokens.push_back(id);
+    }
+  } else {
+    if (len < 0) return absl::InvalidArgumentError("--prompt_len must be positive");
+    for (int i = 0; i < len; ++i) tokens.push_back(int32_t((int64_t(i) * 7919 + 13) % vocab_size));
+  }
+  return tokens;
+}
+
+// A JSON string literal (paths and hex digests; escapes what JSON requires).
+std::string Json(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+// [token][layer][K then V][kv_heads * head_dim] float32, host byte order
+// (little-endian on every platform kvcast builds for).
+absl::Status WriteDump(const std::string& path, const KvPagePool& pool,
+                       const std::vector<int32_t>& pages, int num_tokens) {
+  const KvLayout& layout = pool.layout();
+  std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "wb"), &std::fclose);
+  if (!f) return absl::InvalidArgumentError(absl::StrCat("--dump: cannot write ", path));
+  for (int32_t slot : SlotsOf(pages, layout.page_tokens, 0, num_tokens)) {
+    for (int l = 0; l < layout.num_layers; ++l) {
+      for (const float* cache : {pool.k_cache(l), pool.v_cache(l)}) {
+        const float* row = cache + size_t(slot) * layout.token_floats();
+        if (std::fwrite(row, sizeof(float), layout.token_floats(), f.get()) !=
+            layout.token_floats()) {
+          return absl::DataLossError(absl::StrCat("--dump: short write to ", path));
+        }
+      }
+    }
+  }
+  if (std::fclose(f.release()) != 0) {
+    return absl::DataLossError(absl::StrCat("--dump: cannot finish ", path));
+  }
+  return absl::OkStatus();
+}
+
+// The publisher as the relay's client: announces the prompt's namespace on
+// its session and reports the relay's answer.
+class RelayPublisher : public KvPublisher {
+ public:
+  RelayPublisher(KvPagePool* pool, Backend* backend, const Hash128& fingerprint, int chunk,
+                 moqt::TrackNamespace ns, std::function<void(absl::Status)> on_announced,
+                 std::function<void(absl::Status)> on_closed)
+      : KvPublisher(pool, backend, fingerprint, chunk),
+        ns_(std::move(ns)),
+        on_announced_(std::move(on_announced)),
+        on_closed_(std::move(on_closed)) {}
+
+  // The namespace is announced here, not through SetUpstream, so that its
+  // PUBLISH_NAMESPACE_OK / _ERROR is seen.
+  void OnSessionReady(moqt::MoqtSession* session) override {
+    session_ = session;
+    absl::Status sent = session->PublishNamespace(ns_, on_announced_);
+    if (!sent.ok()) on_announced_(sent);
+  }
+  void OnSessionClosed(moqt::MoqtSession* session, const absl::Status& reason) override {
+    KvPublisher::OnSessionClosed(session, reason);
+    if (session == session_) {
+      session_ = nullptr;
+      on_closed_(reason);
+    }
+  }
+  moqt::MoqtSession* session() const { return session_; }
+
+ private:
+  const moqt::TrackNamespace ns_;
+  std::function<void(absl::Status)> on_announced_, on_closed_;
+  moqt::MoqtSession* session_ = nullptr;
+};
+
+absl::Status Main() {
+  // Flags first, so a bad command line fails before the model loads.
+  if (absl::GetFlag(FLAGS_model).empty()) return absl::InvalidArgumentError("--model is required");
+  if (absl::GetFlag(FLAGS_relay).empty()) return absl::InvalidArgumentError("--relay is required");
+  ASSIGN_OR_RETURN(auto relay, moqt::ParseHostPort(absl::GetFlag(FLAGS_relay)));
+  if (absl::GetFlag(FLAGS_ca).empty() == !absl::GetFlag(FLAGS_insecure)) {
+    return absl::InvalidArgumentError(
+        "give exactly one of --ca FILE (verify the relay) and --insecure (do not)");
+  }
+  if (absl::GetFlag(FLAGS_cert).empty() != absl::GetFlag(FLAGS_key).empty()) {
+    return absl::InvalidArgumentError("--cert and --key go together");
+  }
+  const int chunk = absl::GetFlag(FLAGS_chunk_tokens);
+  if (chunk <= 0 || chunk % kPageTokens != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--chunk_tokens must be a positive multiple of ", kPageTokens));
+  }
+  if (!(absl::GetFlag(FLAGS_linger_s) > 0) || !(absl::GetFlag(FLAGS_connect_timeout_s) > 0)) {
+    return absl::InvalidArgumentError("--linger_s and --connect_timeout_s must be positive");
+  }
+
+  // Prefill the prompt, one chunk per forward pass, into a page pool.
+  ASSIGN_OR_RETURN(auto checkpoint, Checkpoint::Open(absl::GetFlag(FLAGS_model)));
+  auto backend = NewCpuBackend();
+  ASSIGN_OR_RETURN(auto model, Transformer::Load(*checkpoint, backend.get()));
+  ASSIGN_OR_RETURN(std::vector<int32_t> tokens, PromptFromFlags(model->config().vocab_size));
+  const int n = tokens.size();
+  if (n > model->max_sequence_len()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the prompt has ", n, " tokens; the model takes ", model->max_sequence_len()));
+  }
+  const KvLayout layout = model->kv_layout(kPageTokens);
+  const int num_pages = (n + kPageTokens - 1) / kPageTokens;
+  ASSIGN_OR_RETURN(auto pool, KvPagePool::Create(backend.get(), layout, num_pages));
+  ASSIGN_OR_RETURN(std::vector<int32_t> pages, pool->Allocate(num_pages));
+  std::vector<float> logits;
+  for (int start = 0; start < n; start += chunk) {
+    ForwardItem item{absl::MakeConstSpan(tokens).subspan(start, std::min(chunk, n - start)), start,
+                     pages};
+    RETURN_IF_ERROR(model->Forward({&item, 1}, pool.get(), false, &logits));
+  }
+  const std::string dump = absl::GetFlag(FLAGS_dump);
+  if (!dump.empty()) RETURN_IF_ERROR(WriteDump(dump, *pool, pages, n));
+
+  const std::string model_id = ModelId(model->fingerprint());
+  const std::string digest =
+      PromptDigest(PrefixSeed(model->fingerprint()), tokens, chunk).ToHex();
+  const moqt::TrackNamespace ns = NamespaceOf(model_id, digest);
+
+  ASSIGN_OR_RETURN(auto loop, quic::EventLoop::Create());
+  absl::Status result;  // why the loop stopped, when that is an error
+  bool announced = false, stopping = false;
+  auto fail = [&](absl::Status s) {
+    if (stopping) return;
+    if (result.ok()) result = std::move(s);
+    loop->Stop();
+  };
+  auto on_announced = [&](absl::Status s) {
+    if (!s.ok()) {
+      fail(absl::UnavailableError(absl::StrCat("the relay refused PUBLISH_NAMESPACE: ",
+                                               std::string(s.message()))));
+      return;
+    }
+    announced = true;
+    std::printf("{\"namespace\": [%s, %s, %s], \"tokens\": %d, \"chunk_tokens\": %d, "
+                "\"layers\": %d, \"kv_heads\": %d, \"head_dim\": %d, \"dump\": %s}\n",
+                Json(ns[0]).c_str(), Json(model_id).c_str(), Json(digest).c_str(), n, chunk,
+                layout.num_layers, layout.num_kv_heads, layout.head_dim,
+                dump.empty() ? "null" : Json(dump).c_str());
+    std::fflush(stdout);
+    loop->RunAfter(absl::Seconds(absl::GetFlag(FLAGS_linger_s)), [&] { loop->Stop(); });
+  };
+  auto on_closed = [&](absl::Status s) {
+    fail(absl::UnavailableError(absl::StrCat("the relay closed the session: ", s.ToString())));
+  };
+  RelayPublisher publisher(pool.get(), backend.get(), model->fingerprint(), chunk, ns,
+                           on_announced, on_closed);
+  // The whole prompt is computed: hand every chunk over, then end it (the
+  // publisher holds its own page references).
+  RETURN_IF_ERROR(publisher.BeginPrompt(digest, n));
+  const int pages_per_chunk = chunk / kPageTokens;
+  for (int g = 0; g * chunk < n; ++g) {
+    const int first = g * pages_per_chunk;
+    const int count = std::min(pages_per_chunk, num_pages - first);
+    RETURN_IF_ERROR(
+        publisher.ChunkReady(digest, g, absl::MakeConstSpan(pages).subspan(first, count)));
+  }
+  RETURN_IF_ERROR(publisher.EndPrompt(digest, absl::OkStatus()));
+  RETURN_IF_ERROR(pool->ReleaseAll(pages));
+
+  // SIGINT / SIGTERM end the run cleanly, through the loop. A handler, not
+  // a blocked mask + signalfd: the BLAS library starts threads before
+  // main(), and any thread may take the signal.
+  int pipe_fds[2];
+  if (pipe2(pipe_fds, O_NONBLOCK | O_CLOEXEC) != 0) return absl::InternalError("pipe2 failed");
+  g_signal_pipe = pipe_fds[1];
+  struct sigaction action = {};
+  action.sa_handler = OnSignal;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+  RETURN_IF_ERROR(loop->AddFd(pipe_fds[0], [&] {
+    char buf[16];
+    while (read(pipe_fds[0], buf, sizeof(buf)) > 0) {
+    }
+    loop->Stop();
+  }));
+
+  quic::TlsOptions tls;
+  tls.ca_file = absl::GetFlag(FLAGS_ca);
+  tls.insecure_skip_verify = absl::GetFlag(FLAGS_insecure);
+  tls.cert_file = absl::GetFlag(FLAGS_cert);
+  tls.key_file = absl::GetFlag(FLAGS_key);
+  tls.server_name = absl::GetFlag(FLAGS_server_name);
+  ASSIGN_OR_RETURN(auto client,
+                   moqt::MoqtClient::Connect(loop.get(), relay.first, relay.second, tls,
+                                             quic::TransportOptions{}, moqt::SessionOptions{},
+                                             &publisher));
+  loop->RunAfter(absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s)), [&] {
+    if (!announced) {
+      fail(absl::DeadlineExceededError(absl::StrCat(
+          "the relay at ", absl::GetFlag(FLAGS_relay), " did not accept the namespace within ",
+          absl::GetFlag(FLAGS_connect_timeout_s), " s")));
+    }
+  });
+  loop->Run();
+  stopping = true;
+
+  // Leave politely: withdraw the namespace, close the session.
+  publisher.DropPrompt(digest);
+  if (moqt::MoqtSession* session = publisher.session()) {
+    session->PublishNamespaceDone(ns);
+    session->Close(moqt::TerminationCode::kNoError, "kvcast-kvpub done");
+  }
+  client.reset();
+  loop->RemoveFd(pipe_fds[0]);
+  g_signal_pipe = -1;
+  close(pipe_fds[0]);
+  close(pipe_fds[1]);
+  return result;
+}
+
+}  // namespace
+}  // namespace kvcast::kvcache
+
+int main(int argc, char** argv) {
+  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  if (args.size() != 1) {
+    std::fprintf(stderr, "kvcast-kvpub: unexpected argument \"%s\" (flags only; --help)\n",
+                 args[1]);
+    return 2;
+  }
+  absl::Status s = kvcast::kvcache::Main();
+  if (!s.ok()) {
+    std::fprintf(stderr, "kvcast-kvpub: %s\n", s.ToString().c_str());
+    return absl::IsInvalidArgument(s) ? 2 : 1;
+  }
+  return 0;
+}
