@@ -61,10 +61,8 @@ class KvLander : public moqt::TrackConsumer {
   // `reason` through `done`, unless already finished.
   void Abort(const absl::Status& reason);
 
-  bool finished() const { return finished_; }
   int tokens_landed() const { return landed_count_; }
   int tokens_wanted() const { return end_token_ - first_token_; }
-  const TokenCodec& codec() const { return codec_; }
 
   // moqt::TrackConsumer
   void OnObject(const moqt::ObjectHeader& header, absl::Span<const uint8_t> payload) override;

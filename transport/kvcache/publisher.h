@@ -72,8 +72,6 @@ class KvPublisher : public moqt::RequestHandler {
   // Releases the prompt's pages and ends its subscriptions (CANCELLED).
   void DropPrompt(const std::string& prompt_digest);
 
-  const std::string& model_id() const { return model_id_; }
-  size_t num_prompts() const { return prompts_.size(); }
   struct Stats {
     uint64_t objects_sent = 0;
     uint64_t bytes_sent = 0;   // encoded payload bytes
