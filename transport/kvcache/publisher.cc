@@ -25,16 +25,29 @@ KvPublisher::~KvPublisher() {
   }
 }
 
-void KvPublisher::SetUpstream(moqt::MoqtSession* session) {
+void KvPublisher::SetUpstream(moqt::MoqtSession* session, AnnounceCallback on_announced) {
   upstream_ = session;
+  on_announced_ = std::move(on_announced);
   if (upstream_ == nullptr) return;
-  for (const auto& [digest, prompt] : prompts_) {
-    (void)upstream_->PublishNamespace(NamespaceOf(model_id_, digest), [](absl::Status) {});
-  }
+  for (const auto& [digest, prompt] : prompts_) Announce(digest);
+}
+
+void KvPublisher::Announce(const std::string& digest) {
+  std::weak_ptr<bool> alive = alive_;
+  absl::Status sent = upstream_->PublishNamespace(
+      NamespaceOf(model_id_, digest), [this, alive, digest](absl::Status answer) {
+        if (!alive.expired() && on_announced_) on_announced_(digest, answer);
+      });
+  if (!sent.ok() && on_announced_) on_announced_(digest, sent);
 }
 
 int KvPublisher::tokens_in(const Prompt& p, int group) const {
   return std::min(chunk_tokens_, p.num_tokens - group * chunk_tokens_);
+}
+
+int KvPublisher::ReadyChunks(const Prompt& p) {
+  return std::count_if(p.chunk_pages.begin(), p.chunk_pages.end(),
+                       [](const std::vector<int32_t>& pages) { return !pages.empty(); });
 }
 
 absl::Status KvPublisher::BeginPrompt(const std::string& digest, int num_tokens) {
@@ -49,9 +62,7 @@ absl::Status KvPublisher::BeginPrompt(const std::string& digest, int num_tokens)
   Prompt& p = prompts_[digest];
   p.num_tokens = num_tokens;
   p.chunk_pages.resize(num_groups(p));
-  if (upstream_ != nullptr) {
-    (void)upstream_->PublishNamespace(NamespaceOf(model_id_, digest), [](absl::Status) {});
-  }
+  if (upstream_ != nullptr) Announce(digest);
   return absl::OkStatus();
 }
 
@@ -83,7 +94,6 @@ absl::Status KvPublisher::ChunkReady(const std::string& digest, int group,
     }
   }
   p.chunk_pages[group].assign(pages.begin(), pages.end());
-  ++p.ready;
 
   // Live subscribers whose filter wants this chunk, grouped by compression
   // so each chunk is encoded once per compression.
@@ -99,9 +109,9 @@ absl::Status KvPublisher::EndPrompt(const std::string& digest, const absl::Statu
   auto it = prompts_.find(digest);
   if (it == prompts_.end()) return absl::NotFoundError(absl::StrCat("unknown prompt ", digest));
   Prompt& p = it->second;
-  if (status.ok() && p.ready != num_groups(p)) {
+  if (status.ok() && ReadyChunks(p) != num_groups(p)) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "prompt ", digest, " has ", p.ready, " of ", num_groups(p), " chunks ready"));
+        "prompt ", digest, " has ", ReadyChunks(p), " of ", num_groups(p), " chunks ready"));
   }
   p.ended = true;
   p.end_status = status;
@@ -123,7 +133,6 @@ void KvPublisher::Release(Prompt& p) {
     (void)pool_->ReleaseAll(pages);
     pages.clear();
   }
-  p.ready = 0;
 }
 
 void KvPublisher::EndSubscribers(Prompt& p, const absl::Status& status) {

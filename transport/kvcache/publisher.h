@@ -25,6 +25,7 @@
 #define KVCAST_TRANSPORT_KVCACHE_PUBLISHER_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -50,8 +51,10 @@ class KvPublisher : public moqt::RequestHandler {
   ~KvPublisher() override;  // releases every page it holds
 
   // Announces prompts on `session` (borrowed; null to stop); prompts already
-  // begun are announced now.
-  void SetUpstream(moqt::MoqtSession* session);
+  // begun are announced now. `on_announced` (optional) gets the relay's
+  // answer to each prompt's PUBLISH_NAMESPACE.
+  using AnnounceCallback = std::function<void(const std::string& prompt_digest, absl::Status)>;
+  void SetUpstream(moqt::MoqtSession* session, AnnounceCallback on_announced = nullptr);
 
   // A prompt of `num_tokens` tokens named `prompt_digest` (naming.h).
   // AlreadyExists if it is being published; InvalidArgument for a malformed
@@ -99,7 +102,6 @@ class KvPublisher : public moqt::RequestHandler {
   struct Prompt {
     int num_tokens = 0;
     std::vector<std::vector<int32_t>> chunk_pages;  // empty: not ready
-    int ready = 0;
     bool ended = false;
     absl::Status end_status;
     std::vector<std::shared_ptr<Subscriber>> subscribers;
@@ -107,6 +109,9 @@ class KvPublisher : public moqt::RequestHandler {
 
   int num_groups(const Prompt& p) const { return (p.num_tokens + chunk_tokens_ - 1) / chunk_tokens_; }
   int tokens_in(const Prompt& p, int group) const;
+  static int ReadyChunks(const Prompt& p);
+  // PUBLISH_NAMESPACE of the prompt on the upstream session.
+  void Announce(const std::string& prompt_digest);
   std::optional<moqt::Location> Largest(const Prompt& p) const;
   // The prompt a request names; null after rejecting `d` with the reason
   // it cannot be served.
@@ -127,9 +132,11 @@ class KvPublisher : public moqt::RequestHandler {
   const std::string model_id_;
   const int chunk_tokens_;
   moqt::MoqtSession* upstream_ = nullptr;
+  AnnounceCallback on_announced_;
   std::map<std::string, Prompt> prompts_;
   std::vector<uint8_t> scratch_;
   Stats stats_;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // for session callbacks
 };
 
 }  // namespace kvcast::kvcache

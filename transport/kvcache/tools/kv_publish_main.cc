@@ -39,6 +39,7 @@
 #include "transport/kvcache/publisher.h"
 #include "transport/kvcache/token_codec.h"
 #include "transport/moqt/moqt_endpoint.h"
+#include "transport/moqt/tools/client_tls_flags.h"
 #include "transport/moqt/tools/tool_flags.h"
 
 ABSL_FLAG(std::string, model, "", "HF model directory (config.json + safetensors)");
@@ -47,11 +48,6 @@ ABSL_FLAG(int, prompt_len, 0, "prompt of N deterministic token ids (instead of -
 ABSL_FLAG(int, chunk_tokens, 128, "tokens per group (a multiple of the 16-token page)");
 ABSL_FLAG(std::string, dump, "", "write the prompt's exact KV here (float32 LE)");
 ABSL_FLAG(std::string, relay, "", "relay address HOST:PORT");
-ABSL_FLAG(std::string, ca, "", "CA file (PEM) that verifies the relay");
-ABSL_FLAG(bool, insecure, false, "do not verify the relay's certificate (development only)");
-ABSL_FLAG(std::string, cert, "", "client certificate (PEM) for mutual TLS");
-ABSL_FLAG(std::string, key, "", "client key (PEM) for mutual TLS");
-ABSL_FLAG(std::string, server_name, "", "name to verify in the relay certificate");
 ABSL_FLAG(double, linger_s, 30, "serve this many seconds after announcing, then exit");
 ABSL_FLAG(double, connect_timeout_s, 10,
           "give up if the relay has not accepted the namespace by then");
@@ -133,24 +129,19 @@ absl::Status WriteDump(const std::string& path, const KvPagePool& pool,
   return absl::OkStatus();
 }
 
-// The publisher as the relay's client: announces the prompt's namespace on
-// its session and reports the relay's answer.
+// The publisher as the relay's client: announces its prompts on the session
+// (SetUpstream) and reports the relay's answer and the session's end.
 class RelayPublisher : public KvPublisher {
  public:
   RelayPublisher(KvPagePool* pool, Backend* backend, const Hash128& fingerprint, int chunk,
-                 moqt::TrackNamespace ns, std::function<void(absl::Status)> on_announced,
-                 std::function<void(absl::Status)> on_closed)
+                 AnnounceCallback on_announced, std::function<void(absl::Status)> on_closed)
       : KvPublisher(pool, backend, fingerprint, chunk),
-        ns_(std::move(ns)),
         on_announced_(std::move(on_announced)),
         on_closed_(std::move(on_closed)) {}
 
-  // The namespace is announced here, not through SetUpstream, so that its
-  // PUBLISH_NAMESPACE_OK / _ERROR is seen.
   void OnSessionReady(moqt::MoqtSession* session) override {
     session_ = session;
-    absl::Status sent = session->PublishNamespace(ns_, on_announced_);
-    if (!sent.ok()) on_announced_(sent);
+    SetUpstream(session, on_announced_);
   }
   void OnSessionClosed(moqt::MoqtSession* session, const absl::Status& reason) override {
     KvPublisher::OnSessionClosed(session, reason);
@@ -162,8 +153,8 @@ class RelayPublisher : public KvPublisher {
   moqt::MoqtSession* session() const { return session_; }
 
  private:
-  const moqt::TrackNamespace ns_;
-  std::function<void(absl::Status)> on_announced_, on_closed_;
+  AnnounceCallback on_announced_;
+  std::function<void(absl::Status)> on_closed_;
   moqt::MoqtSession* session_ = nullptr;
 };
 
@@ -172,11 +163,12 @@ absl::Status Main() {
   if (absl::GetFlag(FLAGS_model).empty()) return absl::InvalidArgumentError("--model is required");
   if (absl::GetFlag(FLAGS_relay).empty()) return absl::InvalidArgumentError("--relay is required");
   ASSIGN_OR_RETURN(auto relay, moqt::ParseHostPort(absl::GetFlag(FLAGS_relay)));
-  if (absl::GetFlag(FLAGS_ca).empty() == !absl::GetFlag(FLAGS_insecure)) {
+  const quic::TlsOptions tls = moqt::ClientTlsFromFlags();
+  if (tls.ca_file.empty() == !tls.insecure_skip_verify) {
     return absl::InvalidArgumentError(
         "give exactly one of --ca FILE (verify the relay) and --insecure (do not)");
   }
-  if (absl::GetFlag(FLAGS_cert).empty() != absl::GetFlag(FLAGS_key).empty()) {
+  if (tls.cert_file.empty() != tls.key_file.empty()) {
     return absl::InvalidArgumentError("--cert and --key go together");
   }
   const int chunk = absl::GetFlag(FLAGS_chunk_tokens);
@@ -214,7 +206,6 @@ absl::Status Main() {
   const std::string model_id = ModelId(model->fingerprint());
   const std::string digest =
       PromptDigest(PrefixSeed(model->fingerprint()), tokens, chunk).ToHex();
-  const moqt::TrackNamespace ns = NamespaceOf(model_id, digest);
 
   ASSIGN_OR_RETURN(auto loop, quic::EventLoop::Create());
   absl::Status result;  // why the loop stopped, when that is an error
@@ -224,7 +215,7 @@ absl::Status Main() {
     if (result.ok()) result = std::move(s);
     loop->Stop();
   };
-  auto on_announced = [&](absl::Status s) {
+  auto on_announced = [&](const std::string&, absl::Status s) {
     if (!s.ok()) {
       fail(absl::UnavailableError(absl::StrCat("the relay refused PUBLISH_NAMESPACE: ",
                                                std::string(s.message()))));
@@ -233,7 +224,7 @@ absl::Status Main() {
     announced = true;
     std::printf("{\"namespace\": [%s, %s, %s], \"tokens\": %d, \"chunk_tokens\": %d, "
                 "\"layers\": %d, \"kv_heads\": %d, \"head_dim\": %d, \"dump\": %s}\n",
-                Json(ns[0]).c_str(), Json(model_id).c_str(), Json(digest).c_str(), n, chunk,
+                Json(std::string(kNamespaceRoot)).c_str(), Json(model_id).c_str(), Json(digest).c_str(), n, chunk,
                 layout.num_layers, layout.num_kv_heads, layout.head_dim,
                 dump.empty() ? "null" : Json(dump).c_str());
     std::fflush(stdout);
@@ -242,8 +233,8 @@ absl::Status Main() {
   auto on_closed = [&](absl::Status s) {
     fail(absl::UnavailableError(absl::StrCat("the relay closed the session: ", s.ToString())));
   };
-  RelayPublisher publisher(pool.get(), backend.get(), model->fingerprint(), chunk, ns,
-                           on_announced, on_closed);
+  RelayPublisher publisher(pool.get(), backend.get(), model->fingerprint(), chunk, on_announced,
+                           on_closed);
   // The whole prompt is computed: hand every chunk over, then end it (the
   // publisher holds its own page references).
   RETURN_IF_ERROR(publisher.BeginPrompt(digest, n));
@@ -275,12 +266,6 @@ absl::Status Main() {
     loop->Stop();
   }));
 
-  quic::TlsOptions tls;
-  tls.ca_file = absl::GetFlag(FLAGS_ca);
-  tls.insecure_skip_verify = absl::GetFlag(FLAGS_insecure);
-  tls.cert_file = absl::GetFlag(FLAGS_cert);
-  tls.key_file = absl::GetFlag(FLAGS_key);
-  tls.server_name = absl::GetFlag(FLAGS_server_name);
   ASSIGN_OR_RETURN(auto client,
                    moqt::MoqtClient::Connect(loop.get(), relay.first, relay.second, tls,
                                              quic::TransportOptions{}, moqt::SessionOptions{},
@@ -295,10 +280,9 @@ absl::Status Main() {
   loop->Run();
   stopping = true;
 
-  // Leave politely: withdraw the namespace, close the session.
+  // Leave politely: withdraw the namespace (DropPrompt), close the session.
   publisher.DropPrompt(digest);
   if (moqt::MoqtSession* session = publisher.session()) {
-    session->PublishNamespaceDone(ns);
     session->Close(moqt::TerminationCode::kNoError, "kvcast-kvpub done");
   }
   client.reset();

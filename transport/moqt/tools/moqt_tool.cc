@@ -21,6 +21,7 @@
 #include "absl/time/clock.h"
 #include "transport/moqt/moqt_endpoint.h"
 #include "transport/moqt/relay.h"
+#include "transport/moqt/tools/client_tls_flags.h"
 #include "transport/moqt/tools/interop_payload.h"
 #include "transport/moqt/tools/tool_flags.h"
 
@@ -36,11 +37,6 @@ ABSL_FLAG(std::string, start, "subscriber",
           "publish: when to send objects: 'now' or 'subscriber' (on the first SUBSCRIBE)");
 ABSL_FLAG(int64_t, linger_ms, 2000, "publish: stay connected this long after the track ended");
 ABSL_FLAG(int64_t, timeout_s, 60, "give up after this many seconds");
-ABSL_FLAG(std::string, ca, "", "CA file (PEM) that verifies the relay");
-ABSL_FLAG(bool, insecure, false, "do not verify the relay's certificate (development only)");
-ABSL_FLAG(std::string, cert, "", "client certificate (PEM) for mutual TLS");
-ABSL_FLAG(std::string, key, "", "client key (PEM) for mutual TLS");
-ABSL_FLAG(std::string, server_name, "", "name to verify in the relay certificate");
 
 namespace kvcast::moqt {
 namespace {
@@ -231,12 +227,7 @@ int Run(const std::string& mode) {
   quic::EventLoop* loop = loop_or->get();
   FullTrackName track{*ns, absl::GetFlag(FLAGS_track)};
 
-  quic::TlsOptions tls;
-  tls.ca_file = absl::GetFlag(FLAGS_ca);
-  tls.insecure_skip_verify = absl::GetFlag(FLAGS_insecure);
-  tls.cert_file = absl::GetFlag(FLAGS_cert);
-  tls.key_file = absl::GetFlag(FLAGS_key);
-  tls.server_name = absl::GetFlag(FLAGS_server_name);
+  const quic::TlsOptions tls = ClientTlsFromFlags();
 
   Result result;
   std::unique_ptr<RequestHandler> handler;

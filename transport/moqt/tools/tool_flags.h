@@ -1,5 +1,4 @@
-// Flag helpers shared by kvcast-relay and kvcast-moqt: TLS options from
-// flags, "host:port" and "a/b/c" parsing.
+// Flag parsing shared by the MoQT binaries: "host:port" and "a/b/c".
 #ifndef KVCAST_TRANSPORT_MOQT_TOOLS_TOOL_FLAGS_H_
 #define KVCAST_TRANSPORT_MOQT_TOOLS_TOOL_FLAGS_H_
 
