@@ -2,9 +2,8 @@
 // scalar conversions; the bulk work goes to the kernel table of
 // internal/kv_codec_kernels.h (AVX2 where the CPU has it, else scalar).
 //
-// FloatToHalf and HalfToFloat are not defined here: kv_codec.h declares the
-// same functions as engine/model/dtype.h (same contract), defined once in
-// dtype.cc. The row codecs use the inline EncodeHalf/DecodeHalf, which
+// The fp16/bf16 scalar conversions are engine/model/dtype.h's; the row
+// codecs use the inline EncodeHalf/EncodeBf16 of the kernel header, which
 // kv_codec_test checks against them.
 #include "kernels/kv_codec.h"
 
@@ -54,8 +53,6 @@ void DecodeKvRow(KvFormat format, const uint8_t* in, int num_heads, int head_dim
                                block, out);
 }
 
-uint16_t FloatToBf16(float x) { return kv_internal::EncodeBf16(x); }
-float Bf16ToFloat(uint16_t b) { return kv_internal::DecodeBf16(b); }
 uint8_t FloatToFp8E4M3(float x) { return kv_internal::EncodeFp8E4M3(x); }
 float Fp8E4M3ToFloat(uint8_t v) { return kv_internal::DecodeFp8E4M3(v); }
 uint8_t FloatToFp4E2M1(float x) { return kv_internal::EncodeFp4E2M1(x); }

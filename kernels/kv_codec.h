@@ -68,10 +68,9 @@ void EncodeKvRow(KvFormat format, const float* in, int num_heads, int head_dim,
 void DecodeKvRow(KvFormat format, const uint8_t* in, int num_heads, int head_dim,
                  int block, float* out);
 
-// Scalar conversions (round to nearest even), exposed for tests and kernels;
-// FloatToHalf / HalfToFloat come from engine/model/dtype.h.
-uint16_t FloatToBf16(float x);
-float Bf16ToFloat(uint16_t b);
+// Scalar conversions (round to nearest even), exposed for tests and tools;
+// fp16 and bf16 ones are engine/model/dtype.h's FloatToHalf / HalfToFloat
+// and FloatToBFloat16 / BFloat16ToFloat.
 uint8_t FloatToFp8E4M3(float x);  // saturates to +-448; NaN -> 0x7f
 float Fp8E4M3ToFloat(uint8_t v);
 uint8_t FloatToFp4E2M1(float x);  // 4-bit code in the low nibble; saturates to +-6

@@ -109,7 +109,7 @@ int Codes(bool to_codes, KvFormat format, const std::string& in_path, const std:
       switch (format) {
         case KvFormat::kFp16:
         case KvFormat::kBf16: {
-          const uint16_t v = format == KvFormat::kFp16 ? FloatToHalf(x[i]) : FloatToBf16(x[i]);
+          const uint16_t v = format == KvFormat::kFp16 ? FloatToHalf(x[i]) : FloatToBFloat16(x[i]);
           out[2 * i] = static_cast<uint8_t>(v);
           out[2 * i + 1] = static_cast<uint8_t>(v >> 8);
           break;
@@ -131,7 +131,7 @@ int Codes(bool to_codes, KvFormat format, const std::string& in_path, const std:
         out[i] = HalfToFloat(in[2 * i] | in[2 * i + 1] << 8);
         break;
       case KvFormat::kBf16:
-        out[i] = Bf16ToFloat(in[2 * i] | in[2 * i + 1] << 8);
+        out[i] = BFloat16ToFloat(in[2 * i] | in[2 * i + 1] << 8);
         break;
       case KvFormat::kFp8E4M3:
         out[i] = Fp8E4M3ToFloat(in[i]);

@@ -12,7 +12,7 @@
 
 #include "kernels/internal/kv_codec_kernels.h"
 
-#define KV_AVX2 __attribute__((target("avx2,f16c,fma")))
+#define KV_AVX2 __attribute__((target("avx2,f16c")))
 
 namespace kvcast {
 namespace kv_internal {
@@ -328,7 +328,6 @@ KV_AVX2 void Dequantize4(const uint8_t* in, size_t n, size_t block, const float*
 
 const KvKernels& Table() {
   static const KvKernels kernels = {
-      "avx2",
       EncodeFp16,
       EncodeBf16Row,
       DecodeFp16,
@@ -346,8 +345,7 @@ const KvKernels& Table() {
 
 const KvKernels* Avx2KvKernels() {
   __builtin_cpu_init();
-  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("f16c") ||
-      !__builtin_cpu_supports("fma")) {
+  if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("f16c")) {
     return nullptr;
   }
   return &Table();

@@ -150,7 +150,6 @@ using DequantizeFn = void (*)(const uint8_t* in, size_t n, size_t block, const f
                               float* out);
 
 struct KvKernels {
-  const char* name;
   CodecFn encode_fp16, encode_bf16;  // 2 bytes per value, little-endian
   DecodeFn decode_fp16, decode_bf16;
   // amax_bits[b] = max over block b of Bits(|x|): the largest magnitude,
@@ -162,7 +161,7 @@ struct KvKernels {
 };
 
 const KvKernels& ScalarKvKernels();
-// Null unless the CPU runs AVX2, F16C and FMA.
+// Null unless the CPU runs AVX2 and F16C.
 const KvKernels* Avx2KvKernels();
 // The AVX2 table where the CPU allows, else the scalar one; chosen once.
 const KvKernels& ActiveKvKernels();

@@ -136,7 +136,6 @@ float Int4Value(uint8_t c) {  // sign-extends the low nibble
 
 const KvKernels& ScalarKvKernels() {
   static const KvKernels kernels = {
-      "scalar",
       EncodeFp16,
       EncodeBf16Row,
       DecodeFp16,

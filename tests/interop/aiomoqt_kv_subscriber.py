@@ -65,7 +65,7 @@ FORMATS = {"fp16": (16, False, None), "bf16": (16, False, None),
            "fp4-e2m1": (4, True, 6.0), "int4": (4, True, 7.0)}
 END_OF_GROUP = 0x3
 TRACK_ENDED = 0x2
-SLACK = 1e-6   # relative; the document leaves the precision of x / scale open
+SLACK = 1e-6   # relative; numpy computes x / scale in float64, the encoder in float32
 
 
 # ---- value formats, from their definitions -----------------------------------
@@ -360,20 +360,6 @@ def expected_ids(n, chunk):
     return {g: min(chunk, n - g * chunk) for g in range(groups)}
 
 
-async def wait_for(cond, event, deadline):
-    loop = asyncio.get_running_loop()
-    while not cond():
-        left = deadline - loop.time()
-        if left <= 0:
-            return False
-        event.clear()
-        try:
-            await asyncio.wait_for(event.wait(), min(left, 0.25))
-        except (asyncio.TimeoutError, TimeoutError):
-            pass
-    return True
-
-
 async def receive(args, info, state):
     from aiomoqt.types import FilterType, MOQTRequestError
     loop = asyncio.get_running_loop()
@@ -406,9 +392,9 @@ async def receive(args, info, state):
         def subs_done():
             return all(len(t.objects) >= want_objects and t.publish_done is not None
                        for t in subs.values()) or session._close_err is not None
-        await wait_for(subs_done, changed, deadline)
+        await ic.wait_until(subs_done, changed, deadline)
         # Markers and objects may trail PUBLISH_DONE briefly.
-        await wait_for(lambda: all(len(t.markers) >= len(ids) for t in subs.values()),
+        await ic.wait_until(lambda: all(len(t.markers) >= len(ids) for t in subs.values()),
                        changed, min(deadline, loop.time() + 1.0))
 
         fetched = None
@@ -427,7 +413,7 @@ async def receive(args, info, state):
                                      "end_location": [ok.largest_group_id, ok.largest_object_id]}
                 state["fetch_fin"] = bool(await session.await_fetch_done(
                     msg.request_id, timeout=max(0.1, deadline - loop.time())))
-                await wait_for(lambda: len(fetched.objects) >= want_objects, changed,
+                await ic.wait_until(lambda: len(fetched.objects) >= want_objects, changed,
                                min(deadline, loop.time() + 0.5))
             except MOQTRequestError as e:
                 state["refused"]["fetch " + args.fetch_track] = (

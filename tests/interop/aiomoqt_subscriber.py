@@ -173,20 +173,6 @@ class Verifier:
         return sorted(self.expected - self.got)
 
 
-async def wait_until(cond, event: asyncio.Event, deadline: float) -> bool:
-    loop = asyncio.get_running_loop()
-    while not cond():
-        remaining = deadline - loop.time()
-        if remaining <= 0:
-            return False
-        event.clear()
-        try:
-            await asyncio.wait_for(event.wait(), min(remaining, 0.25))
-        except (asyncio.TimeoutError, TimeoutError):
-            pass
-    return True
-
-
 async def request_with_retry(make, args, deadline, state, what):
     """make() sends the request and returns its response (raises
     MOQTRequestError on an error reply). Retries while --retry-for lasts."""
@@ -304,14 +290,14 @@ async def run(args, ver: Verifier, state: dict):
             if session._close_err is not None:
                 return True
             return ended.is_set() or ver.publish_done is not None
-        await wait_until(done_enough, ver.changed, deadline)
+        await ic.wait_until(done_enough, ver.changed, deadline)
         if (ver.publish_done is not None and not ver.complete and not ver.failed
                 and session._close_err is None):
             # PUBLISH_DONE can overtake late streams.
-            await wait_until(lambda: ver.complete or ver.failed, ver.changed,
+            await ic.wait_until(lambda: ver.complete or ver.failed, ver.changed,
                              min(deadline, loop.time() + args.done_grace))
         if args.mode == "fetch" and not ver.complete and not ver.failed:
-            await wait_until(lambda: ver.complete or ver.failed, ver.changed,
+            await ic.wait_until(lambda: ver.complete or ver.failed, ver.changed,
                              min(deadline, loop.time() + 0.5))
         if ver.failed:
             state["exit"] = ic.EXIT_VERIFY_FAILED

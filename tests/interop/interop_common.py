@@ -4,6 +4,7 @@ Written against aiomoqt 0.13.3 / aiopquic 0.6.1 (pinned by
 setup_aiomoqt.sh); raw QUIC only (ALPN "moq-00" for draft-14).
 """
 import argparse
+import asyncio
 import json
 import logging
 import os
@@ -145,7 +146,6 @@ async def supervise(coro, state: dict, connect_timeout: float,
     connect_timeout seconds (QUIC handshake + CLIENT_SETUP/SERVER_SETUP),
     and hard_timeout seconds overall. Returns "done", "connect_timeout" or
     "timeout"; exceptions from coro propagate."""
-    import asyncio
     loop = asyncio.get_running_loop()
     task = asyncio.ensure_future(coro)
     t0 = loop.time()
@@ -166,3 +166,19 @@ async def supervise(coro, state: dict, connect_timeout: float,
     except BaseException:  # noqa: BLE001
         pass
     return reason
+
+
+async def wait_until(cond, event, deadline):
+    """Waits until cond() holds, re-checking whenever `event` is set (and at
+    least every 0.25 s); False once the loop time passes `deadline`."""
+    loop = asyncio.get_running_loop()
+    while not cond():
+        remaining = deadline - loop.time()
+        if remaining <= 0:
+            return False
+        event.clear()
+        try:
+            await asyncio.wait_for(event.wait(), min(remaining, 0.25))
+        except (asyncio.TimeoutError, TimeoutError):
+            pass
+    return True

@@ -33,6 +33,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "common/status_macros.h"
+#include "nlohmann/json.hpp"
 #include "engine/model/checkpoint.h"
 #include "engine/transformer.h"
 #include "transport/kvcache/naming.h"
@@ -85,24 +86,6 @@ absl::StatusOr<std::vector<int32_t>> PromptFromFlags(int vocab_size) {
     for (int i = 0; i < len; ++i) tokens.push_back(int32_t((int64_t(i) * 7919 + 13) % vocab_size));
   }
   return tokens;
-}
-
-// A JSON string literal (paths and hex digests; escapes what JSON requires).
-std::string Json(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-      out += buf;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
 }
 
 // [token][layer][K then V][kv_heads * head_dim] float32, host byte order
@@ -222,11 +205,15 @@ absl::Status Main() {
       return;
     }
     announced = true;
-    std::printf("{\"namespace\": [%s, %s, %s], \"tokens\": %d, \"chunk_tokens\": %d, "
-                "\"layers\": %d, \"kv_heads\": %d, \"head_dim\": %d, \"dump\": %s}\n",
-                Json(std::string(kNamespaceRoot)).c_str(), Json(model_id).c_str(), Json(digest).c_str(), n, chunk,
-                layout.num_layers, layout.num_kv_heads, layout.head_dim,
-                dump.empty() ? "null" : Json(dump).c_str());
+    nlohmann::ordered_json line = {
+        {"namespace", {std::string(kNamespaceRoot), model_id, digest}},
+        {"tokens", n},
+        {"chunk_tokens", chunk},
+        {"layers", layout.num_layers},
+        {"kv_heads", layout.num_kv_heads},
+        {"head_dim", layout.head_dim},
+        {"dump", dump.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(dump)}};
+    std::printf("%s\n", line.dump().c_str());
     std::fflush(stdout);
     loop->RunAfter(absl::Seconds(absl::GetFlag(FLAGS_linger_s)), [&] { loop->Stop(); });
   };
