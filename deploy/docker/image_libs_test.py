@@ -7,9 +7,8 @@ can be checked without one:
   cuda-runtime-libs.txt; and each list holds nothing that no binary loads.
 - the Dockerfile: a target per role on the right runtime stage, each copying
   its binary and running as uid 10001; the health check; the build stage
-  reading kvcast.sh's APT_PACKAGES (run here on the source tree's
-  kvcast.sh); every
-  image binary among the default build targets.
+  reading kvcast.sh's APT_PACKAGES (run here on kvcast.sh, from this
+  test's data); every image binary among the default build targets.
 
 Binaries not built yet (not in this test's data) are reported SKIPPED by
 name. System python3 only (no venv): run by image_libs_test.sh.
@@ -212,12 +211,8 @@ class Dockerfile(unittest.TestCase):
         body = "\n".join(stages()["build"][1])
         self.assertEqual(stages()["build"][0], "debian:${DEBIAN_RELEASE}")
         cmd = re.search(r'eval "\$\((sed .*?kvcast\.sh)\)"', body).group(1)
-        # The root package exports no files, so kvcast.sh cannot be in this
-        # test's data: read it where the runfiles' Dockerfile link points.
-        kvcast_sh = (DOCKER / "Dockerfile").resolve().parent.parent.parent / "kvcast.sh"
-        if not kvcast_sh.is_file():
-            self.skipTest(f"kvcast.sh not found next to the source tree ({kvcast_sh})")
-        cmd = cmd.replace("/src/kvcast.sh", str(kvcast_sh))
+        # //:kvcast.sh is in this test's data.
+        cmd = cmd.replace("/src/kvcast.sh", str(ROOT / "kvcast.sh"))
         got = subprocess.run(["bash", "-c", f'eval "$({cmd})"; printf "%s\\n" "${{APT_PACKAGES[@]}}"'],
                              capture_output=True, text=True, check=True).stdout.split()
         for pkg in ("bazel-bootstrap", "libabsl-dev", "libngtcp2-dev", "libgrpc++-dev"):

@@ -26,13 +26,12 @@ CONTRACT = {
     "decode": WORKER_FLAGS,
     "relay": COMMON_FLAGS,  # plus what relay_main.cc defines, added below
 }
-RELAY_MAIN = pathlib.Path(os.environ.get("KVCAST_RELAY_MAIN", "transport/moqt/relay_main.cc"))
 WORKERS = ("prefill", "decode")
 QUIC_ROLES = ("prefill", "decode", "relay")
 
 
-def objs(name):
-    return kvtest.objects(render_set(name))
+# Parsed objects of a value set (cached: tests only read them).
+objs = kvtest.objects_set
 
 
 def pod(deployment):
@@ -347,7 +346,7 @@ class Notes(unittest.TestCase):
 class CommandLines(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        src = RELAY_MAIN.read_text()
+        src = kvtest.runfile("transport/moqt/relay_main.cc").read_text()
         cls.relay_flags = set(re.findall(r"ABSL_FLAG\(\s*[\w:]+\s*,\s*(\w+)\s*,", src))
 
     def test_relay_flags_exist_in_relay_main(self):
@@ -390,10 +389,7 @@ class Docs(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls):
-        doc = kvtest.source_root() / "docs" / "deploy.md"
-        if not doc.is_file():
-            raise unittest.SkipTest(f"{doc} not reachable from here")
-        cls.text = doc.read_text()
+        cls.text = kvtest.runfile("docs/deploy.md").read_text()
 
     def test_every_value_is_documented(self):
         missing = []

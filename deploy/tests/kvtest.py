@@ -3,7 +3,9 @@
 - render(): the chart rendered by Helm's own Go engine (helm-python-sdk, which
   binds libhelm_c, a C ABI over Helm's SDK), offline, the way `helm template`
   does it: values.schema.json checked first, then every template.
-- manifests() / objects(): the rendered output split into documents.
+- manifests() / objects(): the rendered output split into documents;
+  objects_set(): objects() of a value set, parsed once.
+- runfile(): a file outside deploy/ that the test lists in its data.
 - main(): junit.main() plus the Helm engine's versions.
 
 Runs under the venv made by setup_deploy_venv.sh (run_in_venv.sh checks it).
@@ -20,9 +22,13 @@ import helm_python as helm
 import junit
 
 DEPLOY = pathlib.Path(os.environ.get("KVCAST_DEPLOY_DIR", pathlib.Path(__file__).parent.parent))
+# The runfiles tree under Bazel (the source tree when run by hand).
+ROOT = DEPLOY.parent
 HERE = DEPLOY / "tests"
 VALUES_DIR = HERE / "values"
 RELEASE, NAMESPACE = "kv", "llm"
+# libyaml's parser when PyYAML has it (same results, several times faster).
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 ROLES = ("scheduler", "prefill", "decode", "relay")
 # Every value set under values/, by file name without ".yaml".
 VALUE_SETS = sorted(p.stem for p in VALUES_DIR.glob("*.yaml"))
@@ -42,9 +48,15 @@ def chart():
     return helm.Chart.load(str(chart_dir()))
 
 
-def source_root() -> pathlib.Path:
-    """The source tree the runfiles point into (for files outside deploy/)."""
-    return (DEPLOY / "helm" / "kvcast" / "Chart.yaml").resolve().parents[3]
+def runfile(path: str) -> pathlib.Path:
+    """A file outside deploy/ (path relative to the workspace root), read
+    from the runfiles tree: the test must list it in its data in
+    deploy/tests/BUILD, so that Bazel reruns the test when it changes."""
+    found = ROOT / path
+    if not found.is_file():
+        raise FileNotFoundError(f"{found} is not in this test's runfiles: add its label to the "
+                                "test's data in deploy/tests/BUILD")
+    return found
 
 
 def load_values(name: str) -> dict:
@@ -75,7 +87,13 @@ def manifests(rendered: dict) -> list:
 
 
 def objects(rendered: dict) -> list:
-    return [yaml.safe_load(doc) for _, doc in manifests(rendered)]
+    return [yaml.load(doc, Loader=_YAML_LOADER) for _, doc in manifests(rendered)]
+
+
+@functools.lru_cache(maxsize=None)
+def objects_set(name: str) -> tuple:
+    """objects() of render_set(name), parsed once: callers must not modify them."""
+    return tuple(objects(render_set(name)))
 
 
 def find(objs: list, kind: str, role: str = None) -> list:

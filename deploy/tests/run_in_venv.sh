@@ -25,6 +25,5 @@ scratch=${TEST_TMPDIR:-$(mktemp -d)}
 export HOME=$scratch HELM_CACHE_HOME=$scratch/helm-cache HELM_CONFIG_HOME=$scratch/helm-config \
   HELM_DATA_HOME=$scratch/helm-data
 export KVCAST_DEPLOY_DIR=$RUNFILES/deploy
-export KVCAST_RELAY_MAIN=$RUNFILES/transport/moqt/relay_main.cc
 export PYTHONPATH=$RUNFILES/deploy/tests PYTHONDONTWRITEBYTECODE=1
 cd "$scratch" && exec "$VENV/bin/python" "$RUNFILES/$TEST"

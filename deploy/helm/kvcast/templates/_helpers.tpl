@@ -21,10 +21,15 @@ scheduler | prefill | decode | relay.
 {{- end }}
 {{- end }}
 
+{{/* Every role the chart knows, in order. */}}
+{{- define "kvcast.allRoles" -}}
+scheduler prefill decode relay
+{{- end }}
+
 {{/* The roles this release runs, in order; the relay is optional. */}}
 {{- define "kvcast.roles" -}}
-{{- $roles := list "scheduler" "prefill" "decode" }}
-{{- if .Values.relay.enabled }}{{ $roles = append $roles "relay" }}{{ end }}
+{{- $roles := splitList " " (include "kvcast.allRoles" .) }}
+{{- if not .Values.relay.enabled }}{{ $roles = without $roles "relay" }}{{ end }}
 {{- join " " $roles }}
 {{- end }}
 
@@ -33,18 +38,33 @@ scheduler | prefill | decode | relay.
 {{- printf "%s-%s" (include "kvcast.fullname" .root | trunc 50 | trimSuffix "-") .role }}
 {{- end }}
 
+{{/* Labels that select every object of this release (called with the root context). */}}
+{{- define "kvcast.instanceLabels" -}}
+app.kubernetes.io/name: {{ include "kvcast.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/*
+Labels of every object of this release (called with the root context); the
+role-less ones (ServiceAccount, ServiceMonitor, the dev QUIC Secret) carry
+just these, a role's objects these plus their component (kvcast.labels).
+*/}}
+{{- define "kvcast.commonLabels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{ include "kvcast.instanceLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: kvcast
+{{- end }}
+
 {{- define "kvcast.selectorLabels" -}}
-app.kubernetes.io/name: {{ include "kvcast.name" .root }}
-app.kubernetes.io/instance: {{ .root.Release.Name }}
+{{ include "kvcast.instanceLabels" .root }}
 app.kubernetes.io/component: {{ .role }}
 {{- end }}
 
 {{- define "kvcast.labels" -}}
-helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version | replace "+" "_" }}
-{{ include "kvcast.selectorLabels" . }}
-app.kubernetes.io/version: {{ .root.Chart.AppVersion | quote }}
-app.kubernetes.io/managed-by: {{ .root.Release.Service }}
-app.kubernetes.io/part-of: kvcast
+{{ include "kvcast.commonLabels" .root }}
+app.kubernetes.io/component: {{ .role }}
 {{- end }}
 
 {{- define "kvcast.serviceAccountName" -}}
@@ -84,12 +104,12 @@ app.kubernetes.io/part-of: kvcast
 {{- default (printf "%s-quic-dev" (include "kvcast.fullname" .)) .Values.tls.quic.secretName }}
 {{- end }}
 
-{{/* Whether a role speaks QUIC (and so mounts the QUIC TLS material). */}}
+{{/* Whether a role speaks QUIC (and so mounts the QUIC TLS material); reads only .role. */}}
 {{- define "kvcast.usesQuic" -}}
 {{- if has .role (list "prefill" "decode" "relay") }}true{{ end }}
 {{- end }}
 
-{{/* Whether a role is a GPU-capable worker (prefill, decode). */}}
+{{/* Whether a role is a GPU-capable worker (prefill, decode); reads only .role. */}}
 {{- define "kvcast.isWorker" -}}
 {{- if has .role (list "prefill" "decode") }}true{{ end }}
 {{- end }}
