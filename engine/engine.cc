@@ -14,7 +14,9 @@ struct Engine::Sequence {
   int prompt_len = 0;
   int kv_len = 0;               // tokens whose K/V are in `pages`
   int cached_tokens = 0;
+  bool prefilled = false;       // submitted with KV computed elsewhere
   int chunks_published = 0;     // leading full chunks offered to the cache
+  int chunks_reported = 0;      // prompt chunks given to on_prompt_chunk (kept on preemption)
   Hash128 last_chunk_hash;      // hash of chunk chunks_published - 1 (or seed)
   std::vector<int32_t> pages;   // one reference held on each
   GenerationParams params;
@@ -44,6 +46,8 @@ Engine::Engine(const EngineOptions& options, std::unique_ptr<Backend> backend)
 
 Engine::~Engine() {
   for (auto& seq : running_) Release(seq.get());
+  absl::MutexLock lock(&mu_);
+  for (auto& seq : waiting_) Release(seq.get());  // prefilled ones hold pages
 }
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
@@ -79,8 +83,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
   return e;
 }
 
-absl::StatusOr<uint64_t> Engine::Submit(std::vector<int32_t> prompt,
-                                        const GenerationParams& params) {
+absl::Status Engine::CheckRequest(const std::vector<int32_t>& prompt,
+                                  const GenerationParams& params,
+                                  const PrefilledKv& kv) const {
   if (prompt.empty()) return absl::InvalidArgumentError("engine: empty prompt");
   for (int32_t t : prompt) {
     if (t < 0 || t >= config().vocab_size) {
@@ -102,9 +107,72 @@ absl::StatusOr<uint64_t> Engine::Submit(std::vector<int32_t> prompt,
     return absl::ResourceExhaustedError(absl::StrCat(
         "engine: prompt needs ", page_need, " KV pages, the pool has ", pool_->num_pages()));
   }
+  // KV computed elsewhere.
+  const int n = int(prompt.size());
+  if (kv.tokens < 0 || kv.tokens > n) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "engine: prefilled tokens ", kv.tokens, " outside the prompt of ", n));
+  }
+  const int pages = (kv.tokens + options_.page_tokens - 1) / options_.page_tokens;
+  if (int(kv.pages.size()) != pages) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "engine: ", kv.tokens, " prefilled tokens need ", pages, " pages, got ",
+        kv.pages.size()));
+  }
+  for (int32_t p : kv.pages) {
+    if (pool_->RefCount(p) <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("engine: prefilled page ", p,
+                                                     " is not allocated"));
+    }
+  }
+  if (kv.tokens < n) {
+    if (kv.next_token != -1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "engine: next_token given with only ", kv.tokens, " of ", n, " prompt tokens prefilled"));
+    }
+    return absl::OkStatus();
+  }
+  if (kv.next_token < 0 || kv.next_token >= config().vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "engine: next_token ", kv.next_token, " outside the vocabulary of ",
+        config().vocab_size));
+  }
+  const auto& eos = config().eos_token_ids;
+  const auto& stop = params.stop_tokens;
+  if (params.max_tokens <= 1 || n + 1 >= model_->max_sequence_len() ||
+      std::find(stop.begin(), stop.end(), kv.next_token) != stop.end() ||
+      (!params.ignore_eos && std::find(eos.begin(), eos.end(), kv.next_token) != eos.end())) {
+    return absl::InvalidArgumentError("engine: prefilled request has nothing left to generate");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> Engine::Submit(std::vector<int32_t> prompt,
+                                        const GenerationParams& params) {
+  return Submit(std::move(prompt), params, PrefilledKv());
+}
+
+absl::StatusOr<uint64_t> Engine::Submit(std::vector<int32_t> prompt,
+                                        const GenerationParams& params, PrefilledKv kv) {
+  if (absl::Status st = CheckRequest(prompt, params, kv); !st.ok()) {
+    pool_->ReleaseAll(kv.pages).IgnoreError();  // never leaked
+    return st;
+  }
+  auto seq = std::make_unique<Sequence>(0, std::move(prompt), params);
+  if (kv.tokens > 0) {
+    seq->prefilled = true;
+    seq->pages = std::move(kv.pages);
+    seq->kv_len = kv.tokens;
+    seq->cached_tokens = kv.tokens;
+    if (kv.next_token >= 0) {
+      seq->tokens.push_back(kv.next_token);
+      seq->generated = 1;
+    }
+  }
   absl::MutexLock lock(&mu_);
-  uint64_t id = next_id_++;
-  waiting_.push_back(std::make_unique<Sequence>(id, std::move(prompt), params));
+  seq->id = next_id_++;
+  const uint64_t id = seq->id;
+  waiting_.push_back(std::move(seq));
   return id;
 }
 
@@ -118,7 +186,33 @@ bool Engine::HasWork() const {
   return !waiting_.empty() || running_count_ > 0;
 }
 
+int Engine::num_waiting() const {
+  absl::MutexLock lock(&mu_);
+  return int(waiting_.size());
+}
+
+int Engine::num_running() const {
+  absl::MutexLock lock(&mu_);
+  return running_count_;
+}
+
+int64_t Engine::waiting_prompt_tokens() const {
+  absl::MutexLock lock(&mu_);
+  int64_t n = 0;
+  for (const auto& s : waiting_) n += std::max(0, s->prompt_len - s->kv_len);
+  return n;
+}
+
 void Engine::Admit(Sequence* seq) {
+  if (!seq->pages.empty()) {
+    // Prefilled (only those hold pages while waiting): offer its full chunks
+    // to the cache right away so later requests reuse them.
+    seq->chunks_published = 0;
+    seq->last_chunk_hash = prefix_seed_;
+    PublishChunks(seq);
+    ReportChunks(seq);
+    return;
+  }
   // Reuse cached chunks, but always leave at least one token to compute: the
   // last token's logits are needed, and shared pages are never written.
   std::vector<Hash128> chain =
@@ -129,7 +223,8 @@ void Engine::Admit(Sequence* seq) {
   seq->kv_len = chunks * options_.chunk_tokens;
   seq->chunks_published = chunks;
   seq->last_chunk_hash = chunks > 0 ? chain[chunks - 1] : prefix_seed_;
-  if (seq->generated == 0) seq->cached_tokens = seq->kv_len;
+  if (seq->generated == 0 && !seq->prefilled) seq->cached_tokens = seq->kv_len;
+  ReportChunks(seq);
 }
 
 absl::Status Engine::EnsurePages(Sequence* seq, int tokens) {
@@ -163,6 +258,21 @@ void Engine::PublishChunks(Sequence* seq) {
   }
 }
 
+void Engine::ReportChunks(Sequence* seq) {
+  if (!seq->params.on_prompt_chunk) return;
+  const int chunk = options_.chunk_tokens;
+  const int page = options_.page_tokens;
+  while (seq->chunks_reported * chunk < seq->prompt_len) {
+    const int c = seq->chunks_reported;
+    const int end = std::min((c + 1) * chunk, seq->prompt_len);
+    if (seq->kv_len < end) break;
+    const int first = c * chunk / page;
+    seq->params.on_prompt_chunk(
+        c, absl::MakeConstSpan(seq->pages).subspan(first, (end + page - 1) / page - first));
+    ++seq->chunks_reported;
+  }
+}
+
 bool Engine::Sample(Sequence* seq, const float* logits, SequenceEvent* ev) {
   const int vocab = config().vocab_size;
   int32_t tok = seq->sampler.Sample(absl::MakeConstSpan(logits, vocab), seq->tokens);
@@ -192,6 +302,7 @@ absl::StatusOr<std::vector<SequenceEvent>> Engine::Step() {
     return ev;
   };
   // Cancellations and admissions.
+  std::vector<Sequence*> admitted;
   {
     absl::MutexLock lock(&mu_);
     auto cancel = [&](std::unique_ptr<Sequence>& s) {
@@ -210,15 +321,22 @@ absl::StatusOr<std::vector<SequenceEvent>> Engine::Step() {
       }
     }
     for (auto it = waiting_.begin(); it != waiting_.end();) {
-      it = cancel(*it) ? waiting_.erase(it) : it + 1;
+      if (cancel(*it)) {
+        Release(it->get());  // a prefilled sequence holds pages while waiting
+        it = waiting_.erase(it);
+      } else {
+        ++it;
+      }
     }
     cancelled_.clear();  // ids that matched nothing are forgotten
     while (!waiting_.empty() && int(running_.size()) < options_.max_running) {
       running_.push_back(std::move(waiting_.front()));
       waiting_.pop_front();
-      Admit(running_.back().get());
+      admitted.push_back(running_.back().get());
     }
+    running_count_ = int(running_.size());
   }
+  for (Sequence* s : admitted) Admit(s);  // outside mu_: may call on_prompt_chunk
 
   // Plan the pass: decode tokens first, then prompt chunks within the budget.
   std::vector<Sequence*> order;
@@ -291,6 +409,7 @@ absl::StatusOr<std::vector<SequenceEvent>> Engine::Step() {
     Sequence* s = batch[i];
     s->kv_len += counts[i];
     PublishChunks(s);
+    ReportChunks(s);
     if (s->pending() != 0) continue;  // more prompt to go
     SequenceEvent ev = event_for(*s);
     bool done = Sample(s, logits.data() + i * size_t(config().vocab_size), &ev);

@@ -10,6 +10,11 @@
 // even alone ends with kError. Every finished, cancelled or failed sequence
 // releases its pages exactly once.
 //
+// Disaggregated serving: a prefill worker reports each prompt chunk's KV as
+// soon as it is computed (GenerationParams::on_prompt_chunk); a decode worker
+// submits a request with KV computed elsewhere (Submit with PrefilledKv) and
+// continues from it.
+//
 // Thread safety: Submit() and Cancel() may be called from any thread; Step()
 // from one thread at a time (the compute thread).
 #ifndef KVCAST_ENGINE_ENGINE_H_
@@ -17,6 +22,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +31,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 #include "engine/kv/kv_page_pool.h"
 #include "engine/kv/prefix_cache.h"
 #include "engine/model/checkpoint.h"
@@ -49,6 +56,23 @@ struct GenerationParams {
   int max_tokens = 64;
   std::vector<int32_t> stop_tokens;  // in addition to the model's EOS
   bool ignore_eos = false;
+  // Called on the compute thread (inside Step) when a prompt chunk's KV is
+  // complete: chunk c covers prompt tokens [c*chunk_tokens,
+  // min((c+1)*chunk_tokens, prompt_len)). Called once per chunk, in order, for
+  // every prompt chunk including those taken from the prefix cache (at
+  // admission) and the last, partial one; chunks reported before a preemption
+  // are not reported again. `pages` are the chunk's pages (ceil(tokens in
+  // chunk / page_tokens)); call KvPagePool::AddRef to keep them past the call.
+  std::function<void(int chunk, absl::Span<const int32_t> pages)> on_prompt_chunk;
+};
+
+// KV of a prompt prefix computed elsewhere (a prefill worker), in pages of
+// this engine's pool.
+struct PrefilledKv {
+  std::vector<int32_t> pages;  // one reference each, handed to the engine
+  int tokens = 0;              // prompt tokens [0, tokens) whose K/V are in `pages`
+  int32_t next_token = -1;     // when tokens == prompt size: the first generated
+                               // token, sampled elsewhere; -1 otherwise
 };
 
 enum class FinishReason { kNone, kLength, kStop, kCancelled, kError };
@@ -61,6 +85,7 @@ struct SequenceEvent {
   std::string error;   // for kError
   int prompt_tokens = 0;
   int cached_tokens = 0;  // prompt tokens whose KV came from the prefix cache
+                          // (or, for a PrefilledKv request, the prefilled ones)
   int generated_tokens = 0;
 };
 
@@ -77,9 +102,25 @@ class Engine {
   // ids, bad sampling parameters or a prompt the model cannot hold.
   absl::StatusOr<uint64_t> Submit(std::vector<int32_t> prompt,
                                   const GenerationParams& params);
+  // Queues a request whose prompt prefix [0, kv.tokens) already has its KV in
+  // kv.pages (ceil(kv.tokens / page_tokens) pages). With kv.tokens == prompt
+  // size, kv.next_token is the first generated token: the sequence starts in
+  // decode, its events report only the tokens after next_token, and
+  // generated_tokens counts next_token too; InvalidArgument when nothing is
+  // left to generate (next_token stops it, or max_tokens <= 1). Otherwise
+  // next_token must be -1 and the engine computes the rest of the prompt.
+  // At admission the full chunks of kv.pages enter the prefix cache. On any
+  // error the pages are released.
+  absl::StatusOr<uint64_t> Submit(std::vector<int32_t> prompt,
+                                  const GenerationParams& params, PrefilledKv kv);
   // Ends a request at the next Step() with kCancelled; unknown ids are ignored.
   void Cancel(uint64_t id);
   bool HasWork() const;
+  // Load, for reports (thread-safe): queued and running sequences, and the
+  // prompt tokens of queued sequences whose KV is not computed yet.
+  int num_waiting() const;
+  int num_running() const;
+  int64_t waiting_prompt_tokens() const;
   absl::StatusOr<std::vector<SequenceEvent>> Step();
 
   const ModelConfig& config() const { return model_->config(); }
@@ -89,6 +130,7 @@ class Engine {
   PrefixCache& prefix_cache() { return *prefix_cache_; }
   const Hash128& prefix_seed() const { return prefix_seed_; }
   const EngineOptions& options() const { return options_; }
+  Backend* backend() const { return backend_.get(); }
   // Sequences whose pages were taken back to make room (compute thread).
   int64_t preemptions() const { return preemptions_; }
 
@@ -99,6 +141,9 @@ class Engine {
   absl::Status EnsurePages(Sequence* seq, int tokens);
   void Release(Sequence* seq);
   void PublishChunks(Sequence* seq);
+  void ReportChunks(Sequence* seq);
+  absl::Status CheckRequest(const std::vector<int32_t>& prompt,
+                            const GenerationParams& params, const PrefilledKv& kv) const;
   bool Sample(Sequence* seq, const float* logits, SequenceEvent* event);
 
   const EngineOptions options_;

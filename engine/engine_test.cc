@@ -1,7 +1,9 @@
 // The continuous-batching engine: batching changes nothing in the output,
-// prefixes are reused, pages come back, errors are clean.
+// prefixes are reused, pages come back, errors are clean, and KV computed
+// by one engine continues in another (disaggregated prefill and decode).
 #include "engine/engine.h"
 
+#include <cstring>
 #include <map>
 #include <random>
 
@@ -175,6 +177,230 @@ TEST(Engine, CancelAndStopTokensAndBadRequests) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Engine::Create("/nonexistent", EngineOptions(), NewCpuBackend()).status().code(),
             absl::StatusCode::kNotFound);
+}
+
+// Prompt chunks reported by on_prompt_chunk, pages kept with AddRef.
+struct ChunkLog {
+  KvPagePool* pool = nullptr;
+  std::vector<int> chunks;
+  std::vector<std::vector<int32_t>> pages;
+
+  std::function<void(int, absl::Span<const int32_t>)> Hook() {
+    return [this](int c, absl::Span<const int32_t> p) {
+      chunks.push_back(c);
+      pages.emplace_back(p.begin(), p.end());
+      for (int32_t page : p) EXPECT_TRUE(pool->AddRef(page).ok());
+    };
+  }
+  std::vector<int32_t> AllPages(int num_chunks) const {
+    std::vector<int32_t> all;
+    for (int c = 0; c < num_chunks; ++c) all.insert(all.end(), pages[c].begin(), pages[c].end());
+    return all;
+  }
+  void ReleaseAll() {
+    for (auto& p : pages) EXPECT_TRUE(pool->ReleaseAll(p).ok());
+    pages.clear();
+  }
+};
+
+// Copies the K/V of token slots [0, tokens) from `src` pages of one pool to
+// `dst` pages of another (the transfer a disaggregated deployment performs).
+void CopyKv(const KvPagePool& from, const std::vector<int32_t>& src, KvPagePool* to,
+            const std::vector<int32_t>& dst, int tokens) {
+  const KvLayout& l = from.layout();
+  const size_t row = l.token_floats();
+  for (int layer = 0; layer < l.num_layers; ++layer) {
+    for (bool v : {false, true}) {
+      const float* s = v ? from.v_cache(layer) : from.k_cache(layer);
+      float* d = v ? to->v_cache(layer) : to->k_cache(layer);
+      for (int t = 0; t < tokens; ++t) {
+        const size_t slot = t % l.page_tokens;
+        std::memcpy(d + (size_t(dst[t / l.page_tokens]) * l.page_tokens + slot) * row,
+                    s + (size_t(src[t / l.page_tokens]) * l.page_tokens + slot) * row,
+                    row * sizeof(float));
+      }
+    }
+  }
+}
+
+std::vector<int32_t> GenerateAlone(const std::vector<int32_t>& prompt, int max_tokens) {
+  auto e = MakeEngine();
+  uint64_t id = *e->Submit(prompt, Greedy(max_tokens));
+  return RunToCompletion(e.get())[id].tokens;
+}
+
+TEST(Engine, PrefillElsewhereThenDecodeMatchesOneEngine) {
+  const int kChunk = EngineOptions().chunk_tokens;  // 128
+  std::vector<std::vector<int32_t>> prompts = {Tokens(300, 20), Tokens(2 * kChunk, 21),
+                                               Tokens(200, 22)};
+  auto d = MakeEngine();
+  const int d_free = d->pool().free_pages();
+  std::vector<uint64_t> ids;
+  std::vector<int32_t> firsts;
+  for (const auto& prompt : prompts) {
+    const int n = int(prompt.size());
+    const int num_chunks = (n + kChunk - 1) / kChunk;
+    auto p = MakeEngine();
+    ChunkLog log{&p->pool()};
+    GenerationParams prefill = Greedy(1);
+    prefill.on_prompt_chunk = log.Hook();
+    uint64_t pid = *p->Submit(prompt, prefill);
+    auto r = RunToCompletion(p.get());
+    ASSERT_EQ(r[pid].tokens.size(), 1u);
+    ASSERT_EQ(int(log.chunks.size()), num_chunks);
+    for (int c = 0; c < num_chunks; ++c) {
+      EXPECT_EQ(log.chunks[c], c);
+      const int in_chunk = std::min(kChunk, n - c * kChunk);
+      EXPECT_EQ(int(log.pages[c].size()), (in_chunk + 15) / 16) << "chunk " << c;
+    }
+    std::vector<int32_t> src = log.AllPages(num_chunks);
+    auto dst = d->pool().Allocate(int(src.size()));
+    ASSERT_TRUE(dst.ok());
+    CopyKv(p->pool(), src, &d->pool(), *dst, n);
+    log.ReleaseAll();
+    auto id = d->Submit(prompt, Greedy(12), PrefilledKv{*dst, n, r[pid].tokens[0]});
+    ASSERT_TRUE(id.ok()) << id.status();
+    ids.push_back(*id);
+    firsts.push_back(r[pid].tokens[0]);
+  }
+  EXPECT_EQ(d->num_waiting(), 3);
+  EXPECT_EQ(d->waiting_prompt_tokens(), 0);
+  auto got = RunToCompletion(d.get());  // all three decode together
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    std::vector<int32_t> tokens = {firsts[i]};
+    tokens.insert(tokens.end(), got[ids[i]].tokens.begin(), got[ids[i]].tokens.end());
+    EXPECT_EQ(tokens, GenerateAlone(prompts[i], 12)) << "prompt " << i;
+    EXPECT_EQ(got[ids[i]].finish, FinishReason::kLength);
+    EXPECT_EQ(got[ids[i]].cached, int(prompts[i].size()));
+  }
+  // The prefilled full chunks entered D's prefix cache.
+  EXPECT_EQ(d->prefix_cache().num_chunks(), 2 + 2 + 1);
+  d->prefix_cache().Reclaim(1 << 30);
+  EXPECT_EQ(d->pool().free_pages(), d_free);
+}
+
+TEST(Engine, PrefilledPrefixIsContinuedByTheEngine) {
+  auto prompt = Tokens(300, 23);
+  auto p = MakeEngine();
+  ChunkLog log{&p->pool()};
+  GenerationParams prefill = Greedy(1);
+  prefill.on_prompt_chunk = log.Hook();
+  p->Submit(prompt, prefill).IgnoreError();
+  RunToCompletion(p.get());
+  ASSERT_EQ(log.chunks.size(), 3u);
+
+  auto d = MakeEngine();
+  const int d_free = d->pool().free_pages();
+  auto dst = *d->pool().Allocate(8);
+  CopyKv(p->pool(), log.pages[0], &d->pool(), dst, 128);
+  log.ReleaseAll();
+  ChunkLog d_log{&d->pool()};
+  GenerationParams params = Greedy(10);
+  params.on_prompt_chunk = d_log.Hook();
+  uint64_t id = *d->Submit(prompt, params, PrefilledKv{dst, 128, -1});
+  EXPECT_EQ(d->waiting_prompt_tokens(), 300 - 128);
+  auto got = RunToCompletion(d.get());
+  EXPECT_EQ(got[id].tokens, GenerateAlone(prompt, 10));
+  EXPECT_EQ(got[id].cached, 128);
+  EXPECT_EQ(d_log.chunks, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(d_log.pages[0], dst);
+  d_log.ReleaseAll();
+  d->prefix_cache().Reclaim(1 << 30);
+  EXPECT_EQ(d->pool().free_pages(), d_free);
+}
+
+TEST(Engine, BadPrefilledRequestsAndCancelReleaseTheirPages) {
+  auto e = MakeEngine();
+  const int free_at_start = e->pool().free_pages();
+  const int vocab = e->config().vocab_size;
+  auto prompt = Tokens(40, 24);
+  auto submit = [&](int pages, int tokens, int32_t next, GenerationParams params = Greedy(8)) {
+    auto got = e->Submit(prompt, params, PrefilledKv{*e->pool().Allocate(pages), tokens, next});
+    EXPECT_EQ(e->pool().free_pages(), free_at_start - (got.ok() ? pages : 0));
+    return got.status().code();
+  };
+  const auto kInvalid = absl::StatusCode::kInvalidArgument;
+  EXPECT_EQ(submit(1, 40, 7), kInvalid);       // 40 tokens need 3 pages
+  EXPECT_EQ(submit(3, 32, -1), kInvalid);      // 32 tokens need 2 pages
+  EXPECT_EQ(submit(4, 50, -1), kInvalid);      // more than the prompt
+  EXPECT_EQ(submit(3, 40, vocab), kInvalid);   // next_token outside the vocabulary
+  EXPECT_EQ(submit(3, 40, -1), kInvalid);      // whole prompt without next_token
+  EXPECT_EQ(submit(2, 32, 7), kInvalid);       // next_token with part of the prompt
+  EXPECT_EQ(submit(3, 40, 7, Greedy(1)), kInvalid);  // nothing left to generate
+  GenerationParams stop = Greedy(8);
+  stop.stop_tokens = {7};
+  EXPECT_EQ(submit(3, 40, 7, stop), kInvalid);
+  EXPECT_EQ(e->Submit({}, Greedy(8), PrefilledKv{*e->pool().Allocate(1), 1, -1}).status().code(),
+            kInvalid);
+  EXPECT_EQ(e->pool().free_pages(), free_at_start);
+
+  // Cancelled while waiting: the pages it was handed go back.
+  auto id = e->Submit(prompt, Greedy(8), PrefilledKv{*e->pool().Allocate(2), 32, -1});
+  ASSERT_TRUE(id.ok()) << id.status();
+  EXPECT_EQ(e->num_waiting(), 1);
+  EXPECT_EQ(e->num_running(), 0);
+  EXPECT_EQ(e->waiting_prompt_tokens(), 8);
+  e->Cancel(*id);
+  auto r = RunToCompletion(e.get());
+  EXPECT_EQ(r[*id].finish, FinishReason::kCancelled);
+  EXPECT_EQ(e->num_waiting(), 0);
+  EXPECT_EQ(e->pool().free_pages(), free_at_start);
+
+  // Destroyed with a prefilled sequence waiting: released, nothing crashes.
+  ASSERT_TRUE(e->Submit(prompt, Greedy(8), PrefilledKv{*e->pool().Allocate(3), 40, 7}).ok());
+  e.reset();
+}
+
+TEST(Engine, PromptChunksFromThePrefixCacheAreReportedAtAdmission) {
+  auto e = MakeEngine();
+  auto shared = Tokens(300, 25);
+  auto other = shared;
+  other.resize(260);  // shares two full chunks
+  auto tail = Tokens(30, 26);
+  other.insert(other.end(), tail.begin(), tail.end());
+  ChunkLog first{&e->pool()}, second{&e->pool()};
+  GenerationParams p1 = Greedy(2), p2 = Greedy(2);
+  p1.on_prompt_chunk = first.Hook();
+  p2.on_prompt_chunk = second.Hook();
+  e->Submit(shared, p1).IgnoreError();
+  RunToCompletion(e.get());
+  uint64_t id = *e->Submit(other, p2);
+  auto r = RunToCompletion(e.get());
+  EXPECT_EQ(r[id].cached, 256);
+  EXPECT_EQ(first.chunks, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(second.chunks, (std::vector<int>{0, 1, 2}));
+  EXPECT_EQ(second.pages[0], first.pages[0]);  // the cached pages themselves
+  EXPECT_EQ(second.pages[1], first.pages[1]);
+  EXPECT_NE(second.pages[2], first.pages[2]);
+  EXPECT_EQ(second.pages[2].size(), 3u);  // 34 tokens
+  first.ReleaseAll();
+  second.ReleaseAll();
+}
+
+TEST(Engine, PromptChunksAreReportedOnceAcrossPreemption) {
+  EngineOptions tight;
+  tight.num_pages = 10;  // as in PreemptedSequenceIsRecomputedAndFinishesUnchanged
+  tight.max_batch_tokens = 63;
+  tight.chunk_tokens = 32;
+  auto e = MakeEngine(tight);
+  auto a = Tokens(30, 12), b = Tokens(120, 13);
+  std::map<uint64_t, std::vector<int>> reported;
+  auto params = [&reported](uint64_t* id, int max_tokens) {
+    GenerationParams p = Greedy(max_tokens);
+    p.on_prompt_chunk = [&reported, id](int c, absl::Span<const int32_t>) {
+      reported[*id].push_back(c);
+    };
+    return p;
+  };
+  uint64_t ia = 0, ib = 0;
+  ia = *e->Submit(a, params(&ia, 40));
+  ib = *e->Submit(b, params(&ib, 4));
+  auto got = RunToCompletion(e.get());
+  EXPECT_GT(e->preemptions(), 0);
+  EXPECT_EQ(reported[ia], (std::vector<int>{0}));
+  EXPECT_EQ(reported[ib], (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(got[ia].tokens, GenerateAlone(a, 40));
+  EXPECT_EQ(got[ib].tokens, GenerateAlone(b, 4));
 }
 
 }  // namespace
