@@ -85,4 +85,17 @@ std::optional<int32_t> SentencePieceTokenizer::TokenId(std::string_view token) c
   return id;
 }
 
+namespace {
+// Makes LoadTokenizer read tokenizer.model in binaries linking this library.
+const bool kRegistered = [] {
+  SetSentencePieceLoader([](const std::string& path, const SpecialTokenNames& names)
+                             -> absl::StatusOr<std::unique_ptr<Tokenizer>> {
+    auto t = SentencePieceTokenizer::FromFile(path, names);
+    if (!t.ok()) return t.status();
+    return std::unique_ptr<Tokenizer>(std::move(*t));
+  });
+  return true;
+}();
+}  // namespace
+
 }  // namespace kvcast

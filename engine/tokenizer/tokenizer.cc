@@ -8,13 +8,14 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "engine/tokenizer/bpe_tokenizer.h"
-#include "engine/tokenizer/sentencepiece_tokenizer.h"
 #include "nlohmann/json.hpp"
 
 namespace kvcast {
 namespace {
 
 bool FileExists(const std::string& path) { return std::ifstream(path).good(); }
+
+SentencePieceLoader g_sentencepiece_loader = nullptr;
 
 // Reads "bos_token"/"eos_token" from tokenizer_config.json; each is a
 // string, an {"content": string} object, or null/absent.
@@ -58,12 +59,18 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& mode
     return std::unique_ptr<Tokenizer>(std::move(t));
   }
   if (FileExists(dir + "tokenizer.model")) {
-    ASSIGN_OR_RETURN(auto t, SentencePieceTokenizer::FromFile(dir + "tokenizer.model", names));
-    return std::unique_ptr<Tokenizer>(std::move(t));
+    if (g_sentencepiece_loader == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          model_dir, " has only a SentencePiece tokenizer.model, which this binary cannot "
+          "load (it links gRPC); add a tokenizer.json (HF `tokenizers` converts it)"));
+    }
+    return g_sentencepiece_loader(dir + "tokenizer.model", names);
   }
   return absl::NotFoundError(
       absl::StrCat("no tokenizer.json or tokenizer.model in ", model_dir));
 }
+
+void SetSentencePieceLoader(SentencePieceLoader loader) { g_sentencepiece_loader = loader; }
 
 std::string StreamingDecoder::Push(int32_t id) {
   ids_.push_back(id);

@@ -58,7 +58,17 @@ struct SpecialTokenNames {
 // is no BOS/EOS; a SentencePiece model falls back to its own bos/eos ids.
 // InvalidArgument (naming the file and field) for malformed files or a named
 // BOS/EOS token that is not in the vocabulary.
+//
+// SentencePiece models load only in binaries that link
+// //engine/tokenizer:sentencepiece (it installs the loader below at start-up);
+// elsewhere a directory with only tokenizer.model is FailedPrecondition.
+// Debian's libsentencepiece embeds its own protobuf, which cannot share a
+// process with gRPC's libprotobuf, so the gRPC services leave it out.
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& model_dir);
+
+using SentencePieceLoader = absl::StatusOr<std::unique_ptr<Tokenizer>> (*)(
+    const std::string& path, const SpecialTokenNames& names);
+void SetSentencePieceLoader(SentencePieceLoader loader);
 
 // Turns generated ids into text pieces ready to print, one id at a time.
 // Text is released only once it is final: incomplete UTF-8 sequences (e.g.
