@@ -14,7 +14,7 @@ APT_PACKAGES=(
   libngtcp2-dev libngtcp2-crypto-gnutls-dev libgnutls28-dev
   openssl iproute2 clang-14 libclang-rt-14-dev
 )
-PY_PACKAGES=(tokenizers==0.23.3 ml_dtypes==0.6.0)
+PY_PACKAGES=(tokenizers==0.23.3 ml_dtypes==0.6.0 grpcio==1.85.1 protobuf==5.29.6 prometheus_client==0.26.0)
 VENV=.venv
 MOQ_VENV=.venv-moq   # aiomoqt, the independent MoQT peer (Python >= 3.12)
 DEPLOY_VENV=build/venv-deploy   # Helm engine, Kubernetes schemas, linters for deploy/ tests
