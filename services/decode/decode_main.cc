@@ -1,0 +1,41 @@
+// kvcast-decode: a decode worker (docs/services.md). Registers with the
+// scheduler, lands prompts' KV from MoQT and generates with continuous
+// batching.
+#include <cstdio>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "services/common/shutdown.h"
+#include "services/decode/decode_service.h"
+
+ABSL_FLAG(double, drain_s, 60, "on SIGTERM: finish in-flight requests for up to this long");
+
+namespace {
+// Decode serves no MoQT requests; it only subscribes.
+class NoRequests : public kvcast::moqt::RequestHandler {};
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  using namespace kvcast;
+  auto fail = [](const absl::Status& s) {
+    std::fprintf(stderr, "kvcast-decode: %s\n", s.ToString().c_str());
+    return absl::IsInvalidArgument(s) ? 2 : 1;
+  };
+  auto signal = services::ShutdownSignal::Create();
+  if (!signal.ok()) return fail(signal.status());
+  auto config = worker::WorkerConfigFromFlags(v1::WORKER_ROLE_DECODE, "0.0.0.0:50071");
+  if (!config.ok()) return fail(config.status());
+  auto rt = worker::WorkerRuntime::Create(*config);
+  if (!rt.ok()) return fail(rt.status());
+  NoRequests handler;
+  decode::DecodeService service(rt->get());
+  if (absl::Status s = (*rt)->Serve(&handler, {{v1::Decode::service_full_name(), &service}}); !s.ok()) return fail(s);
+  std::fprintf(stderr, "kvcast-decode: serving %s; gRPC :%u, MoQT :%u (UDP), metrics :%u\n",
+               (*rt)->model_name().c_str(), (*rt)->grpc_port(), (*rt)->moqt_port(),
+               (*rt)->metrics_port());
+  (*signal)->Wait();
+  std::fprintf(stderr, "kvcast-decode: draining\n");
+  (*rt)->Shutdown(absl::Seconds(absl::GetFlag(FLAGS_drain_s)));
+  return 0;
+}

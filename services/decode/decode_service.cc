@@ -1,0 +1,254 @@
+#include "services/decode/decode_service.h"
+
+#include <chrono>
+#include <deque>
+#include <memory>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "services/worker/grpc_status.h"
+#include "services/worker/kv_landing.h"
+#include "transport/kvcache/naming.h"
+
+namespace kvcast::decode {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+GenerationParams ParamsOf(const v1::DecodeStart& start) {
+  GenerationParams p;
+  const auto& s = start.sampling();
+  p.sampling.temperature = s.temperature();
+  p.sampling.top_k = s.top_k();
+  p.sampling.top_p = s.top_p() == 0 ? 1.f : s.top_p();
+  p.sampling.repetition_penalty = s.repetition_penalty() == 0 ? 1.f : s.repetition_penalty();
+  p.sampling.seed = s.seed();
+  p.max_tokens = start.max_tokens();
+  p.stop_tokens.assign(start.stop_token_ids().begin(), start.stop_token_ids().end());
+  p.ignore_eos = start.ignore_eos();
+  return p;
+}
+
+v1::FinishReason ToProto(FinishReason r) {
+  return r == FinishReason::kStop ? v1::FINISH_REASON_STOP : v1::FINISH_REASON_LENGTH;
+}
+
+// Tokens from the compute thread to the stream's handler thread.
+struct TokenQueue {
+  absl::Mutex mu;
+  std::deque<SequenceEvent> events ABSL_GUARDED_BY(mu);
+};
+
+}  // namespace
+
+DecodeService::DecodeService(worker::WorkerRuntime* runtime) : rt_(runtime) {
+  auto& m = rt_->metrics();
+  requests_ok_ = m.AddCounter("kvcast_decode_requests_total", "decode requests", {{"result", "ok"}});
+  requests_failed_ =
+      m.AddCounter("kvcast_decode_requests_total", "decode requests", {{"result", "error"}});
+  tokens_generated_ = m.AddCounter("kvcast_decode_tokens_total", "tokens generated");
+  transfer_bytes_ = m.AddCounter("kvcast_kv_transfer_bytes_total", "KV payload bytes landed");
+  transfer_failures_ = m.AddCounter("kvcast_kv_transfer_failures_total",
+                                    "KV landings that failed (recomputed instead)");
+  local_cached_tokens_ = m.AddCounter("kvcast_decode_local_cached_tokens_total",
+                                      "prompt tokens found in the decode worker's own cache");
+  transfer_seconds_ = m.AddHistogram("kvcast_kv_transfer_seconds",
+                                     "subscribe to last object landed",
+                                     services::DefaultLatencyBuckets());
+  tbt_seconds_ = m.AddHistogram("kvcast_time_between_tokens_seconds",
+                                "time between tokens of a sequence",
+                                services::DefaultLatencyBuckets());
+}
+
+DecodeService::Landed DecodeService::LandPromptKv(grpc::ServerContext* context,
+                                                  const v1::DecodeStart& start) {
+  Engine& engine = rt_->engine();
+  const int chunk = engine.options().chunk_tokens;
+  const int page_tokens = engine.pool().layout().page_tokens;
+  const int kv_tokens = start.kv_tokens();
+  std::vector<int32_t> prompt(start.prompt().begin(), start.prompt().end());
+  Landed out;
+  // Chunks this worker holds need not travel.
+  std::vector<Hash128> chain = ChunkHashChain(
+      engine.prefix_seed(), absl::MakeConstSpan(prompt).first(kv_tokens), chunk);
+  out.pages = engine.prefix_cache().Acquire(chain, int(chain.size()));
+  const int own_chunks = int(out.pages.size()) / (chunk / page_tokens);
+  out.tokens = out.local_cached = own_chunks * chunk;
+  if (out.tokens >= kv_tokens) return out;
+
+  const int groups = (kv_tokens + chunk - 1) / chunk;
+  auto format = kvcache::FormatOfTrackName(
+      start.kv().compression().empty() ? "fp16" : start.kv().compression());
+  auto fresh = format.ok() ? engine.pool().Allocate(
+                                 (kv_tokens - out.tokens + page_tokens - 1) / page_tokens)
+                           : absl::StatusOr<std::vector<int32_t>>(format.status());
+  struct State {
+    absl::Notification done;
+    absl::StatusOr<std::vector<int32_t>> result = absl::UnknownError("pending");
+    std::shared_ptr<worker::KvLanding> landing;
+  };
+  auto state = std::make_shared<State>();
+  const auto t0 = Clock::now();
+  if (!fresh.ok()) {
+    state->result = fresh.status();
+    state->done.Notify();
+  } else {
+    const auto track = kvcache::FullTrackNameOf(
+        {kvcache::ModelId(engine.model().fingerprint()), start.kv().prompt_digest(), *format});
+    rt_->RunSync([&] {
+      auto session = rt_->SessionFor(start.kv().moqt_address());
+      absl::StatusOr<std::shared_ptr<worker::KvLanding>> landing =
+          session.ok() ? worker::KvLanding::Start(
+                             *session, &engine.pool(), engine.backend(),
+                             engine.model().fingerprint(), track,
+                             kvcache::LandingSpec{chunk, kv_tokens, own_chunks, groups, *fresh},
+                             worker::KvLanding::Mode::kSubscribe,
+                             [state](absl::StatusOr<std::vector<int32_t>> r) {
+                               state->result = std::move(r);
+                               state->done.Notify();
+                             })
+                       : absl::StatusOr<std::shared_ptr<worker::KvLanding>>(session.status());
+      if (!session.ok()) engine.pool().ReleaseAll(*fresh).IgnoreError();
+      if (landing.ok()) {
+        state->landing = *landing;
+      } else {
+        state->result = landing.status();
+        state->done.Notify();
+      }
+    });
+  }
+  while (!state->done.WaitForNotificationWithTimeout(absl::Milliseconds(20))) {
+    if (context->IsCancelled()) {  // includes the deadline passing
+      rt_->RunSync([&] {
+        if (state->landing) state->landing->Abort(absl::CancelledError("decode cancelled"));
+      });
+    }
+  }
+  rt_->RunSync([&] {
+    if (state->landing) out.bytes = state->landing->bytes_landed();
+    state->landing.reset();
+  });
+  out.ms = Ms(Clock::now() - t0);
+  if (!state->result.ok()) {
+    transfer_failures_->Increment();
+    std::fprintf(stderr, "kvcast-decode: KV of %s did not land (%s); computing it here\n",
+                 start.kv().prompt_digest().c_str(), state->result.status().ToString().c_str());
+    out.bytes = 0;
+    return out;
+  }
+  out.pages.insert(out.pages.end(), state->result->begin(), state->result->end());
+  out.landed = kv_tokens - out.tokens;
+  out.tokens = kv_tokens;
+  transfer_bytes_->Increment(double(out.bytes));
+  transfer_seconds_->Observe(out.ms / 1000);
+  return out;
+}
+
+grpc::Status DecodeService::Decode(
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<v1::DecodeResponse, v1::DecodeRequest>* stream) {
+  v1::DecodeRequest first;
+  if (!stream->Read(&first) || !first.has_start()) {
+    return grpc::Status(grpc::INVALID_ARGUMENT, "decode: the first message must be `start`");
+  }
+  const v1::DecodeStart& start = first.start();
+  const int n = start.prompt_size();
+  if (n == 0) return grpc::Status(grpc::INVALID_ARGUMENT, "decode: empty prompt");
+  if (start.kv_tokens() < 0 || start.kv_tokens() > n) {
+    return grpc::Status(grpc::INVALID_ARGUMENT,
+                        absl::StrCat("decode: kv_tokens ", start.kv_tokens(), " outside [0, ", n,
+                                     "]"));
+  }
+  if (start.max_tokens() < 1) {
+    return grpc::Status(grpc::INVALID_ARGUMENT, "decode: max_tokens must be at least 1");
+  }
+  Landed kv;
+  if (start.kv_tokens() > 0) kv = LandPromptKv(context, start);
+  local_cached_tokens_->Increment(kv.local_cached);
+
+  std::vector<int32_t> prompt(start.prompt().begin(), start.prompt().end());
+  GenerationParams params = ParamsOf(start);
+  PrefilledKv prefilled{std::move(kv.pages), kv.tokens, -1};
+  if (start.kv_tokens() == n) {
+    v1::DecodeRequest msg;
+    if (!stream->Read(&msg) || msg.kind_case() != v1::DecodeRequest::kFirstToken) {
+      rt_->engine().pool().ReleaseAll(prefilled.pages).IgnoreError();
+      return grpc::Status(grpc::CANCELLED, "decode: the stream ended before the first token");
+    }
+    if (prefilled.tokens == n) {
+      prefilled.next_token = msg.first_token();
+    } else {
+      // The KV did not all land: compute it, with the first token as input.
+      prompt.push_back(msg.first_token());
+      params.max_tokens -= 1;
+    }
+  }
+  v1::DecodeResponse ready;
+  ready.set_kv_ready(true);
+  ready.set_local_cached_tokens(kv.local_cached);
+  ready.set_landed_tokens(kv.landed);
+  ready.set_transfer_bytes(int64_t(kv.bytes));
+  ready.set_transfer_ms(kv.ms);
+  stream->Write(ready);
+
+  auto queue = std::make_shared<TokenQueue>();
+  auto id = rt_->Submit(std::move(prompt), params, std::move(prefilled),
+                        [queue](const SequenceEvent& ev) {
+                          absl::MutexLock lock(&queue->mu);
+                          queue->events.push_back(ev);
+                        });
+  if (!id.ok()) {
+    requests_failed_->Increment();
+    return worker::ToGrpc(id.status());
+  }
+  bool cancelled = false;
+  auto last = Clock::now();
+  for (;;) {
+    std::deque<SequenceEvent> events;
+    {
+      absl::MutexLock lock(&queue->mu);
+      auto has = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue->mu) {
+        return !queue->events.empty();
+      };
+      queue->mu.AwaitWithTimeout(absl::Condition(&has), absl::Milliseconds(20));
+      events.swap(queue->events);
+    }
+    if (!cancelled && context->IsCancelled()) {
+      cancelled = true;
+      rt_->Cancel(*id);
+    }
+    for (const SequenceEvent& ev : events) {
+      v1::DecodeResponse out;
+      if (ev.token >= 0) {
+        out.add_token_ids(ev.token);
+        tokens_generated_->Increment();
+        const auto now = Clock::now();
+        tbt_seconds_->Observe(std::chrono::duration<double>(now - last).count());
+        last = now;
+      }
+      if (ev.finish == FinishReason::kCancelled) {
+        requests_failed_->Increment();
+        return grpc::Status(grpc::CANCELLED, "decode cancelled");
+      }
+      if (ev.finish == FinishReason::kError) {
+        requests_failed_->Increment();
+        return grpc::Status(grpc::INTERNAL, absl::StrCat("decode failed: ", ev.error));
+      }
+      if (ev.finish != FinishReason::kNone) out.set_finish_reason(ToProto(ev.finish));
+      if (!cancelled && !stream->Write(out)) {
+        cancelled = true;
+        rt_->Cancel(*id);
+      }
+      if (ev.finish != FinishReason::kNone) {
+        requests_ok_->Increment();
+        return grpc::Status::OK;
+      }
+    }
+  }
+}
+
+}  // namespace kvcast::decode

@@ -1,0 +1,36 @@
+// kvcast-prefill: a prefill worker (docs/services.md). Registers with the
+// scheduler, computes prompts' KV and publishes it over MoQT.
+#include <cstdio>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "services/common/shutdown.h"
+#include "services/prefill/prefill_service.h"
+
+ABSL_FLAG(double, retain_s, 60, "keep published prompts fetchable this long");
+ABSL_FLAG(double, drain_s, 20, "on SIGTERM: finish in-flight requests for up to this long");
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  using namespace kvcast;
+  auto fail = [](const absl::Status& s) {
+    std::fprintf(stderr, "kvcast-prefill: %s\n", s.ToString().c_str());
+    return absl::IsInvalidArgument(s) ? 2 : 1;
+  };
+  auto signal = services::ShutdownSignal::Create();
+  if (!signal.ok()) return fail(signal.status());
+  auto config = worker::WorkerConfigFromFlags(v1::WORKER_ROLE_PREFILL, "0.0.0.0:50061");
+  if (!config.ok()) return fail(config.status());
+  auto rt = worker::WorkerRuntime::Create(*config);
+  if (!rt.ok()) return fail(rt.status());
+  prefill::PrefillService service(rt->get(), absl::Seconds(absl::GetFlag(FLAGS_retain_s)));
+  if (absl::Status s = (*rt)->Serve(service.moqt_handler(),
+                                          {{v1::Prefill::service_full_name(), &service}}); !s.ok()) return fail(s);
+  std::fprintf(stderr, "kvcast-prefill: serving %s; gRPC :%u, MoQT :%u (UDP), metrics :%u\n",
+               (*rt)->model_name().c_str(), (*rt)->grpc_port(), (*rt)->moqt_port(),
+               (*rt)->metrics_port());
+  (*signal)->Wait();
+  std::fprintf(stderr, "kvcast-prefill: draining\n");
+  (*rt)->Shutdown(absl::Seconds(absl::GetFlag(FLAGS_drain_s)));
+  return 0;
+}

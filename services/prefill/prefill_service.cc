@@ -1,0 +1,290 @@
+#include "services/prefill/prefill_service.h"
+
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "common/status_macros.h"
+#include "services/worker/grpc_status.h"
+#include "services/worker/kv_landing.h"
+#include "transport/kvcache/naming.h"
+
+namespace kvcast::prefill {
+
+using worker::ToGrpc;
+
+// The publisher, announcing prompts on the relay session only (direct
+// sessions from decode workers just subscribe).
+class PrefillService::Publisher : public kvcache::KvPublisher {
+ public:
+  Publisher(worker::WorkerRuntime* rt)
+      : KvPublisher(&rt->engine().pool(), rt->engine().backend(), rt->engine().model().fingerprint(),
+                    rt->engine().options().chunk_tokens),
+        rt_(rt) {}
+  void OnSessionReady(moqt::MoqtSession* session) override {
+    if (session == rt_->relay_session()) {
+      upstream_ = session;
+      SetUpstream(session, [](const std::string& digest, absl::Status s) {
+        if (!s.ok()) {
+          std::fprintf(stderr, "kvcast-prefill: relay refused prompt %s: %s\n", digest.c_str(),
+                       s.ToString().c_str());
+        }
+      });
+    }
+  }
+  void OnSessionClosed(moqt::MoqtSession* session, const absl::Status& reason) override {
+    KvPublisher::OnSessionClosed(session, reason);
+    if (session == upstream_) {
+      upstream_ = nullptr;
+      SetUpstream(nullptr);
+    }
+  }
+
+ private:
+  worker::WorkerRuntime* rt_;
+  moqt::MoqtSession* upstream_ = nullptr;
+};
+
+PrefillService::PrefillService(worker::WorkerRuntime* runtime, absl::Duration retain)
+    : rt_(runtime), retain_(retain) {
+  rt_->RunSync([this] { publisher_ = std::make_unique<Publisher>(rt_); });
+  auto& m = rt_->metrics();
+  requests_ok_ = m.AddCounter("kvcast_prefill_requests_total", "prefill requests",
+                              {{"result", "ok"}});
+  requests_failed_ = m.AddCounter("kvcast_prefill_requests_total", "prefill requests",
+                                  {{"result", "error"}});
+  tokens_computed_ = m.AddCounter("kvcast_prefill_tokens_total", "prompt tokens by origin",
+                                  {{"origin", "computed"}});
+  tokens_cached_ = m.AddCounter("kvcast_prefill_tokens_total", "prompt tokens by origin",
+                                {{"origin", "cached"}});
+  tokens_fetched_ = m.AddCounter("kvcast_prefill_tokens_total", "prompt tokens by origin",
+                                 {{"origin", "fetched"}});
+  fetch_failures_ = m.AddCounter("kvcast_kv_transfer_failures_total",
+                                 "KV fetches or landings that failed (recomputed instead)");
+  prefill_seconds_ = m.AddHistogram("kvcast_prefill_seconds", "prefill compute time",
+                                    services::DefaultLatencyBuckets());
+  m.AddCallbackGauge("kvcast_kv_published_bytes", "KV payload bytes sent by the publisher",
+                     [this] {
+                       uint64_t bytes = 0;
+                       rt_->RunSync([&] { bytes = publisher_->stats().bytes_sent; });
+                       return double(bytes);
+                     });
+}
+
+PrefillService::~PrefillService() {
+  rt_->RunSync([this] { publisher_.reset(); });
+}
+
+moqt::RequestHandler* PrefillService::moqt_handler() { return publisher_.get(); }
+
+absl::StatusOr<std::vector<int32_t>> PrefillService::FetchPrefix(
+    grpc::ServerContext* context, const v1::KvSource& source, std::vector<int32_t> own_pages,
+    int own_chunks, int prompt_tokens) {
+  Engine& engine = rt_->engine();
+  const int chunk = engine.options().chunk_tokens;
+  const int page_tokens = engine.pool().layout().page_tokens;
+  const int groups = source.groups();
+  ASSIGN_OR_RETURN(KvFormat format,
+                   kvcache::FormatOfTrackName(source.compression().empty() ? "fp16"
+                                                                            : source.compression()));
+  auto fresh = engine.pool().Allocate((groups - own_chunks) * chunk / page_tokens);
+  if (!fresh.ok()) {
+    engine.pool().ReleaseAll(own_pages).IgnoreError();
+    return fresh.status();
+  }
+  struct State {
+    absl::Notification done;
+    absl::StatusOr<std::vector<int32_t>> result = absl::UnknownError("pending");
+    std::shared_ptr<worker::KvLanding> landing;
+  };
+  auto state = std::make_shared<State>();
+  const auto track = kvcache::FullTrackNameOf(
+      {kvcache::ModelId(engine.model().fingerprint()), source.prompt_digest(), format});
+  rt_->RunSync([&] {
+    auto session = rt_->SessionFor(source.moqt_address());
+    if (!session.ok()) {
+      engine.pool().ReleaseAll(*fresh).IgnoreError();
+      state->result = session.status();
+      state->done.Notify();
+      return;
+    }
+    auto landing = worker::KvLanding::Start(
+        *session, &engine.pool(), engine.backend(), engine.model().fingerprint(), track,
+        kvcache::LandingSpec{chunk, groups * chunk, own_chunks, groups, *fresh},
+        worker::KvLanding::Mode::kFetch, [state](absl::StatusOr<std::vector<int32_t>> r) {
+          state->result = std::move(r);
+          state->done.Notify();
+        });
+    if (!landing.ok()) {
+      state->result = landing.status();
+      state->done.Notify();
+    } else {
+      state->landing = *landing;
+    }
+  });
+  (void)prompt_tokens;
+  while (!state->done.WaitForNotificationWithTimeout(absl::Milliseconds(20))) {
+    if (context->IsCancelled()) {
+      rt_->RunSync([&] {
+        if (state->landing) state->landing->Abort(absl::CancelledError("prefill cancelled"));
+      });
+    }
+  }
+  rt_->RunSync([&] { state->landing.reset(); });
+  if (!state->result.ok()) {
+    engine.pool().ReleaseAll(own_pages).IgnoreError();
+    return state->result.status();
+  }
+  own_pages.insert(own_pages.end(), state->result->begin(), state->result->end());
+  return own_pages;
+}
+
+grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
+                                     const v1::PrefillRequest* request,
+                                     v1::PrefillResponse* response) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Engine& engine = rt_->engine();
+  const int chunk = engine.options().chunk_tokens;
+  const int page_tokens = engine.pool().layout().page_tokens;
+  std::vector<int32_t> tokens(request->tokens().begin(), request->tokens().end());
+  const int n = int(tokens.size());
+  if (n == 0) return grpc::Status(grpc::INVALID_ARGUMENT, "prefill: empty prompt");
+  const std::string digest =
+      kvcache::PromptDigest(engine.prefix_seed(), tokens, chunk).ToHex();
+  response->set_prompt_digest(digest);
+
+  GenerationParams params;
+  params.max_tokens = 1;
+  params.ignore_eos = true;
+  const auto& s = request->sampling();
+  params.sampling.temperature = s.temperature();
+  params.sampling.top_k = s.top_k();
+  params.sampling.top_p = s.top_p() == 0 ? 1.f : s.top_p();
+  params.sampling.repetition_penalty =
+      s.repetition_penalty() == 0 ? 1.f : s.repetition_penalty();
+  params.sampling.seed = s.seed();
+
+  // Announce the prompt; an identical prompt already published serves it.
+  bool publishing = false;
+  absl::Status begin;
+  rt_->RunSync([&] {
+    begin = publisher_->BeginPrompt(digest, n);
+    publishing = begin.ok();
+  });
+  if (!begin.ok() && !absl::IsAlreadyExists(begin)) {
+    requests_failed_->Increment();
+    return ToGrpc(begin);
+  }
+  if (publishing) {
+    quic::EventLoop* loop = rt_->loop();
+    KvPagePool* pool = &engine.pool();
+    Publisher* pub = publisher_.get();
+    params.on_prompt_chunk = [loop, pool, pub, digest](int c, absl::Span<const int32_t> pages) {
+      std::vector<int32_t> held(pages.begin(), pages.end());
+      for (int32_t p : held) pool->AddRef(p).IgnoreError();
+      loop->Post([pool, pub, digest, c, held] {
+        absl::Status st = pub->ChunkReady(digest, c, held);
+        if (!st.ok() && !absl::IsAlreadyExists(st)) {
+          std::fprintf(stderr, "kvcast-prefill: chunk %d of %s: %s\n", c, digest.c_str(),
+                       st.ToString().c_str());
+        }
+        pool->ReleaseAll(held).IgnoreError();
+      });
+    };
+  }
+  auto end_prompt = [&](const absl::Status& status) {
+    if (!publishing) return;
+    rt_->RunSync([&] {
+      absl::Status st = publisher_->EndPrompt(digest, status);
+      if (!status.ok() || !st.ok()) {
+        publisher_->DropPrompt(digest);
+        return;
+      }
+      Publisher* pub = publisher_.get();
+      rt_->loop()->RunAfter(retain_, [pub, digest] { pub->DropPrompt(digest); });
+    });
+  };
+
+  // Reuse a published prefix the scheduler named, beyond what we hold.
+  PrefilledKv kv;
+  int fetched_tokens = 0;
+  const auto& reuse = request->reuse();
+  const int max_reuse = (n - 1) / chunk;
+  if (reuse.groups() > 0 && reuse.groups() <= max_reuse) {
+    std::vector<Hash128> chain =
+        ChunkHashChain(engine.prefix_seed(), absl::MakeConstSpan(tokens).first(reuse.groups() * chunk), chunk);
+    std::vector<int32_t> own = engine.prefix_cache().Acquire(chain, reuse.groups());
+    const int own_chunks = int(own.size()) / (chunk / page_tokens);
+    if (own_chunks < reuse.groups()) {
+      auto pages = FetchPrefix(context, reuse, std::move(own), own_chunks, n);
+      if (pages.ok()) {
+        kv.pages = std::move(*pages);
+        kv.tokens = reuse.groups() * chunk;
+        fetched_tokens = (reuse.groups() - own_chunks) * chunk;
+      } else {
+        fetch_failures_->Increment();
+        std::fprintf(stderr, "kvcast-prefill: fetching %d groups of %s failed (%s); computing\n",
+                     reuse.groups(), reuse.prompt_digest().c_str(),
+                     pages.status().ToString().c_str());
+      }
+    } else {
+      engine.pool().ReleaseAll(own).IgnoreError();  // the engine finds them itself
+    }
+  }
+  if (context->IsCancelled()) {
+    engine.pool().ReleaseAll(kv.pages).IgnoreError();
+    end_prompt(absl::CancelledError("prefill cancelled"));
+    return grpc::Status(grpc::CANCELLED, "prefill cancelled");
+  }
+
+  struct Wait {
+    absl::Notification done;
+    SequenceEvent event;
+  };
+  auto wait = std::make_shared<Wait>();
+  const auto t_submit = std::chrono::steady_clock::now();
+  auto id = rt_->Submit(std::move(tokens), params, std::move(kv), [wait](const SequenceEvent& ev) {
+    if (ev.finish == FinishReason::kNone) return;
+    wait->event = ev;
+    wait->done.Notify();
+  });
+  if (!id.ok()) {
+    requests_failed_->Increment();
+    end_prompt(id.status());
+    return ToGrpc(id.status());
+  }
+  bool cancelled = false;
+  while (!wait->done.WaitForNotificationWithTimeout(absl::Milliseconds(20))) {
+    if (!cancelled && context->IsCancelled()) {
+      cancelled = true;
+      rt_->Cancel(*id);
+    }
+  }
+  const SequenceEvent& ev = wait->event;
+  if (ev.token < 0) {
+    requests_failed_->Increment();
+    absl::Status st = ev.finish == FinishReason::kCancelled
+                          ? absl::CancelledError("prefill cancelled")
+                          : absl::InternalError(absl::StrCat("prefill failed: ", ev.error));
+    end_prompt(st);
+    return ToGrpc(st);
+  }
+  end_prompt(absl::OkStatus());
+  const auto t1 = std::chrono::steady_clock::now();
+  const int reused = ev.cached_tokens;
+  response->set_first_token(ev.token);
+  response->set_fetched_tokens(fetched_tokens);
+  response->set_cached_tokens(reused - fetched_tokens);
+  response->set_computed_tokens(n - reused);
+  response->set_queue_ms(std::chrono::duration<double, std::milli>(t_submit - t0).count());
+  response->set_compute_ms(std::chrono::duration<double, std::milli>(t1 - t_submit).count());
+  requests_ok_->Increment();
+  tokens_computed_->Increment(n - reused);
+  tokens_cached_->Increment(reused - fetched_tokens);
+  tokens_fetched_->Increment(fetched_tokens);
+  prefill_seconds_->Observe(std::chrono::duration<double>(t1 - t_submit).count());
+  return grpc::Status::OK;
+}
+
+}  // namespace kvcast::prefill

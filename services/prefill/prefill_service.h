@@ -1,0 +1,54 @@
+// kvcast.v1.Prefill on a prefill worker: computes a prompt's KV (reusing
+// its own prefix cache, or a prefix fetched over MoQT when the scheduler
+// names one), publishes every chunk the moment its forward pass is done
+// (the decode worker is already subscribed, so transfer overlaps compute),
+// and answers with the first token. Published prompts stay fetchable for
+// `retain` (later requests reuse them), then their pages are released.
+#ifndef KVCAST_SERVICES_PREFILL_PREFILL_SERVICE_H_
+#define KVCAST_SERVICES_PREFILL_PREFILL_SERVICE_H_
+
+#include <memory>
+
+#include "kvcast/v1/worker.grpc.pb.h"
+#include "services/common/metrics.h"
+#include "services/worker/worker_runtime.h"
+#include "transport/kvcache/publisher.h"
+
+namespace kvcast::prefill {
+
+class PrefillService final : public v1::Prefill::Service {
+ public:
+  // `runtime` is borrowed and outlives the service.
+  PrefillService(worker::WorkerRuntime* runtime, absl::Duration retain);
+  ~PrefillService() override;
+
+  // Serves MoQT requests for the published prompts (give to Serve()).
+  moqt::RequestHandler* moqt_handler();
+
+  grpc::Status Prefill(grpc::ServerContext* context, const v1::PrefillRequest* request,
+                       v1::PrefillResponse* response) override;
+
+ private:
+  class Publisher;
+  // Fetches groups [own, source.groups()) of `source` after `own_pages`
+  // (held chunks); returns all pages covering groups [0, source.groups()).
+  absl::StatusOr<std::vector<int32_t>> FetchPrefix(grpc::ServerContext* context,
+                                                   const v1::KvSource& source,
+                                                   std::vector<int32_t> own_pages,
+                                                   int own_chunks, int prompt_tokens);
+
+  worker::WorkerRuntime* const rt_;
+  const absl::Duration retain_;
+  std::unique_ptr<Publisher> publisher_;  // loop thread
+  services::Counter* requests_ok_;
+  services::Counter* requests_failed_;
+  services::Counter* tokens_computed_;
+  services::Counter* tokens_cached_;
+  services::Counter* tokens_fetched_;
+  services::Counter* fetch_failures_;
+  services::Histogram* prefill_seconds_;
+};
+
+}  // namespace kvcast::prefill
+
+#endif  // KVCAST_SERVICES_PREFILL_PREFILL_SERVICE_H_

@@ -1,0 +1,510 @@
+#include "services/scheduler/generation_service.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <optional>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/sampling/sampler.h"
+#include "services/worker/grpc_status.h"
+#include "transport/kvcache/naming.h"
+
+namespace kvcast::scheduler {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+// Codes a retry on another worker cannot fix.
+bool Final(grpc::StatusCode c) {
+  return c == grpc::INVALID_ARGUMENT || c == grpc::FAILED_PRECONDITION ||
+         c == grpc::OUT_OF_RANGE || c == grpc::UNIMPLEMENTED;
+}
+
+// Length of the text that is safe to emit: no trailing replacement
+// character (an incomplete UTF-8 sequence) and no suffix that may still
+// grow into a stop string.
+size_t SafeEnd(const std::string& text, size_t from, const std::vector<std::string>& stops) {
+  size_t end = text.size();
+  static const std::string kReplacement = "\xEF\xBF\xBD";
+  while (end >= from + kReplacement.size() &&
+         text.compare(end - kReplacement.size(), kReplacement.size(), kReplacement) == 0) {
+    end -= kReplacement.size();
+  }
+  for (const std::string& s : stops) {
+    for (size_t k = std::min(s.size() - 1, end - from); k > 0; --k) {
+      if (text.compare(end - k, k, s, 0, k) == 0) {
+        end -= k;
+        break;
+      }
+    }
+  }
+  return std::max(end, from);
+}
+
+}  // namespace
+
+class GenerationService::Request {
+ public:
+  Request(GenerationService* svc, grpc::ServerContext* ctx, const v1::GenerateRequest& req,
+          const std::function<bool(const v1::GenerateResponse&)>& emit)
+      : svc_(svc), ctx_(ctx), req_(req), emit_(emit), t_admit_(Clock::now()) {}
+
+  grpc::Status Run();
+
+ private:
+  grpc::Status Validate();
+  // Appends a token, emits its delta; true when generation is over (stop
+  // token or string, or max_tokens).
+  bool OnToken(int32_t token);
+  grpc::Status Finish();
+  grpc::Status Interrupted() const {
+    return ctx_->deadline() < std::chrono::system_clock::now()
+               ? grpc::Status(grpc::DEADLINE_EXCEEDED, "the request's deadline passed")
+               : grpc::Status(grpc::CANCELLED, "the client cancelled the request");
+  }
+  v1::DecodeStart DecodeStartFor(const Route& route) const;
+  // A context for a worker call: the client's deadline and cancellation,
+  // or the default deadline when the client set none.
+  std::unique_ptr<grpc::ClientContext> WorkerContext() const {
+    auto c = grpc::ClientContext::FromServerContext(*ctx_);
+    if (ctx_->deadline() == std::chrono::system_clock::time_point::max()) {
+      c->set_deadline(std::chrono::system_clock::now() +
+                      absl::ToChronoSeconds(svc_->options_.default_deadline));
+    }
+    return c;
+  }
+
+  GenerationService* const svc_;
+  grpc::ServerContext* const ctx_;
+  const v1::GenerateRequest& req_;
+  const std::function<bool(const v1::GenerateResponse&)>& emit_;
+  const Clock::time_point t_admit_;
+
+  ModelInfo model_;
+  std::string request_id_;
+  std::vector<int32_t> prompt_;
+  std::vector<Hash128> chain_;
+  std::string digest_;
+  v1::SamplingParams sampling_;
+  int max_tokens_ = 0;
+  std::vector<std::string> stops_;
+
+  std::vector<int32_t> generated_;
+  std::string text_;
+  size_t emitted_ = 0;
+  std::optional<v1::FinishReason> finish_;
+  bool client_gone_ = false;
+  std::string kv_publisher_;  // set once a prefill published the prompt
+  int cached_tokens_ = 0;
+  int retries_ = 0;
+  std::string prefill_worker_, decode_worker_;
+  std::optional<Clock::time_point> t_dispatch_, t_first_;
+  std::vector<double> gaps_ms_;
+  Clock::time_point t_last_;
+  int64_t transfer_bytes_ = 0;
+  double transfer_ms_ = 0;
+};
+
+grpc::Status GenerationService::Request::Validate() {
+  auto model = svc_->registry_->model();
+  if (!model) {
+    return grpc::Status(grpc::UNAVAILABLE, "no worker has registered with the scheduler yet");
+  }
+  model_ = *model;
+  if (!req_.model().empty() && req_.model() != model_.name) {
+    return grpc::Status(grpc::INVALID_ARGUMENT,
+                        absl::StrCat("unknown model \"", req_.model(), "\"; this service serves \"",
+                                     model_.name, "\""));
+  }
+  if (req_.has_token_ids()) {
+    prompt_.assign(req_.token_ids().ids().begin(), req_.token_ids().ids().end());
+    for (int32_t t : prompt_) {
+      if (t < 0 || t >= model_.vocab_size) {
+        return grpc::Status(grpc::INVALID_ARGUMENT,
+                            absl::StrCat("token id ", t, " is outside the vocabulary [0, ",
+                                         model_.vocab_size, ")"));
+      }
+    }
+  } else if (req_.prompt_case() == v1::GenerateRequest::kText) {
+    if (svc_->tokenizer_ == nullptr) {
+      return grpc::Status(grpc::INVALID_ARGUMENT,
+                          "this scheduler has no tokenizer (--model); send token_ids");
+    }
+    if (req_.text().empty()) return grpc::Status(grpc::INVALID_ARGUMENT, "empty prompt");
+    auto ids = svc_->tokenizer_->Encode(req_.text(), /*add_bos=*/true);
+    if (!ids.ok()) return worker::ToGrpc(ids.status());
+    prompt_ = std::move(*ids);
+  }
+  if (prompt_.empty()) return grpc::Status(grpc::INVALID_ARGUMENT, "empty prompt");
+  const int n = int(prompt_.size());
+  if (n >= model_.max_sequence_len) {
+    return grpc::Status(grpc::INVALID_ARGUMENT,
+                        absl::StrCat("the prompt has ", n, " tokens; the model's context is ",
+                                     model_.max_sequence_len));
+  }
+  max_tokens_ = req_.max_tokens();
+  const int limit = svc_->options_.max_tokens_limit;
+  if (max_tokens_ < 1 || max_tokens_ > limit) {
+    return grpc::Status(grpc::INVALID_ARGUMENT,
+                        absl::StrCat("max_tokens must be in [1, ", limit, "], got ", max_tokens_));
+  }
+  sampling_ = req_.sampling();
+  if (sampling_.top_p() == 0) sampling_.set_top_p(1);
+  if (sampling_.repetition_penalty() == 0) sampling_.set_repetition_penalty(1);
+  SamplingParams sp;
+  sp.temperature = sampling_.temperature();
+  sp.top_k = sampling_.top_k();
+  sp.top_p = sampling_.top_p();
+  sp.repetition_penalty = sampling_.repetition_penalty();
+  if (absl::Status s = sp.Validate(); !s.ok()) return worker::ToGrpc(s);
+  for (const std::string& s : req_.stop()) {
+    if (s.empty()) return grpc::Status(grpc::INVALID_ARGUMENT, "empty stop string");
+    stops_.push_back(s);
+  }
+  if (!stops_.empty() && svc_->tokenizer_ == nullptr) {
+    return grpc::Status(grpc::INVALID_ARGUMENT,
+                        "stop strings need a tokenizer on the scheduler (--model)");
+  }
+  for (int32_t t : req_.stop_token_ids()) {
+    if (t < 0 || t >= model_.vocab_size) {
+      return grpc::Status(grpc::INVALID_ARGUMENT, absl::StrCat("stop token id ", t,
+                                                               " is outside the vocabulary"));
+    }
+  }
+  request_id_ = req_.request_id().empty()
+                    ? absl::StrCat("req-", svc_->next_request_.fetch_add(1))
+                    : req_.request_id();
+  chain_ = ChunkHashChain(model_.prefix_seed, prompt_, model_.chunk_tokens);
+  digest_ = kvcache::PromptDigest(model_.prefix_seed, prompt_, model_.chunk_tokens).ToHex();
+  return grpc::Status::OK;
+}
+
+bool GenerationService::Request::OnToken(int32_t token) {
+  const auto now = Clock::now();
+  if (!t_first_) {
+    t_first_ = now;
+    svc_->m_.ttft->Observe(std::chrono::duration<double>(now - t_admit_).count());
+  } else {
+    gaps_ms_.push_back(Ms(now - t_last_));
+    svc_->m_.tbt->Observe(gaps_ms_.back() / 1000);
+  }
+  t_last_ = now;
+  generated_.push_back(token);
+  const auto& eos = model_.eos_token_ids;
+  const auto& stop_ids = req_.stop_token_ids();
+  bool done = false;
+  if (std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end() ||
+      (!req_.ignore_eos() && std::find(eos.begin(), eos.end(), token) != eos.end())) {
+    finish_ = v1::FINISH_REASON_STOP;
+    done = true;
+  } else if (int(generated_.size()) >= max_tokens_ ||
+             int(prompt_.size() + generated_.size()) >= model_.max_sequence_len) {
+    finish_ = v1::FINISH_REASON_LENGTH;
+    done = true;
+  }
+  v1::GenerateResponse out;
+  v1::Delta* delta = out.mutable_delta();
+  delta->add_token_ids(token);
+  if (svc_->tokenizer_ != nullptr) {
+    text_ = svc_->tokenizer_->Decode(generated_, /*skip_special=*/true);
+    size_t end = text_.size();
+    size_t found = std::string::npos;
+    for (const std::string& s : stops_) {
+      size_t from = emitted_ > s.size() ? emitted_ - s.size() : 0;
+      size_t p = text_.find(s, from);
+      if (p != std::string::npos && p < found) found = p;
+    }
+    if (found != std::string::npos) {
+      end = std::max(found, emitted_);
+      finish_ = v1::FINISH_REASON_STOP;
+      done = true;
+    } else if (!done) {
+      end = SafeEnd(text_, emitted_, stops_);
+    }
+    delta->set_text(text_.substr(emitted_, end - emitted_));
+    emitted_ = end;
+  }
+  if (!client_gone_ && !emit_(out)) client_gone_ = true;
+  return done || client_gone_;
+}
+
+v1::DecodeStart GenerationService::Request::DecodeStartFor(const Route& route) const {
+  v1::DecodeStart start;
+  start.set_request_id(request_id_);
+  *start.mutable_prompt() = {prompt_.begin(), prompt_.end()};
+  start.mutable_prompt()->Add(generated_.begin(), generated_.end());
+  *start.mutable_sampling() = sampling_;
+  start.set_max_tokens(max_tokens_ - int(generated_.size()));
+  *start.mutable_stop_token_ids() = req_.stop_token_ids();
+  start.set_ignore_eos(req_.ignore_eos());
+  start.set_tenant(req_.tenant());
+  // The prompt's KV: being published by this attempt's prefill, or by the
+  // earlier one when resuming after a decode failure.
+  const std::string publisher =
+      !kv_publisher_.empty() ? kv_publisher_ : route.prefill ? route.prefill->moqt_address : "";
+  if (!publisher.empty()) {
+    v1::KvSource* kv = start.mutable_kv();
+    kv->set_prompt_digest(digest_);
+    kv->set_groups(int((prompt_.size() + model_.chunk_tokens - 1) / model_.chunk_tokens));
+    kv->set_compression(svc_->options_.compression);
+    kv->set_moqt_address(publisher);
+    start.set_kv_tokens(int(prompt_.size()));
+  }
+  return start;
+}
+
+grpc::Status GenerationService::Request::Run() {
+  if (grpc::Status s = Validate(); !s.ok()) return s;
+  const int n = int(prompt_.size());
+  svc_->m_.prompt_tokens->Increment(n);
+  absl::flat_hash_set<WorkerSlot> exclude;
+  int prefill_failures = 0, decode_failures = 0;
+  std::string last_error;
+  for (;;) {
+    if (ctx_->IsCancelled()) return Interrupted();
+    const auto t_route = Clock::now();
+    const int so_far = int(generated_.size());
+    auto route = svc_->registry_->Choose(chain_, n + so_far, max_tokens_ - so_far, exclude);
+    svc_->m_.route->Observe(std::chrono::duration<double>(Clock::now() - t_route).count());
+    if (!route.ok()) {
+      return grpc::Status(grpc::UNAVAILABLE,
+                          last_error.empty() ? std::string(route.status().message())
+                                             : absl::StrCat(route.status().message(),
+                                                            "; last failure: ", last_error));
+    }
+    struct Releaser {
+      WorkerRegistry* r;
+      const Route& route;
+      int n;
+      ~Releaser() { r->Release(route, n); }
+    } releaser{svc_->registry_, *route, n};
+    if (!t_dispatch_) t_dispatch_ = Clock::now();
+    decode_worker_ = route->decode.worker_id;
+    const bool need_prefill = generated_.empty() && route->prefill.has_value();
+
+    // 1. Decode first: it allocates and subscribes while the prefill runs.
+    auto dctx = WorkerContext();
+    auto dstub = v1::Decode::NewStub(route->decode.channel);
+    auto stream = dstub->Decode(dctx.get());
+    v1::DecodeRequest start_msg;
+    *start_msg.mutable_start() = DecodeStartFor(*route);
+    const bool sent = stream->Write(start_msg);
+
+    // 2. Prefill: the first token.
+    if (sent && need_prefill) {
+      svc_->m_.predicted_cached_tokens->Increment(
+          (route->prefill_plan.cached_chunks + route->prefill_plan.fetched_chunks) *
+          model_.chunk_tokens);
+      v1::PrefillRequest preq;
+      preq.set_request_id(request_id_);
+      *preq.mutable_tokens() = {prompt_.begin(), prompt_.end()};
+      *preq.mutable_sampling() = sampling_;
+      preq.set_tenant(req_.tenant());
+      if (route->prefill_plan.fetched_chunks > 0) {
+        v1::KvSource* reuse = preq.mutable_reuse();
+        reuse->set_prompt_digest(route->reuse.prompt_digest);
+        reuse->set_groups(route->prefill_plan.cached_chunks + route->prefill_plan.fetched_chunks);
+        reuse->set_compression(svc_->options_.compression);
+        reuse->set_moqt_address(route->reuse.publisher);
+      }
+      auto pctx = WorkerContext();
+      v1::PrefillResponse presp;
+      grpc::Status ps =
+          v1::Prefill::NewStub(route->prefill->channel)->Prefill(pctx.get(), preq, &presp);
+      if (!ps.ok()) {
+        dctx->TryCancel();
+        stream->Finish().IgnoreError();
+        if (ctx_->IsCancelled()) return Interrupted();
+        if (Final(ps.error_code())) return ps;
+        last_error = absl::StrCat("prefill ", route->prefill->worker_id, ": ", ps.error_message());
+        std::fprintf(stderr, "kvcast-scheduler: %s: %s; retrying\n", request_id_.c_str(),
+                     last_error.c_str());
+        if (ps.error_code() == grpc::UNAVAILABLE) svc_->registry_->MarkFailed(route->prefill->slot);
+        exclude.insert(route->prefill->slot);
+        ++retries_;
+        svc_->m_.retries->Increment();
+        if (++prefill_failures >= svc_->options_.max_attempts) {
+          // Stop trying prefill workers: decode computes the prompt itself.
+          std::fprintf(stderr, "kvcast-scheduler: %s: recomputing on decode\n",
+                       request_id_.c_str());
+        }
+        continue;
+      }
+      prefill_worker_ = route->prefill->worker_id;
+      kv_publisher_ = route->prefill->moqt_address;
+      cached_tokens_ = presp.cached_tokens() + presp.fetched_tokens();
+      svc_->m_.served_cached_tokens->Increment(cached_tokens_);
+      svc_->registry_->Published(presp.prompt_digest(), kv_publisher_, chain_);
+      if (OnToken(presp.first_token())) {
+        dctx->TryCancel();
+        stream->Finish().IgnoreError();
+        return Finish();
+      }
+      v1::DecodeRequest first;
+      first.set_first_token(presp.first_token());
+      stream->Write(first);
+    }
+    stream->WritesDone();
+
+    // 3. Relay decode's tokens.
+    v1::DecodeResponse r;
+    bool done = false;
+    while (!done && stream->Read(&r)) {
+      if (r.kv_ready()) {
+        transfer_bytes_ += r.transfer_bytes();
+        transfer_ms_ += r.transfer_ms();
+        svc_->m_.transfer_bytes->Increment(double(r.transfer_bytes()));
+        if (r.transfer_bytes() > 0) svc_->m_.transfer->Observe(r.transfer_ms() / 1000);
+        if (start_msg.start().kv_tokens() > r.local_cached_tokens() + r.landed_tokens()) {
+          svc_->m_.transfer_failures->Increment();
+        }
+        if (generated_.empty() && !need_prefill) cached_tokens_ = r.local_cached_tokens();
+      }
+      for (int32_t t : r.token_ids()) {
+        if (OnToken(t)) {
+          done = true;
+          break;
+        }
+      }
+      if (r.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
+        if (!finish_) finish_ = r.finish_reason();
+        done = true;
+      }
+    }
+    if (done) dctx->TryCancel();
+    grpc::Status ds = stream->Finish();
+    if (finish_) return Finish();
+    if (client_gone_ || ctx_->IsCancelled()) return Interrupted();
+    if (Final(ds.error_code())) return ds;
+    last_error = absl::StrCat("decode ", route->decode.worker_id, ": ",
+                              ds.ok() ? "stream ended early" : ds.error_message());
+    std::fprintf(stderr, "kvcast-scheduler: %s: %s after %zu tokens; retrying\n",
+                 request_id_.c_str(), last_error.c_str(), generated_.size());
+    if (ds.error_code() == grpc::UNAVAILABLE) svc_->registry_->MarkFailed(route->decode.slot);
+    exclude.insert(route->decode.slot);
+    ++retries_;
+    svc_->m_.retries->Increment();
+    if (++decode_failures >= svc_->options_.max_attempts) {
+      return grpc::Status(grpc::UNAVAILABLE,
+                          absl::StrCat("gave up after ", decode_failures,
+                                       " decode failures; last: ", last_error));
+    }
+  }
+}
+
+grpc::Status GenerationService::Request::Finish() {
+  if (client_gone_) return Interrupted();
+  const auto now = Clock::now();
+  v1::GenerateResponse out;
+  v1::Final* f = out.mutable_final();
+  f->set_finish_reason(*finish_);
+  f->set_request_id(request_id_);
+  f->set_prefill_worker(prefill_worker_);
+  f->set_decode_worker(decode_worker_);
+  f->set_retries(retries_);
+  v1::Usage* u = f->mutable_usage();
+  u->set_prompt_tokens(int(prompt_.size()));
+  u->set_cached_prompt_tokens(cached_tokens_);
+  u->set_generated_tokens(int(generated_.size()));
+  v1::Timings* t = f->mutable_timings();
+  t->set_queue_ms(t_dispatch_ ? Ms(*t_dispatch_ - t_admit_) : 0);
+  t->set_ttft_ms(t_first_ ? Ms(*t_first_ - t_admit_) : 0);
+  if (!gaps_ms_.empty()) {
+    double sum = 0;
+    for (double g : gaps_ms_) sum += g;
+    t->set_mean_tbt_ms(sum / gaps_ms_.size());
+    std::vector<double> sorted = gaps_ms_;
+    std::sort(sorted.begin(), sorted.end());
+    t->set_p99_tbt_ms(sorted[std::min(sorted.size() - 1, size_t(std::ceil(0.99 * sorted.size())) - 1)]);
+  }
+  t->set_e2e_ms(Ms(now - t_admit_));
+  t->set_transfer_bytes(transfer_bytes_);
+  t->set_transfer_ms(transfer_ms_);
+  svc_->m_.e2e->Observe(std::chrono::duration<double>(now - t_admit_).count());
+  svc_->m_.generated_tokens->Increment(double(generated_.size()));
+  if (!emit_(out)) return Interrupted();
+  return grpc::Status::OK;
+}
+
+GenerationService::GenerationService(WorkerRegistry* registry,
+                                     std::unique_ptr<Tokenizer> tokenizer,
+                                     services::MetricsRegistry* metrics,
+                                     GenerationOptions options)
+    : registry_(registry), tokenizer_(std::move(tokenizer)), options_(std::move(options)) {
+  auto& m = *metrics;
+  const auto buckets = services::DefaultLatencyBuckets();
+  m_.ok = m.AddCounter("kvcast_requests_total", "generation requests by result",
+                       {{"result", "ok"}});
+  m_.failed = m.AddCounter("kvcast_requests_total", "generation requests by result",
+                           {{"result", "error"}});
+  m_.rejected = m.AddCounter("kvcast_requests_total", "generation requests by result",
+                             {{"result", "rejected"}});
+  m_.retries = m.AddCounter("kvcast_retries_total", "worker failures recovered from");
+  m_.transfer_failures = m.AddCounter("kvcast_kv_transfer_failures_total",
+                                      "requests whose KV did not all land (recomputed)");
+  m_.prompt_tokens = m.AddCounter("kvcast_prompt_tokens_total", "prompt tokens");
+  m_.predicted_cached_tokens = m.AddCounter(
+      "kvcast_prefix_hit_tokens_total", "prompt tokens reusable per the router and as served",
+      {{"source", "predicted"}});
+  m_.served_cached_tokens = m.AddCounter(
+      "kvcast_prefix_hit_tokens_total", "prompt tokens reusable per the router and as served",
+      {{"source", "served"}});
+  m_.generated_tokens = m.AddCounter("kvcast_generated_tokens_total", "tokens generated");
+  m_.transfer_bytes = m.AddCounter("kvcast_kv_transfer_bytes_total", "KV bytes landed in decode");
+  m_.ttft = m.AddHistogram("kvcast_ttft_seconds", "time to first token", buckets);
+  m_.tbt = m.AddHistogram("kvcast_time_between_tokens_seconds", "time between tokens", buckets);
+  m_.e2e = m.AddHistogram("kvcast_request_seconds", "end-to-end request latency", buckets);
+  m_.transfer = m.AddHistogram("kvcast_kv_transfer_seconds", "KV landing time", buckets);
+  m_.route = m.AddHistogram("kvcast_route_seconds", "routing time per attempt",
+                            {1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1});
+  m.AddCallbackGauge("kvcast_queue_depth", "requests admitted and not finished",
+                     [this] { return double(in_flight_.load()); });
+  m.AddCallbackGauge("kvcast_workers", "registered workers", [this] {
+    return double(registry_->counts().prefill);
+  }, {{"role", "prefill"}});
+  m.AddCallbackGauge("kvcast_workers", "registered workers", [this] {
+    return double(registry_->counts().decode);
+  }, {{"role", "decode"}});
+}
+
+grpc::Status GenerationService::Run(grpc::ServerContext* context,
+                                    const v1::GenerateRequest& request,
+                                    const std::function<bool(const v1::GenerateResponse&)>& emit) {
+  if (in_flight_.fetch_add(1) >= options_.max_queue) {
+    in_flight_.fetch_sub(1);
+    m_.rejected->Increment();
+    return grpc::Status(grpc::RESOURCE_EXHAUSTED,
+                        absl::StrCat("the scheduler has ", options_.max_queue,
+                                     " requests in flight (--max_queue); retry later"));
+  }
+  grpc::Status s = Request(this, context, request, emit).Run();
+  in_flight_.fetch_sub(1);
+  (s.ok() ? m_.ok : m_.failed)->Increment();
+  return s;
+}
+
+grpc::Status GenerationService::Generate(grpc::ServerContext* context,
+                                         const v1::GenerateRequest* request,
+                                         grpc::ServerWriter<v1::GenerateResponse>* writer) {
+  return Run(context, *request, [writer](const v1::GenerateResponse& r) { return writer->Write(r); });
+}
+
+grpc::Status GenerationService::GenerateUnary(grpc::ServerContext* context,
+                                              const v1::GenerateRequest* request,
+                                              v1::GenerateResult* result) {
+  return Run(context, *request, [result](const v1::GenerateResponse& r) {
+    if (r.has_delta()) {
+      result->mutable_text()->append(r.delta().text());
+      result->mutable_token_ids()->Add(r.delta().token_ids().begin(), r.delta().token_ids().end());
+    } else {
+      *result->mutable_final() = r.final();
+    }
+    return true;
+  });
+}
+
+}  // namespace kvcast::scheduler

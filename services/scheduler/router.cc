@@ -1,0 +1,45 @@
+#include "services/scheduler/router.h"
+
+#include <algorithm>
+#include <tuple>
+
+namespace kvcast::scheduler {
+
+std::optional<PrefillPlan> ChoosePrefill(const std::vector<Candidate>& prefill, int prompt_tokens,
+                                         const absl::flat_hash_map<WorkerSlot, int>& held,
+                                         int published_chunks, const RouterOptions& options) {
+  const int chunk = options.chunk_tokens;
+  const int max_reuse = (prompt_tokens - 1) / chunk;  // the last token is computed
+  std::optional<PrefillPlan> best;
+  for (const Candidate& c : prefill) {
+    auto it = held.find(c.slot);
+    const int cached = std::min(it == held.end() ? 0 : it->second, max_reuse);
+    const int fetched = std::max(0, std::min(published_chunks, max_reuse) - cached);
+    const int computed = prompt_tokens - (cached + fetched) * chunk;
+    const double cost = computed + options.fetch_weight * fetched * chunk +
+                        double(c.backlog_tokens) + options.load_weight * c.active;
+    if (!best || cost < best->cost) best = PrefillPlan{c.slot, cached, fetched, cost};
+  }
+  return best;
+}
+
+std::optional<DecodePlan> ChooseDecode(const std::vector<Candidate>& decode, int prompt_tokens,
+                                       int max_tokens,
+                                       const absl::flat_hash_map<WorkerSlot, int>& held) {
+  // Order: has room for the whole sequence, then fewer requests in flight,
+  // then more free pages. A worker without room still takes the request (its
+  // engine queues it until pages free up) when no worker has room.
+  auto key = [&](const Candidate& c) {
+    const int need = (prompt_tokens + max_tokens + c.page_tokens - 1) / c.page_tokens;
+    return std::make_tuple(c.free_pages >= need ? 0 : 1, c.active, -c.free_pages);
+  };
+  const Candidate* best = nullptr;
+  for (const Candidate& c : decode) {
+    if (best == nullptr || key(c) < key(*best)) best = &c;
+  }
+  if (best == nullptr) return std::nullopt;
+  auto it = held.find(best->slot);
+  return DecodePlan{best->slot, it == held.end() ? 0 : it->second};
+}
+
+}  // namespace kvcast::scheduler

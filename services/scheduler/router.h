@@ -1,0 +1,70 @@
+// Router: cost-based choice of the prefill and decode worker for a request.
+//
+// Prefill cost of worker w, in prompt-token equivalents:
+//     uncached(w) + fetch_weight * fetched(w) + backlog(w) + load_weight * active(w)
+// where uncached(w) is the prompt tokens w must compute given the chunks it
+// holds (PrefixIndex) and those a relay can serve (PublishedPrefixes),
+// fetched(w) the tokens it would fetch instead of computing, backlog(w) the
+// prompt tokens queued on w (reported plus dispatched since), and active(w)
+// its requests in flight. The backlog and load terms make a hot prefix
+// spill onto other workers once queueing on its holder costs more than
+// recomputing it elsewhere (which then holds it too).
+//
+// Decode: prefer workers with free pages for prompt + max_tokens, then the
+// least loaded (running + dispatched sequences), then more free pages;
+// chunks it already holds need not be transferred.
+//
+// Pure functions over a snapshot; thread-safe.
+#ifndef KVCAST_SERVICES_SCHEDULER_ROUTER_H_
+#define KVCAST_SERVICES_SCHEDULER_ROUTER_H_
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "services/scheduler/prefix_index.h"
+
+namespace kvcast::scheduler {
+
+struct Candidate {
+  WorkerSlot slot = 0;
+  int free_pages = 0;
+  int page_tokens = 16;
+  int64_t backlog_tokens = 0;  // prompt tokens waiting on the worker
+  int active = 0;              // requests running or dispatched
+};
+
+struct RouterOptions {
+  double fetch_weight = 0.1;    // cost of fetching a token relative to computing it
+  double load_weight = 64;      // tokens of cost per request in flight
+  int chunk_tokens = 128;
+};
+
+struct PrefillPlan {
+  WorkerSlot slot = 0;
+  int cached_chunks = 0;   // held by the worker itself
+  int fetched_chunks = 0;  // to fetch from the published track (beyond cached)
+  double cost = 0;
+};
+
+// `held` = PrefixIndex::Match of the prompt's chain; `published_chunks` =
+// PublishedPrefixes::Longest(...).groups. nullopt when no candidate.
+// Reuse never covers the whole prompt: the last token is always computed.
+std::optional<PrefillPlan> ChoosePrefill(const std::vector<Candidate>& prefill, int prompt_tokens,
+                                         const absl::flat_hash_map<WorkerSlot, int>& held,
+                                         int published_chunks, const RouterOptions& options);
+
+struct DecodePlan {
+  WorkerSlot slot = 0;
+  int cached_chunks = 0;
+};
+
+// nullopt only when there is no candidate.
+std::optional<DecodePlan> ChooseDecode(const std::vector<Candidate>& decode, int prompt_tokens,
+                                       int max_tokens,
+                                       const absl::flat_hash_map<WorkerSlot, int>& held);
+
+}  // namespace kvcast::scheduler
+
+#endif  // KVCAST_SERVICES_SCHEDULER_ROUTER_H_

@@ -1,0 +1,76 @@
+#include "services/scheduler/router.h"
+
+#include "gtest/gtest.h"
+
+namespace kvcast::scheduler {
+namespace {
+
+Candidate Worker(WorkerSlot slot, int64_t backlog = 0, int active = 0, int free_pages = 1000) {
+  Candidate c;
+  c.slot = slot;
+  c.backlog_tokens = backlog;
+  c.active = active;
+  c.free_pages = free_pages;
+  return c;
+}
+
+TEST(RouterTest, PrefillPrefersTheHolderOfTheLongestPrefix) {
+  RouterOptions o;
+  auto plan = ChoosePrefill({Worker(1), Worker(2), Worker(3)}, 1000, {{2, 4}, {3, 6}}, 0, o);
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(plan->slot, 3u);
+  EXPECT_EQ(plan->cached_chunks, 6);
+  EXPECT_EQ(plan->fetched_chunks, 0);
+}
+
+TEST(RouterTest, NeverReusesTheLastToken) {
+  RouterOptions o;
+  // 256 tokens = exactly 2 chunks: only chunk 0 may be reused.
+  auto plan = ChoosePrefill({Worker(1)}, 256, {{1, 2}}, 2, o);
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(plan->cached_chunks, 1);
+  EXPECT_EQ(plan->fetched_chunks, 0);
+}
+
+TEST(RouterTest, AHotPrefixSpillsWhenItsHolderIsBusy) {
+  RouterOptions o;
+  // Worker 1 holds 4 of 5 chunks but has 2000 tokens queued; worker 2 is
+  // idle and recomputing 640 tokens costs less.
+  auto plan = ChoosePrefill({Worker(1, 2000, 4), Worker(2)}, 640, {{1, 4}}, 0, o);
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(plan->slot, 2u);
+  // With a light backlog the holder wins.
+  plan = ChoosePrefill({Worker(1, 100, 1), Worker(2)}, 640, {{1, 4}}, 0, o);
+  EXPECT_EQ(plan->slot, 1u);
+}
+
+TEST(RouterTest, FetchingFromARelayBeatsRecomputing) {
+  RouterOptions o;
+  auto plan = ChoosePrefill({Worker(1), Worker(2, 0, 1)}, 1000, {{2, 1}}, 7, o);
+  ASSERT_TRUE(plan);
+  // Both can reach 7 chunks (worker 2 holds 1 and fetches 6, worker 1 fetches
+  // 7); worker 1 has nothing in flight... but fetching one more chunk costs
+  // 0.1 * 128 < the 64-token load term.
+  EXPECT_EQ(plan->slot, 1u);
+  EXPECT_EQ(plan->fetched_chunks, 7);
+  EXPECT_EQ(plan->cached_chunks, 0);
+  EXPECT_FALSE(ChoosePrefill({}, 10, {}, 0, o));
+}
+
+TEST(RouterTest, DecodeByRoomThenLoadThenFreePages) {
+  // 100 + 60 tokens need 10 pages of 16.
+  auto plan = ChooseDecode({Worker(1, 0, 0, 9), Worker(2, 0, 3, 50), Worker(3, 0, 3, 80)}, 100,
+                           60, {{3, 1}});
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(plan->slot, 3u);
+  EXPECT_EQ(plan->cached_chunks, 1);
+  plan = ChooseDecode({Worker(1, 0, 5, 500), Worker(2, 0, 2, 20)}, 100, 60, {});
+  EXPECT_EQ(plan->slot, 2u);
+  // Nobody has room: the least loaded still takes it.
+  plan = ChooseDecode({Worker(1, 0, 5, 1), Worker(2, 0, 2, 2)}, 100, 60, {});
+  EXPECT_EQ(plan->slot, 2u);
+  EXPECT_FALSE(ChooseDecode({}, 1, 1, {}));
+}
+
+}  // namespace
+}  // namespace kvcast::scheduler

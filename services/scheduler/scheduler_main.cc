@@ -1,0 +1,88 @@
+// kvcast-scheduler: the entry point of a kvcast cluster (docs/services.md).
+// Serves kvcast.v1.Generation to clients and kvcast.v1.Registry to workers,
+// grpc.health.v1 on the same port, and Prometheus /metrics.
+#include <cstdio>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "transport/kvcache/naming.h"
+#include "services/common/grpc_server.h"
+#include "services/common/metrics_server.h"
+#include "services/common/shutdown.h"
+#include "services/scheduler/generation_service.h"
+
+ABSL_FLAG(std::string, grpc_listen, "0.0.0.0:50051", "gRPC HOST:PORT");
+ABSL_FLAG(std::string, grpc_cert, "", "gRPC server certificate (PEM); TLS when set");
+ABSL_FLAG(std::string, grpc_key, "", "gRPC server key (PEM)");
+ABSL_FLAG(std::string, grpc_ca, "", "CA (PEM): require client certificates, verify workers");
+ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9090", "HTTP HOST:PORT of /metrics; empty: off");
+ABSL_FLAG(double, lease_s, 10, "a worker silent this long is dropped");
+ABSL_FLAG(int, max_queue, 256, "requests in flight at most; more get RESOURCE_EXHAUSTED");
+ABSL_FLAG(int, max_tokens_limit, 4096, "largest max_tokens a request may ask for");
+ABSL_FLAG(std::string, model, "", "model directory to read the tokenizer from (text prompts)");
+ABSL_FLAG(std::string, kv_compression, "fp16", "KV track decode workers subscribe to");
+ABSL_FLAG(double, drain_s, 30, "on SIGTERM: finish in-flight requests for up to this long");
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  using namespace kvcast;
+  auto fail = [](const absl::Status& s) {
+    std::fprintf(stderr, "kvcast-scheduler: %s\n", s.ToString().c_str());
+    return absl::IsInvalidArgument(s) ? 2 : 1;
+  };
+  if (!(absl::GetFlag(FLAGS_lease_s) > 0) || absl::GetFlag(FLAGS_max_queue) < 1 ||
+      absl::GetFlag(FLAGS_max_tokens_limit) < 1) {
+    return fail(absl::InvalidArgumentError(
+        "--lease_s, --max_queue and --max_tokens_limit must be positive"));
+  }
+  if (auto f = kvcache::FormatOfTrackName(absl::GetFlag(FLAGS_kv_compression)); !f.ok()) {
+    return fail(absl::InvalidArgumentError(absl::StrCat("--kv_compression: ", f.status().message())));
+  }
+  auto signal = services::ShutdownSignal::Create();
+  if (!signal.ok()) return fail(signal.status());
+  std::unique_ptr<Tokenizer> tokenizer;
+  if (!absl::GetFlag(FLAGS_model).empty()) {
+    auto tok = LoadTokenizer(absl::GetFlag(FLAGS_model));
+    if (!tok.ok()) return fail(tok.status());
+    tokenizer = std::move(*tok);
+  }
+  const std::string cert = absl::GetFlag(FLAGS_grpc_cert), key = absl::GetFlag(FLAGS_grpc_key),
+                    ca = absl::GetFlag(FLAGS_grpc_ca);
+  auto creds = services::ClientCredentials(ca.empty() ? "" : cert, ca.empty() ? "" : key, ca);
+  if (!creds.ok()) return fail(creds.status());
+  scheduler::WorkerRegistry::Options ro;
+  ro.lease = absl::Seconds(absl::GetFlag(FLAGS_lease_s));
+  ro.make_channel = [creds = *creds](const std::string& address) {
+    return services::MakeChannel(address, creds);
+  };
+  scheduler::WorkerRegistry registry(ro);
+  services::MetricsRegistry metrics;
+  scheduler::GenerationOptions go;
+  go.max_queue = absl::GetFlag(FLAGS_max_queue);
+  go.max_tokens_limit = absl::GetFlag(FLAGS_max_tokens_limit);
+  go.compression = absl::GetFlag(FLAGS_kv_compression);
+  scheduler::GenerationService generation(&registry, std::move(tokenizer), &metrics, go);
+  services::GrpcServerOptions so;
+  so.listen = absl::GetFlag(FLAGS_grpc_listen);
+  so.cert_file = cert;
+  so.key_file = key;
+  so.ca_file = ca;
+  auto server = services::GrpcServer::Start(
+      so, {{v1::Generation::service_full_name(), &generation},
+           {v1::Registry::service_full_name(), &registry}});
+  if (!server.ok()) return fail(server.status());
+  std::unique_ptr<services::MetricsServer> metrics_server;
+  if (!absl::GetFlag(FLAGS_metrics_listen).empty()) {
+    auto ms = services::MetricsServer::Start(absl::GetFlag(FLAGS_metrics_listen), &metrics);
+    if (!ms.ok()) return fail(ms.status());
+    metrics_server = std::move(*ms);
+  }
+  std::fprintf(stderr, "kvcast-scheduler: gRPC :%u, metrics :%u\n", (*server)->port(),
+               metrics_server ? metrics_server->port() : 0);
+  (*signal)->Wait();
+  std::fprintf(stderr, "kvcast-scheduler: draining\n");
+  (*server)->Shutdown(absl::Seconds(absl::GetFlag(FLAGS_drain_s)));
+  return 0;
+}

@@ -1,0 +1,248 @@
+#include "services/scheduler/worker_registry.h"
+
+#include <cstdio>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+
+namespace kvcast::scheduler {
+namespace {
+
+bool HashOfBytes(const std::string& b, Hash128* h) {
+  if (b.size() != 16) return false;
+  h->lo = h->hi = 0;
+  for (int i = 0; i < 8; ++i) {
+    h->lo |= uint64_t(uint8_t(b[i])) << (8 * i);
+    h->hi |= uint64_t(uint8_t(b[8 + i])) << (8 * i);
+  }
+  return true;
+}
+
+std::vector<Hash128> HashesOf(const google::protobuf::RepeatedPtrField<std::string>& bytes) {
+  std::vector<Hash128> out;
+  out.reserve(bytes.size());
+  for (const std::string& b : bytes) {
+    Hash128 h;
+    if (HashOfBytes(b, &h)) out.push_back(h);
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<Hash128> ParseHash128Hex(const std::string& hex) {
+  uint64_t hi = 0, lo = 0;
+  if (hex.size() != 32 || !absl::SimpleHexAtoi(hex.substr(0, 16), &hi) ||
+      !absl::SimpleHexAtoi(hex.substr(16), &lo)) {
+    return absl::InvalidArgumentError(absl::StrCat("\"", hex, "\" is not 32 hex digits"));
+  }
+  return Hash128{lo, hi};
+}
+
+WorkerRegistry::WorkerRegistry(Options options)
+    : options_(std::move(options)), published_(options_.published_chunks) {
+  reaper_ = std::thread([this] {
+    while (!stop_.WaitForNotificationWithTimeout(options_.lease / 4)) Reap();
+  });
+}
+
+WorkerRegistry::~WorkerRegistry() {
+  stop_.Notify();
+  reaper_.join();
+}
+
+void WorkerRegistry::Reap() {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = absl::Now();
+  std::vector<WorkerSlot> dead;
+  for (const auto& [slot, w] : workers_) {
+    if (now - w.last_seen > options_.lease) dead.push_back(slot);
+  }
+  for (WorkerSlot s : dead) {
+    std::fprintf(stderr, "kvcast-scheduler: worker %s missed its lease; dropped\n",
+                 workers_[s].ref.worker_id.c_str());
+    DropLocked(s);
+  }
+}
+
+void WorkerRegistry::DropLocked(WorkerSlot slot) {
+  auto it = workers_.find(slot);
+  if (it == workers_.end()) return;
+  by_id_.erase(it->second.ref.worker_id);
+  index_.RemoveWorker(slot);
+  workers_.erase(it);
+}
+
+grpc::Status WorkerRegistry::Register(grpc::ServerContext*, const v1::RegisterRequest* request,
+                                      v1::RegisterResponse* response) {
+  const v1::WorkerInfo& info = request->worker();
+  if (info.worker_id().empty() || info.grpc_address().empty() ||
+      (info.role() != v1::WORKER_ROLE_PREFILL && info.role() != v1::WORKER_ROLE_DECODE)) {
+    return grpc::Status(grpc::INVALID_ARGUMENT,
+                        "register: worker_id, grpc_address and a role are required");
+  }
+  auto fingerprint = ParseHash128Hex(info.model_id());
+  if (!fingerprint.ok()) {
+    return grpc::Status(grpc::INVALID_ARGUMENT,
+                        absl::StrCat("register: model_id ", fingerprint.status().message()));
+  }
+  if (info.chunk_tokens() <= 0 || info.page_tokens() <= 0) {
+    return grpc::Status(grpc::INVALID_ARGUMENT, "register: chunk_tokens and page_tokens must be > 0");
+  }
+  absl::MutexLock lock(&mu_);
+  if (model_ && (model_->model_id != info.model_id() || model_->chunk_tokens != info.chunk_tokens())) {
+    return grpc::Status(
+        grpc::FAILED_PRECONDITION,
+        absl::StrCat("register: this scheduler serves model ", model_->name, " (", model_->model_id,
+                     ", chunk ", model_->chunk_tokens, "); worker ", info.worker_id(), " has ",
+                     info.model_name(), " (", info.model_id(), ", chunk ", info.chunk_tokens(), ")"));
+  }
+  if (!model_) {
+    ModelInfo m;
+    m.name = info.model_name();
+    m.model_id = info.model_id();
+    m.fingerprint = *fingerprint;
+    m.prefix_seed = PrefixSeed(*fingerprint);
+    m.chunk_tokens = info.chunk_tokens();
+    m.vocab_size = info.vocab_size();
+    m.max_sequence_len = info.max_sequence_len();
+    m.eos_token_ids.assign(info.eos_token_ids().begin(), info.eos_token_ids().end());
+    model_ = std::move(m);
+  }
+  if (auto it = by_id_.find(info.worker_id()); it != by_id_.end()) DropLocked(it->second);
+  const WorkerSlot slot = next_slot_++;
+  Worker& w = workers_[slot];
+  w.ref = WorkerRef{slot, info.worker_id(), info.grpc_address(), info.moqt_address(),
+                    options_.make_channel(info.grpc_address())};
+  w.info = info;
+  w.load = request->load();
+  w.last_seen = absl::Now();
+  by_id_[info.worker_id()] = slot;
+  index_.Replace(slot, HashesOf(request->cached_chunks()));
+  std::fprintf(stderr, "kvcast-scheduler: %s worker %s registered (%d chunks cached)\n",
+               info.role() == v1::WORKER_ROLE_PREFILL ? "prefill" : "decode",
+               info.worker_id().c_str(), request->cached_chunks_size());
+  response->set_lease_s(absl::ToDoubleSeconds(options_.lease));
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerRegistry::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* request,
+                                       v1::HeartbeatResponse* response) {
+  absl::MutexLock lock(&mu_);
+  auto it = by_id_.find(request->worker_id());
+  if (it == by_id_.end()) {
+    response->set_reregister(true);
+    return grpc::Status::OK;
+  }
+  Worker& w = workers_[it->second];
+  w.load = request->load();
+  w.last_seen = absl::Now();
+  for (const v1::KvEvent& e : request->events()) {
+    std::vector<Hash128> hashes = HashesOf(e.chunk_hashes());
+    if (e.kind() == v1::KvEvent::KIND_STORED) {
+      index_.Stored(it->second, hashes);
+    } else if (e.kind() == v1::KvEvent::KIND_EVICTED) {
+      index_.Evicted(it->second, hashes);
+    }
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status WorkerRegistry::Deregister(grpc::ServerContext*,
+                                        const v1::DeregisterRequest* request,
+                                        v1::DeregisterResponse*) {
+  absl::MutexLock lock(&mu_);
+  auto it = by_id_.find(request->worker_id());
+  if (it != by_id_.end()) {
+    std::fprintf(stderr, "kvcast-scheduler: worker %s left\n", request->worker_id().c_str());
+    DropLocked(it->second);
+  }
+  return grpc::Status::OK;
+}
+
+std::optional<ModelInfo> WorkerRegistry::model() const {
+  absl::MutexLock lock(&mu_);
+  return model_;
+}
+
+Candidate WorkerRegistry::CandidateOf(const Worker& w) const {
+  Candidate c;
+  c.slot = w.ref.slot;
+  c.free_pages = w.load.free_pages();
+  c.page_tokens = w.info.page_tokens();
+  c.backlog_tokens = w.load.queued_tokens() + w.dispatched_tokens;
+  c.active = w.load.running() + w.load.queued() + w.dispatched;
+  return c;
+}
+
+absl::StatusOr<Route> WorkerRegistry::Choose(absl::Span<const Hash128> chain, int prompt_tokens,
+                                             int max_tokens,
+                                             const absl::flat_hash_set<WorkerSlot>& exclude) {
+  absl::MutexLock lock(&mu_);
+  std::vector<Candidate> prefill, decode;
+  for (const auto& [slot, w] : workers_) {
+    if (exclude.contains(slot)) continue;
+    (w.info.role() == v1::WORKER_ROLE_PREFILL ? prefill : decode).push_back(CandidateOf(w));
+  }
+  if (decode.empty()) {
+    return absl::UnavailableError("no decode worker is registered with the scheduler");
+  }
+  const auto held = index_.Match(chain);
+  Route route;
+  route.reuse = published_.Longest(chain);
+  RouterOptions ro = options_.router;
+  ro.chunk_tokens = model_->chunk_tokens;
+  if (auto p = ChoosePrefill(prefill, prompt_tokens, held, route.reuse.groups, ro)) {
+    Worker& w = workers_[p->slot];
+    route.prefill = w.ref;
+    route.prefill_plan = *p;
+    w.dispatched += 1;
+    w.dispatched_tokens += prompt_tokens;
+  }
+  auto d = ChooseDecode(decode, prompt_tokens, max_tokens, held);
+  Worker& dw = workers_[d->slot];
+  route.decode = dw.ref;
+  route.decode_plan = *d;
+  dw.dispatched += 1;
+  return route;
+}
+
+void WorkerRegistry::Release(const Route& route, int prompt_tokens) {
+  absl::MutexLock lock(&mu_);
+  if (route.prefill) {
+    auto it = workers_.find(route.prefill->slot);
+    if (it != workers_.end()) {
+      it->second.dispatched -= 1;
+      it->second.dispatched_tokens -= prompt_tokens;
+    }
+  }
+  auto it = workers_.find(route.decode.slot);
+  if (it != workers_.end()) it->second.dispatched -= 1;
+}
+
+void WorkerRegistry::MarkFailed(WorkerSlot slot) {
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(slot);
+  if (it == workers_.end()) return;
+  std::fprintf(stderr, "kvcast-scheduler: worker %s failed a call; dropped until it registers\n",
+               it->second.ref.worker_id.c_str());
+  DropLocked(slot);
+}
+
+void WorkerRegistry::Published(const std::string& digest, const std::string& publisher,
+                               absl::Span<const Hash128> chain) {
+  absl::MutexLock lock(&mu_);
+  published_.Add(digest, publisher, chain);
+}
+
+WorkerRegistry::Counts WorkerRegistry::counts() const {
+  absl::MutexLock lock(&mu_);
+  Counts c;
+  for (const auto& [slot, w] : workers_) {
+    (w.info.role() == v1::WORKER_ROLE_PREFILL ? c.prefill : c.decode) += 1;
+  }
+  c.index_chunks = index_.num_chunks();
+  return c;
+}
+
+}  // namespace kvcast::scheduler

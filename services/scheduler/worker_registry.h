@@ -1,0 +1,132 @@
+// WorkerRegistry: kvcast.v1.Registry on the scheduler, plus the state the
+// router reads. Workers Register (with a snapshot of the chunk hashes they
+// hold), Heartbeat (load + KV events) and Deregister; a worker silent for
+// longer than the lease is dropped with its chunks. A worker the scheduler
+// saw fail (its RPC broke) is dropped at once; if it is alive, its next
+// heartbeat is told to register again.
+//
+// One model per scheduler: the first worker fixes it (model id, chunk size,
+// vocabulary); a worker of another model is refused.
+//
+// Thread safety: every method may be called from any thread.
+#ifndef KVCAST_SERVICES_SCHEDULER_WORKER_REGISTRY_H_
+#define KVCAST_SERVICES_SCHEDULER_WORKER_REGISTRY_H_
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "grpcpp/channel.h"
+#include "kvcast/v1/worker.grpc.pb.h"
+#include "services/scheduler/prefix_index.h"
+#include "services/scheduler/router.h"
+
+namespace kvcast::scheduler {
+
+// What the scheduler knows of the served model (from its first worker).
+struct ModelInfo {
+  std::string name;
+  std::string model_id;
+  Hash128 fingerprint;
+  Hash128 prefix_seed;
+  int chunk_tokens = 0;
+  int vocab_size = 0;
+  int max_sequence_len = 0;
+  std::vector<int32_t> eos_token_ids;
+};
+
+struct WorkerRef {
+  WorkerSlot slot = 0;
+  std::string worker_id;
+  std::string grpc_address;
+  std::string moqt_address;
+  std::shared_ptr<grpc::Channel> channel;
+};
+
+struct Route {
+  std::optional<WorkerRef> prefill;  // absent: no prefill worker (decode recomputes)
+  PrefillPlan prefill_plan;
+  PublishedPrefixes::Hit reuse;      // the published track to fetch from (groups may be 0)
+  WorkerRef decode;
+  DecodePlan decode_plan;
+};
+
+class WorkerRegistry final : public v1::Registry::Service {
+ public:
+  struct Options {
+    absl::Duration lease = absl::Seconds(10);
+    RouterOptions router;
+    size_t published_chunks = 1 << 20;
+    // Makes the channel to a worker (TLS and keepalive settings).
+    std::function<std::shared_ptr<grpc::Channel>(const std::string& address)> make_channel;
+  };
+  explicit WorkerRegistry(Options options);
+  ~WorkerRegistry() override;
+
+  grpc::Status Register(grpc::ServerContext*, const v1::RegisterRequest* request,
+                        v1::RegisterResponse* response) override;
+  grpc::Status Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* request,
+                         v1::HeartbeatResponse* response) override;
+  grpc::Status Deregister(grpc::ServerContext*, const v1::DeregisterRequest* request,
+                          v1::DeregisterResponse* response) override;
+
+  std::optional<ModelInfo> model() const;
+  // Picks workers for a prompt (its chunk hash chain), skipping `exclude`.
+  // Unavailable when no decode worker is registered (or all are excluded).
+  // Counts the request as dispatched on both until Release.
+  absl::StatusOr<Route> Choose(absl::Span<const Hash128> chain, int prompt_tokens,
+                               int max_tokens, const absl::flat_hash_set<WorkerSlot>& exclude);
+  void Release(const Route& route, int prompt_tokens);
+  // The worker's RPC failed as if it were gone: drop it now.
+  void MarkFailed(WorkerSlot slot);
+  // A prefill published `chain` under `digest` at `publisher`.
+  void Published(const std::string& digest, const std::string& publisher,
+                 absl::Span<const Hash128> chain);
+
+  struct Counts {
+    int prefill = 0;
+    int decode = 0;
+    size_t index_chunks = 0;
+  };
+  Counts counts() const;
+
+ private:
+  struct Worker {
+    WorkerRef ref;
+    v1::WorkerInfo info;
+    v1::WorkerLoad load;
+    absl::Time last_seen;
+    int dispatched = 0;
+    int64_t dispatched_tokens = 0;
+  };
+  void Reap();
+  void DropLocked(WorkerSlot slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  Candidate CandidateOf(const Worker& w) const;
+
+  const Options options_;
+  mutable absl::Mutex mu_;
+  std::optional<ModelInfo> model_ ABSL_GUARDED_BY(mu_);
+  WorkerSlot next_slot_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::flat_hash_map<WorkerSlot, Worker> workers_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, WorkerSlot> by_id_ ABSL_GUARDED_BY(mu_);
+  PrefixIndex index_ ABSL_GUARDED_BY(mu_);
+  PublishedPrefixes published_ ABSL_GUARDED_BY(mu_);
+  absl::Notification stop_;
+  std::thread reaper_;
+};
+
+// Parses 32 hex digits (Hash128::ToHex) back into a hash.
+absl::StatusOr<Hash128> ParseHash128Hex(const std::string& hex);
+
+}  // namespace kvcast::scheduler
+
+#endif  // KVCAST_SERVICES_SCHEDULER_WORKER_REGISTRY_H_

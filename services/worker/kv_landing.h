@@ -1,0 +1,53 @@
+// KvLanding: receives groups [first_group, end_group) of a KVCache track
+// into pages over a MoQT session, by FETCH (groups that exist already, e.g.
+// a prefix published by an earlier request) or SUBSCRIBE (a prompt being
+// computed now: objects arrive as each chunk is published). A refused
+// request, a track that ends early, a bad object or Abort all end it with
+// an error and release the pages (kvcache::KvLander).
+//
+// Thread safety: loop thread only.
+#ifndef KVCAST_SERVICES_WORKER_KV_LANDING_H_
+#define KVCAST_SERVICES_WORKER_KV_LANDING_H_
+
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "transport/kvcache/lander.h"
+#include "transport/moqt/session.h"
+
+namespace kvcast::worker {
+
+class KvLanding {
+ public:
+  using Done = std::function<void(absl::StatusOr<std::vector<int32_t>>)>;
+  enum class Mode { kFetch, kSubscribe };
+
+  // `done` runs exactly once on the loop thread (unless Abort/destruction
+  // comes first, then Abort's reason is reported). The pages of `spec`
+  // belong to the landing from this call on, also on error.
+  static absl::StatusOr<std::shared_ptr<KvLanding>> Start(
+      moqt::MoqtSession* session, KvPagePool* pool, Backend* backend,
+      const Hash128& fingerprint, const moqt::FullTrackName& track, kvcache::LandingSpec spec,
+      Mode mode, Done done);
+  ~KvLanding();
+
+  void Abort(const absl::Status& reason);
+  int tokens_landed() const { return lander_->tokens_landed(); }
+  uint64_t bytes_landed() const { return bytes_; }
+
+ private:
+  KvLanding() = default;
+  moqt::MoqtSession* session_ = nullptr;
+  Mode mode_ = Mode::kSubscribe;
+  uint64_t request_id_ = 0;
+  bool finished_ = false;
+  uint64_t bytes_ = 0;
+  std::shared_ptr<kvcache::KvLander> lander_;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+};
+
+}  // namespace kvcast::worker
+
+#endif  // KVCAST_SERVICES_WORKER_KV_LANDING_H_

@@ -1,0 +1,82 @@
+// Command-line flags of kvcast-prefill and kvcast-decode (docs/services.md;
+// the Helm chart passes exactly these, docs/deploy.md).
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "services/worker/worker_runtime.h"
+
+ABSL_FLAG(std::string, model, "", "HF model directory (config.json, *.safetensors, tokenizer)");
+ABSL_FLAG(std::string, model_name, "", "name clients use for the model (default: directory name)");
+ABSL_FLAG(std::string, backend, "cpu", "compute backend: cpu (cuda arrives with the CUDA backend)");
+ABSL_FLAG(int, kv_cache_mb, 256, "KV page pool size in MiB");
+ABSL_FLAG(int, max_batch_tokens, 256, "tokens per forward pass");
+ABSL_FLAG(int, chunk_tokens, 128, "prefix-cache and transfer chunk (a multiple of 16)");
+ABSL_FLAG(std::string, grpc_listen, "", "gRPC HOST:PORT (worker API + grpc.health.v1)");
+ABSL_FLAG(std::string, grpc_cert, "", "gRPC server certificate (PEM); TLS when set");
+ABSL_FLAG(std::string, grpc_key, "", "gRPC server key (PEM)");
+ABSL_FLAG(std::string, grpc_ca, "", "CA (PEM): require client certificates on gRPC, and verify "
+          "the scheduler with it");
+ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9090", "HTTP HOST:PORT of /metrics; empty: off");
+ABSL_FLAG(std::string, scheduler, "", "scheduler HOST:PORT to register with; empty: do not");
+ABSL_FLAG(std::string, advertise_host, "127.0.0.1", "host the scheduler and peers reach us at");
+ABSL_FLAG(std::string, moqt_listen, "0.0.0.0:4433", "MoQT/QUIC HOST:PORT (UDP)");
+ABSL_FLAG(std::string, relay, "", "MoQT relay HOST:PORT; empty: peers connect directly");
+ABSL_FLAG(std::string, quic_cert, "", "QUIC certificate (PEM), also the client certificate");
+ABSL_FLAG(std::string, quic_key, "", "QUIC key (PEM)");
+ABSL_FLAG(std::string, quic_ca, "", "CA (PEM) that verifies QUIC peers; empty: no verification");
+ABSL_FLAG(double, heartbeat_s, 1.0, "heartbeat period (at most a third of the lease)");
+
+namespace kvcast::worker {
+
+absl::StatusOr<WorkerConfig> WorkerConfigFromFlags(v1::WorkerRole role,
+                                                   const std::string& default_grpc_listen) {
+  WorkerConfig c;
+  c.role = role;
+  c.model_dir = absl::GetFlag(FLAGS_model);
+  if (c.model_dir.empty()) return absl::InvalidArgumentError("--model is required");
+  c.model_name = absl::GetFlag(FLAGS_model_name);
+  c.backend = absl::GetFlag(FLAGS_backend);
+  if (c.backend != "cpu" && c.backend != "cuda") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--backend=", c.backend, ": expected cpu or cuda"));
+  }
+  c.kv_cache_mb = absl::GetFlag(FLAGS_kv_cache_mb);
+  if (c.kv_cache_mb <= 0) return absl::InvalidArgumentError("--kv_cache_mb must be positive");
+  c.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
+  c.chunk_tokens = absl::GetFlag(FLAGS_chunk_tokens);
+  c.grpc.listen = absl::GetFlag(FLAGS_grpc_listen);
+  if (c.grpc.listen.empty()) c.grpc.listen = default_grpc_listen;
+  c.grpc.cert_file = absl::GetFlag(FLAGS_grpc_cert);
+  c.grpc.key_file = absl::GetFlag(FLAGS_grpc_key);
+  c.grpc.ca_file = absl::GetFlag(FLAGS_grpc_ca);
+  c.grpc_client_ca = c.grpc.ca_file;
+  if (!c.grpc.ca_file.empty()) {  // mutual TLS: present our certificate to the scheduler
+    c.grpc_client_cert = c.grpc.cert_file;
+    c.grpc_client_key = c.grpc.key_file;
+  }
+  c.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  c.scheduler = absl::GetFlag(FLAGS_scheduler);
+  c.advertise_host = absl::GetFlag(FLAGS_advertise_host);
+  if (c.advertise_host.empty()) return absl::InvalidArgumentError("--advertise_host is empty");
+  c.moqt_listen = absl::GetFlag(FLAGS_moqt_listen);
+  c.relay = absl::GetFlag(FLAGS_relay);
+  const std::string cert = absl::GetFlag(FLAGS_quic_cert), key = absl::GetFlag(FLAGS_quic_key),
+                    ca = absl::GetFlag(FLAGS_quic_ca);
+  if (cert.empty() || key.empty()) {
+    return absl::InvalidArgumentError(
+        "--quic_cert and --quic_key are required (QUIC always uses TLS; "
+        "`kvcast-devcert` makes a development pair)");
+  }
+  c.quic_server.cert_file = cert;
+  c.quic_server.key_file = key;
+  c.quic_server.ca_file = ca;
+  c.quic_client.cert_file = cert;
+  c.quic_client.key_file = key;
+  c.quic_client.ca_file = ca;
+  c.quic_client.insecure_skip_verify = ca.empty();
+  const double hb = absl::GetFlag(FLAGS_heartbeat_s);
+  if (!(hb > 0)) return absl::InvalidArgumentError("--heartbeat_s must be positive");
+  c.heartbeat = absl::Seconds(hb);
+  return c;
+}
+
+}  // namespace kvcast::worker

@@ -1,0 +1,339 @@
+#include "services/worker/worker_runtime.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "transport/kvcache/naming.h"
+#include "transport/moqt/tools/tool_flags.h"
+
+namespace kvcast::worker {
+namespace {
+
+std::string BaseName(const std::string& dir) {
+  std::string d = dir;
+  while (d.size() > 1 && d.back() == '/') d.pop_back();
+  size_t slash = d.rfind('/');
+  return slash == std::string::npos ? d : d.substr(slash + 1);
+}
+
+std::string HashBytes16(const Hash128& h) {
+  std::string b(16, '\0');
+  for (int i = 0; i < 8; ++i) {
+    b[i] = char(h.lo >> (8 * i));
+    b[8 + i] = char(h.hi >> (8 * i));
+  }
+  return b;
+}
+
+}  // namespace
+
+WorkerRuntime::WorkerRuntime(const WorkerConfig& config) : config_(config) {}
+
+absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(const WorkerConfig& config) {
+  if (config.backend != "cpu") {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--backend=", config.backend, ": this build has only the cpu backend"));
+  }
+  std::unique_ptr<WorkerRuntime> rt(new WorkerRuntime(config));
+  EngineOptions options;
+  options.chunk_tokens = config.chunk_tokens;
+  options.kv_cache_bytes = int64_t(config.kv_cache_mb) << 20;
+  options.max_batch_tokens = config.max_batch_tokens;
+  ASSIGN_OR_RETURN(rt->engine_, Engine::Create(config.model_dir, options, NewCpuBackend()));
+  rt->model_name_ = config.model_name.empty() ? BaseName(config.model_dir) : config.model_name;
+  WorkerRuntime* self = rt.get();
+  rt->engine_->prefix_cache().SetObserver([self](PrefixCache::Event e, const Hash128& h) {
+    absl::MutexLock lock(&self->kv_mu_);
+    const bool stored = e == PrefixCache::Event::kStored;
+    if (stored ? !self->held_.insert(h).second : self->held_.erase(h) == 0) return;
+    const auto kind = stored ? v1::KvEvent::KIND_STORED : v1::KvEvent::KIND_EVICTED;
+    if (self->pending_.empty() || self->pending_.back().kind() != kind) {
+      self->pending_.emplace_back();
+      self->pending_.back().set_kind(kind);
+      self->pending_.back().set_tier(v1::KV_TIER_HOST);  // the CPU backend's pages
+    }
+    self->pending_.back().add_chunk_hashes(HashBytes16(h));
+  });
+  ASSIGN_OR_RETURN(rt->loop_thread_, quic::LoopThread::Start());
+  rt->compute_ = std::thread([self] { self->ComputeLoop(); });
+  return rt;
+}
+
+WorkerRuntime::~WorkerRuntime() {
+  Shutdown(absl::ZeroDuration());
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  if (compute_.joinable()) compute_.join();
+  if (loop_thread_) {
+    loop_thread_->RunSync([this] {
+      loop_stopping_ = true;
+      direct_.clear();
+      relay_client_.reset();
+      moqt_server_.reset();
+    });
+  }
+}
+
+absl::StatusOr<uint64_t> WorkerRuntime::Submit(std::vector<int32_t> prompt,
+                                               const GenerationParams& params, PrefilledKv kv,
+                                               EventCallback on_event) {
+  absl::MutexLock lock(&mu_);
+  if (stop_) {
+    ReleasePages(kv);
+    return absl::UnavailableError("worker is shutting down");
+  }
+  ASSIGN_OR_RETURN(uint64_t id, engine_->Submit(std::move(prompt), params, std::move(kv)));
+  callbacks_[id] = std::move(on_event);
+  return id;
+}
+
+void WorkerRuntime::ReleasePages(PrefilledKv& kv) {
+  engine_->pool().ReleaseAll(kv.pages).IgnoreError();
+  kv.pages.clear();
+}
+
+void WorkerRuntime::Cancel(uint64_t id) { engine_->Cancel(id); }
+
+void WorkerRuntime::ComputeLoop() {
+  for (;;) {
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stop_ || engine_->HasWork();
+      };
+      mu_.AwaitWithTimeout(absl::Condition(&ready), absl::Milliseconds(20));
+      if (stop_) break;
+      if (!engine_->HasWork()) continue;
+    }
+    absl::StatusOr<std::vector<SequenceEvent>> events = engine_->Step();
+    if (!events.ok()) {
+      // The engine cannot go on: fail every request rather than hang them.
+      std::fprintf(stderr, "kvcast worker: engine step failed: %s\n",
+                   events.status().ToString().c_str());
+      absl::flat_hash_map<uint64_t, EventCallback> all;
+      {
+        absl::MutexLock lock(&mu_);
+        all.swap(callbacks_);
+      }
+      for (auto& [id, cb] : all) {
+        engine_->Cancel(id);
+        SequenceEvent ev;
+        ev.id = id;
+        ev.finish = FinishReason::kError;
+        ev.error = std::string(events.status().message());
+        cb(ev);
+      }
+      continue;
+    }
+    for (const SequenceEvent& ev : *events) {
+      EventCallback cb;
+      {
+        absl::MutexLock lock(&mu_);
+        auto it = callbacks_.find(ev.id);
+        if (it == callbacks_.end()) continue;
+        cb = ev.finish == FinishReason::kNone ? it->second : std::move(it->second);
+        if (ev.finish != FinishReason::kNone) callbacks_.erase(it);
+      }
+      cb(ev);
+    }
+  }
+}
+
+std::string WorkerRuntime::moqt_address() const {
+  return absl::StrCat(config_.advertise_host, ":", moqt_port_);
+}
+
+absl::Status WorkerRuntime::Serve(moqt::RequestHandler* handler,
+                                  std::vector<services::NamedService> services) {
+  handler_ = handler;
+  ASSIGN_OR_RETURN(auto moqt_listen, moqt::ParseHostPort(config_.moqt_listen));
+  if (!config_.relay.empty()) {
+    ASSIGN_OR_RETURN(relay_, moqt::ParseHostPort(config_.relay));
+  }
+  absl::Status st;
+  RunSync([&] {
+    auto server = moqt::MoqtServer::Create(loop(), moqt_listen.first, moqt_listen.second,
+                                           config_.quic_server, quic::TransportOptions{},
+                                           moqt::SessionOptions{}, handler_);
+    if (!server.ok()) {
+      st = server.status();
+      return;
+    }
+    moqt_server_ = std::move(*server);
+    moqt_port_ = moqt_server_->port();
+    if (!config_.relay.empty()) WatchRelay();
+  });
+  if (!st.ok()) return absl::Status(st.code(), absl::StrCat("--moqt_listen: ", st.message()));
+  ASSIGN_OR_RETURN(grpc_, services::GrpcServer::Start(config_.grpc, std::move(services)));
+  if (!config_.metrics_listen.empty()) {
+    ASSIGN_OR_RETURN(metrics_server_,
+                     services::MetricsServer::Start(config_.metrics_listen, &metrics_));
+  }
+  worker_id_ = absl::StrCat(config_.advertise_host, ":", grpc_->port(), "/", getpid(), "-",
+                            absl::ToUnixMillis(absl::Now()));
+  metrics_.AddCallbackGauge("kvcast_kv_pages_used", "KV pages in use (running + cached)",
+                            [this] {
+                              return double(engine_->pool().num_pages() -
+                                            engine_->pool().free_pages());
+                            });
+  metrics_.AddCallbackGauge("kvcast_kv_pages_total", "KV pages in the pool",
+                            [this] { return double(engine_->pool().num_pages()); });
+  metrics_.AddCallbackGauge("kvcast_prefix_cache_chunks", "chunks held by the prefix cache",
+                            [this] { return double(engine_->prefix_cache().num_chunks()); });
+  metrics_.AddCallbackGauge("kvcast_queue_depth", "requests waiting for the batch",
+                            [this] { return double(engine_->num_waiting()); });
+  metrics_.AddCallbackGauge("kvcast_running", "sequences in the batch",
+                            [this] { return double(engine_->num_running()); });
+  if (!config_.scheduler.empty()) registry_ = std::thread([this] { RegistryLoop(); });
+  return absl::OkStatus();
+}
+
+void WorkerRuntime::WatchRelay() {
+  if (loop_stopping_) return;
+  if (relay_client_ == nullptr || relay_client_->session()->closed()) {
+    relay_client_.reset();
+    auto client = moqt::MoqtClient::Connect(loop(), relay_.first, relay_.second,
+                                            config_.quic_client, quic::TransportOptions{},
+                                            moqt::SessionOptions{}, handler_);
+    if (client.ok()) {
+      relay_client_ = std::move(*client);
+    } else {
+      std::fprintf(stderr, "kvcast worker: relay %s: %s (retrying)\n", config_.relay.c_str(),
+                   client.status().ToString().c_str());
+    }
+  }
+  loop()->RunAfter(absl::Seconds(1), [this] { WatchRelay(); });
+}
+
+moqt::MoqtSession* WorkerRuntime::relay_session() const {
+  return relay_client_ ? relay_client_->session() : nullptr;
+}
+
+absl::StatusOr<moqt::MoqtSession*> WorkerRuntime::SessionFor(const std::string& address) {
+  if (!config_.relay.empty()) {
+    if (relay_client_ == nullptr || relay_client_->session()->closed()) {
+      return absl::UnavailableError(absl::StrCat("no session to the relay ", config_.relay));
+    }
+    return relay_client_->session();
+  }
+  auto it = direct_.find(address);
+  if (it != direct_.end() && !it->second->session()->closed()) return it->second->session();
+  ASSIGN_OR_RETURN(auto hp, moqt::ParseHostPort(address));
+  ASSIGN_OR_RETURN(auto client,
+                   moqt::MoqtClient::Connect(loop(), hp.first, hp.second, config_.quic_client,
+                                             quic::TransportOptions{}, moqt::SessionOptions{},
+                                             handler_));
+  moqt::MoqtSession* session = client->session();
+  direct_[address] = std::move(client);
+  return session;
+}
+
+v1::WorkerLoad WorkerRuntime::Load() const {
+  v1::WorkerLoad load;
+  const KvPagePool& pool = engine_->pool();
+  const int pages_per_chunk = config_.chunk_tokens / pool.layout().page_tokens;
+  // Cached chunks are reclaimed on demand: count their pages as free.
+  load.set_free_pages(std::min(pool.num_pages(),
+                               pool.free_pages() +
+                                   engine_->prefix_cache().num_chunks() * pages_per_chunk));
+  load.set_running(engine_->num_running());
+  load.set_queued(engine_->num_waiting());
+  load.set_queued_tokens(engine_->waiting_prompt_tokens());
+  return load;
+}
+
+v1::WorkerInfo WorkerRuntime::Info() const {
+  v1::WorkerInfo info;
+  info.set_worker_id(worker_id_);
+  info.set_role(config_.role);
+  info.set_grpc_address(absl::StrCat(config_.advertise_host, ":", grpc_->port()));
+  info.set_moqt_address(moqt_address());
+  info.set_model_name(model_name_);
+  info.set_model_id(kvcache::ModelId(engine_->model().fingerprint()));
+  info.set_chunk_tokens(config_.chunk_tokens);
+  info.set_page_tokens(engine_->pool().layout().page_tokens);
+  info.set_total_pages(engine_->pool().num_pages());
+  info.set_vocab_size(engine_->config().vocab_size);
+  info.set_max_sequence_len(engine_->model().max_sequence_len());
+  for (int32_t eos : engine_->config().eos_token_ids) info.add_eos_token_ids(eos);
+  return info;
+}
+
+void WorkerRuntime::RegistryLoop() {
+  auto creds = services::ClientCredentials(config_.grpc_client_cert, config_.grpc_client_key,
+                                          config_.grpc_client_ca);
+  if (!creds.ok()) {
+    std::fprintf(stderr, "kvcast worker: cannot call the scheduler: %s\n",
+                 creds.status().ToString().c_str());
+    return;
+  }
+  auto channel = services::MakeChannel(config_.scheduler, *creds);
+  auto stub = v1::Registry::NewStub(channel);
+  bool registered = false;
+  absl::Duration interval = config_.heartbeat;
+  std::string last_error;
+  do {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    grpc::Status st;
+    if (!registered) {
+      v1::RegisterRequest req;
+      *req.mutable_worker() = Info();
+      *req.mutable_load() = Load();
+      {
+        absl::MutexLock lock(&kv_mu_);
+        for (const Hash128& h : held_) req.add_cached_chunks(HashBytes16(h));
+        pending_.clear();  // the snapshot supersedes them
+      }
+      v1::RegisterResponse resp;
+      st = stub->Register(&ctx, req, &resp);
+      if (st.ok()) {
+        registered = true;
+        interval = std::min(config_.heartbeat, absl::Seconds(resp.lease_s() / 3));
+        std::fprintf(stderr, "kvcast worker %s: registered with %s\n", worker_id_.c_str(),
+                     config_.scheduler.c_str());
+      }
+    } else {
+      v1::HeartbeatRequest req;
+      req.set_worker_id(worker_id_);
+      *req.mutable_load() = Load();
+      std::vector<v1::KvEvent> events;
+      {
+        absl::MutexLock lock(&kv_mu_);
+        events.swap(pending_);
+      }
+      for (auto& e : events) *req.add_events() = std::move(e);
+      v1::HeartbeatResponse resp;
+      st = stub->Heartbeat(&ctx, req, &resp);
+      // Events of a failed heartbeat are lost: register again with a snapshot.
+      if (!st.ok() || resp.reregister()) registered = false;
+    }
+    if (!st.ok() && st.error_message() != last_error) {
+      std::fprintf(stderr, "kvcast worker: scheduler %s: %s (retrying)\n",
+                   config_.scheduler.c_str(), st.error_message().c_str());
+    }
+    last_error = st.ok() ? "" : st.error_message();
+  } while (!registry_stop_.WaitForNotificationWithTimeout(interval));
+  if (registered) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    v1::DeregisterRequest req;
+    req.set_worker_id(worker_id_);
+    v1::DeregisterResponse resp;
+    stub->Deregister(&ctx, req, &resp);
+  }
+}
+
+void WorkerRuntime::Shutdown(absl::Duration grace) {
+  if (!registry_stop_.HasBeenNotified()) registry_stop_.Notify();
+  if (registry_.joinable()) registry_.join();
+  if (grpc_) grpc_->Shutdown(grace);
+}
+
+}  // namespace kvcast::worker

@@ -1,0 +1,147 @@
+// WorkerRuntime: what a prefill and a decode worker share.
+//
+//  - the Engine (model, page pool, prefix cache) and its compute thread,
+//    which runs Engine::Step() while there is work and hands each
+//    SequenceEvent to the callback its request was submitted with;
+//  - the MoQT side on one event-loop thread: a MoqtServer on --moqt_listen
+//    and, with --relay, a client session to the relay (reconnected when it
+//    drops), both served by the role's RequestHandler;
+//  - registration with the scheduler (--scheduler): Register with a snapshot
+//    of the chunk hashes the prefix cache holds, then a Heartbeat every
+//    lease/3 carrying the load and the KV events (stored / evicted) since
+//    the last one; any failure re-registers with a fresh snapshot;
+//  - the gRPC server (role services + grpc.health.v1) and the /metrics
+//    endpoint.
+//
+// Threads: gRPC handler threads call Submit/Cancel/Post; the compute thread
+// runs the engine; the loop thread owns every MoQT object; the registry
+// thread talks to the scheduler.
+#ifndef KVCAST_SERVICES_WORKER_WORKER_RUNTIME_H_
+#define KVCAST_SERVICES_WORKER_WORKER_RUNTIME_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+#include "engine/engine.h"
+#include "kvcast/v1/worker.grpc.pb.h"
+#include "services/common/grpc_server.h"
+#include "services/common/metrics.h"
+#include "services/common/metrics_server.h"
+#include "transport/moqt/moqt_endpoint.h"
+#include "transport/quic/event_loop.h"
+
+namespace kvcast::worker {
+
+struct WorkerConfig {
+  v1::WorkerRole role = v1::WORKER_ROLE_UNSPECIFIED;
+  std::string model_dir;
+  std::string model_name;  // empty: the model directory's base name
+  std::string backend = "cpu";
+  int kv_cache_mb = 256;
+  int max_batch_tokens = 256;
+  int chunk_tokens = 128;
+  services::GrpcServerOptions grpc;
+  std::string metrics_listen;
+  std::string scheduler;       // HOST:PORT; empty: do not register
+  std::string advertise_host;  // how the scheduler and peers reach us
+  std::string moqt_listen;     // HOST:PORT (UDP)
+  std::string relay;           // HOST:PORT; empty: peers connect directly
+  quic::TlsOptions quic_server;  // --quic_cert/--quic_key (+ --quic_ca: require client certs)
+  quic::TlsOptions quic_client;  // --quic_ca to verify peers (insecure when empty)
+  std::string grpc_client_cert, grpc_client_key, grpc_client_ca;  // to call the scheduler
+  absl::Duration heartbeat = absl::Seconds(1);
+};
+
+// Reads the flags shared by kvcast-prefill and kvcast-decode (worker_flags.cc).
+absl::StatusOr<WorkerConfig> WorkerConfigFromFlags(v1::WorkerRole role,
+                                                   const std::string& default_grpc_listen);
+
+class WorkerRuntime {
+ public:
+  using EventCallback = std::function<void(const SequenceEvent&)>;
+
+  // Loads the model and starts the compute and loop threads.
+  static absl::StatusOr<std::unique_ptr<WorkerRuntime>> Create(const WorkerConfig& config);
+  ~WorkerRuntime();
+
+  // Starts MoQT endpoints, the gRPC server with `services`, metrics and
+  // registration. `handler` serves MoQT requests (borrowed).
+  absl::Status Serve(moqt::RequestHandler* handler, std::vector<services::NamedService> services);
+  // Graceful stop: deregister, stop taking requests, drain for `grace`.
+  void Shutdown(absl::Duration grace);
+
+  // Any thread. `on_event` runs on the compute thread for each event of the
+  // request, the last one with a finish reason.
+  absl::StatusOr<uint64_t> Submit(std::vector<int32_t> prompt, const GenerationParams& params,
+                                  PrefilledKv kv, EventCallback on_event);
+  void Cancel(uint64_t id);
+
+  Engine& engine() { return *engine_; }
+  quic::EventLoop* loop() { return loop_thread_->loop(); }
+  void RunSync(std::function<void()> fn) { loop_thread_->RunSync(std::move(fn)); }
+  // Loop thread: the session to reach a publisher at `address` (the relay
+  // when configured, else a direct session, created on first use).
+  absl::StatusOr<moqt::MoqtSession*> SessionFor(const std::string& address);
+  // Loop thread: the relay session, or null.
+  moqt::MoqtSession* relay_session() const;
+
+  services::MetricsRegistry& metrics() { return metrics_; }
+  const WorkerConfig& config() const { return config_; }
+  const std::string& worker_id() const { return worker_id_; }
+  const std::string& model_name() const { return model_name_; }
+  std::string moqt_address() const;
+  uint16_t grpc_port() const { return grpc_ ? grpc_->port() : 0; }
+  uint16_t metrics_port() const { return metrics_server_ ? metrics_server_->port() : 0; }
+  uint16_t moqt_port() const { return moqt_port_; }
+
+ private:
+  explicit WorkerRuntime(const WorkerConfig& config);
+  void ComputeLoop();
+  void RegistryLoop();
+  v1::WorkerLoad Load() const;
+  v1::WorkerInfo Info() const;
+  void WatchRelay();  // loop thread: (re)connects to the relay every second
+  void ReleasePages(PrefilledKv& kv);
+
+  const WorkerConfig config_;
+  std::string worker_id_;
+  std::string model_name_;
+  std::unique_ptr<Engine> engine_;
+  services::MetricsRegistry metrics_;
+  std::unique_ptr<quic::LoopThread> loop_thread_;
+  moqt::RequestHandler* handler_ = nullptr;
+  std::unique_ptr<moqt::MoqtServer> moqt_server_;        // loop thread
+  std::unique_ptr<moqt::MoqtClient> relay_client_;       // loop thread
+  absl::flat_hash_map<std::string, std::unique_ptr<moqt::MoqtClient>> direct_;  // loop thread
+  std::pair<std::string, uint16_t> relay_;
+  bool loop_stopping_ = false;                            // loop thread
+  uint16_t moqt_port_ = 0;
+  std::unique_ptr<services::GrpcServer> grpc_;
+  std::unique_ptr<services::MetricsServer> metrics_server_;
+
+  absl::Mutex mu_;
+  absl::flat_hash_map<uint64_t, EventCallback> callbacks_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread compute_;
+
+  // KV events for the scheduler.
+  absl::Mutex kv_mu_;
+  absl::flat_hash_set<Hash128> held_ ABSL_GUARDED_BY(kv_mu_);
+  std::vector<v1::KvEvent> pending_ ABSL_GUARDED_BY(kv_mu_);
+  std::thread registry_;
+  absl::Notification registry_stop_;
+};
+
+}  // namespace kvcast::worker
+
+#endif  // KVCAST_SERVICES_WORKER_WORKER_RUNTIME_H_
