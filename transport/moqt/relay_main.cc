@@ -9,11 +9,15 @@
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <string>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/synchronization/notification.h"
+#include "services/common/grpc_server.h"
+#include "services/common/metrics_server.h"
 #include "absl/strings/str_format.h"
 #include "transport/moqt/moqt_endpoint.h"
 #include "transport/moqt/relay.h"
@@ -29,6 +33,8 @@ ABSL_FLAG(int64_t, subscribe_wait_ms, 0,
           "how long a SUBSCRIBE for an unannounced namespace waits for a publisher");
 ABSL_FLAG(int64_t, idle_timeout_s, 30, "QUIC idle timeout in seconds");
 ABSL_FLAG(int64_t, stats_interval_s, 0, "print cache/session stats every N seconds (0: off)");
+ABSL_FLAG(std::string, grpc_listen, "", "gRPC HOST:PORT serving grpc.health.v1 (empty: off)");
+ABSL_FLAG(std::string, metrics_listen, "", "HTTP HOST:PORT of Prometheus /metrics (empty: off)");
 
 namespace kvcast::moqt {
 namespace {
@@ -96,11 +102,58 @@ int Main() {
   };
   if (interval > 0) l->RunAfter(absl::Seconds(interval), print_stats);
 
+  // Health (gRPC) and metrics (HTTP) for Kubernetes probes and Prometheus.
+  std::unique_ptr<services::GrpcServer> health;
+  if (!absl::GetFlag(FLAGS_grpc_listen).empty()) {
+    services::GrpcServerOptions options;
+    options.listen = absl::GetFlag(FLAGS_grpc_listen);
+    auto h = services::GrpcServer::Start(options, {});
+    if (!h.ok()) return Fail(h.status());
+    health = std::move(*h);
+  }
+  services::MetricsRegistry metrics;
+  std::unique_ptr<services::MetricsServer> metrics_server;
+  if (!absl::GetFlag(FLAGS_metrics_listen).empty()) {
+    // Relay state lives on the loop thread: read it there.
+    auto on_loop = [l](std::function<double()> read) {
+      return [l, read] {
+        auto value = std::make_shared<std::atomic<double>>(0);
+        auto done = std::make_shared<absl::Notification>();
+        l->Post([=] {
+          value->store(read());
+          done->Notify();
+        });
+        done->WaitForNotificationWithTimeout(absl::Seconds(1));
+        return value->load();
+      };
+    };
+    Relay* r = &relay;
+    MoqtServer* srv = server->get();
+    metrics.AddCallbackGauge("kvcast_relay_sessions", "MoQT sessions",
+                             on_loop([srv] { return double(srv->num_sessions()); }));
+    metrics.AddCallbackGauge("kvcast_relay_cache_bytes", "object cache size",
+                             on_loop([r] { return double(r->cache().bytes()); }));
+    metrics.AddCallbackGauge("kvcast_relay_cache_tracks", "tracks in the cache",
+                             on_loop([r] { return double(r->cache().num_tracks()); }));
+    metrics.AddCallbackGauge("kvcast_relay_served_from_cache", "requests answered from cache",
+                             on_loop([r] { return double(r->stats().served_from_cache); }));
+    metrics.AddCallbackGauge("kvcast_relay_upstream_requests", "subscribes + fetches sent upstream",
+                             on_loop([r] {
+                               return double(r->stats().upstream_subscribes +
+                                             r->stats().upstream_fetches);
+                             }));
+    auto ms = services::MetricsServer::Start(absl::GetFlag(FLAGS_metrics_listen), &metrics);
+    if (!ms.ok()) return Fail(ms.status());
+    metrics_server = std::move(*ms);
+  }
+
   std::printf("kvcast-relay listening on udp %s:%u (draft-14, ALPN moq-00, cache %lld MiB)\n",
               addr->first.c_str(), (*server)->port(),
               static_cast<long long>(absl::GetFlag(FLAGS_cache_mb)));
   std::fflush(stdout);
   l->Run();
+  if (health) health->Shutdown(absl::ZeroDuration());
+  metrics_server.reset();
   l->RemoveFd(sfd);
   close(sfd);
   server->reset();
