@@ -217,7 +217,8 @@ void Engine::Admit(Sequence* seq) {
   // last token's logits are needed, and shared pages are never written.
   std::vector<Hash128> chain =
       ChunkHashChain(prefix_seed_, seq->tokens, options_.chunk_tokens);
-  int max_chunks = (int(seq->tokens.size()) - 1) / options_.chunk_tokens;
+  int max_chunks =
+      options_.prefix_caching ? (int(seq->tokens.size()) - 1) / options_.chunk_tokens : 0;
   seq->pages = prefix_cache_->Acquire(chain, max_chunks);
   int chunks = int(seq->pages.size()) / (options_.chunk_tokens / options_.page_tokens);
   seq->kv_len = chunks * options_.chunk_tokens;
@@ -247,7 +248,7 @@ void Engine::Release(Sequence* seq) {
 void Engine::PublishChunks(Sequence* seq) {
   const int chunk = options_.chunk_tokens;
   const int pages_per_chunk = chunk / options_.page_tokens;
-  while ((seq->chunks_published + 1) * chunk <= seq->kv_len) {
+  while (options_.prefix_caching && (seq->chunks_published + 1) * chunk <= seq->kv_len) {
     const int c = seq->chunks_published;
     seq->last_chunk_hash = NextChunkHash(
         seq->last_chunk_hash, absl::MakeConstSpan(seq->tokens).subspan(c * chunk, chunk));

@@ -49,6 +49,7 @@ struct EngineOptions {
   int num_pages = 0;           // overrides kv_cache_bytes when > 0
   int max_batch_tokens = 256;  // tokens per forward pass
   int max_running = 64;        // sequences decoded together
+  bool prefix_caching = true;  // false: no chunk is cached or reused (for A/B measurements)
 };
 
 struct GenerationParams {

@@ -103,6 +103,22 @@ TEST(Engine, SecondRequestReusesCachedChunksAndPagesReturn) {
   EXPECT_EQ(e->pool().free_pages(), free_at_start);
 }
 
+TEST(Engine, PrefixCachingOffReusesNothing) {
+  EngineOptions o;
+  o.prefix_caching = false;
+  auto e = MakeEngine(o);
+  const int free_at_start = e->pool().free_pages();
+  auto prompt = Tokens(300, 5);
+  uint64_t first = *e->Submit(prompt, Greedy(4));
+  auto r1 = RunToCompletion(e.get());
+  uint64_t second = *e->Submit(prompt, Greedy(4));
+  auto r2 = RunToCompletion(e.get());
+  EXPECT_EQ(r2[second].cached, 0);
+  EXPECT_EQ(r2[second].tokens, r1[first].tokens);
+  EXPECT_EQ(e->prefix_cache().num_chunks(), 0);
+  EXPECT_EQ(e->pool().free_pages(), free_at_start);
+}
+
 TEST(Engine, PreemptsUnderPagePressureAndStillProducesTheSameTokens) {
   EngineOptions tight;
   tight.num_pages = 24;  // 384 token slots for two 200-token prompts + decode

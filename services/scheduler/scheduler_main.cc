@@ -23,6 +23,8 @@ ABSL_FLAG(int, max_queue, 256, "requests in flight at most; more get RESOURCE_EX
 ABSL_FLAG(int, max_tokens_limit, 4096, "largest max_tokens a request may ask for");
 ABSL_FLAG(std::string, model, "", "model directory to read the tokenizer from (text prompts)");
 ABSL_FLAG(std::string, kv_compression, "fp16", "KV track decode workers subscribe to");
+ABSL_FLAG(bool, prefix_reuse, true,
+          "route to cached prefixes and fetch published ones (false: for A/B runs)");
 ABSL_FLAG(double, drain_s, 30, "on SIGTERM: finish in-flight requests for up to this long");
 
 int main(int argc, char** argv) {
@@ -54,6 +56,7 @@ int main(int argc, char** argv) {
   if (!creds.ok()) return fail(creds.status());
   scheduler::WorkerRegistry::Options ro;
   ro.lease = absl::Seconds(absl::GetFlag(FLAGS_lease_s));
+  ro.prefix_reuse = absl::GetFlag(FLAGS_prefix_reuse);
   ro.make_channel = [creds = *creds](const std::string& address) {
     return services::MakeChannel(address, creds);
   };

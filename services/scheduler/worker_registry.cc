@@ -187,9 +187,10 @@ absl::StatusOr<Route> WorkerRegistry::Choose(absl::Span<const Hash128> chain, in
   if (decode.empty()) {
     return absl::UnavailableError("no decode worker is registered with the scheduler");
   }
-  const auto held = index_.Match(chain);
+  const auto held = options_.prefix_reuse ? index_.Match(chain)
+                                          : absl::flat_hash_map<WorkerSlot, int>{};
   Route route;
-  route.reuse = published_.Longest(chain);
+  if (options_.prefix_reuse) route.reuse = published_.Longest(chain);
   RouterOptions ro = options_.router;
   ro.chunk_tokens = model_->chunk_tokens;
   if (auto p = ChoosePrefill(prefill, prompt_tokens, held, route.reuse.groups, ro)) {

@@ -66,6 +66,7 @@ class WorkerRegistry final : public v1::Registry::Service {
     absl::Duration lease = absl::Seconds(10);
     RouterOptions router;
     size_t published_chunks = 1 << 20;
+    bool prefix_reuse = true;  // false: route as if nothing were cached (A/B runs)
     // Makes the channel to a worker (TLS and keepalive settings).
     std::function<std::shared_ptr<grpc::Channel>(const std::string& address)> make_channel;
   };

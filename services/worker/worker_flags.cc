@@ -23,6 +23,7 @@ ABSL_FLAG(std::string, relay, "", "MoQT relay HOST:PORT; empty: peers connect di
 ABSL_FLAG(std::string, quic_cert, "", "QUIC certificate (PEM), also the client certificate");
 ABSL_FLAG(std::string, quic_key, "", "QUIC key (PEM)");
 ABSL_FLAG(std::string, quic_ca, "", "CA (PEM) that verifies QUIC peers; empty: no verification");
+ABSL_FLAG(bool, prefix_caching, true, "cache and reuse prompt chunks (false: for A/B runs)");
 ABSL_FLAG(double, heartbeat_s, 1.0, "heartbeat period (at most a third of the lease)");
 
 namespace kvcast::worker {
@@ -43,6 +44,7 @@ absl::StatusOr<WorkerConfig> WorkerConfigFromFlags(v1::WorkerRole role,
   if (c.kv_cache_mb <= 0) return absl::InvalidArgumentError("--kv_cache_mb must be positive");
   c.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
   c.chunk_tokens = absl::GetFlag(FLAGS_chunk_tokens);
+  c.prefix_caching = absl::GetFlag(FLAGS_prefix_caching);
   c.grpc.listen = absl::GetFlag(FLAGS_grpc_listen);
   if (c.grpc.listen.empty()) c.grpc.listen = default_grpc_listen;
   c.grpc.cert_file = absl::GetFlag(FLAGS_grpc_cert);

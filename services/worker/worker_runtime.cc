@@ -43,6 +43,7 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(const Worke
   options.chunk_tokens = config.chunk_tokens;
   options.kv_cache_bytes = int64_t(config.kv_cache_mb) << 20;
   options.max_batch_tokens = config.max_batch_tokens;
+  options.prefix_caching = config.prefix_caching;
   ASSIGN_OR_RETURN(rt->engine_, Engine::Create(config.model_dir, options, NewCpuBackend()));
   rt->model_name_ = config.model_name.empty() ? BaseName(config.model_dir) : config.model_name;
   WorkerRuntime* self = rt.get();

@@ -50,6 +50,7 @@ struct WorkerConfig {
   int kv_cache_mb = 256;
   int max_batch_tokens = 256;
   int chunk_tokens = 128;
+  bool prefix_caching = true;
   services::GrpcServerOptions grpc;
   std::string metrics_listen;
   std::string scheduler;       // HOST:PORT; empty: do not register
