@@ -1,135 +1,216 @@
 // kvcast: the command-line tool.
 //
 //   kvcast generate --model DIR --prompt TEXT [sampling flags]
-//     Streams generated text to stdout; timings (prefill, decode tokens/s,
-//     cached prompt tokens) go to stderr.
-#include <chrono>
+//     Runs the engine in this process; streams text to stdout, timings to
+//     stderr.
+//   kvcast generate --scheduler HOST:PORT (--prompt TEXT | --prompt_ids 1,2,3)
+//       [--max_tokens --temperature --top_k --top_p --seed --stop STR
+//        --ignore_eos --request_id --deadline_s --ca --cert --key]
+//     One streaming Generate call to a cluster; text deltas to stdout, the
+//     Final (finish reason, usage, TTFT/TBT, KV transfer, workers) to stderr.
+//   kvcast cluster up --model DIR [--prefill 1 --decode 1 --relay
+//       --work_dir build/cluster --scheduler_port 50051 --kv_cache_mb 256]
+//     A local cluster in the foreground until SIGINT/SIGTERM.
+//   kvcast bench --scheduler HOST:PORT [--requests 40 --rate 2
+//       --concurrency 8 --prefixes 4 --prefix_tokens 1024 --suffix_tokens 32
+//       --max_tokens 16 --seed 1 --vocab 256 --json FILE --allow_failures]
+//     A prefix-sharing workload; latency percentiles, throughput, cache and
+//     KV-transfer numbers.
+// Exit status: 0 ok, 1 failure (e.g. a gRPC error, a failed bench request),
+// 2 bad usage.
+#include <unistd.h>
+
 #include <cstdio>
-#include <iostream>
+#include <cstdlib>
+#include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "common/status_macros.h"
-#include "engine/engine.h"
-#include "kernels/backend.h"
+#include "tools/cli/bench.h"
+#include "tools/cli/cluster_cmd.h"
+#include "tools/cli/local_generate.h"
+#include "tools/cli/remote_generate.h"
 
-ABSL_FLAG(std::string, model, "", "HF model directory (config.json, *.safetensors, tokenizer)");
+// generate
+ABSL_FLAG(std::string, model, "", "HF model directory (generate: run in-process; cluster up: serve it)");
+ABSL_FLAG(std::string, scheduler, "", "scheduler HOST:PORT (generate, bench)");
 ABSL_FLAG(std::string, prompt, "", "prompt text");
 ABSL_FLAG(std::string, prompt_ids, "", "prompt as comma-separated token ids (instead of --prompt)");
-ABSL_FLAG(int, max_tokens, 64, "tokens to generate at most");
+ABSL_FLAG(std::optional<int>, max_tokens, std::nullopt, "tokens to generate at most (generate: 64, bench: 16)");
 ABSL_FLAG(double, temperature, 0.0, "0 = greedy");
 ABSL_FLAG(int, top_k, 0, "0 = off");
 ABSL_FLAG(double, top_p, 1.0, "nucleus sampling mass");
 ABSL_FLAG(double, repetition_penalty, 1.0, "HF-style repetition penalty");
-ABSL_FLAG(uint64_t, seed, 0, "sampling seed");
+ABSL_FLAG(std::optional<uint64_t>, seed, std::nullopt, "sampling seed (generate: 0); workload seed (bench: 1)");
 ABSL_FLAG(bool, ignore_eos, false, "keep generating past end-of-sequence");
-ABSL_FLAG(int, kv_cache_mb, 256, "KV page pool size");
+ABSL_FLAG(std::string, stop, "", "stop string (--scheduler only)");
+ABSL_FLAG(std::string, request_id, "", "request id (--scheduler only)");
+ABSL_FLAG(double, deadline_s, 0, "per-request deadline in seconds; 0 = none");
+ABSL_FLAG(std::string, ca, "", "CA (PEM) verifying the scheduler: TLS");
+ABSL_FLAG(std::string, cert, "", "client certificate (PEM) for mutual TLS");
+ABSL_FLAG(std::string, key, "", "client key (PEM) for mutual TLS");
+ABSL_FLAG(int, kv_cache_mb, 256, "KV page pool size in MiB (per worker)");
 ABSL_FLAG(bool, ids, false, "print token ids instead of text");
+// cluster up
+ABSL_FLAG(int, prefill, 1, "prefill workers");
+ABSL_FLAG(int, decode, 1, "decode workers");
+ABSL_FLAG(bool, relay, true, "run a MoQT relay (false: KV moves worker to worker)");
+ABSL_FLAG(std::string, work_dir, "build/cluster", "logs and certificates");
+ABSL_FLAG(int, scheduler_port, 50051, "scheduler gRPC port (0: a free one)");
+ABSL_FLAG(std::string, bin_dir, "", "directory with the kvcast-* binaries (default: found)");
+ABSL_FLAG(std::string, scheduler_flags, "", "extra scheduler flags, space-separated");
+ABSL_FLAG(std::string, prefill_flags, "", "extra prefill flags, space-separated");
+ABSL_FLAG(std::string, decode_flags, "", "extra decode flags, space-separated");
+ABSL_FLAG(std::string, relay_flags, "", "extra relay flags, space-separated");
+// bench
+ABSL_FLAG(int, requests, 40, "requests to send");
+ABSL_FLAG(double, rate, 2, "Poisson arrival rate in requests/s; 0 = closed loop");
+ABSL_FLAG(int, concurrency, 8, "requests in flight at most");
+ABSL_FLAG(int, prefixes, 4, "distinct shared prompt prefixes");
+ABSL_FLAG(int, prefix_tokens, 1024, "tokens per shared prefix");
+ABSL_FLAG(int, suffix_tokens, 32, "random tokens after the prefix");
+ABSL_FLAG(int, vocab, 256, "token ids are drawn from [10, vocab)");
+ABSL_FLAG(std::string, json, "", "also write the results as JSON to this file");
+ABSL_FLAG(bool, allow_failures, false, "exit 0 even if requests failed");
 
-namespace kvcast {
+namespace kvcast::cli {
 namespace {
 
-double Seconds(std::chrono::steady_clock::duration d) {
-  return std::chrono::duration<double>(d).count();
+constexpr char kUsage[] =
+    "usage:\n"
+    "  kvcast generate --model DIR --prompt TEXT [flags]\n"
+    "  kvcast generate --scheduler HOST:PORT (--prompt TEXT | --prompt_ids 1,2,3) [flags]\n"
+    "  kvcast cluster up --model DIR [--prefill N --decode M --relay --work_dir DIR]\n"
+    "  kvcast bench --scheduler HOST:PORT [--requests --rate --concurrency ...] [--json FILE]\n"
+    "(kvcast --help lists every flag)\n";
+
+int Usage(const std::string& why) {
+  std::fprintf(stderr, "kvcast: %s\n%s", why.c_str(), kUsage);
+  return 2;
 }
 
-absl::StatusOr<std::vector<int32_t>> PromptTokens(const Engine& engine) {
-  std::vector<int32_t> ids;
+int Result(const absl::Status& s) {
+  if (s.ok()) return 0;
+  std::fprintf(stderr, "kvcast: %s\n", s.ToString().c_str());
+  return 1;
+}
+
+TlsFiles Tls() { return {absl::GetFlag(FLAGS_ca), absl::GetFlag(FLAGS_cert), absl::GetFlag(FLAGS_key)}; }
+
+int Generate() {
+  const std::string model = absl::GetFlag(FLAGS_model), scheduler = absl::GetFlag(FLAGS_scheduler);
+  if (model.empty() == scheduler.empty()) return Usage("generate needs exactly one of --model and --scheduler");
+  GenerateOptions o;
+  o.prompt = absl::GetFlag(FLAGS_prompt);
   if (!absl::GetFlag(FLAGS_prompt_ids).empty()) {
-    for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_prompt_ids), ',')) {
-      int id;
-      if (!absl::SimpleAtoi(part, &id)) {
-        return absl::InvalidArgumentError(absl::StrCat("--prompt_ids: '", part, "' is not an integer"));
-      }
-      ids.push_back(id);
-    }
-    return ids;
+    auto ids = ParseTokenIds(absl::GetFlag(FLAGS_prompt_ids));
+    if (!ids.ok()) return Usage(absl::StrCat("--prompt_ids: ", ids.status().message()));
+    o.prompt_ids = *ids;
+  } else if (o.prompt.empty()) {
+    return Usage("--prompt or --prompt_ids is required");
   }
-  if (engine.tokenizer() == nullptr) {
-    return absl::FailedPreconditionError("the model directory has no tokenizer; use --prompt_ids");
-  }
-  return engine.tokenizer()->Encode(absl::GetFlag(FLAGS_prompt), /*add_bos=*/true);
+  o.max_tokens = absl::GetFlag(FLAGS_max_tokens).value_or(64);
+  o.temperature = float(absl::GetFlag(FLAGS_temperature));
+  o.top_k = absl::GetFlag(FLAGS_top_k);
+  o.top_p = float(absl::GetFlag(FLAGS_top_p));
+  o.repetition_penalty = float(absl::GetFlag(FLAGS_repetition_penalty));
+  o.seed = absl::GetFlag(FLAGS_seed).value_or(0);
+  o.ignore_eos = absl::GetFlag(FLAGS_ignore_eos);
+  o.print_ids = absl::GetFlag(FLAGS_ids);
+  if (!model.empty()) return Result(LocalGenerate(model, absl::GetFlag(FLAGS_kv_cache_mb), o));
+  RemoteOptions r;
+  r.scheduler = scheduler;
+  r.tls = Tls();
+  r.stop = absl::GetFlag(FLAGS_stop);
+  r.request_id = absl::GetFlag(FLAGS_request_id);
+  r.deadline_s = absl::GetFlag(FLAGS_deadline_s);
+  if (r.tls.cert.empty() != r.tls.key.empty()) return Usage("--cert and --key go together");
+  return Result(RemoteGenerate(o, r));
 }
 
-absl::Status Generate() {
-  if (absl::GetFlag(FLAGS_model).empty()) return absl::InvalidArgumentError("--model is required");
-  EngineOptions options;
-  options.kv_cache_bytes = int64_t(absl::GetFlag(FLAGS_kv_cache_mb)) << 20;
-  auto t_load = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(auto engine, Engine::Create(absl::GetFlag(FLAGS_model), options, NewCpuBackend()));
-  std::fprintf(stderr, "loaded %s (%s, %d layers) in %.2fs\n", absl::GetFlag(FLAGS_model).c_str(),
-               engine->config().architecture.c_str(), engine->config().num_hidden_layers,
-               Seconds(std::chrono::steady_clock::now() - t_load));
-  ASSIGN_OR_RETURN(std::vector<int32_t> prompt, PromptTokens(*engine));
-  GenerationParams params;
-  params.max_tokens = absl::GetFlag(FLAGS_max_tokens);
-  params.ignore_eos = absl::GetFlag(FLAGS_ignore_eos);
-  params.sampling.temperature = float(absl::GetFlag(FLAGS_temperature));
-  params.sampling.top_k = absl::GetFlag(FLAGS_top_k);
-  params.sampling.top_p = float(absl::GetFlag(FLAGS_top_p));
-  params.sampling.repetition_penalty = float(absl::GetFlag(FLAGS_repetition_penalty));
-  params.sampling.seed = absl::GetFlag(FLAGS_seed);
-  const int prompt_len = int(prompt.size());
-  ASSIGN_OR_RETURN(uint64_t id, engine->Submit(std::move(prompt), params));
-
-  std::unique_ptr<StreamingDecoder> text;
-  if (engine->tokenizer() != nullptr && !absl::GetFlag(FLAGS_ids)) {
-    text = std::make_unique<StreamingDecoder>(engine->tokenizer(), /*skip_special=*/true);
-  }
-  auto start = std::chrono::steady_clock::now();
-  std::chrono::steady_clock::time_point first_token;
-  SequenceEvent last;
-  int generated = 0;
-  while (engine->HasWork()) {
-    ASSIGN_OR_RETURN(std::vector<SequenceEvent> events, engine->Step());
-    for (const SequenceEvent& ev : events) {
-      if (ev.id != id) continue;
-      last = ev;
-      if (ev.token >= 0) {
-        if (generated++ == 0) first_token = std::chrono::steady_clock::now();
-        std::string piece = text ? text->Push(ev.token) : absl::StrCat(ev.token, " ");
-        std::fwrite(piece.data(), 1, piece.size(), stdout);
-        std::fflush(stdout);
-      }
-      if (ev.finish == FinishReason::kError) return absl::InternalError(ev.error);
-    }
-  }
-  if (text) std::cout << text->Flush();
-  std::cout << std::endl;
-  auto end = std::chrono::steady_clock::now();
-  double ttft = Seconds(first_token - start);
-  double decode = Seconds(end - first_token);
-  std::fprintf(stderr,
-               "prompt %d tokens (%d cached), prefill %.1f ms (%.0f tok/s); "
-               "generated %d tokens, decode %.1f tok/s; finish: %s\n",
-               prompt_len, last.cached_tokens, ttft * 1e3,
-               (prompt_len - last.cached_tokens) / ttft, generated,
-               generated > 1 ? (generated - 1) / decode : 0.0, FinishReasonName(last.finish));
-  return absl::OkStatus();
+std::vector<std::string> Words(const std::string& s) {
+  return absl::StrSplit(s, ' ', absl::SkipWhitespace());
 }
 
-}  // namespace
-}  // namespace kvcast
-
-int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "kvcast <command> [flags]\n\ncommands:\n  generate   generate text from a prompt with a local model");
-  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
-  if (args.size() != 2 || std::string(args[1]) != "generate") {
-    std::fprintf(stderr, "usage: kvcast generate --model DIR --prompt TEXT [flags]\n"
-                         "(kvcast --help lists every flag)\n");
-    return 2;
+int ClusterUpCommand() {
+  cluster::ClusterOptions o;
+  o.model_dir = absl::GetFlag(FLAGS_model);
+  o.num_prefill = absl::GetFlag(FLAGS_prefill);
+  o.num_decode = absl::GetFlag(FLAGS_decode);
+  o.relay = absl::GetFlag(FLAGS_relay);
+  o.work_dir = absl::GetFlag(FLAGS_work_dir);
+  o.scheduler_port = absl::GetFlag(FLAGS_scheduler_port);
+  o.kv_cache_mb = absl::GetFlag(FLAGS_kv_cache_mb);
+  if (const std::string dir = absl::GetFlag(FLAGS_bin_dir); !dir.empty()) {
+    o.scheduler_bin = dir + "/kvcast-scheduler";
+    o.prefill_bin = dir + "/kvcast-prefill";
+    o.decode_bin = dir + "/kvcast-decode";
+    o.relay_bin = dir + "/kvcast-relay";
   }
-  absl::Status s = kvcast::Generate();
-  if (!s.ok()) {
-    std::fprintf(stderr, "kvcast: %s\n", s.ToString().c_str());
+  o.scheduler_flags = Words(absl::GetFlag(FLAGS_scheduler_flags));
+  o.prefill_flags = Words(absl::GetFlag(FLAGS_prefill_flags));
+  o.decode_flags = Words(absl::GetFlag(FLAGS_decode_flags));
+  o.relay_flags = Words(absl::GetFlag(FLAGS_relay_flags));
+  if (absl::Status s = ValidateClusterUp(o); !s.ok()) return Usage(std::string(s.message()));
+  return Result(ClusterUp(o));
+}
+
+int BenchCommand() {
+  BenchOptions o;
+  o.scheduler = absl::GetFlag(FLAGS_scheduler);
+  o.tls = Tls();
+  o.requests = absl::GetFlag(FLAGS_requests);
+  o.rate = absl::GetFlag(FLAGS_rate);
+  o.concurrency = absl::GetFlag(FLAGS_concurrency);
+  o.prefixes = absl::GetFlag(FLAGS_prefixes);
+  o.prefix_tokens = absl::GetFlag(FLAGS_prefix_tokens);
+  o.suffix_tokens = absl::GetFlag(FLAGS_suffix_tokens);
+  o.max_tokens = absl::GetFlag(FLAGS_max_tokens).value_or(16);
+  o.seed = absl::GetFlag(FLAGS_seed).value_or(1);
+  o.vocab = absl::GetFlag(FLAGS_vocab);
+  o.deadline_s = absl::GetFlag(FLAGS_deadline_s);
+  if (absl::Status s = ValidateBenchOptions(o); !s.ok()) return Usage(std::string(s.message()));
+  if (o.tls.cert.empty() != o.tls.key.empty()) return Usage("--cert and --key go together");
+  auto report = RunBench(o);
+  if (!report.ok()) return Result(report.status());
+  std::fputs(FormatBenchReport(*report).c_str(), stdout);
+  if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
+    std::ofstream out(path);
+    out << BenchReportJson(*report, o).dump(2) << "\n";
+    if (!out) return Result(absl::FailedPreconditionError(absl::StrCat("cannot write ", path)));
+  }
+  if (report->failed > 0 && !absl::GetFlag(FLAGS_allow_failures)) {
+    std::fprintf(stderr, "kvcast bench: %d of %d requests failed\n", report->failed, o.requests);
     return 1;
   }
   return 0;
+}
+
+}  // namespace
+}  // namespace kvcast::cli
+
+namespace {
+// absl::ParseCommandLine exit()s with 1 on a bad flag; bad usage is 2 here.
+bool g_parsing_flags = false;
+void ExitTwoOnFlagErrors() {
+  if (g_parsing_flags) _exit(2);
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(kvcast::cli::kUsage);
+  g_parsing_flags = true;
+  std::atexit(ExitTwoOnFlagErrors);
+  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  g_parsing_flags = false;
+  std::vector<std::string> cmd(args.begin() + 1, args.end());
+  if (cmd == std::vector<std::string>{"generate"}) return kvcast::cli::Generate();
+  if (cmd == std::vector<std::string>{"cluster", "up"}) return kvcast::cli::ClusterUpCommand();
+  if (cmd == std::vector<std::string>{"bench"}) return kvcast::cli::BenchCommand();
+  return kvcast::cli::Usage(cmd.empty() ? "no command" : "unknown command '" + cmd[0] + "'");
 }

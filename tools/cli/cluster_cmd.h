@@ -1,0 +1,21 @@
+// `kvcast cluster up`: a local cluster in the foreground until SIGINT or
+// SIGTERM (tools/cluster/local_cluster.h).
+#ifndef KVCAST_TOOLS_CLI_CLUSTER_CMD_H_
+#define KVCAST_TOOLS_CLI_CLUSTER_CMD_H_
+
+#include "absl/status/status.h"
+#include "tools/cluster/local_cluster.h"
+
+namespace kvcast::cli {
+
+// INVALID_ARGUMENT for bad options (exit 2).
+absl::Status ValidateClusterUp(const cluster::ClusterOptions& options);
+
+// Starts the cluster, prints the scheduler's address and every process's
+// log on stdout, reports children that exit, and on SIGINT/SIGTERM stops
+// them all. Errors: LocalCluster::Start's, or Stop's.
+absl::Status ClusterUp(const cluster::ClusterOptions& options);
+
+}  // namespace kvcast::cli
+
+#endif  // KVCAST_TOOLS_CLI_CLUSTER_CMD_H_
