@@ -1,0 +1,280 @@
+// Multi-process tests of the disaggregated service: real kvcast-scheduler,
+// -prefill, -decode and -relay processes on loopback (LocalCluster), a tiny
+// random Llama, and the single-process Engine as the reference.
+#include <signal.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <future>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "engine/engine.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "kernels/backend.h"
+#include "kvcast/v1/generation.grpc.pb.h"
+#include "tools/cluster/local_cluster.h"
+#include "tools/cluster/metrics_scrape.h"
+#include "tools/tiny_model/tiny_model.h"
+
+ABSL_FLAG(std::string, scheduler_bin, "", "");
+ABSL_FLAG(std::string, prefill_bin, "", "");
+ABSL_FLAG(std::string, decode_bin, "", "");
+ABSL_FLAG(std::string, relay_bin, "", "");
+
+namespace kvcast::cluster {
+namespace {
+
+constexpr int kPagesPerChunk = 128 / 16;
+
+std::string TmpDir() {
+  const char* t = std::getenv("TEST_TMPDIR");
+  return t != nullptr ? t : "/tmp";
+}
+std::string ModelDir() { return TmpDir() + "/tiny"; }
+
+std::vector<int32_t> Prompt(int n, int seed) {
+  std::vector<int32_t> t;
+  for (int i = 0; i < n; ++i) t.push_back(10 + (i * 37 + seed * 101 + (i * i) % 17) % 490);
+  return t;
+}
+
+// What one process running the whole model generates (greedy).
+std::vector<int32_t> Reference(const std::vector<int32_t>& prompt, int max_tokens) {
+  auto engine = Engine::Create(ModelDir(), EngineOptions{}, NewCpuBackend());
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  GenerationParams p;
+  p.max_tokens = max_tokens;
+  p.ignore_eos = true;
+  uint64_t id = *(*engine)->Submit(prompt, p);
+  std::vector<int32_t> out;
+  while ((*engine)->HasWork()) {
+    auto events = (*engine)->Step();
+    EXPECT_TRUE(events.ok()) << events.status();
+    for (const SequenceEvent& ev : *events) {
+      if (ev.id == id && ev.token >= 0) out.push_back(ev.token);
+    }
+  }
+  return out;
+}
+
+struct Result {
+  grpc::Status status;
+  std::vector<int32_t> tokens;
+  v1::Final final;
+};
+
+// Streams one greedy request; `on_delta` sees the token count so far.
+Result Generate(const std::string& scheduler, const std::vector<int32_t>& prompt, int max_tokens,
+                std::function<void(int)> on_delta = nullptr) {
+  auto stub = v1::Generation::NewStub(
+      grpc::CreateChannel(scheduler, grpc::InsecureChannelCredentials()));
+  v1::GenerateRequest req;
+  *req.mutable_token_ids()->mutable_ids() = {prompt.begin(), prompt.end()};
+  req.set_max_tokens(max_tokens);
+  req.set_ignore_eos(true);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  auto reader = stub->Generate(&ctx, req);
+  Result r;
+  v1::GenerateResponse resp;
+  while (reader->Read(&resp)) {
+    if (resp.has_delta()) {
+      r.tokens.insert(r.tokens.end(), resp.delta().token_ids().begin(),
+                      resp.delta().token_ids().end());
+      if (on_delta) on_delta(int(r.tokens.size()));
+    } else {
+      r.final = resp.final();
+    }
+  }
+  r.status = reader->Finish();
+  return r;
+}
+
+double Metric(const Process& p, const std::string& name, const Labels& labels = {}) {
+  auto text = HttpGet(p.metrics_address, "/metrics");
+  if (!text.ok()) return -1;
+  auto v = ScrapeMetric(*text, name, labels);
+  return v.ok() ? *v : -1;
+}
+
+// Pages at rest are held only by the prefix cache: every request's pages
+// came back. Polls briefly (publishers retain prompts for --retain_s).
+void ExpectNoPagesLeaked(const Process& p) {
+  double used = 0, cached = 0;
+  for (int i = 0; i < 100; ++i) {
+    used = Metric(p, "kvcast_kv_pages_used");
+    cached = Metric(p, "kvcast_prefix_cache_chunks") * kPagesPerChunk;
+    if (used >= 0 && used == cached) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ADD_FAILURE() << p.name << ": " << used << " pages in use, " << cached
+                << " held by the prefix cache";
+}
+
+class DisaggregatedTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    absl::Status s = WriteTinyModel(TinyModelOptions{}, ModelDir());
+    ASSERT_TRUE(s.ok()) << s;
+  }
+  std::unique_ptr<LocalCluster> Start(const std::string& name, int prefill, int decode) {
+    ClusterOptions o;
+    o.model_dir = ModelDir();
+    o.work_dir = TmpDir() + "/" + name;
+    o.num_prefill = prefill;
+    o.num_decode = decode;
+    o.kv_cache_mb = 64;
+    o.scheduler_bin = absl::GetFlag(FLAGS_scheduler_bin);
+    o.prefill_bin = absl::GetFlag(FLAGS_prefill_bin);
+    o.decode_bin = absl::GetFlag(FLAGS_decode_bin);
+    o.relay_bin = absl::GetFlag(FLAGS_relay_bin);
+    o.prefill_flags = {"--retain_s=1"};
+    o.scheduler_flags = {"--lease_s=3"};
+    auto c = LocalCluster::Start(o);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? std::move(*c) : nullptr;
+  }
+};
+
+TEST_F(DisaggregatedTest, GreedyOutputEqualsOneProcessAndPrefixesAreReused) {
+  auto c = Start("equal", 1, 1);
+  ASSERT_NE(c, nullptr);
+  // Lengths around the 128-token chunk: short, exactly one chunk, several
+  // chunks with a partial last one, exactly four chunks.
+  for (int n : {40, 128, 300, 512}) {
+    auto prompt = Prompt(n, n);
+    Result r = Generate(c->scheduler_address(), prompt, 24);
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    EXPECT_EQ(r.tokens, Reference(prompt, 24)) << "prompt of " << n;
+    EXPECT_EQ(r.final.usage().prompt_tokens(), n);
+    EXPECT_EQ(r.final.usage().generated_tokens(), 24);
+    EXPECT_GT(r.final.timings().transfer_bytes(), 0) << "the KV went over MoQT";
+    EXPECT_EQ(r.final.retries(), 0);
+  }
+  // Concurrent requests batch together on both workers.
+  std::vector<std::future<Result>> futures;
+  for (int i = 0; i < 3; ++i) {
+    futures.push_back(std::async(std::launch::async, [&, i] {
+      return Generate(c->scheduler_address(), Prompt(150 + 60 * i, 7 + i), 20);
+    }));
+  }
+  for (int i = 0; i < 3; ++i) {
+    Result r = futures[i].get();
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    EXPECT_EQ(r.tokens, Reference(Prompt(150 + 60 * i, 7 + i), 20));
+  }
+
+  // Prefix reuse: a prompt sharing 2 full chunks (256 tokens) with an earlier
+  // one. The prefill must compute only the rest.
+  const Process& prefill = c->worker(Role::kPrefill, 0);
+  auto first = Prompt(300, 42);
+  ASSERT_TRUE(Generate(c->scheduler_address(), first, 4).status.ok());
+  auto second = first;
+  second.resize(260);
+  for (int i = 0; i < 50; ++i) second.push_back(20 + i);
+  const double computed_before =
+      Metric(prefill, "kvcast_prefill_tokens_total", {{"origin", "computed"}});
+  Result r = Generate(c->scheduler_address(), second, 16);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.tokens, Reference(second, 16));
+  EXPECT_EQ(r.final.usage().cached_prompt_tokens(), 256);
+  EXPECT_EQ(Metric(prefill, "kvcast_prefill_tokens_total", {{"origin", "computed"}}) -
+                computed_before,
+            310 - 256);
+  // The decode worker held those chunks too: only the rest travelled.
+  EXPECT_LT(r.final.timings().transfer_bytes(), 310 * 1024);
+  ExpectNoPagesLeaked(prefill);
+  ExpectNoPagesLeaked(c->worker(Role::kDecode, 0));
+  EXPECT_TRUE(c->Stop().ok());
+}
+
+TEST_F(DisaggregatedTest, KilledDecodeWorkerMidStreamIsReplaced) {
+  auto c = Start("kill_decode", 1, 2);
+  ASSERT_NE(c, nullptr);
+  auto prompt = Prompt(200, 3);
+  const int max_tokens = 1500;
+  int victim = -1;
+  Result r = Generate(c->scheduler_address(), prompt, max_tokens, [&](int n) {
+    if (victim >= 0 || n < 20) return;
+    // The decode worker running the sequence is the victim.
+    for (int i = 0; i < 2; ++i) {
+      if (Metric(c->worker(Role::kDecode, i), "kvcast_running") == 1) victim = i;
+    }
+    if (victim >= 0) {
+      ASSERT_TRUE(c->Kill(Role::kDecode, victim, SIGKILL).ok());
+    }
+  });
+  ASSERT_GE(victim, 0) << "the request finished before a worker could be killed";
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_GE(r.final.retries(), 1);
+  EXPECT_EQ(int(r.tokens.size()), max_tokens);
+  EXPECT_EQ(r.tokens, Reference(prompt, max_tokens));
+  const Process& survivor = c->worker(Role::kDecode, 1 - victim);
+  EXPECT_EQ(r.final.decode_worker().substr(0, survivor.grpc_address.size()),
+            survivor.grpc_address);
+  ExpectNoPagesLeaked(survivor);
+  ExpectNoPagesLeaked(c->worker(Role::kPrefill, 0));
+}
+
+TEST_F(DisaggregatedTest, KilledPrefillWorkerIsRetriedElsewhere) {
+  auto c = Start("kill_prefill", 2, 1);
+  ASSERT_NE(c, nullptr);
+  // Two concurrent requests are spread over both prefill workers (the
+  // router counts dispatched work): this opens the scheduler's connections.
+  auto both = [&](int seed) {
+    std::vector<std::future<Result>> futures;
+    for (int i = 0; i < 2; ++i) {
+      futures.push_back(std::async(std::launch::async, [&, i] {
+        return Generate(c->scheduler_address(), Prompt(400, seed + i), 12);
+      }));
+    }
+    return futures;
+  };
+  for (auto& f : both(50)) ASSERT_TRUE(f.get().status.ok());
+  // Freeze both prefill workers, send two requests (one per worker), kill
+  // worker 0 with its request in flight, thaw worker 1.
+  ASSERT_TRUE(c->Kill(Role::kPrefill, 0, SIGSTOP).ok());
+  ASSERT_TRUE(c->Kill(Role::kPrefill, 1, SIGSTOP).ok());
+  auto futures = both(60);
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  ASSERT_TRUE(c->Kill(Role::kPrefill, 0, SIGKILL).ok());
+  ASSERT_TRUE(c->Kill(Role::kPrefill, 1, SIGCONT).ok());
+  int retries = 0;
+  const std::string survivor = c->worker(Role::kPrefill, 1).grpc_address;
+  for (int i = 0; i < 2; ++i) {
+    Result r = futures[i].get();
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    EXPECT_EQ(r.tokens, Reference(Prompt(400, 60 + i), 12));
+    EXPECT_EQ(r.final.prefill_worker().substr(0, survivor.size()), survivor);
+    retries += r.final.retries();
+  }
+  EXPECT_GE(retries, 1) << "one request was on the killed worker";
+  ExpectNoPagesLeaked(c->worker(Role::kPrefill, 1));
+  ExpectNoPagesLeaked(c->worker(Role::kDecode, 0));
+}
+
+TEST_F(DisaggregatedTest, WithoutPrefillWorkersDecodeRecomputes) {
+  auto c = Start("no_prefill", 1, 1);
+  ASSERT_NE(c, nullptr);
+  ASSERT_TRUE(c->Kill(Role::kPrefill, 0, SIGKILL).ok());
+  auto prompt = Prompt(260, 9);
+  Result r = Generate(c->scheduler_address(), prompt, 10);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.tokens, Reference(prompt, 10));
+  ExpectNoPagesLeaked(c->worker(Role::kDecode, 0));
+}
+
+}  // namespace
+}  // namespace kvcast::cluster
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  absl::ParseCommandLine(argc, argv);
+  return RUN_ALL_TESTS();
+}
