@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # kvcast developer entry point. Each command installs what it needs first.
-#   ./kvcast.sh demo    build, make the tiny model, generate text with it
+#   ./kvcast.sh demo    build, make the tiny model, start a local cluster, send two
+#                       requests sharing a prefix (the second shows cached tokens)
 #   ./kvcast.sh test    build and run every test; ends with "N passed, N failed"
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -45,18 +46,47 @@ setup_venv() {
 
 bazel_cmd() { bazel "$@" --jobs="${KVCAST_JOBS:-2}"; }
 
+SERVICE_TARGETS=(//tools/cli:kvcast //tools/tiny_model:make_tiny_model
+  //services/scheduler:kvcast-scheduler //services/prefill:kvcast-prefill
+  //services/decode:kvcast-decode //transport/moqt:kvcast-relay)
+
+# Starts `kvcast cluster up` in the background; waits until it serves.
+start_cluster() {  # $1: model dir, $2: log file, rest: extra cluster flags
+  local model=$1 log=$2
+  shift 2
+  bazel-bin/tools/cli/kvcast cluster up --model "$model" --scheduler_port 50051 "$@" >"$log" 2>&1 &
+  CLUSTER_PID=$!
+  for _ in $(seq 1 120); do
+    grep -q "^scheduler:" "$log" && return 0
+    kill -0 "$CLUSTER_PID" 2>/dev/null || { cat "$log" >&2; return 1; }
+    sleep 0.5
+  done
+  cat "$log" >&2
+  return 1
+}
+stop_cluster() { [ -n "${CLUSTER_PID:-}" ] && kill "$CLUSTER_PID" 2>/dev/null && wait "$CLUSTER_PID" || true; }
+
 demo() {
   setup_apt
   log "building (first build takes a few minutes)"
-  bazel_cmd build //tools/cli:kvcast //tools/tiny_model:make_tiny_model
+  bazel_cmd build "${SERVICE_TARGETS[@]}"
   if [ ! -f "$TINY_MODEL/config.json" ]; then
     log "writing the tiny random Llama checkpoint to $TINY_MODEL"
     bazel-bin/tools/tiny_model/make_tiny_model --out "$TINY_MODEL"
   fi
-  local prompt="The quick brown fox"
-  log "kvcast generate --model $TINY_MODEL --prompt \"$prompt\" (random weights: the text is gibberish by design)"
-  bazel-bin/tools/cli/kvcast generate --model "$TINY_MODEL" --prompt "$prompt" \
-    --max_tokens 48 --temperature 0.8 --top_p 0.95 --seed 7 --ignore_eos
+  log "starting a local cluster: scheduler, relay, 1 prefill, 1 decode worker (logs in build/cluster)"
+  trap stop_cluster EXIT
+  start_cluster "$TINY_MODEL" build/cluster.log --work_dir build/cluster
+  sed 's/^/  /' build/cluster.log >&2
+  # Two requests sharing a long system prompt (> 2 chunks of 128 tokens):
+  # the second reuses its KV (cached tokens) and reaches its first token sooner.
+  local system="You are kvcast, a disaggregated inference service. Prefill workers compute the KV cache of a prompt and publish it chunk by chunk over MoQT; decode workers land it in their page pool and generate tokens with continuous batching. Relays cache the chunks so that later requests with the same prefix fetch instead of recomputing. Answer briefly."
+  for question in "What does the prefill worker do?" "Where does the decode worker keep KV?"; do
+    log "kvcast generate --scheduler 127.0.0.1:50051 --prompt \"<system prompt> $question\" (random weights: gibberish by design)"
+    bazel-bin/tools/cli/kvcast generate --scheduler 127.0.0.1:50051 \
+      --prompt "$system $question" --max_tokens 24 --ignore_eos
+    echo
+  done
 }
 
 setup_moq_venv() {
