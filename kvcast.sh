@@ -78,7 +78,7 @@ demo() {
   trap stop_cluster EXIT
   start_cluster "$TINY_MODEL" build/cluster.log --work_dir build/cluster
   sed 's/^/  /' build/cluster.log >&2
-  # Two requests sharing a long system prompt (> 2 chunks of 128 tokens):
+  # Two requests sharing a system prompt longer than one 128-token chunk:
   # the second reuses its KV (cached tokens) and reaches its first token sooner.
   local system="You are kvcast, a disaggregated inference service. Prefill workers compute the KV cache of a prompt and publish it chunk by chunk over MoQT; decode workers land it in their page pool and generate tokens with continuous batching. Relays cache the chunks so that later requests with the same prefix fetch instead of recomputing. Answer briefly."
   for question in "What does the prefill worker do?" "Where does the decode worker keep KV?"; do

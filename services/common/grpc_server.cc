@@ -152,8 +152,11 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 2000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 2000);
+  // Generous enough for peers whose cores are busy with compute (a 2 s
+  // timeout dropped live workers on a saturated 2-core host); a killed
+  // process is noticed at once anyway (its sockets are reset).
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 4000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 6000);
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);  // Keep pinging idle streams.
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 250);

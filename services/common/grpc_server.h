@@ -15,10 +15,10 @@
 // SetServing(false). Client keepalive pings as often as every second are
 // accepted, and the server pings idle clients itself.
 //
-// Channels from MakeChannel ping every 2 s and give up on a peer that has
-// not answered for 2 s more, with or without calls in flight, so a call to a
-// worker that died (kill -9, host or link down) fails with UNAVAILABLE within
-// about 4 s instead of hanging; reconnection backoff is capped at 5 s so a
+// Channels from MakeChannel ping every 4 s and give up on a peer that has
+// not answered for 6 s more, with or without calls in flight, so a call to a
+// worker that died (host or link down) fails with UNAVAILABLE within about
+// 10 s instead of hanging (a killed process's reset sockets fail it at once); reconnection backoff is capped at 5 s so a
 // restarted worker is found again quickly.
 //
 // Thread safety: GrpcServer's methods may be called from any thread;

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <optional>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -61,12 +62,20 @@ class GenerationService::Request {
   // token or string, or max_tokens).
   bool OnToken(int32_t token);
   grpc::Status Finish();
+  // Whether a worker call ended because the client's call did (deadline or
+  // cancellation propagate to worker calls): then there is nothing to retry.
+  bool ClientDone(const grpc::Status& worker) const {
+    return client_gone_ || ctx_->IsCancelled() ||
+           worker.error_code() == grpc::DEADLINE_EXCEEDED ||
+           ctx_->deadline() <= std::chrono::system_clock::now();
+  }
   grpc::Status Interrupted() const {
-    return ctx_->deadline() < std::chrono::system_clock::now()
+    return ctx_->deadline() <= std::chrono::system_clock::now() || !ctx_->IsCancelled()
                ? grpc::Status(grpc::DEADLINE_EXCEEDED, "the request's deadline passed")
                : grpc::Status(grpc::CANCELLED, "the client cancelled the request");
   }
-  v1::DecodeStart DecodeStartFor(const Route& route) const;
+  // `prefill`: the worker publishing the prompt in this attempt, if any.
+  v1::DecodeStart DecodeStartFor(const WorkerRef* prefill) const;
   // A context for a worker call: the client's deadline and cancellation,
   // or the default deadline when the client set none.
   std::unique_ptr<grpc::ClientContext> WorkerContext() const {
@@ -102,7 +111,8 @@ class GenerationService::Request {
   int cached_tokens_ = 0;
   int retries_ = 0;
   std::string prefill_worker_, decode_worker_;
-  std::optional<Clock::time_point> t_dispatch_, t_first_;
+  std::optional<Clock::time_point> t_dispatch_, t_first_, t_prefilled_;
+  double handoff_ms_ = 0;
   std::vector<double> gaps_ms_;
   Clock::time_point t_last_;
   int64_t transfer_bytes_ = 0;
@@ -232,7 +242,7 @@ bool GenerationService::Request::OnToken(int32_t token) {
   return done || client_gone_;
 }
 
-v1::DecodeStart GenerationService::Request::DecodeStartFor(const Route& route) const {
+v1::DecodeStart GenerationService::Request::DecodeStartFor(const WorkerRef* prefill) const {
   v1::DecodeStart start;
   start.set_request_id(request_id_);
   *start.mutable_prompt() = {prompt_.begin(), prompt_.end()};
@@ -245,7 +255,7 @@ v1::DecodeStart GenerationService::Request::DecodeStartFor(const Route& route) c
   // The prompt's KV: being published by this attempt's prefill, or by the
   // earlier one when resuming after a decode failure.
   const std::string publisher =
-      !kv_publisher_.empty() ? kv_publisher_ : route.prefill ? route.prefill->moqt_address : "";
+      !kv_publisher_.empty() ? kv_publisher_ : prefill != nullptr ? prefill->moqt_address : "";
   if (!publisher.empty()) {
     v1::KvSource* kv = start.mutable_kv();
     kv->set_prompt_digest(digest_);
@@ -270,6 +280,13 @@ grpc::Status GenerationService::Request::Run() {
     const int so_far = int(generated_.size());
     auto route = svc_->registry_->Choose(chain_, n + so_far, max_tokens_ - so_far, exclude);
     svc_->m_.route->Observe(std::chrono::duration<double>(Clock::now() - t_route).count());
+    // No decode worker right now (all failed or suspended): give the
+    // registry a moment (heartbeats revive live workers) before giving up.
+    for (int wait = 0; !route.ok() && wait < 30 && !ctx_->IsCancelled(); ++wait) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      if (wait == 10) exclude.clear();  // failed once is not failed forever
+      route = svc_->registry_->Choose(chain_, n + so_far, max_tokens_ - so_far, exclude);
+    }
     if (!route.ok()) {
       return grpc::Status(grpc::UNAVAILABLE,
                           last_error.empty() ? std::string(route.status().message())
@@ -284,14 +301,16 @@ grpc::Status GenerationService::Request::Run() {
     } releaser{svc_->registry_, *route, n};
     if (!t_dispatch_) t_dispatch_ = Clock::now();
     decode_worker_ = route->decode.worker_id;
-    const bool need_prefill = generated_.empty() && route->prefill.has_value();
+    // After max_attempts prefill failures the decode worker computes the prompt.
+    const bool need_prefill = generated_.empty() && route->prefill.has_value() &&
+                              prefill_failures < svc_->options_.max_attempts;
 
     // 1. Decode first: it allocates and subscribes while the prefill runs.
     auto dctx = WorkerContext();
     auto dstub = v1::Decode::NewStub(route->decode.channel);
     auto stream = dstub->Decode(dctx.get());
     v1::DecodeRequest start_msg;
-    *start_msg.mutable_start() = DecodeStartFor(*route);
+    *start_msg.mutable_start() = DecodeStartFor(need_prefill ? &*route->prefill : nullptr);
     const bool sent = stream->Write(start_msg);
 
     // 2. Prefill: the first token.
@@ -318,7 +337,7 @@ grpc::Status GenerationService::Request::Run() {
       if (!ps.ok()) {
         dctx->TryCancel();
         stream->Finish().IgnoreError();
-        if (ctx_->IsCancelled()) return Interrupted();
+        if (ClientDone(ps)) return Interrupted();
         if (Final(ps.error_code())) return ps;
         last_error = absl::StrCat("prefill ", route->prefill->worker_id, ": ", ps.error_message());
         std::fprintf(stderr, "kvcast-scheduler: %s: %s; retrying\n", request_id_.c_str(),
@@ -328,12 +347,12 @@ grpc::Status GenerationService::Request::Run() {
         ++retries_;
         svc_->m_.retries->Increment();
         if (++prefill_failures >= svc_->options_.max_attempts) {
-          // Stop trying prefill workers: decode computes the prompt itself.
           std::fprintf(stderr, "kvcast-scheduler: %s: recomputing on decode\n",
                        request_id_.c_str());
         }
         continue;
       }
+      t_prefilled_ = Clock::now();
       prefill_worker_ = route->prefill->worker_id;
       kv_publisher_ = route->prefill->moqt_address;
       cached_tokens_ = presp.cached_tokens() + presp.fetched_tokens();
@@ -355,6 +374,7 @@ grpc::Status GenerationService::Request::Run() {
     bool done = false;
     while (!done && stream->Read(&r)) {
       if (r.kv_ready()) {
+        if (t_prefilled_ && handoff_ms_ == 0) handoff_ms_ = Ms(Clock::now() - *t_prefilled_);
         transfer_bytes_ += r.transfer_bytes();
         transfer_ms_ += r.transfer_ms();
         svc_->m_.transfer_bytes->Increment(double(r.transfer_bytes()));
@@ -378,7 +398,7 @@ grpc::Status GenerationService::Request::Run() {
     if (done) dctx->TryCancel();
     grpc::Status ds = stream->Finish();
     if (finish_) return Finish();
-    if (client_gone_ || ctx_->IsCancelled()) return Interrupted();
+    if (ClientDone(ds)) return Interrupted();
     if (Final(ds.error_code())) return ds;
     last_error = absl::StrCat("decode ", route->decode.worker_id, ": ",
                               ds.ok() ? "stream ended early" : ds.error_message());
@@ -424,6 +444,7 @@ grpc::Status GenerationService::Request::Finish() {
   t->set_e2e_ms(Ms(now - t_admit_));
   t->set_transfer_bytes(transfer_bytes_);
   t->set_transfer_ms(transfer_ms_);
+  t->set_handoff_ms(handoff_ms_);
   svc_->m_.e2e->Observe(std::chrono::duration<double>(now - t_admit_).count());
   svc_->m_.generated_tokens->Increment(double(generated_.size()));
   if (!emit_(out)) return Interrupted();

@@ -137,6 +137,7 @@ grpc::Status WorkerRegistry::Heartbeat(grpc::ServerContext*, const v1::Heartbeat
   Worker& w = workers_[it->second];
   w.load = request->load();
   w.last_seen = absl::Now();
+  w.suspended = false;
   for (const v1::KvEvent& e : request->events()) {
     std::vector<Hash128> hashes = HashesOf(e.chunk_hashes());
     if (e.kind() == v1::KvEvent::KIND_STORED) {
@@ -181,7 +182,7 @@ absl::StatusOr<Route> WorkerRegistry::Choose(absl::Span<const Hash128> chain, in
   absl::MutexLock lock(&mu_);
   std::vector<Candidate> prefill, decode;
   for (const auto& [slot, w] : workers_) {
-    if (exclude.contains(slot)) continue;
+    if (exclude.contains(slot) || w.suspended) continue;
     (w.info.role() == v1::WORKER_ROLE_PREFILL ? prefill : decode).push_back(CandidateOf(w));
   }
   if (decode.empty()) {
@@ -225,9 +226,9 @@ void WorkerRegistry::MarkFailed(WorkerSlot slot) {
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(slot);
   if (it == workers_.end()) return;
-  std::fprintf(stderr, "kvcast-scheduler: worker %s failed a call; dropped until it registers\n",
+  std::fprintf(stderr, "kvcast-scheduler: worker %s failed a call; suspended until it heartbeats\n",
                it->second.ref.worker_id.c_str());
-  DropLocked(slot);
+  it->second.suspended = true;
 }
 
 void WorkerRegistry::Published(const std::string& digest, const std::string& publisher,

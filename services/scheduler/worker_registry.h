@@ -2,8 +2,8 @@
 // router reads. Workers Register (with a snapshot of the chunk hashes they
 // hold), Heartbeat (load + KV events) and Deregister; a worker silent for
 // longer than the lease is dropped with its chunks. A worker the scheduler
-// saw fail (its RPC broke) is dropped at once; if it is alive, its next
-// heartbeat is told to register again.
+// saw fail (its RPC broke) is suspended from routing until its next
+// heartbeat proves it alive (or its lease runs out).
 //
 // One model per scheduler: the first worker fixes it (model id, chunk size,
 // vocabulary); a worker of another model is refused.
@@ -87,7 +87,8 @@ class WorkerRegistry final : public v1::Registry::Service {
   absl::StatusOr<Route> Choose(absl::Span<const Hash128> chain, int prompt_tokens,
                                int max_tokens, const absl::flat_hash_set<WorkerSlot>& exclude);
   void Release(const Route& route, int prompt_tokens);
-  // The worker's RPC failed as if it were gone: drop it now.
+  // The worker's RPC failed as if it were gone: route nothing to it until it
+  // heartbeats again.
   void MarkFailed(WorkerSlot slot);
   // A prefill published `chain` under `digest` at `publisher`.
   void Published(const std::string& digest, const std::string& publisher,
@@ -108,6 +109,7 @@ class WorkerRegistry final : public v1::Registry::Service {
     absl::Time last_seen;
     int dispatched = 0;
     int64_t dispatched_tokens = 0;
+    bool suspended = false;
   };
   void Reap();
   void DropLocked(WorkerSlot slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -281,7 +281,7 @@ void WorkerRuntime::RegistryLoop() {
   std::string last_error;
   do {
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
     grpc::Status st;
     if (!registered) {
       v1::RegisterRequest req;

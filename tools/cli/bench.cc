@@ -169,7 +169,7 @@ absl::StatusOr<BenchReport> RunBench(const BenchOptions& o) {
     transfer_bytes += double(t.transfer_bytes());
     transfer_ms += t.transfer_ms();
     if (t.ttft_ms() > 0) {
-      handoff += t.transfer_ms() / t.ttft_ms();
+      handoff += t.handoff_ms() / t.ttft_ms();
       ++handoff_n;
     }
   }

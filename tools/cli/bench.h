@@ -54,7 +54,7 @@ struct BenchReport {
   double cached_share = 0;           // cached / prompt tokens
   double mean_transfer_bytes = 0;
   double mean_transfer_ms = 0;
-  double handoff_share_of_ttft = 0;  // mean of transfer_ms / ttft_ms (server timings)
+  double handoff_share_of_ttft = 0;  // mean of handoff_ms / ttft_ms (server timings)
 };
 
 // INVALID_ARGUMENT names the first bad option.

@@ -1,0 +1,615 @@
+"""kvcast's public API seen by an independent client: PyPI's grpcio.
+
+Generates the kvcast.v1 Python stubs from our .proto files with
+tests/grpc/gen_python_stubs.sh, writes the tiny model with make_tiny_model,
+starts `kvcast cluster up` (scheduler with --max_queue=4 + relay + 1 prefill
++ 1 decode on loopback) and checks, with grpcio only (no kvcast code):
+  stream_matches_unary  streaming Generate (text prompt) == GenerateUnary
+  prefix_reuse          a shared 300-token prefix is reported as cached
+  invalid_argument      bad requests end with INVALID_ARGUMENT + a message
+  flood                 40 concurrent streams: only OK / RESOURCE_EXHAUSTED
+  deadline              a 50 ms deadline ends the call, frees the slot
+  health                grpc.health.v1 (hand-encoded) reports SERVING
+  cluster_stops         SIGTERM stops `kvcast cluster up` cleanly, in time
+Every wait is bounded. Writes one JUnit <testcase> per check to --xml and
+exits 1 if any failed; on failure prints the cluster's logs.
+
+Usage (see grpcio_client_test.sh): grpcio_client_test.py --xml OUT
+  --work DIR --gen_stubs SH --proto_root DIR --kvcast BIN
+  --make_tiny_model BIN --scheduler BIN --prefill BIN --decode BIN --relay BIN
+"""
+import argparse
+import concurrent.futures
+import json
+import math
+import os
+import pathlib
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import traceback
+import urllib.request
+import xml.sax.saxutils
+
+import grpc
+
+CHUNK = 128          # the scheduler's prefix-hash chunk (tokens)
+MAX_QUEUE = 4        # --max_queue given to the scheduler
+START_TIMEOUT_S = 90  # `cluster up` until it prints the scheduler line
+READY_TIMEOUT_S = 30  # then until health is SERVING and a request succeeds
+STOP_TIMEOUT_S = 40   # SIGTERM to exit (LocalCluster's stop_timeout is 20 s)
+RPC_TIMEOUT_S = 30    # every ordinary call
+
+T0 = time.monotonic()
+
+
+def log(msg):
+    print(f"[{time.monotonic() - T0:7.2f}s] {msg}", flush=True)
+
+
+class CheckError(AssertionError):
+    pass
+
+
+def expect(cond, msg):
+    if not cond:
+        raise CheckError(msg)
+
+
+# --- grpc.health.v1 by hand -------------------------------------------------
+# HealthCheckRequest { string service = 1; }
+# HealthCheckResponse { ServingStatus status = 1; }  SERVING = 1
+
+def encode_health_request(service):
+    data = service.encode()
+    return (b"\x0a" + encode_varint(len(data)) + data) if data else b""
+
+
+def encode_varint(v):
+    out = bytearray()
+    while True:
+        b = v & 0x7F
+        v >>= 7
+        if v:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def read_varint(buf, i):
+    v, shift = 0, 0
+    while True:
+        if i >= len(buf):
+            raise ValueError("truncated varint")
+        b = buf[i]
+        i += 1
+        v |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            return v, i
+
+
+def decode_health_status(buf):
+    """Field 1 (varint) of a HealthCheckResponse; 0 (UNKNOWN) when absent."""
+    status, i = 0, 0
+    while i < len(buf):
+        key, i = read_varint(buf, i)
+        field, wire = key >> 3, key & 7
+        if wire == 0:
+            v, i = read_varint(buf, i)
+            if field == 1:
+                status = v
+        elif wire == 2:
+            n, i = read_varint(buf, i)
+            i += n
+        elif wire == 1:
+            i += 8
+        elif wire == 5:
+            i += 4
+        else:
+            raise ValueError(f"wire type {wire} in a HealthCheckResponse")
+    return status
+
+
+SERVING = 1
+
+
+def health_status(channel, service="", timeout=5):
+    check = channel.unary_unary("/grpc.health.v1.Health/Check")  # bytes in, bytes out
+    return decode_health_status(check(encode_health_request(service), timeout=timeout))
+
+
+# --- the cluster ------------------------------------------------------------
+
+def free_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Cluster:
+    def __init__(self, args, model_dir, work):
+        self.work = work
+        self.dir = work / "cluster"
+        self.bin_dir = work / "bin"
+        self.bin_dir.mkdir(parents=True, exist_ok=True)
+        for name, path in [("kvcast-scheduler", args.scheduler), ("kvcast-prefill", args.prefill),
+                           ("kvcast-decode", args.decode), ("kvcast-relay", args.relay)]:
+            link = self.bin_dir / name
+            if link.is_symlink() or link.exists():
+                link.unlink()
+            link.symlink_to(os.path.realpath(path))
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.stdout_path = work / "cluster_up.stdout"
+        self.stderr_path = work / "cluster_up.stderr"
+        self.cmd = [args.kvcast, "cluster", "up", "--model", str(model_dir), "--prefill", "1",
+                    "--decode", "1", "--work_dir", str(self.dir), "--scheduler_port",
+                    str(self.port), "--bin_dir", str(self.bin_dir),
+                    f"--scheduler_flags=--max_queue={MAX_QUEUE}"]
+        self.proc = None
+        self.metrics = {}  # process name -> HOST:PORT of /metrics
+
+    def start(self):
+        log("starting: " + " ".join(self.cmd))
+        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
+            self.proc = subprocess.Popen(self.cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
+                                         start_new_session=True)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            text = self.stdout_path.read_text(errors="replace")
+            if "Ctrl-C" in text:  # the last line cluster up prints once started
+                break
+            if self.proc.poll() is not None:
+                raise CheckError(f"kvcast cluster up exited with {self.proc.returncode} during start-up")
+            if time.monotonic() > deadline:
+                raise CheckError(f"kvcast cluster up did not start within {START_TIMEOUT_S} s")
+            time.sleep(0.1)
+        m = re.search(r"^scheduler: (\S+) \(metrics http://(\S+)/metrics\)", text, re.M)
+        expect(m, f"no scheduler line in cluster up's output:\n{text}")
+        expect(m.group(1) == self.address, f"scheduler at {m.group(1)}, asked for {self.address}")
+        self.metrics["scheduler"] = m.group(2)
+        for line in text.splitlines():
+            w = re.match(r"^\s+(\S+)\s+pid\s+\d+\s.*metrics (\S+?)[\s,]", line + " ")
+            if w:
+                self.metrics[w.group(1)] = w.group(2)
+        log(f"cluster up: scheduler {self.address}, metrics {self.metrics}")
+
+    def stop(self):
+        """SIGTERM; returns (exit code, seconds) or raises if it had exited or had to be killed."""
+        if self.proc is None:
+            return None, 0.0
+        if self.proc.poll() is not None:
+            raise CheckError(f"kvcast cluster up had already exited with {self.proc.returncode}")
+        t = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # its children die with it (PDEATHSIG)
+            self.proc.wait(timeout=10)
+            raise CheckError(f"kvcast cluster up did not exit within {STOP_TIMEOUT_S} s of SIGTERM; killed")
+        return rc, time.monotonic() - t
+
+    def dump_logs(self):
+        print("=" * 30 + " cluster logs " + "=" * 30)
+        for p in [self.stdout_path, self.stderr_path] + sorted((self.dir / "logs").glob("*.log")):
+            try:
+                data = p.read_text(errors="replace")
+            except OSError:
+                continue
+            if len(data) > 6000:
+                data = "...\n" + data[-6000:]
+            print(f"----- {p} -----\n{data}")
+        sys.stdout.flush()
+
+
+def scrape(address, name, labels=None):
+    """Sum of the samples of metric `name` (matching `labels`) at http://address/metrics."""
+    with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as r:
+        body = r.read().decode()
+    total, seen = 0.0, False
+    for line in body.splitlines():
+        m = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)", line)
+        if not m or m.group(1) != name:
+            continue
+        if labels and not all(f'{k}="{v}"' in (m.group(2) or "") for k, v in labels.items()):
+            continue
+        total += float(m.group(3))
+        seen = True
+    if not seen:
+        raise CheckError(f"no {name}{labels or ''} at http://{address}/metrics")
+    return total
+
+
+def wait_for(what, cond, timeout):
+    """Polls cond() until true; returns the seconds it took or raises."""
+    t = time.monotonic()
+    last = None
+    while time.monotonic() - t < timeout:
+        try:
+            if cond():
+                return time.monotonic() - t
+        except Exception as e:  # noqa: BLE001 - reported below if it never becomes true
+            last = e
+        time.sleep(0.05)
+    raise CheckError(f"{what}: not within {timeout} s" + (f" (last error: {last!r})" if last else ""))
+
+
+# --- the checks -------------------------------------------------------------
+
+class Checks:
+    def __init__(self, pb, pb_grpc, channel, cluster, config):
+        self.pb, self.channel, self.cluster = pb, channel, cluster
+        self.stub = pb_grpc.GenerationStub(channel)
+        self.vocab = int(config["vocab_size"])
+        self.context = int(config["max_position_embeddings"])
+
+    def ids(self, n, salt):
+        """n deterministic token ids in [4, vocab), distinct per salt."""
+        return [4 + (i * 131 + salt * 977 + (i * i * 7) % 101) % (self.vocab - 4) for i in range(n)]
+
+    def request(self, *, text=None, ids=None, max_tokens=8, **kw):
+        r = self.pb.GenerateRequest(max_tokens=max_tokens, ignore_eos=True, **kw)
+        if text is not None:
+            r.text = text
+        if ids is not None:
+            r.token_ids.ids.extend(ids)
+        return r
+
+    def stream(self, req, timeout=RPC_TIMEOUT_S):
+        """(deltas, final) of a streaming Generate; checks the message order."""
+        deltas, final = [], None
+        for m in self.stub.Generate(req, timeout=timeout):
+            kind = m.WhichOneof("kind")
+            expect(final is None, f"a {kind} after the Final")
+            if kind == "delta":
+                deltas.append(m.delta)
+            elif kind == "final":
+                final = m.final
+            else:
+                raise CheckError(f"a GenerateResponse with no kind: {m}")
+        expect(final is not None, "the stream ended without a Final")
+        return deltas, final
+
+    def check_final(self, final, max_tokens, where):
+        pb = self.pb
+        expect(final.finish_reason == pb.FINISH_REASON_LENGTH,
+               f"{where}: finish_reason {pb.FinishReason.Name(final.finish_reason)}, want LENGTH")
+        expect(final.usage.prompt_tokens > 0, f"{where}: usage.prompt_tokens {final.usage.prompt_tokens}")
+        expect(final.usage.generated_tokens == max_tokens,
+               f"{where}: usage.generated_tokens {final.usage.generated_tokens}, want {max_tokens}")
+        expect(final.timings.ttft_ms > 0, f"{where}: timings.ttft_ms {final.timings.ttft_ms}")
+        expect(final.timings.e2e_ms >= final.timings.ttft_ms,
+               f"{where}: e2e_ms {final.timings.e2e_ms} < ttft_ms {final.timings.ttft_ms}")
+        expect(final.prefill_worker and final.decode_worker,
+               f"{where}: workers not named (prefill {final.prefill_worker!r}, decode {final.decode_worker!r})")
+
+    def ready(self):
+        """Health SERVING and one request OK, within READY_TIMEOUT_S."""
+        def ok():
+            if health_status(self.channel) != SERVING:
+                return False
+            r = self.stub.GenerateUnary(self.request(ids=[5, 6, 7], max_tokens=2), timeout=10)
+            return len(r.token_ids) == 2
+        took = wait_for("scheduler SERVING and a request OK", ok, READY_TIMEOUT_S)
+        log(f"ready after {took:.2f} s")
+
+    # 1.
+    def stream_matches_unary(self):
+        max_tokens = 24
+        req = self.request(text="The quick brown fox jumps over the lazy dog. Once upon a time",
+                           max_tokens=max_tokens, sampling=self.pb.SamplingParams(temperature=0),
+                           request_id="py-stream-1")
+        deltas, final = self.stream(req)
+        expect(len(deltas) >= 1, "no Delta before the Final")
+        ids = [t for d in deltas for t in d.token_ids]
+        text = "".join(d.text for d in deltas)
+        expect(len(ids) == max_tokens, f"{len(ids)} streamed token ids, want {max_tokens}")
+        expect(all(0 <= t < self.vocab for t in ids), f"streamed ids outside the vocabulary: {ids}")
+        self.check_final(final, max_tokens, "stream")
+        expect(final.request_id == "py-stream-1", f"request_id {final.request_id!r} not echoed")
+        req.request_id = "py-unary-1"
+        unary = self.stub.GenerateUnary(req, timeout=RPC_TIMEOUT_S)
+        expect(list(unary.token_ids) == ids,
+               f"GenerateUnary token_ids {list(unary.token_ids)} != streamed {ids}")
+        expect(unary.text == text, f"GenerateUnary text {unary.text!r} != streamed {text!r}")
+        self.check_final(unary.final, max_tokens, "unary")
+        expect(unary.final.usage.prompt_tokens == final.usage.prompt_tokens,
+               f"prompt_tokens: unary {unary.final.usage.prompt_tokens}, stream {final.usage.prompt_tokens}")
+        log(f"stream: {len(deltas)} deltas, {len(ids)} ids, prompt {final.usage.prompt_tokens} tokens, "
+            f"ttft {final.timings.ttft_ms:.1f} ms, e2e {final.timings.e2e_ms:.1f} ms")
+
+    # 2.
+    def prefix_reuse(self):
+        shared = self.ids(300, salt=1)
+        a = shared + self.ids(20, salt=2)
+        b = shared + self.ids(20, salt=3)
+        expect(a[300:] != b[300:], "the tails must differ")
+        ra = self.stub.GenerateUnary(self.request(ids=a, max_tokens=4), timeout=RPC_TIMEOUT_S)
+        rb = self.stub.GenerateUnary(self.request(ids=b, max_tokens=4), timeout=RPC_TIMEOUT_S)
+        ua, ub = ra.final.usage, rb.final.usage
+        log(f"prefix reuse: first cached {ua.cached_prompt_tokens}/{ua.prompt_tokens}, "
+            f"second cached {ub.cached_prompt_tokens}/{ub.prompt_tokens}")
+        expect(ua.prompt_tokens == len(a) and ub.prompt_tokens == len(b),
+               f"prompt_tokens {ua.prompt_tokens}, {ub.prompt_tokens}; want {len(a)}, {len(b)}")
+        expect(ua.cached_prompt_tokens == 0,
+               f"the first request reports {ua.cached_prompt_tokens} cached tokens of a prompt never seen")
+        expect(ub.cached_prompt_tokens >= 2 * CHUNK,
+               f"the second request reports {ub.cached_prompt_tokens} cached tokens; "
+               f"want >= {2 * CHUNK} (2 shared chunks)")
+        expect(ub.cached_prompt_tokens <= 300,
+               f"{ub.cached_prompt_tokens} cached tokens, but only 300 are shared")
+
+    # 3.
+    def invalid_argument(self):
+        pb = self.pb
+        ok_ids = [5, 6, 7]
+        cases = []
+
+        def case(name, req):
+            cases.append((name, req))
+
+        case("empty text prompt", self.request(text=""))
+        case("no prompt", self.request())
+        r = self.request()
+        r.token_ids.SetInParent()
+        case("empty token_ids", r)
+        case("prompt as long as the context", self.request(ids=self.ids(self.context, 4)))
+        case("prompt longer than the context", self.request(ids=self.ids(self.context + 10, 5)))
+        case("text prompt longer than the context", self.request(text="hello world " * self.context))
+        case("max_tokens 0", self.request(ids=ok_ids, max_tokens=0))
+        case("max_tokens -1", self.request(ids=ok_ids, max_tokens=-1))
+        case("max_tokens 10**7", self.request(ids=ok_ids, max_tokens=10**7))
+        case("unknown model", self.request(ids=ok_ids, model="no-such-model"))
+        for name, sp in [("temperature -1", pb.SamplingParams(temperature=-1)),
+                         ("temperature nan", pb.SamplingParams(temperature=math.nan)),
+                         ("temperature inf", pb.SamplingParams(temperature=math.inf)),
+                         ("top_p 1.5", pb.SamplingParams(top_p=1.5)),
+                         ("top_p -0.5", pb.SamplingParams(top_p=-0.5)),
+                         ("top_k -3", pb.SamplingParams(top_k=-3)),
+                         ("repetition_penalty -1", pb.SamplingParams(repetition_penalty=-1))]:
+            case(name, self.request(ids=ok_ids, sampling=sp))
+        case("token id == vocab_size", self.request(ids=[5, self.vocab, 6]))
+        case("token id 10**9", self.request(ids=[5, 10**9]))
+        case("token id -1", self.request(ids=[-1, 5]))
+        case("stop token id outside the vocabulary", self.request(ids=ok_ids, stop_token_ids=[self.vocab]))
+        case("empty stop string", self.request(ids=ok_ids, stop=[""]))
+
+        problems = []
+        for name, req in cases:
+            for how in ("unary", "stream"):
+                try:
+                    if how == "unary":
+                        self.stub.GenerateUnary(req, timeout=RPC_TIMEOUT_S)
+                    else:
+                        self.stream(req)
+                    problems.append(f"{name} ({how}): succeeded")
+                except grpc.RpcError as e:
+                    if e.code() != grpc.StatusCode.INVALID_ARGUMENT:
+                        problems.append(f"{name} ({how}): {e.code().name}: {e.details()!r}")
+                    elif not (e.details() or "").strip():
+                        problems.append(f"{name} ({how}): INVALID_ARGUMENT with an empty message")
+                    elif how == "unary":
+                        log(f"  {name}: INVALID_ARGUMENT {e.details()!r}")
+        expect(not problems, f"{len(problems)} of {2 * len(cases)} bad requests misanswered:\n  "
+               + "\n  ".join(problems))
+        # Rejected requests must not hold a queue slot.
+        r = self.stub.GenerateUnary(self.request(ids=ok_ids, max_tokens=2), timeout=RPC_TIMEOUT_S)
+        expect(len(r.token_ids) == 2, "a valid request after the bad ones failed")
+
+    # 4.
+    def flood(self):
+        n, max_tokens = 40, 64
+        barrier = threading.Barrier(n, timeout=30)
+
+        def one(i):
+            # Distinct 1000-token prompts (no prefix reuse): each admitted
+            # request holds its slot for a prefill plus 64 decode steps.
+            req = self.request(ids=self.ids(1000, salt=100 + i), max_tokens=max_tokens)
+            barrier.wait()
+            try:
+                deltas, final = self.stream(req, timeout=60)
+                return "OK", (sum(len(d.token_ids) for d in deltas), final)
+            except grpc.RpcError as e:
+                return e.code().name, e.details()
+
+        t = time.monotonic()
+        with concurrent.futures.ThreadPoolExecutor(max_workers=n) as pool:
+            futures = [pool.submit(one, i) for i in range(n)]
+            done, not_done = concurrent.futures.wait(futures, timeout=90)
+            expect(not not_done, f"{len(not_done)} of {n} flood requests still running after 90 s")
+            results = [f.result() for f in futures]
+        counts = {}
+        for code, _ in results:
+            counts[code] = counts.get(code, 0) + 1
+        e2e = sorted(d[1].timings.e2e_ms for c, d in results if c == "OK")
+        log(f"flood: {counts} in {time.monotonic() - t:.2f} s; e2e of the admitted ones "
+            f"{e2e[0] if e2e else 0:.0f}..{e2e[-1] if e2e else 0:.0f} ms")
+        other = [(c, d) for c, d in results if c not in ("OK", "RESOURCE_EXHAUSTED")]
+        expect(not other, f"codes other than OK / RESOURCE_EXHAUSTED: {other[:5]}")
+        expect(counts.get("RESOURCE_EXHAUSTED", 0) >= 1,
+               f"no RESOURCE_EXHAUSTED among {n} concurrent requests with --max_queue={MAX_QUEUE}")
+        expect(counts.get("OK", 0) >= 1, "no flood request succeeded")
+        for code, d in results:
+            if code == "OK":
+                n_ids, final = d
+                expect(n_ids == max_tokens and final.usage.generated_tokens == max_tokens,
+                       f"a flood request streamed {n_ids} ids, usage {final.usage.generated_tokens}")
+            else:
+                expect((d or "").strip(), "RESOURCE_EXHAUSTED with an empty message")
+        r = self.stub.GenerateUnary(self.request(ids=[9, 8, 7], max_tokens=4), timeout=RPC_TIMEOUT_S)
+        expect(len(r.token_ids) == 4, "a request after the flood failed")
+        expect(health_status(self.channel) == SERVING, "health is not SERVING after the flood")
+
+    # 5.
+    def deadline(self):
+        sched = self.cluster.metrics.get("scheduler")
+        decode = self.cluster.metrics.get("decode-0")
+        long_req = self.request(ids=self.ids(8, salt=7), max_tokens=2000)
+        # How long the whole request takes without a deadline (it must be far
+        # more than 50 ms for the check below to mean anything).
+        t = time.monotonic()
+        full = self.stub.GenerateUnary(long_req, timeout=RPC_TIMEOUT_S)
+        full_s = time.monotonic() - t
+        log(f"2000 tokens without a deadline: {full_s:.2f} s")
+        self.check_final(full.final, 2000, "2000 tokens")
+        for how in ("stream", "unary"):
+            t = time.monotonic()
+            code, details = "OK", ""
+            try:
+                if how == "stream":
+                    self.stream(long_req, timeout=0.05)
+                else:
+                    self.stub.GenerateUnary(long_req, timeout=0.05)
+            except grpc.RpcError as e:
+                code, details = e.code().name, e.details()
+            took = time.monotonic() - t
+            log(f"deadline ({how}): {code} after {took * 1000:.0f} ms")
+            expect(code == "DEADLINE_EXCEEDED",
+                   f"{how} with a 50 ms deadline ended with {code}: {details!r}")
+            expect(took < 5, f"{how} with a 50 ms deadline took {took:.2f} s")
+            r = self.stub.GenerateUnary(self.request(ids=[11, 12, 13], max_tokens=4), timeout=RPC_TIMEOUT_S)
+            expect(len(r.token_ids) == 4, f"the request after the {how} deadline failed")
+        # More expired requests than --max_queue: each must give its slot back
+        # and stop generating on the workers (cancellation propagates).
+        tokens_before = scrape(decode, "kvcast_decode_tokens_total") if decode else None
+        for i in range(MAX_QUEUE + 2):
+            try:
+                self.stub.GenerateUnary(self.request(ids=self.ids(8, salt=20 + i), max_tokens=2000),
+                                        timeout=0.05)
+                raise CheckError("a request with a 50 ms deadline for 2000 tokens succeeded")
+            except grpc.RpcError as e:
+                expect(e.code() == grpc.StatusCode.DEADLINE_EXCEEDED,
+                       f"unary with a 50 ms deadline ended with {e.code().name}: {e.details()!r}")
+        if sched:
+            took = wait_for("the scheduler's kvcast_queue_depth back to 0",
+                            lambda: scrape(sched, "kvcast_queue_depth") == 0, 10)
+            log(f"scheduler queue empty {took:.2f} s after the expired requests")
+        if decode:
+            took = wait_for("the decode worker's kvcast_running back to 0",
+                            lambda: scrape(decode, "kvcast_running") == 0, 10)
+            generated = scrape(decode, "kvcast_decode_tokens_total") - tokens_before
+            log(f"decode worker idle {took:.2f} s later; it generated {generated:.0f} tokens "
+                f"for {MAX_QUEUE + 2} expired requests of 2000")
+            # Without cancellation each would run to 2000 tokens.
+            expect(generated < 0.75 * (MAX_QUEUE + 2) * 2000,
+                   f"the decode worker generated {generated:.0f} tokens for {MAX_QUEUE + 2} requests "
+                   "whose deadline had passed: cancellation did not reach it")
+        r = self.stub.GenerateUnary(self.request(ids=[11, 12, 13], max_tokens=4), timeout=RPC_TIMEOUT_S)
+        expect(len(r.token_ids) == 4, "the request after the expired ones failed")
+
+    def health(self):
+        expect(health_status(self.channel) == SERVING, "overall health is not SERVING")
+        s = health_status(self.channel, "kvcast.v1.Generation")
+        expect(s == SERVING, f"kvcast.v1.Generation health is {s}, not SERVING")
+        try:
+            s = health_status(self.channel, "no.such.Service")
+            raise CheckError(f"health of an unknown service answered {s}, want NOT_FOUND")
+        except grpc.RpcError as e:
+            expect(e.code() == grpc.StatusCode.NOT_FOUND, f"unknown service: {e.code().name}")
+
+
+# --- main -------------------------------------------------------------------
+
+def main():
+    ap = argparse.ArgumentParser()
+    for flag in ("xml", "work", "gen_stubs", "proto_root", "kvcast", "make_tiny_model", "scheduler",
+                 "prefill", "decode", "relay"):
+        ap.add_argument("--" + flag, required=True)
+    args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # Bazel's timeout: still stop the cluster
+    work = pathlib.Path(args.work).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+
+    results = []  # (name, seconds, error text or None)
+
+    def run(name, fn):
+        t = time.monotonic()
+        log(f"--- {name}")
+        try:
+            fn()
+            err = None
+        except Exception:  # noqa: BLE001 - every failure is reported
+            err = traceback.format_exc()
+            log(f"FAILED {name}:\n{err}")
+        results.append((name, time.monotonic() - t, err))
+        return err is None
+
+    cluster = None
+    channel = None
+    state = {}
+
+    def setup():
+        stubs = work / "stubs"
+        env = dict(os.environ, PROTO_ROOT=args.proto_root)
+        log(f"stubs: {args.gen_stubs} {stubs} (PROTO_ROOT={args.proto_root})")
+        p = subprocess.run(["bash", args.gen_stubs, str(stubs)], env=env, capture_output=True,
+                           text=True, timeout=60)
+        expect(p.returncode == 0, f"gen_python_stubs.sh failed ({p.returncode}):\n{p.stdout}{p.stderr}")
+        sys.path.insert(0, str(stubs))
+        from kvcast.v1 import generation_pb2, generation_pb2_grpc  # noqa: E402 - generated above
+        expect(pathlib.Path(generation_pb2.__file__).resolve().is_relative_to(stubs),
+               f"generation_pb2 came from {generation_pb2.__file__}, not the generated stubs")
+        state["pb"], state["pb_grpc"] = generation_pb2, generation_pb2_grpc
+        model = work / "tiny_model"
+        p = subprocess.run([args.make_tiny_model, f"--out={model}"], capture_output=True, text=True,
+                           timeout=120)
+        expect(p.returncode == 0, f"make_tiny_model failed ({p.returncode}):\n{p.stdout}{p.stderr}")
+        state["config"] = json.loads((model / "config.json").read_text())
+        log(f"tiny model: vocab {state['config']['vocab_size']}, "
+            f"context {state['config']['max_position_embeddings']}")
+        nonlocal cluster, channel
+        cluster = Cluster(args, model, work)
+        cluster.start()
+        channel = grpc.insecure_channel(cluster.address, options=[("grpc.enable_http_proxy", 0)])
+        state["checks"] = Checks(generation_pb2, generation_pb2_grpc, channel, cluster, state["config"])
+        state["checks"].ready()
+
+    try:
+        if run("setup", setup):
+            c = state["checks"]
+            for name in ("stream_matches_unary", "prefix_reuse", "invalid_argument", "flood",
+                         "deadline", "health"):
+                run(name, getattr(c, name))
+    finally:
+        if channel is not None:
+            channel.close()
+        if cluster is not None:
+            def stop():
+                rc, took = cluster.stop()
+                log(f"cluster up exited with {rc} {took:.2f} s after SIGTERM")
+                expect(rc == 0, f"kvcast cluster up exited with {rc} after SIGTERM "
+                       "(non-zero: a child needed SIGKILL or exited with an error)")
+            run("cluster_stops", stop)
+        if any(err for _, _, err in results) and cluster is not None:
+            cluster.dump_logs()
+        write_xml(args.xml, results)
+    failed = [n for n, _, err in results if err]
+    log(f"{len(results) - len(failed)} passed, {len(failed)} failed" + (f": {failed}" if failed else ""))
+    return 1 if failed else 0
+
+
+def write_xml(path, results):
+    entries = []
+    for name, secs, err in results:
+        entry = f'<testcase classname="grpcio_client" name="{name}" time="{secs:.3f}">'
+        if err:
+            last = err.strip().splitlines()[-1][:300]
+            msg = xml.sax.saxutils.escape(last, {'"': "&quot;"})
+            entry += f'<failure message="{msg}">{xml.sax.saxutils.escape(err)}</failure>'
+        entries.append(entry + "</testcase>")
+    failures = sum(1 for r in results if r[2])
+    with open(path, "w") as f:
+        f.write('<?xml version="1.0" encoding="UTF-8"?>\n<testsuites>'
+                f'<testsuite name="grpcio_client" tests="{len(results)}" failures="{failures}">\n'
+                + "\n".join(entries) + "\n</testsuite></testsuites>\n")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

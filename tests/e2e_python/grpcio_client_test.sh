@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Bazel test: grpcio_client_test.py, an independent gRPC client (PyPI's
+# grpcio, stubs generated from proto/kvcast/v1 by
+# tests/grpc/gen_python_stubs.sh) against `kvcast cluster up`. The Python
+# comes from KVCAST_PYTHON (`./kvcast.sh test` creates .venv with grpcio and
+# protobuf and passes it); without it, or without grpcio/protobuf there, the
+# test reports SKIPPED. By hand:
+#   bazel test //tests/e2e_python:grpcio_client_test \
+#       --test_env=KVCAST_PYTHON=$PWD/.venv/bin/python
+set -uo pipefail
+# The working directory is the runfiles root of workspace "kvcast".
+if [[ -n "${TEST_SRCDIR:-}" && -d "$TEST_SRCDIR/kvcast" ]]; then
+  cd "$TEST_SRCDIR/kvcast"
+fi
+WORK=${TEST_TMPDIR:-$(mktemp -d)}
+XML=${XML_OUTPUT_FILE:-$WORK/test.xml}
+
+skip() {
+  local msg="SKIPPED: $1 (./kvcast.sh test provides a venv with grpcio and protobuf)"
+  echo "$msg"
+  msg=$(printf '%s' "$msg" | sed -e 's/&/\&amp;/g' -e 's/</\&lt;/g' -e 's/>/\&gt;/g' -e 's/"/\&quot;/g')
+  cat > "$XML" <<XML
+<?xml version="1.0" encoding="UTF-8"?>
+<testsuites><testsuite name="grpcio_client" tests="1" skipped="1">
+  <testcase classname="grpcio_client" name="all"><skipped message="$msg"/></testcase>
+</testsuite></testsuites>
+XML
+  exit 0
+}
+
+PY=${KVCAST_PYTHON:-}
+[[ -n "$PY" ]] || skip "KVCAST_PYTHON is not set"
+[[ -x "$PY" ]] || skip "KVCAST_PYTHON=$PY is not an executable file"
+"$PY" -c 'import grpc, google.protobuf' 2>/dev/null ||
+  skip "KVCAST_PYTHON=$PY cannot import grpc (grpcio) and google.protobuf"
+
+# The stub generator: from runfiles when it is a data dependency, else from
+# the source tree next to this script (tests/grpc is not a Bazel package yet).
+STUBS=tests/grpc/gen_python_stubs.sh
+if [[ ! -f "$STUBS" ]]; then
+  src=$(readlink -f "${BASH_SOURCE[0]}")
+  STUBS=$(dirname "$src")/../grpc/gen_python_stubs.sh
+fi
+
+exec "$PY" tests/e2e_python/grpcio_client_test.py \
+  --xml "$XML" \
+  --work "$WORK" \
+  --gen_stubs "$STUBS" \
+  --proto_root "$PWD/proto" \
+  --kvcast "$PWD/tools/cli/kvcast" \
+  --make_tiny_model "$PWD/tools/tiny_model/make_tiny_model" \
+  --scheduler "$PWD/services/scheduler/kvcast-scheduler" \
+  --prefill "$PWD/services/prefill/kvcast-prefill" \
+  --decode "$PWD/services/decode/kvcast-decode" \
+  --relay "$PWD/transport/moqt/kvcast-relay"
