@@ -38,7 +38,7 @@ python3 - "$WORK" <<'PY'
 import json, sys
 w = sys.argv[1]
 r = {k: json.load(open(f"{w}/{k}.json")) for k in ("reuse", "noreuse")}
-print("| prefix reuse | TTFT p50 ms | TTFT p90 ms | e2e p50 ms | cached share | KV bytes/request | handoff ms | handoff / TTFT |")
+print("| prefix reuse | TTFT p50 ms | TTFT p90 ms | e2e p50 ms | cached share | KV bytes/request | KV landing ms (overlaps prefill) | exposed handoff / TTFT |")
 print("|---|---|---|---|---|---|---|---|")
 for k, name in (("reuse", "on"), ("noreuse", "off")):
     x = r[k]
