@@ -10,8 +10,9 @@ can be checked without one:
   reading kvcast.sh's APT_PACKAGES (run here on kvcast.sh, from this
   test's data); every image binary among the default build targets.
 
-Binaries not built yet (not in this test's data) are reported SKIPPED by
-name. System python3 only (no venv): run by image_libs_test.sh.
+Every image binary must be in this test's data (deploy/docker/BUILD); one
+missing fails its case. System python3 only (no venv): run by
+image_libs_test.sh.
 """
 import functools
 import os
@@ -99,9 +100,9 @@ class Binaries(unittest.TestCase):
 
     def check_binary(self, binary):
         label, stage, _ = IMAGE_BINARIES[binary]
-        if not label_path(label).is_file():
-            self.skipTest(f"{binary} is not built yet: add {label} to the data of "
-                          "//deploy/docker:image_libs_test once it exists")
+        self.assertTrue(label_path(label).is_file(),
+                        f"{binary} is not in this test's runfiles: add {label} to the data of "
+                        "//deploy/docker:image_libs_test")
         libs, cuda, owner = scan(binary)
         self.assertEqual(sorted(so for so, p in libs.items() if p is None), [],
                          f"{binary}: libraries not found")

@@ -1,8 +1,10 @@
 """Values map onto the rendered objects as docs/deploy.md says: replicas per
 role, GPU requests, UDP ports, probes, TLS Secret mounts, worker
 registration with the scheduler Service, model mounts, HPAs, PDBs, metrics.
-Command lines use only the flags of the services' contract (and, for the
-relay, only flags that transport/moqt/relay_main.cc defines).
+Command lines use only flags that the binaries define: the ABSL_FLAGs of
+their sources (BINARY_SOURCES), read from this test's runfiles. (The
+rehearsal test, chart_rehearsal_test, runs the binaries on what the chart
+renders.)
 
 Run by run_in_venv.sh with the venv from setup_deploy_venv.sh.
 """
@@ -17,15 +19,25 @@ import unittest
 import kvtest
 from kvtest import container, find, flags, render_set, the
 
-COMMON_FLAGS = {"grpc_listen", "metrics_listen", "grpc_cert", "grpc_key", "grpc_ca"}
-WORKER_FLAGS = COMMON_FLAGS | {"model", "backend", "kv_cache_mb", "scheduler", "advertise_host",
-                               "moqt_listen", "relay", "quic_cert", "quic_key", "quic_ca"}
-CONTRACT = {
-    "scheduler": COMMON_FLAGS | {"lease_s", "max_queue"},
-    "prefill": WORKER_FLAGS,
-    "decode": WORKER_FLAGS,
-    "relay": COMMON_FLAGS,  # plus what relay_main.cc defines, added below
+# role -> the sources whose ABSL_FLAGs make up its binary's command line
+# (each is in this test's data in deploy/tests/BUILD).
+BINARY_SOURCES = {
+    "scheduler": ["services/scheduler/scheduler_main.cc"],
+    "prefill": ["services/worker/worker_flags.cc", "services/prefill/prefill_main.cc"],
+    "decode": ["services/worker/worker_flags.cc", "services/decode/decode_main.cc"],
+    "relay": ["transport/moqt/relay_main.cc"],
 }
+_ABSL_FLAG = re.compile(r"ABSL_FLAG\(\s*[\w:<>, ]+?\s*,\s*(\w+)\s*,")
+
+
+def defined_flags(role: str) -> set:
+    """The flags a role's binary defines, from its sources."""
+    out = set()
+    for path in BINARY_SOURCES[role]:
+        out |= set(_ABSL_FLAG.findall(kvtest.runfile(path).read_text()))
+    return out
+
+
 WORKERS = ("prefill", "decode")
 QUIC_ROLES = ("prefill", "decode", "relay")
 
@@ -69,7 +81,7 @@ class Replicas(unittest.TestCase):
         self.assertEqual(metric["scheduler"]["resource"]["target"]["averageUtilization"], 70)
         self.assertEqual(metric["decode"]["resource"]["target"]["averageUtilization"], 60)
         self.assertEqual(metric["prefill"]["type"], "Pods")
-        self.assertEqual(metric["prefill"]["pods"]["metric"]["name"], "kvcast_prefill_queued_tokens")
+        self.assertEqual(metric["prefill"]["pods"]["metric"]["name"], "kvcast_queue_depth")
         self.assertEqual(metric["relay"]["pods"]["target"]["averageValue"], "200")
         prefill = the(o, "HorizontalPodAutoscaler", "prefill")["spec"]
         self.assertEqual((prefill["minReplicas"], prefill["maxReplicas"]), (2, 6))
@@ -162,9 +174,12 @@ class Probes(unittest.TestCase):
 
     def test_tls_probes_fall_back_to_tcp(self):
         o = objs("tls")
-        for role in kvtest.ROLES:
+        for role in ("scheduler", "prefill", "decode"):
             for kind, check in probe_checks(container(the(o, "Deployment", role))).items():
                 self.assertEqual(check, {"tcpSocket": {"port": "grpc"}}, (role, kind))
+        # The relay's health port stays plaintext: still a gRPC probe.
+        for kind, check in probe_checks(container(the(o, "Deployment", "relay"))).items():
+            self.assertEqual(check, {"grpc": {"port": 50081}}, kind)
 
     def test_workers_get_time_to_load_the_model(self):
         c = container(the(objs("defaults"), "Deployment", "decode"))
@@ -211,11 +226,15 @@ class TlsSecrets(unittest.TestCase):
         for role in kvtest.ROLES:
             d = the(o, "Deployment", role)
             m, f = self.mounts(d), flags(d)
+            if role in QUIC_ROLES:
+                self.assertEqual(m["/etc/kvcast/quic"], ("kvcast-quic-tls", True), role)
+            if role == "relay":  # kvcast-relay has no gRPC TLS flags
+                self.assertNotIn("/etc/kvcast/grpc", m)
+                self.assertNotIn("grpc_cert", f)
+                continue
             self.assertEqual(m["/etc/kvcast/grpc"], ("kvcast-grpc-tls", True), role)
             self.assertEqual((f["grpc_cert"], f["grpc_key"], f["grpc_ca"]),
                              tuple(f"/etc/kvcast/grpc/{k}" for k in ("tls.crt", "tls.key", "ca.crt")))
-            if role in QUIC_ROLES:
-                self.assertEqual(m["/etc/kvcast/quic"], ("kvcast-quic-tls", True), role)
             mode = [v for v in pod(d)["volumes"] if v["name"] == "grpc-tls"][0]["secret"]["defaultMode"]
             self.assertEqual(mode, 0o440)
         relay = flags(the(o, "Deployment", "relay"))
@@ -303,10 +322,23 @@ class Model(unittest.TestCase):
         self.assertEqual(init["image"], "models/smollm-135m:2024-07")
         self.assertEqual(init["command"], ["cp", "-R", "/checkpoint/.", "/kvcast-model/"])
 
-    def test_scheduler_and_relay_mount_no_model(self):
-        for role in ("scheduler", "relay"):
-            d = the(objs("defaults"), "Deployment", role)
-            self.assertNotIn("model", [v["name"] for v in pod(d)["volumes"]])
+    def test_scheduler_mounts_the_model_too(self):
+        for name in ("defaults", "cpu-backend"):
+            _, vol = self.model(name, "scheduler")
+            _, worker_vol = self.model(name, "decode")
+            self.assertEqual(vol, worker_vol, name)
+
+    def test_scheduler_copies_only_the_tokenizer_out_of_an_image(self):
+        d, vol = self.model("full", "scheduler")
+        self.assertEqual(vol["emptyDir"], {"sizeLimit": "1Gi"})
+        init = pod(d)["initContainers"][0]
+        self.assertEqual(init["image"], "models/smollm-135m:2024-07")
+        # The path is the shell's $0, never part of the script.
+        self.assertEqual(init["command"], ["sh", "-c", 'cp "$0"/tokenizer* /kvcast-model/', "/checkpoint"])
+
+    def test_relay_mounts_no_model(self):
+        d = the(objs("defaults"), "Deployment", "relay")
+        self.assertNotIn("model", [v["name"] for v in pod(d)["volumes"]])
 
 
 class Metrics(unittest.TestCase):
@@ -346,23 +378,51 @@ class Notes(unittest.TestCase):
 class CommandLines(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
-        src = kvtest.runfile("transport/moqt/relay_main.cc").read_text()
-        cls.relay_flags = set(re.findall(r"ABSL_FLAG\(\s*[\w:]+\s*,\s*(\w+)\s*,", src))
+        cls.defined = {role: defined_flags(role) for role in kvtest.ROLES}
 
-    def test_relay_flags_exist_in_relay_main(self):
-        self.assertIn("require_client_cert", self.relay_flags)
-        for name in kvtest.VALUE_SETS:
-            f = set(flags(the(objs(name), "Deployment", "relay"))) if name != "cpu-backend" else set()
-            self.assertEqual(f - CONTRACT["relay"] - self.relay_flags, set(), name)
+    def test_sources_are_parsed(self):
+        self.assertIn("require_client_cert", self.defined["relay"])
+        self.assertIn("subscribe_wait_ms", self.defined["relay"])
+        self.assertIn("lease_s", self.defined["scheduler"])
+        for role in WORKERS:
+            self.assertIn("quic_cert", self.defined[role])
+            self.assertIn("drain_s", self.defined[role])
+        self.assertIn("retain_s", self.defined["prefill"])
 
-    def test_only_contract_flags(self):
+    def test_only_flags_the_binaries_define(self):
+        # extraArgs included: the value sets' extra flags must exist too.
         for name in kvtest.VALUE_SETS:
             o = objs(name)
+            for role in kvtest.ROLES:
+                for d in find(o, "Deployment", role):
+                    self.assertEqual(set(flags(d)) - self.defined[role], set(), (name, role))
+
+    def test_no_flag_twice(self):
+        for name in kvtest.VALUE_SETS:
+            for d in find(objs(name), "Deployment"):
+                names = [a.removeprefix("--").partition("=")[0] for a in container(d)["args"]]
+                self.assertEqual(len(names), len(set(names)), (name, names))
+
+    def test_relay_waits_for_the_publisher(self):
+        # Decode subscribes before prefill announces: the relay must wait.
+        self.assertEqual(flags(the(objs("defaults"), "Deployment", "relay"))["subscribe_wait_ms"], "10000")
+
+    def test_scheduler_reads_the_tokenizer(self):
+        for name in kvtest.VALUE_SETS:
+            self.assertEqual(flags(the(objs(name), "Deployment", "scheduler"))["model"], "/model", name)
+
+    def test_model_name(self):
+        for role in WORKERS:
+            self.assertEqual(flags(the(objs("full"), "Deployment", role))["model_name"], "smollm-135m")
+            self.assertNotIn("model_name", flags(the(objs("defaults"), "Deployment", role)))
+
+    def test_drain_ends_before_the_kill(self):
+        for name in kvtest.VALUE_SETS:
             for role in ("scheduler", "prefill", "decode"):
-                f = set(flags(the(o, "Deployment", role)))
-                extra = set(kvtest.load_values(name).get(role, {}).get("extraArgs", []))
-                extra = {a.removeprefix("--").partition("=")[0] for a in extra}
-                self.assertEqual(f - CONTRACT[role] - extra, set(), (name, role))
+                d = the(objs(name), "Deployment", role)
+                grace = pod(d)["terminationGracePeriodSeconds"]
+                self.assertEqual(float(flags(d)["drain_s"]), max(1, grace - 5), (name, role))
+            self.assertNotIn("drain_s", flags(the(objs("defaults"), "Deployment", "relay")))
 
     def test_binaries(self):
         o = objs("defaults")

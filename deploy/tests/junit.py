@@ -46,6 +46,17 @@ class _Result(unittest.TextTestResult):
         super().addSkip(test, reason)
         self._record(test, "skipped", reason)
 
+    def addExpectedFailure(self, test, err):
+        # A known bug (unittest.expectedFailure): reported as skipped, with why.
+        super().addExpectedFailure(test, err)
+        self._record(test, "skipped", "expected failure (a known bug): "
+                     + self._exc_info_to_string(err, test).strip().splitlines()[-1])
+
+    def addUnexpectedSuccess(self, test):
+        super().addUnexpectedSuccess(test)
+        self._record(test, "failure", "unexpected success: the known bug is fixed; "
+                     "remove its @unittest.expectedFailure")
+
     def addSubTest(self, test, subtest, err):
         super().addSubTest(test, subtest, err)
         if err is not None:  # one failed subtest fails its test: one <testcase>

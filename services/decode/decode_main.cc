@@ -30,7 +30,10 @@ int main(int argc, char** argv) {
   if (!rt.ok()) return fail(rt.status());
   NoRequests handler;
   decode::DecodeService service(rt->get());
-  if (absl::Status s = (*rt)->Serve(&handler, {{v1::Decode::service_full_name(), &service}}); !s.ok()) return fail(s);
+  if (absl::Status s = (*rt)->Serve(&handler, {{v1::Decode::service_full_name(), &service}}); !s.ok()) {
+    (*rt)->Shutdown(absl::ZeroDuration());
+    return fail(s);
+  }
   std::fprintf(stderr, "kvcast-decode: serving %s; gRPC :%u, MoQT :%u (UDP), metrics :%u\n",
                (*rt)->model_name().c_str(), (*rt)->grpc_port(), (*rt)->moqt_port(),
                (*rt)->metrics_port());

@@ -25,7 +25,10 @@ int main(int argc, char** argv) {
   if (!rt.ok()) return fail(rt.status());
   prefill::PrefillService service(rt->get(), absl::Seconds(absl::GetFlag(FLAGS_retain_s)));
   if (absl::Status s = (*rt)->Serve(service.moqt_handler(),
-                                          {{v1::Prefill::service_full_name(), &service}}); !s.ok()) return fail(s);
+                                          {{v1::Prefill::service_full_name(), &service}}); !s.ok()) {
+    (*rt)->Shutdown(absl::ZeroDuration());
+    return fail(s);
+  }
   std::fprintf(stderr, "kvcast-prefill: serving %s; gRPC :%u, MoQT :%u (UDP), metrics :%u\n",
                (*rt)->model_name().c_str(), (*rt)->grpc_port(), (*rt)->moqt_port(),
                (*rt)->metrics_port());

@@ -71,14 +71,6 @@ WorkerRuntime::~WorkerRuntime() {
     stop_ = true;
   }
   if (compute_.joinable()) compute_.join();
-  if (loop_thread_) {
-    loop_thread_->RunSync([this] {
-      loop_stopping_ = true;
-      direct_.clear();
-      relay_client_.reset();
-      moqt_server_.reset();
-    });
-  }
 }
 
 absl::StatusOr<uint64_t> WorkerRuntime::Submit(std::vector<int32_t> prompt,
@@ -335,6 +327,16 @@ void WorkerRuntime::Shutdown(absl::Duration grace) {
   if (!registry_stop_.HasBeenNotified()) registry_stop_.Notify();
   if (registry_.joinable()) registry_.join();
   if (grpc_) grpc_->Shutdown(grace);
+  // Close the MoQT sessions while their handler (owned by the caller) is
+  // still alive: closing calls it.
+  if (loop_thread_) {
+    loop_thread_->RunSync([this] {
+      loop_stopping_ = true;
+      direct_.clear();
+      relay_client_.reset();
+      moqt_server_.reset();
+    });
+  }
 }
 
 }  // namespace kvcast::worker

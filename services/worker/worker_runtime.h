@@ -78,7 +78,9 @@ class WorkerRuntime {
   // Starts MoQT endpoints, the gRPC server with `services`, metrics and
   // registration. `handler` serves MoQT requests (borrowed).
   absl::Status Serve(moqt::RequestHandler* handler, std::vector<services::NamedService> services);
-  // Graceful stop: deregister, stop taking requests, drain for `grace`.
+  // Graceful stop: deregister, stop taking requests, drain for `grace`,
+  // close the MoQT sessions. Call it before destroying the MoQT handler
+  // given to Serve. Idempotent.
   void Shutdown(absl::Duration grace);
 
   // Any thread. `on_event` runs on the compute thread for each event of the

@@ -9,23 +9,40 @@ each emits YAML list items.
 - /usr/local/bin/{{ index $bin .role }}
 {{- end }}
 
-{{/* Flags every service has: gRPC (health included), metrics, gRPC TLS. */}}
+{{/*
+Flags every binary has: gRPC (health included) and metrics; and, for the
+scheduler and the workers, gRPC TLS (kvcast-relay's gRPC port serves only
+grpc.health.v1, in plaintext: it has no TLS flags for it).
+*/}}
 {{- define "kvcast.args.common" -}}
 {{- $v := index .root.Values .role }}
 - --grpc_listen={{ include "kvcast.listen" (dict "root" .root "port" $v.ports.grpc) }}
 - --metrics_listen={{ include "kvcast.listen" (dict "root" .root "port" $v.ports.metrics) }}
-{{- if .root.Values.tls.grpc.enabled }}
+{{- if include "kvcast.grpcTls" . }}
 - --grpc_cert=/etc/kvcast/grpc/tls.crt
 - --grpc_key=/etc/kvcast/grpc/tls.key
 - --grpc_ca=/etc/kvcast/grpc/ca.crt
 {{- end }}
 {{- end }}
 
+{{/*
+--drain_s of the scheduler and the workers: in-flight calls get the pod's
+terminationGracePeriodSeconds less 5 s (at least 1 s), so that they are
+cancelled, and the process exits, before the kubelet's SIGKILL.
+*/}}
+{{- define "kvcast.args.drain" -}}
+{{- $grace := int (index .root.Values .role).terminationGracePeriodSeconds -}}
+- --drain_s={{ max 1 (sub $grace 5) }}
+{{- end }}
+
+{{/* The scheduler reads only the tokenizer from the model directory. */}}
 {{- define "kvcast.args.scheduler" -}}
 {{- $v := .root.Values.scheduler }}
 {{ include "kvcast.args.common" . }}
+- --model={{ .root.Values.model.mountPath }}
 - --lease_s={{ int $v.leaseSeconds }}
 - --max_queue={{ int $v.maxQueue }}
+{{ include "kvcast.args.drain" . }}
 {{- end }}
 
 {{/* prefill and decode take the same flags. */}}
@@ -33,6 +50,9 @@ each emits YAML list items.
 {{- $v := index .root.Values .role }}
 {{ include "kvcast.args.common" . }}
 - --model={{ .root.Values.model.mountPath }}
+{{- with .root.Values.model.name }}
+- --model_name={{ . }}
+{{- end }}
 - --backend={{ $v.backend }}
 - --kv_cache_mb={{ int $v.kvCacheMB }}
 - --scheduler={{ include "kvcast.schedulerAddress" .root }}
@@ -44,9 +64,10 @@ each emits YAML list items.
 - --quic_cert=/etc/kvcast/quic/tls.crt
 - --quic_key=/etc/kvcast/quic/tls.key
 - --quic_ca=/etc/kvcast/quic/ca.crt
+{{ include "kvcast.args.drain" . }}
 {{- end }}
 
-{{/* transport/moqt/relay_main.cc flags, plus --grpc_listen/--metrics_listen. */}}
+{{/* transport/moqt/relay_main.cc flags (its --stats_interval_s stays off). */}}
 {{- define "kvcast.args.relay" -}}
 {{- $v := .root.Values.relay }}
 {{ include "kvcast.args.common" . }}

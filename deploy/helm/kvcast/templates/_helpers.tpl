@@ -113,3 +113,19 @@ app.kubernetes.io/component: {{ .role }}
 {{- define "kvcast.isWorker" -}}
 {{- if has .role (list "prefill" "decode") }}true{{ end }}
 {{- end }}
+
+{{/*
+Whether a role mounts the model: the workers load it, the scheduler reads
+its tokenizer (--model); reads only .role.
+*/}}
+{{- define "kvcast.mountsModel" -}}
+{{- if has .role (list "scheduler" "prefill" "decode") }}true{{ end }}
+{{- end }}
+
+{{/*
+Whether a role serves gRPC with TLS (tls.grpc.enabled): the scheduler and
+the workers. kvcast-relay's gRPC port (grpc.health.v1 only) is plaintext.
+*/}}
+{{- define "kvcast.grpcTls" -}}
+{{- if and .root.Values.tls.grpc.enabled (ne .role "relay") }}true{{ end }}
+{{- end }}

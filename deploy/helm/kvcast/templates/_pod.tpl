@@ -4,14 +4,14 @@ Called with (dict "root" $ "role" ROLE).
 */}}
 
 {{/*
-gRPC health probes (grpc.health.v1) on the role's gRPC port. With gRPC TLS
-on they become TCP checks of the same port: the kubelet's gRPC probe speaks
-plaintext only.
+gRPC health probes (grpc.health.v1) on the role's gRPC port. Where the port
+speaks TLS (tls.grpc.enabled; not the relay's) they become TCP checks of the
+same port: the kubelet's gRPC probe speaks plaintext only.
 */}}
 {{- define "kvcast.probes" -}}
 {{- $v := index .root.Values .role }}
 {{- $check := dict "grpc" (dict "port" (int $v.ports.grpc)) }}
-{{- if .root.Values.tls.grpc.enabled }}
+{{- if include "kvcast.grpcTls" . }}
 {{- $check = dict "tcpSocket" (dict "port" "grpc") }}
 {{- end }}
 startupProbe:
@@ -78,7 +78,7 @@ readinessProbe:
 {{- define "kvcast.volumeMounts" -}}
 - name: tmp
   mountPath: /tmp
-{{- if include "kvcast.isWorker" . }}
+{{- if include "kvcast.mountsModel" . }}
 - name: model
   mountPath: {{ .root.Values.model.mountPath }}
   readOnly: true
@@ -91,7 +91,7 @@ readinessProbe:
   mountPath: /etc/kvcast/quic
   readOnly: true
 {{- end }}
-{{- if .root.Values.tls.grpc.enabled }}
+{{- if include "kvcast.grpcTls" . }}
 - name: grpc-tls
   mountPath: /etc/kvcast/grpc
   readOnly: true
@@ -102,7 +102,7 @@ readinessProbe:
 {{- $m := .root.Values.model }}
 - name: tmp
   emptyDir: {}
-{{- if include "kvcast.isWorker" . }}
+{{- if include "kvcast.mountsModel" . }}
 - name: model
   {{- if eq $m.source "pvc" }}
   persistentVolumeClaim:
@@ -114,7 +114,8 @@ readinessProbe:
     type: Directory
   {{- else }}
   emptyDir:
-    sizeLimit: {{ $m.image.sizeLimit }}
+    {{- /* The scheduler gets only the tokenizer files (kvcast.initContainers). */}}
+    sizeLimit: {{ ternary $m.image.sizeLimit "1Gi" (eq (include "kvcast.isWorker" .) "true") }}
   {{- end }}
 {{- end }}
 {{- if include "kvcast.usesQuic" . }}
@@ -123,7 +124,7 @@ readinessProbe:
     secretName: {{ include "kvcast.quicSecretName" .root }}
     defaultMode: 0440
 {{- end }}
-{{- if .root.Values.tls.grpc.enabled }}
+{{- if include "kvcast.grpcTls" . }}
 - name: grpc-tls
   secret:
     secretName: {{ .root.Values.tls.grpc.secretName }}
@@ -131,14 +132,24 @@ readinessProbe:
 {{- end }}
 {{- end }}
 
-{{/* model.source=image: copy the checkpoint out of the model image. */}}
+{{/*
+model.source=image: copy the checkpoint out of the model image; for the
+scheduler only its tokenizer files (tokenizer.json, tokenizer_config.json,
+tokenizer.model: the ones kvcast-scheduler --model reads), which takes a
+shell for the glob. The path is passed as $0, never parsed by the shell.
+*/}}
 {{- define "kvcast.initContainers" -}}
 {{- $m := .root.Values.model }}
-{{- if and (include "kvcast.isWorker" .) (eq $m.source "image") }}
+{{- if and (include "kvcast.mountsModel" .) (eq $m.source "image") }}
+{{- $path := trimSuffix "/" $m.image.path }}
 - name: copy-model
   image: {{ printf "%s:%s" $m.image.repository $m.image.tag }}
   imagePullPolicy: {{ $m.image.pullPolicy }}
-  command: ["cp", "-R", "{{ trimSuffix "/" $m.image.path }}/.", "/kvcast-model/"]
+  {{- if include "kvcast.isWorker" . }}
+  command: ["cp", "-R", "{{ $path }}/.", "/kvcast-model/"]
+  {{- else }}
+  command: ["sh", "-c", "cp \"$0\"/tokenizer* /kvcast-model/", {{ $path | quote }}]
+  {{- end }}
   securityContext:
     {{- toYaml .root.Values.containerSecurityContext | nindent 4 }}
   volumeMounts:
