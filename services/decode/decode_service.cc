@@ -10,6 +10,7 @@
 #include "absl/synchronization/notification.h"
 #include "services/worker/grpc_status.h"
 #include "services/worker/kv_landing.h"
+#include "services/worker/sampling_proto.h"
 #include "transport/kvcache/naming.h"
 
 namespace kvcast::decode {
@@ -21,12 +22,7 @@ double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(
 
 GenerationParams ParamsOf(const v1::DecodeStart& start) {
   GenerationParams p;
-  const auto& s = start.sampling();
-  p.sampling.temperature = s.temperature();
-  p.sampling.top_k = s.top_k();
-  p.sampling.top_p = s.top_p() == 0 ? 1.f : s.top_p();
-  p.sampling.repetition_penalty = s.repetition_penalty() == 0 ? 1.f : s.repetition_penalty();
-  p.sampling.seed = s.seed();
+  p.sampling = worker::SamplingFromProto(start.sampling());
   p.max_tokens = start.max_tokens();
   p.stop_tokens.assign(start.stop_token_ids().begin(), start.stop_token_ids().end());
   p.ignore_eos = start.ignore_eos();

@@ -8,6 +8,7 @@
 #include "common/status_macros.h"
 #include "services/worker/grpc_status.h"
 #include "services/worker/kv_landing.h"
+#include "services/worker/sampling_proto.h"
 #include "transport/kvcache/naming.h"
 
 namespace kvcast::prefill {
@@ -80,7 +81,7 @@ moqt::RequestHandler* PrefillService::moqt_handler() { return publisher_.get(); 
 
 absl::StatusOr<std::vector<int32_t>> PrefillService::FetchPrefix(
     grpc::ServerContext* context, const v1::KvSource& source, std::vector<int32_t> own_pages,
-    int own_chunks, int prompt_tokens) {
+    int own_chunks) {
   Engine& engine = rt_->engine();
   const int chunk = engine.options().chunk_tokens;
   const int page_tokens = engine.pool().layout().page_tokens;
@@ -123,7 +124,6 @@ absl::StatusOr<std::vector<int32_t>> PrefillService::FetchPrefix(
       state->landing = *landing;
     }
   });
-  (void)prompt_tokens;
   while (!state->done.WaitForNotificationWithTimeout(absl::Milliseconds(20))) {
     if (context->IsCancelled()) {
       rt_->RunSync([&] {
@@ -157,13 +157,7 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
   GenerationParams params;
   params.max_tokens = 1;
   params.ignore_eos = true;
-  const auto& s = request->sampling();
-  params.sampling.temperature = s.temperature();
-  params.sampling.top_k = s.top_k();
-  params.sampling.top_p = s.top_p() == 0 ? 1.f : s.top_p();
-  params.sampling.repetition_penalty =
-      s.repetition_penalty() == 0 ? 1.f : s.repetition_penalty();
-  params.sampling.seed = s.seed();
+  params.sampling = worker::SamplingFromProto(request->sampling());
 
   // Announce the prompt; an identical prompt already published serves it.
   bool publishing = false;
@@ -217,7 +211,7 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
     std::vector<int32_t> own = engine.prefix_cache().Acquire(chain, reuse.groups());
     const int own_chunks = int(own.size()) / (chunk / page_tokens);
     if (own_chunks < reuse.groups()) {
-      auto pages = FetchPrefix(context, reuse, std::move(own), own_chunks, n);
+      auto pages = FetchPrefix(context, reuse, std::move(own), own_chunks);
       if (pages.ok()) {
         kv.pages = std::move(*pages);
         kv.tokens = reuse.groups() * chunk;

@@ -35,7 +35,7 @@ class PrefillService final : public v1::Prefill::Service {
   absl::StatusOr<std::vector<int32_t>> FetchPrefix(grpc::ServerContext* context,
                                                    const v1::KvSource& source,
                                                    std::vector<int32_t> own_pages,
-                                                   int own_chunks, int prompt_tokens);
+                                                   int own_chunks);
 
   worker::WorkerRuntime* const rt_;
   const absl::Duration retain_;

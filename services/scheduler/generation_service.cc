@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/sampling/sampler.h"
 #include "services/worker/grpc_status.h"
+#include "services/worker/sampling_proto.h"
 #include "transport/kvcache/naming.h"
 
 namespace kvcast::scheduler {
@@ -20,7 +21,7 @@ using Clock = std::chrono::steady_clock;
 double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
 // Codes a retry on another worker cannot fix.
-bool Final(grpc::StatusCode c) {
+bool Unretryable(grpc::StatusCode c) {
   return c == grpc::INVALID_ARGUMENT || c == grpc::FAILED_PRECONDITION ||
          c == grpc::OUT_OF_RANGE || c == grpc::UNIMPLEMENTED;
 }
@@ -163,14 +164,9 @@ grpc::Status GenerationService::Request::Validate() {
                         absl::StrCat("max_tokens must be in [1, ", limit, "], got ", max_tokens_));
   }
   sampling_ = req_.sampling();
-  if (sampling_.top_p() == 0) sampling_.set_top_p(1);
-  if (sampling_.repetition_penalty() == 0) sampling_.set_repetition_penalty(1);
-  SamplingParams sp;
-  sp.temperature = sampling_.temperature();
-  sp.top_k = sampling_.top_k();
-  sp.top_p = sampling_.top_p();
-  sp.repetition_penalty = sampling_.repetition_penalty();
-  if (absl::Status s = sp.Validate(); !s.ok()) return worker::ToGrpc(s);
+  if (absl::Status s = worker::SamplingFromProto(sampling_).Validate(); !s.ok()) {
+    return worker::ToGrpc(s);
+  }
   for (const std::string& s : req_.stop()) {
     if (s.empty()) return grpc::Status(grpc::INVALID_ARGUMENT, "empty stop string");
     stops_.push_back(s);
@@ -338,7 +334,7 @@ grpc::Status GenerationService::Request::Run() {
         dctx->TryCancel();
         stream->Finish().IgnoreError();
         if (ClientDone(ps)) return Interrupted();
-        if (Final(ps.error_code())) return ps;
+        if (Unretryable(ps.error_code())) return ps;
         last_error = absl::StrCat("prefill ", route->prefill->worker_id, ": ", ps.error_message());
         std::fprintf(stderr, "kvcast-scheduler: %s: %s; retrying\n", request_id_.c_str(),
                      last_error.c_str());
@@ -399,7 +395,7 @@ grpc::Status GenerationService::Request::Run() {
     grpc::Status ds = stream->Finish();
     if (finish_) return Finish();
     if (ClientDone(ds)) return Interrupted();
-    if (Final(ds.error_code())) return ds;
+    if (Unretryable(ds.error_code())) return ds;
     last_error = absl::StrCat("decode ", route->decode.worker_id, ": ",
                               ds.ok() ? "stream ended early" : ds.error_message());
     std::fprintf(stderr, "kvcast-scheduler: %s: %s after %zu tokens; retrying\n",

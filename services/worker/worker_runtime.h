@@ -99,8 +99,6 @@ class WorkerRuntime {
   moqt::MoqtSession* relay_session() const;
 
   services::MetricsRegistry& metrics() { return metrics_; }
-  const WorkerConfig& config() const { return config_; }
-  const std::string& worker_id() const { return worker_id_; }
   const std::string& model_name() const { return model_name_; }
   std::string moqt_address() const;
   uint16_t grpc_port() const { return grpc_ ? grpc_->port() : 0; }
