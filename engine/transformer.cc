@@ -11,7 +11,17 @@
 namespace kvcast {
 
 struct Transformer::Layer {
-  std::unique_ptr<DeviceBuffer> input_norm, qkv, qkv_bias, o, post_norm, gate_up, down;
+  Weight input_norm, qkv, qkv_bias, o, post_norm, gate_up, down;
+};
+
+// Activations and the batch description on the backend, kept across
+// Forward() calls and grown (never shrunk) to the largest batch seen, so a
+// steady decode loop allocates nothing.
+struct Transformer::Workspace {
+  int tokens = 0, rows = 0, items = 0;
+  size_t table_entries = 0;
+  std::unique_ptr<DeviceBuffer> ids, positions, slots, last_rows, tables;
+  std::unique_ptr<DeviceBuffer> x, h, qkv, attn, gate_up, act, final_rows, logits;
 };
 
 namespace {
@@ -27,11 +37,16 @@ WeightType ToWeightType(DType d) {
 // Loads tensors that are stacked along rows into one weight (q|k|v, gate|up),
 // hashing every tensor into the fingerprint.
 class WeightLoader {
+  static WeightKind KindOf(const std::vector<int64_t>& shape) {
+    return shape.size() == 1 ? WeightKind::kVector : WeightKind::kMatrix;
+  }
+  static WeightKind KindOf(const TensorView& t) { return KindOf(t.shape); }
+
  public:
   WeightLoader(const Checkpoint& ckpt, Backend* backend, Hasher128* hasher)
       : ckpt_(ckpt), backend_(backend), hasher_(hasher) {}
 
-  absl::StatusOr<std::unique_ptr<DeviceBuffer>> Load(
+  absl::StatusOr<Weight> Load(
       const std::vector<std::pair<std::string, std::vector<int64_t>>>& parts) {
     std::string bytes;
     DType dtype = DType::kF32;
@@ -50,15 +65,15 @@ class WeightLoader {
       hasher_->Update(t.data, t.nbytes);
       count += size_t(t.numel());
       if (parts.size() == 1) {
-        return backend_->LoadWeight(ToWeightType(dtype), t.data, count);
+        return backend_->LoadWeight(ToWeightType(dtype), KindOf(t), t.data, count);
       }
       bytes.append(static_cast<const char*>(t.data), t.nbytes);
     }
-    return backend_->LoadWeight(ToWeightType(dtype), bytes.data(), count);
+    return backend_->LoadWeight(ToWeightType(dtype), KindOf(parts[0].second), bytes.data(),
+                                count);
   }
 
-  absl::StatusOr<std::unique_ptr<DeviceBuffer>> Load(const std::string& name,
-                                                     std::vector<int64_t> shape) {
+  absl::StatusOr<Weight> Load(const std::string& name, std::vector<int64_t> shape) {
     return Load({{name, std::move(shape)}});
   }
 
@@ -95,7 +110,7 @@ std::vector<float> RopeInverseFrequencies(const ModelConfig& c) {
 }
 
 Transformer::Transformer(const ModelConfig& config, Backend* backend)
-    : config_(config), backend_(backend) {}
+    : config_(config), backend_(backend), ws_(std::make_unique<Workspace>()) {}
 
 Transformer::~Transformer() = default;
 
@@ -210,69 +225,96 @@ absl::Status Transformer::Forward(absl::Span<const ForwardItem> items,
   const int qkv_dim = (nh + 2 * nkv) * hd;
   const int R = all_logits ? T : int(items.size());
 
-  // Device copies of the batch description and the activations.
-  const size_t i32 = sizeof(int32_t), f32 = sizeof(float);
-  ASSIGN_OR_RETURN(auto d_ids, backend_->Allocate(T * i32));
-  ASSIGN_OR_RETURN(auto d_pos, backend_->Allocate(T * i32));
-  ASSIGN_OR_RETURN(auto d_slots, backend_->Allocate(T * i32));
-  ASSIGN_OR_RETURN(auto d_rows, backend_->Allocate(last_rows.size() * i32));
-  ASSIGN_OR_RETURN(auto d_tables, backend_->Allocate(tables.size() * i32));
-  ASSIGN_OR_RETURN(auto x, backend_->Allocate(size_t(T) * H * f32));
-  ASSIGN_OR_RETURN(auto hbuf, backend_->Allocate(size_t(T) * H * f32));
-  ASSIGN_OR_RETURN(auto qkv, backend_->Allocate(size_t(T) * qkv_dim * f32));
-  ASSIGN_OR_RETURN(auto attn, backend_->Allocate(size_t(T) * nh * hd * f32));
-  ASSIGN_OR_RETURN(auto gate_up, backend_->Allocate(size_t(T) * 2 * I * f32));
-  ASSIGN_OR_RETURN(auto act, backend_->Allocate(size_t(T) * I * f32));
-  ASSIGN_OR_RETURN(auto out, backend_->Allocate(size_t(R) * c.vocab_size * f32));
-  backend_->CopyToDevice(d_ids->data(), ids.data(), T * i32);
-  backend_->CopyToDevice(d_pos->data(), positions.data(), T * i32);
-  backend_->CopyToDevice(d_slots->data(), slots.data(), T * i32);
-  backend_->CopyToDevice(d_rows->data(), last_rows.data(), last_rows.size() * i32);
-  backend_->CopyToDevice(d_tables->data(), tables.data(), tables.size() * i32);
-  const auto* dev_tables = static_cast<const int32_t*>(d_tables->data());
+  RETURN_IF_ERROR(Reserve(T, R, int(items.size()), tables.size()));
+  Workspace& w = *ws_;
+  const size_t i32 = sizeof(int32_t);
+  backend_->CopyToDevice(w.ids->data(), ids.data(), T * i32);
+  backend_->CopyToDevice(w.positions->data(), positions.data(), T * i32);
+  backend_->CopyToDevice(w.slots->data(), slots.data(), T * i32);
+  backend_->CopyToDevice(w.last_rows->data(), last_rows.data(), last_rows.size() * i32);
+  backend_->CopyToDevice(w.tables->data(), tables.data(), tables.size() * i32);
+  const auto* dev_tables = static_cast<const int32_t*>(w.tables->data());
   for (size_t b = 0; b < items.size(); ++b) seqs[b].page_table = dev_tables + table_offsets[b];
-  const auto* dev_ids = static_cast<const int32_t*>(d_ids->data());
-  const auto* dev_pos = static_cast<const int32_t*>(d_pos->data());
-  const auto* dev_slots = static_cast<const int32_t*>(d_slots->data());
+  const auto* dev_pos = static_cast<const int32_t*>(w.positions->data());
+  const auto* dev_slots = static_cast<const int32_t*>(w.slots->data());
+  float* const x = w.x->f32();
+  float* const h = w.h->f32();
 
   const AttentionShape shape{nh, nkv, hd, page_tokens, 1.f / std::sqrt(float(hd))};
   const float eps = float(c.rms_norm_eps);
-  backend_->Embedding(dev_ids, T, embed_->f32(), H, x->f32());
+  backend_->Embedding(static_cast<const int32_t*>(w.ids->data()), T, embed_, H, x);
+  backend_->RmsNorm(x, layers_[0].input_norm.f32(), T, H, eps, h);
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     Layer& L = layers_[l];
-    float* q = qkv->f32();
+    // h holds this layer's normed input; each residual add is fused with the
+    // norm after it (the next layer's input norm, or the final norm).
+    const float* next_norm =
+        l + 1 < c.num_hidden_layers ? layers_[l + 1].input_norm.f32() : final_norm_.f32();
+    float* q = w.qkv->f32();
     float* k = q + nh * hd;
     float* v = k + nkv * hd;
-    backend_->RmsNorm(x->f32(), L.input_norm->f32(), T, H, eps, hbuf->f32());
-    backend_->Linear(hbuf->f32(), T, H, L.qkv->f32(), qkv_dim,
-                     L.qkv_bias ? L.qkv_bias->f32() : nullptr, q);
+    backend_->Linear(h, T, H, L.qkv, qkv_dim, L.qkv_bias ? L.qkv_bias.f32() : nullptr, q);
     backend_->Rope(q, T, qkv_dim, nh, hd, dev_pos, inv_freq_->f32());
     backend_->Rope(k, T, qkv_dim, nkv, hd, dev_pos, inv_freq_->f32());
-    backend_->WriteKv(k, v, T, qkv_dim, dev_slots, nkv, hd, pool->k_cache(l),
-                      pool->v_cache(l));
-    backend_->PagedAttention(q, qkv_dim, seqs.data(), int(seqs.size()), shape,
-                             pool->k_cache(l), pool->v_cache(l), attn->f32());
-    backend_->Linear(attn->f32(), T, nh * hd, L.o->f32(), H, nullptr, hbuf->f32());
-    backend_->Add(x->f32(), hbuf->f32(), size_t(T) * H);
-    backend_->RmsNorm(x->f32(), L.post_norm->f32(), T, H, eps, hbuf->f32());
-    backend_->Linear(hbuf->f32(), T, H, L.gate_up->f32(), 2 * I, nullptr, gate_up->f32());
-    backend_->SwiGlu(gate_up->f32(), T, I, act->f32());
-    backend_->Linear(act->f32(), T, I, L.down->f32(), H, nullptr, hbuf->f32());
-    backend_->Add(x->f32(), hbuf->f32(), size_t(T) * H);
+    backend_->WriteKv(k, v, T, qkv_dim, dev_slots, nkv, hd, pool->k_cache(l), pool->v_cache(l));
+    backend_->PagedAttention(q, qkv_dim, seqs.data(), int(seqs.size()), shape, pool->k_cache(l),
+                             pool->v_cache(l), w.attn->f32());
+    backend_->Linear(w.attn->f32(), T, nh * hd, L.o, H, nullptr, h);
+    backend_->AddRmsNorm(x, h, L.post_norm.f32(), T, H, eps, h);
+    backend_->Linear(h, T, H, L.gate_up, 2 * I, nullptr, w.gate_up->f32());
+    backend_->SwiGlu(w.gate_up->f32(), T, I, w.act->f32());
+    backend_->Linear(w.act->f32(), T, I, L.down, H, nullptr, h);
+    backend_->AddRmsNorm(x, h, next_norm, T, H, eps, h);
   }
-  const float* final_rows = x->f32();
+  const float* final_rows = h;
   if (!all_logits) {
-    // Gather each item's last row (an embedding lookup into x).
-    backend_->Embedding(static_cast<const int32_t*>(d_rows->data()), R, x->f32(), H,
-                        hbuf->f32());
-    final_rows = hbuf->f32();
+    backend_->GatherRows(h, static_cast<const int32_t*>(w.last_rows->data()), R, H,
+                         w.final_rows->f32());
+    final_rows = w.final_rows->f32();
   }
-  backend_->RmsNorm(final_rows, final_norm_->f32(), R, H, eps, hbuf->f32());
-  const float* head = lm_head_ ? lm_head_->f32() : embed_->f32();
-  backend_->Linear(hbuf->f32(), R, H, head, c.vocab_size, nullptr, out->f32());
+  backend_->Linear(final_rows, R, H, lm_head_ ? lm_head_ : embed_, c.vocab_size, nullptr,
+                   w.logits->f32());
   logits->resize(size_t(R) * c.vocab_size);
-  backend_->CopyToHost(logits->data(), out->data(), logits->size() * f32);
+  backend_->CopyToHost(logits->data(), w.logits->data(), logits->size() * sizeof(float));
   backend_->Synchronize();
+  return absl::OkStatus();
+}
+
+absl::Status Transformer::Reserve(int tokens, int rows, int items, size_t table_entries) {
+  Workspace& w = *ws_;
+  if (tokens <= w.tokens && rows <= w.rows && items <= w.items &&
+      table_entries <= w.table_entries) {
+    return absl::OkStatus();
+  }
+  const ModelConfig& c = config_;
+  // Grow to the next power of two so a growing batch reallocates rarely.
+  auto grow = [](size_t have, size_t want) {
+    size_t n = std::max<size_t>(have, 1);
+    while (n < want) n *= 2;
+    return n;
+  };
+  const size_t T = grow(w.tokens, tokens), R = grow(w.rows, rows), B = grow(w.items, items);
+  const size_t P = grow(w.table_entries, table_entries);
+  const size_t f32 = sizeof(float), i32 = sizeof(int32_t);
+  const size_t qkv_dim = size_t(c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim;
+  w = Workspace{};  // frees the old buffers first
+  ASSIGN_OR_RETURN(w.ids, backend_->Allocate(T * i32));
+  ASSIGN_OR_RETURN(w.positions, backend_->Allocate(T * i32));
+  ASSIGN_OR_RETURN(w.slots, backend_->Allocate(T * i32));
+  ASSIGN_OR_RETURN(w.last_rows, backend_->Allocate(B * i32));
+  ASSIGN_OR_RETURN(w.tables, backend_->Allocate(P * i32));
+  ASSIGN_OR_RETURN(w.x, backend_->Allocate(T * c.hidden_size * f32));
+  ASSIGN_OR_RETURN(w.h, backend_->Allocate(T * c.hidden_size * f32));
+  ASSIGN_OR_RETURN(w.qkv, backend_->Allocate(T * qkv_dim * f32));
+  ASSIGN_OR_RETURN(w.attn, backend_->Allocate(T * c.num_attention_heads * c.head_dim * f32));
+  ASSIGN_OR_RETURN(w.gate_up, backend_->Allocate(T * 2 * c.intermediate_size * f32));
+  ASSIGN_OR_RETURN(w.act, backend_->Allocate(T * c.intermediate_size * f32));
+  ASSIGN_OR_RETURN(w.final_rows, backend_->Allocate(B * c.hidden_size * f32));
+  ASSIGN_OR_RETURN(w.logits, backend_->Allocate(R * c.vocab_size * f32));
+  w.tokens = int(T);
+  w.rows = int(R);
+  w.items = int(B);
+  w.table_entries = P;
   return absl::OkStatus();
 }
 

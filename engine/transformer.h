@@ -57,15 +57,19 @@ class Transformer {
 
  private:
   struct Layer;
+  struct Workspace;
   Transformer(const ModelConfig& config, Backend* backend);
   absl::Status LoadWeights(const Checkpoint& checkpoint);
+  // Makes the workspace hold a batch of this size (no-op when it does).
+  absl::Status Reserve(int tokens, int rows, int items, size_t table_entries);
 
   const ModelConfig config_;
   Backend* const backend_;
   Hash128 fingerprint_;
   std::unique_ptr<DeviceBuffer> inv_freq_;
-  std::unique_ptr<DeviceBuffer> embed_, final_norm_, lm_head_;  // lm_head null when tied
+  Weight embed_, final_norm_, lm_head_;  // lm_head empty when tied
   std::vector<Layer> layers_;
+  std::unique_ptr<Workspace> ws_;
 };
 
 // RoPE inverse frequencies [head_dim / 2] for `config`, Llama-3 scaling

@@ -3,14 +3,19 @@
 // Contract:
 //  - Activations are dense, row-major float32 arrays in memory obtained from
 //    the same backend's Allocate(); weights come from LoadWeight() in the
-//    backend's own compute format. Ops never allocate and never fail on valid
+//    backend's own compute format (the CPU backend widens to float32, the
+//    CUDA backend keeps matrices in fp16/bf16). Ops never fail on valid
 //    shapes: the engine checks shapes once, at load time.
 //  - The paged KV cache of one layer is two arrays, K and V, each laid out
 //    [num_pages][page_tokens][num_kv_heads][head_dim]; a token's slot is
 //    page * page_tokens + offset. Page tables index pages in those arrays.
-//  - Ops on one Backend are issued from one thread at a time (the engine's
-//    compute thread); a backend may run them asynchronously and Synchronize()
-//    waits for completion. The CPU backend completes each op before returning.
+//  - Compute ops on one Backend are issued from one thread at a time (the
+//    engine's compute thread); a backend may run them asynchronously and
+//    Synchronize() waits for completion. The CPU backend completes each op
+//    before returning. The KV transfer ops (EncodeKv, DecodeKv,
+//    AllocateStaging) may be called from one other thread at the same time
+//    (the transport's loop) on pages the compute ops are not using; they
+//    return when done.
 #ifndef KVCAST_KERNELS_BACKEND_H_
 #define KVCAST_KERNELS_BACKEND_H_
 
@@ -18,6 +23,7 @@
 #include <cstdint>
 #include <memory>
 #include <string_view>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -29,13 +35,46 @@ namespace kvcast {
 class DeviceBuffer {
  public:
   virtual ~DeviceBuffer() = default;
-  virtual void* data() = 0;
+  virtual void* data() const = 0;
   virtual size_t size() const = 0;
   float* f32() { return static_cast<float*>(data()); }
 };
 
-// Element type of a weight as stored in a checkpoint.
+// Element type of a weight, in a checkpoint or on a backend.
 enum class WeightType { kF32, kF16, kBF16 };
+
+// Matrices (projections, embeddings, LM head) may be kept in 16 bits by a
+// backend; vectors (norm weights, biases) are always float32 on every backend.
+enum class WeightKind { kMatrix, kVector };
+
+// A weight in a backend's memory and compute format, from LoadWeight.
+class Weight {
+ public:
+  Weight() = default;
+  Weight(std::unique_ptr<DeviceBuffer> buffer, WeightType type)
+      : buffer_(std::move(buffer)), type_(type) {}
+  const void* data() const { return buffer_ ? buffer_->data() : nullptr; }
+  WeightType type() const { return type_; }
+  // The values of a vector (always float32).
+  const float* f32() const { return static_cast<const float*>(data()); }
+  explicit operator bool() const { return buffer_ != nullptr; }
+
+ private:
+  std::unique_ptr<DeviceBuffer> buffer_;
+  WeightType type_ = WeightType::kF32;
+};
+
+// KV caches as the transfer ops address them: `num_arrays` arrays, array a
+// at base + a * array_floats, each laid out like one layer's K (or V) cache
+// [slot][num_heads][head_dim]. A pool's every layer, K then V per layer
+// (the wire order), is {k_cache(0), 2 * num_layers, layer_floats, ...}.
+struct KvArrays {
+  float* base = nullptr;
+  int num_arrays = 1;
+  size_t array_floats = 0;
+  int num_heads = 0;
+  int head_dim = 0;
+};
 
 // One sequence's slice of an attention call. Its `num_queries` query rows
 // start at row `query_offset` of the batch's q; they are the last
@@ -65,25 +104,34 @@ class Backend {
 
   // Memory. Allocate returns ResourceExhausted when memory is short.
   virtual absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(size_t bytes) = 0;
+  // Bytes that Allocate could still hand out (free device memory on a GPU,
+  // available host memory on the CPU), for sizing the KV page pool.
+  virtual size_t AvailableMemory() const = 0;
   virtual void CopyToDevice(void* dst, const void* src, size_t bytes) = 0;
   virtual void CopyToHost(void* dst, const void* src, size_t bytes) = 0;
   virtual void Synchronize() = 0;
 
-  // Converts `count` checkpoint elements at `src` (host memory, e.g. an
-  // mmapped file) into a new buffer in this backend's compute format.
-  virtual absl::StatusOr<std::unique_ptr<DeviceBuffer>> LoadWeight(
-      WeightType type, const void* src, size_t count) = 0;
+  // Converts `count` checkpoint elements of `type` at `src` (host memory,
+  // e.g. an mmapped file) into a new weight in this backend's compute format.
+  virtual absl::StatusOr<Weight> LoadWeight(WeightType type, WeightKind kind,
+                                            const void* src, size_t count) = 0;
 
-  // out[i, :] = table[ids[i], :]; table [vocab, dim].
-  virtual void Embedding(const int32_t* ids, int num_tokens, const float* table,
+  // out[i, :] = table[ids[i], :]; table [vocab, dim], a matrix weight.
+  virtual void Embedding(const int32_t* ids, int num_tokens, const Weight& table,
                          int dim, float* out) = 0;
+  // out[i, :] = x[rows[i], :]; x rows of `dim`.
+  virtual void GatherRows(const float* x, const int32_t* rows, int num_rows, int dim,
+                          float* out) = 0;
   // out[r] = x[r] / rms(x[r]) * weight, rows of `dim`. out may alias x.
   virtual void RmsNorm(const float* x, const float* weight, int rows, int dim,
                        float eps, float* out) = 0;
-  // x += y, n elements.
-  virtual void Add(float* x, const float* y, size_t n) = 0;
-  // y[m, n] = x[m, k] * w[n, k]^T (+ bias[n] when bias != nullptr).
-  virtual void Linear(const float* x, int m, int k, const float* w, int n,
+  // The residual add fused with the next norm: x += y, then out = RmsNorm(x).
+  // out may alias y (not x).
+  virtual void AddRmsNorm(float* x, const float* y, const float* weight, int rows,
+                          int dim, float eps, float* out) = 0;
+  // y[m, n] = x[m, k] * w[n, k]^T (+ bias[n] when bias != nullptr); w a
+  // matrix weight, accumulated in float32.
+  virtual void Linear(const float* x, int m, int k, const Weight& w, int n,
                       const float* bias, float* y) = 0;
   // Rotates x [num_tokens, num_heads, head_dim] in place (token rows
   // `x_stride` floats apart), HF "rotate half" convention:
@@ -107,21 +155,31 @@ class Backend {
                               const float* k_cache, const float* v_cache,
                               float* out) = 0;
 
-  // KV wire codecs (kv_codec.h, rows of num_heads * head_dim values, scale
-  // blocks of `block` values). EncodeKv reads rows slots[t] of `cache` (one
-  // layer's K or V array) and writes encoded row t at out + t * out_stride;
-  // DecodeKv writes encoded row t at in + t * in_stride into row slots[t].
-  // `out` / `in` are backend memory, like the caches.
-  virtual void EncodeKv(KvFormat format, int block, const float* cache,
-                        const int32_t* slots, int num_tokens, int num_heads,
-                        int head_dim, uint8_t* out, size_t out_stride) = 0;
-  virtual void DecodeKv(KvFormat format, int block, const uint8_t* in,
-                        size_t in_stride, int num_tokens, int num_heads,
-                        int head_dim, const int32_t* slots, float* cache) = 0;
+  // KV transfer (kv_codec.h formats; rows of num_heads * head_dim values,
+  // scale blocks of `block` values, row_bytes = KvRowBytes(...)). EncodeKv
+  // writes, for token t and array a, row slots[t] of array a encoded at
+  // out + t * out_stride + a * row_bytes; DecodeKv is its inverse. `slots`
+  // and `out` / `in` are host memory; buffers from AllocateStaging move
+  // without a bounce through a driver buffer. They return when done: `out`
+  // holds the bytes / the caches hold the rows.
+  virtual void EncodeKv(KvFormat format, int block, const KvArrays& src, const int32_t* slots,
+                        int num_tokens, uint8_t* out, size_t out_stride) = 0;
+  virtual void DecodeKv(KvFormat format, int block, const uint8_t* in, size_t in_stride,
+                        const int32_t* slots, int num_tokens, const KvArrays& dst) = 0;
+  // Host memory for EncodeKv / DecodeKv buffers (page-locked on a GPU).
+  virtual absl::StatusOr<std::unique_ptr<DeviceBuffer>> AllocateStaging(size_t bytes) = 0;
 };
 
 // The CPU backend (OpenBLAS GEMM); always available.
 std::unique_ptr<Backend> NewCpuBackend();
+
+// A backend by name: "cpu", or "cuda" (GPU `device`) when the build has it
+// (NotFound names the backends built in); errors from the device otherwise.
+absl::StatusOr<std::unique_ptr<Backend>> NewBackend(std::string_view name, int device = 0);
+
+// Called by a backend library at static-initialization time (alwayslink).
+using BackendFactory = absl::StatusOr<std::unique_ptr<Backend>> (*)(int device);
+bool RegisterBackend(std::string_view name, BackendFactory factory);
 
 }  // namespace kvcast
 

@@ -55,6 +55,7 @@ struct Setup {
   std::vector<float> cache;
   std::vector<int32_t> slots;
   std::vector<uint8_t> wire;
+  KvArrays arrays() { return KvArrays{cache.data(), 1, 0, kHeads, kDim}; }
 };
 
 void Finish(benchmark::State& state) {
@@ -65,8 +66,8 @@ void BM_Encode(benchmark::State& state, KvFormat format) {
   auto backend = NewCpuBackend();
   Setup s(format);
   for (auto _ : state) {
-    backend->EncodeKv(format, s.block, s.cache.data(), s.slots.data(), kTokens, kHeads, kDim,
-                      s.wire.data(), s.row_bytes);
+    backend->EncodeKv(format, s.block, s.arrays(), s.slots.data(), kTokens, s.wire.data(),
+                      s.row_bytes);
     benchmark::ClobberMemory();
   }
   Finish(state);
@@ -75,11 +76,11 @@ void BM_Encode(benchmark::State& state, KvFormat format) {
 void BM_Decode(benchmark::State& state, KvFormat format) {
   auto backend = NewCpuBackend();
   Setup s(format);
-  backend->EncodeKv(format, s.block, s.cache.data(), s.slots.data(), kTokens, kHeads, kDim,
-                    s.wire.data(), s.row_bytes);
+  backend->EncodeKv(format, s.block, s.arrays(), s.slots.data(), kTokens, s.wire.data(),
+                    s.row_bytes);
   for (auto _ : state) {
-    backend->DecodeKv(format, s.block, s.wire.data(), s.row_bytes, kTokens, kHeads, kDim,
-                      s.slots.data(), s.cache.data());
+    backend->DecodeKv(format, s.block, s.wire.data(), s.row_bytes, s.slots.data(), kTokens,
+                      s.arrays());
     benchmark::ClobberMemory();
   }
   Finish(state);

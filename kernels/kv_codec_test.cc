@@ -528,40 +528,45 @@ TEST(CpuBackendKvOps, EncodeAndDecodeScatteredSlots) {
   const int heads = 2, dim = 16, num_slots = 12;
   const size_t row = size_t(heads) * dim;
   const std::vector<int32_t> slots = {5, 0, 11, 7};
-  const std::vector<float> cache = Gaussian(num_slots * row, 3);
+  // Two arrays (one layer's K and V), array_floats apart, as in a pool.
+  const int arrays = 2;
+  const size_t array_floats = num_slots * row + 3;
+  std::vector<float> cache = Gaussian(arrays * array_floats, 3);
   for (KvFormat f : kAllKvFormats) {
     SCOPED_TRACE(int(f));
     const int block = 8;
-    const size_t row_bytes = KvRowBytes(f, heads, dim, block), stride = row_bytes + 5;
+    const size_t row_bytes = KvRowBytes(f, heads, dim, block);
+    const size_t stride = arrays * row_bytes + 5;
     std::vector<uint8_t> wire(slots.size() * stride, 0xab);
-    be.EncodeKv(f, block, cache.data(), slots.data(), int(slots.size()), heads, dim, wire.data(),
-                stride);
+    be.EncodeKv(f, block, KvArrays{cache.data(), arrays, array_floats, heads, dim}, slots.data(),
+                int(slots.size()), wire.data(), stride);
     for (size_t t = 0; t < slots.size(); ++t) {
-      std::vector<float> x(cache.begin() + slots[t] * row, cache.begin() + (slots[t] + 1) * row);
-      const auto expect = Encode(f, x, heads, dim, block);
-      EXPECT_EQ(
-          std::vector<uint8_t>(wire.begin() + t * stride, wire.begin() + t * stride + row_bytes),
-          expect)
-          << t;
-      for (size_t i = row_bytes; i < stride; ++i) EXPECT_EQ(wire[t * stride + i], 0xab);
+      for (int a = 0; a < arrays; ++a) {
+        auto from = cache.begin() + a * array_floats + slots[t] * row;
+        const auto expect = Encode(f, std::vector<float>(from, from + row), heads, dim, block);
+        auto at = wire.begin() + t * stride + a * row_bytes;
+        EXPECT_EQ(std::vector<uint8_t>(at, at + row_bytes), expect) << t << " array " << a;
+      }
+      for (size_t i = arrays * row_bytes; i < stride; ++i) EXPECT_EQ(wire[t * stride + i], 0xab);
     }
-    std::vector<float> dst(num_slots * row, -99.f);
-    be.DecodeKv(f, block, wire.data(), stride, int(slots.size()), heads, dim, slots.data(),
-                dst.data());
-    for (int slot = 0; slot < num_slots; ++slot) {
-      size_t t = 0;
-      while (t < slots.size() && slots[t] != slot) ++t;
-      for (size_t i = 0; i < row; ++i) {
-        const float got = dst[slot * row + i];
-        if (t == slots.size()) {
-          ASSERT_EQ(got, -99.f) << "slot " << slot << " was not decoded into";
-        } else {
-          const auto expect = Decode(f,
-                                     std::vector<uint8_t>(wire.begin() + t * stride,
-                                                          wire.begin() + t * stride + row_bytes),
-                                     heads, dim, block);
-          ASSERT_EQ(got, expect[i]) << "slot " << slot;
-          ASSERT_NEAR(got, cache[slot * row + i], 0.7) << "slot " << slot;
+    std::vector<float> dst(arrays * array_floats, -99.f);
+    be.DecodeKv(f, block, wire.data(), stride, slots.data(), int(slots.size()),
+                KvArrays{dst.data(), arrays, array_floats, heads, dim});
+    for (int a = 0; a < arrays; ++a) {
+      for (int slot = 0; slot < num_slots; ++slot) {
+        size_t t = 0;
+        while (t < slots.size() && slots[t] != slot) ++t;
+        for (size_t i = 0; i < row; ++i) {
+          const size_t at = a * array_floats + slot * row + i;
+          if (t == slots.size()) {
+            ASSERT_EQ(dst[at], -99.f) << "slot " << slot << " was not decoded into";
+          } else {
+            auto enc = wire.begin() + t * stride + a * row_bytes;
+            const auto expect =
+                Decode(f, std::vector<uint8_t>(enc, enc + row_bytes), heads, dim, block);
+            ASSERT_EQ(dst[at], expect[i]) << "slot " << slot << " array " << a;
+            ASSERT_NEAR(dst[at], cache[at], 0.7) << "slot " << slot;
+          }
         }
       }
     }

@@ -25,18 +25,23 @@ void ProfilingBackend::CopyToDevice(void* dst, const void* src, size_t bytes) {
 void ProfilingBackend::CopyToHost(void* dst, const void* src, size_t bytes) {
   Time("CopyToHost", [&] { inner_->CopyToHost(dst, src, bytes); });
 }
-void ProfilingBackend::Embedding(const int32_t* ids, int num_tokens, const float* table, int dim,
+void ProfilingBackend::Embedding(const int32_t* ids, int num_tokens, const Weight& table, int dim,
                                  float* out) {
   Time("Embedding", [&] { inner_->Embedding(ids, num_tokens, table, dim, out); });
+}
+void ProfilingBackend::GatherRows(const float* x, const int32_t* rows, int num_rows, int dim,
+                                  float* out) {
+  Time("GatherRows", [&] { inner_->GatherRows(x, rows, num_rows, dim, out); });
 }
 void ProfilingBackend::RmsNorm(const float* x, const float* weight, int rows, int dim, float eps,
                                float* out) {
   Time("RmsNorm", [&] { inner_->RmsNorm(x, weight, rows, dim, eps, out); });
 }
-void ProfilingBackend::Add(float* x, const float* y, size_t n) {
-  Time("Add", [&] { inner_->Add(x, y, n); });
+void ProfilingBackend::AddRmsNorm(float* x, const float* y, const float* weight, int rows,
+                                  int dim, float eps, float* out) {
+  Time("AddRmsNorm", [&] { inner_->AddRmsNorm(x, y, weight, rows, dim, eps, out); });
 }
-void ProfilingBackend::Linear(const float* x, int m, int k, const float* w, int n,
+void ProfilingBackend::Linear(const float* x, int m, int k, const Weight& w, int n,
                               const float* bias, float* y) {
   Time("Linear", [&] { inner_->Linear(x, m, k, w, n, bias, y); });
 }
@@ -62,21 +67,15 @@ void ProfilingBackend::PagedAttention(const float* q, int q_stride, const Attent
     inner_->PagedAttention(q, q_stride, seqs, num_seqs, shape, k_cache, v_cache, out);
   });
 }
-void ProfilingBackend::EncodeKv(KvFormat format, int block, const float* cache,
-                                const int32_t* slots, int num_tokens, int num_heads, int head_dim,
-                                uint8_t* out, size_t out_stride) {
-  Time("EncodeKv", [&] {
-    inner_->EncodeKv(format, block, cache, slots, num_tokens, num_heads, head_dim, out,
-                     out_stride);
-  });
+void ProfilingBackend::EncodeKv(KvFormat format, int block, const KvArrays& src,
+                                const int32_t* slots, int num_tokens, uint8_t* out,
+                                size_t out_stride) {
+  Time("EncodeKv",
+       [&] { inner_->EncodeKv(format, block, src, slots, num_tokens, out, out_stride); });
 }
 void ProfilingBackend::DecodeKv(KvFormat format, int block, const uint8_t* in, size_t in_stride,
-                                int num_tokens, int num_heads, int head_dim,
-                                const int32_t* slots, float* cache) {
-  Time("DecodeKv", [&] {
-    inner_->DecodeKv(format, block, in, in_stride, num_tokens, num_heads, head_dim, slots,
-                     cache);
-  });
+                                const int32_t* slots, int num_tokens, const KvArrays& dst) {
+  Time("DecodeKv", [&] { inner_->DecodeKv(format, block, in, in_stride, slots, num_tokens, dst); });
 }
 
 }  // namespace kvcast

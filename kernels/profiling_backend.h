@@ -32,16 +32,23 @@ class ProfilingBackend : public Backend {
   void CopyToDevice(void* dst, const void* src, size_t bytes) override;
   void CopyToHost(void* dst, const void* src, size_t bytes) override;
   void Synchronize() override { inner_->Synchronize(); }
-  absl::StatusOr<std::unique_ptr<DeviceBuffer>> LoadWeight(WeightType type, const void* src,
-                                                           size_t count) override {
-    return inner_->LoadWeight(type, src, count);
+  size_t AvailableMemory() const override { return inner_->AvailableMemory(); }
+  absl::StatusOr<std::unique_ptr<DeviceBuffer>> AllocateStaging(size_t bytes) override {
+    return inner_->AllocateStaging(bytes);
   }
-  void Embedding(const int32_t* ids, int num_tokens, const float* table, int dim,
+  absl::StatusOr<Weight> LoadWeight(WeightType type, WeightKind kind, const void* src,
+                                    size_t count) override {
+    return inner_->LoadWeight(type, kind, src, count);
+  }
+  void Embedding(const int32_t* ids, int num_tokens, const Weight& table, int dim,
                  float* out) override;
+  void GatherRows(const float* x, const int32_t* rows, int num_rows, int dim,
+                  float* out) override;
   void RmsNorm(const float* x, const float* weight, int rows, int dim, float eps,
                float* out) override;
-  void Add(float* x, const float* y, size_t n) override;
-  void Linear(const float* x, int m, int k, const float* w, int n, const float* bias,
+  void AddRmsNorm(float* x, const float* y, const float* weight, int rows, int dim, float eps,
+                  float* out) override;
+  void Linear(const float* x, int m, int k, const Weight& w, int n, const float* bias,
               float* y) override;
   void Rope(float* x, int num_tokens, int x_stride, int num_heads, int head_dim,
             const int32_t* positions, const float* inv_freq) override;
@@ -51,11 +58,10 @@ class ProfilingBackend : public Backend {
   void PagedAttention(const float* q, int q_stride, const AttentionSeq* seqs, int num_seqs,
                       const AttentionShape& shape, const float* k_cache, const float* v_cache,
                       float* out) override;
-  void EncodeKv(KvFormat format, int block, const float* cache, const int32_t* slots,
-                int num_tokens, int num_heads, int head_dim, uint8_t* out,
-                size_t out_stride) override;
-  void DecodeKv(KvFormat format, int block, const uint8_t* in, size_t in_stride, int num_tokens,
-                int num_heads, int head_dim, const int32_t* slots, float* cache) override;
+  void EncodeKv(KvFormat format, int block, const KvArrays& src, const int32_t* slots,
+                int num_tokens, uint8_t* out, size_t out_stride) override;
+  void DecodeKv(KvFormat format, int block, const uint8_t* in, size_t in_stride,
+                const int32_t* slots, int num_tokens, const KvArrays& dst) override;
 
  private:
   template <typename F>

@@ -72,10 +72,11 @@ class KvPagePool {
   // Layer caches, laid out [num_pages][page_tokens][num_kv_heads][head_dim].
   float* k_cache(int layer) const { return base_ + size_t(2 * layer) * layer_floats(); }
   float* v_cache(int layer) const { return base_ + size_t(2 * layer + 1) * layer_floats(); }
+  // Floats of one layer's K (or V) array: v_cache(l) - k_cache(l).
+  size_t layer_floats() const { return layout_.page_floats() * num_pages_; }
 
  private:
   KvPagePool(const KvLayout& layout, int num_pages, std::unique_ptr<DeviceBuffer> buf);
-  size_t layer_floats() const { return layout_.page_floats() * num_pages_; }
 
   const KvLayout layout_;
   const int num_pages_;

@@ -1,6 +1,7 @@
 // CPU backend: plain loops for the element-wise ops and attention, OpenBLAS
 // for the GEMMs. Every op finishes before it returns.
 #include <cblas.h>
+#include <sys/sysinfo.h>
 
 #include <algorithm>
 #include <cmath>
@@ -21,7 +22,7 @@ class HostBuffer : public DeviceBuffer {
  public:
   HostBuffer(void* data, size_t size) : data_(data), size_(size) {}
   ~HostBuffer() override { std::free(data_); }
-  void* data() override { return data_; }
+  void* data() const override { return data_; }
   size_t size() const override { return size_; }
 
  private:
@@ -43,6 +44,14 @@ class CpuBackend : public Backend {
     }
     return std::unique_ptr<DeviceBuffer>(new HostBuffer(p, bytes));
   }
+  size_t AvailableMemory() const override {
+    struct sysinfo info;
+    if (sysinfo(&info) != 0) return 0;
+    return size_t(info.freeram + info.bufferram) * info.mem_unit;
+  }
+  absl::StatusOr<std::unique_ptr<DeviceBuffer>> AllocateStaging(size_t bytes) override {
+    return Allocate(bytes);
+  }
   void CopyToDevice(void* dst, const void* src, size_t bytes) override {
     std::memcpy(dst, src, bytes);
   }
@@ -51,8 +60,9 @@ class CpuBackend : public Backend {
   }
   void Synchronize() override {}
 
-  absl::StatusOr<std::unique_ptr<DeviceBuffer>> LoadWeight(
-      WeightType type, const void* src, size_t count) override {
+  // Every weight is widened to float32.
+  absl::StatusOr<Weight> LoadWeight(WeightType type, WeightKind, const void* src,
+                                    size_t count) override {
     auto buf = Allocate(count * sizeof(float));
     if (!buf.ok()) return buf.status();
     float* out = (*buf)->f32();
@@ -68,14 +78,17 @@ class CpuBackend : public Backend {
         for (size_t i = 0; i < count; ++i) out[i] = BFloat16ToFloat(half[i]);
         break;
     }
-    return buf;
+    return Weight(*std::move(buf), WeightType::kF32);
   }
 
-  void Embedding(const int32_t* ids, int num_tokens, const float* table,
+  void Embedding(const int32_t* ids, int num_tokens, const Weight& table,
                  int dim, float* out) override {
-    for (int t = 0; t < num_tokens; ++t) {
-      std::memcpy(out + size_t(t) * dim, table + size_t(ids[t]) * dim,
-                  dim * sizeof(float));
+    GatherRows(table.f32(), ids, num_tokens, dim, out);
+  }
+  void GatherRows(const float* x, const int32_t* rows, int num_rows, int dim,
+                  float* out) override {
+    for (int t = 0; t < num_rows; ++t) {
+      std::memcpy(out + size_t(t) * dim, x + size_t(rows[t]) * dim, dim * sizeof(float));
     }
   }
 
@@ -91,12 +104,15 @@ class CpuBackend : public Backend {
     }
   }
 
-  void Add(float* x, const float* y, size_t n) override {
-    for (size_t i = 0; i < n; ++i) x[i] += y[i];
+  void AddRmsNorm(float* x, const float* y, const float* weight, int rows, int dim,
+                  float eps, float* out) override {
+    for (size_t i = 0; i < size_t(rows) * dim; ++i) x[i] += y[i];
+    RmsNorm(x, weight, rows, dim, eps, out);
   }
 
-  void Linear(const float* x, int m, int k, const float* w, int n,
+  void Linear(const float* x, int m, int k, const Weight& weight, int n,
               const float* bias, float* y) override {
+    const float* w = weight.f32();
     if (m == 1) {
       cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, 1.f, w, k, x, 1, 0.f, y, 1);
     } else {
@@ -155,23 +171,27 @@ class CpuBackend : public Backend {
     }
   }
 
-  void EncodeKv(KvFormat format, int block, const float* cache, const int32_t* slots,
-                int num_tokens, int num_heads, int head_dim, uint8_t* out,
-                size_t out_stride) override {
-    const size_t row = size_t(num_heads) * head_dim;
+  void EncodeKv(KvFormat format, int block, const KvArrays& src, const int32_t* slots,
+                int num_tokens, uint8_t* out, size_t out_stride) override {
+    const size_t row = size_t(src.num_heads) * src.head_dim;
+    const size_t row_bytes = KvRowBytes(format, src.num_heads, src.head_dim, block);
     for (int t = 0; t < num_tokens; ++t) {
-      EncodeKvRow(format, cache + size_t(slots[t]) * row, num_heads, head_dim, block,
-                  out + size_t(t) * out_stride);
+      for (int a = 0; a < src.num_arrays; ++a) {
+        EncodeKvRow(format, src.base + a * src.array_floats + size_t(slots[t]) * row,
+                    src.num_heads, src.head_dim, block, out + t * out_stride + a * row_bytes);
+      }
     }
   }
 
   void DecodeKv(KvFormat format, int block, const uint8_t* in, size_t in_stride,
-                int num_tokens, int num_heads, int head_dim, const int32_t* slots,
-                float* cache) override {
-    const size_t row = size_t(num_heads) * head_dim;
+                const int32_t* slots, int num_tokens, const KvArrays& dst) override {
+    const size_t row = size_t(dst.num_heads) * dst.head_dim;
+    const size_t row_bytes = KvRowBytes(format, dst.num_heads, dst.head_dim, block);
     for (int t = 0; t < num_tokens; ++t) {
-      DecodeKvRow(format, in + size_t(t) * in_stride, num_heads, head_dim, block,
-                  cache + size_t(slots[t]) * row);
+      for (int a = 0; a < dst.num_arrays; ++a) {
+        DecodeKvRow(format, in + t * in_stride + a * row_bytes, dst.num_heads, dst.head_dim,
+                    block, dst.base + a * dst.array_floats + size_t(slots[t]) * row);
+      }
     }
   }
 
@@ -233,5 +253,8 @@ class CpuBackend : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> NewCpuBackend() { return std::make_unique<CpuBackend>(); }
+
+static const bool kCpuRegistered = RegisterBackend(
+    "cpu", [](int) -> absl::StatusOr<std::unique_ptr<Backend>> { return NewCpuBackend(); });
 
 }  // namespace kvcast

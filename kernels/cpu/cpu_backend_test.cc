@@ -24,7 +24,9 @@ TEST(CpuBackend, LinearMatchesNaiveForGemvAndGemm) {
   for (int m : {1, 5}) {
     auto x = Random(m * k, 1), w = Random(n * k, 2), b = Random(n, 3);
     std::vector<float> y(m * n);
-    be->Linear(x.data(), m, k, w.data(), n, b.data(), y.data());
+    auto weight = be->LoadWeight(WeightType::kF32, WeightKind::kMatrix, w.data(), w.size());
+    ASSERT_TRUE(weight.ok());
+    be->Linear(x.data(), m, k, *weight, n, b.data(), y.data());
     for (int r = 0; r < m; ++r) {
       for (int j = 0; j < n; ++j) {
         double ref = b[j];
@@ -124,11 +126,48 @@ TEST(CpuBackend, LoadWeightConvertsHalfTypes) {
   auto be = NewCpuBackend();
   const uint16_t bf16[] = {0x3f80, 0xc000};  // 1, -2
   const uint16_t f16[] = {0x3c00, 0x3800};   // 1, 0.5
-  auto a = be->LoadWeight(WeightType::kBF16, bf16, 2);
-  auto b = be->LoadWeight(WeightType::kF16, f16, 2);
+  auto a = be->LoadWeight(WeightType::kBF16, WeightKind::kMatrix, bf16, 2);
+  auto b = be->LoadWeight(WeightType::kF16, WeightKind::kVector, f16, 2);
   ASSERT_TRUE(a.ok() && b.ok());
-  EXPECT_EQ((*a)->f32()[1], -2.f);
-  EXPECT_EQ((*b)->f32()[1], 0.5f);
+  EXPECT_EQ(a->type(), WeightType::kF32);
+  EXPECT_EQ(a->f32()[1], -2.f);
+  EXPECT_EQ(b->f32()[1], 0.5f);
+}
+
+TEST(CpuBackend, AddRmsNormIsTheResidualAddThenTheNorm) {
+  auto be = NewCpuBackend();
+  auto x = Random(3 * 8, 7), y = Random(3 * 8, 8), w = Random(8, 9);
+  std::vector<float> sum(x.size()), want(x.size());
+  for (size_t i = 0; i < x.size(); ++i) sum[i] = x[i] + y[i];
+  be->RmsNorm(sum.data(), w.data(), 3, 8, 1e-5f, want.data());
+  be->AddRmsNorm(x.data(), y.data(), w.data(), 3, 8, 1e-5f, y.data());  // out aliases y
+  EXPECT_EQ(x, sum);
+  EXPECT_EQ(y, want);
+}
+
+TEST(CpuBackend, GatherRowsAndEmbedding) {
+  auto be = NewCpuBackend();
+  auto table = Random(5 * 3, 10);
+  const int32_t rows[] = {4, 0, 4};
+  std::vector<float> got(9), emb(9);
+  be->GatherRows(table.data(), rows, 3, 3, got.data());
+  auto weight = be->LoadWeight(WeightType::kF32, WeightKind::kMatrix, table.data(), table.size());
+  ASSERT_TRUE(weight.ok());
+  be->Embedding(rows, 3, *weight, 3, emb.data());
+  for (int r = 0; r < 3; ++r) {
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(got[r * 3 + i], table[rows[r] * 3 + i]);
+  }
+  EXPECT_EQ(got, emb);
+}
+
+TEST(CpuBackend, NewBackendByName) {
+  auto cpu = NewBackend("cpu");
+  ASSERT_TRUE(cpu.ok());
+  EXPECT_EQ((*cpu)->name(), "cpu");
+  auto none = NewBackend("tpu");
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(none.status().message().find("cpu"), std::string_view::npos)
+      << none.status().message();
 }
 
 }  // namespace

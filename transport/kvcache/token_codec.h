@@ -5,9 +5,9 @@
 // each an encoded row of kernels/kv_codec.h (num_kv_heads * head_dim values,
 // scales first). Every token of a format has the same size, token_bytes().
 //
-// Encode/Decode run on the page pool's backend through Backend::EncodeKv /
-// DecodeKv; their byte buffers are backend memory (host memory on the CPU
-// backend; a GPU backend stages through pinned memory, see the CUDA issue).
+// Encode/Decode are one Backend::EncodeKv / DecodeKv call over every layer;
+// their byte buffers are host memory, ideally from Backend::AllocateStaging
+// (page-locked on a GPU, so the copy to or from the device is one DMA).
 //
 // Thread safety: immutable after construction; Encode/Decode follow the
 // backend's threading contract.
@@ -47,6 +47,9 @@ class TokenCodec {
               KvPagePool* pool) const;
 
  private:
+  // Every layer's K and V of `pool`, in payload order.
+  KvArrays Arrays(const KvPagePool& pool) const;
+
   const KvLayout layout_;
   const KvFormat format_;
   const int block_;
