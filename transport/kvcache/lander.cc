@@ -2,6 +2,7 @@
 #include "transport/kvcache/lander.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "transport/kvcache/naming.h"
@@ -39,12 +40,17 @@ absl::StatusOr<std::shared_ptr<KvLander>> KvLander::Create(
         "landing ", end - first, " tokens needs ", want_pages, " pages, got ",
         spec.pages.size())));
   }
-  return std::shared_ptr<KvLander>(
-      new KvLander(pool, backend, parsed->format, std::move(spec), std::move(done)));
+  // Staging for one group: objects are copied into it as they arrive and
+  // land (one backend call for every layer) when the group is complete.
+  const size_t token_bytes = TokenCodec(pool->layout(), parsed->format).token_bytes();
+  auto staging = backend->AllocateStaging(size_t(spec.chunk_tokens) * token_bytes);
+  if (!staging.ok()) return fail(staging.status());
+  return std::shared_ptr<KvLander>(new KvLander(pool, backend, parsed->format, std::move(spec),
+                                                std::move(done), *std::move(staging)));
 }
 
 KvLander::KvLander(KvPagePool* pool, Backend* backend, KvFormat format, LandingSpec spec,
-                   DoneCallback done)
+                   DoneCallback done, std::unique_ptr<DeviceBuffer> staging)
     : pool_(pool),
       backend_(backend),
       codec_(pool->layout(), format),
@@ -52,7 +58,10 @@ KvLander::KvLander(KvPagePool* pool, Backend* backend, KvFormat format, LandingS
       first_token_(spec_.first_group * spec_.chunk_tokens),
       end_token_(std::min(spec_.end_group * spec_.chunk_tokens, spec_.num_tokens)),
       done_(std::move(done)),
-      landed_(end_token_ - first_token_, false) {}
+      landed_(end_token_ - first_token_, false),
+      staging_(std::move(staging)) {
+  staged_slots_.reserve(spec_.chunk_tokens);
+}
 
 KvLander::~KvLander() {
   if (!finished_) (void)pool_->ReleaseAll(spec_.pages);
@@ -82,23 +91,37 @@ absl::Status KvLander::Land(const moqt::ObjectHeader& h, absl::Span<const uint8_
   const int index = int(token - first_token_);
   if (landed_[index]) return absl::OkStatus();  // duplicate: first copy stands
   const int32_t slot = SlotsOf(spec_.pages, pool_->layout().page_tokens, index, 1)[0];
-  codec_.Decode(backend_, payload.data(), {&slot, 1}, pool_);
+  std::memcpy(static_cast<uint8_t*>(staging_->data()) + staged_slots_.size() * payload.size(),
+              payload.data(), payload.size());
+  staged_slots_.push_back(slot);
   landed_[index] = true;
   ++landed_count_;
+  if (staged_slots_.size() == size_t(spec_.chunk_tokens)) Flush();
   return absl::OkStatus();
+}
+
+void KvLander::Flush() {
+  if (staged_slots_.empty()) return;
+  codec_.Decode(backend_, static_cast<const uint8_t*>(staging_->data()), staged_slots_, pool_);
+  ++flushes_;
+  staged_slots_.clear();
 }
 
 void KvLander::OnObject(const moqt::ObjectHeader& header, absl::Span<const uint8_t> payload) {
   if (finished_) return;
   if (header.status == moqt::ObjectStatus::kEndOfGroup ||
       header.status == moqt::ObjectStatus::kEndOfTrack) {
-    return;  // markers, no KV
+    Flush();  // a group is complete: land it while the next one is computed
+    return;
   }
   if (absl::Status st = Land(header, payload); !st.ok()) {
     Finish(st);
     return;
   }
-  if (landed_count_ == tokens_wanted()) Finish(std::move(spec_.pages));
+  if (landed_count_ == tokens_wanted()) {
+    Flush();
+    Finish(std::move(spec_.pages));
+  }
 }
 
 void KvLander::OnDone(const absl::Status& status) {

@@ -4,8 +4,11 @@
 // A lander owns the pages of a run of whole groups [first_group, end_group)
 // of a sequence of num_tokens tokens: tokens [first_group * chunk_tokens,
 // min(end_group * chunk_tokens, num_tokens)), first token at slot 0 of
-// pages[0]. Each object is checked, then decoded into its token's slot:
-// groups and objects may arrive in any order; a duplicate is ignored.
+// pages[0]. Each object is checked, then copied into a staging buffer of one
+// group (Backend::AllocateStaging: page-locked on a GPU); the staged tokens
+// land in their slots with one Backend::DecodeKv call, for every layer, when
+// the buffer is full, a group's end marker arrives, or the last token does.
+// Groups and objects may arrive in any order; a duplicate is ignored.
 // When every token has landed, `done` gets the pages (ownership passes to
 // the caller). On the first bad object or failure, nothing of it is written,
 // `done` gets an error naming the cause, the pages are released to the
@@ -61,8 +64,9 @@ class KvLander : public moqt::TrackConsumer {
   // `reason` through `done`, unless already finished.
   void Abort(const absl::Status& reason);
 
-  int tokens_landed() const { return landed_count_; }
+  int tokens_landed() const { return landed_count_; }  // received, staged or in pages
   int tokens_wanted() const { return end_token_ - first_token_; }
+  int flushes() const { return flushes_; }  // DecodeKv calls so far
 
   // moqt::TrackConsumer
   void OnObject(const moqt::ObjectHeader& header, absl::Span<const uint8_t> payload) override;
@@ -70,8 +74,10 @@ class KvLander : public moqt::TrackConsumer {
 
  private:
   KvLander(KvPagePool* pool, Backend* backend, KvFormat format, LandingSpec spec,
-           DoneCallback done);
+           DoneCallback done, std::unique_ptr<DeviceBuffer> staging);
   absl::Status Land(const moqt::ObjectHeader& header, absl::Span<const uint8_t> payload);
+  // Decodes the staged tokens into their pages.
+  void Flush();
   void Finish(absl::StatusOr<std::vector<int32_t>> result);
 
   KvPagePool* const pool_;
@@ -84,6 +90,9 @@ class KvLander : public moqt::TrackConsumer {
   std::vector<bool> landed_;
   int landed_count_ = 0;
   bool finished_ = false;
+  const std::unique_ptr<DeviceBuffer> staging_;  // chunk_tokens payloads
+  std::vector<int32_t> staged_slots_;             // slot of each staged payload
+  int flushes_ = 0;
 };
 
 }  // namespace kvcast::kvcache

@@ -95,6 +95,41 @@ TEST_F(LanderTest, OutOfOrderGroupsLandInTheirSlotsAndHandOverThePages) {
   EXPECT_EQ(pool_->RefCount(pages_[0]), 1);  // ours now
 }
 
+// Tokens are staged and land a group at a time (one DecodeKv for every
+// layer): a full group, a group closed by its end marker, and the last,
+// partial group when its final token arrives.
+TEST_F(LanderTest, StagedTokensLandPerGroupOnFullEndMarkerOrLastToken) {
+  const int tokens = 19;
+  auto lander = Make(tokens, 0, 3);
+  TokenCodec codec(layout_, KvFormat::kFp16);
+  for (int t = 0; t < kChunk - 1; ++t) Send(*lander, 0, t, Payload(codec, t));
+  EXPECT_EQ(lander->flushes(), 0);
+  EXPECT_TRUE(Untouched(pages_[0])) << "staged tokens are not in the pages yet";
+  Send(*lander, 0, kChunk - 1, Payload(codec, kChunk - 1));
+  EXPECT_EQ(lander->flushes(), 1);
+  EXPECT_EQ(pool_->k_cache(0)[size_t(pages_[0]) * 4 * 32], 0.f);
+  for (int t = kChunk; t < kChunk + 3; ++t) Send(*lander, 1, t - kChunk, Payload(codec, t));
+  moqt::ObjectHeader marker;
+  marker.group = 1;
+  marker.object = kChunk;
+  marker.status = moqt::ObjectStatus::kEndOfGroup;
+  lander->OnObject(marker, {});
+  EXPECT_EQ(lander->flushes(), 2);
+  EXPECT_EQ(pool_->k_cache(0)[size_t(pages_[2]) * 4 * 32], float(kChunk));
+  for (int t = kChunk + 3; t < tokens; ++t) {
+    Send(*lander, t / kChunk, t % kChunk, Payload(codec, t));
+  }
+  ASSERT_EQ(done_calls_, 1);
+  ASSERT_TRUE(result_.ok()) << result_.status();
+  // Tokens 11..18 fill the staging buffer (kChunk tokens) together; the
+  // last token then finds nothing left to land.
+  EXPECT_EQ(lander->flushes(), 3);
+  for (int t = 0; t < tokens; ++t) {
+    const int slot = pages_[t / 4] * 4 + t % 4;
+    EXPECT_EQ(pool_->k_cache(0)[size_t(slot) * 32], float(t)) << t;
+  }
+}
+
 TEST_F(LanderTest, ASuffixRangeLandsOnlyItsGroups) {
   auto lander = Make(20, 1, 3);  // tokens 8..19 into 3 pages
   TokenCodec codec(layout_, KvFormat::kFp16);

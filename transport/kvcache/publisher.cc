@@ -183,17 +183,27 @@ void KvPublisher::SendChunk(const Prompt& p, int group, KvFormat format,
   const int first = int(std::min<uint64_t>(lo, n));
   const int count = int(hi >= uint64_t(n) ? n : hi + 1) - first;
   if (count > 0) {
-    scratch_.resize(count * codec.token_bytes());
+    const size_t bytes = count * codec.token_bytes();
+    if (!scratch_ || scratch_->size() < bytes) {
+      auto staging = backend_->AllocateStaging(bytes);
+      if (!staging.ok()) {
+        // Pinned memory ran out; the subscribers see the track end with it.
+        for (const auto& d : to) d->OnDone(staging.status());
+        return;
+      }
+      scratch_ = *std::move(staging);
+    }
     codec.Encode(backend_, *pool_,
                  SlotsOf(p.chunk_pages[group], pool_->layout().page_tokens, first, count),
-                 scratch_.data());
+                 static_cast<uint8_t*>(scratch_->data()));
     ++stats_.chunks_encoded;
   }
   moqt::ObjectHeader h;
   h.group = group;
   for (int i = 0; i < count; ++i) {
     h.object = first + i;
-    absl::Span<const uint8_t> payload(scratch_.data() + i * codec.token_bytes(),
+    absl::Span<const uint8_t> payload(static_cast<const uint8_t*>(scratch_->data()) +
+                                          i * codec.token_bytes(),
                                       codec.token_bytes());
     for (const auto& d : to) d->OnObject(h, payload);
     stats_.objects_sent += to.size();

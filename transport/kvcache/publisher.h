@@ -134,7 +134,7 @@ class KvPublisher : public moqt::RequestHandler {
   moqt::MoqtSession* upstream_ = nullptr;
   AnnounceCallback on_announced_;
   std::map<std::string, Prompt> prompts_;
-  std::vector<uint8_t> scratch_;
+  std::unique_ptr<DeviceBuffer> scratch_;  // encoded chunk; Backend::AllocateStaging
   Stats stats_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // for session callbacks
 };
