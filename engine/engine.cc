@@ -74,8 +74,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
   KvLayout layout = e->model_->kv_layout(options.page_tokens);
   int pages = options.num_pages;
   if (pages <= 0) {
-    int64_t page_bytes = int64_t(layout.page_floats()) * 2 * layout.num_layers * sizeof(float);
-    pages = int(std::max<int64_t>(1, options.kv_cache_bytes / page_bytes));
+    const int64_t page_bytes =
+        int64_t(layout.page_floats()) * 2 * layout.num_layers * sizeof(float);
+    int64_t bytes = options.kv_cache_bytes;
+    if (options.kv_cache_fraction > 0) {
+      bytes = int64_t(options.kv_cache_fraction * double(e->backend_->AvailableMemory()));
+    }
+    pages = int(std::min<int64_t>(std::max<int64_t>(1, bytes / page_bytes), INT32_MAX));
   }
   ASSIGN_OR_RETURN(e->pool_, KvPagePool::Create(e->backend_.get(), layout, pages));
   e->prefix_cache_ = std::make_unique<PrefixCache>(e->pool_.get(), options.chunk_tokens);

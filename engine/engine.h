@@ -46,7 +46,9 @@ struct EngineOptions {
   int page_tokens = 16;
   int chunk_tokens = 128;      // prefix-cache and transfer unit; multiple of page_tokens
   int64_t kv_cache_bytes = 256ll << 20;
-  int num_pages = 0;           // overrides kv_cache_bytes when > 0
+  double kv_cache_fraction = 0;  // > 0: this share of the backend's free memory after the
+                                 // weights, instead of kv_cache_bytes
+  int num_pages = 0;           // overrides both when > 0
   int max_batch_tokens = 256;  // tokens per forward pass
   int max_running = 64;        // sequences decoded together
   bool prefix_caching = true;  // false: no chunk is cached or reused (for A/B measurements)

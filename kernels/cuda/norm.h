@@ -1,21 +1,25 @@
-// RMSNorm on the GPU (first kernel of the CUDA backend).
+// RMSNorm on the GPU, alone and fused with the residual add before it.
 //
-// x, weight, out: device pointers. x and out are [rows, dim] row-major
-// float32 (out may alias x); weight is [dim]. The launcher enqueues on
-// `stream` and neither allocates nor synchronizes; it returns the launch
-// error (cudaSuccess when the kernel was enqueued).
-#ifndef KVCAST_KERNELS_CUDA_RMS_NORM_H_
-#define KVCAST_KERNELS_CUDA_RMS_NORM_H_
+// x, y, weight, out: device pointers. x, y and out are [rows, dim] row-major
+// float32; weight is [dim] float32. Launchers enqueue on `stream`, neither
+// allocate nor synchronize, and return the launch error.
+#ifndef KVCAST_KERNELS_CUDA_NORM_H_
+#define KVCAST_KERNELS_CUDA_NORM_H_
 
 #include <cuda_runtime.h>
 
 namespace kvcast {
 namespace cuda {
 
+// out[r] = x[r] / rms(x[r]) * weight. out may alias x.
 cudaError_t LaunchRmsNorm(const float* x, const float* weight, int rows, int dim, float eps,
                           float* out, cudaStream_t stream);
+
+// x += y, then out = RmsNorm(x). out may alias y, not x.
+cudaError_t LaunchAddRmsNorm(float* x, const float* y, const float* weight, int rows, int dim,
+                             float eps, float* out, cudaStream_t stream);
 
 }  // namespace cuda
 }  // namespace kvcast
 
-#endif  // KVCAST_KERNELS_CUDA_RMS_NORM_H_
+#endif  // KVCAST_KERNELS_CUDA_NORM_H_

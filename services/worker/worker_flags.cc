@@ -6,8 +6,12 @@
 
 ABSL_FLAG(std::string, model, "", "HF model directory (config.json, *.safetensors, tokenizer)");
 ABSL_FLAG(std::string, model_name, "", "name clients use for the model (default: directory name)");
-ABSL_FLAG(std::string, backend, "cpu", "compute backend: cpu (cuda arrives with the CUDA backend)");
+ABSL_FLAG(std::string, backend, "cpu", "compute backend: cpu or cuda (where the build has it)");
+ABSL_FLAG(int, device, 0, "GPU index for --backend=cuda");
 ABSL_FLAG(int, kv_cache_mb, 256, "KV page pool size in MiB");
+ABSL_FLAG(double, kv_cache_fraction, 0,
+          "KV page pool as this share (0, 0.95] of the backend's free memory after the weights "
+          "are loaded; overrides --kv_cache_mb");
 ABSL_FLAG(int, max_batch_tokens, 256, "tokens per forward pass");
 ABSL_FLAG(int, chunk_tokens, 128, "prefix-cache and transfer chunk (a multiple of 16)");
 ABSL_FLAG(std::string, grpc_listen, "", "gRPC HOST:PORT (worker API + grpc.health.v1)");
@@ -40,8 +44,15 @@ absl::StatusOr<WorkerConfig> WorkerConfigFromFlags(v1::WorkerRole role,
     return absl::InvalidArgumentError(
         absl::StrCat("--backend=", c.backend, ": expected cpu or cuda"));
   }
+  c.device = absl::GetFlag(FLAGS_device);
+  if (c.device < 0) return absl::InvalidArgumentError("--device must be >= 0");
   c.kv_cache_mb = absl::GetFlag(FLAGS_kv_cache_mb);
   if (c.kv_cache_mb <= 0) return absl::InvalidArgumentError("--kv_cache_mb must be positive");
+  c.kv_cache_fraction = absl::GetFlag(FLAGS_kv_cache_fraction);
+  if (c.kv_cache_fraction < 0 || c.kv_cache_fraction > 0.95) {
+    return absl::InvalidArgumentError(absl::StrCat("--kv_cache_fraction=", c.kv_cache_fraction,
+                                                   ": expected a value in [0, 0.95]"));
+  }
   c.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
   c.chunk_tokens = absl::GetFlag(FLAGS_chunk_tokens);
   c.prefix_caching = absl::GetFlag(FLAGS_prefix_caching);

@@ -34,17 +34,19 @@ std::string HashBytes16(const Hash128& h) {
 WorkerRuntime::WorkerRuntime(const WorkerConfig& config) : config_(config) {}
 
 absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(const WorkerConfig& config) {
-  if (config.backend != "cpu") {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--backend=", config.backend, ": this build has only the cpu backend"));
+  auto backend = NewBackend(config.backend, config.device);
+  if (!backend.ok()) {
+    return absl::Status(backend.status().code(), absl::StrCat("--backend=", config.backend, ": ",
+                                                              backend.status().message()));
   }
   std::unique_ptr<WorkerRuntime> rt(new WorkerRuntime(config));
   EngineOptions options;
   options.chunk_tokens = config.chunk_tokens;
   options.kv_cache_bytes = int64_t(config.kv_cache_mb) << 20;
+  options.kv_cache_fraction = config.kv_cache_fraction;
   options.max_batch_tokens = config.max_batch_tokens;
   options.prefix_caching = config.prefix_caching;
-  ASSIGN_OR_RETURN(rt->engine_, Engine::Create(config.model_dir, options, NewCpuBackend()));
+  ASSIGN_OR_RETURN(rt->engine_, Engine::Create(config.model_dir, options, *std::move(backend)));
   rt->model_name_ = config.model_name.empty() ? BaseName(config.model_dir) : config.model_name;
   WorkerRuntime* self = rt.get();
   rt->engine_->prefix_cache().SetObserver([self](PrefixCache::Event e, const Hash128& h) {
@@ -55,7 +57,8 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(const Worke
     if (self->pending_.empty() || self->pending_.back().kind() != kind) {
       self->pending_.emplace_back();
       self->pending_.back().set_kind(kind);
-      self->pending_.back().set_tier(v1::KV_TIER_HOST);  // the CPU backend's pages
+      self->pending_.back().set_tier(self->config_.backend == "cuda" ? v1::KV_TIER_GPU
+                                                                     : v1::KV_TIER_HOST);
     }
     self->pending_.back().add_chunk_hashes(HashBytes16(h));
   });

@@ -47,7 +47,9 @@ struct WorkerConfig {
   std::string model_dir;
   std::string model_name;  // empty: the model directory's base name
   std::string backend = "cpu";
+  int device = 0;                  // GPU index for the cuda backend
   int kv_cache_mb = 256;
+  double kv_cache_fraction = 0;    // > 0: this share of free backend memory instead
   int max_batch_tokens = 256;
   int chunk_tokens = 128;
   bool prefix_caching = true;
