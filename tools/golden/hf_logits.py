@@ -70,6 +70,8 @@ def main(argv=None):
                              "checkpoint stores)")
     parser.add_argument("--greedy", type=int, default=0, metavar="N",
                         help="also generate N tokens greedily")
+    parser.add_argument("--device", default="cpu",
+                        help="torch device (cpu, or cuda on the GPU machine)")
     parser.add_argument("--threads", type=int, default=0,
                         help="torch CPU threads (default: torch's choice)")
     args = parser.parse_args(argv)
@@ -90,13 +92,14 @@ def main(argv=None):
         local_files_only=True,
     )
     model.eval()
+    model.to(args.device)
 
     vocab = model.config.vocab_size
     bad = [t for t in args.tokens if t >= vocab]
     if bad:
         parser.error(f"token ids {bad} out of range for vocab_size {vocab}")
 
-    input_ids = torch.tensor([args.tokens], dtype=torch.long)
+    input_ids = torch.tensor([args.tokens], dtype=torch.long, device=args.device)
     attention_mask = torch.ones_like(input_ids)
     result = {
         "model": os.path.basename(os.path.normpath(args.model)),

@@ -47,10 +47,28 @@ ARCHS = {
 }
 
 
-def make(arch, dtype, out, seed=0):
+# Real model shapes with random weights, for the GPU checks
+# (tests/cuda/run_gpu_checks.sh): Llama-3.2-1B and Qwen2-0.5B.
+SIZES = {
+    "tiny": {},
+    "1b": dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192,
+               num_hidden_layers=16, num_attention_heads=32,
+               num_key_value_heads=8, max_position_embeddings=131072,
+               initializer_range=0.05, tie_word_embeddings=True,
+               rope_scaling={"rope_type": "llama3", "factor": 32.0,
+                             "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                             "original_max_position_embeddings": 8192}),
+    "0.5b": dict(vocab_size=151936, hidden_size=896, intermediate_size=4864,
+                 num_hidden_layers=24, num_attention_heads=14,
+                 num_key_value_heads=2, max_position_embeddings=32768,
+                 initializer_range=0.05, tie_word_embeddings=True),
+}
+
+
+def make(arch, dtype, out, seed=0, size="tiny"):
     config_cls, model_cls, extra = ARCHS[arch]
     torch.manual_seed(seed)
-    config = config_cls(**COMMON, **extra)
+    config = config_cls(**{**COMMON, **extra, **SIZES[size]})
     model = model_cls(config).eval()
     model.to(DTYPES[dtype])
     model.config.torch_dtype = DTYPES[dtype]
@@ -63,9 +81,12 @@ def main(argv=None):
     parser.add_argument("--arch", choices=sorted(ARCHS), default="llama")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--size", choices=sorted(SIZES), default="tiny",
+                        help="tiny, or a real model's shape: 1b (Llama-3.2-1B), "
+                             "0.5b (Qwen2-0.5B)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
-    make(args.arch, args.dtype, args.out, args.seed)
+    make(args.arch, args.dtype, args.out, args.seed, args.size)
     print(f"wrote {args.out} ({args.arch}, {args.dtype})", file=sys.stderr)
     return 0
 

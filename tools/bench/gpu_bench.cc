@@ -1,0 +1,227 @@
+// gpu_bench: the CUDA backend against the GPU's own limits, in one run.
+//
+//   gpu_bench --model DIR [--batches 1,8,32,128] [--context 512] [--steps 32]
+//             [--prefill 2048,8192] [--landing_tokens 1024]
+//
+// Prints markdown rows:
+//  - decode tokens/s per batch size, as a fraction of the HBM roofline:
+//    (bytes of weights read per step + bytes of KV read per step) / step
+//    time, over the measured device-to-device copy bandwidth;
+//  - prefill tokens/s per prompt length, as a fraction of the cuBLAS GEMM
+//    peak for the same shapes: time of the model's GEMMs alone (Linear with
+//    the same m, k, n) over the time of the whole prefill;
+//  - KV landing GB/s (DecodeKv from page-locked staging into pages) over the
+//    measured pinned host-to-device copy bandwidth.
+// Every forward pass includes its host work and the logits copy to the host
+// (the engine samples on the host), as served requests pay them.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/status_macros.h"
+#include "engine/model/checkpoint.h"
+#include "engine/transformer.h"
+#include "kernels/backend.h"
+#include "transport/kvcache/naming.h"
+#include "transport/kvcache/token_codec.h"
+
+ABSL_FLAG(std::string, model, "", "HF model directory (a ~1B Llama for the recorded numbers)");
+ABSL_FLAG(std::string, batches, "1,8,32,128", "decode batch sizes");
+ABSL_FLAG(int, context, 512, "tokens of KV per sequence before the timed decode steps");
+ABSL_FLAG(int, steps, 32, "decode steps timed per batch size");
+ABSL_FLAG(std::string, prefill, "2048,8192", "prompt lengths for the prefill measurement");
+ABSL_FLAG(int, landing_tokens, 1024, "tokens per DecodeKv in the landing measurement");
+
+namespace kvcast {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+absl::StatusOr<std::vector<int>> Ints(const std::string& flag, const std::string& text) {
+  std::vector<int> v;
+  for (absl::string_view s : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    int x;
+    if (!absl::SimpleAtoi(s, &x) || x <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("--", flag, ": bad value '", std::string(s), "'"));
+    }
+    v.push_back(x);
+  }
+  return v;
+}
+
+absl::Status Cuda(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
+}
+
+// Bytes per second of cudaMemcpy of `bytes` (device-to-device counts the
+// read and the write).
+absl::StatusOr<double> CopyBandwidth(cudaMemcpyKind kind, size_t bytes) {
+  void *src = nullptr, *dst = nullptr;
+  const bool h2d = kind == cudaMemcpyHostToDevice;
+  RETURN_IF_ERROR(Cuda(h2d ? cudaHostAlloc(&src, bytes, 0) : cudaMalloc(&src, bytes), "alloc"));
+  RETURN_IF_ERROR(Cuda(cudaMalloc(&dst, bytes), "alloc"));
+  RETURN_IF_ERROR(Cuda(cudaMemcpy(dst, src, bytes, kind), "warm-up copy"));
+  const int reps = 10;
+  auto t0 = Clock::now();
+  for (int i = 0; i < reps; ++i) RETURN_IF_ERROR(Cuda(cudaMemcpy(dst, src, bytes, kind), "copy"));
+  RETURN_IF_ERROR(Cuda(cudaDeviceSynchronize(), "sync"));
+  const double secs = Since(t0);
+  h2d ? cudaFreeHost(src) : cudaFree(src);
+  cudaFree(dst);
+  return double(bytes) * reps * (h2d ? 1 : 2) / secs;
+}
+
+absl::Status Run() {
+  ASSIGN_OR_RETURN(auto batches, Ints("batches", absl::GetFlag(FLAGS_batches)));
+  ASSIGN_OR_RETURN(auto prefills, Ints("prefill", absl::GetFlag(FLAGS_prefill)));
+  const int context = absl::GetFlag(FLAGS_context), steps = absl::GetFlag(FLAGS_steps);
+  ASSIGN_OR_RETURN(auto backend, NewBackend("cuda"));
+  ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(absl::GetFlag(FLAGS_model)));
+  ASSIGN_OR_RETURN(auto model, Transformer::Load(*ckpt, backend.get()));
+  const ModelConfig& c = model->config();
+  ASSIGN_OR_RETURN(double hbm, CopyBandwidth(cudaMemcpyDeviceToDevice, size_t(1) << 30));
+  ASSIGN_OR_RETURN(double h2d, CopyBandwidth(cudaMemcpyHostToDevice, size_t(256) << 20));
+  cudaDeviceProp prop;
+  cudaGetDeviceProperties(&prop, 0);
+  std::printf("device: %s; measured HBM copy %.0f GB/s, pinned H2D %.1f GB/s\n\n", prop.name,
+              hbm / 1e9, h2d / 1e9);
+
+  // GEMM shapes of one layer (n, k) and the LM head; 16-bit weights.
+  const int64_t H = c.hidden_size, I = c.intermediate_size, hd = c.head_dim;
+  const int64_t nh = c.num_attention_heads, nkv = c.num_key_value_heads, V = c.vocab_size;
+  const std::vector<std::pair<int64_t, int64_t>> layer_gemms = {
+      {(nh + 2 * nkv) * hd, H}, {H, nh * hd}, {2 * I, H}, {H, I}};
+  double weight_bytes = 2.0 * V * H;  // LM head (the tied embedding, when tied)
+  for (auto [n, k] : layer_gemms) weight_bytes += 2.0 * n * k * c.num_hidden_layers;
+  const double kv_token_bytes = 2.0 * c.num_hidden_layers * nkv * hd * sizeof(float);
+
+  const int page_tokens = 16;
+  const std::string name = absl::StrCat(c.architecture, " h", H, " L", c.num_hidden_layers,
+                                        " V", V);
+  std::vector<float> logits;
+
+  // Decode.
+  std::printf("| model | batch | decode tokens/s | step ms | bytes/step | roofline |\n"
+              "|---|---|---|---|---|---|\n");
+  for (int B : batches) {
+    const int per_seq = (context + steps + page_tokens - 1) / page_tokens;
+    ASSIGN_OR_RETURN(auto pool, KvPagePool::Create(backend.get(), model->kv_layout(page_tokens),
+                                                   per_seq * B));
+    std::vector<std::vector<int32_t>> tables(B);
+    std::vector<int32_t> prompt(context);
+    for (int i = 0; i < context; ++i) prompt[i] = (i * 7919 + 13) % c.vocab_size;
+    for (auto& t : tables) {
+      ASSIGN_OR_RETURN(t, pool->Allocate(per_seq));
+      ForwardItem item{prompt, 0, t};
+      RETURN_IF_ERROR(model->Forward({&item, 1}, pool.get(), false, &logits));
+    }
+    std::vector<int32_t> next(B, 1);
+    std::vector<ForwardItem> items(B);
+    auto step = [&](int i) {
+      for (int b = 0; b < B; ++b) items[b] = {absl::MakeConstSpan(&next[b], 1), context + i, tables[b]};
+      return model->Forward(items, pool.get(), false, &logits);
+    };
+    RETURN_IF_ERROR(step(0));  // warm-up: workspace and cuBLAS plans
+    auto t0 = Clock::now();
+    for (int i = 1; i <= steps - 1; ++i) RETURN_IF_ERROR(step(i));
+    const double per_step = Since(t0) / (steps - 1);
+    const double bytes = weight_bytes + B * (context + steps / 2.0) * kv_token_bytes;
+    std::printf("| %s | %d | %.0f | %.3f | %.2f GB | %.0f%% |\n", name.c_str(), B, B / per_step,
+                per_step * 1e3, bytes / 1e9, 100 * bytes / per_step / hbm);
+    std::fflush(stdout);
+  }
+
+  // Prefill, against the same GEMMs alone.
+  std::printf("\n| model | prompt | prefill tokens/s | GEMMs alone ms | prefill ms | of GEMM peak |\n"
+              "|---|---|---|---|---|---|\n");
+  for (int T : prefills) {
+    const int pages = (T + page_tokens - 1) / page_tokens;
+    ASSIGN_OR_RETURN(auto pool,
+                     KvPagePool::Create(backend.get(), model->kv_layout(page_tokens), pages));
+    ASSIGN_OR_RETURN(auto table, pool->Allocate(pages));
+    std::vector<int32_t> prompt(T);
+    for (int i = 0; i < T; ++i) prompt[i] = (i * 104729 + 7) % c.vocab_size;
+    ForwardItem item{prompt, 0, table};
+    RETURN_IF_ERROR(model->Forward({&item, 1}, pool.get(), false, &logits));  // warm-up
+    auto t0 = Clock::now();
+    RETURN_IF_ERROR(model->Forward({&item, 1}, pool.get(), false, &logits));
+    const double prefill = Since(t0);
+
+    int64_t max_n = V, max_k = I;
+    for (auto [n, k] : layer_gemms) max_n = std::max(max_n, n), max_k = std::max(max_k, k);
+    ASSIGN_OR_RETURN(auto x, backend->Allocate(size_t(T) * max_k * sizeof(float)));
+    ASSIGN_OR_RETURN(auto y, backend->Allocate(size_t(T) * max_n * sizeof(float)));
+    std::vector<Weight> weights;
+    for (auto [n, k] : layer_gemms) {
+      std::vector<uint16_t> zeros(size_t(n) * k, 0);
+      ASSIGN_OR_RETURN(Weight w, backend->LoadWeight(WeightType::kBF16, WeightKind::kMatrix,
+                                                     zeros.data(), zeros.size()));
+      weights.push_back(std::move(w));
+    }
+    auto gemms = [&] {
+      for (int l = 0; l < c.num_hidden_layers; ++l) {
+        for (size_t g = 0; g < layer_gemms.size(); ++g) {
+          backend->Linear(x->f32(), T, int(layer_gemms[g].second), weights[g],
+                          int(layer_gemms[g].first), nullptr, y->f32());
+        }
+      }
+    };
+    gemms();
+    RETURN_IF_ERROR(backend->Synchronize());
+    t0 = Clock::now();
+    gemms();
+    RETURN_IF_ERROR(backend->Synchronize());
+    const double gemm = Since(t0);
+    std::printf("| %s | %d | %.0f | %.1f | %.1f | %.0f%% |\n", name.c_str(), T, T / prefill,
+                gemm * 1e3, prefill * 1e3, 100 * gemm / prefill);
+    std::fflush(stdout);
+  }
+
+  // KV landing: DecodeKv from staging into pages.
+  const int N = absl::GetFlag(FLAGS_landing_tokens);
+  const int pages = (N + page_tokens - 1) / page_tokens;
+  ASSIGN_OR_RETURN(auto pool, KvPagePool::Create(backend.get(), model->kv_layout(page_tokens), pages));
+  ASSIGN_OR_RETURN(auto table, pool->Allocate(pages));
+  const std::vector<int32_t> slots = kvcache::SlotsOf(table, page_tokens, 0, N);
+  std::printf("\n| format | tokens | bytes | landing GB/s | of pinned H2D |\n|---|---|---|---|---|\n");
+  for (KvFormat f : {KvFormat::kFp16, KvFormat::kFp8E4M3, KvFormat::kInt4}) {
+    kvcache::TokenCodec codec(pool->layout(), f);
+    const size_t bytes = size_t(N) * codec.token_bytes();
+    ASSIGN_OR_RETURN(auto staging, backend->AllocateStaging(bytes));
+    auto* buf = static_cast<uint8_t*>(staging->data());
+    codec.Encode(backend.get(), *pool, slots, buf);  // valid payloads
+    codec.Decode(backend.get(), buf, slots, pool.get());  // warm-up
+    const int reps = 10;
+    auto t0 = Clock::now();
+    for (int i = 0; i < reps; ++i) codec.Decode(backend.get(), buf, slots, pool.get());
+    const double gbs = double(bytes) * reps / Since(t0);
+    std::printf("| %s | %d | %.1f MB | %.1f | %.0f%% |\n",
+                kvcache::TrackNameOf(f).c_str(), N, bytes / 1e6, gbs / 1e9,
+                100 * gbs / h2d);
+  }
+  return backend->Synchronize();
+}
+
+}  // namespace
+}  // namespace kvcast
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  absl::Status st = kvcast::Run();
+  if (!st.ok()) {
+    std::fprintf(stderr, "gpu_bench: %s\n", st.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
