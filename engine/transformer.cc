@@ -276,8 +276,7 @@ absl::Status Transformer::Forward(absl::Span<const ForwardItem> items,
                    w.logits->f32());
   logits->resize(size_t(R) * c.vocab_size);
   backend_->CopyToHost(logits->data(), w.logits->data(), logits->size() * sizeof(float));
-  backend_->Synchronize();
-  return absl::OkStatus();
+  return backend_->Synchronize();
 }
 
 absl::Status Transformer::Reserve(int tokens, int rows, int items, size_t table_entries) {

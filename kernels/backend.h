@@ -109,7 +109,9 @@ class Backend {
   virtual size_t AvailableMemory() const = 0;
   virtual void CopyToDevice(void* dst, const void* src, size_t bytes) = 0;
   virtual void CopyToHost(void* dst, const void* src, size_t bytes) = 0;
-  virtual void Synchronize() = 0;
+  // Waits for every op issued so far; the first error of an asynchronous op
+  // (a GPU fault) is reported here.
+  virtual absl::Status Synchronize() = 0;
 
   // Converts `count` checkpoint elements of `type` at `src` (host memory,
   // e.g. an mmapped file) into a new weight in this backend's compute format.
@@ -147,7 +149,8 @@ class Backend {
                        int stride, const int32_t* slots, int num_kv_heads,
                        int head_dim, float* k_cache, float* v_cache) = 0;
   // out [total_queries, num_heads, head_dim] = causal softmax(q k^T * scale) v
-  // for every sequence in `seqs`, reading K/V through the page tables; q rows
+  // for every sequence in `seqs` (host memory; their page tables, backend
+  // memory, lie in one array), reading K/V through the page tables; q rows
   // are `q_stride` floats apart.
   virtual void PagedAttention(const float* q, int q_stride,
                               const AttentionSeq* seqs,

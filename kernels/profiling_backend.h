@@ -31,7 +31,7 @@ class ProfilingBackend : public Backend {
   }
   void CopyToDevice(void* dst, const void* src, size_t bytes) override;
   void CopyToHost(void* dst, const void* src, size_t bytes) override;
-  void Synchronize() override { inner_->Synchronize(); }
+  absl::Status Synchronize() override { return inner_->Synchronize(); }
   size_t AvailableMemory() const override { return inner_->AvailableMemory(); }
   absl::StatusOr<std::unique_ptr<DeviceBuffer>> AllocateStaging(size_t bytes) override {
     return inner_->AllocateStaging(bytes);

@@ -58,7 +58,7 @@ class CpuBackend : public Backend {
   void CopyToHost(void* dst, const void* src, size_t bytes) override {
     std::memcpy(dst, src, bytes);
   }
-  void Synchronize() override {}
+  absl::Status Synchronize() override { return absl::OkStatus(); }
 
   // Every weight is widened to float32.
   absl::StatusOr<Weight> LoadWeight(WeightType type, WeightKind, const void* src,

@@ -14,7 +14,7 @@
 // sequence read the same keys, so a block's warps stream the same K/V lines at
 // about the same time and L1 serves all but the first: the reuse of a
 // shared-memory tile without barriers, and without idle warps in decode, where
-// a block has one row (R = 1, HB = 8 heads). Prefill (R > 1) fills the block
+// a block has one row (R = 1, HB = min(8, num_heads)). Prefill (R > 1) fills the block
 // with one KV group's heads and as many rows as fit. No shared memory, no
 // __syncthreads; warps leave early only as a whole, so full-mask shuffles are
 // safe.
@@ -26,7 +26,7 @@
 // Splits. With few rows (decode) one warp per (row, head) leaves most SMs idle
 // on long contexts, so [0, max_context_len) is cut into S equal splits: S is
 // the smallest of ceil(max_context_len / 256), 32 (the combine gives each split
-// a lane) and what brings the grid to about one full wave of warps; prefill,
+// a lane) and what brings the grid to about 8192 warps (two H100 waves); prefill,
 // with many rows, gets S = 1 and writes `out` directly. The last split runs to
 // the row's causal limit, so an underestimated max_context_len loses no keys.
 // A split past a row's limit sees no keys and records (m = -inf, l = 0), which
