@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DEST="${1:-build/gpu}"
-TARGETS=(//kernels/cuda:cuda_backend_test //tools/golden:kvcast_logits //tools/bench:gpu_bench)
+TARGETS=(//kernels/cuda:cuda_backend_test //kernels/cuda:sampling_test //tools/golden:kvcast_logits //tools/bench:gpu_bench)
 bazel build -c opt "${TARGETS[@]}"
 rm -rf "$DEST" && mkdir -p "$DEST/bin" "$DEST/lib"
 for t in "${TARGETS[@]}"; do

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The checks that need a GPU, on the GPU machine (no Bazel there; binaries
 # from tests/cuda/pack_gpu_checks.sh). Results go to $OUT (default /tmp/gpu_out):
-#  1. cuda_backend_test: every CUDA op against the CPU backend;
+#  1. cuda_backend_test and sampling_test: every CUDA op against the CPU backend;
 #  2. the whole model against HF transformers (float32 on the GPU) on random
 #     checkpoints of real shapes, Llama-3.2-1B and Qwen2-0.5B: logits within
 #     tolerance and 64 identical greedy tokens (tools/golden/compare_logits.py);
@@ -28,9 +28,10 @@ make_model() {  # arch size dir
 }
 
 if [[ " $CHECKS " == *" test "* ]]; then
-  "$PACK/bin/cuda_backend_test" --gtest_output="xml:$OUT/cuda_backend_test.xml" \
-      2>&1 | tee "$OUT/cuda_backend_test.log" | tail -20
-  [[ ${PIPESTATUS[0]} == 0 ]] || status=1
+  for t in cuda_backend_test sampling_test; do
+    "$PACK/bin/$t" --gtest_output="xml:$OUT/$t.xml" 2>&1 | tee "$OUT/$t.log" | tail -20
+    [[ ${PIPESTATUS[0]} == 0 ]] || status=1
+  done
 fi
 
 if [[ " $CHECKS " == *" oracle "* ]]; then
