@@ -233,7 +233,9 @@ __device__ int BlockArgmax(const Row& r, Shared& s) {
 
 // The key of the k-th ranked token (1 <= k <= n): radix select, 8 bits a
 // pass from the top, on integer counts (shared atomics, aggregated per warp
-// over lanes with the same digit).
+// over lanes with the same digit). Once the selected digit holds a single
+// token (the usual case after the logit bits), one min-reduction finds it
+// instead of the remaining passes.
 __device__ unsigned long long SelectKthKey(const Row& r, int k, Shared& s) {
   const int lane = threadIdx.x & 31;
   unsigned long long prefix = 0, prefix_mask = 0;
@@ -262,6 +264,7 @@ __device__ unsigned long long SelectKthKey(const Row& r, int k, Shared& s) {
         if (cum + c >= static_cast<unsigned>(remaining)) {
           sel = d;
           remaining -= static_cast<int>(cum);
+          s.count = static_cast<int>(c);
           break;
         }
         cum += c;
@@ -273,6 +276,16 @@ __device__ unsigned long long SelectKthKey(const Row& r, int k, Shared& s) {
     prefix = s.prefix;
     remaining = s.remaining;
     prefix_mask |= 0xffull << shift;
+    const bool unique = s.count == 1;
+    __syncthreads();  // s.count is read before anyone writes it again
+    if (unique && shift > 0) {
+      unsigned long long m = ~0ull;
+      for (int i = threadIdx.x; i < r.n; i += kThreads) {
+        const unsigned long long key = r.Key(i);
+        if ((key & prefix_mask) == prefix) m = key < m ? key : m;
+      }
+      return BlockMinU64(m, s);
+    }
   }
   return prefix;
 }
