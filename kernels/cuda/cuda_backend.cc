@@ -217,10 +217,7 @@ class CudaBackend : public Backend {
   void Embedding(const int32_t* ids, int num_tokens, const Weight& table, int dim,
                  float* out) override {
     Bind();
-    if (table.type() == WeightType::kF32) {
-      GatherRows(table.f32(), ids, num_tokens, dim, out);
-      return;
-    }
+    // Matrices from LoadWeight are always fp16 or bf16 here.
     Check(cuda::LaunchEmbeddingHalf(ids, num_tokens, static_cast<const uint16_t*>(table.data()),
                                     table.type() == WeightType::kBF16, dim, out, compute_),
           "Embedding");
@@ -251,23 +248,19 @@ class CudaBackend : public Backend {
               float* y) override {
     Bind();
     if (m == 0) return;
-    const float alpha = 1.f, beta = 0.f;
-    cublasStatus_t st;
-    if (w.type() == WeightType::kF32) {
-      st = cublasSgemm(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w.f32(), k, x, k,
-                       &beta, y, n);
-    } else {
-      const bool bf16 = w.type() == WeightType::kBF16;
-      cudaError_t e = cudaSuccess;
-      auto* xh = static_cast<uint16_t*>(gemm_input_.Get(size_t(m) * k * 2, &e));
-      if (!Check(e, "Linear") ||
-          !Check(cuda::LaunchCastToHalf(x, size_t(m) * k, bf16, xh, compute_), "Linear")) {
-        return;
-      }
-      const cudaDataType_t t = bf16 ? CUDA_R_16BF : CUDA_R_16F;
-      st = cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w.data(), t, k, xh, t,
-                        k, &beta, y, CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    // Matrices from LoadWeight are always fp16 or bf16 here.
+    const bool bf16 = w.type() == WeightType::kBF16;
+    cudaError_t e = cudaSuccess;
+    auto* xh = static_cast<uint16_t*>(gemm_input_.Get(size_t(m) * k * 2, &e));
+    if (!Check(e, "Linear") ||
+        !Check(cuda::LaunchCastToHalf(x, size_t(m) * k, bf16, xh, compute_), "Linear")) {
+      return;
     }
+    const float alpha = 1.f, beta = 0.f;
+    const cudaDataType_t t = bf16 ? CUDA_R_16BF : CUDA_R_16F;
+    const cublasStatus_t st =
+        cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w.data(), t, k, xh, t, k,
+                     &beta, y, CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
     if (st != CUBLAS_STATUS_SUCCESS) {
       Fail(absl::StrCat("Linear: cuBLAS status ", int(st), " (m=", m, " k=", k, " n=", n, ")"));
       return;
