@@ -279,9 +279,36 @@ void Engine::ReportChunks(Sequence* seq) {
   }
 }
 
-bool Engine::Sample(Sequence* seq, const float* logits, SequenceEvent* ev) {
+absl::Status Engine::PickTokens(const std::vector<Sequence*>& batch,
+                                const std::vector<int>& counts, const float* logits,
+                                std::vector<int32_t>* picked) {
   const int vocab = config().vocab_size;
-  int32_t tok = seq->sampler.Sample(absl::MakeConstSpan(logits, vocab), seq->tokens);
+  picked->assign(batch.size(), -1);
+  std::vector<TokenSampling> draws;
+  std::vector<size_t> on_host;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    Sequence* s = batch[i];
+    if (s->pending() != counts[i]) continue;  // more prompt to go
+    if (s->sampler.PicksWithoutHistory()) {
+      draws.push_back(s->sampler.NextDraw(int(i)));
+    } else {
+      on_host.push_back(i);
+    }
+  }
+  std::vector<int32_t> tokens(draws.size());
+  // Waits for the pass even when nothing is drawn.
+  RETURN_IF_ERROR(
+      backend_->SampleTokens(logits, vocab, draws.data(), int(draws.size()), tokens.data()));
+  for (size_t j = 0; j < draws.size(); ++j) (*picked)[draws[j].row] = tokens[j];
+  host_logits_.resize(vocab);
+  for (size_t i : on_host) {
+    backend_->CopyToHost(host_logits_.data(), logits + i * size_t(vocab), vocab * sizeof(float));
+    (*picked)[i] = batch[i]->sampler.Sample(host_logits_, batch[i]->tokens);
+  }
+  return absl::OkStatus();
+}
+
+bool Engine::Accept(Sequence* seq, int32_t tok, SequenceEvent* ev) {
   seq->tokens.push_back(tok);
   ++seq->generated;
   ev->token = tok;
@@ -407,8 +434,11 @@ absl::StatusOr<std::vector<SequenceEvent>> Engine::Step() {
     items.push_back(ForwardItem{absl::MakeConstSpan(s->tokens).subspan(s->kv_len, counts[i]),
                                 s->kv_len, s->pages});
   }
-  std::vector<float> logits;
-  RETURN_IF_ERROR(model_->Forward(items, pool_.get(), /*all_logits=*/false, &logits));
+  ASSIGN_OR_RETURN(const float* logits,
+                   model_->ForwardLogits(items, pool_.get(), /*all_logits=*/false));
+  // Before publishing: the transfer ops read pages the pass writes.
+  std::vector<int32_t> picked;
+  RETURN_IF_ERROR(PickTokens(batch, counts, logits, &picked));
 
   std::vector<Sequence*> finished;
   for (size_t i = 0; i < batch.size(); ++i) {
@@ -418,7 +448,7 @@ absl::StatusOr<std::vector<SequenceEvent>> Engine::Step() {
     ReportChunks(s);
     if (s->pending() != 0) continue;  // more prompt to go
     SequenceEvent ev = event_for(*s);
-    bool done = Sample(s, logits.data() + i * size_t(config().vocab_size), &ev);
+    bool done = Accept(s, picked[i], &ev);
     ev.generated_tokens = s->generated;
     events.push_back(ev);
     if (done) finished.push_back(s);

@@ -147,7 +147,15 @@ class Engine {
   void ReportChunks(Sequence* seq);
   absl::Status CheckRequest(const std::vector<int32_t>& prompt,
                             const GenerationParams& params, const PrefilledKv& kv) const;
-  bool Sample(Sequence* seq, const float* logits, SequenceEvent* event);
+  // Picks the next token of every sequence of `batch` whose prompt this
+  // pass finished (picked[i] = -1 for the others) from the pass's logits in
+  // backend memory: on the backend where no history is needed (only the
+  // tokens come to the host), else from a host copy of the row. Waits for the
+  // pass; its errors are returned.
+  absl::Status PickTokens(const std::vector<Sequence*>& batch, const std::vector<int>& counts,
+                          const float* logits, std::vector<int32_t>* picked);
+  // Appends `token` to `seq`; true when the sequence is finished.
+  bool Accept(Sequence* seq, int32_t token, SequenceEvent* event);
 
   const EngineOptions options_;
   std::unique_ptr<Backend> backend_;
@@ -159,6 +167,7 @@ class Engine {
   Hash128 prefix_seed_;
   std::vector<std::unique_ptr<Sequence>> running_;  // compute thread only
   int64_t preemptions_ = 0;                          // compute thread only
+  std::vector<float> host_logits_;                   // compute thread only
 
   mutable absl::Mutex mu_;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;

@@ -78,6 +78,29 @@ TEST(Engine, ConcurrentRequestsGenerateWhatEachGeneratesAlone) {
   }
 }
 
+// Rows picked on the backend (no repetition penalty) and on the host (with
+// one) share a batch; each sequence's seeded tokens are those it gets alone.
+TEST(Engine, SampledAndPenalizedRequestsInOneBatchMatchEachAlone) {
+  std::vector<std::vector<int32_t>> prompts = {Tokens(40, 5), Tokens(9, 6), Tokens(70, 7)};
+  std::vector<GenerationParams> params(3, Greedy(16));
+  params[0].sampling = {0.9f, 0, 0.95f, 1.f, 11};
+  params[1].sampling = {1.1f, 20, 1.f, 1.3f, 12};  // penalized: picked on the host
+  params[2].sampling = {0.7f, 0, 1.f, 1.f, 13};
+  std::vector<std::vector<int32_t>> alone;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto e = MakeEngine();
+    uint64_t id = *e->Submit(prompts[i], params[i]);
+    alone.push_back(RunToCompletion(e.get())[id].tokens);
+    ASSERT_EQ(alone.back().size(), 16u);
+  }
+  EXPECT_NE(alone[0], alone[2]);
+  auto e = MakeEngine();
+  std::vector<uint64_t> ids;
+  for (size_t i = 0; i < prompts.size(); ++i) ids.push_back(*e->Submit(prompts[i], params[i]));
+  auto together = RunToCompletion(e.get());
+  for (size_t i = 0; i < prompts.size(); ++i) EXPECT_EQ(together[ids[i]].tokens, alone[i]) << i;
+}
+
 TEST(Engine, SecondRequestReusesCachedChunksAndPagesReturn) {
   auto e = MakeEngine();
   const int free_at_start = e->pool().free_pages();

@@ -177,6 +177,19 @@ int Transformer::max_sequence_len() const {
 absl::Status Transformer::Forward(absl::Span<const ForwardItem> items,
                                   KvPagePool* pool, bool all_logits,
                                   std::vector<float>* logits) {
+  ASSIGN_OR_RETURN(const float* dev_logits, ForwardLogits(items, pool, all_logits));
+  size_t rows = items.size();
+  if (all_logits) {
+    rows = 0;
+    for (const ForwardItem& it : items) rows += it.tokens.size();
+  }
+  logits->resize(rows * config_.vocab_size);
+  backend_->CopyToHost(logits->data(), dev_logits, logits->size() * sizeof(float));
+  return backend_->Synchronize();
+}
+
+absl::StatusOr<const float*> Transformer::ForwardLogits(absl::Span<const ForwardItem> items,
+                                                        KvPagePool* pool, bool all_logits) {
   const ModelConfig& c = config_;
   const int page_tokens = pool->layout().page_tokens;
   // Host-side batch description.
@@ -274,9 +287,7 @@ absl::Status Transformer::Forward(absl::Span<const ForwardItem> items,
   }
   backend_->Linear(final_rows, R, H, lm_head_ ? lm_head_ : embed_, c.vocab_size, nullptr,
                    w.logits->f32());
-  logits->resize(size_t(R) * c.vocab_size);
-  backend_->CopyToHost(logits->data(), w.logits->data(), logits->size() * sizeof(float));
-  return backend_->Synchronize();
+  return w.logits->f32();
 }
 
 absl::Status Transformer::Reserve(int tokens, int rows, int items, size_t table_entries) {

@@ -54,6 +54,12 @@ class Transformer {
   // items, or page tables too short; nothing is written to KV then.
   absl::Status Forward(absl::Span<const ForwardItem> items, KvPagePool* pool,
                        bool all_logits, std::vector<float>* logits);
+  // Forward without the copy: the logits stay in backend memory, returned
+  // (valid until the next call), and the pass may still be running; ops
+  // issued after it see it complete, and Synchronize() (or SampleTokens)
+  // reports its errors.
+  absl::StatusOr<const float*> ForwardLogits(absl::Span<const ForwardItem> items,
+                                             KvPagePool* pool, bool all_logits);
 
  private:
   struct Layer;

@@ -28,6 +28,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/kv_codec.h"
+#include "kernels/token_picker.h"
 
 namespace kvcast {
 
@@ -157,6 +158,13 @@ class Backend {
                               int num_seqs, const AttentionShape& shape,
                               const float* k_cache, const float* v_cache,
                               float* out) = 0;
+
+  // tokens[j] (host memory) = the token TokenPicker picks from row
+  // params[j].row of `logits` [rows][vocab] with params[j] (host memory),
+  // for j < num; returns once `tokens` holds them, with the first error of
+  // any op issued so far (as Synchronize). Only the tokens cross to the host.
+  virtual absl::Status SampleTokens(const float* logits, int vocab, const TokenSampling* params,
+                                    int num, int32_t* tokens) = 0;
 
   // KV transfer (kv_codec.h formats; rows of num_heads * head_dim values,
   // scale blocks of `block` values, row_bytes = KvRowBytes(...)). EncodeKv

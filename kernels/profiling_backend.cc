@@ -67,6 +67,12 @@ void ProfilingBackend::PagedAttention(const float* q, int q_stride, const Attent
     inner_->PagedAttention(q, q_stride, seqs, num_seqs, shape, k_cache, v_cache, out);
   });
 }
+absl::Status ProfilingBackend::SampleTokens(const float* logits, int vocab,
+                                          const TokenSampling* params, int num, int32_t* tokens) {
+  absl::Status status;
+  Time("SampleTokens", [&] { status = inner_->SampleTokens(logits, vocab, params, num, tokens); });
+  return status;
+}
 void ProfilingBackend::EncodeKv(KvFormat format, int block, const KvArrays& src,
                                 const int32_t* slots, int num_tokens, uint8_t* out,
                                 size_t out_stride) {

@@ -58,6 +58,8 @@ class ProfilingBackend : public Backend {
   void PagedAttention(const float* q, int q_stride, const AttentionSeq* seqs, int num_seqs,
                       const AttentionShape& shape, const float* k_cache, const float* v_cache,
                       float* out) override;
+  absl::Status SampleTokens(const float* logits, int vocab, const TokenSampling* params, int num,
+                            int32_t* tokens) override;
   void EncodeKv(KvFormat format, int block, const KvArrays& src, const int32_t* slots,
                 int num_tokens, uint8_t* out, size_t out_stride) override;
   void DecodeKv(KvFormat format, int block, const uint8_t* in, size_t in_stride,

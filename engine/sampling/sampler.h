@@ -24,12 +24,12 @@
 #define KVCAST_ENGINE_SAMPLING_SAMPLER_H_
 
 #include <cstdint>
-#include <cstring>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "kernels/token_picker.h"
 
 namespace kvcast {
 
@@ -74,10 +74,18 @@ class Sampler {
   //
   // Returns an index in [0, logits.size()), or -1 if `logits` is empty.
   // NaN logits count as -inf. If the largest logit is +inf, or every logit is
-  // -inf (or NaN), the result is the greedy argmax (0 in the latter case) and
-  // no random number is drawn.
+  // -inf (or NaN), the result is the greedy argmax (0 in the latter case).
+  // One random number is drawn per call exactly when sampling is stochastic
+  // (temperature > 0 and top_k != 1), whatever the logits.
   int32_t Sample(absl::Span<const float> logits,
                  absl::Span<const int32_t> history);
+
+  // For picking elsewhere (Backend::SampleTokens) what Sample would pick:
+  // only without a repetition penalty, which needs the history; then
+  // Sample(logits, history) == TokenPicker().Pick(logits, NextDraw(row)),
+  // and NextDraw draws from the PRNG as Sample does.
+  bool PicksWithoutHistory() const { return params_.repetition_penalty == 1.f; }
+  TokenSampling NextDraw(int row);
 
   const SamplingParams& params() const { return params_; }
 
@@ -95,35 +103,13 @@ class Sampler {
     uint64_t s_[4];
   };
 
-  int32_t Argmax() const;
-  // Chooses the kept candidates and their unnormalized weights
-  // exp((logit - max_logit) / T) into order_/weights_ (order_ empty means
-  // token id == position). Returns the number of kept tokens.
-  size_t SelectCandidates(float max_logit);
-  // Top-p without top-k over the whole vocabulary.
-  size_t SelectNucleus(float max_logit, float inv_temperature);
-
-  // Bucket of a weight in [0, 1]: its float bits without the sign, the
-  // exponent and top kBucketMantissaBits of mantissa, so bucket order is
-  // weight order.
-  static constexpr int kBucketMantissaBits = 4;
-  static constexpr int kNumBuckets = 1 << (8 + kBucketMantissaBits);
-  static uint32_t BucketOf(float weight) {
-    uint32_t bits;
-    std::memcpy(&bits, &weight, sizeof(bits));
-    return bits >> (23 - kBucketMantissaBits);
-  }
+  bool stochastic() const { return params_.temperature != 0.f && params_.top_k != 1; }
 
   SamplingParams params_;
   Prng prng_;
   // Scratch reused across calls so steady-state sampling does not allocate.
-  std::vector<float> logits_;     // penalized logits, NaN -> -inf
-  std::vector<float> weights_;    // weight of each kept candidate, by position
-  std::vector<int32_t> order_;    // candidate token ids
+  TokenPicker picker_;
   std::vector<uint32_t> seen_;    // per-token stamp for history dedup
-  std::vector<float> scratch_weights_;    // nucleus: weight by token id
-  std::vector<double> bucket_mass_;       // nucleus: mass per weight bucket
-  std::vector<int32_t> boundary_tokens_;  // nucleus: the bucket to sort
   uint32_t stamp_ = 0;
 };
 

@@ -278,6 +278,39 @@ TEST(SamplerTest, DifferentSeedsGiveDifferentSequences) {
   EXPECT_GT(differing, draws * 9 / 10);
 }
 
+// What the engine does for a backend pick: the draw from NextDraw, picked by
+// a TokenPicker, is the token Sample gives, draw for draw.
+TEST(SamplerTest, NextDrawPickedElsewhereEqualsSample) {
+  const std::vector<float> logits = MakeLogits(5000, 9, 4.f);
+  for (const SamplingParams& p :
+       {Params(0.f, 0, 1.f, 1), Params(0.8f, 0, 1.f, 2), Params(0.8f, 40, 1.f, 3),
+        Params(1.2f, 0, 0.9f, 4), Params(0.7f, 900, 0.8f, 5)}) {
+    Sampler a(p), b(p);
+    ASSERT_TRUE(b.PicksWithoutHistory());
+    TokenPicker picker;
+    for (int i = 0; i < 200; ++i) {
+      const TokenSampling draw = b.NextDraw(7);
+      EXPECT_EQ(draw.row, 7);
+      ASSERT_EQ(a.Sample(logits, {}), picker.Pick(logits, draw))
+          << "T " << p.temperature << " k " << p.top_k << " p " << p.top_p << " draw " << i;
+    }
+  }
+  SamplingParams penalized = Params(1.f, 0, 1.f, 1);
+  penalized.repetition_penalty = 1.2f;
+  EXPECT_FALSE(Sampler(penalized).PicksWithoutHistory());
+}
+
+// A stochastic Sampler draws on every call, even when the logits make the
+// pick greedy, so a pick elsewhere (which cannot see the logits) stays in step.
+TEST(SamplerTest, StochasticSamplerDrawsEvenOnDegenerateLogits) {
+  const std::vector<float> logits = MakeLogits(1000, 5, 1.f);
+  const std::vector<float> infinite = {0.f, kInf, 1.f};
+  Sampler a(Params(1.f, 0, 1.f, 77)), b(Params(1.f, 0, 1.f, 77));
+  EXPECT_EQ(a.Sample(infinite, {}), 1);
+  b.NextDraw(0);
+  for (int i = 0; i < 50; ++i) ASSERT_EQ(a.Sample(logits, {}), b.Sample(logits, {}));
+}
+
 TEST(SamplerTest, PrngMatchesReferenceXoshiro256StarStar) {
   // With 2^20 equal logits the draw is floor(u * 2^20), the top 20 of the 53
   // bits of each xoshiro256** output; expected values come from an

@@ -14,6 +14,7 @@
 #include "engine/model/dtype.h"
 #include "kernels/backend.h"
 #include "kernels/kv_codec.h"
+#include "kernels/token_picker.h"
 
 namespace kvcast {
 namespace {
@@ -195,6 +196,15 @@ class CpuBackend : public Backend {
     }
   }
 
+  absl::Status SampleTokens(const float* logits, int vocab, const TokenSampling* params, int num,
+                            int32_t* tokens) override {
+    for (int j = 0; j < num; ++j) {
+      tokens[j] = picker_.Pick(absl::MakeConstSpan(logits + size_t(params[j].row) * vocab, vocab),
+                               params[j]);
+    }
+    return absl::OkStatus();
+  }
+
   // Per sequence and KV head: gather the context's K and V out of the pages
   // into contiguous rows, then scores = Q K^T and out = softmax(scores) V as
   // BLAS calls for every query head of the group (GQA), causal mask applied
@@ -246,8 +256,9 @@ class CpuBackend : public Backend {
   }
 
  private:
-  // Attention scratch, reused across calls (ops run on one thread).
+  // Scratch, reused across calls (ops run on one thread).
   std::vector<float> keys_, values_, scores_;
+  TokenPicker picker_;  // SampleTokens scratch
 };
 
 }  // namespace

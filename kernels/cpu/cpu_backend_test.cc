@@ -160,6 +160,31 @@ TEST(CpuBackend, GatherRowsAndEmbedding) {
   EXPECT_EQ(got, emb);
 }
 
+TEST(CpuBackend, SampleTokensPicksFromEachRequestsRow) {
+  auto be = NewCpuBackend();
+  const int vocab = 50;
+  std::vector<float> logits(3 * vocab, 0.f);
+  logits[0 * vocab + 4] = 9.f;
+  logits[1 * vocab + 17] = 9.f;
+  logits[2 * vocab + 33] = 9.f;
+  // Greedy requests out of row order, a repeated row, and a stochastic one
+  // at a tiny temperature, which must land on its row's peak.
+  const std::vector<TokenSampling> params = {
+      {2, 0.f, 0, 1.f, 0.0}, {0, 0.f, 0, 1.f, 0.0}, {2, 0.f, 0, 1.f, 0.0},
+      {1, 0.01f, 5, 0.9f, 0.99}};
+  std::vector<int32_t> tokens(params.size(), -7);
+  ASSERT_TRUE(be->SampleTokens(logits.data(), vocab, params.data(), int(params.size()),
+                               tokens.data())
+                  .ok());
+  EXPECT_EQ(tokens, (std::vector<int32_t>{33, 4, 33, 17}));
+  // A draw near 1 over two equal logits takes the second candidate.
+  std::vector<float> two = {1.f, 1.f};
+  TokenSampling last{0, 1.f, 0, 1.f, 0.75};
+  int32_t token = -1;
+  ASSERT_TRUE(be->SampleTokens(two.data(), 2, &last, 1, &token).ok());
+  EXPECT_EQ(token, 1);
+}
+
 TEST(CpuBackend, NewBackendByName) {
   auto cpu = NewBackend("cpu");
   ASSERT_TRUE(cpu.ok());

@@ -34,6 +34,7 @@
 #include "kernels/cuda/kv_codec_kernels.h"
 #include "kernels/cuda/norm.h"
 #include "kernels/cuda/paged_attention.h"
+#include "kernels/cuda/sampling.h"
 
 namespace kvcast {
 namespace {
@@ -340,6 +341,13 @@ class CudaBackend : public Backend {
     Check(cuda::LaunchPagedAttention(p, workspace, compute_), "PagedAttention");
   }
 
+  absl::Status SampleTokens(const float* logits, int vocab, const TokenSampling* params, int num,
+                            int32_t* tokens) override {
+    Bind();
+    if (num > 0) EnqueueSample(logits, vocab, params, num, tokens);
+    return Synchronize();
+  }
+
   void EncodeKv(KvFormat format, int block, const KvArrays& src, const int32_t* slots,
                 int num_tokens, uint8_t* out, size_t out_stride) override {
     absl::MutexLock lock(&transfer_mu_);
@@ -393,6 +401,36 @@ class CudaBackend : public Backend {
     if (error_.ok()) error_ = absl::InternalError("cuda backend: " + what);
   }
 
+  // The requests go up (from pageable memory: staged before the copy call
+  // returns), one block per request picks its token, and only the tokens
+  // come back.
+  void EnqueueSample(const float* logits, int vocab, const TokenSampling* params, int num,
+                     int32_t* tokens) {
+    sample_params_.resize(num);
+    for (int j = 0; j < num; ++j) {
+      const TokenSampling& t = params[j];
+      sample_params_[j] = {t.row, t.temperature, t.top_k, t.top_p, t.uniform};
+    }
+    const size_t params_bytes = num * sizeof(cuda::SampleParams);
+    cudaError_t e = cudaSuccess;
+    auto* dev_params = static_cast<cuda::SampleParams*>(sample_params_dev_.Get(params_bytes, &e));
+    if (!Check(e, "SampleTokens")) return;
+    auto* dev_tokens = static_cast<int32_t*>(sample_tokens_dev_.Get(num * sizeof(int32_t), &e));
+    if (!Check(e, "SampleTokens")) return;
+    void* workspace = sample_ws_.Get(std::max<size_t>(1, cuda::SampleWorkspaceBytes(num, vocab)), &e);
+    if (!Check(e, "SampleTokens") ||
+        !Check(cudaMemcpyAsync(dev_params, sample_params_.data(), params_bytes,
+                               cudaMemcpyHostToDevice, compute_),
+               "SampleTokens") ||
+        !Check(cuda::LaunchSample(logits, vocab, dev_params, num, workspace, dev_tokens, compute_),
+               "SampleTokens")) {
+      return;
+    }
+    Check(cudaMemcpyAsync(tokens, dev_tokens, num * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                          compute_),
+          "SampleTokens");
+  }
+
   static cuda::KvRowsLayout RowsLayout(KvFormat format, int block, const KvArrays& a) {
     return cuda::KvRowsLayout{a.num_arrays, a.array_floats, a.num_heads, a.head_dim, block,
                               KvRowBytes(format, a.num_heads, a.head_dim, block)};
@@ -426,6 +464,8 @@ class CudaBackend : public Backend {
 
   // Compute-thread scratch.
   Scratch gemm_input_, attention_ws_, descs_dev_;
+  Scratch sample_params_dev_, sample_tokens_dev_, sample_ws_;
+  std::vector<cuda::SampleParams> sample_params_;
   std::vector<cuda::AttentionSeqDesc> descs_, uploaded_;
   const void* uploaded_at_ = nullptr;
 

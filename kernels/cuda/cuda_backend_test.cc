@@ -3,7 +3,7 @@
 //
 // Tolerances:
 //  - exact: gathers, KV writes, the KV codecs (bit-identical wire bytes
-//    and decoded floats);
+//    and decoded floats), greedy token picks;
 //  - GEMMs: inputs are made exactly representable in the weight's 16-bit
 //    type, so only float32 accumulation order differs: 1e-5 x sum|x*w|;
 //  - norms, RoPE, SwiGLU, attention: float32 with other summation orders,
@@ -311,6 +311,28 @@ TEST_F(CudaBackendTest, KvTransferIsBitIdenticalToTheCpuCodecs) {
     const auto gpu_dst = Down(*d_dst, cache.size());
     ASSERT_EQ(std::memcmp(gpu_dst.data(), cpu_dst.data(), cache.size() * 4), 0);
   }
+}
+
+// Requests address rows out of order; greedy picks are exact and a tiny
+// temperature lands on the row's peak, as on the CPU backend.
+TEST_F(CudaBackendTest, SampleTokensPicksWhatTheCpuBackendPicks) {
+  const int rows = 4, vocab = 128256;
+  auto logits = Random(size_t(rows) * vocab, 41, -4.f, 4.f);
+  for (int r = 0; r < rows; ++r) logits[size_t(r) * vocab + 1000 * r + 7] = 30.f;
+  const std::vector<TokenSampling> params = {
+      {3, 0.f, 0, 1.f, 0.0}, {0, 0.f, 0, 1.f, 0.0}, {3, 0.01f, 50, 0.9f, 0.99},
+      {1, 0.8f, 40, 1.f, 0.5}, {2, 1.f, 0, 0.95f, 0.25}};
+  auto d_logits = Up(logits);
+  std::vector<int32_t> gpu(params.size(), -7), cpu(params.size(), -7);
+  ASSERT_TRUE(gpu_->SampleTokens(F(d_logits), vocab, params.data(), int(params.size()),
+                                 gpu.data())
+                  .ok());
+  ASSERT_TRUE(cpu_->SampleTokens(logits.data(), vocab, params.data(), int(params.size()),
+                                 cpu.data())
+                  .ok());
+  EXPECT_EQ(gpu, cpu);
+  EXPECT_EQ(gpu[0], 3007);
+  EXPECT_EQ(gpu[1], 7);
 }
 
 TEST_F(CudaBackendTest, MemoryQueries) {

@@ -427,10 +427,10 @@ __device__ int LastPositive(const Row& r, int above_bucket, Shared& s) {
 
 // Every token a candidate, in index order (no top-k, no top-p; or the
 // nucleus never reached): Sampler::Sample's draw loop.
-__device__ int DrawAllByIndex(const Row& r, float uniform, Shared& s) {
+__device__ int DrawAllByIndex(const Row& r, double uniform, Shared& s) {
   double total;
   const Chunk c = ScanChunks(r, -1, &total, s);
-  const double target = __dmul_rn(static_cast<double>(uniform), total);
+  const double target = __dmul_rn(uniform, total);
   const int found = WalkChunks(r, -1, c, target, s);
   if (found != INT_MAX) return found;
   const int last = LastPositive(r, -1, s);
@@ -442,7 +442,7 @@ __device__ int DrawAllByIndex(const Row& r, float uniform, Shared& s) {
 
 // top_k in [2, kSampleTopKCap]: the k best keys, sorted in shared memory,
 // then the Sampler's own loops on one thread, in its order and with its sums.
-__device__ void SampleSmallTopK(const Row& r, int k, float top_p, float uniform, Shared& s,
+__device__ void SampleSmallTopK(const Row& r, int k, float top_p, double uniform, Shared& s,
                                 int32_t* token) {
   const unsigned long long kth = SelectKthKey(r, k, s);
   const int lane = threadIdx.x & 31;
@@ -508,7 +508,7 @@ __device__ void SampleSmallTopK(const Row& r, int k, float top_p, float uniform,
   }
   double total = 0.0;
   for (int pos = 0; pos < kept; ++pos) total += s.weights[pos];
-  const double target = __dmul_rn(static_cast<double>(uniform), total);
+  const double target = __dmul_rn(uniform, total);
   double running = 0.0;
   int last_positive = 0;
   for (int pos = 0; pos < kept; ++pos) {
@@ -526,7 +526,7 @@ __device__ void SampleSmallTopK(const Row& r, int k, float top_p, float uniform,
 
 // top_k above kSampleTopKCap: the same set, cut and draw in rank order, by
 // threshold searches instead of a sort.
-__device__ int SampleLargeTopK(const Row& r, int k, float top_p, float uniform, Shared& s) {
+__device__ int SampleLargeTopK(const Row& r, int k, float top_p, double uniform, Shared& s) {
   const TokenSet top_k_set{SelectKthKey(r, k, s), -1};
   TokenSet kept = top_k_set;
   if (top_p < 1.f) {
@@ -536,7 +536,7 @@ __device__ int SampleLargeTopK(const Row& r, int k, float top_p, float uniform, 
     if (last != ~0ull) kept.key_lo = last;  // else rounding: keep all k
   }
   const double total = SetMass(r, kept, s);
-  const double target = __dmul_rn(static_cast<double>(uniform), total);
+  const double target = __dmul_rn(uniform, total);
   unsigned long long key = RankCrossing(r, kept, 0.0, target, true, s);
   if (key == ~0ull) key = MinKey(r, kept, 0, true, s);  // the last positive weight
   return r.IndexOf(key);
@@ -546,7 +546,7 @@ __device__ int SampleLargeTopK(const Row& r, int k, float top_p, float uniform, 
 // rank prefix whose mass reaches top_p * mass; its last token's weight
 // bucket B is the boundary: tokens of higher buckets are drawn first, in
 // index order, then the kept tokens of bucket B in rank order.
-__device__ int SampleNucleus(const Row& r, float top_p, float uniform, Shared& s) {
+__device__ int SampleNucleus(const Row& r, float top_p, double uniform, Shared& s) {
   const TokenSet all{0, -1};
   const double mass = SetMass(r, all, s);
   const double nucleus_mass = __dmul_rn(static_cast<double>(top_p), mass);
@@ -558,7 +558,7 @@ __device__ int SampleNucleus(const Row& r, float top_p, float uniform, Shared& s
   const Chunk c = ScanChunks(r, boundary, &above_mass, s);
   const double part_mass = SetMass(r, boundary_part, s);
   const double total = above_mass + part_mass;
-  const double target = __dmul_rn(static_cast<double>(uniform), total);
+  const double target = __dmul_rn(uniform, total);
   const int found = WalkChunks(r, boundary, c, target, s);
   if (found != INT_MAX) return found;
   unsigned long long key = RankCrossing(r, boundary_part, above_mass, target, true, s);
@@ -572,20 +572,20 @@ __global__ void __launch_bounds__(kThreads)
     SampleKernel(const float* __restrict__ logits, int vocab, const SampleParams* __restrict__ params,
                  float* __restrict__ workspace, int32_t* __restrict__ tokens) {
   __shared__ Shared s;
-  const int row = blockIdx.x;
+  const int row = blockIdx.x;  // the request; it reads logits row p.row
   if (vocab <= 0) {
     if (threadIdx.x == 0) tokens[row] = -1;
     return;
   }
+  const SampleParams p = params[row];
   Row r;
-  r.logits = logits + static_cast<size_t>(row) * vocab;
+  r.logits = logits + static_cast<size_t>(p.row) * vocab;
   r.w = workspace + static_cast<size_t>(row) * vocab;
   r.n = vocab;
   r.index_bits = vocab > 1 ? 32 - __clz(vocab - 1) : 1;
   r.index_mask = (1u << r.index_bits) - 1u;
 
   // The Sampler constructor's coercions.
-  const SampleParams p = params[row];
   const float temperature = IsFinite(p.temperature) && p.temperature >= 0.f ? p.temperature : 0.f;
   const int top_k = p.top_k < 0 ? 0 : p.top_k;
   const float top_p = p.top_p > 0.f && p.top_p <= 1.f ? p.top_p : 1.f;
@@ -621,16 +621,16 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-size_t SampleWorkspaceBytes(int rows, int vocab) {
-  if (rows <= 0 || vocab <= 0) return 0;
-  return static_cast<size_t>(rows) * static_cast<size_t>(vocab) * sizeof(float);
+size_t SampleWorkspaceBytes(int num, int vocab) {
+  if (num <= 0 || vocab <= 0) return 0;
+  return static_cast<size_t>(num) * static_cast<size_t>(vocab) * sizeof(float);
 }
 
-cudaError_t LaunchSample(const float* logits, int rows, int vocab, const SampleParams* params,
+cudaError_t LaunchSample(const float* logits, int vocab, const SampleParams* params, int num,
                          void* workspace, int32_t* tokens, cudaStream_t stream) {
-  if (rows < 0 || vocab < 0) return cudaErrorInvalidValue;
-  if (rows == 0) return cudaSuccess;
-  SampleKernel<<<rows, kThreads, 0, stream>>>(logits, vocab, params,
+  if (num < 0 || vocab < 0) return cudaErrorInvalidValue;
+  if (num == 0) return cudaSuccess;
+  SampleKernel<<<num, kThreads, 0, stream>>>(logits, vocab, params,
                                               static_cast<float*>(workspace), tokens);
   return cudaGetLastError();
 }

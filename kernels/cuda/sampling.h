@@ -1,8 +1,9 @@
-// Token sampling on the GPU: for each row of logits, the token that
-// engine/sampling/Sampler::Sample picks without repetition penalty, given
-// its PRNG draw (drawn on the host and passed in as `uniform`).
+// Token sampling on the GPU: for each request, the token that
+// kernels/token_picker.h's TokenPicker (the arithmetic of
+// engine/sampling/Sampler::Sample without repetition penalty) picks from one
+// row of logits, given the PRNG draw (drawn on the host, passed as `uniform`).
 //
-// Semantics (engine/sampling/sampler.h): NaN logits count as -inf. Greedy
+// Semantics (kernels/token_picker.h): NaN logits count as -inf. Greedy
 // argmax (lowest index on ties) when temperature == 0, top_k == 1, or the
 // largest logit is +-inf; out-of-range parameters are coerced as the
 // Sampler's constructor does (bad temperature -> greedy, top_k < 0 -> off,
@@ -23,12 +24,12 @@
 // formed in a different (fixed, deterministic) order than the CPU's left to
 // right double sum. With top_k in [2, kSampleTopKCap] the candidate set,
 // its order and every sum are the CPU's exactly (only the exp caveat
-// applies). The float `uniform` carries 24 bits where the CPU draws a 53-bit
-// double. Results are deterministic run to run.
+// applies). Results are deterministic run to run.
 //
 // logits: device [rows][vocab] float32; params, tokens: device arrays of
-// `rows`. The launcher enqueues on `stream`, neither allocates nor
-// synchronizes, and returns the launch error. A row with vocab == 0 gets -1.
+// `num` requests, tokens[j] picked from row params[j].row. The launcher
+// enqueues on `stream`, neither allocates nor synchronizes, and returns the
+// launch error. With vocab == 0 every token is -1.
 #ifndef KVCAST_KERNELS_CUDA_SAMPLING_H_
 #define KVCAST_KERNELS_CUDA_SAMPLING_H_
 
@@ -41,10 +42,11 @@ namespace kvcast {
 namespace cuda {
 
 struct SampleParams {
+  int row;            // the logits row
   float temperature;  // 0: greedy
   int top_k;          // 0: off
   float top_p;        // 1: off
-  float uniform;      // the Sampler's PRNG draw, in [0, 1)
+  double uniform;     // the Sampler's PRNG draw, in [0, 1)
 };
 
 // top_k in [2, kSampleTopKCap] takes the fast, exact-order path (selection,
@@ -52,10 +54,11 @@ struct SampleParams {
 // without top-k, use threshold searches over the whole vocabulary.
 inline constexpr int kSampleTopKCap = 1024;
 
-// Bytes of device workspace LaunchSample needs (one float per logit).
-size_t SampleWorkspaceBytes(int rows, int vocab);
+// Bytes of device workspace LaunchSample needs (one float per logit of
+// each request).
+size_t SampleWorkspaceBytes(int num, int vocab);
 
-cudaError_t LaunchSample(const float* logits, int rows, int vocab, const SampleParams* params,
+cudaError_t LaunchSample(const float* logits, int vocab, const SampleParams* params, int num,
                          void* workspace, int32_t* tokens, cudaStream_t stream);
 
 }  // namespace cuda

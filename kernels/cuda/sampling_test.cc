@@ -3,7 +3,8 @@
 //    argmax exactly, ties to the lower index, NaN as -inf;
 //  - stochastic rows: sweeping the uniform draw over [0, 1) in 4000 steps,
 //    every token comes from the kept set (top-k, then top-p) and each one's
-//    share of the sweep is its renormalized probability within 1/1000.
+//    share of the sweep is its renormalized probability within 1/1000;
+//  - small top-k rows pick what the CPU TokenPicker picks for the same draw.
 #include "kernels/cuda/sampling.h"
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "engine/sampling/sampler.h"
+#include "kernels/token_picker.h"
 #include "gtest/gtest.h"
 
 namespace kvcast {
@@ -25,27 +27,27 @@ class CudaSamplingTest : public testing::Test {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) GTEST_SKIP() << "no CUDA device";
   }
-  // Runs LaunchSample over `rows` copies of `logits`, one per params entry.
+  // Runs LaunchSample over one row of `logits`, one request per params entry
+  // (their `row` is set to 0 here).
   std::vector<int32_t> Sample(const std::vector<float>& logits,
-                              const std::vector<cuda::SampleParams>& params) {
-    const int vocab = int(logits.size()), rows = int(params.size());
-    std::vector<float> all;
-    for (int r = 0; r < rows; ++r) all.insert(all.end(), logits.begin(), logits.end());
+                              std::vector<cuda::SampleParams> params) {
+    const int vocab = int(logits.size()), num = int(params.size());
+    for (auto& p : params) p.row = 0;
     float* d_logits;
     cuda::SampleParams* d_params;
     int32_t* d_tokens;
     void* ws;
-    EXPECT_EQ(cudaMalloc(&d_logits, all.size() * 4), cudaSuccess);
-    EXPECT_EQ(cudaMalloc(&d_params, rows * sizeof(cuda::SampleParams)), cudaSuccess);
-    EXPECT_EQ(cudaMalloc(&d_tokens, rows * 4), cudaSuccess);
-    EXPECT_EQ(cudaMalloc(&ws, std::max<size_t>(1, cuda::SampleWorkspaceBytes(rows, vocab))),
+    EXPECT_EQ(cudaMalloc(&d_logits, logits.size() * 4), cudaSuccess);
+    EXPECT_EQ(cudaMalloc(&d_params, num * sizeof(cuda::SampleParams)), cudaSuccess);
+    EXPECT_EQ(cudaMalloc(&d_tokens, num * 4), cudaSuccess);
+    EXPECT_EQ(cudaMalloc(&ws, std::max<size_t>(1, cuda::SampleWorkspaceBytes(num, vocab))),
               cudaSuccess);
-    cudaMemcpy(d_logits, all.data(), all.size() * 4, cudaMemcpyHostToDevice);
-    cudaMemcpy(d_params, params.data(), rows * sizeof(cuda::SampleParams), cudaMemcpyHostToDevice);
-    EXPECT_EQ(cuda::LaunchSample(d_logits, rows, vocab, d_params, ws, d_tokens, nullptr),
+    cudaMemcpy(d_logits, logits.data(), logits.size() * 4, cudaMemcpyHostToDevice);
+    cudaMemcpy(d_params, params.data(), num * sizeof(cuda::SampleParams), cudaMemcpyHostToDevice);
+    EXPECT_EQ(cuda::LaunchSample(d_logits, vocab, d_params, num, ws, d_tokens, nullptr),
               cudaSuccess);
-    std::vector<int32_t> tokens(rows);
-    EXPECT_EQ(cudaMemcpy(tokens.data(), d_tokens, rows * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+    std::vector<int32_t> tokens(num);
+    EXPECT_EQ(cudaMemcpy(tokens.data(), d_tokens, num * 4, cudaMemcpyDeviceToHost), cudaSuccess);
     cudaFree(d_logits);
     cudaFree(d_params);
     cudaFree(d_tokens);
@@ -66,7 +68,7 @@ TEST_F(CudaSamplingTest, GreedyIsTheCpuArgmax) {
     }
     Sampler cpu(SamplingParams{});
     const int32_t want = cpu.Sample(logits, {});
-    const auto got = Sample(logits, {{0.f, 0, 1.f, 0.5f}, {0.7f, 1, 1.f, 0.9f}});
+    const auto got = Sample(logits, {{0, 0.f, 0, 1.f, 0.5}, {0, 0.7f, 1, 1.f, 0.9}});
     EXPECT_EQ(got[0], want) << vocab;
     EXPECT_EQ(got[1], want) << vocab;
   }
@@ -103,7 +105,7 @@ TEST_F(CudaSamplingTest, StochasticDrawsFollowTheKeptDistribution) {
 
     const int draws = 4000;
     std::vector<cuda::SampleParams> params(draws);
-    for (int i = 0; i < draws; ++i) params[i] = {c.temperature, c.top_k, c.top_p, (i + 0.5f) / draws};
+    for (int i = 0; i < draws; ++i) params[i] = {0, c.temperature, c.top_k, c.top_p, (i + 0.5) / draws};
     std::map<int, int> seen;
     for (int32_t t : Sample(logits, params)) {
       ASSERT_TRUE(want.count(t)) << "token " << t << " is outside the kept set of " << kept;
@@ -113,6 +115,27 @@ TEST_F(CudaSamplingTest, StochasticDrawsFollowTheKeptDistribution) {
       EXPECT_NEAR(seen[t] / double(draws), p, 1e-3 + 1.0 / draws) << "token " << t;
     }
   }
+}
+
+// With top_k in [2, kSampleTopKCap] the candidates, their order and sums are
+// the CPU picker's; only a one-ulp exp difference may flip a rare draw.
+TEST_F(CudaSamplingTest, SmallTopKMatchesTheCpuPicker) {
+  std::mt19937 rng(3);
+  std::normal_distribution<float> d(0.f, 2.f);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  std::vector<float> logits(32000);
+  for (float& x : logits) x = d(rng);
+  std::vector<cuda::SampleParams> params(2000);
+  for (auto& p : params) p = {0, 0.8f, 50, 0.9f, u(rng)};
+  const auto got = Sample(logits, params);
+  TokenPicker cpu;
+  int differ = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const TokenSampling s{0, params[i].temperature, params[i].top_k, params[i].top_p,
+                          params[i].uniform};
+    differ += got[i] != cpu.Pick(logits, s);
+  }
+  EXPECT_LE(differ, 10) << "of " << params.size();
 }
 
 }  // namespace

@@ -12,8 +12,9 @@
 //    the same m, k, n) over the time of the whole prefill;
 //  - KV landing GB/s (DecodeKv from page-locked staging into pages) over the
 //    measured pinned host-to-device copy bandwidth.
-// Every forward pass includes its host work and the logits copy to the host
-// (the engine samples on the host), as served requests pay them.
+// Every forward pass includes its host work, and each decode step its greedy
+// pick on the GPU (SampleTokens: only the tokens come to the host), as the
+// engine's steps pay them.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -128,9 +129,12 @@ absl::Status Run() {
     }
     std::vector<int32_t> next(B, 1);
     std::vector<ForwardItem> items(B);
-    auto step = [&](int i) {
+    std::vector<TokenSampling> greedy(B);
+    for (int b = 0; b < B; ++b) greedy[b].row = b;
+    auto step = [&](int i) -> absl::Status {
       for (int b = 0; b < B; ++b) items[b] = {absl::MakeConstSpan(&next[b], 1), context + i, tables[b]};
-      return model->Forward(items, pool.get(), false, &logits);
+      ASSIGN_OR_RETURN(const float* dev_logits, model->ForwardLogits(items, pool.get(), false));
+      return backend->SampleTokens(dev_logits, c.vocab_size, greedy.data(), B, next.data());
     };
     RETURN_IF_ERROR(step(0));  // warm-up: workspace and cuBLAS plans
     auto t0 = Clock::now();
