@@ -116,7 +116,15 @@ Transformer::~Transformer() = default;
 
 absl::StatusOr<std::unique_ptr<Transformer>> Transformer::Load(
     const Checkpoint& checkpoint, Backend* backend) {
-  std::unique_ptr<Transformer> t(new Transformer(checkpoint.config(), backend));
+  const ModelConfig& c = checkpoint.config();
+  // Before any weight moves: a shape the backend's attention cannot run.
+  if (absl::Status s = backend->SupportsAttention(c.num_attention_heads, c.num_key_value_heads,
+                                                  c.head_dim);
+      !s.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(checkpoint.dir(), ": ", c.architecture, " model: ", s.message()));
+  }
+  std::unique_ptr<Transformer> t(new Transformer(c, backend));
   RETURN_IF_ERROR(t->LoadWeights(checkpoint));
   return t;
 }

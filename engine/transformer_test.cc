@@ -8,6 +8,7 @@
 #include <random>
 
 #include "engine/testing/tiny_model_fixture.h"
+#include "kernels/profiling_backend.h"
 #include "gtest/gtest.h"
 
 namespace kvcast {
@@ -156,6 +157,29 @@ TEST_P(TransformerTest, RejectsBadItemsWithoutTouchingKv) {
 
 INSTANTIATE_TEST_SUITE_P(Architectures, TransformerTest,
                          testing::Values("llama", "qwen2_tied", "llama3_rope"));
+
+// A backend whose attention takes only head_dim >= 32 (as the CUDA kernels):
+// the CPU backend with that one answer changed.
+class WideHeadsOnlyBackend : public ProfilingBackend {
+ public:
+  explicit WideHeadsOnlyBackend(Backend* inner) : ProfilingBackend(inner) {}
+  absl::Status SupportsAttention(int, int, int head_dim) const override {
+    return head_dim >= 32 ? absl::OkStatus() : absl::InvalidArgumentError("head_dim too small");
+  }
+};
+
+TEST(TransformerLoad, ShapeTheBackendCannotRunFailsAtLoad) {
+  LoadedTinyModel m = LoadTinyModel();
+  ASSERT_LT(m.model->config().head_dim, 32);
+  WideHeadsOnlyBackend narrow(m.backend.get());
+  auto t = Transformer::Load(*m.checkpoint, &narrow);
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(t.status().message().find("head_dim too small"), std::string::npos) << t.status();
+  EXPECT_NE(t.status().message().find(m.checkpoint->dir()), std::string::npos) << t.status();
+  // Nothing was loaded: no op ran on the backend.
+  EXPECT_TRUE(narrow.seconds().empty());
+}
 
 TEST(RopeInverseFrequencies, Llama3ScalingKeepsHighAndDividesLowFrequencies) {
   ModelConfig c;

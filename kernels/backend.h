@@ -149,6 +149,10 @@ class Backend {
   virtual void WriteKv(const float* k, const float* v, int num_tokens,
                        int stride, const int32_t* slots, int num_kv_heads,
                        int head_dim, float* k_cache, float* v_cache) = 0;
+  // OK when PagedAttention takes heads of this shape, else InvalidArgument
+  // saying what it takes; Transformer::Load asks, so a model a backend
+  // cannot run fails at load rather than in a pass.
+  virtual absl::Status SupportsAttention(int num_heads, int num_kv_heads, int head_dim) const = 0;
   // out [total_queries, num_heads, head_dim] = causal softmax(q k^T * scale) v
   // for every sequence in `seqs` (host memory; their page tables, backend
   // memory, lie in one array), reading K/V through the page tables; q rows

@@ -55,6 +55,9 @@ class ProfilingBackend : public Backend {
   void SwiGlu(const float* gate_up, int rows, int dim, float* out) override;
   void WriteKv(const float* k, const float* v, int num_tokens, int stride, const int32_t* slots,
                int num_kv_heads, int head_dim, float* k_cache, float* v_cache) override;
+  absl::Status SupportsAttention(int num_heads, int num_kv_heads, int head_dim) const override {
+    return inner_->SupportsAttention(num_heads, num_kv_heads, head_dim);
+  }
   void PagedAttention(const float* q, int q_stride, const AttentionSeq* seqs, int num_seqs,
                       const AttentionShape& shape, const float* k_cache, const float* v_cache,
                       float* out) override;

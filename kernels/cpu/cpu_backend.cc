@@ -11,6 +11,7 @@
 #include <new>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "engine/model/dtype.h"
 #include "kernels/backend.h"
 #include "kernels/kv_codec.h"
@@ -203,6 +204,15 @@ class CpuBackend : public Backend {
                                params[j]);
     }
     return absl::OkStatus();
+  }
+
+  absl::Status SupportsAttention(int num_heads, int num_kv_heads, int head_dim) const override {
+    if (num_heads > 0 && num_kv_heads > 0 && head_dim > 0 && num_heads % num_kv_heads == 0) {
+      return absl::OkStatus();
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("cpu backend: attention needs head_dim > 0 and query heads (", num_heads,
+                     ") a multiple of KV heads (", num_kv_heads, "); got head_dim ", head_dim));
   }
 
   // Per sequence and KV head: gather the context's K and V out of the pages

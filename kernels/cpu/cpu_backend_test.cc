@@ -185,6 +185,13 @@ TEST(CpuBackend, SampleTokensPicksFromEachRequestsRow) {
   EXPECT_EQ(token, 1);
 }
 
+TEST(CpuBackend, AttentionTakesAnyGroupedShape) {
+  auto be = NewCpuBackend();
+  EXPECT_TRUE(be->SupportsAttention(4, 2, 16).ok());
+  EXPECT_TRUE(be->SupportsAttention(14, 2, 72).ok());
+  EXPECT_EQ(be->SupportsAttention(6, 4, 64).code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(CpuBackend, NewBackendByName) {
   auto cpu = NewBackend("cpu");
   ASSERT_TRUE(cpu.ok());

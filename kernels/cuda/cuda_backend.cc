@@ -290,6 +290,14 @@ class CudaBackend : public Backend {
           "WriteKv");
   }
 
+  absl::Status SupportsAttention(int num_heads, int num_kv_heads, int head_dim) const override {
+    if (cuda::PagedAttentionSupports(num_heads, num_kv_heads, head_dim)) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cuda backend: paged attention takes head_dim a multiple of 32 in [32, 256] and query "
+        "heads a multiple of KV heads; the model has head_dim ",
+        head_dim, ", ", num_heads, " query and ", num_kv_heads, " KV heads"));
+  }
+
   void PagedAttention(const float* q, int q_stride, const AttentionSeq* seqs, int num_seqs,
                       const AttentionShape& s, const float* k_cache, const float* v_cache,
                       float* out) override {

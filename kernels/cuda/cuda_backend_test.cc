@@ -335,6 +335,17 @@ TEST_F(CudaBackendTest, SampleTokensPicksWhatTheCpuBackendPicks) {
   EXPECT_EQ(gpu[1], 7);
 }
 
+TEST_F(CudaBackendTest, AttentionShapesItCannotRunAreRefused) {
+  EXPECT_TRUE(gpu_->SupportsAttention(32, 8, 64).ok());
+  EXPECT_TRUE(gpu_->SupportsAttention(14, 2, 64).ok());
+  EXPECT_TRUE(gpu_->SupportsAttention(2, 1, 256).ok());
+  for (int head_dim : {16, 48, 288}) {
+    const absl::Status s = gpu_->SupportsAttention(4, 2, head_dim);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << head_dim;
+    EXPECT_NE(s.message().find("head_dim"), std::string::npos) << s;
+  }
+}
+
 TEST_F(CudaBackendTest, MemoryQueries) {
   EXPECT_GT(gpu_->AvailableMemory(), size_t(1) << 30);
   auto pinned = gpu_->AllocateStaging(1 << 20);

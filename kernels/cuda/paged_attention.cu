@@ -239,8 +239,7 @@ size_t PagedAttentionWorkspaceBytes(const PagedAttentionParams& p) {
 
 cudaError_t LaunchPagedAttention(const PagedAttentionParams& p, void* workspace,
                                  cudaStream_t stream) {
-  if (p.head_dim <= 0 || p.head_dim % 32 != 0 || p.head_dim > 32 * 8 || p.num_heads <= 0 ||
-      p.num_kv_heads <= 0 || p.num_heads % p.num_kv_heads != 0 || p.page_tokens <= 0 ||
+  if (!PagedAttentionSupports(p.num_heads, p.num_kv_heads, p.head_dim) || p.page_tokens <= 0 ||
       p.total_queries < 0) {
     return cudaErrorInvalidValue;
   }

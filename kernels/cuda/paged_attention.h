@@ -45,6 +45,14 @@ struct PagedAttentionParams {
   float* out = nullptr;  // [total_queries][num_heads][head_dim], dense
 };
 
+// The head shapes the kernels take: head_dim a multiple of 32 in [32, 256]
+// (a warp's lanes each hold head_dim / 32 values), query heads a multiple of
+// the KV heads.
+inline bool PagedAttentionSupports(int num_heads, int num_kv_heads, int head_dim) {
+  return head_dim >= 32 && head_dim <= 256 && head_dim % 32 == 0 && num_heads > 0 &&
+         num_kv_heads > 0 && num_heads % num_kv_heads == 0;
+}
+
 // Bytes of scratch LaunchPagedAttention needs for these params (split-KV
 // partial results); 0 allowed.
 size_t PagedAttentionWorkspaceBytes(const PagedAttentionParams& p);
