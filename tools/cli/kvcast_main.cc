@@ -1,6 +1,7 @@
 // kvcast: the command-line tool.
 //
-//   kvcast generate --model DIR --prompt TEXT [sampling flags]
+//   kvcast generate --model DIR [--backend cpu|cuda --device N] --prompt TEXT
+//       [sampling flags]
 //     Runs the engine in this process; streams text to stdout, timings to
 //     stderr.
 //   kvcast generate --scheduler HOST:PORT (--prompt TEXT | --prompt_ids 1,2,3)
@@ -55,6 +56,8 @@ ABSL_FLAG(std::string, ca, "", "CA (PEM) verifying the scheduler: TLS");
 ABSL_FLAG(std::string, cert, "", "client certificate (PEM) for mutual TLS");
 ABSL_FLAG(std::string, key, "", "client key (PEM) for mutual TLS");
 ABSL_FLAG(int, kv_cache_mb, 256, "KV page pool size in MiB (per worker)");
+ABSL_FLAG(std::string, backend, "cpu", "generate --model: compute backend, cpu or cuda (where built)");
+ABSL_FLAG(int, device, 0, "generate --model: GPU index for --backend=cuda");
 ABSL_FLAG(bool, ids, false, "print token ids instead of text");
 // cluster up
 ABSL_FLAG(int, prefill, 1, "prefill workers");
@@ -83,7 +86,7 @@ namespace {
 
 constexpr char kUsage[] =
     "usage:\n"
-    "  kvcast generate --model DIR --prompt TEXT [flags]\n"
+    "  kvcast generate --model DIR [--backend cpu|cuda --device N] --prompt TEXT [flags]\n"
     "  kvcast generate --scheduler HOST:PORT (--prompt TEXT | --prompt_ids 1,2,3) [flags]\n"
     "  kvcast cluster up --model DIR [--prefill N --decode M --relay --work_dir DIR]\n"
     "  kvcast bench --scheduler HOST:PORT [--requests --rate --concurrency ...] [--json FILE]\n"
@@ -122,7 +125,11 @@ int Generate() {
   o.seed = absl::GetFlag(FLAGS_seed).value_or(0);
   o.ignore_eos = absl::GetFlag(FLAGS_ignore_eos);
   o.print_ids = absl::GetFlag(FLAGS_ids);
-  if (!model.empty()) return Result(LocalGenerate(model, absl::GetFlag(FLAGS_kv_cache_mb), o));
+  if (!model.empty()) {
+    return Result(LocalGenerate({model, absl::GetFlag(FLAGS_kv_cache_mb),
+                                 absl::GetFlag(FLAGS_backend), absl::GetFlag(FLAGS_device)},
+                                o));
+  }
   RemoteOptions r;
   r.scheduler = scheduler;
   r.tls = Tls();

@@ -20,15 +20,16 @@ double Seconds(std::chrono::steady_clock::duration d) {
 
 }  // namespace
 
-absl::Status LocalGenerate(const std::string& model_dir, int kv_cache_mb,
-                           const GenerateOptions& options) {
+absl::Status LocalGenerate(const LocalEngineOptions& local, const GenerateOptions& options) {
   EngineOptions engine_options;
-  engine_options.kv_cache_bytes = int64_t(kv_cache_mb) << 20;
+  engine_options.kv_cache_bytes = int64_t(local.kv_cache_mb) << 20;
   auto t_load = std::chrono::steady_clock::now();
-  ASSIGN_OR_RETURN(auto engine, Engine::Create(model_dir, engine_options, NewCpuBackend()));
-  std::fprintf(stderr, "loaded %s (%s, %d layers) in %.2fs\n", model_dir.c_str(),
+  ASSIGN_OR_RETURN(auto backend, NewBackend(local.backend, local.device));
+  ASSIGN_OR_RETURN(auto engine,
+                   Engine::Create(local.model_dir, engine_options, std::move(backend)));
+  std::fprintf(stderr, "loaded %s (%s, %d layers) on %s in %.2fs\n", local.model_dir.c_str(),
                engine->config().architecture.c_str(), engine->config().num_hidden_layers,
-               Seconds(std::chrono::steady_clock::now() - t_load));
+               local.backend.c_str(), Seconds(std::chrono::steady_clock::now() - t_load));
   std::vector<int32_t> prompt = options.prompt_ids;
   if (prompt.empty()) {
     if (engine->tokenizer() == nullptr) {

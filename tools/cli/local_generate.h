@@ -9,11 +9,17 @@
 
 namespace kvcast::cli {
 
-// Loads the model in `model_dir` on the CPU backend with a KV pool of
-// `kv_cache_mb`, streams the generated text to stdout and timings (prefill,
-// decode tokens/s, cached prompt tokens) to stderr.
-absl::Status LocalGenerate(const std::string& model_dir, int kv_cache_mb,
-                           const GenerateOptions& options);
+struct LocalEngineOptions {
+  std::string model_dir;
+  int kv_cache_mb = 256;
+  std::string backend = "cpu";  // NewBackend's names: cpu, cuda (where built)
+  int device = 0;               // GPU index for cuda
+};
+
+// Loads the model on the chosen backend with a KV pool of `kv_cache_mb`,
+// streams the generated text to stdout and timings (prefill, decode
+// tokens/s, cached prompt tokens) to stderr.
+absl::Status LocalGenerate(const LocalEngineOptions& engine, const GenerateOptions& options);
 
 }  // namespace kvcast::cli
 
