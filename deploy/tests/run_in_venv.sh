@@ -10,15 +10,8 @@ RUNFILES=${TEST_SRCDIR:-$(cd "$(dirname "$0")/../.." && pwd)}/${TEST_WORKSPACE:-
 VENV=${KVCAST_DEPLOY_VENV:-}
 name=$(basename "$TEST" .py)
 if [[ -z "$VENV" || ! -x "$VENV/bin/python" ]]; then
-  msg="SKIPPED: KVCAST_DEPLOY_VENV is not a venv made by deploy/tests/setup_deploy_venv.sh"
-  echo "$msg"
-  cat > "${XML_OUTPUT_FILE:-/dev/null}" <<XML
-<?xml version="1.0" encoding="UTF-8"?>
-<testsuites><testsuite name="$name" tests="1" skipped="1">
-  <testcase classname="$name" name="all"><skipped message="$msg"/></testcase>
-</testsuite></testsuites>
-XML
-  exit 0
+  source "$RUNFILES/tests/testing/junit_skip.sh"
+  junit_skip "$name" "SKIPPED: KVCAST_DEPLOY_VENV is not a venv made by deploy/tests/setup_deploy_venv.sh"
 fi
 # Helm's SDK keeps its cache and config under $HOME: keep them in the sandbox.
 scratch=${TEST_TMPDIR:-$(mktemp -d)}

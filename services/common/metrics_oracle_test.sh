@@ -14,18 +14,8 @@ fi
 WORK=${TEST_TMPDIR:-$(mktemp -d)}
 XML=${XML_OUTPUT_FILE:-$WORK/test.xml}
 
-skip() {
-  local msg="SKIPPED: $1 (./kvcast.sh test provides a venv with prometheus_client)"
-  echo "$msg"
-  msg=$(printf '%s' "$msg" | sed -e 's/&/\&amp;/g' -e 's/</\&lt;/g' -e 's/>/\&gt;/g' -e 's/"/\&quot;/g')
-  cat > "$XML" <<XML
-<?xml version="1.0" encoding="UTF-8"?>
-<testsuites><testsuite name="metrics_oracle" tests="1" skipped="1">
-  <testcase classname="metrics_oracle" name="all"><skipped message="$msg"/></testcase>
-</testsuite></testsuites>
-XML
-  exit 0
-}
+source tests/testing/junit_skip.sh
+skip() { junit_skip metrics_oracle "SKIPPED: $1 (./kvcast.sh test provides a venv with prometheus_client)"; }
 
 PY=${KVCAST_PYTHON:-}
 [[ -n "$PY" ]] || skip "KVCAST_PYTHON is not set"

@@ -9,15 +9,8 @@ RUNFILES=${TEST_SRCDIR:-$HERE/../..}/${TEST_WORKSPACE:-kvcast}
 VENV=${KVCAST_AIOMOQT_VENV:-}
 if [[ -z "$VENV" || ! -x "$VENV/bin/python" ]]; then
   # aiomoqt needs Python >= 3.12; without it the peer cannot run: say so.
-  msg="SKIPPED: KVCAST_AIOMOQT_VENV is not a venv made by tests/interop/setup_aiomoqt.sh (needs Python >= 3.12)"
-  echo "$msg"
-  cat > "${XML_OUTPUT_FILE:-/dev/null}" <<XML
-<?xml version="1.0" encoding="UTF-8"?>
-<testsuites><testsuite name="aiomoqt_interop" tests="1" skipped="1">
-  <testcase classname="aiomoqt_interop" name="all"><skipped message="$msg"/></testcase>
-</testsuite></testsuites>
-XML
-  exit 0
+  source "$RUNFILES/tests/testing/junit_skip.sh"
+  junit_skip aiomoqt_interop "SKIPPED: KVCAST_AIOMOQT_VENV is not a venv made by tests/interop/setup_aiomoqt.sh (needs Python >= 3.12)"
 fi
 OUT=${TEST_TMPDIR:-$(mktemp -d)}/interop
 "$RUNFILES/tests/interop/run_interop.sh" --venv "$VENV" \
