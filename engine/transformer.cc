@@ -298,6 +298,20 @@ absl::StatusOr<const float*> Transformer::ForwardLogits(absl::Span<const Forward
   return w.logits->f32();
 }
 
+absl::Status PrefillInChunks(Transformer& model, absl::Span<const int32_t> tokens,
+                             absl::Span<const int32_t> page_table, int chunk_tokens,
+                             KvPagePool* pool, std::vector<float>* logits) {
+  if (chunk_tokens <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("prefill: chunk of ", chunk_tokens, " tokens"));
+  }
+  const int n = int(tokens.size());
+  for (int start = 0; start < n; start += chunk_tokens) {
+    ForwardItem item{tokens.subspan(start, std::min(chunk_tokens, n - start)), start, page_table};
+    RETURN_IF_ERROR(model.Forward({&item, 1}, pool, /*all_logits=*/false, logits));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Transformer::Reserve(int tokens, int rows, int items, size_t table_entries) {
   Workspace& w = *ws_;
   if (tokens <= w.tokens && rows <= w.rows && items <= w.items &&

@@ -78,6 +78,13 @@ class Transformer {
   std::unique_ptr<Workspace> ws_;
 };
 
+// Runs a whole prompt `tokens` (positions 0..) through `model` in chunks of
+// `chunk_tokens`, one Forward each (as a prefill worker does), writing its
+// K/V into the pages of `page_table`; `logits` ends holding the last token's.
+absl::Status PrefillInChunks(Transformer& model, absl::Span<const int32_t> tokens,
+                             absl::Span<const int32_t> page_table, int chunk_tokens,
+                             KvPagePool* pool, std::vector<float>* logits);
+
 // RoPE inverse frequencies [head_dim / 2] for `config`, Llama-3 scaling
 // applied when configured (the formula of HF's _compute_llama3_parameters).
 std::vector<float> RopeInverseFrequencies(const ModelConfig& config);

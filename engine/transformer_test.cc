@@ -90,6 +90,19 @@ TEST_P(TransformerTest, ScatteredPagesAndChunkedPrefillMatchContiguous) {
   }
 }
 
+TEST_P(TransformerTest, PrefillInChunksEndsWithTheLastTokensLogits) {
+  auto tokens = Tokens(70, vocab_, 4);
+  auto full = Contiguous(tokens);
+  auto pool = Pool(16, 5);
+  std::vector<int32_t> table = {4, 0, 3, 1, 2};
+  std::vector<float> logits;
+  ASSERT_TRUE(PrefillInChunks(*m_.model, tokens, table, 24, pool.get(), &logits).ok());
+  ASSERT_EQ(logits.size(), size_t(vocab_));
+  ExpectNear(logits.data(), &full[69 * size_t(vocab_)], vocab_, "last token");
+  EXPECT_EQ(PrefillInChunks(*m_.model, tokens, table, 0, pool.get(), &logits).code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST_P(TransformerTest, ReusedPrefixPagesGiveSameLogitsAsComputingThem) {
   auto a = Tokens(48, vocab_, 3);
   auto b = a;

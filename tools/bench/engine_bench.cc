@@ -77,11 +77,8 @@ absl::Status Run() {
   for (int b = 0; b < max_batch; ++b) {
     prof.Reset();
     auto t0 = Clock::now();
-    for (int start = 0; start < prompt_len; start += absl::GetFlag(FLAGS_chunk)) {
-      int n = std::min(absl::GetFlag(FLAGS_chunk), prompt_len - start);
-      ForwardItem item{absl::MakeConstSpan(prompt).subspan(start, n), start, tables[b]};
-      RETURN_IF_ERROR(model->Forward({&item, 1}, pool.get(), false, &logits));
-    }
+    RETURN_IF_ERROR(PrefillInChunks(*model, prompt, tables[b], absl::GetFlag(FLAGS_chunk),
+                                    pool.get(), &logits));
     if (b == 0) report(absl::StrCat("prefill ", prompt_len, " tokens"), prompt_len, Since(t0));
   }
   for (int batch : batches) {

@@ -84,11 +84,7 @@ absl::StatusOr<Run> Generate(Transformer& model, KvPagePool& pool,
                              const std::vector<int32_t>& forced) {
   std::vector<float> logits;
   const int n = prompt.size();
-  for (int start = 0; start < n; start += 128) {
-    ForwardItem item{absl::MakeConstSpan(prompt).subspan(start, std::min(128, n - start)), start,
-                     pages};
-    RETURN_IF_ERROR(model.Forward({&item, 1}, &pool, false, &logits));
-  }
+  RETURN_IF_ERROR(PrefillInChunks(model, prompt, pages, 128, &pool, &logits));
   const KvLayout& layout = pool.layout();
   if (v.block > 0) {
     std::vector<uint8_t> enc(KvRowBytes(v.format, layout.num_kv_heads, layout.head_dim, v.block));

@@ -178,11 +178,7 @@ absl::Status Main() {
   ASSIGN_OR_RETURN(auto pool, KvPagePool::Create(backend.get(), layout, num_pages));
   ASSIGN_OR_RETURN(std::vector<int32_t> pages, pool->Allocate(num_pages));
   std::vector<float> logits;
-  for (int start = 0; start < n; start += chunk) {
-    ForwardItem item{absl::MakeConstSpan(tokens).subspan(start, std::min(chunk, n - start)), start,
-                     pages};
-    RETURN_IF_ERROR(model->Forward({&item, 1}, pool.get(), false, &logits));
-  }
+  RETURN_IF_ERROR(PrefillInChunks(*model, tokens, pages, chunk, pool.get(), &logits));
   const std::string dump = absl::GetFlag(FLAGS_dump);
   if (!dump.empty()) RETURN_IF_ERROR(WriteDump(dump, *pool, pages, n));
 
