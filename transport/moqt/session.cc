@@ -442,12 +442,7 @@ absl::Status SessionImpl::OnControlMessage(ControlMessage msg) {
                                absl::StrCat("PUBLISH_DONE 0x", absl::Hex(m.status_code),
                                             ": ", m.reason));
         uint64_t id = m.request_id;
-        req.linger_timer = loop->RunAfter(options.publish_done_linger, [this, id] {
-          auto it = out.find(id);
-          if (it == out.end()) return;
-          it->second.linger_timer = 0;
-          CompleteOut(id, it->second.done_status);
-        });
+        ArmPublishDoneLinger(id, options.publish_done_linger);
         MaybeFinishSubscription(id);
         return absl::OkStatus();
       },

@@ -96,7 +96,8 @@ struct SessionOptions {
   // grant more as requests finish.
   uint64_t max_requests = 128;
   absl::Duration setup_timeout = absl::Seconds(10);
-  // After PUBLISH_DONE, how long to wait for its data streams to finish.
+  // After PUBLISH_DONE, how long its data streams may stay silent before
+  // the subscription ends without the ones that have not finished.
   absl::Duration publish_done_linger = absl::Seconds(2);
   // Subgroup streams a subscription keeps open at once; the oldest is
   // finished when a new one is needed.

@@ -380,6 +380,21 @@ void SessionImpl::OnInStreamEnded(InStream* stream) {
   MaybeFinishSubscription(alias->second);
 }
 
+void SessionImpl::ArmPublishDoneLinger(uint64_t request_id, absl::Duration delay) {
+  out[request_id].linger_timer = loop->RunAfter(delay, [this, request_id] {
+    auto it = out.find(request_id);
+    if (it == out.end()) return;
+    it->second.linger_timer = 0;
+    // Streams still delivering (a slow or lossy path) keep the subscription.
+    const absl::Duration idle = absl::Now() - it->second.last_data;
+    if (idle < options.publish_done_linger) {
+      ArmPublishDoneLinger(request_id, options.publish_done_linger - idle);
+      return;
+    }
+    CompleteOut(request_id, it->second.done_status);
+  });
+}
+
 void SessionImpl::MaybeFinishSubscription(uint64_t request_id) {
   auto it = out.find(request_id);
   if (it == out.end()) return;
@@ -424,11 +439,12 @@ absl::Status InStream::OnFetchHeader(uint64_t request_id) {
 
 absl::Status InStream::OnObject(const ObjectHeader& header,
                                 absl::Span<const uint8_t> fragment, bool last) {
+  OutRequest* target = Target();
+  if (target != nullptr) target->last_data = absl::Now();
   payload_.append(reinterpret_cast<const char*>(fragment.data()), fragment.size());
   if (!last) return absl::OkStatus();
   std::string payload = std::move(payload_);
   payload_.clear();
-  OutRequest* target = Target();
   if (target == nullptr) {
     if (is_fetch_) return absl::OkStatus();  // cancelled fetch: drop
     // The SUBSCRIBE_OK carrying this alias may not have arrived yet.

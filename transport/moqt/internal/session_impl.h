@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/time/time.h"
 #include "transport/moqt/session.h"
 
 namespace kvcast::moqt::internal {
@@ -114,6 +115,9 @@ struct OutRequest {
   absl::Status done_status;
   uint64_t expected_streams = 0;
   uint64_t ended_streams = 0;
+  // When object data for it last arrived; the linger after PUBLISH_DONE
+  // counts from here, so streams still delivering are waited for.
+  absl::Time last_data = absl::InfinitePast();
   quic::EventLoop::TimerId linger_timer = 0;
 };
 
@@ -185,6 +189,9 @@ struct SessionImpl : public ControlMessageVisitor {
   // A SUBSCRIBE_OK named `alias`: deliver objects that waited for it.
   void FlushAlias(uint64_t alias);
   void MaybeFinishSubscription(uint64_t request_id);
+  // Ends the subscription once its data streams have been silent for
+  // options.publish_done_linger after PUBLISH_DONE (first check in `delay`).
+  void ArmPublishDoneLinger(uint64_t request_id, absl::Duration delay);
   absl::StatusOr<int64_t> OpenDataStream();
   void SendOnStream(int64_t stream, const std::string& bytes, bool fin);
 
