@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "engine/model/gguf_model.h"
 #include "engine/model/internal/absl_view.h"
 #include "common/status_macros.h"
 #include "engine/model/internal/file_util.h"
@@ -18,6 +19,10 @@ using model_internal::JoinPath;
 absl::StatusOr<std::unique_ptr<Checkpoint>> Checkpoint::Open(const std::string& model_dir) {
   std::unique_ptr<Checkpoint> checkpoint(new Checkpoint());
   checkpoint->dir_ = model_dir;
+  if (model_internal::FileExists(model_dir)) {
+    RETURN_IF_ERROR(checkpoint->OpenGguf(model_dir));
+    return checkpoint;
+  }
   ASSIGN_OR_RETURN(checkpoint->config_, ModelConfig::Load(JoinPath(model_dir, "config.json")));
   const std::string single = JoinPath(model_dir, "model.safetensors");
   const std::string index = JoinPath(model_dir, "model.safetensors.index.json");
@@ -37,6 +42,15 @@ absl::Status Checkpoint::OpenSingle(const std::string& path) {
   ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file, SafetensorsFile::Open(path));
   for (const std::string& name : file->names()) tensors_.emplace(name, file->Find(name));
   files_.push_back(std::move(file));
+  return absl::OkStatus();
+}
+
+absl::Status Checkpoint::OpenGguf(const std::string& path) {
+  weights_name_ = path;
+  ASSIGN_OR_RETURN(gguf_, GgufFile::Open(path));
+  ASSIGN_OR_RETURN(config_, GgufModelConfig(*gguf_));
+  ASSIGN_OR_RETURN(gguf_views_, GgufTensorsAsHf(*gguf_, config_, &gguf_storage_));
+  for (const TensorView& view : gguf_views_) tensors_.emplace(view.name, &view);
   return absl::OkStatus();
 }
 

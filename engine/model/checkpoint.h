@@ -1,8 +1,11 @@
 // Checkpoint: a Hugging Face model directory (config.json plus
-// model.safetensors, or shards listed in model.safetensors.index.json),
-// memory-mapped and validated.
+// model.safetensors, or shards listed in model.safetensors.index.json), or a
+// GGUF file (llama.cpp's format, see gguf_model.h), memory-mapped and
+// validated, its tensors under HF names and shapes.
 //
-// Contract: Open loads and validates config.json (see ModelConfig), then maps
+// Contract: Open of a regular file reads it as GGUF (config from its
+// metadata, quantized tensors widened to float32 once, here). Open of a
+// directory loads and validates config.json (see ModelConfig), then maps
 // model.safetensors if present, else every shard named by the index's
 // "weight_map" (each shard opened once). Errors:
 //   NotFound        - config.json missing, or neither weight file present
@@ -25,6 +28,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/model/gguf.h"
 #include "engine/model/model_config.h"
 #include "engine/model/safetensors.h"
 
@@ -32,12 +36,14 @@ namespace kvcast {
 
 class Checkpoint {
  public:
-  static absl::StatusOr<std::unique_ptr<Checkpoint>> Open(const std::string& model_dir);
+  // `model_path`: a model directory or a .gguf file.
+  static absl::StatusOr<std::unique_ptr<Checkpoint>> Open(const std::string& model_path);
 
   Checkpoint(const Checkpoint&) = delete;
   Checkpoint& operator=(const Checkpoint&) = delete;
 
   const ModelConfig& config() const { return config_; }
+  // The path Open was given (directory or GGUF file), for messages.
   const std::string& dir() const { return dir_; }
 
   // The tensor `name`, checked against `expected_shape`:
@@ -53,12 +59,16 @@ class Checkpoint {
   Checkpoint() = default;
   absl::Status OpenSingle(const std::string& path);
   absl::Status OpenSharded(const std::string& index_path);
+  absl::Status OpenGguf(const std::string& path);
 
   std::string dir_;
   std::string weights_name_;  // model.safetensors or its index, for messages.
   ModelConfig config_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
-  std::map<std::string, const TensorView*, std::less<>> tensors_;  // Into files_.
+  std::unique_ptr<GgufFile> gguf_;
+  std::vector<TensorView> gguf_views_;               // Into gguf_ or gguf_storage_.
+  std::vector<std::vector<float>> gguf_storage_;     // Widened GGUF tensors.
+  std::map<std::string, const TensorView*, std::less<>> tensors_;  // Into files_/gguf_views_.
 };
 
 }  // namespace kvcast

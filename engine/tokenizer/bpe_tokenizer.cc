@@ -87,6 +87,11 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::FromJson(
     std::string_view json_text, const SpecialTokenNames& names) {
   const json root = json::parse(json_text.begin(), json_text.end(), nullptr, false);
   if (root.is_discarded()) return Invalid("text", "is not valid JSON");
+  return FromJsonValue(root, names);
+}
+
+absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::FromJsonValue(
+    const nlohmann::json& root, const SpecialTokenNames& names) {
   if (!root.is_object()) return Invalid("root", "is not a JSON object");
   std::unique_ptr<BpeTokenizer> t(new BpeTokenizer());
   const json* model = Find(root, "model");

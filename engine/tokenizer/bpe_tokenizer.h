@@ -49,6 +49,10 @@ class BpeTokenizer : public Tokenizer {
   // named token is not in the vocabulary).
   static absl::StatusOr<std::unique_ptr<BpeTokenizer>> FromJson(
       std::string_view json_text, const SpecialTokenNames& names = {});
+  // The same from an already parsed tokenizer.json document (built, for a
+  // GGUF file, from its metadata: gguf_tokenizer.h).
+  static absl::StatusOr<std::unique_ptr<BpeTokenizer>> FromJsonValue(
+      const nlohmann::json& root, const SpecialTokenNames& names = {});
   // Reads and parses the file at `path`; NotFound when it cannot be read.
   static absl::StatusOr<std::unique_ptr<BpeTokenizer>> FromFile(
       const std::string& path, const SpecialTokenNames& names = {});

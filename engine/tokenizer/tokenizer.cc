@@ -1,5 +1,7 @@
 #include "engine/tokenizer/tokenizer.h"
 
+#include <sys/stat.h>
+
 #include <fstream>
 #include <sstream>
 
@@ -8,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "engine/tokenizer/bpe_tokenizer.h"
+#include "engine/tokenizer/gguf_tokenizer.h"
 #include "nlohmann/json.hpp"
 
 namespace kvcast {
@@ -50,6 +53,11 @@ absl::StatusOr<SpecialTokenNames> ReadSpecialTokenNames(const std::string& path)
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const std::string& model_dir) {
+  struct stat st;
+  if (::stat(model_dir.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+    ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> gguf, GgufFile::Open(model_dir));
+    return LoadGgufTokenizer(*gguf);
+  }
   const std::string dir =
       absl::EndsWith(model_dir, "/") || model_dir.empty() ? model_dir : model_dir + "/";
   ASSIGN_OR_RETURN(SpecialTokenNames names,

@@ -50,7 +50,8 @@ struct SpecialTokenNames {
   std::optional<std::string> eos_token;
 };
 
-// Loads the tokenizer of a Hugging Face style model directory:
+// Loads the tokenizer of a GGUF file (gguf_tokenizer.h) when `model_dir`
+// is a regular file, else of a Hugging Face style model directory:
 // `tokenizer.json` (byte-level BPE) if present, else `tokenizer.model`
 // (SentencePiece), else NotFound naming `model_dir`. BOS/EOS come from
 // `tokenizer_config.json` ("bos_token"/"eos_token", a string or an object

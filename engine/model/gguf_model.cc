@@ -1,0 +1,192 @@
+#include "engine/model/gguf_model.h"
+
+#include <cstring>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/status_macros.h"
+#include "engine/model/internal/absl_view.h"
+#include "nlohmann/json.hpp"
+
+namespace kvcast {
+
+using model_internal::AV;
+
+namespace {
+
+struct ArchInfo {
+  const char* gguf;
+  const char* hf;
+  bool permuted_qk;  // llama.cpp's converter interleaved the rotary halves.
+};
+constexpr ArchInfo kArchitectures[] = {
+    {"llama", "LlamaForCausalLM", true},
+    {"qwen2", "Qwen2ForCausalLM", false},
+};
+
+absl::StatusOr<ArchInfo> Architecture(const GgufFile& file) {
+  ASSIGN_OR_RETURN(std::string arch, file.GetString("general.architecture"));
+  for (const ArchInfo& a : kArchitectures) {
+    if (arch == a.gguf) return a;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      file.path(), ": architecture '", arch, "' is not supported (supported: llama, qwen2)"));
+}
+
+// `key`'s value as an int, or `fallback` when absent and a fallback is given.
+absl::StatusOr<int> IntKey(const GgufFile& file, const std::string& key,
+                           std::optional<int> fallback = std::nullopt) {
+  if (fallback && file.Find(key) == nullptr) return *fallback;
+  ASSIGN_OR_RETURN(uint64_t v, file.GetUint(key));
+  if (v == 0 || v > (1u << 30)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(file.path(), ": metadata '", key, "' is ", v, ", not a plausible size"));
+  }
+  return int(v);
+}
+
+// Rows of one head are [half 0 | half 1] in HF; llama.cpp stores them
+// interleaved (row 2i + s of a head is HF row s*D/2 + i).
+void UnpermuteRows(const float* in, int heads, int64_t head_dim, int64_t cols, float* out) {
+  const int64_t half = head_dim / 2;
+  for (int h = 0; h < heads; ++h) {
+    for (int s = 0; s < 2; ++s) {
+      for (int64_t i = 0; i < half; ++i) {
+        const float* src = in + (h * head_dim + 2 * i + s) * cols;
+        std::memcpy(out + (h * head_dim + s * half + i) * cols, src, size_t(cols) * 4);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& file) {
+  ASSIGN_OR_RETURN(ArchInfo arch, Architecture(file));
+  const std::string a = arch.gguf;
+  if (file.Find(a + ".rope.scaling.type") != nullptr) {
+    ASSIGN_OR_RETURN(std::string type, file.GetString(a + ".rope.scaling.type"));
+    if (type != "none") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          file.path(), ": RoPE scaling '", type, "' (", a, ".rope.scaling.type) is not supported"));
+    }
+  }
+  if (file.FindTensor("rope_freqs.weight") != nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        file.path(), ": tensor 'rope_freqs.weight' (Llama-3.1 RoPE scaling) is not supported"));
+  }
+  const GgufTensor* embed = file.FindTensor("token_embd.weight");
+  if (embed == nullptr || embed->dims.size() != 2) {
+    return absl::NotFoundError(
+        absl::StrCat(file.path(), ": no 2-D tensor 'token_embd.weight' (the token embeddings)"));
+  }
+  nlohmann::json j;
+  j["architectures"] = {arch.hf};
+  j["vocab_size"] = embed->dims[1];
+  ASSIGN_OR_RETURN(int hidden, IntKey(file, a + ".embedding_length"));
+  ASSIGN_OR_RETURN(int heads, IntKey(file, a + ".attention.head_count"));
+  j["hidden_size"] = hidden;
+  j["num_attention_heads"] = heads;
+  ASSIGN_OR_RETURN(j["intermediate_size"], IntKey(file, a + ".feed_forward_length"));
+  ASSIGN_OR_RETURN(j["num_hidden_layers"], IntKey(file, a + ".block_count"));
+  ASSIGN_OR_RETURN(j["num_key_value_heads"], IntKey(file, a + ".attention.head_count_kv", heads));
+  ASSIGN_OR_RETURN(j["head_dim"], IntKey(file, a + ".attention.key_length", hidden / heads));
+  ASSIGN_OR_RETURN(j["max_position_embeddings"], IntKey(file, a + ".context_length"));
+  ASSIGN_OR_RETURN(j["rms_norm_eps"], file.GetFloat(a + ".attention.layer_norm_rms_epsilon"));
+  if (file.Find(a + ".rope.freq_base") != nullptr) {
+    ASSIGN_OR_RETURN(j["rope_theta"], file.GetFloat(a + ".rope.freq_base"));
+  }
+  j["tie_word_embeddings"] = file.FindTensor("output.weight") == nullptr;
+  j["attention_bias"] = file.FindTensor("blk.0.attn_q.bias") != nullptr;
+  j["torch_dtype"] = "float32";
+  for (const char* key : {"bos_token_id", "eos_token_id"}) {
+    const std::string full = absl::StrCat("tokenizer.ggml.", key);
+    if (file.Find(full) == nullptr) continue;
+    ASSIGN_OR_RETURN(uint64_t id, file.GetUint(full));
+    j[key] = id;
+  }
+  return ModelConfig::FromJson(j.dump(), absl::StrCat(file.path(), " (GGUF metadata)"));
+}
+
+std::optional<std::string> GgufToHfTensorName(std::string_view name) {
+  static constexpr std::pair<std::string_view, std::string_view> kTop[] = {
+      {"token_embd.weight", "model.embed_tokens.weight"},
+      {"output_norm.weight", "model.norm.weight"},
+      {"output.weight", "lm_head.weight"},
+  };
+  for (const auto& [gguf, hf] : kTop) {
+    if (name == gguf) return std::string(hf);
+  }
+  static constexpr std::pair<std::string_view, std::string_view> kLayer[] = {
+      {"attn_norm", "input_layernorm"},       {"ffn_norm", "post_attention_layernorm"},
+      {"attn_q", "self_attn.q_proj"},         {"attn_k", "self_attn.k_proj"},
+      {"attn_v", "self_attn.v_proj"},         {"attn_output", "self_attn.o_proj"},
+      {"ffn_gate", "mlp.gate_proj"},          {"ffn_up", "mlp.up_proj"},
+      {"ffn_down", "mlp.down_proj"},
+  };
+  // blk.<n>.<part>.<weight|bias>
+  std::vector<absl::string_view> parts = absl::StrSplit(AV(name), '.');
+  int layer;
+  if (parts.size() != 4 || parts[0] != "blk" || !absl::SimpleAtoi(parts[1], &layer) ||
+      (parts[3] != "weight" && parts[3] != "bias")) {
+    return std::nullopt;
+  }
+  for (const auto& [gguf, hf] : kLayer) {
+    if (parts[2] == AV(gguf)) {
+      return absl::StrCat("model.layers.", layer, ".", AV(hf), ".", parts[3]);
+    }
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<std::vector<TensorView>> GgufTensorsAsHf(
+    const GgufFile& file, const ModelConfig& config, std::vector<std::vector<float>>* storage) {
+  ASSIGN_OR_RETURN(ArchInfo arch, Architecture(file));
+  std::vector<TensorView> views;
+  for (const GgufTensor& t : file.tensors()) {
+    std::optional<std::string> hf_name = GgufToHfTensorName(t.name);
+    if (!hf_name) continue;
+    TensorView view;
+    view.name = *hf_name;
+    view.file = file.path();
+    view.shape.assign(t.dims.rbegin(), t.dims.rend());
+    int permute_heads = 0;
+    if (arch.permuted_qk && (absl::StrContains(t.name, ".attn_q.") ||
+                             absl::StrContains(t.name, ".attn_k."))) {
+      permute_heads = absl::StrContains(t.name, ".attn_q.") ? config.num_attention_heads
+                                                            : config.num_key_value_heads;
+      if (view.shape[0] != int64_t(permute_heads) * config.head_dim) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            file.path(), ": tensor '", t.name, "' has ", view.shape[0], " rows, expected ",
+            permute_heads, " heads x ", config.head_dim));
+      }
+    }
+    const GgmlType type = t.type.type;
+    const bool plain = type == GgmlType::kF32 || type == GgmlType::kF16 || type == GgmlType::kBF16;
+    if (plain && permute_heads == 0) {
+      view.dtype = type == GgmlType::kF32 ? DType::kF32
+                   : type == GgmlType::kF16 ? DType::kF16 : DType::kBF16;
+      view.data = t.data;
+      view.nbytes = t.nbytes;
+    } else {
+      std::vector<float> values(size_t(t.numel()));
+      DequantizeGgml(type, t.data, t.numel(), values.data());
+      if (permute_heads > 0) {
+        std::vector<float> rows(values.size());
+        const int64_t cols = view.shape.size() == 2 ? view.shape[1] : 1;
+        UnpermuteRows(values.data(), permute_heads, config.head_dim, cols, rows.data());
+        values.swap(rows);
+      }
+      view.dtype = DType::kF32;
+      view.data = values.data();
+      view.nbytes = values.size() * sizeof(float);
+      storage->push_back(std::move(values));
+    }
+    views.push_back(std::move(view));
+  }
+  return views;
+}
+
+}  // namespace kvcast
