@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # kvcast developer entry point. Each command installs what it needs first.
-#   ./kvcast.sh demo    build, make the tiny model, start a local cluster, send two
-#                       requests sharing a prefix (the second shows cached tokens)
+#   ./kvcast.sh demo    build, fetch SmolLM2-135M-Instruct (GGUF), start a local
+#                       cluster, ask two chat questions sharing a system prompt
+#                       (the second shows cached tokens)
+#   ./kvcast.sh demo tiny   the same on the tiny random model (gibberish by design)
 #   ./kvcast.sh test    build and run every test; ends with "N passed, N failed"
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -20,6 +22,7 @@ VENV=.venv
 MOQ_VENV=.venv-moq   # aiomoqt, the independent MoQT peer (Python >= 3.12)
 DEPLOY_VENV=build/venv-deploy   # Helm engine, Kubernetes schemas, linters for deploy/ tests
 TINY_MODEL=build/tiny-model
+MODELS_DIR=build/models/smollm2   # SmolLM2-135M-Instruct GGUF (tools/models/fetch_smollm2.sh)
 
 log() { printf '\033[1m[kvcast]\033[0m %s\n' "$*" >&2; }
 
@@ -66,25 +69,41 @@ start_cluster() {  # $1: model dir, $2: log file, rest: extra cluster flags
 }
 stop_cluster() { [ -n "${CLUSTER_PID:-}" ] && kill "$CLUSTER_PID" 2>/dev/null && wait "$CLUSTER_PID" || true; }
 
+# The demo's system prompt: longer than one 128-token KV chunk, so the
+# second question reuses its KV (cached tokens) and reaches its first token sooner.
+DEMO_SYSTEM="You are kvcast, the assistant of a disaggregated LLM inference service. kvcast splits each request in two: a prefill worker computes the attention keys and values (the KV cache) of the prompt, and a decode worker generates the answer one token at a time. The prefill worker publishes the KV cache in chunks of 128 tokens over MoQT, a publish and subscribe protocol that runs on QUIC. Relays between the workers keep a copy of every chunk, so a later request that starts with the same text, such as this system prompt, fetches its KV cache instead of computing it again. The scheduler sends each request to the prefill worker that already holds the longest part of its prompt and to the least loaded decode worker. Keep your answers short and accurate."
+DEMO_QUESTIONS=("What does the prefill worker do?" "Why do relays keep a copy of every chunk?")
+
 demo() {
+  local which=${1:-smollm2} model
   setup_apt
   log "building (first build takes a few minutes)"
   bazel_cmd build "${SERVICE_TARGETS[@]}"
-  if [ ! -f "$TINY_MODEL/config.json" ]; then
-    log "writing the tiny random Llama checkpoint to $TINY_MODEL"
-    bazel-bin/tools/tiny_model/make_tiny_model --out "$TINY_MODEL"
-  fi
-  log "starting a local cluster: scheduler, relay, 1 prefill, 1 decode worker (logs in build/cluster)"
+  case "$which" in
+    smollm2) model=$(tools/models/fetch_smollm2.sh "$MODELS_DIR") ;;
+    tiny)
+      model=$TINY_MODEL
+      if [ ! -f "$TINY_MODEL/config.json" ]; then
+        log "writing the tiny random Llama checkpoint to $TINY_MODEL"
+        bazel-bin/tools/tiny_model/make_tiny_model --out "$TINY_MODEL"
+      fi ;;
+    *) echo "usage: $0 demo [smollm2|tiny]" >&2; exit 2 ;;
+  esac
+  log "starting a local cluster on $model: scheduler, relay, 1 prefill, 1 decode worker (logs in build/cluster)"
   trap stop_cluster EXIT
-  start_cluster "$TINY_MODEL" build/cluster.log --work_dir build/cluster
+  start_cluster "$model" build/cluster.log --work_dir build/cluster
   sed 's/^/  /' build/cluster.log >&2
-  # Two requests sharing a system prompt longer than one 128-token chunk:
-  # the second reuses its KV (cached tokens) and reaches its first token sooner.
-  local system="You are kvcast, a disaggregated inference service. Prefill workers compute the KV cache of a prompt and publish it chunk by chunk over MoQT; decode workers land it in their page pool and generate tokens with continuous batching. Relays cache the chunks so that later requests with the same prefix fetch instead of recomputing. Answer briefly."
-  for question in "What does the prefill worker do?" "Where does the decode worker keep KV?"; do
-    log "kvcast generate --scheduler 127.0.0.1:50051 --prompt \"<system prompt> $question\" (random weights: gibberish by design)"
-    bazel-bin/tools/cli/kvcast generate --scheduler 127.0.0.1:50051 \
-      --prompt "$system $question" --max_tokens 24 --ignore_eos
+  for question in "${DEMO_QUESTIONS[@]}"; do
+    log "question: $question"
+    if [ "$which" = tiny ]; then
+      log "(random weights: gibberish by design)"
+      bazel-bin/tools/cli/kvcast generate --scheduler 127.0.0.1:50051 \
+        --prompt "$DEMO_SYSTEM $question" --max_tokens 24 --ignore_eos
+    else
+      # SmolLM2's chat format (ChatML), as its GGUF's tokenizer.chat_template renders it.
+      bazel-bin/tools/cli/kvcast generate --scheduler 127.0.0.1:50051 --max_tokens 96 --repetition_penalty 1.2 \
+        --prompt "<|im_start|>system"$'\n'"$DEMO_SYSTEM<|im_end|>"$'\n'"<|im_start|>user"$'\n'"$question<|im_end|>"$'\n'"<|im_start|>assistant"$'\n'
+    fi
     echo
   done
 }
@@ -119,7 +138,7 @@ test_all() {
 }
 
 case "${1:-}" in
-  demo) demo ;;
+  demo) demo "${2:-}" ;;
   test) test_all ;;
   *) echo "usage: $0 demo|test" >&2; exit 2 ;;
 esac

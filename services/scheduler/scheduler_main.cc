@@ -21,7 +21,7 @@ ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9090", "HTTP HOST:PORT of /metri
 ABSL_FLAG(double, lease_s, 10, "a worker silent this long is dropped");
 ABSL_FLAG(int, max_queue, 256, "requests in flight at most; more get RESOURCE_EXHAUSTED");
 ABSL_FLAG(int, max_tokens_limit, 4096, "largest max_tokens a request may ask for");
-ABSL_FLAG(std::string, model, "", "model directory to read the tokenizer from (text prompts)");
+ABSL_FLAG(std::string, model, "", "model (.gguf file or HF directory) to read the tokenizer from (text prompts)");
 ABSL_FLAG(std::string, kv_compression, "fp16", "KV track decode workers subscribe to");
 ABSL_FLAG(bool, prefix_reuse, true,
           "route to cached prefixes and fetch published ones (false: for A/B runs)");

@@ -4,7 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "services/worker/worker_runtime.h"
 
-ABSL_FLAG(std::string, model, "", "HF model directory (config.json, *.safetensors, tokenizer)");
+ABSL_FLAG(std::string, model, "", "model: a .gguf file or an HF directory (config.json, *.safetensors, tokenizer)");
 ABSL_FLAG(std::string, model_name, "", "name clients use for the model (default: directory name)");
 ABSL_FLAG(std::string, backend, "cpu", "compute backend: cpu or cuda (where the build has it)");
 ABSL_FLAG(int, device, 0, "GPU index for --backend=cuda");

@@ -20,7 +20,7 @@
 #include "kernels/profiling_backend.h"
 #include "tools/bench/bench_models.h"
 
-ABSL_FLAG(std::string, model, "", "HF model directory (overrides --preset)");
+ABSL_FLAG(std::string, model, "", ".gguf file or HF model directory (overrides --preset)");
 ABSL_FLAG(std::string, preset, "tiny", "tiny (the test model) or 100m (~125M-parameter Llama)");
 ABSL_FLAG(int, prompt_len, 512, "prompt tokens per sequence");
 ABSL_FLAG(int, chunk, 128, "prefill chunk size");

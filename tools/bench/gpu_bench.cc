@@ -35,7 +35,7 @@
 #include "transport/kvcache/naming.h"
 #include "transport/kvcache/token_codec.h"
 
-ABSL_FLAG(std::string, model, "", "HF model directory (a ~1B Llama for the recorded numbers)");
+ABSL_FLAG(std::string, model, "", ".gguf file or HF model directory (a ~1B Llama for the recorded numbers)");
 ABSL_FLAG(std::string, batches, "1,8,32,128", "decode batch sizes");
 ABSL_FLAG(int, context, 512, "tokens of KV per sequence before the timed decode steps");
 ABSL_FLAG(int, steps, 32, "decode steps timed per batch size");

@@ -30,7 +30,7 @@
 #include "transport/kvcache/naming.h"
 #include "transport/kvcache/token_codec.h"
 
-ABSL_FLAG(std::string, model, "", "HF model directory (instead of --presets)");
+ABSL_FLAG(std::string, model, "", ".gguf file or HF model directory (instead of --presets)");
 ABSL_FLAG(std::string, presets, "tiny,100m", "random models: tiny (head_dim 16), 100m (head_dim 64)");
 ABSL_FLAG(int, prompt_len, 256, "prompt tokens");
 ABSL_FLAG(int, steps, 64, "greedy decode steps compared");

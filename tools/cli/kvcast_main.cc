@@ -38,7 +38,7 @@
 #include "tools/cli/remote_generate.h"
 
 // generate
-ABSL_FLAG(std::string, model, "", "HF model directory (generate: run in-process; cluster up: serve it)");
+ABSL_FLAG(std::string, model, "", ".gguf file or HF model directory (generate: run in-process; cluster up: serve it)");
 ABSL_FLAG(std::string, scheduler, "", "scheduler HOST:PORT (generate, bench)");
 ABSL_FLAG(std::string, prompt, "", "prompt text");
 ABSL_FLAG(std::string, prompt_ids, "", "prompt as comma-separated token ids (instead of --prompt)");

@@ -33,7 +33,7 @@ absl::Status LocalGenerate(const LocalEngineOptions& local, const GenerateOption
   std::vector<int32_t> prompt = options.prompt_ids;
   if (prompt.empty()) {
     if (engine->tokenizer() == nullptr) {
-      return absl::FailedPreconditionError("the model directory has no tokenizer; use --prompt_ids");
+      return absl::FailedPreconditionError("the model has no tokenizer; use --prompt_ids");
     }
     ASSIGN_OR_RETURN(prompt, engine->tokenizer()->Encode(options.prompt, /*add_bos=*/true));
   }

@@ -25,7 +25,7 @@
 #include "kernels/backend.h"
 #include "nlohmann/json.hpp"
 
-ABSL_FLAG(std::string, model, "", "HF model directory");
+ABSL_FLAG(std::string, model, "", "model: .gguf file or HF directory");
 ABSL_FLAG(std::string, backend, "cpu", "cpu or cuda");
 ABSL_FLAG(std::string, tokens, "", "comma-separated prompt token ids");
 ABSL_FLAG(int, greedy, 0, "greedy tokens to generate after the prompt");

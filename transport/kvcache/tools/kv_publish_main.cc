@@ -43,7 +43,7 @@
 #include "transport/moqt/tools/client_tls_flags.h"
 #include "transport/moqt/tools/tool_flags.h"
 
-ABSL_FLAG(std::string, model, "", "HF model directory (config.json + safetensors)");
+ABSL_FLAG(std::string, model, "", ".gguf file or HF model directory (config.json + safetensors)");
 ABSL_FLAG(std::string, prompt_ids, "", "prompt token ids, comma-separated");
 ABSL_FLAG(int, prompt_len, 0, "prompt of N deterministic token ids (instead of --prompt_ids)");
 ABSL_FLAG(int, chunk_tokens, 128, "tokens per group (a multiple of the 16-token page)");
