@@ -50,7 +50,7 @@ class WeightLoader {
       const std::vector<std::pair<std::string, std::vector<int64_t>>>& parts) {
     std::string bytes;
     DType dtype = DType::kF32;
-    size_t count = 0;
+    size_t count = 0, cols = 1;
     for (size_t i = 0; i < parts.size(); ++i) {
       ASSIGN_OR_RETURN(TensorView t, ckpt_.Get(parts[i].first, parts[i].second));
       if (i > 0 && t.dtype != dtype) {
@@ -64,13 +64,15 @@ class WeightLoader {
       hasher_->Update(t.shape.data(), t.shape.size() * sizeof(int64_t));
       hasher_->Update(t.data, t.nbytes);
       count += size_t(t.numel());
+      // Parts stack along rows (q|k|v, gate|up); a vector is one row.
+      cols = KindOf(t) == WeightKind::kVector ? count : size_t(t.shape[1]);
       if (parts.size() == 1) {
-        return backend_->LoadWeight(ToWeightType(dtype), KindOf(t), t.data, count);
+        return backend_->LoadWeight(ToWeightType(dtype), KindOf(t), t.data, count / cols, cols);
       }
       bytes.append(static_cast<const char*>(t.data), t.nbytes);
     }
     return backend_->LoadWeight(ToWeightType(dtype), KindOf(parts[0].second), bytes.data(),
-                                count);
+                                count / cols, cols);
   }
 
   absl::StatusOr<Weight> Load(const std::string& name, std::vector<int64_t> shape) {

@@ -180,9 +180,9 @@ class WideHeadsOnlyBackend : public ProfilingBackend {
     return head_dim >= 32 ? absl::OkStatus() : absl::InvalidArgumentError("head_dim too small");
   }
   absl::StatusOr<Weight> LoadWeight(WeightType type, WeightKind kind, const void* src,
-                                    size_t count) override {
+                                    size_t rows, size_t cols) override {
     ++weights_loaded;
-    return ProfilingBackend::LoadWeight(type, kind, src, count);
+    return ProfilingBackend::LoadWeight(type, kind, src, rows, cols);
   }
   int weights_loaded = 0;
 };

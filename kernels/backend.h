@@ -41,8 +41,9 @@ class DeviceBuffer {
   float* f32() { return static_cast<float*>(data()); }
 };
 
-// Element type of a weight, in a checkpoint or on a backend.
-enum class WeightType { kF32, kF16, kBF16 };
+// Element type of a weight, in a checkpoint or on a backend. kQ8 is the CPU
+// backend's compact matrix format (kernels/q8_matmul.h), never a checkpoint's.
+enum class WeightType { kF32, kF16, kBF16, kQ8 };
 
 // Matrices (projections, embeddings, LM head) may be kept in 16 bits by a
 // backend; vectors (norm weights, biases) are always float32 on every backend.
@@ -52,10 +53,13 @@ enum class WeightKind { kMatrix, kVector };
 class Weight {
  public:
   Weight() = default;
-  Weight(std::unique_ptr<DeviceBuffer> buffer, WeightType type)
-      : buffer_(std::move(buffer)), type_(type) {}
+  Weight(std::unique_ptr<DeviceBuffer> buffer, WeightType type, size_t rows = 0, size_t cols = 0)
+      : buffer_(std::move(buffer)), type_(type), rows_(rows), cols_(cols) {}
   const void* data() const { return buffer_ ? buffer_->data() : nullptr; }
   WeightType type() const { return type_; }
+  // The shape LoadWeight was given (0 x 0 where a backend does not keep it).
+  size_t rows() const { return rows_; }
+  size_t cols() const { return cols_; }
   // The values of a vector (always float32).
   const float* f32() const { return static_cast<const float*>(data()); }
   explicit operator bool() const { return buffer_ != nullptr; }
@@ -63,6 +67,7 @@ class Weight {
  private:
   std::unique_ptr<DeviceBuffer> buffer_;
   WeightType type_ = WeightType::kF32;
+  size_t rows_ = 0, cols_ = 0;
 };
 
 // KV caches as the transfer ops address them: `num_arrays` arrays, array a
@@ -114,10 +119,12 @@ class Backend {
   // (a GPU fault) is reported here.
   virtual absl::Status Synchronize() = 0;
 
-  // Converts `count` checkpoint elements of `type` at `src` (host memory,
-  // e.g. an mmapped file) into a new weight in this backend's compute format.
+  // Converts `rows` x `cols` checkpoint elements of `type` at `src` (host
+  // memory, e.g. an mmapped file; row-major, a matrix's rows are its output
+  // features; a vector is 1 x n) into a new weight in this backend's compute
+  // format.
   virtual absl::StatusOr<Weight> LoadWeight(WeightType type, WeightKind kind,
-                                            const void* src, size_t count) = 0;
+                                            const void* src, size_t rows, size_t cols) = 0;
 
   // out[i, :] = table[ids[i], :]; table [vocab, dim], a matrix weight.
   virtual void Embedding(const int32_t* ids, int num_tokens, const Weight& table,
@@ -185,10 +192,18 @@ class Backend {
   virtual absl::StatusOr<std::unique_ptr<DeviceBuffer>> AllocateStaging(size_t bytes) = 0;
 };
 
-// The CPU backend (OpenBLAS GEMM); always available.
-std::unique_ptr<Backend> NewCpuBackend();
+// How the CPU backend keeps matrices: float32 (OpenBLAS GEMMs; exact, the
+// reference the golden tests compare), or Q8 (kernels/q8_matmul.h: int8
+// blocks of 32 with a float scale, 3.8x less memory per token, activations
+// quantized alike, as llama.cpp's Q8_0; matrices whose rows are not a
+// multiple of 32 stay float32).
+enum class CpuWeights { kF32, kQ8 };
 
-// A backend by name: "cpu", or "cuda" (GPU `device`) when the build has it
+// The CPU backend; always available.
+std::unique_ptr<Backend> NewCpuBackend(CpuWeights weights = CpuWeights::kF32);
+
+// A backend by name: "cpu" (Q8 weights), "cpu-f32" (float32 weights), or
+// "cuda" (GPU `device`) when the build has it
 // (NotFound names the backends built in); errors from the device otherwise.
 absl::StatusOr<std::unique_ptr<Backend>> NewBackend(std::string_view name, int device = 0);
 

@@ -37,8 +37,8 @@ class ProfilingBackend : public Backend {
     return inner_->AllocateStaging(bytes);
   }
   absl::StatusOr<Weight> LoadWeight(WeightType type, WeightKind kind, const void* src,
-                                    size_t count) override {
-    return inner_->LoadWeight(type, kind, src, count);
+                                    size_t rows, size_t cols) override {
+    return inner_->LoadWeight(type, kind, src, rows, cols);
   }
   void Embedding(const int32_t* ids, int num_tokens, const Weight& table, int dim,
                  float* out) override;

@@ -1,5 +1,6 @@
 // CPU backend: plain loops for the element-wise ops and attention, OpenBLAS
-// for the GEMMs. Every op finishes before it returns.
+// for float32 GEMMs, kernels/q8_matmul for Q8 weights. Every op finishes
+// before it returns.
 #include <cblas.h>
 #include <sys/sysinfo.h>
 
@@ -15,6 +16,7 @@
 #include "engine/model/dtype.h"
 #include "kernels/backend.h"
 #include "kernels/kv_codec.h"
+#include "kernels/q8_matmul.h"
 #include "kernels/token_picker.h"
 
 namespace kvcast {
@@ -34,7 +36,9 @@ class HostBuffer : public DeviceBuffer {
 
 class CpuBackend : public Backend {
  public:
-  std::string_view name() const override { return "cpu"; }
+  std::string_view name() const override {
+    return weights_ == CpuWeights::kQ8 ? "cpu" : "cpu-f32";
+  }
 
   absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(size_t bytes) override {
     constexpr size_t kAlign = 64;
@@ -62,9 +66,13 @@ class CpuBackend : public Backend {
   }
   absl::Status Synchronize() override { return absl::OkStatus(); }
 
-  // Every weight is widened to float32.
-  absl::StatusOr<Weight> LoadWeight(WeightType type, WeightKind, const void* src,
-                                    size_t count) override {
+  explicit CpuBackend(CpuWeights weights) : weights_(weights) {}
+
+  // Vectors are widened to float32; matrices too, then quantized to Q8 when
+  // the backend keeps Q8 weights and the rows allow it.
+  absl::StatusOr<Weight> LoadWeight(WeightType type, WeightKind kind, const void* src,
+                                    size_t rows, size_t cols) override {
+    const size_t count = rows * cols;
     auto buf = Allocate(count * sizeof(float));
     if (!buf.ok()) return buf.status();
     float* out = (*buf)->f32();
@@ -79,12 +87,24 @@ class CpuBackend : public Backend {
       case WeightType::kBF16:
         for (size_t i = 0; i < count; ++i) out[i] = BFloat16ToFloat(half[i]);
         break;
+      case WeightType::kQ8:
+        return absl::InvalidArgumentError("cpu backend: Q8 is not a checkpoint type");
     }
-    return Weight(*std::move(buf), WeightType::kF32);
+    if (weights_ == CpuWeights::kQ8 && kind == WeightKind::kMatrix && Q8Supported(cols)) {
+      auto q8 = Allocate(Q8MatrixBytes(rows, cols));
+      if (!q8.ok()) return q8.status();
+      QuantizeQ8Matrix(out, rows, cols, (*q8)->data());
+      return Weight(*std::move(q8), WeightType::kQ8, rows, cols);
+    }
+    return Weight(*std::move(buf), WeightType::kF32, rows, cols);
   }
 
   void Embedding(const int32_t* ids, int num_tokens, const Weight& table,
                  int dim, float* out) override {
+    if (table.type() == WeightType::kQ8) {
+      DequantizeQ8Rows(table.data(), table.rows(), dim, ids, num_tokens, out);
+      return;
+    }
     GatherRows(table.f32(), ids, num_tokens, dim, out);
   }
   void GatherRows(const float* x, const int32_t* rows, int num_rows, int dim,
@@ -115,7 +135,9 @@ class CpuBackend : public Backend {
   void Linear(const float* x, int m, int k, const Weight& weight, int n,
               const float* bias, float* y) override {
     const float* w = weight.f32();
-    if (m == 1) {
+    if (weight.type() == WeightType::kQ8) {
+      Q8Linear(x, m, k, weight.data(), n, y);
+    } else if (m == 1) {
       cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, 1.f, w, k, x, 1, 0.f, y, 1);
     } else {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.f, x, k,
@@ -269,13 +291,22 @@ class CpuBackend : public Backend {
   // Scratch, reused across calls (ops run on one thread).
   std::vector<float> keys_, values_, scores_;
   TokenPicker picker_;  // SampleTokens scratch
+  const CpuWeights weights_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> NewCpuBackend() { return std::make_unique<CpuBackend>(); }
+std::unique_ptr<Backend> NewCpuBackend(CpuWeights weights) {
+  return std::make_unique<CpuBackend>(weights);
+}
 
 static const bool kCpuRegistered = RegisterBackend(
-    "cpu", [](int) -> absl::StatusOr<std::unique_ptr<Backend>> { return NewCpuBackend(); });
+    "cpu", [](int) -> absl::StatusOr<std::unique_ptr<Backend>> {
+      return NewCpuBackend(CpuWeights::kQ8);
+    });
+static const bool kCpuF32Registered = RegisterBackend(
+    "cpu-f32", [](int) -> absl::StatusOr<std::unique_ptr<Backend>> {
+      return NewCpuBackend(CpuWeights::kF32);
+    });
 
 }  // namespace kvcast

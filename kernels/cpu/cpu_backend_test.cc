@@ -24,7 +24,7 @@ TEST(CpuBackend, LinearMatchesNaiveForGemvAndGemm) {
   for (int m : {1, 5}) {
     auto x = Random(m * k, 1), w = Random(n * k, 2), b = Random(n, 3);
     std::vector<float> y(m * n);
-    auto weight = be->LoadWeight(WeightType::kF32, WeightKind::kMatrix, w.data(), w.size());
+    auto weight = be->LoadWeight(WeightType::kF32, WeightKind::kMatrix, w.data(), n, k);
     ASSERT_TRUE(weight.ok());
     be->Linear(x.data(), m, k, *weight, n, b.data(), y.data());
     for (int r = 0; r < m; ++r) {
@@ -35,6 +35,46 @@ TEST(CpuBackend, LinearMatchesNaiveForGemvAndGemm) {
       }
     }
   }
+}
+
+// Q8 weights: matrices whose rows are whole 32-blocks become Q8 (the LM
+// head, embeddings and projections of real models), others stay float32;
+// Linear and Embedding stay within the Q8 tolerance of the float32 values.
+TEST(CpuBackend, Q8WeightsLinearAndEmbedding) {
+  auto be = NewCpuBackend(CpuWeights::kQ8);
+  const int k = 96, n = 40, m = 3;
+  auto x = Random(m * k, 11), w = Random(n * k, 12), b = Random(n, 13);
+  auto weight = be->LoadWeight(WeightType::kF32, WeightKind::kMatrix, w.data(), n, k);
+  ASSERT_TRUE(weight.ok());
+  EXPECT_EQ(weight->type(), WeightType::kQ8);
+  EXPECT_EQ(weight->rows(), size_t(n));
+  std::vector<float> y(m * n);
+  be->Linear(x.data(), m, k, *weight, n, b.data(), y.data());
+  double err = 0, norm = 0;
+  for (int r = 0; r < m; ++r) {
+    for (int j = 0; j < n; ++j) {
+      double ref = 0;
+      for (int i = 0; i < k; ++i) ref += double(x[r * k + i]) * w[j * k + i];
+      err += (y[r * n + j] - b[j] - ref) * (y[r * n + j] - b[j] - ref);
+      norm += ref * ref;
+    }
+  }
+  EXPECT_LT(std::sqrt(err / norm), 0.02);
+  const int32_t ids[] = {39, 0, 7};
+  std::vector<float> emb(3 * k);
+  be->Embedding(ids, 3, *weight, k, emb.data());
+  for (int t = 0; t < 3; ++t) {
+    for (int i = 0; i < k; ++i) {
+      ASSERT_NEAR(emb[t * k + i], w[ids[t] * k + i], 1.0 / 254 + 1e-6) << t << " " << i;
+    }
+  }
+  auto odd = be->LoadWeight(WeightType::kF32, WeightKind::kMatrix, w.data(), 2 * n, k / 2);
+  ASSERT_TRUE(odd.ok());
+  EXPECT_EQ(odd->type(), WeightType::kF32);  // Rows of 48: not whole blocks.
+  auto vec = be->LoadWeight(WeightType::kF32, WeightKind::kVector, w.data(), 1, 64);
+  EXPECT_EQ(vec->type(), WeightType::kF32);
+  EXPECT_EQ(NewBackend("cpu-f32").value()->name(), "cpu-f32");
+  EXPECT_EQ(NewBackend("cpu").value()->name(), "cpu");
 }
 
 TEST(CpuBackend, RmsNormAndSwiGlu) {
@@ -126,8 +166,8 @@ TEST(CpuBackend, LoadWeightConvertsHalfTypes) {
   auto be = NewCpuBackend();
   const uint16_t bf16[] = {0x3f80, 0xc000};  // 1, -2
   const uint16_t f16[] = {0x3c00, 0x3800};   // 1, 0.5
-  auto a = be->LoadWeight(WeightType::kBF16, WeightKind::kMatrix, bf16, 2);
-  auto b = be->LoadWeight(WeightType::kF16, WeightKind::kVector, f16, 2);
+  auto a = be->LoadWeight(WeightType::kBF16, WeightKind::kMatrix, bf16, 1, 2);
+  auto b = be->LoadWeight(WeightType::kF16, WeightKind::kVector, f16, 1, 2);
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(a->type(), WeightType::kF32);
   EXPECT_EQ(a->f32()[1], -2.f);
@@ -151,7 +191,7 @@ TEST(CpuBackend, GatherRowsAndEmbedding) {
   const int32_t rows[] = {4, 0, 4};
   std::vector<float> got(9), emb(9);
   be->GatherRows(table.data(), rows, 3, 3, got.data());
-  auto weight = be->LoadWeight(WeightType::kF32, WeightKind::kMatrix, table.data(), table.size());
+  auto weight = be->LoadWeight(WeightType::kF32, WeightKind::kMatrix, table.data(), 5, 3);
   ASSERT_TRUE(weight.ok());
   be->Embedding(rows, 3, *weight, 3, emb.data());
   for (int r = 0; r < 3; ++r) {

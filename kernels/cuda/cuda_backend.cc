@@ -182,7 +182,8 @@ class CudaBackend : public Backend {
   }
 
   absl::StatusOr<Weight> LoadWeight(WeightType type, WeightKind kind, const void* src,
-                                    size_t count) override {
+                                    size_t rows, size_t cols) override {
+    const size_t count = rows * cols;
     const auto* half = static_cast<const uint16_t*>(src);
     std::vector<float> f32;
     std::vector<uint16_t> bf16;

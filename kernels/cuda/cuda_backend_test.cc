@@ -104,8 +104,8 @@ TEST_F(CudaBackendTest, EmbeddingAndGatherRowsAreExact) {
     auto host = t == WeightType::kF32 ? table : Representable(table, t);
     auto half = ToHalf(host, t);
     const void* src = t == WeightType::kF32 ? static_cast<const void*>(host.data()) : half.data();
-    auto gw = *gpu_->LoadWeight(t, WeightKind::kMatrix, src, host.size());
-    auto cw = *cpu_->LoadWeight(t, WeightKind::kMatrix, src, host.size());
+    auto gw = *gpu_->LoadWeight(t, WeightKind::kMatrix, src, vocab, dim);
+    auto cw = *cpu_->LoadWeight(t, WeightKind::kMatrix, src, vocab, dim);
     std::vector<float> want(ids.size() * dim);
     cpu_->Embedding(ids.data(), int(ids.size()), cw, dim, want.data());
     auto d_ids = Up(ids);
@@ -156,8 +156,8 @@ TEST_F(CudaBackendTest, LinearInBf16AndFp16WithFloatAccumulation) {
       const auto w = Representable(Random(size_t(n) * k, 7), t);
       const auto bias = Random(n, 8);
       const auto wh = ToHalf(w, t);
-      auto gw = *gpu_->LoadWeight(t, WeightKind::kMatrix, wh.data(), wh.size());
-      auto cw = *cpu_->LoadWeight(t, WeightKind::kMatrix, wh.data(), wh.size());
+      auto gw = *gpu_->LoadWeight(t, WeightKind::kMatrix, wh.data(), n, k);
+      auto cw = *cpu_->LoadWeight(t, WeightKind::kMatrix, wh.data(), n, k);
       EXPECT_EQ(gw.type(), t);
       std::vector<float> want(size_t(m) * n);
       cpu_->Linear(x.data(), m, k, cw, n, bias.data(), want.data());
@@ -179,7 +179,7 @@ TEST_F(CudaBackendTest, LinearInBf16AndFp16WithFloatAccumulation) {
 TEST_F(CudaBackendTest, VectorWeightsAreFloat32) {
   const std::vector<float> v = {1.5f, -2.f, 0.25f};
   const auto bf = ToHalf(v, WeightType::kBF16);
-  auto w = *gpu_->LoadWeight(WeightType::kBF16, WeightKind::kVector, bf.data(), bf.size());
+  auto w = *gpu_->LoadWeight(WeightType::kBF16, WeightKind::kVector, bf.data(), 1, bf.size());
   EXPECT_EQ(w.type(), WeightType::kF32);
   std::vector<float> got(3);
   gpu_->CopyToHost(got.data(), w.data(), 12);

@@ -44,9 +44,10 @@ std::vector<int32_t> Prompt(int n, int seed) {
   return t;
 }
 
-// What one process running the whole model generates (greedy).
+// What one process running the whole model generates (greedy), on the
+// workers' default backend ("cpu": Q8 weights).
 std::vector<int32_t> Reference(const std::vector<int32_t>& prompt, int max_tokens) {
-  auto engine = Engine::Create(ModelDir(), EngineOptions{}, NewCpuBackend());
+  auto engine = Engine::Create(ModelDir(), EngineOptions{}, NewCpuBackend(CpuWeights::kQ8));
   EXPECT_TRUE(engine.ok()) << engine.status();
   GenerationParams p;
   p.max_tokens = max_tokens;

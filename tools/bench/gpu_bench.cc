@@ -170,7 +170,7 @@ absl::Status Run() {
     for (auto [n, k] : layer_gemms) {
       std::vector<uint16_t> zeros(size_t(n) * k, 0);
       ASSIGN_OR_RETURN(Weight w, backend->LoadWeight(WeightType::kBF16, WeightKind::kMatrix,
-                                                     zeros.data(), zeros.size()));
+                                                     zeros.data(), n, k));
       weights.push_back(std::move(w));
     }
     auto gemms = [&] {

@@ -26,7 +26,7 @@
 #include "nlohmann/json.hpp"
 
 ABSL_FLAG(std::string, model, "", "model: .gguf file or HF directory");
-ABSL_FLAG(std::string, backend, "cpu", "cpu or cuda");
+ABSL_FLAG(std::string, backend, "cpu-f32", "cpu-f32 (float32 weights: the oracle comparison), cpu (Q8 weights) or cuda");
 ABSL_FLAG(std::string, tokens, "", "comma-separated prompt token ids");
 ABSL_FLAG(int, greedy, 0, "greedy tokens to generate after the prompt");
 ABSL_FLAG(std::string, out, "", "output JSON file");

@@ -1,0 +1,106 @@
+// A model read from GGUF computes what the same model read from its HF
+// directory computes: the tiny checkpoint written both ways
+// (tools/tiny_model/tiny_gguf.h lays the GGUF out as llama.cpp's converter
+// does, rotary rows interleaved). F32 GGUF: bit-identical logits; Q8_0
+// GGUF: within the quantization's tolerance; tokenizer: the same ids.
+#include <cmath>
+#include <cstdlib>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "engine/kv/kv_page_pool.h"
+#include "engine/model/checkpoint.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "engine/transformer.h"
+#include "gtest/gtest.h"
+#include "kernels/backend.h"
+#include "tools/tiny_model/tiny_gguf.h"
+#include "tools/tiny_model/tiny_model.h"
+
+namespace kvcast {
+namespace {
+
+std::string TempPath(const std::string& name) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  return std::string(tmp ? tmp : "/tmp") + "/" + name;
+}
+
+// All-position logits of `tokens` for the model at `path`, on float32 weights.
+std::vector<float> Logits(const std::string& path, const std::vector<int32_t>& tokens) {
+  auto ckpt = Checkpoint::Open(path);
+  EXPECT_TRUE(ckpt.ok()) << ckpt.status();
+  if (!ckpt.ok()) return {};
+  auto backend = NewCpuBackend(CpuWeights::kF32);
+  auto model = Transformer::Load(**ckpt, backend.get());
+  EXPECT_TRUE(model.ok()) << model.status();
+  auto pool = *KvPagePool::Create(backend.get(), (*model)->kv_layout(16), 8);
+  std::vector<int32_t> pages(8);
+  std::iota(pages.begin(), pages.end(), 0);
+  ForwardItem item{tokens, 0, pages};
+  std::vector<float> logits;
+  EXPECT_TRUE((*model)->Forward({&item, 1}, pool.get(), true, &logits).ok());
+  return logits;
+}
+
+const std::vector<int32_t> kPrompt = {510, 17, 300, 42, 99, 5, 250, 401, 33, 7, 128, 64, 1, 2, 3};
+
+class GgufModelTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(GgufModelTest, F32GgufLogitsEqualHfDirectory) {
+  TinyModelOptions o;
+  o.arch = GetParam();
+  o.dtype = "f32";
+  o.intermediate_size = 192;
+  const std::string path = TempPath(std::string(GetParam()) + "-f32.gguf");
+  ASSERT_TRUE(WriteTinyGguf(o, GgmlType::kF32, path).ok());
+  const auto hf = Logits(path + ".hf", kPrompt), gguf = Logits(path, kPrompt);
+  ASSERT_EQ(hf.size(), kPrompt.size() * 512);
+  ASSERT_EQ(gguf, hf);
+}
+
+TEST_P(GgufModelTest, Q8_0GgufLogitsCloseToHfDirectory) {
+  TinyModelOptions o;
+  o.arch = GetParam();
+  o.dtype = "f32";
+  o.intermediate_size = 192;
+  o.tie_embeddings = true;
+  const std::string path = TempPath(std::string(GetParam()) + "-q8.gguf");
+  ASSERT_TRUE(WriteTinyGguf(o, GgmlType::kQ8_0, path).ok());
+  const auto hf = Logits(path + ".hf", kPrompt), gguf = Logits(path, kPrompt);
+  ASSERT_EQ(gguf.size(), hf.size());
+  double worst = 0, spread = 0;
+  for (size_t i = 0; i < hf.size(); ++i) {
+    worst = std::max(worst, double(std::fabs(gguf[i] - hf[i])));
+    spread = std::max(spread, double(std::fabs(hf[i])));
+  }
+  // Q8_0 weights (no activation quantization on cpu-f32): logits move by
+  // under 2% of their range; a wrong row order would move them by ~100%.
+  EXPECT_LT(worst, 0.02 * spread) << "worst " << worst << " of " << spread;
+  EXPECT_GT(worst, 0.0);  // Really quantized.
+}
+
+TEST_P(GgufModelTest, TokenizerFromGgufEqualsTokenizerJson) {
+  TinyModelOptions o;
+  o.arch = GetParam();
+  const std::string path = TempPath(std::string(GetParam()) + "-tok.gguf");
+  ASSERT_TRUE(WriteTinyGguf(o, GgmlType::kF32, path).ok());
+  auto from_gguf = LoadTokenizer(path);
+  auto from_json = LoadTokenizer(path + ".hf");
+  ASSERT_TRUE(from_gguf.ok()) << from_gguf.status();
+  ASSERT_TRUE(from_json.ok());
+  EXPECT_EQ((*from_gguf)->vocab_size(), (*from_json)->vocab_size());
+  EXPECT_EQ((*from_gguf)->eos_id(), (*from_json)->eos_id());
+  for (const char* text : {"The quick brown fox jumps over the lazy dog.", "  It's 12345!\n\n",
+                           "<|end_of_text|>tail", "naïve café — 東京 🙂", ""}) {
+    auto a = (*from_gguf)->Encode(text, false), b = (*from_json)->Encode(text, false);
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ(*a, *b) << text;
+    EXPECT_EQ((*from_gguf)->Decode(*a), (*from_json)->Decode(*b));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, GgufModelTest, ::testing::Values("llama", "qwen2"));
+
+}  // namespace
+}  // namespace kvcast

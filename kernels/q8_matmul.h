@@ -1,0 +1,54 @@
+// Q8 weights on the CPU: a [n, k] float matrix kept as int8 in blocks of 32
+// along k, one float32 scale per block (the shape of ggml's Q8_0, in the
+// backend's own layout), and the matrix product against it.
+//
+// Layout of a Q8 matrix (Q8MatrixBytes(n, k) bytes, 64-byte aligned by the
+// caller): int8 q[n * k] (row r at r * k), then float scale[n * k / 32]
+// starting at the next multiple of 64 bytes. Block b of row r holds
+// x[r, 32b .. 32b + 31] ~= scale[r * k / 32 + b] * q[...], where scale =
+// absmax / 127 and q = round-to-nearest-even(x / scale) (0 for an all-zero
+// block), so |q| <= 127.
+//
+// Q8Linear computes y = x W^T the way llama.cpp's Q8_0 x Q8_0 dot does:
+// each 32-value block of each activation row is quantized the same way, the
+// integer block dot products are exact, and each is added as
+// fma(scale_x * scale_w, float(int partial sum), acc) into eight lanes (the
+// integer partial sums of values 4j..4j+3 of a block go to lane j), which
+// are summed in a fixed tree at the end. Every implementation (scalar,
+// AVX2, AVX-VNNI, chosen at run time) follows this exact sequence, so the
+// result is bit-identical across them, across thread counts, and for a row
+// whatever the other rows of its batch are (batch-invariant).
+//
+// Requires k % 32 == 0 (Q8Supported). Thread safety: stateless; Q8Linear
+// runs on the calling thread plus an OpenMP team, and may be called from
+// several threads at once.
+#ifndef KVCAST_KERNELS_Q8_MATMUL_H_
+#define KVCAST_KERNELS_Q8_MATMUL_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace kvcast {
+
+constexpr int kQ8Block = 32;
+
+inline bool Q8Supported(int64_t k) { return k > 0 && k % kQ8Block == 0; }
+size_t Q8MatrixBytes(int64_t n, int64_t k);
+// Offset of the scales inside a Q8 matrix of n * k values.
+size_t Q8ScalesOffset(int64_t n, int64_t k);
+
+// Quantizes the row-major float matrix `w` [n, k] into `out`.
+void QuantizeQ8Matrix(const float* w, int64_t n, int64_t k, void* out);
+// Widens rows `rows[i]` of the Q8 matrix `w` [n, k] into out[i, :].
+void DequantizeQ8Rows(const void* w, int64_t n, int64_t k, const int32_t* rows, int num_rows,
+                      float* out);
+// y[m, n] = x[m, k] W^T for the Q8 matrix `w` [n, k]; y rows are n apart.
+void Q8Linear(const float* x, int m, int64_t k, const void* w, int64_t n, float* y);
+
+// "avx-vnni", "avx2" or "scalar": the kernel Q8Linear uses on this CPU.
+std::string_view Q8KernelName();
+
+}  // namespace kvcast
+
+#endif  // KVCAST_KERNELS_Q8_MATMUL_H_

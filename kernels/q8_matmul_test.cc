@@ -1,0 +1,156 @@
+#include "kernels/q8_matmul.h"
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/internal/q8_kernels.h"
+
+namespace kvcast {
+namespace {
+
+using q8_internal::Q8Kernels;
+
+std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+std::vector<char> Quantize(const std::vector<float>& w, int64_t n, int64_t k) {
+  std::vector<char> q(Q8MatrixBytes(n, k));
+  QuantizeQ8Matrix(w.data(), n, k, q.data());
+  return q;
+}
+
+TEST(Q8MatmulTest, QuantizationErrorIsBoundedByHalfAStep) {
+  const int64_t n = 7, k = 96;
+  auto w = Random(n * k, 1);
+  w[5] = 0;                                         // zero in a block
+  for (int e = 32; e < 64; ++e) w[e] = 0;           // an all-zero block
+  w[70] = 1e-30f;                                   // tiny values
+  auto q = Quantize(w, n, k);
+  std::vector<int32_t> rows(n);
+  for (int i = 0; i < n; ++i) rows[i] = i;
+  std::vector<float> back(n * k);
+  DequantizeQ8Rows(q.data(), n, k, rows.data(), n, back.data());
+  for (int64_t b = 0; b < n * k / 32; ++b) {
+    float amax = 0;
+    for (int e = 0; e < 32; ++e) amax = std::max(amax, std::fabs(w[b * 32 + e]));
+    for (int e = 0; e < 32; ++e) {
+      ASSERT_LE(std::fabs(back[b * 32 + e] - w[b * 32 + e]), amax / 254 * 1.0001f + 1e-37f)
+          << "block " << b << " value " << e;
+    }
+  }
+  for (int e = 32; e < 64; ++e) EXPECT_EQ(back[e], 0.0f);
+  // Dequantizing a subset picks those rows.
+  const int32_t pick[] = {6, 0};
+  std::vector<float> two(2 * k);
+  DequantizeQ8Rows(q.data(), n, k, pick, 2, two.data());
+  EXPECT_EQ(0, std::memcmp(two.data(), back.data() + 6 * k, k * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(two.data() + k, back.data(), k * sizeof(float)));
+}
+
+// The product of the dequantized matrices in double: what Q8Linear must
+// equal up to float rounding.
+std::vector<double> Reference(const std::vector<float>& x, int m, int64_t k,
+                              const std::vector<char>& q, int64_t n) {
+  std::vector<char> xqm = Quantize(x, m, k);
+  std::vector<int32_t> xr(m), wr(n);
+  for (int i = 0; i < m; ++i) xr[i] = i;
+  for (int i = 0; i < n; ++i) wr[i] = i;
+  std::vector<float> xd(m * k), wd(n * k);
+  DequantizeQ8Rows(xqm.data(), m, k, xr.data(), m, xd.data());
+  DequantizeQ8Rows(q.data(), n, k, wr.data(), n, wd.data());
+  std::vector<double> y(m * n);
+  for (int r = 0; r < m; ++r) {
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0;
+      for (int64_t e = 0; e < k; ++e) s += double(xd[r * k + e]) * wd[j * k + e];
+      y[r * n + j] = s;
+    }
+  }
+  return y;
+}
+
+TEST(Q8MatmulTest, LinearEqualsDequantizedProduct) {
+  for (auto [m, k, n] : {std::tuple{1, 64, 5}, {3, 576, 40}, {9, 1536, 67}}) {
+    const auto x = Random(m * k, 2), w = Random(n * k, 3, 0.05f);
+    const auto q = Quantize(w, n, k);
+    std::vector<float> y(m * n);
+    Q8Linear(x.data(), m, k, q.data(), n, y.data());
+    const auto want = Reference(x, m, k, q, n);
+    for (size_t i = 0; i < y.size(); ++i) {
+      ASSERT_NEAR(y[i], want[i], 1e-5 * (1 + std::fabs(want[i]))) << "m=" << m << " i=" << i;
+    }
+  }
+}
+
+TEST(Q8MatmulTest, CloseToFloatProduct) {
+  // The stated tolerance of Q8 weights and activations against float32:
+  // relative error of a 576-long dot product of unit-variance data < 2%.
+  const int m = 4, k = 576, n = 64;
+  const auto x = Random(m * k, 4), w = Random(n * k, 5);
+  const auto q = Quantize(w, n, k);
+  std::vector<float> y(m * n);
+  Q8Linear(x.data(), m, k, q.data(), n, y.data());
+  double err = 0, norm = 0;
+  for (int r = 0; r < m; ++r) {
+    for (int j = 0; j < n; ++j) {
+      double s = 0;
+      for (int e = 0; e < k; ++e) s += double(x[r * k + e]) * w[j * k + e];
+      err += (y[r * n + j] - s) * (y[r * n + j] - s);
+      norm += s * s;
+    }
+  }
+  EXPECT_LT(std::sqrt(err / norm), 0.02);
+}
+
+// Every kernel this CPU runs gives the scalar reference's bits, for every
+// row count; and a row's result does not depend on its batch.
+TEST(Q8MatmulTest, KernelsBitIdenticalAndBatchInvariant) {
+  const int64_t k = 256, n = 45;
+  const int m = 7;
+  auto x = Random(m * k, 6, 3.0f);
+  for (int e = 0; e < 32; ++e) x[e] = (e % 2 ? 1e4f : -1e4f);  // extreme block
+  const auto w = Random(n * k, 7);
+  const auto q = Quantize(w, n, k);
+  const auto xq = Quantize(x, m, k);
+  const auto* wq = reinterpret_cast<const int8_t*>(q.data());
+  const auto* ws = reinterpret_cast<const float*>(q.data() + Q8ScalesOffset(n, k));
+  const auto* xqi = reinterpret_cast<const int8_t*>(xq.data());
+  const auto* xs = reinterpret_cast<const float*>(xq.data() + Q8ScalesOffset(m, k));
+  auto run = [&](const Q8Kernels& kern, int rows_per_call) {
+    std::vector<float> y(m * n);
+    for (int r = 0; r < m; r += rows_per_call) {
+      kern.dot(xqi + r * k, xs + r * (k / 32), std::min(rows_per_call, m - r), wq, ws, n, k / 32,
+               y.data() + r * n, n);
+    }
+    return y;
+  };
+  const auto want = run(q8_internal::ScalarQ8Kernels(), 1);
+  std::vector<const Q8Kernels*> kernels = {&q8_internal::ScalarQ8Kernels()};
+  if (auto* a = q8_internal::Avx2Q8Kernels()) kernels.push_back(a);
+  if (auto* v = q8_internal::AvxVnniQ8Kernels()) kernels.push_back(v);
+  for (const Q8Kernels* kern : kernels) {
+    for (int rows : {1, 2, 3, 4}) {
+      const auto got = run(*kern, rows);
+      ASSERT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float)))
+          << kern->name << " rows " << rows;
+    }
+  }
+  // Q8Linear: one row alone equals that row inside the batch of 7.
+  std::vector<float> all(m * n), one(n);
+  Q8Linear(x.data(), m, k, q.data(), n, all.data());
+  EXPECT_EQ(0, std::memcmp(all.data(), want.data(), all.size() * sizeof(float)));
+  Q8Linear(x.data() + 5 * k, 1, k, q.data(), n, one.data());
+  EXPECT_EQ(0, std::memcmp(one.data(), all.data() + 5 * n, n * sizeof(float)));
+  EXPECT_FALSE(Q8KernelName().empty());
+}
+
+}  // namespace
+}  // namespace kvcast

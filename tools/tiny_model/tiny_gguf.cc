@@ -1,0 +1,154 @@
+#include "tools/tiny_model/tiny_gguf.h"
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "engine/model/checkpoint.h"
+#include "engine/model/dtype.h"
+#include "engine/model/internal/file_util.h"
+#include "engine/model/internal/gguf_writer.h"
+#include "nlohmann/json.hpp"
+
+namespace kvcast {
+namespace {
+
+using model_internal::GgufWriter;
+
+std::string Bytes(const std::vector<float>& v) {
+  return std::string(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+}
+
+// ggml's Q8_0: per 32 values a half scale amax/127 and round(x * 127/amax).
+std::string EncodeQ8_0(const std::vector<float>& v) {
+  std::string out;
+  for (size_t b = 0; b < v.size(); b += 32) {
+    float amax = 0;
+    for (size_t i = b; i < b + 32; ++i) amax = std::max(amax, std::fabs(v[i]));
+    const float d = amax / 127.0f, inv = d != 0 ? 1.0f / d : 0.0f;
+    const uint16_t half = FloatToHalf(d);
+    out.append(reinterpret_cast<const char*>(&half), 2);
+    for (size_t i = b; i < b + 32; ++i) out.push_back(char(int8_t(std::round(v[i] * inv))));
+  }
+  return out;
+}
+
+// HF row s*D/2 + i of a head becomes GGUF row 2i + s (llama.cpp's permute).
+std::vector<float> PermuteRows(const std::vector<float>& w, int heads, int64_t cols) {
+  const int64_t head_dim = int64_t(w.size()) / cols / heads, half = head_dim / 2;
+  std::vector<float> out(w.size());
+  for (int h = 0; h < heads; ++h) {
+    for (int s = 0; s < 2; ++s) {
+      for (int64_t i = 0; i < half; ++i) {
+        std::memcpy(&out[(h * head_dim + 2 * i + s) * cols], &w[(h * head_dim + s * half + i) * cols],
+                    cols * sizeof(float));
+      }
+    }
+  }
+  return out;
+}
+
+absl::Status AddTokenizer(const std::string& hf_dir, const ModelConfig& c, GgufWriter* w) {
+  ASSIGN_OR_RETURN(std::string text,
+                   model_internal::ReadFile(model_internal::JoinPath(hf_dir, "tokenizer.json")));
+  const nlohmann::json tok = nlohmann::json::parse(text);
+  std::vector<std::string> tokens(c.vocab_size);
+  std::vector<int32_t> types(c.vocab_size, 1);
+  for (const auto& [piece, id] : tok["model"]["vocab"].items()) tokens[id.get<int>()] = piece;
+  for (const auto& added : tok["added_tokens"]) {
+    tokens[added["id"].get<int>()] = added["content"];
+    types[added["id"].get<int>()] = added["special"].get<bool>() ? 3 : 4;
+  }
+  std::vector<std::string> merges;
+  for (const auto& m : tok["model"]["merges"]) merges.push_back(m);
+  w->AddString("tokenizer.ggml.model", "gpt2");
+  w->AddString("tokenizer.ggml.pre", "llama-bpe");
+  w->AddStringArray("tokenizer.ggml.tokens", tokens);
+  w->AddInt32Array("tokenizer.ggml.token_type", types);
+  w->AddStringArray("tokenizer.ggml.merges", merges);
+  w->AddUint32("tokenizer.ggml.bos_token_id", c.bos_token_id);
+  w->AddUint32("tokenizer.ggml.eos_token_id", c.eos_token_ids.at(0));
+  w->AddBool("tokenizer.ggml.add_bos_token", false);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status WriteTinyGguf(const TinyModelOptions& options, GgmlType matrix_type,
+                           const std::string& path) {
+  if (options.arch != "llama" && options.arch != "qwen2") {
+    return absl::InvalidArgumentError(absl::StrCat("tiny GGUF: arch '", options.arch,
+                                                   "' (llama or qwen2 only)"));
+  }
+  if (matrix_type != GgmlType::kF32 && matrix_type != GgmlType::kQ8_0) {
+    return absl::InvalidArgumentError("tiny GGUF: matrices are F32 or Q8_0");
+  }
+  const std::string hf_dir = path + ".hf";
+  RETURN_IF_ERROR(WriteTinyModel(options, hf_dir));
+  ASSIGN_OR_RETURN(std::unique_ptr<Checkpoint> ckpt, Checkpoint::Open(hf_dir));
+  const ModelConfig& c = ckpt->config();
+  const std::string a = options.arch;
+  GgufWriter w;
+  w.AddString("general.architecture", a);
+  w.AddString("general.name", "kvcast tiny " + a);
+  w.AddUint32(a + ".block_count", c.num_hidden_layers);
+  w.AddUint32(a + ".context_length", c.max_position_embeddings);
+  w.AddUint32(a + ".embedding_length", c.hidden_size);
+  w.AddUint32(a + ".feed_forward_length", c.intermediate_size);
+  w.AddUint32(a + ".attention.head_count", c.num_attention_heads);
+  w.AddUint32(a + ".attention.head_count_kv", c.num_key_value_heads);
+  w.AddFloat32(a + ".rope.freq_base", float(c.rope_theta));
+  w.AddFloat32(a + ".attention.layer_norm_rms_epsilon", float(c.rms_norm_eps));
+  RETURN_IF_ERROR(AddTokenizer(hf_dir, c, &w));
+
+  const int64_t H = c.hidden_size, V = c.vocab_size, I = c.intermediate_size;
+  const int64_t qd = int64_t(c.num_attention_heads) * c.head_dim;
+  const int64_t kvd = int64_t(c.num_key_value_heads) * c.head_dim;
+  struct Entry {
+    std::string hf, gguf;
+    std::vector<int64_t> shape;  // HF order
+    int permute_heads;           // > 0: llama.cpp's rotary row order
+  };
+  std::vector<Entry> entries = {{"model.embed_tokens.weight", "token_embd.weight", {V, H}, 0},
+                                {"model.norm.weight", "output_norm.weight", {H}, 0}};
+  if (!c.tie_word_embeddings) entries.push_back({"lm_head.weight", "output.weight", {V, H}, 0});
+  const bool permute = a == "llama";
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const std::string hf = absl::StrCat("model.layers.", l, "."), g = absl::StrCat("blk.", l, ".");
+    const std::vector<Entry> layer = {
+        {hf + "input_layernorm.weight", g + "attn_norm.weight", {H}, 0},
+        {hf + "post_attention_layernorm.weight", g + "ffn_norm.weight", {H}, 0},
+        {hf + "self_attn.q_proj.weight", g + "attn_q.weight", {qd, H},
+         permute ? c.num_attention_heads : 0},
+        {hf + "self_attn.k_proj.weight", g + "attn_k.weight", {kvd, H},
+         permute ? c.num_key_value_heads : 0},
+        {hf + "self_attn.v_proj.weight", g + "attn_v.weight", {kvd, H}, 0},
+        {hf + "self_attn.o_proj.weight", g + "attn_output.weight", {H, qd}, 0},
+        {hf + "self_attn.q_proj.bias", g + "attn_q.bias", {qd}, 0},
+        {hf + "self_attn.k_proj.bias", g + "attn_k.bias", {kvd}, 0},
+        {hf + "self_attn.v_proj.bias", g + "attn_v.bias", {kvd}, 0},
+        {hf + "mlp.gate_proj.weight", g + "ffn_gate.weight", {I, H}, 0},
+        {hf + "mlp.up_proj.weight", g + "ffn_up.weight", {I, H}, 0},
+        {hf + "mlp.down_proj.weight", g + "ffn_down.weight", {H, I}, 0},
+    };
+    entries.insert(entries.end(), layer.begin(), layer.end());
+  }
+  for (const Entry& e : entries) {
+    if (!ckpt->Has(e.hf)) continue;  // q/k/v biases exist for qwen2 only.
+    ASSIGN_OR_RETURN(TensorView t, ckpt->Get(e.hf, e.shape));
+    std::vector<float> values(size_t(t.numel()));
+    ConvertToFloat(t, values.data());
+    const bool matrix = e.shape.size() == 2;
+    if (e.permute_heads > 0) values = PermuteRows(values, e.permute_heads, e.shape[1]);
+    std::vector<int64_t> dims(e.shape.rbegin(), e.shape.rend());
+    const bool q8 = matrix && matrix_type == GgmlType::kQ8_0 && dims[0] % 32 == 0;
+    w.AddTensor(e.gguf, uint32_t(q8 ? GgmlType::kQ8_0 : GgmlType::kF32), dims,
+                q8 ? EncodeQ8_0(values) : Bytes(values));
+  }
+  RETURN_IF_ERROR(model_internal::WriteFile(path, w.Build()));
+  return absl::OkStatus();
+}
+
+}  // namespace kvcast
