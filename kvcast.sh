@@ -130,7 +130,10 @@ test_all() {
   local moq_venv deploy_venv rc=0
   moq_venv=$(setup_moq_venv)
   deploy_venv=$(setup_deploy_venv)
+  local smollm2
+  smollm2=$(tools/models/fetch_smollm2.sh "$MODELS_DIR" "$PWD/$VENV/bin/python")
   bazel_cmd test //... --test_env=KVCAST_PYTHON="$PWD/$VENV/bin/python" \
+    --test_env=KVCAST_SMOLLM2="$PWD/$smollm2" \
     --test_env=KVCAST_AIOMOQT_VENV="$moq_venv" \
     --test_env=KVCAST_DEPLOY_VENV="$deploy_venv" || rc=$?
   python3 tests/count_results.py bazel-testlogs
