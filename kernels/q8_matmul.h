@@ -13,8 +13,9 @@
 // each 32-value block of each activation row is quantized the same way, the
 // integer block dot products are exact, and each is added as
 // fma(scale_x * scale_w, float(int partial sum), acc) into eight lanes (the
-// integer partial sums of values 4j..4j+3 of a block go to lane j), which
-// are summed in a fixed tree at the end. Every implementation (scalar,
+// integer partial sums of values 4j..4j+3 of a block go to lane j) of one
+// of two accumulators (even blocks, odd blocks: two independent FMA chains),
+// which are added lane by lane and summed in a fixed tree at the end. Every implementation (scalar,
 // AVX2, AVX-VNNI, chosen at run time) follows this exact sequence, so the
 // result is bit-identical across them, across thread counts, and for a row
 // whatever the other rows of its batch are (batch-invariant).

@@ -34,8 +34,8 @@ KVCAST_TARGET_VNNI inline __m256i BlockDotVnni(__m256i x, __m256i w) {
   TARGET void NAME##Rows(const int8_t* xq, const float* xs, const int8_t* wq, const float* ws, \
                          int64_t n, int64_t blocks, float* out, int64_t out_stride) {        \
     for (int64_t j = 0; j < n; ++j) {                                                        \
-      __m256 acc[R];                                                                         \
-      for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();                              \
+      __m256 acc[2][R]; /* even blocks, odd blocks */                                        \
+      for (int r = 0; r < R; ++r) acc[0][r] = acc[1][r] = _mm256_setzero_ps();               \
       const int8_t* wrow = wq + j * blocks * 32;                                             \
       const float* wsrow = ws + j * blocks;                                                  \
       for (int64_t b = 0; b < blocks; ++b) {                                                 \
@@ -44,12 +44,13 @@ KVCAST_TARGET_VNNI inline __m256i BlockDotVnni(__m256i x, __m256i w) {
           const __m256i x = _mm256_loadu_si256(                                              \
               reinterpret_cast<const __m256i*>(xq + (r * blocks + b) * 32));                 \
           const __m256 s = _mm256_set1_ps(xs[r * blocks + b] * wsrow[b]);                    \
-          acc[r] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(BLOCK_DOT(x, w)), acc[r]);          \
+          acc[b & 1][r] =                                                                    \
+              _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(BLOCK_DOT(x, w)), acc[b & 1][r]);        \
         }                                                                                    \
       }                                                                                      \
       for (int r = 0; r < R; ++r) {                                                          \
         alignas(32) float lanes[8];                                                          \
-        _mm256_store_ps(lanes, acc[r]);                                                      \
+        _mm256_store_ps(lanes, _mm256_add_ps(acc[0][r], acc[1][r]));                         \
         out[r * out_stride + j] = SumLanes(lanes);                                           \
       }                                                                                      \
     }                                                                                        \

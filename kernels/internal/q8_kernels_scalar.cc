@@ -24,7 +24,7 @@ void DotScalar(const int8_t* xq, const float* xs, int rows, const int8_t* wq, co
                int64_t n, int64_t blocks, float* out, int64_t out_stride) {
   for (int64_t j = 0; j < n; ++j) {
     for (int r = 0; r < rows; ++r) {
-      float acc[8] = {};
+      float acc[2][8] = {};  // Even blocks, odd blocks.
       for (int64_t b = 0; b < blocks; ++b) {
         const int8_t* x = xq + (r * blocks + b) * 32;
         const int8_t* w = wq + (j * blocks + b) * 32;
@@ -32,10 +32,12 @@ void DotScalar(const int8_t* xq, const float* xs, int rows, const int8_t* wq, co
         for (int lane = 0; lane < 8; ++lane) {
           int32_t sum = 0;
           for (int e = 4 * lane; e < 4 * lane + 4; ++e) sum += int32_t(x[e]) * int32_t(w[e]);
-          acc[lane] = std::fma(s, float(sum), acc[lane]);
+          acc[b % 2][lane] = std::fma(s, float(sum), acc[b % 2][lane]);
         }
       }
-      out[r * out_stride + j] = SumLanes(acc);
+      float lanes[8];
+      for (int lane = 0; lane < 8; ++lane) lanes[lane] = acc[0][lane] + acc[1][lane];
+      out[r * out_stride + j] = SumLanes(lanes);
     }
   }
 }

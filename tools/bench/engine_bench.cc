@@ -26,6 +26,8 @@ ABSL_FLAG(int, prompt_len, 512, "prompt tokens per sequence");
 ABSL_FLAG(int, chunk, 128, "prefill chunk size");
 ABSL_FLAG(int, decode_steps, 32, "decode steps measured");
 ABSL_FLAG(std::string, batches, "1,8", "decode batch sizes");
+ABSL_FLAG(bool, ops, false, "print each op's share of the time after every row");
+ABSL_FLAG(std::string, backend, "cpu", "cpu (Q8 weights), cpu-f32 (float32 weights) or cuda");
 
 namespace kvcast {
 namespace {
@@ -41,8 +43,8 @@ absl::StatusOr<std::string> ModelDir() {
 absl::Status Run() {
   ASSIGN_OR_RETURN(std::string dir, ModelDir());
   ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(dir));
-  auto cpu = NewCpuBackend();
-  ProfilingBackend prof(cpu.get());
+  ASSIGN_OR_RETURN(auto backend, NewBackend(absl::GetFlag(FLAGS_backend)));
+  ProfilingBackend prof(backend.get());
   ASSIGN_OR_RETURN(auto model, Transformer::Load(*ckpt, &prof));
   const ModelConfig& c = model->config();
   const int prompt_len = absl::GetFlag(FLAGS_prompt_len);
@@ -65,11 +67,18 @@ absl::Status Run() {
   std::vector<float> logits;
   std::printf("| model | measurement | tokens/s | GEMM share |\n|---|---|---|---|\n");
   const std::string name = absl::StrCat(c.architecture, " h", c.hidden_size, " L",
-                                        c.num_hidden_layers, " V", c.vocab_size);
+                                        c.num_hidden_layers, " V", c.vocab_size, " on ",
+                                        std::string(backend->name()));
   auto report = [&](const std::string& what, double tokens, double secs) {
     double gemm = prof.seconds().count("Linear") ? prof.seconds().at("Linear") : 0;
     std::printf("| %s | %s | %.1f | %.0f%% |\n", name.c_str(), what.c_str(), tokens / secs,
                 100 * gemm / prof.total_seconds());
+    if (absl::GetFlag(FLAGS_ops)) {
+      for (const auto& [op, secs] : prof.seconds()) {
+        std::printf("|  | %s | %.3f s | %.0f%% |\n", op.c_str(), secs,
+                    100 * secs / prof.total_seconds());
+      }
+    }
     std::fflush(stdout);
     prof.Reset();
   };
