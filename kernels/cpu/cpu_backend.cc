@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/model/dtype.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/attention.h"
 #include "kernels/kv_codec.h"
 #include "kernels/q8_matmul.h"
 #include "kernels/token_picker.h"
@@ -245,51 +246,10 @@ class CpuBackend : public Backend {
                       int num_seqs, const AttentionShape& s,
                       const float* k_cache, const float* v_cache,
                       float* out) override {
-    const int group = s.num_heads / s.num_kv_heads;
-    const int hd = s.head_dim;
-    const size_t token_row = size_t(s.num_kv_heads) * hd;
-    const int out_stride = s.num_heads * hd;
-    for (int b = 0; b < num_seqs; ++b) {
-      const AttentionSeq& seq = seqs[b];
-      const int ctx = seq.context_len, nq = seq.num_queries;
-      keys_.resize(size_t(ctx) * hd);
-      values_.resize(size_t(ctx) * hd);
-      scores_.resize(size_t(nq) * ctx);
-      for (int g = 0; g < s.num_kv_heads; ++g) {
-        for (int t = 0; t < ctx; ++t) {
-          size_t slot = size_t(seq.page_table[t / s.page_tokens]) * s.page_tokens +
-                        t % s.page_tokens;
-          std::memcpy(&keys_[size_t(t) * hd], k_cache + slot * token_row + size_t(g) * hd,
-                      hd * sizeof(float));
-          std::memcpy(&values_[size_t(t) * hd], v_cache + slot * token_row + size_t(g) * hd,
-                      hd * sizeof(float));
-        }
-        for (int h = g * group; h < (g + 1) * group; ++h) {
-          const float* qh = q + size_t(seq.query_offset) * q_stride + size_t(h) * hd;
-          float* oh = out + size_t(seq.query_offset) * out_stride + size_t(h) * hd;
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nq, ctx, hd, s.scale, qh,
-                      q_stride, keys_.data(), hd, 0.f, scores_.data(), ctx);
-          for (int j = 0; j < nq; ++j) {
-            float* row = &scores_[size_t(j) * ctx];
-            const int visible = ctx - nq + j + 1;
-            float max_score = -INFINITY;
-            for (int t = 0; t < visible; ++t) max_score = std::max(max_score, row[t]);
-            float denom = 0.f;
-            for (int t = 0; t < visible; ++t) denom += (row[t] = std::exp(row[t] - max_score));
-            const float inv = 1.f / denom;
-            for (int t = 0; t < visible; ++t) row[t] *= inv;
-            std::fill(row + visible, row + ctx, 0.f);
-          }
-          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, hd, ctx, 1.f,
-                      scores_.data(), ctx, values_.data(), hd, 0.f, oh, out_stride);
-        }
-      }
-    }
+    CpuPagedAttention(q, q_stride, seqs, num_seqs, s, k_cache, v_cache, out);
   }
 
  private:
-  // Scratch, reused across calls (ops run on one thread).
-  std::vector<float> keys_, values_, scores_;
   TokenPicker picker_;  // SampleTokens scratch
   const CpuWeights weights_;
 };

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -122,41 +123,48 @@ TEST(CpuBackend, RopeRotatesPairsHalfApart) {
 }
 
 // Paged attention with scattered pages must equal dense causal attention.
+// head_dim 8 and 64 take the AVX2 path (where the CPU has it), 12 the
+// portable one; a 300-token context runs on the OpenMP team and exercises the
+// vectorized exp and its scalar tail.
 TEST(CpuBackend, PagedAttentionMatchesDenseCausalAttention) {
   auto be = NewCpuBackend();
-  AttentionShape s{/*num_heads=*/4, /*num_kv_heads=*/2, /*head_dim=*/8,
-                   /*page_tokens=*/4, /*scale=*/1.f / std::sqrt(8.f)};
-  const int ctx = 11, nq = 3, num_pages = 8;
-  const int row = s.num_kv_heads * s.head_dim;
-  auto k = Random(ctx * row, 8), v = Random(ctx * row, 9);
-  auto q = Random(nq * s.num_heads * s.head_dim, 10);
-  std::vector<int32_t> pages = {6, 1, 4};  // scattered, out of order
-  std::vector<float> kc(num_pages * s.page_tokens * row, NAN), vc(kc.size(), NAN);
-  std::vector<int32_t> slots(ctx);
-  for (int t = 0; t < ctx; ++t) slots[t] = pages[t / 4] * 4 + t % 4;
-  be->WriteKv(k.data(), v.data(), ctx, row, slots.data(), s.num_kv_heads, s.head_dim,
-              kc.data(), vc.data());
-  AttentionSeq seq{0, nq, ctx, pages.data()};
-  std::vector<float> out(nq * s.num_heads * s.head_dim);
-  be->PagedAttention(q.data(), s.num_heads * s.head_dim, &seq, 1, s, kc.data(), vc.data(),
-                     out.data());
-  for (int j = 0; j < nq; ++j) {
-    int visible = ctx - nq + j + 1;
-    for (int h = 0; h < s.num_heads; ++h) {
-      int kvh = h / 2;
-      std::vector<double> p(visible);
-      double mx = -1e30, den = 0;
-      for (int t = 0; t < visible; ++t) {
-        double dot = 0;
-        for (int d = 0; d < 8; ++d) dot += q[(j * 4 + h) * 8 + d] * k[t * row + kvh * 8 + d];
-        p[t] = dot * s.scale;
-        mx = std::max(mx, p[t]);
-      }
-      for (double& x : p) den += (x = std::exp(x - mx));
-      for (int d = 0; d < 8; ++d) {
-        double ref = 0;
-        for (int t = 0; t < visible; ++t) ref += p[t] / den * v[t * row + kvh * 8 + d];
-        EXPECT_NEAR(out[(j * 4 + h) * 8 + d], ref, 1e-5) << "q" << j << " h" << h;
+  for (auto [hd, ctx, nq] : {std::tuple{8, 11, 3}, {12, 11, 3}, {64, 300, 5}}) {
+    SCOPED_TRACE(hd);
+    AttentionShape s{/*num_heads=*/4, /*num_kv_heads=*/2, /*head_dim=*/hd,
+                     /*page_tokens=*/4, /*scale=*/1.f / std::sqrt(float(hd))};
+    const int row = s.num_kv_heads * hd;
+    const int used = (ctx + 3) / 4, num_pages = used + 5;
+    auto k = Random(ctx * row, 8), v = Random(ctx * row, 9);
+    auto q = Random(nq * s.num_heads * hd, 10);
+    for (float& x : q) x *= 3;  // peaked softmax
+    std::vector<int32_t> pages(used);
+    for (int i = 0; i < used; ++i) pages[i] = (i * 7 + 3) % num_pages;  // scattered
+    std::vector<float> kc(num_pages * s.page_tokens * row, NAN), vc(kc.size(), NAN);
+    std::vector<int32_t> slots(ctx);
+    for (int t = 0; t < ctx; ++t) slots[t] = pages[t / 4] * 4 + t % 4;
+    be->WriteKv(k.data(), v.data(), ctx, row, slots.data(), s.num_kv_heads, hd, kc.data(),
+                vc.data());
+    AttentionSeq seq{0, nq, ctx, pages.data()};
+    std::vector<float> out(nq * s.num_heads * hd);
+    be->PagedAttention(q.data(), s.num_heads * hd, &seq, 1, s, kc.data(), vc.data(), out.data());
+    for (int j = 0; j < nq; ++j) {
+      int visible = ctx - nq + j + 1;
+      for (int h = 0; h < s.num_heads; ++h) {
+        int kvh = h / 2;
+        std::vector<double> p(visible);
+        double mx = -1e30, den = 0;
+        for (int t = 0; t < visible; ++t) {
+          double dot = 0;
+          for (int d = 0; d < hd; ++d) dot += q[(j * 4 + h) * hd + d] * k[t * row + kvh * hd + d];
+          p[t] = dot * s.scale;
+          mx = std::max(mx, p[t]);
+        }
+        for (double& x : p) den += (x = std::exp(x - mx));
+        for (int d = 0; d < hd; ++d) {
+          double ref = 0;
+          for (int t = 0; t < visible; ++t) ref += p[t] / den * v[t * row + kvh * hd + d];
+          ASSERT_NEAR(out[(j * 4 + h) * hd + d], ref, 2e-5) << "q" << j << " h" << h;
+        }
       }
     }
   }

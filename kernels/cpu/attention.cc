@@ -1,0 +1,167 @@
+#include "kernels/cpu/attention.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace kvcast {
+namespace {
+
+#define KVCAST_AVX2 __attribute__((target("avx2,fma")))
+
+bool HasAvx2() {
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  }();
+  return has;
+}
+
+// exp(x) for x <= 0 (scores minus their max): 2^n * p(r), r = x - n ln2 in
+// [-ln2/2, ln2/2], p a degree-6 polynomial (Cephes' expf coefficients).
+KVCAST_AVX2 inline __m256 Exp(__m256 x) {
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+}
+
+KVCAST_AVX2 inline float HorizontalSum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// One query row against `visible` keys of one KV head: out[hd].
+struct RowArgs {
+  const float* q;
+  const float* const* keys;    // keys[t]: token t's key for this head
+  const float* const* values;  // likewise
+  int visible, hd;
+  float scale;
+  float* scores;  // scratch[visible]
+  float* out;
+};
+
+KVCAST_AVX2 void RowAvx2(const RowArgs& a) {
+  const int hd = a.hd;
+  float max_score = -INFINITY;
+  for (int t = 0; t < a.visible; ++t) {
+    const float* k = a.keys[t];
+    __m256 acc = _mm256_setzero_ps();
+    for (int d = 0; d < hd; d += 8) {
+      acc = _mm256_fmadd_ps(_mm256_loadu_ps(a.q + d), _mm256_loadu_ps(k + d), acc);
+    }
+    const float sc = HorizontalSum(acc) * a.scale;
+    a.scores[t] = sc;
+    max_score = std::max(max_score, sc);
+  }
+  const __m256 mx = _mm256_set1_ps(max_score);
+  __m256 sum = _mm256_setzero_ps();
+  int t = 0;
+  for (; t + 8 <= a.visible; t += 8) {
+    const __m256 e = Exp(_mm256_sub_ps(_mm256_loadu_ps(a.scores + t), mx));
+    _mm256_storeu_ps(a.scores + t, e);
+    sum = _mm256_add_ps(sum, e);
+  }
+  float denom = HorizontalSum(sum);
+  for (; t < a.visible; ++t) denom += (a.scores[t] = std::exp(a.scores[t] - max_score));
+  const float inv = 1.0f / denom;
+  // hd <= 256: up to 32 accumulators of 8.
+  __m256 acc[32];
+  const int vecs = hd / 8;
+  for (int i = 0; i < vecs; ++i) acc[i] = _mm256_setzero_ps();
+  for (int t2 = 0; t2 < a.visible; ++t2) {
+    const float* v = a.values[t2];
+    const __m256 p = _mm256_set1_ps(a.scores[t2]);
+    for (int i = 0; i < vecs; ++i) acc[i] = _mm256_fmadd_ps(p, _mm256_loadu_ps(v + 8 * i), acc[i]);
+  }
+  const __m256 vinv = _mm256_set1_ps(inv);
+  for (int i = 0; i < vecs; ++i) _mm256_storeu_ps(a.out + 8 * i, _mm256_mul_ps(acc[i], vinv));
+}
+
+void RowScalar(const RowArgs& a) {
+  float max_score = -INFINITY;
+  for (int t = 0; t < a.visible; ++t) {
+    const float* k = a.keys[t];
+    float dot = 0;
+    for (int d = 0; d < a.hd; ++d) dot += a.q[d] * k[d];
+    a.scores[t] = dot * a.scale;
+    max_score = std::max(max_score, a.scores[t]);
+  }
+  float denom = 0;
+  for (int t = 0; t < a.visible; ++t) denom += (a.scores[t] = std::exp(a.scores[t] - max_score));
+  const float inv = 1.0f / denom;
+  std::fill(a.out, a.out + a.hd, 0.0f);
+  for (int t = 0; t < a.visible; ++t) {
+    const float* v = a.values[t];
+    for (int d = 0; d < a.hd; ++d) a.out[d] += a.scores[t] * v[d];
+  }
+  for (int d = 0; d < a.hd; ++d) a.out[d] *= inv;
+}
+
+}  // namespace
+
+bool CpuAttentionVectorized() { return HasAvx2(); }
+
+void CpuPagedAttention(const float* q, int q_stride, const AttentionSeq* seqs, int num_seqs,
+                       const AttentionShape& s, const float* k_cache, const float* v_cache,
+                       float* out) {
+  const int group = s.num_heads / s.num_kv_heads;
+  const int hd = s.head_dim;
+  const size_t token_row = size_t(s.num_kv_heads) * hd;
+  const int out_stride = s.num_heads * hd;
+  const bool vector = HasAvx2() && hd % 8 == 0 && hd <= 256;
+  const int tasks = num_seqs * s.num_kv_heads;
+  int64_t work = 0;
+  for (int b = 0; b < num_seqs; ++b) work += int64_t(seqs[b].num_queries) * seqs[b].context_len;
+#pragma omp parallel for schedule(dynamic, 1) if (work * s.num_heads * hd > (1 << 17))
+  for (int task = 0; task < tasks; ++task) {
+    const AttentionSeq& seq = seqs[task / s.num_kv_heads];
+    const int g = task % s.num_kv_heads;
+    thread_local std::vector<float> scores;
+    thread_local std::vector<const float*> keys, values;
+    const int ctx = seq.context_len;
+    scores.resize(size_t(ctx));
+    keys.resize(size_t(ctx));
+    values.resize(size_t(ctx));
+    // Token addresses page by page (no division per key).
+    for (int t = 0, p = 0; t < ctx; ++p) {
+      size_t slot = size_t(seq.page_table[p]) * s.page_tokens;
+      for (int o = 0; o < s.page_tokens && t < ctx; ++o, ++t, ++slot) {
+        keys[t] = k_cache + slot * token_row + size_t(g) * hd;
+        values[t] = v_cache + slot * token_row + size_t(g) * hd;
+      }
+    }
+    RowArgs a;
+    a.keys = keys.data();
+    a.values = values.data();
+    a.hd = hd;
+    a.scale = s.scale;
+    a.scores = scores.data();
+    for (int j = 0; j < seq.num_queries; ++j) {
+      a.visible = seq.context_len - seq.num_queries + j + 1;
+      const size_t row = size_t(seq.query_offset + j);
+      for (int h = g * group; h < (g + 1) * group; ++h) {
+        a.q = q + row * q_stride + size_t(h) * hd;
+        a.out = out + row * out_stride + size_t(h) * hd;
+        vector ? RowAvx2(a) : RowScalar(a);
+      }
+    }
+  }
+}
+
+}  // namespace kvcast

@@ -1,0 +1,27 @@
+// Paged attention on the CPU: the kernel behind CpuBackend::PagedAttention
+// (see AttentionSeq / AttentionShape in kernels/backend.h for the layout).
+//
+// Each (sequence, KV head) pair is one task; tasks run on an OpenMP team.
+// A query row's scores are dot products against the keys read in place
+// from their pages (no gather), softmax uses a vectorized exp (relative
+// error < 2e-7), and the output accumulates probability-weighted values.
+// AVX2+FMA when the CPU has it and head_dim % 8 == 0, portable loops
+// otherwise. A row's result does not depend on the other rows or sequences
+// of the call. Thread safety: stateless; scratch is per thread.
+#ifndef KVCAST_KERNELS_CPU_ATTENTION_H_
+#define KVCAST_KERNELS_CPU_ATTENTION_H_
+
+#include "kernels/backend.h"
+
+namespace kvcast {
+
+void CpuPagedAttention(const float* q, int q_stride, const AttentionSeq* seqs, int num_seqs,
+                       const AttentionShape& s, const float* k_cache, const float* v_cache,
+                       float* out);
+
+// Whether the vectorized path runs on this CPU (for tests and benchmarks).
+bool CpuAttentionVectorized();
+
+}  // namespace kvcast
+
+#endif  // KVCAST_KERNELS_CPU_ATTENTION_H_
