@@ -304,7 +304,9 @@ class Model(unittest.TestCase):
         vol = [v for v in pod(d)["volumes"] if v["name"] == "model"][0]
         mount = [m for m in container(d)["volumeMounts"] if m["name"] == "model"][0]
         self.assertTrue(mount["readOnly"])
-        self.assertEqual(flags(d)["model"], mount["mountPath"])
+        file = kvtest.load_values(name).get("model", {}).get("file")
+        want = mount["mountPath"] + ("/" + file if file else "")
+        self.assertEqual(flags(d)["model"], want)
         return d, vol
 
     def test_pvc(self):
@@ -313,7 +315,7 @@ class Model(unittest.TestCase):
 
     def test_host_path(self):
         _, vol = self.model("cpu-backend")
-        self.assertEqual(vol["hostPath"]["path"], "/srv/models/tiny")
+        self.assertEqual(vol["hostPath"]["path"], "/srv/models/smollm2")
 
     def test_copied_out_of_an_image(self):
         d, vol = self.model("full")
@@ -409,7 +411,9 @@ class CommandLines(unittest.TestCase):
 
     def test_scheduler_reads_the_tokenizer(self):
         for name in kvtest.VALUE_SETS:
-            self.assertEqual(flags(the(objs(name), "Deployment", "scheduler"))["model"], "/model", name)
+            file = kvtest.load_values(name).get("model", {}).get("file")
+        self.assertEqual(flags(the(objs(name), "Deployment", "scheduler"))["model"],
+                         "/model" + ("/" + file if file else ""), name)
 
     def test_model_name(self):
         for role in WORKERS:

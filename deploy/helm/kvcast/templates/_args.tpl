@@ -39,7 +39,7 @@ cancelled, and the process exits, before the kubelet's SIGKILL.
 {{- define "kvcast.args.scheduler" -}}
 {{- $v := .root.Values.scheduler }}
 {{ include "kvcast.args.common" . }}
-- --model={{ .root.Values.model.mountPath }}
+- --model={{ .root.Values.model.mountPath }}{{ with .root.Values.model.file }}/{{ . }}{{ end }}
 - --lease_s={{ int $v.leaseSeconds }}
 - --max_queue={{ int $v.maxQueue }}
 {{ include "kvcast.args.drain" . }}
@@ -49,7 +49,7 @@ cancelled, and the process exits, before the kubelet's SIGKILL.
 {{- define "kvcast.args.worker" -}}
 {{- $v := index .root.Values .role }}
 {{ include "kvcast.args.common" . }}
-- --model={{ .root.Values.model.mountPath }}
+- --model={{ .root.Values.model.mountPath }}{{ with .root.Values.model.file }}/{{ . }}{{ end }}
 {{- with .root.Values.model.name }}
 - --model_name={{ . }}
 {{- end }}
