@@ -119,7 +119,7 @@ bool CpuAttentionVectorized() { return HasAvx2(); }
 
 void CpuPagedAttention(const float* q, int q_stride, const AttentionSeq* seqs, int num_seqs,
                        const AttentionShape& s, const float* k_cache, const float* v_cache,
-                       float* out) {
+                       float* out, bool parallel) {
   const int group = s.num_heads / s.num_kv_heads;
   const int hd = s.head_dim;
   const size_t token_row = size_t(s.num_kv_heads) * hd;
@@ -128,7 +128,7 @@ void CpuPagedAttention(const float* q, int q_stride, const AttentionSeq* seqs, i
   const int tasks = num_seqs * s.num_kv_heads;
   int64_t work = 0;
   for (int b = 0; b < num_seqs; ++b) work += int64_t(seqs[b].num_queries) * seqs[b].context_len;
-#pragma omp parallel for schedule(dynamic, 1) if (work * s.num_heads * hd > (1 << 17))
+#pragma omp parallel for schedule(dynamic, 1) if (parallel && work * s.num_heads * hd > (1 << 17))
   for (int task = 0; task < tasks; ++task) {
     const AttentionSeq& seq = seqs[task / s.num_kv_heads];
     const int g = task % s.num_kv_heads;

@@ -1,7 +1,9 @@
 // Paged attention on the CPU: the kernel behind CpuBackend::PagedAttention
 // (see AttentionSeq / AttentionShape in kernels/backend.h for the layout).
 //
-// Each (sequence, KV head) pair is one task; tasks run on an OpenMP team.
+// Each (sequence, KV head) pair is one task; tasks run on an OpenMP team
+// when `parallel` (a caller whose other threads spin elsewhere, e.g. in
+// OpenBLAS, passes false: two spinning pools on few cores starve each other).
 // A query row's scores are dot products against the keys read in place
 // from their pages (no gather), softmax uses a vectorized exp (relative
 // error < 2e-7), and the output accumulates probability-weighted values.
@@ -17,7 +19,7 @@ namespace kvcast {
 
 void CpuPagedAttention(const float* q, int q_stride, const AttentionSeq* seqs, int num_seqs,
                        const AttentionShape& s, const float* k_cache, const float* v_cache,
-                       float* out);
+                       float* out, bool parallel = true);
 
 // Whether the vectorized path runs on this CPU (for tests and benchmarks).
 bool CpuAttentionVectorized();

@@ -246,7 +246,9 @@ class CpuBackend : public Backend {
                       int num_seqs, const AttentionShape& s,
                       const float* k_cache, const float* v_cache,
                       float* out) override {
-    CpuPagedAttention(q, q_stride, seqs, num_seqs, s, k_cache, v_cache, out);
+    // Float32 weights run their GEMMs on OpenBLAS's threads; OpenMP stays off.
+    CpuPagedAttention(q, q_stride, seqs, num_seqs, s, k_cache, v_cache, out,
+                      /*parallel=*/weights_ == CpuWeights::kQ8);
   }
 
  private:
