@@ -16,6 +16,7 @@ namespace q8_internal {
 
 const Q8Kernels& ActiveQ8Kernels() {
   static const Q8Kernels& active = [] () -> const Q8Kernels& {
+    if (const Q8Kernels* k = Avx512VnniQ8Kernels()) return *k;
     if (const Q8Kernels* k = AvxVnniQ8Kernels()) return *k;
     if (const Q8Kernels* k = Avx2Q8Kernels()) return *k;
     return ScalarQ8Kernels();

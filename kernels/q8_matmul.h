@@ -16,7 +16,7 @@
 // integer partial sums of values 4j..4j+3 of a block go to lane j) of one
 // of two accumulators (even blocks, odd blocks: two independent FMA chains),
 // which are added lane by lane and summed in a fixed tree at the end. Every implementation (scalar,
-// AVX2, AVX-VNNI, chosen at run time) follows this exact sequence, so the
+// AVX2, AVX-VNNI, AVX-512 VNNI, chosen at run time) follows this exact sequence, so the
 // result is bit-identical across them, across thread counts, and for a row
 // whatever the other rows of its batch are (batch-invariant).
 //
@@ -47,7 +47,7 @@ void DequantizeQ8Rows(const void* w, int64_t n, int64_t k, const int32_t* rows, 
 // y[m, n] = x[m, k] W^T for the Q8 matrix `w` [n, k]; y rows are n apart.
 void Q8Linear(const float* x, int m, int64_t k, const void* w, int64_t n, float* y);
 
-// "avx-vnni", "avx2" or "scalar": the kernel Q8Linear uses on this CPU.
+// "avx512-vnni", "avx-vnni", "avx2" or "scalar": the kernel Q8Linear uses on this CPU.
 std::string_view Q8KernelName();
 
 }  // namespace kvcast

@@ -113,7 +113,7 @@ TEST(Q8MatmulTest, CloseToFloatProduct) {
 // Every kernel this CPU runs gives the scalar reference's bits, for every
 // row count; and a row's result does not depend on its batch.
 TEST(Q8MatmulTest, KernelsBitIdenticalAndBatchInvariant) {
-  const int64_t k = 256, n = 45;
+  const int64_t k = 288, n = 45;  // 9 blocks: an odd count
   const int m = 7;
   auto x = Random(m * k, 6, 3.0f);
   for (int e = 0; e < 32; ++e) x[e] = (e % 2 ? 1e4f : -1e4f);  // extreme block
@@ -136,6 +136,7 @@ TEST(Q8MatmulTest, KernelsBitIdenticalAndBatchInvariant) {
   std::vector<const Q8Kernels*> kernels = {&q8_internal::ScalarQ8Kernels()};
   if (auto* a = q8_internal::Avx2Q8Kernels()) kernels.push_back(a);
   if (auto* v = q8_internal::AvxVnniQ8Kernels()) kernels.push_back(v);
+  if (auto* v = q8_internal::Avx512VnniQ8Kernels()) kernels.push_back(v);
   for (const Q8Kernels* kern : kernels) {
     for (int rows : {1, 2, 3, 4}) {
       const auto got = run(*kern, rows);

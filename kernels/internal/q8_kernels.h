@@ -1,6 +1,6 @@
 // Internal to //kernels:q8_matmul (and its test and benchmark): the block
 // quantizer and the dot-product kernels behind q8_matmul.h, in a scalar
-// version and AVX2 / AVX-VNNI versions picked at run time. All produce
+// version and AVX2 / AVX-VNNI / AVX-512 VNNI versions picked at run time. All produce
 // bit-identical results (see the arithmetic in q8_matmul.h); the test checks
 // that on random and extreme inputs.
 #ifndef KVCAST_KERNELS_INTERNAL_Q8_KERNELS_H_
@@ -30,6 +30,7 @@ const Q8Kernels& ScalarQ8Kernels();
 // nullptr when the CPU lacks the instructions.
 const Q8Kernels* Avx2Q8Kernels();
 const Q8Kernels* AvxVnniQ8Kernels();
+const Q8Kernels* Avx512VnniQ8Kernels();
 // The fastest of the above this CPU runs.
 const Q8Kernels& ActiveQ8Kernels();
 
