@@ -1,10 +1,6 @@
 #include "engine/model/gguf.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <cstring>
 
@@ -155,26 +151,10 @@ int64_t GgufTensor::numel() const {
 }
 
 absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return model_internal::ErrnoToStatus(errno, absl::StrCat("cannot open ", path));
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return model_internal::ErrnoToStatus(err, absl::StrCat("cannot stat ", path));
-  }
-  const size_t size = size_t(st.st_size);
-  if (size < 24) {
-    ::close(fd);
-    return absl::DataLossError(
-        absl::StrCat(path, ": file is ", size, " bytes, too short for a GGUF header"));
-  }
-  void* mapping = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  const int mmap_errno = errno;
-  ::close(fd);  // The mapping keeps the file alive.
-  if (mapping == MAP_FAILED) {
-    return model_internal::ErrnoToStatus(mmap_errno, absl::StrCat("cannot mmap ", path));
-  }
+  ASSIGN_OR_RETURN(model_internal::MappedFile m,
+                   model_internal::MapFile(path, 24, "a GGUF header"));
+  void* mapping = m.data;
+  const size_t size = m.size;
   std::unique_ptr<GgufFile> file(new GgufFile(path, mapping, size, /*mapped=*/true));
   RETURN_IF_ERROR(file->Parse());
   return file;

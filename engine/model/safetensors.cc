@@ -1,10 +1,6 @@
 #include "engine/model/safetensors.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <cstring>
 #include <set>
@@ -71,26 +67,10 @@ void ConvertToFloat(const TensorView& tensor, float* out) {
 }
 
 absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return model_internal::ErrnoToStatus(errno, absl::StrCat("cannot open ", path));
-  struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    return model_internal::ErrnoToStatus(err, absl::StrCat("cannot stat ", path));
-  }
-  const size_t size = static_cast<size_t>(st.st_size);
-  if (size < 8) {
-    ::close(fd);
-    return absl::DataLossError(absl::StrCat(path, ": file is ", size,
-                                            " bytes, too short for the 8-byte header length"));
-  }
-  void* mapping = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  const int mmap_errno = errno;
-  ::close(fd);  // The mapping keeps the file alive.
-  if (mapping == MAP_FAILED) {
-    return model_internal::ErrnoToStatus(mmap_errno, absl::StrCat("cannot mmap ", path));
-  }
+  ASSIGN_OR_RETURN(model_internal::MappedFile m,
+                   model_internal::MapFile(path, 8, "the 8-byte header length"));
+  void* mapping = m.data;
+  const size_t size = m.size;
   std::unique_ptr<SafetensorsFile> file(new SafetensorsFile(path, mapping, size));
   RETURN_IF_ERROR(file->ParseHeader());
   return file;

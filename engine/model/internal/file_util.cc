@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -64,6 +65,31 @@ absl::Status WriteFile(const std::string& path, std::string_view contents) {
     return ErrnoToStatus(errno, absl::StrCat("cannot rename ", temp, " to ", path));
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<MappedFile> MapFile(const std::string& path, size_t min_size,
+                                   std::string_view what) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoToStatus(errno, absl::StrCat("cannot open ", path));
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return ErrnoToStatus(err, absl::StrCat("cannot stat ", path));
+  }
+  const size_t size = static_cast<size_t>(st.st_size);
+  if (size < min_size) {
+    ::close(fd);
+    return absl::DataLossError(absl::StrCat(path, ": file is ", size, " bytes, too short for ",
+                                            AV(what)));
+  }
+  void* mapping = ::mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  const int mmap_errno = errno;
+  ::close(fd);  // The mapping keeps the file alive.
+  if (mapping == MAP_FAILED) {
+    return ErrnoToStatus(mmap_errno, absl::StrCat("cannot mmap ", path));
+  }
+  return MappedFile{mapping, size};
 }
 
 bool FileExists(const std::string& path) {

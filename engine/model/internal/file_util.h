@@ -26,6 +26,16 @@ bool FileExists(const std::string& path);
 absl::Status MakeDirectories(const std::string& path);
 std::string JoinPath(std::string_view dir, std::string_view name);
 
+// A read-only private mapping of a whole file; the caller munmaps it.
+struct MappedFile {
+  void* data = nullptr;
+  size_t size = 0;
+};
+// Maps `path`. DataLoss "<path>: file is N bytes, too short for <what>"
+// when it is smaller than `min_size`; open/stat/mmap errors name the path.
+absl::StatusOr<MappedFile> MapFile(const std::string& path, size_t min_size,
+                                   std::string_view what);
+
 }  // namespace model_internal
 }  // namespace kvcast
 
