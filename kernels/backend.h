@@ -43,6 +43,7 @@ class DeviceBuffer {
 
 // Element type of a weight, in a checkpoint or on a backend. kQ8 is the CPU
 // backend's compact matrix format (kernels/q8_matmul.h), never a checkpoint's.
+// The CPU backend also keeps kBF16 matrices (kernels/bf16_matmul.h).
 enum class WeightType { kF32, kF16, kBF16, kQ8 };
 
 // Matrices (projections, embeddings, LM head) may be kept in 16 bits by a
@@ -193,16 +194,18 @@ class Backend {
 };
 
 // How the CPU backend keeps matrices: float32 (OpenBLAS GEMMs; exact, the
-// reference the golden tests compare), or Q8 (kernels/q8_matmul.h: int8
-// blocks of 32 with a float scale, 3.8x less memory per token, activations
+// reference the golden tests compare), Q8 (kernels/q8_matmul.h: int8
+// blocks of 32 with a float scale, 3.6x less memory per token, activations
 // quantized alike, as llama.cpp's Q8_0; matrices whose rows are not a
-// multiple of 32 stay float32).
-enum class CpuWeights { kF32, kQ8 };
+// multiple of 32 stay float32), or BF16 (kernels/bf16_matmul.h: half the
+// memory of float32, exact for bf16 checkpoints, float32 activations; rows
+// a multiple of 16).
+enum class CpuWeights { kF32, kQ8, kBF16 };
 
 // The CPU backend; always available.
 std::unique_ptr<Backend> NewCpuBackend(CpuWeights weights = CpuWeights::kF32);
 
-// A backend by name: "cpu" (Q8 weights), "cpu-f32" (float32 weights), or
+// A backend by name: "cpu" (Q8 weights), "cpu-bf16", "cpu-f32", or
 // "cuda" (GPU `device`) when the build has it
 // (NotFound names the backends built in); errors from the device otherwise.
 absl::StatusOr<std::unique_ptr<Backend>> NewBackend(std::string_view name, int device = 0);

@@ -17,6 +17,7 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/kv_codec.h"
+#include "kernels/bf16_matmul.h"
 #include "kernels/q8_matmul.h"
 #include "kernels/token_picker.h"
 
@@ -38,7 +39,12 @@ class HostBuffer : public DeviceBuffer {
 class CpuBackend : public Backend {
  public:
   std::string_view name() const override {
-    return weights_ == CpuWeights::kQ8 ? "cpu" : "cpu-f32";
+    switch (weights_) {
+      case CpuWeights::kQ8: return "cpu";
+      case CpuWeights::kBF16: return "cpu-bf16";
+      case CpuWeights::kF32: break;
+    }
+    return "cpu-f32";
   }
 
   absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(size_t bytes) override {
@@ -91,6 +97,13 @@ class CpuBackend : public Backend {
       case WeightType::kQ8:
         return absl::InvalidArgumentError("cpu backend: Q8 is not a checkpoint type");
     }
+    if (weights_ == CpuWeights::kBF16 && kind == WeightKind::kMatrix && Bf16Supported(cols)) {
+      auto bf16 = Allocate(count * sizeof(uint16_t));
+      if (!bf16.ok()) return bf16.status();
+      auto* dst = static_cast<uint16_t*>((*bf16)->data());
+      for (size_t i = 0; i < count; ++i) dst[i] = FloatToBFloat16(out[i]);
+      return Weight(*std::move(bf16), WeightType::kBF16, rows, cols);
+    }
     if (weights_ == CpuWeights::kQ8 && kind == WeightKind::kMatrix && Q8Supported(cols)) {
       auto q8 = Allocate(Q8MatrixBytes(rows, cols));
       if (!q8.ok()) return q8.status();
@@ -104,6 +117,15 @@ class CpuBackend : public Backend {
                  int dim, float* out) override {
     if (table.type() == WeightType::kQ8) {
       DequantizeQ8Rows(table.data(), table.rows(), dim, ids, num_tokens, out);
+      return;
+    }
+    if (table.type() == WeightType::kBF16) {
+      const auto* bf16 = static_cast<const uint16_t*>(table.data());
+      for (int t = 0; t < num_tokens; ++t) {
+        for (int i = 0; i < dim; ++i) {
+          out[size_t(t) * dim + i] = BFloat16ToFloat(bf16[size_t(ids[t]) * dim + i]);
+        }
+      }
       return;
     }
     GatherRows(table.f32(), ids, num_tokens, dim, out);
@@ -138,6 +160,8 @@ class CpuBackend : public Backend {
     const float* w = weight.f32();
     if (weight.type() == WeightType::kQ8) {
       Q8Linear(x, m, k, weight.data(), n, y);
+    } else if (weight.type() == WeightType::kBF16) {
+      Bf16Linear(x, m, k, static_cast<const uint16_t*>(weight.data()), n, y);
     } else if (m == 1) {
       cblas_sgemv(CblasRowMajor, CblasNoTrans, n, k, 1.f, w, k, x, 1, 0.f, y, 1);
     } else {
@@ -248,7 +272,7 @@ class CpuBackend : public Backend {
                       float* out) override {
     // Float32 weights run their GEMMs on OpenBLAS's threads; OpenMP stays off.
     CpuPagedAttention(q, q_stride, seqs, num_seqs, s, k_cache, v_cache, out,
-                      /*parallel=*/weights_ == CpuWeights::kQ8);
+                      /*parallel=*/weights_ != CpuWeights::kF32);
   }
 
  private:
@@ -265,6 +289,10 @@ std::unique_ptr<Backend> NewCpuBackend(CpuWeights weights) {
 static const bool kCpuRegistered = RegisterBackend(
     "cpu", [](int) -> absl::StatusOr<std::unique_ptr<Backend>> {
       return NewCpuBackend(CpuWeights::kQ8);
+    });
+static const bool kCpuBf16Registered = RegisterBackend(
+    "cpu-bf16", [](int) -> absl::StatusOr<std::unique_ptr<Backend>> {
+      return NewCpuBackend(CpuWeights::kBF16);
     });
 static const bool kCpuF32Registered = RegisterBackend(
     "cpu-f32", [](int) -> absl::StatusOr<std::unique_ptr<Backend>> {

@@ -1,10 +1,12 @@
 // Checks each CPU op against a direct transcription of its formula.
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <tuple>
 #include <vector>
 
+#include "engine/model/dtype.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 
@@ -76,6 +78,35 @@ TEST(CpuBackend, Q8WeightsLinearAndEmbedding) {
   EXPECT_EQ(vec->type(), WeightType::kF32);
   EXPECT_EQ(NewBackend("cpu-f32").value()->name(), "cpu-f32");
   EXPECT_EQ(NewBackend("cpu").value()->name(), "cpu");
+}
+
+// BF16 weights: bf16 values are kept exactly; Linear equals float32 math up
+// to summation order; embeddings are exact.
+TEST(CpuBackend, Bf16WeightsLinearAndEmbedding) {
+  auto be = NewCpuBackend(CpuWeights::kBF16);
+  EXPECT_EQ(be->name(), "cpu-bf16");
+  const int k = 48, n = 20, m = 2;
+  std::vector<uint16_t> w(n * k);
+  std::vector<float> wf(n * k);
+  auto r = Random(n * k, 21), x = Random(m * k, 22);
+  for (int i = 0; i < n * k; ++i) wf[i] = BFloat16ToFloat(w[i] = FloatToBFloat16(r[i]));
+  auto weight = be->LoadWeight(WeightType::kBF16, WeightKind::kMatrix, w.data(), n, k);
+  ASSERT_TRUE(weight.ok());
+  EXPECT_EQ(weight->type(), WeightType::kBF16);
+  std::vector<float> y(m * n);
+  be->Linear(x.data(), m, k, *weight, n, nullptr, y.data());
+  for (int row = 0; row < m; ++row) {
+    for (int j = 0; j < n; ++j) {
+      double ref = 0;
+      for (int i = 0; i < k; ++i) ref += double(x[row * k + i]) * wf[j * k + i];
+      EXPECT_NEAR(y[row * n + j], ref, 1e-5);
+    }
+  }
+  const int32_t ids[] = {19, 3};
+  std::vector<float> emb(2 * k);
+  be->Embedding(ids, 2, *weight, k, emb.data());
+  EXPECT_EQ(0, std::memcmp(emb.data(), &wf[19 * k], k * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(emb.data() + k, &wf[3 * k], k * sizeof(float)));
 }
 
 TEST(CpuBackend, RmsNormAndSwiGlu) {

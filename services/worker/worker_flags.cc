@@ -6,7 +6,7 @@
 
 ABSL_FLAG(std::string, model, "", "model: a .gguf file or an HF directory (config.json, *.safetensors, tokenizer)");
 ABSL_FLAG(std::string, model_name, "", "name clients use for the model (default: directory name)");
-ABSL_FLAG(std::string, backend, "cpu", "compute backend: cpu (Q8 weights), cpu-f32 (float32 weights) or cuda (where the build has it)");
+ABSL_FLAG(std::string, backend, "cpu", "compute backend: cpu (Q8 weights), cpu-bf16, cpu-f32 (float32 weights) or cuda (where the build has it)");
 ABSL_FLAG(int, device, 0, "GPU index for --backend=cuda");
 ABSL_FLAG(int, kv_cache_mb, 256, "KV page pool size in MiB");
 ABSL_FLAG(double, kv_cache_fraction, 0,
@@ -40,9 +40,10 @@ absl::StatusOr<WorkerConfig> WorkerConfigFromFlags(v1::WorkerRole role,
   if (c.model_dir.empty()) return absl::InvalidArgumentError("--model is required");
   c.model_name = absl::GetFlag(FLAGS_model_name);
   c.backend = absl::GetFlag(FLAGS_backend);
-  if (c.backend != "cpu" && c.backend != "cpu-f32" && c.backend != "cuda") {
+  if (c.backend != "cpu" && c.backend != "cpu-bf16" && c.backend != "cpu-f32" &&
+      c.backend != "cuda") {
     return absl::InvalidArgumentError(
-        absl::StrCat("--backend=", c.backend, ": expected cpu, cpu-f32 or cuda"));
+        absl::StrCat("--backend=", c.backend, ": expected cpu, cpu-bf16, cpu-f32 or cuda"));
   }
   c.device = absl::GetFlag(FLAGS_device);
   if (c.device < 0) return absl::InvalidArgumentError("--device must be >= 0");

@@ -11,7 +11,8 @@
 //  - token ids of 572 varied strings and of the 3 prompts equal HF's;
 //  - cpu-f32 (float32 weights, the exact path): last-position logits within
 //    kF32LogitTol of HF's and 64 greedy tokens identical on each prompt;
-//  - cpu (Q8 weights and activations): within kQ8LogitTol, and the greedy
+//  - cpu (Q8 weights and activations) and cpu-bf16 (the dequantized weights
+//    rounded to bf16): within kQ8LogitTol, and the greedy
 //    tokens agree with HF's at least up to the first step whose HF margin is
 //    below kQ8MarginGuard (a near tie that the 8-bit rounding may flip).
 #include <algorithm>
@@ -150,6 +151,7 @@ void CheckAgainstHf(CpuWeights weights) {
 
 TEST_F(SmolLM2Test, F32WeightsMatchTransformers) { CheckAgainstHf(CpuWeights::kF32); }
 TEST_F(SmolLM2Test, Q8WeightsStayCloseToTransformers) { CheckAgainstHf(CpuWeights::kQ8); }
+TEST_F(SmolLM2Test, Bf16WeightsStayCloseToTransformers) { CheckAgainstHf(CpuWeights::kBF16); }
 
 }  // namespace
 }  // namespace kvcast

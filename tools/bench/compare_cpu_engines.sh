@@ -20,7 +20,7 @@ log() { printf '\033[1m[compare]\033[0m %s\n' "$*" >&2; }
 bazel build --jobs=2 //tools/bench:engine_bench >&2
 out=$(mktemp -d)
 log "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-for backend in cpu cpu-f32; do
+for backend in cpu cpu-bf16 cpu-f32; do
   log "kvcast engine_bench --backend $backend"
   OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 bazel-bin/tools/bench/engine_bench --model "$model" \
     --backend "$backend" --prompt_len 512 --batches 1,8,32 --decode_steps 32 >"$out/kvcast-$backend.md"
@@ -42,12 +42,13 @@ def kv(backend):
         if m:
             rows["prefill" if m.group(1).startswith("prefill") else f"b{m.group(2)}"] = float(m.group(3))
     return rows
-q8, f32 = kv("cpu"), kv("cpu-f32")
+q8, bf16, f32 = kv("cpu"), kv("cpu-bf16"), kv("cpu-f32")
 lc = json.load(open(f"{d}/llamacpp.json"))
 hf = json.load(open(f"{d}/hf.json"))
 print("| engine (2 threads) | prefill 512 tok/s | decode b=1 tok/s | decode b=8 tok/s | decode b=32 tok/s |")
 print("|---|---|---|---|---|")
 print(f"| kvcast cpu (Q8) | {q8['prefill']:.0f} | {q8['b1']:.1f} | {q8['b8']:.0f} | {q8['b32']:.0f} |")
+print(f"| kvcast cpu-bf16 | {bf16['prefill']:.0f} | {bf16['b1']:.1f} | {bf16['b8']:.0f} | {bf16['b32']:.0f} |")
 print(f"| kvcast cpu-f32 | {f32['prefill']:.0f} | {f32['b1']:.1f} | {f32['b8']:.0f} | {f32['b32']:.0f} |")
 print(f"| llama.cpp {lc.get('version', '')} | {lc['prefill_tok_s']:.0f} | {lc['decode_tok_s']:.1f} | - | - |")
 print(f"| HF transformers {hf['transformers']} (torch {hf['torch']}) | {hf['prefill_tok_s']:.0f} | "

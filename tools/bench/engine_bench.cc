@@ -27,7 +27,7 @@ ABSL_FLAG(int, chunk, 128, "prefill chunk size");
 ABSL_FLAG(int, decode_steps, 32, "decode steps measured");
 ABSL_FLAG(std::string, batches, "1,8", "decode batch sizes");
 ABSL_FLAG(bool, ops, false, "print each op's share of the time after every row");
-ABSL_FLAG(std::string, backend, "cpu", "cpu (Q8 weights), cpu-f32 (float32 weights) or cuda");
+ABSL_FLAG(std::string, backend, "cpu", "cpu (Q8 weights), cpu-bf16, cpu-f32 (float32 weights) or cuda");
 
 namespace kvcast {
 namespace {

@@ -56,7 +56,7 @@ ABSL_FLAG(std::string, ca, "", "CA (PEM) verifying the scheduler: TLS");
 ABSL_FLAG(std::string, cert, "", "client certificate (PEM) for mutual TLS");
 ABSL_FLAG(std::string, key, "", "client key (PEM) for mutual TLS");
 ABSL_FLAG(int, kv_cache_mb, 256, "KV page pool size in MiB (per worker)");
-ABSL_FLAG(std::string, backend, "cpu", "generate --model: compute backend, cpu (Q8 weights), cpu-f32 or cuda (where built)");
+ABSL_FLAG(std::string, backend, "cpu", "generate --model: compute backend, cpu (Q8 weights), cpu-bf16, cpu-f32 or cuda (where built)");
 ABSL_FLAG(int, device, 0, "generate --model: GPU index for --backend=cuda");
 ABSL_FLAG(bool, ids, false, "print token ids instead of text");
 // cluster up
