@@ -1,6 +1,7 @@
-// CPU backend: plain loops for the element-wise ops and attention, OpenBLAS
-// for float32 GEMMs, kernels/q8_matmul for Q8 weights. Every op finishes
-// before it returns.
+// CPU backend: plain loops for the element-wise ops, cpu/attention for
+// attention, OpenBLAS for float32 GEMMs, kernels/q8_matmul and
+// kernels/bf16_matmul for compact weights. Every op finishes before it
+// returns.
 #include <cblas.h>
 #include <sys/sysinfo.h>
 
@@ -15,9 +16,9 @@
 #include "absl/strings/str_cat.h"
 #include "engine/model/dtype.h"
 #include "kernels/backend.h"
+#include "kernels/bf16_matmul.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/kv_codec.h"
-#include "kernels/bf16_matmul.h"
 #include "kernels/q8_matmul.h"
 #include "kernels/token_picker.h"
 
@@ -75,8 +76,8 @@ class CpuBackend : public Backend {
 
   explicit CpuBackend(CpuWeights weights) : weights_(weights) {}
 
-  // Vectors are widened to float32; matrices too, then quantized to Q8 when
-  // the backend keeps Q8 weights and the rows allow it.
+  // Vectors are widened to float32; matrices too, then narrowed to the
+  // backend's compact format (Q8 or BF16) when it has one and the rows allow.
   absl::StatusOr<Weight> LoadWeight(WeightType type, WeightKind kind, const void* src,
                                     size_t rows, size_t cols) override {
     const size_t count = rows * cols;
