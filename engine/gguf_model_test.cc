@@ -102,5 +102,33 @@ TEST_P(GgufModelTest, TokenizerFromGgufEqualsTokenizerJson) {
 
 INSTANTIATE_TEST_SUITE_P(Archs, GgufModelTest, ::testing::Values("llama", "qwen2"));
 
+// Llama-3.1 RoPE scaling travels as a rope_freqs tensor of divisors; the
+// engine's frequencies then equal HF's rope_scaling formula up to the float32
+// rounding of the divisors (plain RoPE would move the logits by ~1).
+TEST(GgufModelRopeTest, RopeFreqsTensorEqualsHfLlama3Scaling) {
+  TinyModelOptions o;
+  o.dtype = "f32";
+  o.intermediate_size = 192;
+  o.llama3_rope_scaling = true;
+  const std::string path = TempPath("llama3-rope.gguf");
+  ASSERT_TRUE(WriteTinyGguf(o, GgmlType::kF32, path).ok());
+  auto ckpt = Checkpoint::Open(path);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  EXPECT_EQ((*ckpt)->config().rope_freq_factors.size(), 8u);  // head_dim 16
+  const auto hf = Logits(path + ".hf", kPrompt), gguf = Logits(path, kPrompt);
+  ASSERT_EQ(gguf.size(), hf.size());
+  double worst = 0;
+  for (size_t i = 0; i < hf.size(); ++i) worst = std::max(worst, double(std::fabs(gguf[i] - hf[i])));
+  EXPECT_LT(worst, 1e-4);
+  // Without the divisors: plain RoPE, far off.
+  o.llama3_rope_scaling = false;
+  const std::string plain = TempPath("llama-plain.gguf");
+  ASSERT_TRUE(WriteTinyGguf(o, GgmlType::kF32, plain).ok());
+  const auto off = Logits(plain, kPrompt);
+  double moved = 0;
+  for (size_t i = 0; i < hf.size(); ++i) moved = std::max(moved, double(std::fabs(off[i] - hf[i])));
+  EXPECT_GT(moved, 100 * 1e-4);
+}
+
 }  // namespace
 }  // namespace kvcast

@@ -106,6 +106,7 @@ std::vector<float> RopeInverseFrequencies(const ModelConfig& c) {
         freq = (1 - smooth) * freq / s.factor + smooth * freq;
       }
     }
+    if (!c.rope_freq_factors.empty()) freq /= c.rope_freq_factors[i];
     inv[i] = float(freq);
   }
   return inv;
@@ -138,6 +139,7 @@ absl::Status Transformer::LoadWeights(const Checkpoint& ckpt) {
   const int64_t kv_dim = int64_t(c.num_key_value_heads) * c.head_dim;
   Hasher128 hasher;
   hasher.Update(c.ToJson());
+  hasher.Update(c.rope_freq_factors.data(), c.rope_freq_factors.size() * sizeof(float));
   WeightLoader w(ckpt, backend_, &hasher);
   ASSIGN_OR_RETURN(embed_, w.Load("model.embed_tokens.weight", {v, h}));
   ASSIGN_OR_RETURN(final_norm_, w.Load("model.norm.weight", {h}));

@@ -86,7 +86,8 @@ absl::Status PrefillInChunks(Transformer& model, absl::Span<const int32_t> token
                              KvPagePool* pool, std::vector<float>* logits);
 
 // RoPE inverse frequencies [head_dim / 2] for `config`, Llama-3 scaling
-// applied when configured (the formula of HF's _compute_llama3_parameters).
+// applied when configured (the formula of HF's _compute_llama3_parameters),
+// then divided by config.rope_freq_factors when a GGUF gave them.
 std::vector<float> RopeInverseFrequencies(const ModelConfig& config);
 
 }  // namespace kvcast

@@ -73,10 +73,6 @@ absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& file) {
           file.path(), ": RoPE scaling '", type, "' (", a, ".rope.scaling.type) is not supported"));
     }
   }
-  if (file.FindTensor("rope_freqs.weight") != nullptr) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        file.path(), ": tensor 'rope_freqs.weight' (Llama-3.1 RoPE scaling) is not supported"));
-  }
   const GgufTensor* embed = file.FindTensor("token_embd.weight");
   if (embed == nullptr || embed->dims.size() != 2) {
     return absl::NotFoundError(
@@ -107,7 +103,21 @@ absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& file) {
     ASSIGN_OR_RETURN(uint64_t id, file.GetUint(full));
     j[key] = id;
   }
-  return ModelConfig::FromJson(j.dump(), absl::StrCat(file.path(), " (GGUF metadata)"));
+  ASSIGN_OR_RETURN(ModelConfig config,
+                   ModelConfig::FromJson(j.dump(), absl::StrCat(file.path(), " (GGUF metadata)")));
+  // Llama-3.1-style scaling: llama.cpp's converter stores the divisor of
+  // each rotary frequency as a tensor.
+  if (const GgufTensor* f = file.FindTensor("rope_freqs.weight")) {
+    if (f->type.type != GgmlType::kF32 || f->dims.size() != 1 ||
+        f->dims[0] != config.head_dim / 2) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          file.path(), ": tensor 'rope_freqs.weight' must be F32 [", config.head_dim / 2,
+          "] (head_dim / 2)"));
+    }
+    config.rope_freq_factors.resize(size_t(f->dims[0]));
+    std::memcpy(config.rope_freq_factors.data(), f->data, f->nbytes);
+  }
+  return config;
 }
 
 std::optional<std::string> GgufToHfTensorName(std::string_view name) {

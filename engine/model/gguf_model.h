@@ -9,8 +9,9 @@
 // .attention.layer_norm_rms_epsilon, .context_length, .rope.freq_base
 // (default 10000); vocabulary size from token_embd.weight; tied embeddings
 // when output.weight is absent; BOS/EOS from tokenizer.ggml.bos_token_id /
-// eos_token_id. RoPE scaling (<a>.rope.scaling.type other than none, or a
-// rope_freqs tensor) is refused as unsupported.
+// eos_token_id. A rope_freqs tensor (Llama-3.1 scaling as llama.cpp stores
+// it) becomes ModelConfig::rope_freq_factors; <a>.rope.scaling.type other
+// than none (linear, yarn) is refused as unsupported.
 //
 // Tensors: llama.cpp names map to HF names (token_embd -> embed_tokens,
 // blk.N.attn_q -> layers.N.self_attn.q_proj, ...); ggml dims are reversed

@@ -305,6 +305,7 @@ bool ModelConfig::operator==(const ModelConfig& o) const {
          num_key_value_heads == o.num_key_value_heads && head_dim == o.head_dim &&
          max_position_embeddings == o.max_position_embeddings && rms_norm_eps == o.rms_norm_eps &&
          rope_theta == o.rope_theta && scaling_equal(rope_scaling, o.rope_scaling) &&
+         rope_freq_factors == o.rope_freq_factors &&
          tie_word_embeddings == o.tie_word_embeddings && attention_bias == o.attention_bias &&
          torch_dtype == o.torch_dtype && bos_token_id == o.bos_token_id &&
          eos_token_ids == o.eos_token_ids && sliding_window == o.sliding_window;

@@ -44,6 +44,10 @@ struct ModelConfig {
   double rms_norm_eps = 0.0;
   double rope_theta = 10000.0;
   std::optional<RopeScaling> rope_scaling;
+  // Per-frequency divisors of the RoPE inverse frequencies [head_dim / 2]
+  // (a GGUF's rope_freqs tensor: how llama.cpp stores Llama-3.1 scaling);
+  // empty for HF config.json, which ToJson/FromJson do not carry.
+  std::vector<float> rope_freq_factors;
   bool tie_word_embeddings = false;
   // Bias on q/k/v projections: always for Qwen2, else the "attention_bias" key.
   bool attention_bias = false;

@@ -147,6 +147,29 @@ absl::Status WriteTinyGguf(const TinyModelOptions& options, GgmlType matrix_type
     w.AddTensor(e.gguf, uint32_t(q8 ? GgmlType::kQ8_0 : GgmlType::kF32), dims,
                 q8 ? EncodeQ8_0(values) : Bytes(values));
   }
+  if (c.rope_scaling.has_value()) {
+    // Llama-3.1 scaling as llama.cpp's converter stores it: one divisor per
+    // rotary frequency.
+    const RopeScaling& r = *c.rope_scaling;
+    const double low_wavelen = r.original_max_position_embeddings / r.low_freq_factor;
+    const double high_wavelen = r.original_max_position_embeddings / r.high_freq_factor;
+    std::vector<float> factors;
+    for (int i = 0; i < c.head_dim / 2; ++i) {
+      const double freq = 1.0 / std::pow(c.rope_theta, double(2 * i) / c.head_dim);
+      const double wavelen = 2 * M_PI / freq;
+      double f = 1.0;
+      if (wavelen > low_wavelen) {
+        f = r.factor;
+      } else if (wavelen >= high_wavelen) {
+        const double smooth = (r.original_max_position_embeddings / wavelen - r.low_freq_factor) /
+                              (r.high_freq_factor - r.low_freq_factor);
+        f = 1 / ((1 - smooth) / r.factor + smooth);
+      }
+      factors.push_back(float(f));
+    }
+    w.AddTensor("rope_freqs.weight", uint32_t(GgmlType::kF32), {int64_t(factors.size())},
+                Bytes(factors));
+  }
   RETURN_IF_ERROR(model_internal::WriteFile(path, w.Build()));
   return absl::OkStatus();
 }

@@ -2,7 +2,8 @@
 // way llama.cpp's HF -> GGUF converter lays a model out: llama.cpp tensor
 // names, ggml dimension order, the rows of each attn_q / attn_k head
 // interleaved for llama.cpp's RoPE (llama architecture), metadata keys for
-// the config and a `llama-bpe` byte-level BPE tokenizer. Matrices are F32 or
+// the config, Llama-3.1 RoPE scaling as a rope_freqs tensor, and a
+// `llama-bpe` byte-level BPE tokenizer. Matrices are F32 or
 // Q8_0 (`matrix_type`); norms and biases F32. The engine reading this file
 // must compute what it computes from the HF directory: the test of the GGUF
 // path that needs no downloaded model.
