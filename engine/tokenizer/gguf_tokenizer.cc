@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "engine/tokenizer/bpe_tokenizer.h"
+#include "engine/tokenizer/spm_gguf_tokenizer.h"
 #include "nlohmann/json.hpp"
 
 namespace kvcast {
@@ -66,14 +67,10 @@ absl::StatusOr<std::string> TokenName(const GgufFile& file, const std::string& k
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadGgufTokenizer(const GgufFile& file) {
   ASSIGN_OR_RETURN(std::string model, file.GetString("tokenizer.ggml.model"));
-  if (model == "llama") {
-    return absl::FailedPreconditionError(absl::StrCat(
-        file.path(), ": tokenizer.ggml.model 'llama' (SentencePiece-style) is not supported yet; "
-        "kvcast reads 'gpt2' (byte-level BPE) tokenizers from GGUF"));
-  }
+  if (model == "llama") return LoadSpmGgufTokenizer(file);
   if (model != "gpt2") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        file.path(), ": tokenizer.ggml.model '", model, "' is not supported (supported: gpt2)"));
+    return absl::InvalidArgumentError(absl::StrCat(file.path(), ": tokenizer.ggml.model '", model,
+                                                   "' is not supported (supported: gpt2, llama)"));
   }
   ASSIGN_OR_RETURN(const GgufValue* tokens_value,
                    file.GetArray("tokenizer.ggml.tokens", GgufType::kString));

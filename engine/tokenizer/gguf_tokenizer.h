@@ -10,10 +10,12 @@
 // tokenizer.ggml.add_bos_token is true (absent: false for gpt2), EOS
 // tokenizer.ggml.eos_token_id.
 //
+// tokenizer.ggml.model "llama" (SentencePiece-style, scores and byte
+// fallback) is read by spm_gguf_tokenizer.h.
+//
 // Errors name the file and key: NotFound for missing keys; InvalidArgument
 // for wrong value types, an unsupported model or pre-tokenizer, ids out of
-// range, or token arrays of different lengths; FailedPrecondition for the
-// SentencePiece-style "llama" model, which is not supported yet.
+// range, or token arrays of different lengths.
 // Thread safety: a stateless function; the Tokenizer it returns is as
 // thread-safe as any (tokenizer.h).
 #ifndef KVCAST_ENGINE_TOKENIZER_GGUF_TOKENIZER_H_

@@ -40,6 +40,9 @@ int SentencePieceShim::PieceToId(std::string_view piece) const {
 const std::string& SentencePieceShim::IdToPiece(int id) const { return processor_->IdToPiece(id); }
 bool SentencePieceShim::IsControl(int id) const { return processor_->IsControl(id); }
 bool SentencePieceShim::IsUnknown(int id) const { return processor_->IsUnknown(id); }
+bool SentencePieceShim::IsByte(int id) const { return processor_->IsByte(id); }
+bool SentencePieceShim::IsUnused(int id) const { return processor_->IsUnused(id); }
+float SentencePieceShim::GetScore(int id) const { return processor_->GetScore(id); }
 int SentencePieceShim::bos_id() const { return processor_->bos_id(); }
 int SentencePieceShim::eos_id() const { return processor_->eos_id(); }
 

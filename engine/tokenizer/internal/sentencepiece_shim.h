@@ -42,6 +42,9 @@ class SentencePieceShim {
   const std::string& IdToPiece(int id) const;
   bool IsControl(int id) const;
   bool IsUnknown(int id) const;
+  bool IsByte(int id) const;
+  bool IsUnused(int id) const;
+  float GetScore(int id) const;
   int bos_id() const;  // -1 when the model has none.
   int eos_id() const;
 
