@@ -22,23 +22,25 @@ const std::vector<std::string>& Samples() {
   return *samples;
 }
 
-// Trains a model of `type` ("bpe" or "unigram") once per test binary.
-std::string TrainModel(const std::string& type) {
+// Trains a model of `type` ("bpe" or "unigram") named `name` (default: the
+// type), with `extra_flags` for the trainer.
+std::string TrainModel(const std::string& type, const std::string& extra_flags = "",
+                       const std::string& name = "") {
   const std::string dir = std::getenv("TEST_TMPDIR");
   const std::string corpus = dir + "/corpus.txt";
-  {
+  if (!std::ifstream(corpus).good()) {
     std::ofstream out(corpus);
     for (int i = 0; i < 300; ++i) {
       out << "line " << i << ": the quick brown fox jumps over the lazy dog; "
           << "café naïve résumé Привет мир 日本語 テキスト " << (i * 7919) % 1000 << "\n";
     }
   }
-  const std::string prefix = absl::StrCat(dir, "/sp_", type);
+  const std::string prefix = absl::StrCat(dir, "/sp_", name.empty() ? type : name);
   auto error = tokenizer_internal::TrainSentencePiece(absl::StrCat(
       "--input=", corpus, " --model_prefix=", prefix, " --model_type=", type,
       " --vocab_size=600 --byte_fallback=true --character_coverage=0.9995"
       " --hard_vocab_limit=false"
-      " --minloglevel=2 --num_threads=1"));
+      " --minloglevel=2 --num_threads=1 ", extra_flags));
   EXPECT_FALSE(error.has_value()) << error->message;
   return prefix + ".model";
 }
@@ -102,23 +104,10 @@ TEST_P(SentencePieceTokenizerTest, ControlPiecesInTextAndStreaming) {
 // a GGUF, the same ids on varied text and the text back from Decode.
 TEST(SpmGgufTokenizerTest, MatchesSentencePieceBpe) {
   const std::string dir = std::getenv("TEST_TMPDIR");
-  const std::string corpus = dir + "/corpus_identity.txt";
-  {
-    std::ofstream out(corpus);
-    for (int i = 0; i < 300; ++i) {
-      out << "line " << i << ": the quick brown fox jumps over the lazy dog; "
-          << "café naïve résumé Привет мир 日本語 テキスト " << (i * 7919) % 1000 << "\n";
-    }
-  }
-  const std::string prefix = dir + "/sp_identity";
-  auto error = tokenizer_internal::TrainSentencePiece(absl::StrCat(
-      "--input=", corpus, " --model_prefix=", prefix, " --model_type=bpe",
-      " --vocab_size=600 --byte_fallback=true --character_coverage=0.9995",
-      " --hard_vocab_limit=false --normalization_rule_name=identity",
-      " --remove_extra_whitespaces=false --minloglevel=2 --num_threads=1"));
-  ASSERT_FALSE(error.has_value()) << error->message;
+  const std::string model = TrainModel(
+      "bpe", "--normalization_rule_name=identity --remove_extra_whitespaces=false", "identity");
   tokenizer_internal::SentencePieceShim sp;
-  ASSERT_FALSE(sp.Load(prefix + ".model").has_value());
+  ASSERT_FALSE(sp.Load(model).has_value());
   model_internal::GgufWriter w;
   std::vector<std::string> tokens;
   std::vector<float> scores;

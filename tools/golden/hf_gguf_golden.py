@@ -40,7 +40,6 @@ Never touches the network (HF_HUB_OFFLINE, local_files_only).
 """
 
 import argparse
-import hashlib
 import importlib.metadata
 import json
 import os
@@ -59,6 +58,7 @@ import transformers  # noqa: E402
 from gguf import GGUFReader  # noqa: E402
 from tokenizers import pre_tokenizers  # noqa: E402
 from transformers import AutoModelForCausalLM, AutoTokenizer  # noqa: E402
+from file_digest import sha256  # noqa: E402
 
 DEFAULT_GGUF = "build/models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 EXPECTED_SHA256 = \
@@ -106,14 +106,6 @@ PRE_TOKENIZERS = {
                                  use_regex=True),
     ]),
 }
-
-
-def sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def versions():

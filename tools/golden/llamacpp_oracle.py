@@ -27,7 +27,6 @@ Exit status 2 on bad input.
 import argparse
 import ctypes
 import glob
-import hashlib
 import importlib.metadata
 import json
 import os
@@ -37,6 +36,7 @@ import numpy as np
 
 import llama_cpp
 from llama_cpp import Llama
+from file_digest import sha256  # noqa: E402
 
 GGML_TYPE = {"f32": 0, "f16": 1}
 
@@ -94,14 +94,6 @@ def versions():
         "ggml": ggml[-1].rsplit(".so.", 1)[1] if ggml else None,
         "system_info": llama_cpp.llama_print_system_info().decode().strip(),
     }
-
-
-def sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def tokenizer_info(llm):

@@ -26,21 +26,13 @@ Used by make_golden.sh; run it with the oracle's interpreter (.venv-hf).
 """
 
 import argparse
-import hashlib
 import json
 import os
 import platform
 import sys
 
 import numpy
-
-
-def sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+from file_digest import sha256  # noqa: E402
 
 
 def main():
