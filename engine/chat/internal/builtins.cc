@@ -1,0 +1,485 @@
+#include "engine/chat/internal/builtins.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <ctime>
+#include <initializer_list>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/status_macros.h"
+#include "engine/chat/internal/text.h"
+
+namespace kvcast {
+namespace jinja_internal {
+namespace {
+
+constexpr int64_t kMaxRange = 100000;  // jinja2.sandbox.MAX_RANGE
+
+bool Has(const Value& v) { return !v.is_undefined(); }
+
+// Binds positional and keyword arguments to parameter names, as a Python
+// signature would; absent parameters are left undefined.
+absl::StatusOr<std::vector<Value>> Bind(Interpreter& in, absl::string_view fn, const CallArgs& a,
+                                        std::initializer_list<absl::string_view> names) {
+  std::vector<absl::string_view> n(names);
+  if (a.args.size() > n.size()) {
+    return in.Error(absl::StrCat(fn, "() takes at most ", n.size(), " argument(s) (", a.args.size(), " given)"));
+  }
+  std::vector<Value> out(n.size());
+  std::vector<bool> given(n.size(), false);
+  for (size_t i = 0; i < a.args.size(); ++i) {
+    out[i] = a.args[i];
+    given[i] = true;
+  }
+  for (const auto& [key, value] : a.kwargs) {
+    auto it = std::find(n.begin(), n.end(), key);
+    if (it == n.end()) return in.Error(absl::StrCat(fn, "() got an unexpected keyword argument '", key, "'"));
+    size_t i = static_cast<size_t>(it - n.begin());
+    if (given[i]) return in.Error(absl::StrCat(fn, "() got multiple values for argument '", key, "'"));
+    out[i] = value;
+    given[i] = true;
+  }
+  return out;
+}
+
+absl::Status NeedString(Interpreter& in, absl::string_view fn, const Value& v) {
+  if (v.is_undefined()) return UndefinedError(v);
+  if (!v.is_string()) return in.Error(absl::StrCat(fn, ": expected a string, got ", v.TypeName()));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> NeedInt(Interpreter& in, absl::string_view fn, const Value& v) {
+  if (v.is_undefined()) return UndefinedError(v);
+  if (!v.is_integral()) return in.Error(absl::StrCat(fn, ": expected an integer, got ", v.TypeName()));
+  return v.int_value();
+}
+
+std::string ObjectDescription(const Value& obj) {
+  if (obj.is_none()) return "None";
+  return absl::StrCat(obj.TypeName(), " object");
+}
+
+Value MissingAttr(const Value& obj, const std::string& name) {
+  return Value::Undefined(absl::StrCat("'", ObjectDescription(obj), "' has no attribute '", name, "'"));
+}
+
+// ---- Methods ------------------------------------------------------------
+
+using Method = absl::StatusOr<Value> (*)(Interpreter&, const Value& self, CallArgs&);
+
+absl::StatusOr<Value> StrStrip(Interpreter& in, const Value& self, CallArgs& a, int which, absl::string_view fn) {
+  ASSIGN_OR_RETURN(std::vector<Value> p, Bind(in, fn, a, {"chars"}));
+  if (Has(p[0]) && !p[0].is_none()) {
+    RETURN_IF_ERROR(NeedString(in, fn, p[0]));
+    return Value::String(PyStrip(self.str(), &p[0].str(), which));
+  }
+  return Value::String(PyStrip(self.str(), nullptr, which));
+}
+
+absl::StatusOr<Value> StrAffix(Interpreter& in, const Value& self, CallArgs& a, bool prefix) {
+  ASSIGN_OR_RETURN(std::vector<Value> p, Bind(in, prefix ? "startswith" : "endswith", a, {"affix"}));
+  std::vector<Value> options;
+  if (p[0].is_list() && p[0].is_tuple()) {
+    options = p[0].items();
+  } else {
+    options.push_back(p[0]);
+  }
+  for (const Value& o : options) {
+    RETURN_IF_ERROR(NeedString(in, prefix ? "startswith" : "endswith", o));
+    const std::string& s = self.str();
+    const std::string& x = o.str();
+    if (x.size() <= s.size() &&
+        (prefix ? s.compare(0, x.size(), x) == 0 : s.compare(s.size() - x.size(), x.size(), x) == 0)) {
+      return Value::Bool(true);
+    }
+  }
+  return Value::Bool(false);
+}
+
+absl::StatusOr<Value> CallStrMethod(Interpreter& in, const std::string& name, const Value& self, CallArgs& a) {
+  const std::string& s = self.str();
+  if (name == "strip") return StrStrip(in, self, a, 3, name);
+  if (name == "lstrip") return StrStrip(in, self, a, 1, name);
+  if (name == "rstrip") return StrStrip(in, self, a, 2, name);
+  if (name == "startswith") return StrAffix(in, self, a, true);
+  if (name == "endswith") return StrAffix(in, self, a, false);
+  if (name == "upper") return Value::String(PyUpper(s));
+  if (name == "lower") return Value::String(PyLower(s));
+  if (name == "title") return Value::String(PyTitle(s));
+  if (name == "capitalize") return Value::String(PyCapitalize(s));
+  if (name == "split" || name == "rsplit") {
+    ASSIGN_OR_RETURN(std::vector<Value> p, Bind(in, name, a, {"sep", "maxsplit"}));
+    int64_t maxsplit = -1;
+    if (Has(p[1])) {
+      ASSIGN_OR_RETURN(maxsplit, NeedInt(in, name, p[1]));
+    }
+    if (name == "rsplit" && maxsplit >= 0) return in.Error("rsplit with maxsplit is not supported");
+    std::vector<std::string> parts;
+    if (Has(p[0]) && !p[0].is_none()) {
+      RETURN_IF_ERROR(NeedString(in, name, p[0]));
+      if (p[0].str().empty()) return in.Error("empty separator");
+      parts = PySplit(s, &p[0].str(), maxsplit);
+    } else {
+      parts = PySplit(s, nullptr, maxsplit);
+    }
+    std::vector<Value> items;
+    for (auto& part : parts) items.push_back(Value::String(std::move(part)));
+    return Value::List(std::move(items));
+  }
+  if (name == "replace") {
+    ASSIGN_OR_RETURN(std::vector<Value> p, Bind(in, name, a, {"old", "new", "count"}));
+    RETURN_IF_ERROR(NeedString(in, name, p[0]));
+    RETURN_IF_ERROR(NeedString(in, name, p[1]));
+    int64_t count = -1;
+    if (Has(p[2])) {
+      ASSIGN_OR_RETURN(count, NeedInt(in, name, p[2]));
+    }
+    std::string r = PyReplace(s, p[0].str(), p[1].str(), count);
+    RETURN_IF_ERROR(in.CheckStringSize(r.size()));
+    return Value::String(std::move(r));
+  }
+  if (name == "find" || name == "count") {
+    ASSIGN_OR_RETURN(std::vector<Value> p, Bind(in, name, a, {"sub"}));
+    RETURN_IF_ERROR(NeedString(in, name, p[0]));
+    const std::string& sub = p[0].str();
+    if (name == "find") {
+      size_t pos = s.find(sub);
+      if (pos == std::string::npos) return Value::Int(-1);
+      return Value::Int(static_cast<int64_t>(CodePointOffsets(s.substr(0, pos)).size()) - 1);
+    }
+    if (sub.empty()) return Value::Int(*Value::String(s).Length() + 1);
+    int64_t n = 0;
+    for (size_t pos = s.find(sub); pos != std::string::npos; pos = s.find(sub, pos + sub.size())) ++n;
+    return Value::Int(n);
+  }
+  if (name == "join") {
+    ASSIGN_OR_RETURN(std::vector<Value> p, Bind(in, name, a, {"iterable"}));
+    ASSIGN_OR_RETURN(std::vector<Value> items, p[0].Iterate());
+    std::string out;
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (!items[i].is_string()) return in.Error(absl::StrCat("sequence item ", i, ": expected str instance"));
+      if (i > 0) out += s;
+      out += items[i].str();
+      RETURN_IF_ERROR(in.CheckStringSize(out.size()));
+    }
+    return Value::String(std::move(out));
+  }
+  if (name == "splitlines") {
+    std::vector<Value> items;
+    for (auto& line : PySplitLines(s)) items.push_back(Value::String(std::move(line)));
+    return Value::List(std::move(items));
+  }
+  if (name == "isdigit" || name == "isalpha" || name == "isalnum" || name == "isspace" || name == "islower" ||
+      name == "isupper") {
+    std::vector<uint32_t> cps = DecodeUtf8(s);
+    if (name == "islower" || name == "isupper") {
+      bool any_cased = false;
+      for (uint32_t cp : cps) {
+        if (!IsCased(cp)) continue;
+        any_cased = true;
+        if ((name == "islower") != (ToLowerCp(cp) == cp)) return Value::Bool(false);
+      }
+      return Value::Bool(any_cased);
+    }
+    if (cps.empty()) return Value::Bool(false);
+    for (uint32_t cp : cps) {
+      bool digit = cp >= '0' && cp <= '9';
+      bool alpha = (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z') || (cp >= 0x80 && IsCased(cp));
+      bool ok = name == "isdigit" ? digit : name == "isalpha" ? alpha : name == "isalnum" ? digit || alpha
+                                                                                             : IsPySpace(cp);
+      if (!ok) return Value::Bool(false);
+    }
+    return Value::Bool(true);
+  }
+  return in.Error(absl::StrCat("'str' object has no attribute '", name, "'"));
+}
+
+absl::StatusOr<Value> CallDictMethod(Interpreter& in, const std::string& name, const Value& self, CallArgs& a) {
+  const ValueDict& d = self.dict();
+  if (name == "get") {
+    ASSIGN_OR_RETURN(std::vector<Value> p, Bind(in, name, a, {"key", "default"}));
+    const Value* v = d.Find(p[0]);
+    if (v != nullptr) return *v;
+    return Has(p[1]) ? p[1] : Value::None();
+  }
+  ASSIGN_OR_RETURN(std::vector<Value> p, Bind(in, name, a, {}));
+  std::vector<Value> items;
+  items.reserve(d.entries.size());
+  for (const auto& [k, v] : d.entries) {
+    if (name == "keys") {
+      items.push_back(k);
+    } else if (name == "values") {
+      items.push_back(v);
+    } else {
+      items.push_back(Value::List({k, v}, /*is_tuple=*/true));
+    }
+  }
+  return Value::List(std::move(items));
+}
+
+absl::StatusOr<Value> CallListMethod(Interpreter& in, const std::string& name, const Value& self, CallArgs& a) {
+  ASSIGN_OR_RETURN(std::vector<Value> p, Bind(in, name, a, {"value"}));
+  int64_t n = 0;
+  for (size_t i = 0; i < self.items().size(); ++i) {
+    if (!self.items()[i].Equals(p[0])) continue;
+    if (name == "index") return Value::Int(static_cast<int64_t>(i));
+    ++n;
+  }
+  if (name == "index") return in.Error(absl::StrCat(p[0].Repr(), " is not in list"));
+  return Value::Int(n);
+}
+
+bool IsStrMethod(const std::string& n) {
+  static const char* const kNames[] = {"strip", "lstrip", "rstrip", "startswith", "endswith", "upper", "lower",
+                                       "title", "capitalize", "split", "rsplit", "replace", "find", "count",
+                                       "join", "splitlines", "isdigit", "isalpha", "isalnum", "isspace",
+                                       "islower", "isupper"};
+  for (const char* k : kNames) {
+    if (n == k) return true;
+  }
+  return false;
+}
+
+Value BoundMethod(const Value& self, const std::string& name,
+                  absl::StatusOr<Value> (*fn)(Interpreter&, const std::string&, const Value&, CallArgs&)) {
+  return Value::Function(name, [self, name, fn](Interpreter& in, CallArgs& a) { return fn(in, name, self, a); });
+}
+
+}  // namespace
+
+Value GetAttr(const Value& obj, const std::string& name) {
+  switch (obj.kind()) {
+    case ValueKind::kString:
+      if (IsStrMethod(name)) return BoundMethod(obj, name, CallStrMethod);
+      break;
+    case ValueKind::kDict:
+      if (!obj.is_namespace() && (name == "get" || name == "items" || name == "keys" || name == "values")) {
+        return BoundMethod(obj, name, CallDictMethod);
+      }
+      if (const Value* v = obj.dict().FindString(name)) return *v;
+      break;
+    case ValueKind::kList:
+      if (name == "index" || name == "count") return BoundMethod(obj, name, CallListMethod);
+      break;
+    default: break;
+  }
+  return MissingAttr(obj, name);
+}
+
+Value GetItem(const Value& obj, const Value& key) {
+  if (obj.is_dict()) {
+    if (const Value* v = obj.dict().Find(key)) return *v;
+  } else if ((obj.is_list() || obj.is_string()) && key.is_integral()) {
+    int64_t len = *obj.Length();
+    int64_t i = key.int_value();
+    if (i < 0) i += len;
+    if (i >= 0 && i < len) {
+      if (obj.is_list()) return obj.items()[static_cast<size_t>(i)];
+      std::vector<size_t> off = CodePointOffsets(obj.str());
+      return Value::String(obj.str().substr(off[i], off[i + 1] - off[i]));
+    }
+    return Value::Undefined(absl::StrCat("'", ObjectDescription(obj), "' has no element ", key.int_value()));
+  }
+  if (key.is_string()) return GetAttr(obj, key.str());
+  return Value::Undefined(absl::StrCat("'", ObjectDescription(obj), "' has no element ", key.Repr()));
+}
+
+namespace {
+
+// ---- Tests --------------------------------------------------------------
+
+using TestFn = absl::StatusOr<bool> (*)(Interpreter&, const Value&, CallArgs&);
+
+absl::StatusOr<Value> Arg0(Interpreter& in, absl::string_view name, CallArgs& a) {
+  ASSIGN_OR_RETURN(std::vector<Value> p, Bind(in, name, a, {"other"}));
+  return p[0];
+}
+
+absl::StatusOr<bool> CompareTest(Interpreter& in, const Value& v, CallArgs& a, absl::string_view op) {
+  ASSIGN_OR_RETURN(Value other, Arg0(in, op, a));
+  if (op == "eq") return v.Equals(other);
+  if (op == "ne") return !v.Equals(other);
+  if (v.is_undefined()) return UndefinedError(v);
+  if (other.is_undefined()) return UndefinedError(other);
+  absl::StatusOr<bool> r = (op == "lt" || op == "ge") ? v.Less(other) : other.Less(v);
+  if (!r.ok()) return in.Error(std::string(r.status().message()));
+  return (op == "lt" || op == "gt") ? *r : !*r;
+}
+
+absl::StatusOr<bool> NumberParity(Interpreter& in, const Value& v, int64_t divisor, int64_t want) {
+  if (v.is_undefined()) return UndefinedError(v);
+  if (!v.is_number()) return in.Error(absl::StrCat("unsupported operand type(s) for %: '", v.TypeName(), "' and 'int'"));
+  if (v.is_float()) return std::fmod(v.number_value(), static_cast<double>(divisor)) == static_cast<double>(want);
+  int64_t m = v.int_value() % divisor;
+  if (m < 0) m += std::llabs(divisor);
+  return m == want;
+}
+
+const absl::flat_hash_map<std::string, TestFn>& Tests() {
+  static const auto* tests = new absl::flat_hash_map<std::string, TestFn>{
+      {"defined", [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<bool> { return !v.is_undefined(); }},
+      {"undefined", [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<bool> { return v.is_undefined(); }},
+      {"none", [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<bool> { return v.is_none(); }},
+      {"string", [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<bool> { return v.is_string(); }},
+      {"mapping",
+       [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<bool> { return v.is_dict() && !v.is_namespace(); }},
+      {"iterable",
+       [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<bool> {
+         return v.is_undefined() || v.is_string() || v.is_list() || (v.is_dict() && !v.is_namespace());
+       }},
+      {"sequence",
+       [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<bool> {
+         return v.is_undefined() || v.is_string() || v.is_list() || (v.is_dict() && !v.is_namespace());
+       }},
+      {"number", [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<bool> { return v.is_number(); }},
+      {"integer", [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<bool> { return v.is_int(); }},
+      {"float", [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<bool> { return v.is_float(); }},
+      {"boolean", [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<bool> { return v.is_bool(); }},
+      {"true",
+       [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<bool> { return v.is_bool() && v.bool_value(); }},
+      {"false",
+       [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<bool> { return v.is_bool() && !v.bool_value(); }},
+      {"callable", [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<bool> { return v.is_callable(); }},
+      {"even", [](Interpreter& in, const Value& v, CallArgs&) { return NumberParity(in, v, 2, 0); }},
+      {"odd", [](Interpreter& in, const Value& v, CallArgs&) { return NumberParity(in, v, 2, 1); }},
+      {"divisibleby",
+       [](Interpreter& in, const Value& v, CallArgs& a) -> absl::StatusOr<bool> {
+         ASSIGN_OR_RETURN(Value n, Arg0(in, "divisibleby", a));
+         ASSIGN_OR_RETURN(int64_t d, NeedInt(in, "divisibleby", n));
+         if (d == 0) return in.Error("integer division or modulo by zero");
+         return NumberParity(in, v, d, 0);
+       }},
+      {"lower",
+       [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<bool> {
+         std::string s = v.ToString();
+         return PyLower(s) == s && PyUpper(s) != s;
+       }},
+      {"upper",
+       [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<bool> {
+         std::string s = v.ToString();
+         return PyUpper(s) == s && PyLower(s) != s;
+       }},
+      {"in",
+       [](Interpreter& in, const Value& v, CallArgs& a) -> absl::StatusOr<bool> {
+         ASSIGN_OR_RETURN(Value seq, Arg0(in, "in", a));
+         auto r = Contains(seq, v);
+         if (!r.ok()) return in.Error(std::string(r.status().message()));
+         return *r;
+       }},
+      {"sameas",
+       [](Interpreter& in, const Value& v, CallArgs& a) -> absl::StatusOr<bool> {
+         ASSIGN_OR_RETURN(Value o, Arg0(in, "sameas", a));
+         if (v.kind() != o.kind()) return false;
+         if (v.is_list() || v.is_dict() || v.is_callable()) return v.Equals(o) && v.Repr() == o.Repr();
+         return v.Equals(o);
+       }},
+      {"filter",
+       [](Interpreter& in, const Value& v, CallArgs&) -> absl::StatusOr<bool> {
+         return v.is_string() && IsFilter(v.str());
+       }},
+      {"test",
+       [](Interpreter& in, const Value& v, CallArgs&) -> absl::StatusOr<bool> {
+         return v.is_string() && IsTest(v.str());
+       }},
+      {"eq", [](Interpreter& in, const Value& v, CallArgs& a) { return CompareTest(in, v, a, "eq"); }},
+      {"ne", [](Interpreter& in, const Value& v, CallArgs& a) { return CompareTest(in, v, a, "ne"); }},
+      {"lt", [](Interpreter& in, const Value& v, CallArgs& a) { return CompareTest(in, v, a, "lt"); }},
+      {"le", [](Interpreter& in, const Value& v, CallArgs& a) { return CompareTest(in, v, a, "le"); }},
+      {"gt", [](Interpreter& in, const Value& v, CallArgs& a) { return CompareTest(in, v, a, "gt"); }},
+      {"ge", [](Interpreter& in, const Value& v, CallArgs& a) { return CompareTest(in, v, a, "ge"); }},
+  };
+  return *tests;
+}
+
+std::string TestAlias(absl::string_view name) {
+  if (name == "equalto" || name == "==") return "eq";
+  if (name == "!=") return "ne";
+  if (name == "lessthan" || name == "<") return "lt";
+  if (name == "<=") return "le";
+  if (name == "greaterthan" || name == ">") return "gt";
+  if (name == ">=") return "ge";
+  return std::string(name);
+}
+
+}  // namespace
+
+bool IsTest(absl::string_view name) { return Tests().contains(TestAlias(name)); }
+
+absl::StatusOr<bool> CallTest(Interpreter& in, const std::string& name, const Value& input, CallArgs& args) {
+  auto it = Tests().find(TestAlias(name));
+  if (it == Tests().end()) return in.Error(absl::StrCat("no test named '", name, "'"));
+  return it->second(in, input, args);
+}
+
+// Filters live in filters.cc; globals below.
+
+void AddGlobals(Scope* scope) {
+  scope->vars["range"] = Value::Function("range", [](Interpreter& in, CallArgs& a) -> absl::StatusOr<Value> {
+    if (!a.kwargs.empty()) return in.Error("range() takes no keyword arguments");
+    if (a.args.empty() || a.args.size() > 3) return in.Error("range expected 1 to 3 arguments");
+    int64_t v[3] = {0, 0, 1};
+    for (size_t i = 0; i < a.args.size(); ++i) {
+      ASSIGN_OR_RETURN(v[i], NeedInt(in, "range", a.args[i]));
+    }
+    int64_t start = a.args.size() == 1 ? 0 : v[0];
+    int64_t stop = a.args.size() == 1 ? v[0] : v[1];
+    int64_t step = a.args.size() == 3 ? v[2] : 1;
+    if (step == 0) return in.Error("range() arg 3 must not be zero");
+    long double count = step > 0 ? std::ceil((static_cast<long double>(stop) - start) / step)
+                                 : std::ceil((static_cast<long double>(start) - stop) / -step);
+    if (count > kMaxRange) {
+      return in.Error("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
+    }
+    std::vector<Value> items;
+    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) items.push_back(Value::Int(i));
+    return Value::List(std::move(items));
+  });
+  scope->vars["namespace"] = Value::Function("namespace", [](Interpreter& in, CallArgs& a) -> absl::StatusOr<Value> {
+    auto d = std::make_shared<ValueDict>();
+    d->is_namespace = true;
+    for (const Value& init : a.args) {
+      if (!init.is_dict()) return in.Error("namespace() takes a mapping and keyword arguments");
+      for (const auto& [k, v] : init.dict().entries) d->Set(k, v);
+    }
+    for (const auto& [k, v] : a.kwargs) d->Set(Value::String(k), v);
+    return Value::Dict(std::move(d));
+  });
+  scope->vars["dict"] = Value::Function("dict", [](Interpreter& in, CallArgs& a) -> absl::StatusOr<Value> {
+    auto d = std::make_shared<ValueDict>();
+    for (const Value& init : a.args) {
+      if (!init.is_dict()) return in.Error("dict() takes a mapping and keyword arguments");
+      for (const auto& [k, v] : init.dict().entries) d->Set(k, v);
+    }
+    for (const auto& [k, v] : a.kwargs) d->Set(Value::String(k), v);
+    return Value::Dict(std::move(d));
+  });
+  scope->vars["raise_exception"] =
+      Value::Function("raise_exception", [](Interpreter& in, CallArgs& a) -> absl::StatusOr<Value> {
+        ASSIGN_OR_RETURN(std::vector<Value> p, Bind(in, "raise_exception", a, {"message"}));
+        return absl::InvalidArgumentError(p[0].ToString());
+      });
+  scope->vars["strftime_now"] =
+      Value::Function("strftime_now", [](Interpreter& in, CallArgs& a) -> absl::StatusOr<Value> {
+        ASSIGN_OR_RETURN(std::vector<Value> p, Bind(in, "strftime_now", a, {"format"}));
+        RETURN_IF_ERROR(NeedString(in, "strftime_now", p[0]));
+        std::time_t now = std::time(nullptr);
+        std::tm local{};
+        localtime_r(&now, &local);
+        if (p[0].str().empty()) return Value::String("");
+        std::string buffer(256, '\0');
+        for (int attempt = 0; attempt < 6; ++attempt) {
+          size_t n = std::strftime(buffer.data(), buffer.size(), p[0].str().c_str(), &local);
+          if (n > 0) return Value::String(buffer.substr(0, n));
+          buffer.resize(buffer.size() * 4);
+        }
+        return Value::String("");
+      });
+}
+
+}  // namespace jinja_internal
+}  // namespace kvcast
