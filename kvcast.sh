@@ -12,12 +12,13 @@ APT_PACKAGES=(
   bazel-bootstrap bazel-rules-java bazel-rules-proto bazel-skylib bazel-platforms
   pkg-config g++ python3 python3-venv
   libabsl-dev libgtest-dev libbenchmark-dev libopenblas-dev libsentencepiece-dev
-  nlohmann-json3-dev libpcre2-dev libxxhash-dev
+  nlohmann-json3-dev libpcre2-dev libxxhash-dev libboost1.74-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libngtcp2-dev libngtcp2-crypto-gnutls-dev libgnutls28-dev
   openssl iproute2 clang-14 libclang-rt-14-dev
 )
-PY_PACKAGES=(tokenizers==0.23.3 ml_dtypes==0.6.0 grpcio==1.85.1 protobuf==5.29.6 prometheus_client==0.26.0)
+PY_PACKAGES=(tokenizers==0.23.3 ml_dtypes==0.6.0 grpcio==1.85.1 protobuf==5.29.6 prometheus_client==0.26.0
+  openai==3.57.0 jinja2==3.1.6)
 VENV=.venv
 MOQ_VENV=.venv-moq   # aiomoqt, the independent MoQT peer (Python >= 3.12)
 DEPLOY_VENV=build/venv-deploy   # Helm engine, Kubernetes schemas, linters for deploy/ tests

@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -289,7 +290,7 @@ absl::Status Engine::PickTokens(const std::vector<Sequence*>& batch,
   for (size_t i = 0; i < batch.size(); ++i) {
     Sequence* s = batch[i];
     if (s->pending() != counts[i]) continue;  // more prompt to go
-    if (s->sampler.PicksWithoutHistory()) {
+    if (s->sampler.PicksWithoutHistory() && s->generated >= s->params.min_tokens) {
       draws.push_back(s->sampler.NextDraw(int(i)));
     } else {
       on_host.push_back(i);
@@ -303,6 +304,12 @@ absl::Status Engine::PickTokens(const std::vector<Sequence*>& batch,
   host_logits_.resize(vocab);
   for (size_t i : on_host) {
     backend_->CopyToHost(host_logits_.data(), logits + i * size_t(vocab), vocab * sizeof(float));
+    if (batch[i]->generated < batch[i]->params.min_tokens) {
+      for (int32_t t : config().eos_token_ids) host_logits_[size_t(t)] = -INFINITY;
+      for (int32_t t : batch[i]->params.stop_tokens) {
+        if (t >= 0 && t < vocab) host_logits_[size_t(t)] = -INFINITY;
+      }
+    }
     (*picked)[i] = batch[i]->sampler.Sample(host_logits_, batch[i]->tokens);
   }
   return absl::OkStatus();

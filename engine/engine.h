@@ -59,6 +59,9 @@ struct GenerationParams {
   int max_tokens = 64;
   std::vector<int32_t> stop_tokens;  // in addition to the model's EOS
   bool ignore_eos = false;
+  // EOS and stop tokens are masked out of sampling until this many tokens
+  // were generated.
+  int min_tokens = 0;
   // Called on the compute thread (inside Step) when a prompt chunk's KV is
   // complete: chunk c covers prompt tokens [c*chunk_tokens,
   // min((c+1)*chunk_tokens, prompt_len)). Called once per chunk, in order, for

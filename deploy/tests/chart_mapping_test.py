@@ -365,6 +365,36 @@ class Metrics(unittest.TestCase):
         self.assertEqual(find(objs("defaults"), "ServiceMonitor"), [])
 
 
+class HttpApi(unittest.TestCase):
+    def test_openai_api_port_flag_and_service(self):
+        o = objs("defaults")
+        d = the(o, "Deployment", "scheduler")
+        ports = {p["name"]: p["containerPort"] for p in container(d)["ports"]}
+        self.assertEqual(ports["http"], 8000)
+        self.assertEqual(flags(d)["http_listen"], "0.0.0.0:8000")
+        self.assertNotIn("api_keys_file", flags(d))
+        svc = the(o, "Service", "scheduler")
+        self.assertIn({"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP",
+                       "appProtocol": "http"}, svc["spec"]["ports"])
+        notes = render_set("defaults")["kvcast/templates/NOTES.txt"]
+        self.assertIn("127.0.0.1:8000/v1/chat/completions", notes)
+
+    def test_http_off_and_api_keys_secret(self):
+        values = kvtest.load_values("defaults")
+        values.setdefault("scheduler", {})["ports"] = {"grpc": 50051, "metrics": 9090, "http": 0}
+        values["scheduler"]["apiKeysSecret"] = "llm-api-keys"
+        o = list(kvtest.objects(kvtest.render(values)))
+        d = the(o, "Deployment", "scheduler")
+        self.assertNotIn("http", [p["name"] for p in container(d)["ports"]])
+        self.assertNotIn("http_listen", flags(d))
+        self.assertEqual(flags(d)["api_keys_file"], "/etc/kvcast/api-keys/api_keys")
+        self.assertIn({"name": "api-keys", "mountPath": "/etc/kvcast/api-keys", "readOnly": True},
+                      container(d)["volumeMounts"])
+        self.assertIn({"name": "api-keys", "secret": {"secretName": "llm-api-keys", "defaultMode": 0o440}},
+                      pod(d)["volumes"])
+        self.assertNotIn("http", [p["name"] for p in the(o, "Service", "scheduler")["spec"]["ports"]])
+
+
 class Notes(unittest.TestCase):
     def test_notes_tell_how_to_call_the_scheduler(self):
         notes = render_set("defaults")["kvcast/templates/NOTES.txt"]

@@ -26,6 +26,7 @@ GenerationParams ParamsOf(const v1::DecodeStart& start) {
   p.max_tokens = start.max_tokens();
   p.stop_tokens.assign(start.stop_token_ids().begin(), start.stop_token_ids().end());
   p.ignore_eos = start.ignore_eos();
+  p.min_tokens = start.sampling().min_tokens();
   return p;
 }
 

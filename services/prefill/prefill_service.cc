@@ -157,6 +157,7 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
   GenerationParams params;
   params.max_tokens = 1;
   params.ignore_eos = true;
+  params.min_tokens = request->sampling().min_tokens();
   params.sampling = worker::SamplingFromProto(request->sampling());
 
   // Announce the prompt; an identical prompt already published serves it.

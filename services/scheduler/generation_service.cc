@@ -167,6 +167,11 @@ grpc::Status GenerationService::Request::Validate() {
   if (absl::Status s = worker::SamplingFromProto(sampling_).Validate(); !s.ok()) {
     return worker::ToGrpc(s);
   }
+  if (sampling_.min_tokens() < 0 || sampling_.min_tokens() > max_tokens_) {
+    return grpc::Status(grpc::INVALID_ARGUMENT,
+                        absl::StrCat("min_tokens must be in [0, max_tokens = ", max_tokens_,
+                                     "], got ", sampling_.min_tokens()));
+  }
   for (const std::string& s : req_.stop()) {
     if (s.empty()) return grpc::Status(grpc::INVALID_ARGUMENT, "empty stop string");
     stops_.push_back(s);
@@ -203,8 +208,11 @@ bool GenerationService::Request::OnToken(int32_t token) {
   const auto& eos = model_.eos_token_ids;
   const auto& stop_ids = req_.stop_token_ids();
   bool done = false;
-  if (std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end() ||
-      (!req_.ignore_eos() && std::find(eos.begin(), eos.end(), token) != eos.end())) {
+  // Before min_tokens, workers mask EOS and stop tokens, and stop strings
+  // do not count.
+  const bool may_stop = int(generated_.size()) > sampling_.min_tokens();
+  if (may_stop && (std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end() ||
+                   (!req_.ignore_eos() && std::find(eos.begin(), eos.end(), token) != eos.end()))) {
     finish_ = v1::FINISH_REASON_STOP;
     done = true;
   } else if (int(generated_.size()) >= max_tokens_ ||
@@ -215,11 +223,16 @@ bool GenerationService::Request::OnToken(int32_t token) {
   v1::GenerateResponse out;
   v1::Delta* delta = out.mutable_delta();
   delta->add_token_ids(token);
+  if (generated_.size() == 1) {
+    delta->set_prompt_tokens(int(prompt_.size()));
+    delta->set_cached_prompt_tokens(cached_tokens_);
+  }
   if (svc_->tokenizer_ != nullptr) {
     text_ = svc_->tokenizer_->Decode(generated_, /*skip_special=*/true);
     size_t end = text_.size();
     size_t found = std::string::npos;
-    for (const std::string& s : stops_) {
+    static const std::vector<std::string> kNoStops;
+    for (const std::string& s : may_stop ? stops_ : kNoStops) {
       size_t from = emitted_ > s.size() ? emitted_ - s.size() : 0;
       size_t p = text_.find(s, from);
       if (p != std::string::npos && p < found) found = p;
@@ -244,6 +257,8 @@ v1::DecodeStart GenerationService::Request::DecodeStartFor(const WorkerRef* pref
   *start.mutable_prompt() = {prompt_.begin(), prompt_.end()};
   start.mutable_prompt()->Add(generated_.begin(), generated_.end());
   *start.mutable_sampling() = sampling_;
+  start.mutable_sampling()->set_min_tokens(
+      std::max(0, sampling_.min_tokens() - int(generated_.size())));
   start.set_max_tokens(max_tokens_ - int(generated_.size()));
   *start.mutable_stop_token_ids() = req_.stop_token_ids();
   start.set_ignore_eos(req_.ignore_eos());
@@ -491,6 +506,26 @@ GenerationService::GenerationService(WorkerRegistry* registry,
 grpc::Status GenerationService::Run(grpc::ServerContext* context,
                                     const v1::GenerateRequest& request,
                                     const std::function<bool(const v1::GenerateResponse&)>& emit) {
+  // With API keys, the key decides the tenant.
+  v1::GenerateRequest keyed;
+  const v1::GenerateRequest* req = &request;
+  if (options_.api_keys != nullptr && options_.api_keys->enabled()) {
+    auto md = context->client_metadata().find("authorization");
+    std::optional<std::string> tenant;
+    if (md != context->client_metadata().end()) {
+      tenant = options_.api_keys->TenantOf(absl::string_view(md->second.data(), md->second.size()));
+    }
+    if (!tenant) {
+      m_.rejected->Increment();
+      return grpc::Status(grpc::UNAUTHENTICATED,
+                          md == context->client_metadata().end()
+                              ? "an API key is required (metadata authorization: Bearer KEY)"
+                              : "invalid API key");
+    }
+    keyed = request;
+    keyed.set_tenant(*tenant);
+    req = &keyed;
+  }
   if (in_flight_.fetch_add(1) >= options_.max_queue) {
     in_flight_.fetch_sub(1);
     m_.rejected->Increment();
@@ -498,7 +533,7 @@ grpc::Status GenerationService::Run(grpc::ServerContext* context,
                         absl::StrCat("the scheduler has ", options_.max_queue,
                                      " requests in flight (--max_queue); retry later"));
   }
-  grpc::Status s = Request(this, context, request, emit).Run();
+  grpc::Status s = Request(this, context, *req, emit).Run();
   in_flight_.fetch_sub(1);
   (s.ok() ? m_.ok : m_.failed)->Increment();
   return s;

@@ -25,6 +25,7 @@
 
 #include "engine/tokenizer/tokenizer.h"
 #include "kvcast/v1/generation.grpc.pb.h"
+#include "services/common/api_keys.h"
 #include "services/common/metrics.h"
 #include "services/scheduler/worker_registry.h"
 
@@ -36,6 +37,10 @@ struct GenerationOptions {
   int max_attempts = 3;        // per phase (prefill, decode)
   absl::Duration default_deadline = absl::Minutes(10);
   std::string compression = "fp16";  // KV track decode subscribes to
+  // Borrowed; when it has keys, calls need metadata "authorization: Bearer
+  // KEY" (UNAUTHENTICATED otherwise) and the key's tenant replaces the
+  // request's.
+  const services::ApiKeys* api_keys = nullptr;
 };
 
 class GenerationService final : public v1::Generation::Service {

@@ -1,6 +1,7 @@
 // kvcast-scheduler: the entry point of a kvcast cluster (docs/services.md).
 // Serves kvcast.v1.Generation to clients and kvcast.v1.Registry to workers,
-// grpc.health.v1 on the same port, and Prometheus /metrics.
+// grpc.health.v1 on the same port, Prometheus /metrics, and (--http_listen)
+// the OpenAI-compatible HTTP API (docs/openai-api.md).
 #include <cstdio>
 
 #include "absl/flags/flag.h"
@@ -8,9 +9,12 @@
 #include "absl/strings/str_cat.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "transport/kvcache/naming.h"
+#include "services/common/api_keys.h"
 #include "services/common/grpc_server.h"
+#include "services/common/http_server.h"
 #include "services/common/metrics_server.h"
 #include "services/common/shutdown.h"
+#include "services/openai/openai_frontend.h"
 #include "services/scheduler/generation_service.h"
 
 ABSL_FLAG(std::string, grpc_listen, "0.0.0.0:50051", "gRPC HOST:PORT");
@@ -18,6 +22,12 @@ ABSL_FLAG(std::string, grpc_cert, "", "gRPC server certificate (PEM); TLS when s
 ABSL_FLAG(std::string, grpc_key, "", "gRPC server key (PEM)");
 ABSL_FLAG(std::string, grpc_ca, "", "CA (PEM): require client certificates, verify workers");
 ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9090", "HTTP HOST:PORT of /metrics; empty: off");
+ABSL_FLAG(std::string, http_listen, "",
+          "HOST:PORT of the OpenAI-compatible HTTP API (e.g. 0.0.0.0:8000); empty: off");
+ABSL_FLAG(int, http_threads, 2, "I/O threads of the HTTP API");
+ABSL_FLAG(std::string, api_keys_file, "",
+          "file of `KEY TENANT` lines: the HTTP API and kvcast.v1.Generation then need "
+          "`Authorization: Bearer KEY`");
 ABSL_FLAG(double, lease_s, 10, "a worker silent this long is dropped");
 ABSL_FLAG(int, max_queue, 256, "requests in flight at most; more get RESOURCE_EXHAUSTED");
 ABSL_FLAG(int, max_tokens_limit, 4096, "largest max_tokens a request may ask for");
@@ -60,12 +70,20 @@ int main(int argc, char** argv) {
   ro.make_channel = [creds = *creds](const std::string& address) {
     return services::MakeChannel(address, creds);
   };
+  services::ApiKeys api_keys;
+  if (!absl::GetFlag(FLAGS_api_keys_file).empty()) {
+    auto keys = services::ApiKeys::Load(absl::GetFlag(FLAGS_api_keys_file));
+    if (!keys.ok()) return fail(keys.status());
+    api_keys = std::move(*keys);
+  }
   scheduler::WorkerRegistry registry(ro);
   services::MetricsRegistry metrics;
   scheduler::GenerationOptions go;
   go.max_queue = absl::GetFlag(FLAGS_max_queue);
   go.max_tokens_limit = absl::GetFlag(FLAGS_max_tokens_limit);
   go.compression = absl::GetFlag(FLAGS_kv_compression);
+  go.api_keys = &api_keys;
+  const Tokenizer* http_tokenizer = tokenizer.get();
   scheduler::GenerationService generation(&registry, std::move(tokenizer), &metrics, go);
   services::GrpcServerOptions so;
   so.listen = absl::GetFlag(FLAGS_grpc_listen);
@@ -82,10 +100,38 @@ int main(int argc, char** argv) {
     if (!ms.ok()) return fail(ms.status());
     metrics_server = std::move(*ms);
   }
-  std::fprintf(stderr, "kvcast-scheduler: gRPC :%u, metrics :%u\n", (*server)->port(),
-               metrics_server ? metrics_server->port() : 0);
+  std::unique_ptr<openai::OpenAiFrontend> frontend;
+  std::unique_ptr<services::HttpServer> http;
+  if (!absl::GetFlag(FLAGS_http_listen).empty()) {
+    openai::FrontendHooks hooks;
+    hooks.model = [&registry]() -> std::optional<openai::ServedModel> {
+      auto m = registry.model();
+      if (!m) return std::nullopt;
+      return openai::ServedModel{m->name, m->max_sequence_len};
+    };
+    hooks.ready = [&registry] { return registry.counts().decode > 0; };
+    hooks.metrics = [&metrics] { return metrics.Render(); };
+    openai::FrontendOptions fo;
+    fo.max_tokens_limit = go.max_tokens_limit;
+    frontend = std::make_unique<openai::OpenAiFrontend>(
+        (*server)->server()->InProcessChannel(grpc::ChannelArguments()), http_tokenizer,
+        &api_keys, &metrics, std::move(hooks), fo);
+    services::HttpServer::Options ho;
+    ho.listen = absl::GetFlag(FLAGS_http_listen);
+    ho.io_threads = absl::GetFlag(FLAGS_http_threads);
+    auto hs = services::HttpServer::Start(
+        ho, [f = frontend.get()](services::HttpRequest r, std::shared_ptr<services::HttpExchange> e) {
+          f->Handle(std::move(r), std::move(e));
+        });
+    if (!hs.ok()) return fail(hs.status());
+    http = std::move(*hs);
+  }
+  std::fprintf(stderr, "kvcast-scheduler: gRPC :%u, metrics :%u, http :%u%s\n", (*server)->port(),
+               metrics_server ? metrics_server->port() : 0, http ? http->port() : 0,
+               api_keys.enabled() ? " (API keys required)" : "");
   (*signal)->Wait();
   std::fprintf(stderr, "kvcast-scheduler: draining\n");
+  http.reset();  // open streams are cancelled; their calls end with the gRPC drain
   (*server)->Shutdown(absl::Seconds(absl::GetFlag(FLAGS_drain_s)));
   return 0;
 }

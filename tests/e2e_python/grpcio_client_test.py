@@ -24,41 +24,21 @@ import json
 import math
 import os
 import pathlib
-import re
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
-import traceback
-import urllib.request
-import xml.sax.saxutils
 
 import grpc
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import CheckError, Cluster, Runner, expect, log, scrape, wait_for  # noqa: E402
+
 CHUNK = 128          # the scheduler's prefix-hash chunk (tokens)
 MAX_QUEUE = 4        # --max_queue given to the scheduler
-START_TIMEOUT_S = 90  # `cluster up` until it prints the scheduler line
 READY_TIMEOUT_S = 30  # then until health is SERVING and a request succeeds
-STOP_TIMEOUT_S = 40   # SIGTERM to exit (LocalCluster's stop_timeout is 20 s)
 RPC_TIMEOUT_S = 30    # every ordinary call
-
-T0 = time.monotonic()
-
-
-def log(msg):
-    print(f"[{time.monotonic() - T0:7.2f}s] {msg}", flush=True)
-
-
-class CheckError(AssertionError):
-    pass
-
-
-def expect(cond, msg):
-    if not cond:
-        raise CheckError(msg)
-
 
 # --- grpc.health.v1 by hand -------------------------------------------------
 # HealthCheckRequest { string service = 1; }
@@ -125,121 +105,6 @@ def health_status(channel, service="", timeout=5):
 
 
 # --- the cluster ------------------------------------------------------------
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class Cluster:
-    def __init__(self, args, model_dir, work):
-        self.work = work
-        self.dir = work / "cluster"
-        self.bin_dir = work / "bin"
-        self.bin_dir.mkdir(parents=True, exist_ok=True)
-        for name, path in [("kvcast-scheduler", args.scheduler), ("kvcast-prefill", args.prefill),
-                           ("kvcast-decode", args.decode), ("kvcast-relay", args.relay)]:
-            link = self.bin_dir / name
-            if link.is_symlink() or link.exists():
-                link.unlink()
-            link.symlink_to(os.path.realpath(path))
-        self.port = free_port()
-        self.address = f"127.0.0.1:{self.port}"
-        self.stdout_path = work / "cluster_up.stdout"
-        self.stderr_path = work / "cluster_up.stderr"
-        self.cmd = [args.kvcast, "cluster", "up", "--model", str(model_dir), "--prefill", "1",
-                    "--decode", "1", "--work_dir", str(self.dir), "--scheduler_port",
-                    str(self.port), "--bin_dir", str(self.bin_dir),
-                    f"--scheduler_flags=--max_queue={MAX_QUEUE}"]
-        self.proc = None
-        self.metrics = {}  # process name -> HOST:PORT of /metrics
-
-    def start(self):
-        log("starting: " + " ".join(self.cmd))
-        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
-            self.proc = subprocess.Popen(self.cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=err,
-                                         start_new_session=True)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while True:
-            text = self.stdout_path.read_text(errors="replace")
-            if "Ctrl-C" in text:  # the last line cluster up prints once started
-                break
-            if self.proc.poll() is not None:
-                raise CheckError(f"kvcast cluster up exited with {self.proc.returncode} during start-up")
-            if time.monotonic() > deadline:
-                raise CheckError(f"kvcast cluster up did not start within {START_TIMEOUT_S} s")
-            time.sleep(0.1)
-        m = re.search(r"^scheduler: (\S+) \(metrics http://(\S+)/metrics\)", text, re.M)
-        expect(m, f"no scheduler line in cluster up's output:\n{text}")
-        expect(m.group(1) == self.address, f"scheduler at {m.group(1)}, asked for {self.address}")
-        self.metrics["scheduler"] = m.group(2)
-        for line in text.splitlines():
-            w = re.match(r"^\s+(\S+)\s+pid\s+\d+\s.*metrics (\S+?)[\s,]", line + " ")
-            if w:
-                self.metrics[w.group(1)] = w.group(2)
-        log(f"cluster up: scheduler {self.address}, metrics {self.metrics}")
-
-    def stop(self):
-        """SIGTERM; returns (exit code, seconds) or raises if it had exited or had to be killed."""
-        if self.proc is None:
-            return None, 0.0
-        if self.proc.poll() is not None:
-            raise CheckError(f"kvcast cluster up had already exited with {self.proc.returncode}")
-        t = time.monotonic()
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            rc = self.proc.wait(timeout=STOP_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.proc.pid, signal.SIGKILL)  # its children die with it (PDEATHSIG)
-            self.proc.wait(timeout=10)
-            raise CheckError(f"kvcast cluster up did not exit within {STOP_TIMEOUT_S} s of SIGTERM; killed")
-        return rc, time.monotonic() - t
-
-    def dump_logs(self):
-        print("=" * 30 + " cluster logs " + "=" * 30)
-        for p in [self.stdout_path, self.stderr_path] + sorted((self.dir / "logs").glob("*.log")):
-            try:
-                data = p.read_text(errors="replace")
-            except OSError:
-                continue
-            if len(data) > 6000:
-                data = "...\n" + data[-6000:]
-            print(f"----- {p} -----\n{data}")
-        sys.stdout.flush()
-
-
-def scrape(address, name, labels=None):
-    """Sum of the samples of metric `name` (matching `labels`) at http://address/metrics."""
-    with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as r:
-        body = r.read().decode()
-    total, seen = 0.0, False
-    for line in body.splitlines():
-        m = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)", line)
-        if not m or m.group(1) != name:
-            continue
-        if labels and not all(f'{k}="{v}"' in (m.group(2) or "") for k, v in labels.items()):
-            continue
-        total += float(m.group(3))
-        seen = True
-    if not seen:
-        raise CheckError(f"no {name}{labels or ''} at http://{address}/metrics")
-    return total
-
-
-def wait_for(what, cond, timeout):
-    """Polls cond() until true; returns the seconds it took or raises."""
-    t = time.monotonic()
-    last = None
-    while time.monotonic() - t < timeout:
-        try:
-            if cond():
-                return time.monotonic() - t
-        except Exception as e:  # noqa: BLE001 - reported below if it never becomes true
-            last = e
-        time.sleep(0.05)
-    raise CheckError(f"{what}: not within {timeout} s" + (f" (last error: {last!r})" if last else ""))
-
 
 # --- the checks -------------------------------------------------------------
 
@@ -527,19 +392,8 @@ def main():
     work = pathlib.Path(args.work).resolve()
     work.mkdir(parents=True, exist_ok=True)
 
-    results = []  # (name, seconds, error text or None)
-
-    def run(name, fn):
-        t = time.monotonic()
-        log(f"--- {name}")
-        try:
-            fn()
-            err = None
-        except Exception:  # noqa: BLE001 - every failure is reported
-            err = traceback.format_exc()
-            log(f"FAILED {name}:\n{err}")
-        results.append((name, time.monotonic() - t, err))
-        return err is None
+    runner = Runner("grpcio_client")
+    run = runner.run
 
     cluster = None
     channel = None
@@ -565,7 +419,7 @@ def main():
         log(f"tiny model: vocab {state['config']['vocab_size']}, "
             f"context {state['config']['max_position_embeddings']}")
         nonlocal cluster, channel
-        cluster = Cluster(args, model, work)
+        cluster = Cluster(args, model, work, [f"--scheduler_flags=--max_queue={MAX_QUEUE}"])
         cluster.start()
         channel = grpc.insecure_channel(cluster.address, options=[("grpc.enable_http_proxy", 0)])
         state["checks"] = Checks(generation_pb2, generation_pb2_grpc, channel, cluster, state["config"])
@@ -581,34 +435,8 @@ def main():
         if channel is not None:
             channel.close()
         if cluster is not None:
-            def stop():
-                rc, took = cluster.stop()
-                log(f"cluster up exited with {rc} {took:.2f} s after SIGTERM")
-                expect(rc == 0, f"kvcast cluster up exited with {rc} after SIGTERM "
-                       "(non-zero: a child needed SIGKILL or exited with an error)")
-            run("cluster_stops", stop)
-        if any(err for _, _, err in results) and cluster is not None:
-            cluster.dump_logs()
-        write_xml(args.xml, results)
-    failed = [n for n, _, err in results if err]
-    log(f"{len(results) - len(failed)} passed, {len(failed)} failed" + (f": {failed}" if failed else ""))
-    return 1 if failed else 0
-
-
-def write_xml(path, results):
-    entries = []
-    for name, secs, err in results:
-        entry = f'<testcase classname="grpcio_client" name="{name}" time="{secs:.3f}">'
-        if err:
-            last = err.strip().splitlines()[-1][:300]
-            msg = xml.sax.saxutils.escape(last, {'"': "&quot;"})
-            entry += f'<failure message="{msg}">{xml.sax.saxutils.escape(err)}</failure>'
-        entries.append(entry + "</testcase>")
-    failures = sum(1 for r in results if r[2])
-    with open(path, "w") as f:
-        f.write('<?xml version="1.0" encoding="UTF-8"?>\n<testsuites>'
-                f'<testsuite name="grpcio_client" tests="{len(results)}" failures="{failures}">\n'
-                + "\n".join(entries) + "\n</testsuite></testsuites>\n")
+            runner.stop_cluster(cluster)
+    return runner.finish(args.xml, cluster)
 
 
 if __name__ == "__main__":

@@ -52,6 +52,9 @@ absl::Status ValidateClusterUp(const cluster::ClusterOptions& o) {
   if (o.scheduler_port < 0 || o.scheduler_port > 65535) {
     return absl::InvalidArgumentError("--scheduler_port must be in [0, 65535]");
   }
+  if (o.http_port < -1 || o.http_port > 65535) {
+    return absl::InvalidArgumentError("--http_port must be in [-1, 65535] (-1: off)");
+  }
   if (o.kv_cache_mb < 1) return absl::InvalidArgumentError("--kv_cache_mb must be positive");
   if (o.work_dir.empty()) return absl::InvalidArgumentError("--work_dir must not be empty");
   return absl::OkStatus();
@@ -65,6 +68,9 @@ absl::Status ClusterUp(const cluster::ClusterOptions& options) {
   cluster::LocalCluster& c = **started;
   std::printf("scheduler: %s (metrics http://%s/metrics)\n", c.scheduler_address().c_str(),
               c.scheduler_metrics_address().c_str());
+  if (!c.scheduler_http_address().empty()) {
+    std::printf("OpenAI-compatible API: http://%s/v1\n", c.scheduler_http_address().c_str());
+  }
   for (const cluster::Process* p : c.processes()) {
     std::string where = p->grpc_address.empty() ? absl::StrCat("moqt ", p->moqt_address, "/udp")
                                                 : absl::StrCat("grpc ", p->grpc_address);

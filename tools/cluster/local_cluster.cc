@@ -43,8 +43,10 @@ absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const ClusterO
   if (options.num_prefill < 1 || options.num_decode < 1) {
     return absl::InvalidArgumentError("a cluster needs at least one prefill and one decode worker");
   }
-  if (options.scheduler_port < 0 || options.scheduler_port > 65535 || options.kv_cache_mb < 1) {
-    return absl::InvalidArgumentError("scheduler_port must be in [0, 65535] and kv_cache_mb positive");
+  if (options.scheduler_port < 0 || options.scheduler_port > 65535 || options.http_port < -1 ||
+      options.http_port > 65535 || options.kv_cache_mb < 1) {
+    return absl::InvalidArgumentError(
+        "scheduler_port must be in [0, 65535], http_port in [-1, 65535], kv_cache_mb positive");
   }
   std::unique_ptr<LocalCluster> cluster(new LocalCluster(options));
   absl::Status s = cluster->Launch();
@@ -91,6 +93,7 @@ absl::Status LocalCluster::Launch() {
 
   std::set<int> used;
   if (options_.scheduler_port != 0) used.insert(options_.scheduler_port);
+  if (options_.http_port > 0) used.insert(options_.http_port);
   auto pick = [&used](int type) -> absl::StatusOr<std::string> {
     for (int attempt = 0; attempt < 100; ++attempt) {
       ASSIGN_OR_RETURN(int port, PickFreePort(type));
@@ -117,14 +120,21 @@ absl::Status LocalCluster::Launch() {
     ASSIGN_OR_RETURN(scheduler_address, pick(SOCK_STREAM));
   }
   ASSIGN_OR_RETURN(std::string scheduler_metrics, pick(SOCK_STREAM));
+  std::string scheduler_http;
+  if (options_.http_port > 0) scheduler_http = absl::StrCat("127.0.0.1:", options_.http_port);
+  if (options_.http_port == 0) {
+    ASSIGN_OR_RETURN(scheduler_http, pick(SOCK_STREAM));
+  }
   {
     std::vector<std::string> args = {"--grpc_listen=" + scheduler_address,
                                      "--metrics_listen=" + scheduler_metrics,
+                                     "--http_listen=" + scheduler_http,
                                      "--model=" + options_.model_dir};
     args.insert(args.end(), options_.scheduler_flags.begin(), options_.scheduler_flags.end());
     ASSIGN_OR_RETURN(Process * p, Spawn(Role::kScheduler, 0, scheduler_bin, std::move(args)));
     p->grpc_address = scheduler_address;
     p->metrics_address = scheduler_metrics;
+    p->http_address = scheduler_http;
     scheduler_index_ = processes_.size() - 1;
   }
   // Workers start once the scheduler answers, so their first Register

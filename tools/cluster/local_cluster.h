@@ -52,6 +52,7 @@ struct ClusterOptions {
   // Created if missing. Empty: a new directory under $TEST_TMPDIR or /tmp.
   std::string work_dir;
   int scheduler_port = 0;  // gRPC port of the scheduler; 0: a free one
+  int http_port = 0;       // the scheduler's OpenAI-compatible HTTP API; 0: a free one; -1: off
   int kv_cache_mb = 256;
   std::string backend = "cpu";
   // Binaries; empty: FindBinary(the default name).
@@ -73,6 +74,7 @@ struct Process {
   std::string log_path;
   std::string grpc_address;     // scheduler and workers
   std::string metrics_address;  // scheduler and workers
+  std::string http_address;     // the scheduler's OpenAI-compatible API ("" when off)
   std::string moqt_address;     // relay and workers (UDP)
   bool exited = false;          // reaped
   int wait_status = 0;          // waitpid status once exited
@@ -100,6 +102,7 @@ class LocalCluster {
 
   const std::string& scheduler_address() const { return scheduler().grpc_address; }
   const std::string& scheduler_metrics_address() const { return scheduler().metrics_address; }
+  const std::string& scheduler_http_address() const { return scheduler().http_address; }
   const std::string& relay_address() const;  // "" without a relay
   const std::string& work_dir() const { return work_dir_; }
   std::string ca_cert() const;  // PEM of the dev CA (verifies QUIC peers)

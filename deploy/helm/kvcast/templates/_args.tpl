@@ -40,6 +40,12 @@ cancelled, and the process exits, before the kubelet's SIGKILL.
 {{- $v := .root.Values.scheduler }}
 {{ include "kvcast.args.common" . }}
 - --model={{ .root.Values.model.mountPath }}{{ with .root.Values.model.file }}/{{ . }}{{ end }}
+{{- if $v.ports.http }}
+- --http_listen={{ include "kvcast.listen" (dict "root" .root "port" $v.ports.http) }}
+{{- end }}
+{{- if $v.apiKeysSecret }}
+- --api_keys_file=/etc/kvcast/api-keys/api_keys
+{{- end }}
 - --lease_s={{ int $v.leaseSeconds }}
 - --max_queue={{ int $v.maxQueue }}
 {{ include "kvcast.args.drain" . }}

@@ -43,6 +43,11 @@ readinessProbe:
 - name: metrics
   containerPort: {{ int $v.ports.metrics }}
   protocol: TCP
+{{- if $v.ports.http }}
+- name: http
+  containerPort: {{ int $v.ports.http }}
+  protocol: TCP
+{{- end }}
 {{- end }}
 
 {{/* Workers advertise the pod IP, or the node IP under hostNetwork. */}}
@@ -96,6 +101,11 @@ readinessProbe:
   mountPath: /etc/kvcast/grpc
   readOnly: true
 {{- end }}
+{{- if (index .root.Values .role).apiKeysSecret }}
+- name: api-keys
+  mountPath: /etc/kvcast/api-keys
+  readOnly: true
+{{- end }}
 {{- end }}
 
 {{- define "kvcast.volumes" -}}
@@ -128,6 +138,12 @@ readinessProbe:
 - name: grpc-tls
   secret:
     secretName: {{ .root.Values.tls.grpc.secretName }}
+    defaultMode: 0440
+{{- end }}
+{{- with (index .root.Values .role).apiKeysSecret }}
+- name: api-keys
+  secret:
+    secretName: {{ . }}
     defaultMode: 0440
 {{- end }}
 {{- end }}

@@ -1,0 +1,446 @@
+#include "services/openai/openai_frontend.h"
+
+#include <chrono>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "grpcpp/client_context.h"
+#include "grpcpp/support/client_callback.h"
+#include "kvcast/v1/generation.grpc.pb.h"
+
+namespace kvcast::openai {
+namespace {
+
+using services::HttpExchange;
+using services::HttpRequest;
+
+ApiError FromGrpc(const grpc::Status& s) {
+  ApiError e;
+  e.message = s.error_message();
+  switch (s.error_code()) {
+    case grpc::INVALID_ARGUMENT:
+    case grpc::OUT_OF_RANGE:
+    case grpc::FAILED_PRECONDITION:
+      e.status = 400;
+      break;
+    case grpc::NOT_FOUND:
+      e.status = 404;
+      break;
+    case grpc::UNAUTHENTICATED:
+      e.status = 401;
+      e.type = "authentication_error";
+      e.code = "invalid_api_key";
+      break;
+    case grpc::PERMISSION_DENIED:
+      e.status = 403;
+      e.type = "permission_error";
+      break;
+    case grpc::RESOURCE_EXHAUSTED:
+    case grpc::UNAVAILABLE:
+      e.status = 503;
+      e.type = "service_unavailable";
+      break;
+    case grpc::DEADLINE_EXCEEDED:
+      e.status = 504;
+      e.type = "timeout";
+      break;
+    case grpc::CANCELLED:
+      e.status = 499;
+      e.type = "cancelled";
+      break;
+    default:
+      e.status = 500;
+      e.type = "internal_error";
+  }
+  return e;
+}
+
+void SendError(HttpExchange* ex, const ApiError& e) {
+  services::HttpHeaders h;
+  if (e.status == 503) h.emplace_back("Retry-After", "1");
+  if (e.status == 401) h.emplace_back("WWW-Authenticate", "Bearer");
+  ex->Respond(e.status, "application/json", e.Body(), h);
+}
+
+int64_t UnixNow() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// One HTTP request in flight: its Generation calls (one per choice) report
+// here; the answer is written once every call is done (or, streaming, as
+// messages arrive).
+class Job : public std::enable_shared_from_this<Job> {
+ public:
+  Job(CompletionRequest req, std::shared_ptr<HttpExchange> ex, std::string model, int n)
+      : req_(std::move(req)),
+        ex_(std::move(ex)),
+        id_(NewResponseId(req_.endpoint)),
+        created_(UnixNow()),
+        model_(std::move(model)),
+        choices_(size_t(n)) {}
+
+  class Call;
+  void Start(v1::Generation::Stub* stub, std::vector<v1::GenerateRequest> requests,
+             const std::string& authorization);
+
+  void OnMessage(int index, const v1::GenerateResponse& r) {
+    absl::MutexLock l(&mu_);
+    ChoiceState& c = choices_[size_t(index)];
+    if (r.has_delta()) {
+      const v1::Delta& d = r.delta();
+      c.completion_tokens += d.token_ids_size();
+      if (d.prompt_tokens() > 0) {
+        c.prompt_tokens = d.prompt_tokens();
+        c.cached_tokens = d.cached_prompt_tokens();
+      }
+      if (!req_.stream) {
+        c.text += d.text();
+        return;
+      }
+      StartStreamLocked();
+      if (!d.text().empty()) SendChunkLocked(index, d.text(), "");
+    } else if (r.has_final()) {
+      const v1::Final& f = r.final();
+      c.finish = f.finish_reason() == v1::FINISH_REASON_STOP ? "stop" : "length";
+      c.prompt_tokens = f.usage().prompt_tokens();
+      c.cached_tokens = f.usage().cached_prompt_tokens();
+      c.completion_tokens = f.usage().generated_tokens();
+      if (req_.stream) {
+        StartStreamLocked();
+        SendChunkLocked(index, "", c.finish);
+      }
+    }
+  }
+
+  void OnDone(const grpc::Status& s) {
+    absl::MutexLock l(&mu_);
+    if (!s.ok() && !error_) error_ = FromGrpc(s);
+    if (++done_ < choices_.size()) {
+      if (error_) CancelLocked();
+      return;
+    }
+    Usage usage = TotalLocked();
+    if (!req_.stream) {
+      if (error_) return SendError(ex_.get(), *error_);
+      std::vector<Choice> out;
+      for (const ChoiceState& c : choices_) out.push_back({c.text, c.finish});
+      ex_->Respond(200, "application/json",
+                   Dump(FullResponse(req_.endpoint, id_, created_, model_, out, usage)));
+      return;
+    }
+    if (error_ && !started_) return SendError(ex_.get(), *error_);
+    StartStreamLocked();
+    if (error_) {
+      ex_->Send(SseEvent(Json::parse(error_->Body())));
+    } else if (req_.include_usage) {
+      ex_->Send(SseEvent(UsageChunk(req_.endpoint, id_, created_, model_, usage)));
+    }
+    ex_->Send("data: [DONE]\n\n");
+    ex_->Finish();
+  }
+
+  // The client went away: stop every call (their workers free the pages).
+  void Cancel() {
+    absl::MutexLock l(&mu_);
+    CancelLocked();
+  }
+
+ private:
+  struct ChoiceState {
+    std::string text;
+    std::string finish;
+    int prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
+  };
+
+  Usage TotalLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    Usage u;
+    for (const ChoiceState& c : choices_) {
+      u.prompt_tokens += c.prompt_tokens;
+      u.completion_tokens += c.completion_tokens;
+      u.cached_tokens += c.cached_tokens;
+    }
+    return u;
+  }
+
+  // Headers go out with the first message, so that errors found before any
+  // token (validation, admission) are plain HTTP errors.
+  void StartStreamLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (started_) return;
+    started_ = true;
+    ex_->StartStream(200, "text/event-stream; charset=utf-8");
+    if (req_.endpoint == Endpoint::kChat) {
+      for (size_t i = 0; i < choices_.size(); ++i) {
+        SendJsonLocked(StreamChunk(req_.endpoint, id_, created_, model_, int(i), "", "",
+                                   /*role_chunk=*/true));
+      }
+    }
+  }
+
+  void SendChunkLocked(int index, const std::string& text, const std::string& finish)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    SendJsonLocked(StreamChunk(req_.endpoint, id_, created_, model_, index, text, finish));
+  }
+
+  void SendJsonLocked(Json chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (req_.continuous_usage_stats) chunk["usage"] = TotalLocked().ToJson();
+    ex_->Send(SseEvent(chunk));
+  }
+
+  void CancelLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const CompletionRequest req_;
+  const std::shared_ptr<HttpExchange> ex_;
+  const std::string id_;
+  const int64_t created_;
+  const std::string model_;
+  absl::Mutex mu_;
+  std::vector<ChoiceState> choices_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<Call>> calls_ ABSL_GUARDED_BY(mu_);
+  size_t done_ ABSL_GUARDED_BY(mu_) = 0;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<ApiError> error_ ABSL_GUARDED_BY(mu_);
+};
+
+// One Generation call. It holds itself (and its job) until gRPC reports it
+// done, as gRPC's callback reactors require.
+class Job::Call final : public grpc::ClientReadReactor<v1::GenerateResponse> {
+ public:
+  Call(std::shared_ptr<Job> job, int index, v1::GenerateRequest request)
+      : job_(std::move(job)), index_(index), request_(std::move(request)) {}
+
+  void Start(v1::Generation::Stub* stub, const std::string& authorization,
+             std::shared_ptr<Call> self) {
+    self_ = std::move(self);
+    if (!authorization.empty()) context_.AddMetadata("authorization", authorization);
+    stub->async()->Generate(&context_, &request_, this);
+    StartRead(&response_);
+    StartCall();
+  }
+  void TryCancel() { context_.TryCancel(); }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // OnDone follows
+    job_->OnMessage(index_, response_);
+    StartRead(&response_);
+  }
+  void OnDone(const grpc::Status& s) override {
+    auto self = std::move(self_);
+    auto job = std::move(job_);
+    job->OnDone(s);
+  }
+
+ private:
+  std::shared_ptr<Job> job_;
+  const int index_;
+  grpc::ClientContext context_;
+  const v1::GenerateRequest request_;
+  v1::GenerateResponse response_;
+  std::shared_ptr<Call> self_;
+};
+
+void Job::Start(v1::Generation::Stub* stub, std::vector<v1::GenerateRequest> requests,
+                const std::string& authorization) {
+  std::vector<std::shared_ptr<Call>> calls;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    calls.push_back(std::make_shared<Call>(shared_from_this(), int(i), std::move(requests[i])));
+  }
+  {
+    absl::MutexLock l(&mu_);
+    calls_ = calls;
+  }
+  std::weak_ptr<Job> weak = shared_from_this();
+  ex_->OnClose([weak] {
+    if (auto job = weak.lock()) job->Cancel();
+  });
+  for (auto& c : calls) c->Start(stub, authorization, c);
+}
+
+void Job::CancelLocked() {
+  // TryCancel may run gRPC reactions before it returns; they take mu_, so
+  // cancel outside the lock on calls kept alive by the copies.
+  auto calls = calls_;
+  mu_.Unlock();
+  for (auto& c : calls) c->TryCancel();
+  mu_.Lock();
+}
+
+}  // namespace
+
+class OpenAiFrontend::Impl {
+ public:
+  Impl(std::shared_ptr<grpc::Channel> channel, const Tokenizer* tokenizer,
+       const services::ApiKeys* keys, services::MetricsRegistry* metrics, FrontendHooks hooks,
+       FrontendOptions options)
+      : stub_(v1::Generation::NewStub(channel)),
+        tokenizer_(tokenizer),
+        keys_(keys),
+        hooks_(std::move(hooks)),
+        options_(options) {
+    for (const char* route : {"completions", "chat", "models", "other"}) {
+      requests_.push_back(metrics->AddCounter("kvcast_http_requests_total",
+                                              "HTTP API requests by route", {{"route", route}}));
+    }
+    errors_ = metrics->AddCounter("kvcast_http_errors_total", "HTTP API requests answered 4xx/5xx");
+  }
+
+  void Handle(HttpRequest req, std::shared_ptr<HttpExchange> ex) {
+    const std::string& p = req.path;
+    if (p == "/health") {
+      const bool ready = hooks_.ready && hooks_.ready();
+      return ex->Respond(ready ? 200 : 503, "text/plain", ready ? "ok\n" : "no worker can serve\n");
+    }
+    if (p == "/metrics") {
+      return ex->Respond(200, "text/plain; version=0.0.4; charset=utf-8",
+                         hooks_.metrics ? hooks_.metrics() : "");
+    }
+    const bool models = p == "/v1/models", completions = p == "/v1/completions",
+               chat = p == "/v1/chat/completions";
+    requests_[models ? 2 : completions ? 0 : chat ? 1 : 3]->Increment();
+    auto fail = [&](ApiError e) {
+      errors_->Increment();
+      SendError(ex.get(), e);
+    };
+    if (!models && !completions && !chat) {
+      ApiError e{404, absl::StrCat("no route ", req.method, " ", p), "invalid_request_error"};
+      return fail(e);
+    }
+    const std::string authorization = req.Header("authorization");
+    if (keys_ != nullptr && keys_->enabled() && !keys_->TenantOf(authorization)) {
+      ApiError e{401, authorization.empty() ? "an API key is required (Authorization: Bearer KEY)"
+                                            : "invalid API key",
+                 "authentication_error", "", "invalid_api_key"};
+      return fail(e);
+    }
+    const std::string want = models ? "GET" : "POST";
+    if (req.method != want) {
+      ApiError e{405, absl::StrCat(p, " takes ", want), "invalid_request_error"};
+      return fail(e);
+    }
+    std::optional<ServedModel> served = hooks_.model ? hooks_.model() : std::nullopt;
+    if (models) {
+      Json data = Json::array();
+      if (served) {
+        data.push_back({{"id", served->name},
+                        {"object", "model"},
+                        {"created", start_time_},
+                        {"owned_by", "kvcast"},
+                        {"root", served->name},
+                        {"max_model_len", served->max_model_len}});
+      }
+      return ex->Respond(200, "application/json", Dump(Json{{"object", "list"}, {"data", data}}));
+    }
+    CompletionRequest creq;
+    if (auto e = ParseRequest(chat ? Endpoint::kChat : Endpoint::kCompletions, req.body, &creq)) {
+      return fail(*e);
+    }
+    if (!served) {
+      return fail({503, "no worker has registered with the scheduler yet", "service_unavailable"});
+    }
+    if (!creq.model.empty() && creq.model != served->name) {
+      return fail({404, absl::StrCat("the model '", creq.model, "' does not exist; this server serves '",
+                                     served->name, "'"),
+                   "invalid_request_error", "model", "model_not_found"});
+    }
+    std::vector<std::vector<int32_t>> prompts;
+    if (auto e = Tokenize(creq, *served, &prompts)) return fail(*e);
+    std::vector<v1::GenerateRequest> calls;
+    for (auto& ids : prompts) {
+      v1::GenerateRequest g;
+      *g.mutable_token_ids()->mutable_ids() = {ids.begin(), ids.end()};
+      v1::SamplingParams* s = g.mutable_sampling();
+      s->set_temperature(float(creq.temperature));
+      s->set_top_k(creq.top_k);
+      s->set_top_p(float(creq.top_p));
+      s->set_repetition_penalty(float(creq.repetition_penalty));
+      if (creq.seed) s->set_seed(*creq.seed);
+      const int room = served->max_model_len - int(ids.size());
+      g.set_max_tokens(creq.max_tokens ? *creq.max_tokens
+                       : chat          ? std::max(1, std::min(room, options_.max_tokens_limit))
+                                       : 16);
+      s->set_min_tokens(creq.min_tokens);
+      for (const std::string& stop : creq.stop) g.add_stop(stop);
+      g.mutable_stop_token_ids()->Add(creq.stop_token_ids.begin(), creq.stop_token_ids.end());
+      g.set_ignore_eos(creq.ignore_eos);
+      calls.push_back(std::move(g));
+    }
+    auto job = std::make_shared<Job>(std::move(creq), ex, served->name, int(calls.size()));
+    job->Start(stub_.get(), std::move(calls), authorization);
+  }
+
+ private:
+  std::optional<ApiError> Tokenize(const CompletionRequest& req, const ServedModel& served,
+                                   std::vector<std::vector<int32_t>>* out) const {
+    if (req.endpoint == Endpoint::kChat) {
+      if (!hooks_.render_chat) {
+        return ApiError{400, "this model has no chat template; use /v1/completions",
+                        "invalid_request_error", "messages"};
+      }
+      auto text = hooks_.render_chat(req.messages, req.tools, req.add_generation_prompt,
+                                     req.chat_template_kwargs);
+      if (!text.ok()) {
+        return ApiError{400, absl::StrCat("chat template: ", text.status().message()),
+                        "invalid_request_error", "messages"};
+      }
+      if (tokenizer_ == nullptr) {
+        return ApiError{400, "this scheduler has no tokenizer (--model)", "invalid_request_error"};
+      }
+      // The template writes any BOS itself.
+      auto ids = tokenizer_->Encode(*text, /*add_bos=*/false);
+      if (!ids.ok()) return ApiError{400, std::string(ids.status().message()), "invalid_request_error", "messages"};
+      out->push_back(std::move(*ids));
+    } else {
+      for (const Prompt& p : req.prompts) {
+        if (!p.text) {
+          out->push_back(p.ids);
+          continue;
+        }
+        if (tokenizer_ == nullptr) {
+          return ApiError{400, "this scheduler has no tokenizer (--model); send token ids",
+                          "invalid_request_error", "prompt"};
+        }
+        auto ids = tokenizer_->Encode(*p.text, /*add_bos=*/true);
+        if (!ids.ok()) return ApiError{400, std::string(ids.status().message()), "invalid_request_error", "prompt"};
+        out->push_back(std::move(*ids));
+      }
+    }
+    for (const auto& ids : *out) {
+      if (int(ids.size()) >= served.max_model_len) {
+        return ApiError{400,
+                        absl::StrCat("this model's maximum context length is ", served.max_model_len,
+                                     " tokens; the prompt has ", ids.size()),
+                        "invalid_request_error",
+                        req.endpoint == Endpoint::kChat ? "messages" : "prompt"};
+      }
+    }
+    return std::nullopt;
+  }
+
+  const std::unique_ptr<v1::Generation::Stub> stub_;
+  const Tokenizer* const tokenizer_;
+  const services::ApiKeys* const keys_;
+  const FrontendHooks hooks_;
+  const FrontendOptions options_;
+  const int64_t start_time_ = UnixNow();
+  std::vector<services::Counter*> requests_;
+  services::Counter* errors_;
+};
+
+OpenAiFrontend::OpenAiFrontend(std::shared_ptr<grpc::Channel> generation,
+                               const Tokenizer* tokenizer, const services::ApiKeys* keys,
+                               services::MetricsRegistry* metrics, FrontendHooks hooks,
+                               FrontendOptions options)
+    : impl_(std::make_unique<Impl>(std::move(generation), tokenizer, keys, metrics,
+                                   std::move(hooks), options)) {}
+
+OpenAiFrontend::~OpenAiFrontend() = default;
+
+void OpenAiFrontend::Handle(services::HttpRequest request,
+                            std::shared_ptr<services::HttpExchange> exchange) {
+  impl_->Handle(std::move(request), std::move(exchange));
+}
+
+}  // namespace kvcast::openai

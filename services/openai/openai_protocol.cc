@@ -1,0 +1,395 @@
+#include "services/openai/openai_protocol.h"
+
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+
+namespace kvcast::openai {
+namespace {
+
+ApiError Bad(const std::string& param, const std::string& message) {
+  ApiError e;
+  e.param = param;
+  e.message = message;
+  return e;
+}
+
+const char* TypeName(const Json& v) {
+  switch (v.type()) {
+    case Json::value_t::null: return "null";
+    case Json::value_t::boolean: return "a boolean";
+    case Json::value_t::string: return "a string";
+    case Json::value_t::array: return "an array";
+    case Json::value_t::object: return "an object";
+    case Json::value_t::number_float: return "a number";
+    default: return "an integer";
+  }
+}
+
+// Field readers: absent or null leaves `out` alone; a wrong type is an error.
+std::optional<ApiError> ReadBool(const Json& body, const char* name, bool* out) {
+  auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_boolean()) return Bad(name, absl::StrCat("'", name, "' must be a boolean, not ", TypeName(*it)));
+  *out = it->get<bool>();
+  return std::nullopt;
+}
+
+std::optional<ApiError> ReadNumber(const Json& body, const char* name, double lo, double hi,
+                                   double* out) {
+  auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_number()) return Bad(name, absl::StrCat("'", name, "' must be a number, not ", TypeName(*it)));
+  const double v = it->get<double>();
+  if (!(v >= lo && v <= hi)) {
+    return Bad(name, absl::StrCat("'", name, "' must be in [", lo, ", ", hi, "], got ", v));
+  }
+  *out = v;
+  return std::nullopt;
+}
+
+std::optional<ApiError> ReadInt(const Json& body, const char* name, int64_t lo, int64_t hi,
+                                std::optional<int64_t>* out) {
+  auto it = body.find(name);
+  if (it == body.end() || it->is_null()) return std::nullopt;
+  if (!it->is_number_integer() && !(it->is_number_float() && std::floor(it->get<double>()) == it->get<double>())) {
+    return Bad(name, absl::StrCat("'", name, "' must be an integer, not ", TypeName(*it)));
+  }
+  const double d = it->get<double>();
+  if (!(d >= double(lo) && d <= double(hi))) {
+    return Bad(name, absl::StrCat("'", name, "' must be in [", lo, ", ", hi, "], got ", it->dump()));
+  }
+  *out = it->is_number_unsigned() ? int64_t(it->get<uint64_t>()) : it->get<int64_t>();
+  return std::nullopt;
+}
+
+std::optional<ApiError> ReadTokenIds(const Json& v, const std::string& param,
+                                     std::vector<int32_t>* out) {
+  for (const Json& t : v) {
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 ||
+        t.get<int64_t>() > std::numeric_limits<int32_t>::max()) {
+      return Bad(param, absl::StrCat("'", param, "' token ids must be non-negative integers, got ",
+                                     t.dump()));
+    }
+    out->push_back(int32_t(t.get<int64_t>()));
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParsePrompts(const Json& body, std::vector<Prompt>* out) {
+  auto it = body.find("prompt");
+  if (it == body.end() || it->is_null()) return Bad("prompt", "'prompt' is required");
+  const Json& p = *it;
+  if (p.is_string()) {
+    out->push_back({p.get<std::string>(), {}});
+  } else if (p.is_array() && !p.empty() && p[0].is_number()) {
+    Prompt one;
+    if (auto e = ReadTokenIds(p, "prompt", &one.ids)) return e;
+    out->push_back(std::move(one));
+  } else if (p.is_array() && !p.empty()) {
+    for (const Json& item : p) {
+      if (item.is_string()) {
+        out->push_back({item.get<std::string>(), {}});
+      } else if (item.is_array()) {
+        Prompt one;
+        if (auto e = ReadTokenIds(item, "prompt", &one.ids)) return e;
+        out->push_back(std::move(one));
+      } else {
+        return Bad("prompt", "'prompt' must be a string, a list of strings, a list of token ids "
+                             "or a list of lists of token ids");
+      }
+    }
+  } else {
+    return Bad("prompt", p.is_array() ? "'prompt' must not be empty"
+                                      : absl::StrCat("'prompt' must be a string or a list, not ",
+                                                     TypeName(p)));
+  }
+  for (const Prompt& one : *out) {
+    if (one.text ? one.text->empty() : one.ids.empty()) return Bad("prompt", "empty prompt");
+  }
+  if (out->size() > 64) return Bad("prompt", "at most 64 prompts per request");
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseMessages(const Json& body, Json* out) {
+  auto it = body.find("messages");
+  if (it == body.end() || !it->is_array() || it->empty()) {
+    return Bad("messages", "'messages' must be a non-empty list of messages");
+  }
+  *out = Json::array();
+  for (size_t i = 0; i < it->size(); ++i) {
+    const Json& m = (*it)[i];
+    const std::string where = absl::StrCat("messages[", i, "]");
+    if (!m.is_object()) return Bad(where, absl::StrCat("'", where, "' must be an object"));
+    auto role = m.find("role");
+    if (role == m.end() || !role->is_string()) {
+      return Bad(where + ".role", absl::StrCat("'", where, ".role' must be a string"));
+    }
+    Json msg = m;
+    std::string content;
+    auto c = m.find("content");
+    if (c != m.end()) {
+      if (auto e = FlattenContent(*c, &content)) {
+        e->param = where + ".content";
+        return e;
+      }
+      msg["content"] = content;
+    } else {
+      msg["content"] = "";
+    }
+    out->push_back(std::move(msg));
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> Refuse(const Json& body, const char* name, bool (*ok)(const Json&),
+                               const char* why) {
+  auto it = body.find(name);
+  if (it != body.end() && !it->is_null() && !ok(*it)) {
+    return Bad(name, absl::StrCat("'", name, "' ", why));
+  }
+  return std::nullopt;
+}
+
+std::string HexId() {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  char buf[33];
+  std::snprintf(buf, sizeof(buf), "%016llx%016llx", (unsigned long long)rng(),
+                (unsigned long long)rng());
+  return buf;
+}
+
+}  // namespace
+
+std::string ApiError::Body() const {
+  Json e = {{"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}};
+  if (!param.empty()) e["param"] = param;
+  if (!code.empty()) e["code"] = code;
+  return Dump(Json{{"error", e}});
+}
+
+std::optional<ApiError> FlattenContent(const Json& content, std::string* out) {
+  out->clear();
+  if (content.is_null()) return std::nullopt;
+  if (content.is_string()) {
+    *out = content.get<std::string>();
+    return std::nullopt;
+  }
+  if (!content.is_array()) {
+    return Bad("content", absl::StrCat("content must be a string or a list of parts, not ",
+                                       TypeName(content)));
+  }
+  bool first = true;
+  for (const Json& part : content) {
+    auto type = part.is_object() ? part.find("type") : part.end();
+    if (!part.is_object() || type == part.end() || !type->is_string()) {
+      return Bad("content", "each content part must be an object with a 'type'");
+    }
+    if (*type != "text") {
+      return Bad("content", absl::StrCat("content parts of type '", type->get<std::string>(),
+                                         "' are not supported (text only)"));
+    }
+    auto text = part.find("text");
+    if (text == part.end() || !text->is_string()) {
+      return Bad("content", "a text part needs a string 'text'");
+    }
+    if (!first) out->push_back('\n');
+    out->append(text->get<std::string>());
+    first = false;
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseRequest(Endpoint endpoint, const std::string& body,
+                                     CompletionRequest* out) {
+  Json j = Json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Bad("", "the request body is not valid JSON");
+  if (!j.is_object()) return Bad("", "the request body must be a JSON object");
+  CompletionRequest& r = *out;
+  r = CompletionRequest();
+  r.endpoint = endpoint;
+  if (auto it = j.find("model"); it != j.end() && !it->is_null()) {
+    if (!it->is_string()) return Bad("model", "'model' must be a string");
+    r.model = it->get<std::string>();
+  }
+  if (endpoint == Endpoint::kCompletions) {
+    if (auto e = ParsePrompts(j, &r.prompts)) return e;
+    if (auto e = Refuse(j, "echo", [](const Json& v) { return v == false; }, "is not supported")) return e;
+    if (auto e = Refuse(j, "suffix", [](const Json& v) { return v.is_string() && v.empty(); },
+                        "is not supported")) return e;
+    if (auto e = Refuse(j, "best_of", [](const Json& v) { return v == 1; }, "must be 1")) return e;
+    if (auto e = Refuse(j, "logprobs", [](const Json& v) { return v == 0 || v == false; },
+                        "is not supported yet")) return e;
+  } else {
+    if (auto e = ParseMessages(j, &r.messages)) return e;
+    if (auto it = j.find("tools"); it != j.end() && !it->is_null()) {
+      if (!it->is_array()) return Bad("tools", "'tools' must be a list");
+      r.tools = *it;
+    }
+    if (auto e = ReadBool(j, "add_generation_prompt", &r.add_generation_prompt)) return e;
+    if (auto it = j.find("chat_template_kwargs"); it != j.end() && !it->is_null()) {
+      if (!it->is_object()) return Bad("chat_template_kwargs", "'chat_template_kwargs' must be an object");
+      r.chat_template_kwargs = *it;
+    }
+    if (auto e = Refuse(j, "logprobs", [](const Json& v) { return v == false; },
+                        "is not supported yet")) return e;
+    if (auto e = Refuse(j, "top_logprobs", [](const Json& v) { return v == 0; },
+                        "is not supported yet")) return e;
+    if (auto e = Refuse(j, "response_format", [](const Json& v) {
+          return v.is_object() && v.value("type", "text") == "text"; },
+                        "other than {\"type\": \"text\"} is not supported")) return e;
+  }
+  if (auto e = Refuse(j, "n", [](const Json& v) { return v == 1; }, "must be 1 (one choice per prompt)")) return e;
+  for (const char* name : {"presence_penalty", "frequency_penalty"}) {
+    if (auto e = Refuse(j, name, [](const Json& v) { return v.is_number() && v.get<double>() == 0; },
+                        "is not supported (use repetition_penalty)")) return e;
+  }
+  if (auto e = Refuse(j, "logit_bias", [](const Json& v) { return v.is_object() && v.empty(); },
+                      "is not supported")) return e;
+
+  std::optional<int64_t> v;
+  const char* max_name = j.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  if (auto e = ReadInt(j, max_name, 1, std::numeric_limits<int32_t>::max(), &v)) return e;
+  if (v) r.max_tokens = int(*v);
+  v.reset();
+  if (auto e = ReadInt(j, "min_tokens", 0, std::numeric_limits<int32_t>::max(), &v)) return e;
+  if (v) r.min_tokens = int(*v);
+  if (r.max_tokens && r.min_tokens > *r.max_tokens) {
+    return Bad("min_tokens", absl::StrCat("'min_tokens' (", r.min_tokens,
+                                          ") must not exceed max_tokens (", *r.max_tokens, ")"));
+  }
+  v.reset();
+  if (auto e = ReadInt(j, "top_k", -1, std::numeric_limits<int32_t>::max(), &v)) return e;
+  if (v) r.top_k = *v < 0 ? 0 : int(*v);
+  v.reset();
+  if (auto e = ReadInt(j, "seed", std::numeric_limits<int64_t>::min(),
+                       std::numeric_limits<int64_t>::max(), &v)) return e;
+  if (v) r.seed = uint64_t(*v);
+  if (auto e = ReadNumber(j, "temperature", 0, 100, &r.temperature)) return e;
+  if (auto e = ReadNumber(j, "top_p", 0, 1, &r.top_p)) return e;
+  if (r.top_p == 0) return Bad("top_p", "'top_p' must be in (0, 1]");
+  if (auto e = ReadNumber(j, "repetition_penalty", 0, 100, &r.repetition_penalty)) return e;
+  if (r.repetition_penalty == 0) return Bad("repetition_penalty", "'repetition_penalty' must be > 0");
+  if (auto e = ReadBool(j, "ignore_eos", &r.ignore_eos)) return e;
+  if (auto e = ReadBool(j, "stream", &r.stream)) return e;
+  if (auto it = j.find("stop"); it != j.end() && !it->is_null()) {
+    if (it->is_string()) {
+      r.stop.push_back(it->get<std::string>());
+    } else if (it->is_array()) {
+      for (const Json& s : *it) {
+        if (!s.is_string()) return Bad("stop", "'stop' must be a string or a list of strings");
+        r.stop.push_back(s.get<std::string>());
+      }
+    } else {
+      return Bad("stop", "'stop' must be a string or a list of strings");
+    }
+    for (const std::string& s : r.stop) {
+      if (s.empty()) return Bad("stop", "'stop' strings must not be empty");
+    }
+  }
+  if (auto it = j.find("stop_token_ids"); it != j.end() && !it->is_null()) {
+    if (!it->is_array()) return Bad("stop_token_ids", "'stop_token_ids' must be a list of token ids");
+    if (auto e = ReadTokenIds(*it, "stop_token_ids", &r.stop_token_ids)) return e;
+  }
+  if (auto it = j.find("user"); it != j.end() && !it->is_null()) {
+    if (!it->is_string()) return Bad("user", "'user' must be a string");
+    r.user = it->get<std::string>();
+  }
+  if (auto it = j.find("stream_options"); it != j.end() && !it->is_null()) {
+    if (!it->is_object()) return Bad("stream_options", "'stream_options' must be an object");
+    if (!r.stream) return Bad("stream_options", "'stream_options' needs \"stream\": true");
+    if (auto e = ReadBool(*it, "include_usage", &r.include_usage)) {
+      e->param = "stream_options.include_usage";
+      return e;
+    }
+    if (auto e = ReadBool(*it, "continuous_usage_stats", &r.continuous_usage_stats)) {
+      e->param = "stream_options.continuous_usage_stats";
+      return e;
+    }
+  }
+  return std::nullopt;
+}
+
+std::string NewResponseId(Endpoint endpoint) {
+  return (endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-") + HexId();
+}
+
+Json Usage::ToJson() const {
+  return Json{{"prompt_tokens", prompt_tokens},
+              {"total_tokens", prompt_tokens + completion_tokens},
+              {"completion_tokens", completion_tokens},
+              {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
+}
+
+Json FinishReason(const std::string& reason) {
+  return reason.empty() ? Json(nullptr) : Json(reason);
+}
+
+Json StreamChunk(Endpoint endpoint, const std::string& id, int64_t created,
+                 const std::string& model, int index, const std::string& text,
+                 const std::string& finish_reason, bool role_chunk) {
+  Json choice = {{"index", index}};
+  if (endpoint == Endpoint::kChat) {
+    if (role_chunk) {
+      choice["delta"] = {{"role", "assistant"}, {"content", ""}};
+    } else if (text.empty() && !finish_reason.empty()) {
+      choice["delta"] = Json::object();
+    } else {
+      choice["delta"] = {{"content", text}};
+    }
+  } else {
+    choice["text"] = text;
+  }
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = FinishReason(finish_reason);
+  if (!finish_reason.empty()) choice["stop_reason"] = nullptr;
+  return Json{{"id", id},
+              {"object", endpoint == Endpoint::kChat ? "chat.completion.chunk" : "text_completion"},
+              {"created", created},
+              {"model", model},
+              {"choices", Json::array({choice})}};
+}
+
+Json UsageChunk(Endpoint endpoint, const std::string& id, int64_t created,
+                const std::string& model, const Usage& usage) {
+  return Json{{"id", id},
+              {"object", endpoint == Endpoint::kChat ? "chat.completion.chunk" : "text_completion"},
+              {"created", created},
+              {"model", model},
+              {"choices", Json::array()},
+              {"usage", usage.ToJson()}};
+}
+
+Json FullResponse(Endpoint endpoint, const std::string& id, int64_t created,
+                  const std::string& model, const std::vector<Choice>& choices,
+                  const Usage& usage) {
+  Json list = Json::array();
+  for (size_t i = 0; i < choices.size(); ++i) {
+    Json c = {{"index", int(i)}};
+    if (endpoint == Endpoint::kChat) {
+      c["message"] = {{"role", "assistant"}, {"content", choices[i].text}, {"tool_calls", Json::array()}};
+    } else {
+      c["text"] = choices[i].text;
+    }
+    c["logprobs"] = nullptr;
+    c["finish_reason"] = FinishReason(choices[i].finish_reason);
+    c["stop_reason"] = nullptr;
+    list.push_back(std::move(c));
+  }
+  return Json{{"id", id},
+              {"object", endpoint == Endpoint::kChat ? "chat.completion" : "text_completion"},
+              {"created", created},
+              {"model", model},
+              {"choices", std::move(list)},
+              {"usage", usage.ToJson()}};
+}
+
+std::string Dump(const Json& json) {
+  return json.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+std::string SseEvent(const Json& json) { return absl::StrCat("data: ", Dump(json), "\n\n"); }
+
+}  // namespace kvcast::openai

@@ -1,0 +1,117 @@
+// The OpenAI-compatible request and response bodies, as vLLM serves them
+// (docs/openai-api.md): parsing and validation of /v1/completions and
+// /v1/chat/completions bodies, and the JSON of responses, stream chunks and
+// errors. No I/O: openai_frontend.h does that.
+//
+// Thread safety: pure functions.
+#ifndef KVCAST_SERVICES_OPENAI_OPENAI_PROTOCOL_H_
+#define KVCAST_SERVICES_OPENAI_OPENAI_PROTOCOL_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "nlohmann/json.hpp"
+
+namespace kvcast::openai {
+
+using Json = nlohmann::ordered_json;
+
+// An error answered as HTTP `status` with
+// {"error":{"message","type","param","code"}}.
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;  // the request field at fault; "" = null
+  std::string code;   // "" = null
+  std::string Body() const;
+};
+
+enum class Endpoint { kCompletions, kChat };
+
+struct Prompt {
+  std::optional<std::string> text;  // else `ids`
+  std::vector<int32_t> ids;
+};
+
+struct CompletionRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string model;  // "" = the served model
+  // Completions: one choice per prompt. Chat: empty (see `messages`).
+  std::vector<Prompt> prompts;
+  // Chat: the messages, each {"role", "content" (a string: text parts are
+  // joined with "\n"), and any other fields as given (e.g. tool_calls)}.
+  Json messages;
+  Json tools;                      // chat: passed to the template; null if absent
+  bool add_generation_prompt = true;
+  Json chat_template_kwargs;       // chat: extra template variables (object or null)
+
+  std::optional<int> max_tokens;   // unset: completions 16, chat the context's rest
+  double temperature = 1.0;
+  double top_p = 1.0;
+  int top_k = 0;                   // 0 = off (vLLM's -1 is accepted as off)
+  double repetition_penalty = 1.0;
+  std::optional<uint64_t> seed;
+  std::vector<std::string> stop;
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+  int min_tokens = 0;
+  std::string user;
+  bool stream = false;
+  bool include_usage = false;           // stream_options.include_usage
+  bool continuous_usage_stats = false;  // stream_options.continuous_usage_stats
+};
+
+// Parses and validates a request body. Unknown fields are ignored (as vLLM
+// does); fields kvcast cannot honour (n > 1, logprobs, echo, best_of > 1,
+// non-zero presence/frequency penalties, logit_bias, images) are refused
+// naming the field, never silently dropped.
+std::optional<ApiError> ParseRequest(Endpoint endpoint, const std::string& body,
+                                     CompletionRequest* out);
+
+// Flattens a chat message's content (string, null, or a list of
+// {"type":"text","text"} parts) into a string; other part types are an error.
+std::optional<ApiError> FlattenContent(const Json& content, std::string* out);
+
+// A response/chunk identifier: "cmpl-" or "chatcmpl-" and 32 random hex digits.
+std::string NewResponseId(Endpoint endpoint);
+
+struct Usage {
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+  int cached_tokens = 0;
+  Json ToJson() const;  // with prompt_tokens_details.cached_tokens
+};
+
+// The finish reason's JSON: "stop", "length", or null for "".
+Json FinishReason(const std::string& reason);
+
+// The JSON of a stream chunk for one choice. `finish_reason` "" = null.
+// Chat: `role_chunk` gives the first chunk's delta {"role":"assistant","content":""};
+// otherwise the delta is {"content": text}, or {} with a finish reason and no text.
+Json StreamChunk(Endpoint endpoint, const std::string& id, int64_t created,
+                 const std::string& model, int index, const std::string& text,
+                 const std::string& finish_reason, bool role_chunk = false);
+// The last chunk of include_usage: "choices": [] and the usage.
+Json UsageChunk(Endpoint endpoint, const std::string& id, int64_t created,
+                const std::string& model, const Usage& usage);
+
+struct Choice {
+  std::string text;
+  std::string finish_reason;
+};
+// The whole (non-streamed) response.
+Json FullResponse(Endpoint endpoint, const std::string& id, int64_t created,
+                  const std::string& model, const std::vector<Choice>& choices,
+                  const Usage& usage);
+
+// "data: <json>\n\n" (the JSON on one line, invalid UTF-8 replaced).
+std::string SseEvent(const Json& json);
+// The JSON on one line, invalid UTF-8 replaced by U+FFFD.
+std::string Dump(const Json& json);
+
+}  // namespace kvcast::openai
+
+#endif  // KVCAST_SERVICES_OPENAI_OPENAI_PROTOCOL_H_

@@ -1,0 +1,158 @@
+#include "services/openai/openai_protocol.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace kvcast::openai {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+CompletionRequest Parsed(Endpoint e, const std::string& body) {
+  CompletionRequest r;
+  auto err = ParseRequest(e, body, &r);
+  EXPECT_FALSE(err.has_value()) << body << " -> " << (err ? err->message : "");
+  return r;
+}
+
+ApiError Refused(Endpoint e, const std::string& body) {
+  CompletionRequest r;
+  auto err = ParseRequest(e, body, &r);
+  EXPECT_TRUE(err.has_value()) << body;
+  return err.value_or(ApiError{});
+}
+
+TEST(OpenAiProtocolTest, ParsesCompletionPromptsOfEveryShape) {
+  auto r = Parsed(Endpoint::kCompletions,
+                  R"({"model":"m","prompt":"hi","max_tokens":5,"temperature":0,"top_p":0.5,
+                      "top_k":-1,"seed":7,"stop":"x","ignore_eos":true,"min_tokens":2,
+                      "stream":true,"stream_options":{"include_usage":true},"unknown":[1]})");
+  EXPECT_EQ(r.model, "m");
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_EQ(*r.prompts[0].text, "hi");
+  EXPECT_EQ(r.max_tokens, 5);
+  EXPECT_EQ(r.temperature, 0);
+  EXPECT_EQ(r.top_p, 0.5);
+  EXPECT_EQ(r.top_k, 0);
+  EXPECT_EQ(r.seed, 7u);
+  EXPECT_THAT(r.stop, ElementsAre("x"));
+  EXPECT_TRUE(r.ignore_eos && r.stream && r.include_usage && !r.continuous_usage_stats);
+  EXPECT_EQ(r.min_tokens, 2);
+
+  r = Parsed(Endpoint::kCompletions, R"({"prompt":[1,2,3]})");
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_THAT(r.prompts[0].ids, ElementsAre(1, 2, 3));
+  EXPECT_FALSE(r.max_tokens.has_value());
+  r = Parsed(Endpoint::kCompletions, R"({"prompt":["a","b"],"stop":["x","y"]})");
+  EXPECT_EQ(r.prompts.size(), 2u);
+  EXPECT_THAT(r.stop, ElementsAre("x", "y"));
+  r = Parsed(Endpoint::kCompletions, R"({"prompt":[[5],[6,7]],"max_completion_tokens":3})");
+  ASSERT_EQ(r.prompts.size(), 2u);
+  EXPECT_THAT(r.prompts[1].ids, ElementsAre(6, 7));
+  EXPECT_EQ(r.max_tokens, 3);
+}
+
+TEST(OpenAiProtocolTest, ParsesChatMessagesFlatteningTextParts) {
+  auto r = Parsed(Endpoint::kChat, R"({"messages":[
+      {"role":"system","content":"be brief"},
+      {"role":"user","content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]},
+      {"role":"assistant","content":null,"tool_calls":[]}],
+      "add_generation_prompt":false,"chat_template_kwargs":{"x":1}})");
+  ASSERT_EQ(r.messages.size(), 3u);
+  EXPECT_EQ(r.messages[1]["content"], "a\nb");
+  EXPECT_EQ(r.messages[2]["content"], "");
+  EXPECT_TRUE(r.messages[2].contains("tool_calls"));
+  EXPECT_FALSE(r.add_generation_prompt);
+  EXPECT_EQ(r.chat_template_kwargs["x"], 1);
+}
+
+TEST(OpenAiProtocolTest, RefusesBadFieldsNamingThem) {
+  struct Case {
+    Endpoint e;
+    const char* body;
+    const char* param;
+    const char* message;
+  } cases[] = {
+      {Endpoint::kCompletions, "{", "", "not valid JSON"},
+      {Endpoint::kCompletions, "[]", "", "JSON object"},
+      {Endpoint::kCompletions, R"({})", "prompt", "required"},
+      {Endpoint::kCompletions, R"({"prompt":""})", "prompt", "empty prompt"},
+      {Endpoint::kCompletions, R"({"prompt":[]})", "prompt", "must not be empty"},
+      {Endpoint::kCompletions, R"({"prompt":[1,-2]})", "prompt", "non-negative"},
+      {Endpoint::kCompletions, R"({"prompt":"a","max_tokens":0})", "max_tokens", "[1,"},
+      {Endpoint::kCompletions, R"({"prompt":"a","max_tokens":"5"})", "max_tokens", "integer"},
+      {Endpoint::kCompletions, R"({"prompt":"a","temperature":-1})", "temperature", "[0, 100]"},
+      {Endpoint::kCompletions, R"({"prompt":"a","top_p":0})", "top_p", "(0, 1]"},
+      {Endpoint::kCompletions, R"({"prompt":"a","n":2})", "n", "must be 1"},
+      {Endpoint::kCompletions, R"({"prompt":"a","echo":true})", "echo", "not supported"},
+      {Endpoint::kCompletions, R"({"prompt":"a","logprobs":3})", "logprobs", "not supported"},
+      {Endpoint::kCompletions, R"({"prompt":"a","stop":[""]})", "stop", "empty"},
+      {Endpoint::kCompletions, R"({"prompt":"a","stop":7})", "stop", "string"},
+      {Endpoint::kCompletions, R"({"prompt":"a","stream_options":{"include_usage":true}})",
+       "stream_options", "stream"},
+      {Endpoint::kCompletions, R"({"prompt":"a","stream":true,"stream_options":{"include_usage":1}})",
+       "stream_options.include_usage", "boolean"},
+      {Endpoint::kCompletions, R"({"prompt":"a","min_tokens":5,"max_tokens":2})", "min_tokens",
+       "must not exceed"},
+      {Endpoint::kCompletions, R"({"prompt":"a","presence_penalty":0.5})", "presence_penalty",
+       "repetition_penalty"},
+      {Endpoint::kCompletions, R"({"prompt":"a","model":3})", "model", "string"},
+      {Endpoint::kChat, R"({"messages":[]})", "messages", "non-empty"},
+      {Endpoint::kChat, R"({"messages":[{"content":"x"}]})", "messages[0].role", "string"},
+      {Endpoint::kChat, R"({"messages":[{"role":"user","content":[{"type":"image_url"}]}]})",
+       "messages[0].content", "image_url"},
+      {Endpoint::kChat, R"({"messages":[{"role":"user","content":5}]})", "messages[0].content",
+       "string or a list"},
+      {Endpoint::kChat, R"({"messages":[{"role":"user","content":"x"}],"logprobs":true})",
+       "logprobs", "not supported"},
+  };
+  for (const Case& c : cases) {
+    ApiError e = Refused(c.e, c.body);
+    EXPECT_EQ(e.status, 400) << c.body;
+    EXPECT_EQ(e.param, c.param) << c.body;
+    EXPECT_THAT(e.message, HasSubstr(c.message)) << c.body;
+  }
+}
+
+TEST(OpenAiProtocolTest, WritesChunksAndResponsesAsVllmDoes) {
+  Json role = StreamChunk(Endpoint::kChat, "chatcmpl-1", 100, "m", 0, "", "", true);
+  EXPECT_EQ(Dump(role),
+            R"({"id":"chatcmpl-1","object":"chat.completion.chunk","created":100,"model":"m",)"
+            R"("choices":[{"index":0,"delta":{"role":"assistant","content":""},"logprobs":null,)"
+            R"("finish_reason":null}]})");
+  Json last = StreamChunk(Endpoint::kChat, "chatcmpl-1", 100, "m", 0, "", "stop");
+  EXPECT_EQ(last["choices"][0]["delta"], Json::object());
+  EXPECT_EQ(last["choices"][0]["finish_reason"], "stop");
+  Json text = StreamChunk(Endpoint::kCompletions, "cmpl-1", 100, "m", 1, "hé", "");
+  EXPECT_EQ(text["object"], "text_completion");
+  EXPECT_EQ(text["choices"][0]["text"], "hé");
+  EXPECT_EQ(text["choices"][0]["index"], 1);
+  EXPECT_TRUE(text["choices"][0]["finish_reason"].is_null());
+
+  Usage u{10, 4, 8};
+  Json usage = UsageChunk(Endpoint::kChat, "c", 1, "m", u);
+  EXPECT_EQ(usage["choices"], Json::array());
+  EXPECT_EQ(Dump(usage["usage"]),
+            R"({"prompt_tokens":10,"total_tokens":14,"completion_tokens":4,)"
+            R"("prompt_tokens_details":{"cached_tokens":8}})");
+  Json full = FullResponse(Endpoint::kChat, "c", 1, "m", {{"hello", "length"}}, u);
+  EXPECT_EQ(full["object"], "chat.completion");
+  EXPECT_EQ(full["choices"][0]["message"]["content"], "hello");
+  EXPECT_EQ(full["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(full["choices"][0]["finish_reason"], "length");
+
+  EXPECT_EQ(SseEvent(Json{{"a", 1}}), "data: {\"a\":1}\n\n");
+  // Invalid UTF-8 never breaks the stream.
+  EXPECT_EQ(Dump(Json("a\xff")), "\"a\xEF\xBF\xBD\"");
+  ApiError e{404, "no such model", "invalid_request_error", "model", "model_not_found"};
+  EXPECT_EQ(e.Body(), R"({"error":{"message":"no such model","type":"invalid_request_error",)"
+                      R"("param":"model","code":"model_not_found"}})");
+  EXPECT_EQ(ApiError{}.Body(), R"({"error":{"message":"","type":"invalid_request_error",)"
+                               R"("param":null,"code":null}})");
+  EXPECT_THAT(NewResponseId(Endpoint::kChat), ::testing::MatchesRegex("chatcmpl-[0-9a-f]{32}"));
+  EXPECT_NE(NewResponseId(Endpoint::kCompletions), NewResponseId(Endpoint::kCompletions));
+}
+
+}  // namespace
+}  // namespace kvcast::openai
