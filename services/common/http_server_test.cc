@@ -1,0 +1,246 @@
+#include "services/common/http_server.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace kvcast::services {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+int Connect(uint16_t port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+void SendAll(int fd, const std::string& s) {
+  size_t off = 0;
+  while (off < s.size()) {
+    ssize_t n = send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL);
+    ASSERT_GT(n, 0);
+    off += size_t(n);
+  }
+}
+
+// Reads until `want` appears in what was read, EOF, or 5 s pass.
+std::string ReadUntil(int fd, const std::string& want, bool* eof = nullptr) {
+  std::string got;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (!want.empty() && got.find(want) != std::string::npos) break;
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 50) <= 0) continue;
+    char buf[4096];
+    ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) {
+      if (eof) *eof = true;
+      break;
+    }
+    got.append(buf, size_t(n));
+  }
+  return got;
+}
+
+std::unique_ptr<HttpServer> Serve(HttpServer::Handler h, HttpServer::Options o = {}) {
+  o.listen = "127.0.0.1:0";
+  auto s = HttpServer::Start(o, std::move(h));
+  EXPECT_TRUE(s.ok()) << s.status();
+  return s.ok() ? std::move(*s) : nullptr;
+}
+
+TEST(HttpServerTest, AnswersRequestsOnOneKeptAliveConnection) {
+  auto server = Serve([](HttpRequest req, std::shared_ptr<HttpExchange> ex) {
+    ex->Respond(200, "text/plain",
+                req.method + " " + req.path + " " + req.Header("x-a") + " [" + req.body + "]");
+  });
+  int fd = Connect(server->port());
+  ASSERT_GE(fd, 0);
+  SendAll(fd, "GET /one?q=1 HTTP/1.1\r\nHost: x\r\nX-A: v\r\n\r\n");
+  std::string r = ReadUntil(fd, "]");
+  EXPECT_THAT(r, StartsWith("HTTP/1.1 200 OK\r\n"));
+  EXPECT_THAT(r, HasSubstr("Content-Length: 13\r\n"));
+  EXPECT_THAT(r, HasSubstr("Connection: keep-alive\r\n"));
+  EXPECT_THAT(r, HasSubstr("\r\n\r\nGET /one v []"));
+  SendAll(fd, "POST /two HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nConnection: close\r\n\r\nhello");
+  bool eof = false;
+  r = ReadUntil(fd, "", &eof);
+  EXPECT_THAT(r, HasSubstr("Connection: close\r\n"));
+  EXPECT_THAT(r, HasSubstr("POST /two  [hello]"));
+  EXPECT_TRUE(eof);
+  close(fd);
+}
+
+TEST(HttpServerTest, StreamsChunksAsTheyAreSent) {
+  std::shared_ptr<HttpExchange> held;
+  absl::Notification got;
+  auto server = Serve([&](HttpRequest, std::shared_ptr<HttpExchange> ex) {
+    ex->StartStream(200, "text/event-stream");
+    ex->Send("data: 1\n\n");
+    held = ex;
+    if (!got.HasBeenNotified()) got.Notify();
+  });
+  int fd = Connect(server->port());
+  SendAll(fd, "GET /s HTTP/1.1\r\nHost: x\r\n\r\n");
+  std::string r = ReadUntil(fd, "data: 1\n\n\r\n");
+  EXPECT_THAT(r, HasSubstr("Transfer-Encoding: chunked\r\n"));
+  EXPECT_THAT(r, HasSubstr("Content-Type: text/event-stream\r\n"));
+  EXPECT_THAT(r, HasSubstr("\r\n\r\n9\r\ndata: 1\n\n\r\n"));
+  ASSERT_TRUE(got.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  held->Send("data: [DONE]\n\n");
+  held->Finish();
+  r = ReadUntil(fd, "0\r\n\r\n");
+  EXPECT_EQ(r, "e\r\ndata: [DONE]\n\n\r\n0\r\n\r\n");
+  held.reset();
+  // The connection serves another request after the stream.
+  SendAll(fd, "GET /s HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_THAT(ReadUntil(fd, "data: 1"), HasSubstr("data: 1"));
+  close(fd);
+}
+
+TEST(HttpServerTest, Http10StreamEndsWithTheConnection) {
+  auto server = Serve([](HttpRequest, std::shared_ptr<HttpExchange> ex) {
+    ex->StartStream(200, "text/event-stream");
+    ex->Send("abc");
+    ex->Finish();
+  });
+  int fd = Connect(server->port());
+  SendAll(fd, "GET / HTTP/1.0\r\n\r\n");
+  bool eof = false;
+  std::string r = ReadUntil(fd, "", &eof);
+  EXPECT_THAT(r, StartsWith("HTTP/1.0 200 OK\r\n"));
+  EXPECT_THAT(r, ::testing::EndsWith("\r\n\r\nabc"));
+  EXPECT_TRUE(eof);
+  close(fd);
+}
+
+TEST(HttpServerTest, ClientLeavingMidStreamRunsOnClose) {
+  std::atomic<bool> closed{false};
+  std::shared_ptr<HttpExchange> held;
+  absl::Notification started;
+  auto server = Serve([&](HttpRequest, std::shared_ptr<HttpExchange> ex) {
+    ex->OnClose([&] { closed = true; });
+    ex->StartStream(200, "text/event-stream");
+    held = ex;
+    started.Notify();
+  });
+  int fd = Connect(server->port());
+  SendAll(fd, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+  ASSERT_TRUE(started.WaitForNotificationWithTimeout(absl::Seconds(5)));
+  ReadUntil(fd, "\r\n\r\n");
+  close(fd);
+  for (int i = 0; i < 500 && !closed; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_TRUE(closed);
+  EXPECT_TRUE(held->closed());
+  held->Send("late");  // ignored, no crash
+}
+
+TEST(HttpServerTest, BadInputGetsClearStatuses) {
+  HttpServer::Options o;
+  o.max_body_bytes = 10;
+  auto server = Serve([](HttpRequest, std::shared_ptr<HttpExchange> ex) {
+    ex->Respond(200, "text/plain", "ok");
+  }, o);
+  struct Case {
+    std::string request;
+    std::string status;
+  } cases[] = {
+      {"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 11\r\n\r\nhello world", "HTTP/1.1 413 "},
+      {"NOT HTTP AT ALL\r\n\r\n", "HTTP/1.1 400 "},
+      {"GET / HTTP/1.1\r\nHost: x\r\nX: " + std::string(20000, 'a') + "\r\n\r\n", "HTTP/1.1 431 "},
+  };
+  for (const Case& c : cases) {
+    int fd = Connect(server->port());
+    SendAll(fd, c.request);
+    bool eof = false;
+    std::string r = ReadUntil(fd, "", &eof);
+    EXPECT_THAT(r, StartsWith(c.status)) << c.request.substr(0, 40);
+    EXPECT_TRUE(eof);
+    close(fd);
+  }
+}
+
+TEST(HttpServerTest, UnansweredRequestGets500) {
+  auto server = Serve([](HttpRequest, std::shared_ptr<HttpExchange>) {});
+  int fd = Connect(server->port());
+  SendAll(fd, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+  EXPECT_THAT(ReadUntil(fd, "}}"), StartsWith("HTTP/1.1 500 "));
+  close(fd);
+}
+
+TEST(HttpServerTest, ConnectionsBeyondTheLimitGet503AndIdleOnesClose) {
+  HttpServer::Options o;
+  o.max_connections = 2;
+  o.idle_timeout = absl::Milliseconds(300);
+  auto server = Serve([](HttpRequest, std::shared_ptr<HttpExchange> ex) {
+    ex->Respond(200, "text/plain", "ok");
+  }, o);
+  int a = Connect(server->port()), b = Connect(server->port());
+  for (int i = 0; i < 100 && server->open_connections() < 2; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  int c = Connect(server->port());
+  EXPECT_THAT(ReadUntil(c, "}"), StartsWith("HTTP/1.1 503 "));
+  // The idle ones are closed by the server after idle_timeout.
+  bool eof = false;
+  ReadUntil(a, "", &eof);
+  EXPECT_TRUE(eof);
+  for (int i = 0; i < 200 && server->open_connections() > 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(server->open_connections(), 0);
+  close(a);
+  close(b);
+  close(c);
+}
+
+TEST(HttpServerTest, StopsWithStreamsOpen) {
+  std::atomic<int> closes{0};
+  std::atomic<int> started{0};
+  std::vector<std::shared_ptr<HttpExchange>> held(8);
+  auto server = Serve([&](HttpRequest, std::shared_ptr<HttpExchange> ex) {
+    ex->OnClose([&] { ++closes; });
+    ex->StartStream(200, "text/event-stream");
+    held[started++] = ex;
+  });
+  std::vector<int> fds;
+  for (int i = 0; i < 8; ++i) {
+    fds.push_back(Connect(server->port()));
+    SendAll(fds.back(), "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+  }
+  for (int i = 0; i < 500 && started < 8; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  server.reset();
+  EXPECT_EQ(closes.load(), 8);
+  for (int fd : fds) close(fd);
+}
+
+TEST(HttpServerTest, RejectsABadListenAddress) {
+  HttpServer::Options o;
+  o.listen = "nonsense";
+  EXPECT_EQ(HttpServer::Start(o, nullptr).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kvcast::services
