@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "engine/chat/internal/text.h"
 
 namespace kvcast {
 namespace jinja_internal {
@@ -211,29 +212,46 @@ std::vector<size_t> CodePointOffsets(absl::string_view s) {
 
 namespace {
 
+// Python's str.isprintable() for the code points chat text contains:
+// control characters, format characters (zero-width spaces, bidi marks,
+// BOM, tags), separators other than the ASCII space and private use.
+bool IsPrintable(uint32_t cp) {
+  if (cp < 0x20 || (cp >= 0x7F && cp <= 0xA0) || cp == 0xAD) return false;
+  if (cp == 0x1680 || (cp >= 0x2000 && cp <= 0x200F) || (cp >= 0x2028 && cp <= 0x202F) ||
+      (cp >= 0x205F && cp <= 0x2064) || (cp >= 0x2066 && cp <= 0x206F) || cp == 0x3000 || cp == 0xFEFF ||
+      (cp >= 0xFFF9 && cp <= 0xFFFB) || cp == 0x061C || cp == 0x180E || (cp >= 0xD800 && cp <= 0xF8FF) ||
+      (cp >= 0xE0000 && cp <= 0xE0FFF) || cp >= 0xF0000 || cp == 0x110BD || (cp >= 0x1BCA0 && cp <= 0x1BCA3) ||
+      (cp >= 0x1D173 && cp <= 0x1D17A) || cp == 0x600 || cp == 0x601 || cp == 0x602 || cp == 0x603 ||
+      cp == 0x604 || cp == 0x605 || cp == 0x6DD || cp == 0x70F || cp == 0x8E2) {
+    return false;
+  }
+  return true;
+}
+
 std::string ReprString(const std::string& s) {
   char quote = '\'';
   if (s.find('\'') != std::string::npos && s.find('"') == std::string::npos) quote = '"';
   std::string out(1, quote);
-  for (size_t i = 0; i < s.size(); ++i) {
-    unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c == static_cast<unsigned char>(quote) || c == '\\') {
+  for (uint32_t cp : DecodeUtf8(s)) {
+    if (cp & 0x80000000u) {  // A byte that is not UTF-8: as Python's surrogateescape would show it.
+      out += absl::StrFormat("\\udc%02x", cp & 0xFF);
+    } else if (cp == static_cast<uint32_t>(quote) || cp == '\\') {
       out.push_back('\\');
-      out.push_back(static_cast<char>(c));
-    } else if (c == '\n') {
+      out.push_back(static_cast<char>(cp));
+    } else if (cp == '\n') {
       out += "\\n";
-    } else if (c == '\r') {
+    } else if (cp == '\r') {
       out += "\\r";
-    } else if (c == '\t') {
+    } else if (cp == '\t') {
       out += "\\t";
-    } else if (c < 0x20 || c == 0x7F) {
-      out += absl::StrFormat("\\x%02x", c);
-    } else if (c == 0xC2 && i + 1 < s.size() && static_cast<unsigned char>(s[i + 1]) < 0xA0) {
-      // U+0080..U+009F are not printable: Python writes \x80..\x9f.
-      out += absl::StrFormat("\\x%02x", static_cast<unsigned char>(s[i + 1]) - 0x80 + 0x80);
-      ++i;
+    } else if (cp == ' ' || IsPrintable(cp)) {
+      AppendUtf8(cp, &out);
+    } else if (cp <= 0xFF) {
+      out += absl::StrFormat("\\x%02x", cp);
+    } else if (cp <= 0xFFFF) {
+      out += absl::StrFormat("\\u%04x", cp);
     } else {
-      out.push_back(static_cast<char>(c));
+      out += absl::StrFormat("\\U%08x", cp);
     }
   }
   out.push_back(quote);
