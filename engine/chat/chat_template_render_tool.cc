@@ -1,6 +1,7 @@
 // Renders golden cases for tools/golden/chat_template_golden.py --check:
 // one JSON case per stdin line ({"template": stem, "context": {...},
-// "bos_token": ..., "eos_token": ...}, the template read from
+// "bos_token": ..., "eos_token": ...} or {"template_text": text,
+// "context": {...}}; a named template read from
 // tests/data/chat_templates/<stem>.jinja under the working directory, or
 // under argv[1] when given), one JSON result per stdout line:
 // {"output": text} or {"error": message}. strftime_now is fixed at
@@ -25,6 +26,22 @@ int main(int argc, char** argv) {
     if (line.empty()) continue;
     json c = json::parse(line, nullptr, false);
     json result = json::object();
+    if (!c.is_discarded() && c.contains("template_text") && c.contains("context")) {
+      // An inline template (differential tests of single features).
+      auto t = kvcast::JinjaTemplate::Parse(c["template_text"].get<std::string>());
+      if (!t.ok()) {
+        result["error"] = std::string(t.status().message());
+      } else {
+        auto r = (*t)->Render(c["context"], functions);
+        if (r.ok()) {
+          result["output"] = *r;
+        } else {
+          result["error"] = std::string(r.status().message());
+        }
+      }
+      std::cout << result.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
+      continue;
+    }
     if (c.is_discarded() || !c.contains("template") || !c.contains("context")) {
       result["error"] = "bad case line";
       std::cout << result.dump() << "\n";

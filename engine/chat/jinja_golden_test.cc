@@ -62,5 +62,41 @@ TEST(JinjaGoldenTest, MatchesPythonJinja2) {
   EXPECT_GE(errors["Mistral-7B-Instruct-v0.3"], 5);
 }
 
+// Single features (operators, literals, slices, methods, filters, tests,
+// loops, macros, whitespace control) and error paths, from
+// tools/golden/chat_template_features.py.
+TEST(JinjaGoldenTest, FeatureCasesMatchPythonJinja2) {
+  json golden = json::parse(ReadFile("tests/data/chat_templates/golden.json"));
+  const json& cases = golden["feature_cases"];
+  ASSERT_GE(cases.size(), 70u);
+  std::map<std::string, JinjaFunction> functions = {{"strftime_now", GoldenStrftimeNow()}};
+  int errors = 0;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const json& c = cases[i];
+    std::string text = c["template_text"].get<std::string>();
+    SCOPED_TRACE(testing::Message() << "feature case " << i << ": " << text);
+    absl::StatusOr<std::string> r = absl::InternalError("not parsed");
+    auto t = JinjaTemplate::Parse(text);
+    if (t.ok()) {
+      r = (*t)->Render(c["context"], functions);
+    } else {
+      r = t.status();
+    }
+    if (c.contains("error")) {
+      ++errors;
+      EXPECT_FALSE(r.ok()) << "jinja2 failed with: " << c["error"].get<std::string>() << "\nwe rendered: " << *r;
+      if (!r.ok()) {
+        EXPECT_TRUE(r.status().code() == absl::StatusCode::kInvalidArgument ||
+                    r.status().code() == absl::StatusCode::kResourceExhausted)
+            << r.status();
+      }
+    } else {
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_EQ(*r, c["output"].get<std::string>());
+    }
+  }
+  EXPECT_GE(errors, 30);
+}
+
 }  // namespace
 }  // namespace kvcast

@@ -27,6 +27,9 @@ import jinja2.ext
 import jinja2.nodes
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from chat_template_features import feature_cases  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 TEMPLATE_DIR = os.path.join(HERE, "..", "..", "tests", "data", "chat_templates")
 FIXED_NOW = datetime(2024, 7, 26, 12, 0, 0)
@@ -220,6 +223,13 @@ def render_python(env, templates, case):
         return {"error": "%s: %s" % (type(e).__name__, e)}
 
 
+def render_feature(env, case):
+    try:
+        return {"output": env.from_string(case["template_text"]).render(**case["context"])}
+    except Exception as e:
+        return {"error": "%s: %s" % (type(e).__name__, e)}
+
+
 def load_templates(env):
     out = {}
     for name in TEMPLATES:
@@ -240,14 +250,18 @@ def main():
         bos, eos = TEMPLATES[case["template"]]
         case["bos_token"], case["eos_token"] = bos, eos
         case.update(render_python(env, templates, case))
+    features = feature_cases()
+    for case in features:
+        case.update(render_feature(env, case))
     if args.write:
         with open(args.write, "w", encoding="utf-8") as f:
             json.dump({"jinja2_version": jinja2.__version__, "strftime_now": FIXED_NOW.isoformat(),
-                       "cases": cases}, f, ensure_ascii=False, indent=0, sort_keys=False)
+                       "cases": cases, "feature_cases": features}, f, ensure_ascii=False, indent=0, sort_keys=False)
             f.write("\n")
         errors = sum(1 for c in cases if "error" in c)
-        print("wrote %d cases (%d errors) to %s" % (len(cases), errors, args.write))
+        print("wrote %d cases (%d errors) and %d feature cases to %s" % (len(cases), errors, len(features), args.write))
     if args.check:
+        cases = cases + features
         inp = "".join(json.dumps(c, ensure_ascii=False) + "\n" for c in cases)
         proc = subprocess.run([args.check], input=inp.encode("utf-8"), capture_output=True, timeout=600)
         if proc.returncode != 0:
@@ -263,7 +277,8 @@ def main():
             if not ok:
                 bad += 1
                 if bad <= 5:
-                    print("MISMATCH", case["template"], json.dumps(case["context"], ensure_ascii=False)[:300])
+                    print("MISMATCH", case.get("template", case.get("template_text")),
+                          json.dumps(case["context"], ensure_ascii=False)[:300])
                     print("  python:", repr(case.get("output", case.get("error")))[:600])
                     print("  c++   :", repr(got.get("output", got.get("error")))[:600])
         if len(results) != len(cases):

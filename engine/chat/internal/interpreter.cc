@@ -310,7 +310,7 @@ absl::StatusOr<Value> Interpreter::CallMacro(const std::string& name, const Macr
     }
     if (!matched) kwargs->Set(Value::String(key), value);
   }
-  frame.vars["varargs"] = Value::List(std::move(varargs));
+  frame.vars["varargs"] = Value::List(std::move(varargs), /*is_tuple=*/true);
   frame.vars["kwargs"] = Value::Dict(std::move(kwargs));
   Scope* saved_scope = scope_;
   Flow saved_flow = flow_;
@@ -395,6 +395,47 @@ int64_t FloorMod(int64_t a, int64_t b) {
 }
 
 }  // namespace
+
+// Python's str % args for the conversions %s %r %d %i and %%.
+absl::StatusOr<Value> Interpreter::FormatPercent(const std::string& format, const Value& args) {
+  std::vector<Value> values;
+  if (args.is_list() && args.is_tuple()) {
+    values = args.items();
+  } else {
+    values.push_back(args);
+  }
+  std::string out;
+  size_t next = 0;
+  for (size_t i = 0; i < format.size(); ++i) {
+    if (format[i] != '%') {
+      out.push_back(format[i]);
+      continue;
+    }
+    if (i + 1 >= format.size()) return Error("incomplete format");
+    char c = format[++i];
+    if (c == '%') {
+      out.push_back('%');
+      continue;
+    }
+    if (next >= values.size()) return Error("not enough arguments for format string");
+    const Value& v = values[next++];
+    if (c == 's') {
+      out += v.ToString();
+    } else if (c == 'r') {
+      out += v.Repr();
+    } else if (c == 'd' || c == 'i') {
+      if (!v.is_number()) return Error(absl::StrCat("%", std::string(1, c), " format: a real number is required, not ", v.TypeName()));
+      out += v.is_float() ? absl::StrCat(static_cast<int64_t>(v.number_value())) : absl::StrCat(v.int_value());
+    } else {
+      return Error(absl::StrCat("unsupported format character '", std::string(1, c), "'"));
+    }
+    RETURN_IF_ERROR(CheckStringSize(out.size()));
+  }
+  if (next < values.size() && !(values.size() == 1 && values[0].is_dict())) {
+    return Error("not all arguments converted during string formatting");
+  }
+  return Value::String(std::move(out));
+}
 
 absl::StatusOr<Value> Interpreter::EvalBinary(const std::string& op, const Value& a, const Value& b) {
   if (op == "~") {
@@ -501,7 +542,7 @@ absl::StatusOr<Value> Interpreter::EvalBinary(const std::string& op, const Value
     for (int64_t i = 0; i < times; ++i) items.insert(items.end(), seq->items().begin(), seq->items().end());
     return Value::List(std::move(items), seq->is_tuple());
   }
-  if (op == "%" && a.is_string()) return Error("printf-style string formatting is not supported");
+  if (op == "%" && a.is_string()) return FormatPercent(a.str(), b);
   return type_error();
 }
 

@@ -81,6 +81,7 @@ class Interpreter {
   absl::StatusOr<Value> CallMacro(const std::string& name, const MacroParams& params, const StmtList& body,
                                   Scope* closure, CallArgs& args);
   absl::StatusOr<Value> EvalBinary(const std::string& op, const Value& a, const Value& b);
+  absl::StatusOr<Value> FormatPercent(const std::string& format, const Value& args);
   absl::StatusOr<bool> Compare(const std::string& op, const Value& a, const Value& b);
   absl::StatusOr<Value> EvalSlice(const Value& obj, const Expr& e);
   absl::StatusOr<Value> Lookup(const Expr& e);
