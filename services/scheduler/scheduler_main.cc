@@ -7,6 +7,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
+#include "engine/chat/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "transport/kvcache/naming.h"
 #include "services/common/api_keys.h"
@@ -55,10 +56,18 @@ int main(int argc, char** argv) {
   auto signal = services::ShutdownSignal::Create();
   if (!signal.ok()) return fail(signal.status());
   std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<ChatTemplate> chat_template;
   if (!absl::GetFlag(FLAGS_model).empty()) {
     auto tok = LoadTokenizer(absl::GetFlag(FLAGS_model));
     if (!tok.ok()) return fail(tok.status());
     tokenizer = std::move(*tok);
+    auto tmpl = ChatTemplate::Load(absl::GetFlag(FLAGS_model));
+    if (tmpl.ok()) {
+      chat_template = std::move(*tmpl);
+    } else if (!absl::GetFlag(FLAGS_http_listen).empty()) {
+      std::fprintf(stderr, "kvcast-scheduler: no chat completions: %s\n",
+                   std::string(tmpl.status().message()).c_str());
+    }
   }
   const std::string cert = absl::GetFlag(FLAGS_grpc_cert), key = absl::GetFlag(FLAGS_grpc_key),
                     ca = absl::GetFlag(FLAGS_grpc_ca);
@@ -111,6 +120,15 @@ int main(int argc, char** argv) {
     };
     hooks.ready = [&registry] { return registry.counts().decode > 0; };
     hooks.metrics = [&metrics] { return metrics.Render(); };
+    if (chat_template != nullptr) {
+      hooks.render_chat = [t = chat_template.get()](const openai::Json& messages,
+                                                    const openai::Json& tools, bool add_generation,
+                                                    const openai::Json& kwargs) {
+        openai::Json extra = kwargs.is_object() ? kwargs : openai::Json::object();
+        if (!tools.is_null()) extra["tools"] = tools;
+        return t->Render(messages, add_generation, extra);
+      };
+    }
     openai::FrontendOptions fo;
     fo.max_tokens_limit = go.max_tokens_limit;
     frontend = std::make_unique<openai::OpenAiFrontend>(

@@ -1,0 +1,256 @@
+"""kvcast's OpenAI-compatible HTTP API seen by the official `openai` client.
+
+Starts `kvcast cluster up` on SmolLM2-135M-Instruct (GGUF) with an API keys
+file, then checks with PyPI's `openai` package (max_retries=0) and plain
+urllib, no kvcast code:
+  models              /v1/models lists the served model with max_model_len
+  auth                no key / a wrong key: 401 (AuthenticationError)
+  completion_stream   streamed completion text == the unary one (greedy)
+  chat_stream         chat stream: role chunk first, finish_reason last,
+                      include_usage chunk, [DONE]; == the unary chat (greedy)
+  cached_tokens       a second chat sharing a long system prompt reports
+                      usage.prompt_tokens_details.cached_tokens >= 128
+  bad_requests        400 naming the field; unknown model 404
+  min_tokens          min_tokens holds a stop string back
+  disconnect_cancels  closing a long stream frees the scheduler's queue slot
+  concurrent_streams  8 streams at once, each complete
+  health_and_metrics  /health 200; /metrics counts the HTTP requests
+Writes one JUnit <testcase> per check to --xml; exits 1 if any failed.
+
+Usage (see openai_client_test.sh): openai_client_test.py --xml OUT --work DIR
+  --model GGUF --kvcast BIN --scheduler BIN --prefill BIN --decode BIN --relay BIN
+"""
+import argparse
+import concurrent.futures
+import json
+import os
+import pathlib
+import signal
+import sys
+import urllib.error
+import urllib.request
+
+import openai
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import Cluster, Runner, expect, log, scrape, wait_for  # noqa: E402
+
+KEY = "kvcast-test-key-alice-0123456789"
+SYSTEM = ("You are kvcast, the assistant of a disaggregated LLM inference service. kvcast splits "
+          "each request in two: a prefill worker computes the attention keys and values (the KV "
+          "cache) of the prompt, and a decode worker generates the answer one token at a time. The "
+          "prefill worker publishes the KV cache in chunks of 128 tokens over MoQT, a publish and "
+          "subscribe protocol that runs on QUIC. Relays between the workers keep a copy of every "
+          "chunk, so a later request that starts with the same text fetches its KV cache instead "
+          "of computing it again. Keep your answers short.")
+
+
+def http(address, path, body=None, key=KEY, timeout=30):
+    """(status, headers, body bytes) of a GET (body None) or JSON POST."""
+    req = urllib.request.Request(f"http://{address}{path}",
+                                 data=None if body is None else json.dumps(body).encode(),
+                                 method="GET" if body is None else "POST")
+    if body is not None:
+        req.add_header("Content-Type", "application/json")
+    if key:
+        req.add_header("Authorization", f"Bearer {key}")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.headers, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers, e.read()
+
+
+class Checks:
+    def __init__(self, cluster):
+        self.cluster = cluster
+        self.client = openai.OpenAI(base_url=f"http://{cluster.http}/v1", api_key=KEY,
+                                    max_retries=0, timeout=60)
+        self.model = None
+
+    def ready(self):
+        wait_for("/health 200", lambda: http(self.cluster.http, "/health")[0] == 200, 60)
+        models = self.client.models.list().data
+        expect(len(models) == 1, f"models: {models}")
+        self.model = models[0].id
+
+    def models(self):
+        status, _, body = http(self.cluster.http, "/v1/models")
+        expect(status == 200, f"/v1/models: {status}")
+        data = json.loads(body)
+        expect(data["object"] == "list" and len(data["data"]) == 1, f"/v1/models: {data}")
+        m = data["data"][0]
+        for field in ("id", "object", "created", "owned_by", "max_model_len"):
+            expect(field in m, f"/v1/models lacks {field}: {m}")
+        expect(m["object"] == "model" and m["max_model_len"] == 8192, f"/v1/models: {m}")
+
+    def auth(self):
+        bad = openai.OpenAI(base_url=f"http://{self.cluster.http}/v1", api_key="not-a-key",
+                            max_retries=0, timeout=30)
+        for call in (lambda: bad.models.list(),
+                     lambda: bad.completions.create(model=self.model, prompt="hi", max_tokens=2)):
+            try:
+                call()
+                raise AssertionError("a wrong API key was accepted")
+            except openai.AuthenticationError as e:
+                expect(e.status_code == 401, f"status {e.status_code}")
+        status, headers, body = http(self.cluster.http, "/v1/models", key=None)
+        expect(status == 401 and headers.get("WWW-Authenticate") == "Bearer",
+               f"no key: {status} {dict(headers)} {body!r}")
+        expect(json.loads(body)["error"]["code"] == "invalid_api_key", body)
+
+    def completion_stream(self):
+        args = dict(model=self.model, prompt="The three primary colors are", max_tokens=16,
+                    temperature=0)
+        unary = self.client.completions.create(**args)
+        expect(unary.object == "text_completion" and unary.choices[0].text, f"{unary}")
+        expect(unary.usage.completion_tokens == 16 and unary.choices[0].finish_reason == "length",
+               f"{unary.usage} {unary.choices[0].finish_reason}")
+        chunks = list(self.client.completions.create(
+            **args, stream=True, stream_options={"include_usage": True}))
+        text = "".join(c.choices[0].text for c in chunks if c.choices)
+        expect(text == unary.choices[0].text, f"stream {text!r} != unary {unary.choices[0].text!r}")
+        reasons = [c.choices[0].finish_reason for c in chunks if c.choices]
+        expect(reasons[-1] == "length" and all(r is None for r in reasons[:-1]), f"{reasons}")
+        expect(not chunks[-1].choices and chunks[-1].usage.completion_tokens == 16,
+               f"last chunk {chunks[-1]}")
+
+    def chat_messages(self, question):
+        return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
+
+    def chat_stream(self):
+        args = dict(model=self.model, messages=self.chat_messages("What is MoQT?"),
+                    max_tokens=24, temperature=0)
+        unary = self.client.chat.completions.create(**args)
+        expect(unary.object == "chat.completion", f"{unary}")
+        msg = unary.choices[0].message
+        expect(msg.role == "assistant" and msg.content, f"{msg}")
+        chunks = list(self.client.chat.completions.create(
+            **args, stream=True, stream_options={"include_usage": True}))
+        expect(all(c.object == "chat.completion.chunk" for c in chunks), "chunk objects")
+        first = chunks[0].choices[0].delta
+        expect(first.role == "assistant" and first.content == "", f"first chunk {chunks[0]}")
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        expect(text == msg.content, f"stream {text!r} != unary {msg.content!r}")
+        reasons = [c.choices[0].finish_reason for c in chunks if c.choices]
+        expect(reasons[-1] in ("stop", "length") and all(r is None for r in reasons[:-1]),
+               f"{reasons}")
+        usage = chunks[-1].usage
+        expect(not chunks[-1].choices and usage.completion_tokens == unary.usage.completion_tokens
+               and usage.prompt_tokens == unary.usage.prompt_tokens, f"usage {usage} vs {unary.usage}")
+        expect(usage.prompt_tokens_details is not None, f"no prompt_tokens_details: {usage}")
+
+    def cached_tokens(self):
+        first = self.client.chat.completions.create(
+            model=self.model, messages=self.chat_messages("Name one relay feature."), max_tokens=4)
+        second = self.client.chat.completions.create(
+            model=self.model, messages=self.chat_messages("What does decode do?"), max_tokens=4)
+        cached = second.usage.prompt_tokens_details.cached_tokens
+        log(f"prompt tokens {second.usage.prompt_tokens}, cached {cached} "
+            f"(first request: {first.usage.prompt_tokens_details.cached_tokens})")
+        expect(second.usage.prompt_tokens > 128 and cached >= 128,
+               f"cached_tokens {cached} of {second.usage.prompt_tokens}")
+
+    def bad_requests(self):
+        cases = [
+            ("max_tokens", lambda: self.client.completions.create(
+                model=self.model, prompt="x", max_tokens=0)),
+            ("n", lambda: self.client.completions.create(model=self.model, prompt="x", n=2)),
+            ("messages[0].content", lambda: self.client.chat.completions.create(
+                model=self.model, messages=[{"role": "user", "content": [
+                    {"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}])),
+            ("temperature", lambda: self.client.chat.completions.create(
+                model=self.model, messages=[{"role": "user", "content": "x"}], temperature=-1)),
+        ]
+        for param, call in cases:
+            try:
+                call()
+                raise AssertionError(f"a bad {param} was accepted")
+            except openai.BadRequestError as e:
+                expect(e.status_code == 400 and e.body and e.body.get("param") == param,
+                       f"{param}: {e.status_code} {e.body}")
+        try:
+            self.client.completions.create(model="no-such-model", prompt="x", max_tokens=1)
+            raise AssertionError("an unknown model was accepted")
+        except openai.NotFoundError as e:
+            expect(e.body.get("code") == "model_not_found", f"{e.body}")
+        status, _, body = http(self.cluster.http, "/v1/completions", body=None)
+        expect(status == 405, f"GET /v1/completions: {status} {body!r}")
+
+    def min_tokens(self):
+        args = dict(model=self.model, prompt="The capital of France is", max_tokens=12,
+                    temperature=0, stop=["."])
+        short = self.client.completions.create(**args)
+        held = self.client.completions.create(**args, extra_body={"min_tokens": 8})
+        log(f"stop '.': {short.choices[0].text!r} ({short.usage.completion_tokens} tokens); "
+            f"min_tokens 8: {held.choices[0].text!r} ({held.usage.completion_tokens})")
+        expect(short.usage.completion_tokens < 8, f"{short}")
+        expect(held.usage.completion_tokens >= 8, f"{held}")
+
+    def disconnect_cancels(self):
+        metrics = self.cluster.metrics["scheduler"]
+        stream = self.client.completions.create(
+            model=self.model, prompt="Count: 1, 2, 3,", max_tokens=4000, stream=True,
+            extra_body={"ignore_eos": True})
+        for i, _ in enumerate(stream):
+            if i == 3:
+                break
+        expect(scrape(metrics, "kvcast_queue_depth") >= 1, "the stream is not in flight")
+        stream.close()
+        took = wait_for("queue depth back to 0", lambda: scrape(metrics, "kvcast_queue_depth") == 0, 10)
+        log(f"queue slot freed {took:.2f} s after the client closed its stream")
+
+    def concurrent_streams(self):
+        def one(i):
+            chunks = list(self.client.chat.completions.create(
+                model=self.model, messages=[{"role": "user", "content": f"Say a number above {i}."}],
+                max_tokens=12, stream=True, stream_options={"include_usage": True}))
+            return chunks[-1].usage.completion_tokens, chunks[-2].choices[0].finish_reason
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            results = list(pool.map(one, range(8)))
+        expect(all(n >= 1 and r in ("stop", "length") for n, r in results), f"{results}")
+
+    def health_and_metrics(self):
+        status, _, body = http(self.cluster.http, "/health", key=None)
+        expect(status == 200, f"/health {status} {body!r}")
+        n = scrape(self.cluster.http, "kvcast_http_requests_total", {"route": "chat"})
+        expect(n >= 10, f"kvcast_http_requests_total{{route=chat}} = {n}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    for flag in ("xml", "work", "model", "kvcast", "scheduler", "prefill", "decode", "relay"):
+        ap.add_argument("--" + flag, required=True)
+    args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # Bazel's timeout: still stop the cluster
+    work = pathlib.Path(args.work).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    keys = work / "api_keys"
+    keys.write_text(f"# test keys\n{KEY} alice\n")
+    runner = Runner("openai_client")
+    cluster = None
+    state = {}
+
+    def setup():
+        nonlocal cluster
+        cluster = Cluster(args, args.model, work, [f"--scheduler_flags=--api_keys_file={keys}"])
+        cluster.start()
+        expect(cluster.http, "cluster up printed no OpenAI-compatible API address")
+        state["checks"] = Checks(cluster)
+        state["checks"].ready()
+
+    try:
+        if runner.run("setup", setup):
+            c = state["checks"]
+            for name in ("models", "auth", "completion_stream", "chat_stream", "cached_tokens",
+                         "bad_requests", "min_tokens", "disconnect_cancels", "concurrent_streams",
+                         "health_and_metrics"):
+                runner.run(name, getattr(c, name))
+    finally:
+        if cluster is not None:
+            runner.stop_cluster(cluster)
+    return runner.finish(args.xml, cluster)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
