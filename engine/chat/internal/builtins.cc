@@ -48,13 +48,13 @@ absl::StatusOr<std::vector<Value>> Bind(Interpreter& in, absl::string_view fn, c
 }
 
 absl::Status NeedString(Interpreter& in, absl::string_view fn, const Value& v) {
-  if (v.is_undefined()) return UndefinedError(v);
+  if (v.is_undefined()) return UndefinedError(in, v);
   if (!v.is_string()) return in.Error(absl::StrCat(fn, ": expected a string, got ", v.TypeName()));
   return absl::OkStatus();
 }
 
 absl::StatusOr<int64_t> NeedInt(Interpreter& in, absl::string_view fn, const Value& v) {
-  if (v.is_undefined()) return UndefinedError(v);
+  if (v.is_undefined()) return UndefinedError(in, v);
   if (!v.is_integral()) return in.Error(absl::StrCat(fn, ": expected an integer, got ", v.TypeName()));
   return v.int_value();
 }
@@ -304,15 +304,15 @@ absl::StatusOr<bool> CompareTest(Interpreter& in, const Value& v, CallArgs& a, a
   ASSIGN_OR_RETURN(Value other, Arg0(in, op, a));
   if (op == "eq") return v.Equals(other);
   if (op == "ne") return !v.Equals(other);
-  if (v.is_undefined()) return UndefinedError(v);
-  if (other.is_undefined()) return UndefinedError(other);
+  if (v.is_undefined()) return UndefinedError(in, v);
+  if (other.is_undefined()) return UndefinedError(in, other);
   absl::StatusOr<bool> r = (op == "lt" || op == "ge") ? v.Less(other) : other.Less(v);
   if (!r.ok()) return in.Error(std::string(r.status().message()));
   return (op == "lt" || op == "gt") ? *r : !*r;
 }
 
 absl::StatusOr<bool> NumberParity(Interpreter& in, const Value& v, int64_t divisor, int64_t want) {
-  if (v.is_undefined()) return UndefinedError(v);
+  if (v.is_undefined()) return UndefinedError(in, v);
   if (!v.is_number()) return in.Error(absl::StrCat("unsupported operand type(s) for %: '", v.TypeName(), "' and 'int'"));
   if (v.is_float()) return std::fmod(v.number_value(), static_cast<double>(divisor)) == static_cast<double>(want);
   int64_t m = v.int_value() % divisor;

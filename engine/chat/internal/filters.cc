@@ -40,7 +40,7 @@ absl::StatusOr<std::vector<Value>> Items(Interpreter& in, const Value& v) {
 }
 
 absl::StatusOr<std::string> NeedString(Interpreter& in, absl::string_view fn, const Value& v) {
-  if (v.is_undefined()) return UndefinedError(v);
+  if (v.is_undefined()) return UndefinedError(in, v);
   if (!v.is_string()) return in.Error(absl::StrCat(fn, ": expected a string, got ", v.TypeName()));
   return v.str();
 }

@@ -18,8 +18,8 @@ const Value* Scope::Lookup(const std::string& name) const {
   return nullptr;
 }
 
-absl::Status UndefinedError(const Value& undefined) {
-  return absl::InvalidArgumentError(undefined.str().empty() ? "value is undefined" : undefined.str());
+absl::Status UndefinedError(const Interpreter& in, const Value& undefined) {
+  return in.Error(undefined.str().empty() ? "value is undefined" : undefined.str());
 }
 
 absl::StatusOr<bool> Contains(const Value& container, const Value& item) {
@@ -359,7 +359,7 @@ absl::Status Interpreter::ExecCallBlock(const Stmt& s) {
 }
 
 absl::StatusOr<Value> Interpreter::CallValue(const Value& callee, CallArgs& args) {
-  if (callee.is_undefined()) return UndefinedError(callee);
+  if (callee.is_undefined()) return UndefinedError(*this, callee);
   if (!callee.is_callable()) return Error(absl::StrCat("'", callee.TypeName(), "' object is not callable"));
   return callee.callable().fn(*this, args);
 }
@@ -444,8 +444,8 @@ absl::StatusOr<Value> Interpreter::EvalBinary(const std::string& op, const Value
     RETURN_IF_ERROR(CheckStringSize(s.size() + t.size()));
     return Value::String(s + t);
   }
-  if (a.is_undefined()) return UndefinedError(a);
-  if (b.is_undefined()) return UndefinedError(b);
+  if (a.is_undefined()) return UndefinedError(*this, a);
+  if (b.is_undefined()) return UndefinedError(*this, b);
   auto type_error = [&]() {
     return Error(absl::StrCat("unsupported operand type(s) for ", op, ": '", a.TypeName(), "' and '", b.TypeName(),
                               "'"));
@@ -554,8 +554,8 @@ absl::StatusOr<bool> Interpreter::Compare(const std::string& op, const Value& a,
     if (!r.ok()) return Error(std::string(r.status().message()));
     return op == "in" ? *r : !*r;
   }
-  if (a.is_undefined()) return UndefinedError(a);
-  if (b.is_undefined()) return UndefinedError(b);
+  if (a.is_undefined()) return UndefinedError(*this, a);
+  if (b.is_undefined()) return UndefinedError(*this, b);
   absl::StatusOr<bool> r = op == "<" || op == ">=" ? a.Less(b) : b.Less(a);
   if (!r.ok()) {
     std::string message(r.status().message());
@@ -579,7 +579,7 @@ absl::StatusOr<Value> Interpreter::EvalSlice(const Value& obj, const Expr& e) {
     bound[k] = v.int_value();
     given[k] = true;
   }
-  if (obj.is_undefined()) return UndefinedError(obj);
+  if (obj.is_undefined()) return UndefinedError(*this, obj);
   if (!obj.is_string() && !obj.is_list()) return Value::Undefined(absl::StrCat("'", obj.TypeName(), "' object is not subscriptable"));
   int64_t step = given[2] ? bound[2] : 1;
   if (step == 0) return Error("slice step cannot be zero");
@@ -646,13 +646,13 @@ absl::StatusOr<Value> Interpreter::Eval(const Expr& e) {
     }
     case ExprKind::kGetAttr: {
       ASSIGN_OR_RETURN(Value obj, Eval(*e.args[0]));
-      if (obj.is_undefined()) return UndefinedError(obj);
+      if (obj.is_undefined()) return UndefinedError(*this, obj);
       return GetAttr(obj, e.name);
     }
     case ExprKind::kGetItem: {
       ASSIGN_OR_RETURN(Value obj, Eval(*e.args[0]));
       ASSIGN_OR_RETURN(Value key, Eval(*e.args[1]));
-      if (obj.is_undefined()) return UndefinedError(obj);
+      if (obj.is_undefined()) return UndefinedError(*this, obj);
       return GetItem(obj, key);
     }
     case ExprKind::kSlice: {
@@ -694,7 +694,7 @@ absl::StatusOr<Value> Interpreter::Eval(const Expr& e) {
     case ExprKind::kNeg:
     case ExprKind::kPos: {
       ASSIGN_OR_RETURN(Value v, Eval(*e.args[0]));
-      if (v.is_undefined()) return UndefinedError(v);
+      if (v.is_undefined()) return UndefinedError(*this, v);
       if (!v.is_number()) {
         return Error(absl::StrCat("bad operand type for unary ", e.kind == ExprKind::kNeg ? "-" : "+", ": '",
                                   v.TypeName(), "'"));

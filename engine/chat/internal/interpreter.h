@@ -101,7 +101,7 @@ class Interpreter {
 absl::StatusOr<bool> Contains(const Value& container, const Value& item);
 
 // An undefined value's error: "'x' is undefined".
-absl::Status UndefinedError(const Value& undefined);
+absl::Status UndefinedError(const Interpreter& in, const Value& undefined);
 
 }  // namespace jinja_internal
 }  // namespace kvcast
