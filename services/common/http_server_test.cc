@@ -1,9 +1,5 @@
 #include "services/common/http_server.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -14,6 +10,7 @@
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "services/common/testing/http_client.h"
 
 namespace kvcast::services {
 namespace {
@@ -21,46 +18,10 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-int Connect(uint16_t port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
+using testing::ReadUntil;
+using testing::SendAll;
 
-void SendAll(int fd, const std::string& s) {
-  size_t off = 0;
-  while (off < s.size()) {
-    ssize_t n = send(fd, s.data() + off, s.size() - off, MSG_NOSIGNAL);
-    ASSERT_GT(n, 0);
-    off += size_t(n);
-  }
-}
-
-// Reads until `want` appears in what was read, EOF, or 5 s pass.
-std::string ReadUntil(int fd, const std::string& want, bool* eof = nullptr) {
-  std::string got;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (!want.empty() && got.find(want) != std::string::npos) break;
-    pollfd p{fd, POLLIN, 0};
-    if (poll(&p, 1, 50) <= 0) continue;
-    char buf[4096];
-    ssize_t n = recv(fd, buf, sizeof(buf), 0);
-    if (n <= 0) {
-      if (eof) *eof = true;
-      break;
-    }
-    got.append(buf, size_t(n));
-  }
-  return got;
-}
+int Connect(uint16_t port) { return testing::ConnectLoopback(port); }
 
 std::unique_ptr<HttpServer> Serve(HttpServer::Handler h, HttpServer::Options o = {}) {
   o.listen = "127.0.0.1:0";

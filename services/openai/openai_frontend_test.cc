@@ -1,0 +1,265 @@
+// OpenAiFrontend over a real HttpServer and a real gRPC server whose
+// Generation service answers by a script chosen by the prompt's first token
+// id (the scheduler's own behaviour is covered by the e2e tests).
+#include "services/openai/openai_frontend.h"
+
+#include <atomic>
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "gmock/gmock.h"
+#include "grpcpp/server_builder.h"
+#include "gtest/gtest.h"
+#include "kvcast/v1/generation.grpc.pb.h"
+#include "services/common/testing/http_client.h"
+
+namespace kvcast::openai {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+using ::testing::StartsWith;
+using services::testing::ConnectLoopback;
+using services::testing::PostJson;
+using services::testing::ReadUntil;
+using services::testing::SendAll;
+
+// Scripts: [1] three deltas then a Final; [2] one delta then UNAVAILABLE;
+// [3] RESOURCE_EXHAUSTED; [4] one delta, then waits to be cancelled;
+// [5] UNAUTHENTICATED unless the call carries "authorization: Bearer k".
+class ScriptedGeneration final : public v1::Generation::Service {
+ public:
+  grpc::Status Generate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
+                        grpc::ServerWriter<v1::GenerateResponse>* w) override {
+    last_request_ = *req;
+    auto delta = [&](const std::string& text, int id, bool first) {
+      v1::GenerateResponse r;
+      r.mutable_delta()->set_text(text);
+      r.mutable_delta()->add_token_ids(id);
+      if (first) {
+        r.mutable_delta()->set_prompt_tokens(req->token_ids().ids_size());
+        r.mutable_delta()->set_cached_prompt_tokens(1);
+      }
+      w->Write(r);
+    };
+    switch (req->token_ids().ids(0)) {
+      case 1: {
+        delta("a", 10, true);
+        delta("", 11, false);  // e.g. an incomplete UTF-8 character
+        delta("bc", 12, false);
+        v1::GenerateResponse r;
+        v1::Final* f = r.mutable_final();
+        f->set_finish_reason(v1::FINISH_REASON_STOP);
+        f->mutable_usage()->set_prompt_tokens(req->token_ids().ids_size());
+        f->mutable_usage()->set_cached_prompt_tokens(1);
+        f->mutable_usage()->set_generated_tokens(3);
+        w->Write(r);
+        return grpc::Status::OK;
+      }
+      case 2:
+        delta("x", 10, true);
+        return grpc::Status(grpc::UNAVAILABLE, "decode worker lost");
+      case 3:
+        return grpc::Status(grpc::RESOURCE_EXHAUSTED, "queue full");
+      case 4:
+        delta("x", 10, true);
+        for (int i = 0; i < 500 && !ctx->IsCancelled(); ++i) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+        cancelled_ = ctx->IsCancelled();
+        return grpc::Status(grpc::CANCELLED, "cancelled");
+      case 5: {
+        auto md = ctx->client_metadata().find("authorization");
+        if (md == ctx->client_metadata().end() || md->second != "Bearer k-0123456789abcdef") {
+          return grpc::Status(grpc::UNAUTHENTICATED, "invalid API key");
+        }
+        return grpc::Status(grpc::INVALID_ARGUMENT, "authorized, then refused");
+      }
+    }
+    return grpc::Status(grpc::INTERNAL, "no script");
+  }
+
+  std::atomic<bool> cancelled_{false};
+  v1::GenerateRequest last_request_;
+};
+
+// One token per byte: enough for the frontend, which only counts and forwards ids.
+class ByteTokenizer final : public Tokenizer {
+ public:
+  absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text, bool) const override {
+    return std::vector<int32_t>(text.begin(), text.end());
+  }
+  std::string Decode(absl::Span<const int32_t> ids, bool) const override {
+    return std::string(ids.begin(), ids.end());
+  }
+  int32_t vocab_size() const override { return 256; }
+  std::optional<int32_t> bos_id() const override { return std::nullopt; }
+  std::optional<int32_t> eos_id() const override { return std::nullopt; }
+  std::optional<int32_t> TokenId(std::string_view) const override { return std::nullopt; }
+};
+
+class OpenAiFrontendTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    grpc::ServerBuilder b;
+    b.RegisterService(&upstream_);
+    grpc_ = b.BuildAndStart();
+    FrontendHooks hooks;
+    hooks.model = [] { return ServedModel{"m", 100}; };
+    hooks.ready = [] { return true; };
+    hooks.metrics = [] { return std::string("kvcast_x 1\n"); };
+    hooks.render_chat = [](const Json& messages, const Json&, bool gen, const Json&) {
+      // Byte 1 first: the upstream's script [1].
+      return absl::StatusOr<std::string>("\x01" + messages.dump() + (gen ? "!" : ""));
+    };
+    frontend_ = std::make_unique<OpenAiFrontend>(
+        grpc_->InProcessChannel(grpc::ChannelArguments()), &tokenizer_, &keys_,
+        &metrics_, hooks, FrontendOptions());
+    services::HttpServer::Options o;
+    o.listen = "127.0.0.1:0";
+    auto s = services::HttpServer::Start(
+        o, [this](services::HttpRequest r, std::shared_ptr<services::HttpExchange> e) {
+          frontend_->Handle(std::move(r), std::move(e));
+        });
+    ASSERT_TRUE(s.ok()) << s.status();
+    http_ = std::move(*s);
+  }
+  void TearDown() override {
+    http_.reset();
+    grpc_->Shutdown();
+  }
+
+  // One request on a new connection; the whole response.
+  std::string Call(const std::string& request, const std::string& until) {
+    int fd = ConnectLoopback(http_->port());
+    SendAll(fd, request);
+    std::string r = ReadUntil(fd, until);
+    close(fd);
+    return r;
+  }
+
+  ScriptedGeneration upstream_;
+  ByteTokenizer tokenizer_;
+  std::unique_ptr<grpc::Server> grpc_;
+  services::ApiKeys keys_;
+  services::MetricsRegistry metrics_;
+  std::unique_ptr<OpenAiFrontend> frontend_;
+  std::unique_ptr<services::HttpServer> http_;
+};
+
+TEST_F(OpenAiFrontendTest, UnaryCompletionJoinsTheDeltas) {
+  std::string r = Call(PostJson("/v1/completions", R"({"prompt":[1,7],"max_tokens":5,"seed":3})"),
+                       "}}}");
+  EXPECT_THAT(r, StartsWith("HTTP/1.1 200 OK"));
+  EXPECT_THAT(r, HasSubstr(R"("text":"abc")"));
+  EXPECT_THAT(r, HasSubstr(R"("finish_reason":"stop")"));
+  EXPECT_THAT(r, HasSubstr(R"("usage":{"prompt_tokens":2,"total_tokens":5,"completion_tokens":3,)"
+                           R"("prompt_tokens_details":{"cached_tokens":1}})"));
+  EXPECT_EQ(upstream_.last_request_.max_tokens(), 5);
+  EXPECT_EQ(upstream_.last_request_.sampling().seed(), 3u);
+  EXPECT_EQ(upstream_.last_request_.sampling().temperature(), 1.f);
+}
+
+TEST_F(OpenAiFrontendTest, ChatStreamsRoleContentFinishUsageDone) {
+  std::string r = Call(PostJson("/v1/chat/completions",
+                                R"({"messages":[{"role":"user","content":"hi"}],"stream":true,
+                                    "stream_options":{"include_usage":true,"continuous_usage_stats":true}})"),
+                       "data: [DONE]\n\n\r\n0\r\n\r\n");
+  EXPECT_THAT(r, HasSubstr("Content-Type: text/event-stream"));
+  // Chunk order: role, "a", "bc" (the empty delta is skipped), finish, usage, [DONE].
+  const size_t role = r.find(R"("delta":{"role":"assistant","content":""})");
+  const size_t a = r.find(R"("delta":{"content":"a"})");
+  const size_t bc = r.find(R"("delta":{"content":"bc"})");
+  const size_t finish = r.find(R"("delta":{},"logprobs":null,"finish_reason":"stop")");
+  const size_t usage = r.find(R"("choices":[],"usage")");
+  const size_t done = r.find("data: [DONE]");
+  EXPECT_TRUE(role < a && a < bc && bc < finish && finish < usage && usage < done) << r;
+  EXPECT_THAT(r, Not(HasSubstr(R"("delta":{"content":""})")));
+  // continuous_usage_stats: the running count is on every chunk.
+  EXPECT_THAT(r, HasSubstr(R"("completion_tokens":1,)"));
+  // The prompt is the rendered template (the test hook renders the messages
+  // as JSON), one id per byte; max_tokens defaults to the rest of the context.
+  const std::string rendered = "\x01" R"([{"role":"user","content":"hi"}]!)";
+  EXPECT_EQ(upstream_.last_request_.token_ids().ids_size(), int(rendered.size()));
+  EXPECT_EQ(upstream_.last_request_.max_tokens(), 100 - int(rendered.size()));
+}
+
+TEST_F(OpenAiFrontendTest, ErrorAfterTheFirstTokenIsAnEventThenDone) {
+  std::string r = Call(PostJson("/v1/completions", R"({"prompt":[2],"stream":true})"),
+                       "data: [DONE]\n\n");
+  EXPECT_THAT(r, StartsWith("HTTP/1.1 200 OK"));
+  EXPECT_THAT(r, HasSubstr(R"("text":"x")"));
+  EXPECT_THAT(r, HasSubstr(R"(data: {"error":{"message":"decode worker lost","type":"service_unavailable")"));
+}
+
+TEST_F(OpenAiFrontendTest, ErrorsBeforeTheFirstTokenAreHttpStatuses) {
+  std::string r = Call(PostJson("/v1/completions", R"({"prompt":[3],"stream":true})"), "}}");
+  EXPECT_THAT(r, StartsWith("HTTP/1.1 503 "));
+  EXPECT_THAT(r, HasSubstr("Retry-After: 1\r\n"));
+  EXPECT_THAT(r, HasSubstr("queue full"));
+  r = Call(PostJson("/v1/completions", R"({"prompt":[1],"model":"other"})"), "}}");
+  EXPECT_THAT(r, StartsWith("HTTP/1.1 404 "));
+  EXPECT_THAT(r, HasSubstr(R"("code":"model_not_found")"));
+  r = Call(PostJson("/v1/chat/completions", R"({"messages":[{"role":"user","content":7}]})"), "}}");
+  EXPECT_THAT(r, StartsWith("HTTP/1.1 400 "));
+  EXPECT_THAT(r, HasSubstr(R"("param":"messages[0].content")"));
+  EXPECT_THAT(Call("GET /v1/nothing HTTP/1.1\r\nHost: t\r\n\r\n", "}}"), StartsWith("HTTP/1.1 404 "));
+  EXPECT_THAT(Call("GET /v1/completions HTTP/1.1\r\nHost: t\r\n\r\n", "}}"), StartsWith("HTTP/1.1 405 "));
+}
+
+TEST_F(OpenAiFrontendTest, PromptAsLongAsTheContextIsRefused) {
+  std::string ids = "0";
+  for (int i = 1; i < 100; ++i) ids += ",1";
+  std::string r = Call(PostJson("/v1/completions", R"({"prompt":[)" + ids + "]}"), "}}");
+  EXPECT_THAT(r, StartsWith("HTTP/1.1 400 "));
+  EXPECT_THAT(r, HasSubstr("maximum context length is 100 tokens; the prompt has 100"));
+}
+
+TEST_F(OpenAiFrontendTest, ClientLeavingCancelsTheCall) {
+  int fd = ConnectLoopback(http_->port());
+  SendAll(fd, PostJson("/v1/completions", R"({"prompt":[4],"stream":true})"));
+  EXPECT_THAT(ReadUntil(fd, R"("text":"x")"), HasSubstr(R"("text":"x")"));
+  close(fd);
+  for (int i = 0; i < 300 && !upstream_.cancelled_; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(upstream_.cancelled_);
+}
+
+TEST_F(OpenAiFrontendTest, SeveralPromptsAreSeveralChoices) {
+  std::string r = Call(PostJson("/v1/completions", R"({"prompt":[[1],[1,2]]})"), "}}}");
+  EXPECT_THAT(r, HasSubstr(R"("index":0,"text":"abc")"));
+  EXPECT_THAT(r, HasSubstr(R"("index":1,"text":"abc")"));
+  EXPECT_THAT(r, HasSubstr(R"("prompt_tokens":3,"total_tokens":9,"completion_tokens":6)"));
+}
+
+TEST_F(OpenAiFrontendTest, ModelsHealthMetrics) {
+  std::string r = Call("GET /v1/models HTTP/1.1\r\nHost: t\r\n\r\n", "]}");
+  EXPECT_THAT(r, HasSubstr(R"({"object":"list","data":[{"id":"m","object":"model",)"));
+  EXPECT_THAT(r, HasSubstr(R"("max_model_len":100}]})"));
+  EXPECT_THAT(Call("GET /health HTTP/1.1\r\nHost: t\r\n\r\n", "ok\n"), StartsWith("HTTP/1.1 200 "));
+  EXPECT_THAT(Call("GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n", "kvcast_x 1\n"),
+              HasSubstr("text/plain; version=0.0.4"));
+}
+
+TEST_F(OpenAiFrontendTest, ApiKeysGuardV1AndTravelAsMetadata) {
+  auto keys = services::ApiKeys::Parse("k-0123456789abcdef alice\n", "keys");
+  ASSERT_TRUE(keys.ok());
+  keys_ = *keys;
+  std::string r = Call(PostJson("/v1/completions", R"({"prompt":[5]})"), "}}");
+  EXPECT_THAT(r, StartsWith("HTTP/1.1 401 "));
+  EXPECT_THAT(r, HasSubstr("WWW-Authenticate: Bearer\r\n"));
+  EXPECT_THAT(Call("GET /v1/models HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer nope-nope-nope-nope\r\n\r\n",
+                   "}}"),
+              StartsWith("HTTP/1.1 401 "));
+  // The key reaches the Generation service, which answers for it.
+  r = Call(PostJson("/v1/completions", R"({"prompt":[5]})",
+                    "Authorization: Bearer k-0123456789abcdef\r\n"),
+           "}}");
+  EXPECT_THAT(r, StartsWith("HTTP/1.1 400 "));
+  EXPECT_THAT(r, HasSubstr("authorized, then refused"));
+  EXPECT_THAT(Call("GET /health HTTP/1.1\r\nHost: t\r\n\r\n", "ok\n"), StartsWith("HTTP/1.1 200 "));
+}
+
+}  // namespace
+}  // namespace kvcast::openai
