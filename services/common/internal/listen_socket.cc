@@ -36,7 +36,9 @@ absl::StatusOr<int> ListenTcp(const std::string& host, uint16_t port, const std:
     if (ai->ai_family == AF_INET6) {
       setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
     }
-    if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 128) == 0) {
+    // SOMAXCONN: a burst of clients (a load generator opening its pool)
+    // must not overflow the queue and wait out SYN retransmits.
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, SOMAXCONN) == 0) {
       freeaddrinfo(res);
       return fd;
     }
