@@ -13,6 +13,7 @@ urllib, no kvcast code:
   bad_requests        400 naming the field; unknown model 404
   min_tokens          min_tokens holds a stop string back
   disconnect_cancels  closing a long stream frees the scheduler's queue slot
+                      and the decode worker's KV pages
   concurrent_streams  8 streams at once, each complete
   health_and_metrics  /health 200; /metrics counts the HTTP requests
 Writes one JUnit <testcase> per check to --xml; exits 1 if any failed.
@@ -189,6 +190,8 @@ class Checks:
 
     def disconnect_cancels(self):
         metrics = self.cluster.metrics["scheduler"]
+        decode = self.cluster.metrics["decode-0"]
+        pages_before = scrape(decode, "kvcast_kv_pages_used")
         stream = self.client.completions.create(
             model=self.model, prompt="Count: 1, 2, 3,", max_tokens=4000, stream=True,
             extra_body={"ignore_eos": True})
@@ -196,9 +199,14 @@ class Checks:
             if i == 3:
                 break
         expect(scrape(metrics, "kvcast_queue_depth") >= 1, "the stream is not in flight")
+        pages_during = scrape(decode, "kvcast_kv_pages_used")
+        expect(pages_during > pages_before, f"decode pages {pages_before} -> {pages_during}")
         stream.close()
         took = wait_for("queue depth back to 0", lambda: scrape(metrics, "kvcast_queue_depth") == 0, 10)
-        log(f"queue slot freed {took:.2f} s after the client closed its stream")
+        freed = wait_for("decode pages freed",
+                         lambda: scrape(decode, "kvcast_kv_pages_used") <= pages_before, 10)
+        log(f"queue slot freed {took:.2f} s and decode pages ({pages_during:.0f} in use, "
+            f"{pages_before:.0f} before) {freed:.2f} s after the client closed its stream")
 
     def concurrent_streams(self):
         def one(i):
