@@ -101,9 +101,9 @@ demo() {
       bazel-bin/tools/cli/kvcast generate --scheduler 127.0.0.1:50051 \
         --prompt "$DEMO_SYSTEM $question" --max_tokens 24 --ignore_eos
     else
-      # SmolLM2's chat format (ChatML), as its GGUF's tokenizer.chat_template renders it.
-      bazel-bin/tools/cli/kvcast generate --scheduler 127.0.0.1:50051 --max_tokens 96 --repetition_penalty 1.2 \
-        --prompt "<|im_start|>system"$'\n'"$DEMO_SYSTEM<|im_end|>"$'\n'"<|im_start|>user"$'\n'"$question<|im_end|>"$'\n'"<|im_start|>assistant"$'\n'
+      # Through the OpenAI-compatible API: the scheduler renders the GGUF's chat template.
+      python3 tools/demo/openai_chat.py --url http://127.0.0.1:8000/v1 --max_tokens 96 \
+        --repetition_penalty 1.2 --system "$DEMO_SYSTEM" "$question"
     fi
     echo
   done
