@@ -18,6 +18,7 @@ struct Engine::Sequence {
   bool prefilled = false;       // submitted with KV computed elsewhere
   int chunks_published = 0;     // leading full chunks offered to the cache
   int chunks_reported = 0;      // prompt chunks given to on_prompt_chunk (kept on preemption)
+  Hash128 seed;                 // chain seed of the sequence's tenant
   Hash128 last_chunk_hash;      // hash of chunk chunks_published - 1 (or seed)
   std::vector<int32_t> pages;   // one reference held on each
   GenerationParams params;
@@ -165,6 +166,7 @@ absl::StatusOr<uint64_t> Engine::Submit(std::vector<int32_t> prompt,
     return st;
   }
   auto seq = std::make_unique<Sequence>(0, std::move(prompt), params);
+  seq->seed = prefix_seed(params.tenant);
   if (kv.tokens > 0) {
     seq->prefilled = true;
     seq->pages = std::move(kv.pages);
@@ -202,6 +204,10 @@ int Engine::num_running() const {
   return running_count_;
 }
 
+Hash128 Engine::prefix_seed(std::string_view tenant) const {
+  return tenant.empty() ? prefix_seed_ : PrefixSeed(model_->fingerprint(), tenant);
+}
+
 int64_t Engine::waiting_prompt_tokens() const {
   absl::MutexLock lock(&mu_);
   int64_t n = 0;
@@ -214,7 +220,7 @@ void Engine::Admit(Sequence* seq) {
     // Prefilled (only those hold pages while waiting): offer its full chunks
     // to the cache right away so later requests reuse them.
     seq->chunks_published = 0;
-    seq->last_chunk_hash = prefix_seed_;
+    seq->last_chunk_hash = seq->seed;
     PublishChunks(seq);
     ReportChunks(seq);
     return;
@@ -222,14 +228,14 @@ void Engine::Admit(Sequence* seq) {
   // Reuse cached chunks, but always leave at least one token to compute: the
   // last token's logits are needed, and shared pages are never written.
   std::vector<Hash128> chain =
-      ChunkHashChain(prefix_seed_, seq->tokens, options_.chunk_tokens);
+      ChunkHashChain(seq->seed, seq->tokens, options_.chunk_tokens);
   int max_chunks =
       options_.prefix_caching ? (int(seq->tokens.size()) - 1) / options_.chunk_tokens : 0;
   seq->pages = prefix_cache_->Acquire(chain, max_chunks);
   int chunks = int(seq->pages.size()) / (options_.chunk_tokens / options_.page_tokens);
   seq->kv_len = chunks * options_.chunk_tokens;
   seq->chunks_published = chunks;
-  seq->last_chunk_hash = chunks > 0 ? chain[chunks - 1] : prefix_seed_;
+  seq->last_chunk_hash = chunks > 0 ? chain[chunks - 1] : seq->seed;
   if (seq->generated == 0 && !seq->prefilled) seq->cached_tokens = seq->kv_len;
   ReportChunks(seq);
 }
@@ -248,7 +254,7 @@ void Engine::Release(Sequence* seq) {
   seq->pages.clear();
   seq->kv_len = 0;
   seq->chunks_published = 0;
-  seq->last_chunk_hash = prefix_seed_;
+  seq->last_chunk_hash = seq->seed;
 }
 
 void Engine::PublishChunks(Sequence* seq) {

@@ -62,6 +62,10 @@ struct GenerationParams {
   // EOS and stop tokens are masked out of sampling until this many tokens
   // were generated.
   int min_tokens = 0;
+  // The prefix-cache domain: chunk hashes are chained from
+  // prefix_seed(tenant), so a sequence reuses only chunks of its own tenant
+  // ("" = the default domain).
+  std::string tenant;
   // Called on the compute thread (inside Step) when a prompt chunk's KV is
   // complete: chunk c covers prompt tokens [c*chunk_tokens,
   // min((c+1)*chunk_tokens, prompt_len)). Called once per chunk, in order, for
@@ -135,6 +139,9 @@ class Engine {
   KvPagePool& pool() { return *pool_; }
   PrefixCache& prefix_cache() { return *prefix_cache_; }
   const Hash128& prefix_seed() const { return prefix_seed_; }
+  // The chain seed of a tenant's chunks (PrefixSeed(fingerprint, tenant));
+  // prefix_seed() for "".
+  Hash128 prefix_seed(std::string_view tenant) const;
   const EngineOptions& options() const { return options_; }
   Backend* backend() const { return backend_.get(); }
   // Sequences whose pages were taken back to make room (compute thread).

@@ -142,6 +142,33 @@ TEST(Engine, PrefixCachingOffReusesNothing) {
   EXPECT_EQ(e->pool().free_pages(), free_at_start);
 }
 
+TEST(Engine, TenantsReuseOnlyTheirOwnChunks) {
+  auto e = MakeEngine();
+  auto prompt = Tokens(300, 5);
+  auto as = [](const std::string& tenant) {
+    GenerationParams p = Greedy(3);
+    p.tenant = tenant;
+    return p;
+  };
+  auto run = [&](const std::string& tenant) {
+    uint64_t id = *e->Submit(prompt, as(tenant));
+    return RunToCompletion(e.get())[id];
+  };
+  const Result alice = run("alice"), mallory = run("mallory"), plain = run("");
+  const Result alice_again = run("alice"), plain_again = run("");
+  EXPECT_EQ(alice.cached, 0);
+  EXPECT_EQ(mallory.cached, 0);  // alice's chunks are not mallory's
+  EXPECT_EQ(plain.cached, 0);    // nor the default domain's
+  EXPECT_EQ(alice_again.cached, 256);
+  EXPECT_EQ(plain_again.cached, 256);
+  // The same tokens whichever KV was used.
+  EXPECT_EQ(mallory.tokens, alice.tokens);
+  EXPECT_EQ(alice_again.tokens, alice.tokens);
+  EXPECT_NE(e->prefix_seed("alice"), e->prefix_seed());
+  EXPECT_EQ(e->prefix_seed(""), e->prefix_seed());
+  EXPECT_EQ(e->prefix_cache().num_chunks(), 6u);  // two chunks per domain
+}
+
 TEST(Engine, PreemptsUnderPagePressureAndStillProducesTheSameTokens) {
   EngineOptions tight;
   tight.num_pages = 24;  // 384 token slots for two 200-token prompts + decode

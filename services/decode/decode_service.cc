@@ -27,6 +27,7 @@ GenerationParams ParamsOf(const v1::DecodeStart& start) {
   p.stop_tokens.assign(start.stop_token_ids().begin(), start.stop_token_ids().end());
   p.ignore_eos = start.ignore_eos();
   p.min_tokens = start.sampling().min_tokens();
+  p.tenant = start.tenant();
   return p;
 }
 
@@ -71,7 +72,7 @@ DecodeService::Landed DecodeService::LandPromptKv(grpc::ServerContext* context,
   Landed out;
   // Chunks this worker holds need not travel.
   std::vector<Hash128> chain = ChunkHashChain(
-      engine.prefix_seed(), absl::MakeConstSpan(prompt).first(kv_tokens), chunk);
+      engine.prefix_seed(start.tenant()), absl::MakeConstSpan(prompt).first(kv_tokens), chunk);
   out.pages = engine.prefix_cache().Acquire(chain, int(chain.size()));
   const int own_chunks = int(out.pages.size()) / (chunk / page_tokens);
   out.tokens = out.local_cached = own_chunks * chunk;

@@ -151,13 +151,14 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
   const int n = int(tokens.size());
   if (n == 0) return grpc::Status(grpc::INVALID_ARGUMENT, "prefill: empty prompt");
   const std::string digest =
-      kvcache::PromptDigest(engine.prefix_seed(), tokens, chunk).ToHex();
+      kvcache::PromptDigest(engine.prefix_seed(request->tenant()), tokens, chunk).ToHex();
   response->set_prompt_digest(digest);
 
   GenerationParams params;
   params.max_tokens = 1;
   params.ignore_eos = true;
   params.min_tokens = request->sampling().min_tokens();
+  params.tenant = request->tenant();
   params.sampling = worker::SamplingFromProto(request->sampling());
 
   // Announce the prompt; an identical prompt already published serves it.
@@ -208,7 +209,8 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
   const int max_reuse = (n - 1) / chunk;
   if (reuse.groups() > 0 && reuse.groups() <= max_reuse) {
     std::vector<Hash128> chain =
-        ChunkHashChain(engine.prefix_seed(), absl::MakeConstSpan(tokens).first(reuse.groups() * chunk), chunk);
+        ChunkHashChain(engine.prefix_seed(request->tenant()),
+                       absl::MakeConstSpan(tokens).first(reuse.groups() * chunk), chunk);
     std::vector<int32_t> own = engine.prefix_cache().Acquire(chain, reuse.groups());
     const int own_chunks = int(own.size()) / (chunk / page_tokens);
     if (own_chunks < reuse.groups()) {

@@ -189,8 +189,12 @@ grpc::Status GenerationService::Request::Validate() {
   request_id_ = req_.request_id().empty()
                     ? absl::StrCat("req-", svc_->next_request_.fetch_add(1))
                     : req_.request_id();
-  chain_ = ChunkHashChain(model_.prefix_seed, prompt_, model_.chunk_tokens);
-  digest_ = kvcache::PromptDigest(model_.prefix_seed, prompt_, model_.chunk_tokens).ToHex();
+  // The tenant salts the chain: its chunks, index entries and KV tracks are
+  // its own (engine.h GenerationParams::tenant).
+  const Hash128 seed =
+      req_.tenant().empty() ? model_.prefix_seed : PrefixSeed(model_.fingerprint, req_.tenant());
+  chain_ = ChunkHashChain(seed, prompt_, model_.chunk_tokens);
+  digest_ = kvcache::PromptDigest(seed, prompt_, model_.chunk_tokens).ToHex();
   return grpc::Status::OK;
 }
 

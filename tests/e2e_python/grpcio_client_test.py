@@ -6,6 +6,7 @@ starts `kvcast cluster up` (scheduler with --max_queue=4 + relay + 1 prefill
 + 1 decode on loopback) and checks, with grpcio only (no kvcast code):
   stream_matches_unary  streaming Generate (text prompt) == GenerateUnary
   prefix_reuse          a shared 300-token prefix is reported as cached
+  tenant_isolation      the same prompt from another tenant: 0 cached tokens
   invalid_argument      bad requests end with INVALID_ARGUMENT + a message
   flood                 40 concurrent streams: only OK / RESOURCE_EXHAUSTED
   deadline              a 50 ms deadline ends the call, frees the slot
@@ -210,6 +211,24 @@ class Checks:
                f"want >= {2 * CHUNK} (2 shared chunks)")
         expect(ub.cached_prompt_tokens <= 300,
                f"{ub.cached_prompt_tokens} cached tokens, but only 300 are shared")
+
+    def tenant_isolation(self):
+        """A tenant reuses its own prefixes only: another tenant's identical
+        prompt reports no cached tokens (nor gets them)."""
+        prompt = self.ids(300, salt=7)
+
+        def cached(tenant):
+            r = self.stub.GenerateUnary(self.request(ids=prompt, max_tokens=2, tenant=tenant),
+                                        timeout=RPC_TIMEOUT_S)
+            return r.final.usage.cached_prompt_tokens
+        first, other, again, other_again, default = (
+            cached("alice"), cached("mallory"), cached("alice"), cached("mallory"), cached(""))
+        log(f"tenants: alice {first} then {again} cached; mallory {other} then {other_again}; "
+            f"no tenant {default}")
+        expect(first == 0 and other == 0 and default == 0,
+               f"cached across tenants: alice {first}, mallory {other}, default {default}")
+        expect(again >= 2 * CHUNK and other_again >= 2 * CHUNK,
+               f"a tenant's own prefix not reused: alice {again}, mallory {other_again}")
 
     # 3.
     def invalid_argument(self):
@@ -428,7 +447,7 @@ def main():
     try:
         if run("setup", setup):
             c = state["checks"]
-            for name in ("stream_matches_unary", "prefix_reuse", "invalid_argument", "flood",
+            for name in ("stream_matches_unary", "prefix_reuse", "tenant_isolation", "invalid_argument", "flood",
                          "deadline", "health"):
                 run(name, getattr(c, name))
     finally:

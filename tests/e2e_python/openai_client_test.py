@@ -10,6 +10,8 @@ urllib, no kvcast code:
                       include_usage chunk, [DONE]; == the unary chat (greedy)
   cached_tokens       a second chat sharing a long system prompt reports
                       usage.prompt_tokens_details.cached_tokens >= 128
+  tenant_isolation    another API key's tenant gets no cached tokens from
+                      this one's conversation
   bad_requests        400 naming the field; unknown model 404
   min_tokens          min_tokens holds a stop string back
   disconnect_cancels  closing a long stream frees the scheduler's queue slot
@@ -37,6 +39,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import Cluster, Runner, expect, log, scrape, wait_for  # noqa: E402
 
 KEY = "kvcast-test-key-alice-0123456789"
+OTHER_KEY = "kvcast-test-key-mallory-0123456789"
 SYSTEM = ("You are kvcast, the assistant of a disaggregated LLM inference service. kvcast splits "
           "each request in two: a prefill worker computes the attention keys and values (the KV "
           "cache) of the prompt, and a decode worker generates the answer one token at a time. The "
@@ -152,6 +155,19 @@ class Checks:
         expect(second.usage.prompt_tokens > 128 and cached >= 128,
                f"cached_tokens {cached} of {second.usage.prompt_tokens}")
 
+    def tenant_isolation(self):
+        """The API key's tenant salts the prefix cache: mallory's copy of
+        alice's (cached) conversation reports no cached tokens."""
+        mallory = openai.OpenAI(base_url=f"http://{self.cluster.http}/v1", api_key=OTHER_KEY,
+                                max_retries=0, timeout=60)
+        messages = self.chat_messages("Which tenant am I?")
+        alice = [self.client.chat.completions.create(model=self.model, messages=messages,
+                                                     max_tokens=2) for _ in range(2)]
+        other = mallory.chat.completions.create(model=self.model, messages=messages, max_tokens=2)
+        cached = [r.usage.prompt_tokens_details.cached_tokens for r in alice + [other]]
+        log(f"cached tokens: alice {cached[0]}, alice again {cached[1]}, mallory {cached[2]}")
+        expect(cached[1] >= 128 and cached[2] == 0, f"cached tokens {cached}")
+
     def bad_requests(self):
         cases = [
             ("max_tokens", lambda: self.client.completions.create(
@@ -234,7 +250,7 @@ def main():
     work = pathlib.Path(args.work).resolve()
     work.mkdir(parents=True, exist_ok=True)
     keys = work / "api_keys"
-    keys.write_text(f"# test keys\n{KEY} alice\n")
+    keys.write_text(f"# test keys\n{KEY} alice\n{OTHER_KEY} mallory\n")
     runner = Runner("openai_client")
     cluster = None
     state = {}
@@ -251,7 +267,7 @@ def main():
         if runner.run("setup", setup):
             c = state["checks"]
             for name in ("models", "auth", "completion_stream", "chat_stream", "cached_tokens",
-                         "bad_requests", "min_tokens", "disconnect_cancels", "concurrent_streams",
+                         "tenant_isolation", "bad_requests", "min_tokens", "disconnect_cancels", "concurrent_streams",
                          "health_and_metrics"):
                 runner.run(name, getattr(c, name))
     finally:
