@@ -1,6 +1,7 @@
 #include "services/openai/openai_frontend.h"
 
 #include <chrono>
+#include <map>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -16,9 +17,18 @@ namespace {
 using services::HttpExchange;
 using services::HttpRequest;
 
-ApiError FromGrpc(const grpc::Status& s) {
+// `tenant_limit`: the scheduler refused the tenant (over its quota), not
+// the service as a whole: 429 instead of 503.
+ApiError FromGrpc(const grpc::Status& s, bool tenant_limit, const std::string& retry_after) {
   ApiError e;
   e.message = s.error_message();
+  e.retry_after = retry_after.empty() ? "1" : retry_after;
+  if (s.error_code() == grpc::RESOURCE_EXHAUSTED && tenant_limit) {
+    e.status = 429;
+    e.type = "rate_limit_error";
+    e.code = "rate_limit_exceeded";
+    return e;
+  }
   switch (s.error_code()) {
     case grpc::INVALID_ARGUMENT:
     case grpc::OUT_OF_RANGE:
@@ -59,7 +69,9 @@ ApiError FromGrpc(const grpc::Status& s) {
 
 void SendError(HttpExchange* ex, const ApiError& e) {
   services::HttpHeaders h;
-  if (e.status == 503) h.emplace_back("Retry-After", "1");
+  if (e.status == 503 || e.status == 429) {
+    h.emplace_back("Retry-After", e.retry_after.empty() ? "1" : e.retry_after);
+  }
   if (e.status == 401) h.emplace_back("WWW-Authenticate", "Bearer");
   ex->Respond(e.status, "application/json", e.Body(), h);
 }
@@ -116,9 +128,16 @@ class Job : public std::enable_shared_from_this<Job> {
     }
   }
 
-  void OnDone(const grpc::Status& s) {
+  // `trailers`: the call's trailing metadata (kvcast-limit, retry-after).
+  void OnDone(const grpc::Status& s, const std::multimap<grpc::string_ref, grpc::string_ref>& trailers) {
     absl::MutexLock l(&mu_);
-    if (!s.ok() && !error_) error_ = FromGrpc(s);
+    if (!s.ok() && !error_) {
+      auto get = [&](const char* key) {
+        auto it = trailers.find(key);
+        return it == trailers.end() ? std::string() : std::string(it->second.data(), it->second.size());
+      };
+      error_ = FromGrpc(s, get("kvcast-limit") == "tenant", get("retry-after"));
+    }
     if (++done_ < choices_.size()) {
       if (error_) CancelLocked();
       return;
@@ -230,7 +249,7 @@ class Job::Call final : public grpc::ClientReadReactor<v1::GenerateResponse> {
   void OnDone(const grpc::Status& s) override {
     auto self = std::move(self_);
     auto job = std::move(job_);
-    job->OnDone(s);
+    job->OnDone(s, context_.GetServerTrailingMetadata());
   }
 
  private:

@@ -26,7 +26,8 @@ using services::testing::SendAll;
 
 // Scripts: [1] three deltas then a Final; [2] one delta then UNAVAILABLE;
 // [3] RESOURCE_EXHAUSTED; [4] one delta, then waits to be cancelled;
-// [5] UNAUTHENTICATED unless the call carries "authorization: Bearer k".
+// [5] UNAUTHENTICATED unless the call carries "authorization: Bearer k";
+// [6] RESOURCE_EXHAUSTED for the tenant (trailing kvcast-limit, retry-after).
 class ScriptedGeneration final : public v1::Generation::Service {
  public:
   grpc::Status Generate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
@@ -68,6 +69,10 @@ class ScriptedGeneration final : public v1::Generation::Service {
         }
         cancelled_ = ctx->IsCancelled();
         return grpc::Status(grpc::CANCELLED, "cancelled");
+      case 6:
+        ctx->AddTrailingMetadata("kvcast-limit", "tenant");
+        ctx->AddTrailingMetadata("retry-after", "7");
+        return grpc::Status(grpc::RESOURCE_EXHAUSTED, "tenant over its limit");
       case 5: {
         auto md = ctx->client_metadata().find("authorization");
         if (md == ctx->client_metadata().end() || md->second != "Bearer k-0123456789abcdef") {
@@ -197,6 +202,10 @@ TEST_F(OpenAiFrontendTest, ErrorsBeforeTheFirstTokenAreHttpStatuses) {
   EXPECT_THAT(r, StartsWith("HTTP/1.1 503 "));
   EXPECT_THAT(r, HasSubstr("Retry-After: 1\r\n"));
   EXPECT_THAT(r, HasSubstr("queue full"));
+  r = Call(PostJson("/v1/completions", R"({"prompt":[6],"stream":true})"), "}}");
+  EXPECT_THAT(r, StartsWith("HTTP/1.1 429 "));
+  EXPECT_THAT(r, HasSubstr("Retry-After: 7\r\n"));
+  EXPECT_THAT(r, HasSubstr(R"("type":"rate_limit_error")"));
   r = Call(PostJson("/v1/completions", R"({"prompt":[1],"model":"other"})"), "}}");
   EXPECT_THAT(r, StartsWith("HTTP/1.1 404 "));
   EXPECT_THAT(r, HasSubstr(R"("code":"model_not_found")"));

@@ -26,6 +26,7 @@ struct ApiError {
   std::string type = "invalid_request_error";
   std::string param;  // the request field at fault; "" = null
   std::string code;   // "" = null
+  std::string retry_after;  // seconds, for 429 and 503 (Retry-After); "" = 1
   std::string Body() const;
 };
 

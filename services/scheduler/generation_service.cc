@@ -285,6 +285,19 @@ v1::DecodeStart GenerationService::Request::DecodeStartFor(const WorkerRef* pref
 grpc::Status GenerationService::Request::Run() {
   if (grpc::Status s = Validate(); !s.ok()) return s;
   const int n = int(prompt_.size());
+  absl::Duration retry_after;
+  if (absl::Status s = svc_->tenant_limits_.Admit(req_.tenant(), n, &retry_after); !s.ok()) {
+    svc_->m_.rejected->Increment();
+    ctx_->AddTrailingMetadata("kvcast-limit", "tenant");
+    ctx_->AddTrailingMetadata("retry-after",
+                              absl::StrCat(absl::ToInt64Seconds(absl::Ceil(retry_after, absl::Seconds(1)))));
+    return worker::ToGrpc(s);
+  }
+  struct TenantRelease {
+    TenantLimits* limits;
+    const std::string& tenant;
+    ~TenantRelease() { limits->Release(tenant); }
+  } tenant_release{&svc_->tenant_limits_, req_.tenant()};
   svc_->m_.prompt_tokens->Increment(n);
   absl::flat_hash_set<WorkerSlot> exclude;
   int prefill_failures = 0, decode_failures = 0;
@@ -470,7 +483,10 @@ GenerationService::GenerationService(WorkerRegistry* registry,
                                      std::unique_ptr<Tokenizer> tokenizer,
                                      services::MetricsRegistry* metrics,
                                      GenerationOptions options)
-    : registry_(registry), tokenizer_(std::move(tokenizer)), options_(std::move(options)) {
+    : registry_(registry),
+      tokenizer_(std::move(tokenizer)),
+      options_(std::move(options)),
+      tenant_limits_(options_.tenant_limits) {
   auto& m = *metrics;
   const auto buckets = services::DefaultLatencyBuckets();
   m_.ok = m.AddCounter("kvcast_requests_total", "generation requests by result",
@@ -533,6 +549,7 @@ grpc::Status GenerationService::Run(grpc::ServerContext* context,
   if (in_flight_.fetch_add(1) >= options_.max_queue) {
     in_flight_.fetch_sub(1);
     m_.rejected->Increment();
+    context->AddTrailingMetadata("retry-after", "1");
     return grpc::Status(grpc::RESOURCE_EXHAUSTED,
                         absl::StrCat("the scheduler has ", options_.max_queue,
                                      " requests in flight (--max_queue); retry later"));

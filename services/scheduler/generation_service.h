@@ -27,6 +27,7 @@
 #include "kvcast/v1/generation.grpc.pb.h"
 #include "services/common/api_keys.h"
 #include "services/common/metrics.h"
+#include "services/scheduler/tenant_limits.h"
 #include "services/scheduler/worker_registry.h"
 
 namespace kvcast::scheduler {
@@ -41,6 +42,7 @@ struct GenerationOptions {
   // KEY" (UNAUTHENTICATED otherwise) and the key's tenant replaces the
   // request's.
   const services::ApiKeys* api_keys = nullptr;
+  TenantLimitOptions tenant_limits;
 };
 
 class GenerationService final : public v1::Generation::Service {
@@ -64,6 +66,7 @@ class GenerationService final : public v1::Generation::Service {
   WorkerRegistry* const registry_;
   const std::unique_ptr<Tokenizer> tokenizer_;
   const GenerationOptions options_;
+  TenantLimits tenant_limits_;
   std::atomic<int> in_flight_{0};
   std::atomic<uint64_t> next_request_{1};
 

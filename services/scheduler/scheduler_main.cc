@@ -29,6 +29,12 @@ ABSL_FLAG(int, http_threads, 2, "I/O threads of the HTTP API");
 ABSL_FLAG(std::string, api_keys_file, "",
           "file of `KEY TENANT` lines: the HTTP API and kvcast.v1.Generation then need "
           "`Authorization: Bearer KEY`");
+ABSL_FLAG(int, tenant_max_in_flight, 0,
+          "requests one tenant may have in flight (0: no limit); more get RESOURCE_EXHAUSTED "
+          "(HTTP 429)");
+ABSL_FLAG(int64_t, tenant_prompt_tokens_per_minute, 0,
+          "prompt tokens one tenant may send per minute (0: no limit); more get "
+          "RESOURCE_EXHAUSTED (HTTP 429) with a retry-after");
 ABSL_FLAG(double, lease_s, 10, "a worker silent this long is dropped");
 ABSL_FLAG(int, max_queue, 256, "requests in flight at most; more get RESOURCE_EXHAUSTED");
 ABSL_FLAG(int, max_tokens_limit, 4096, "largest max_tokens a request may ask for");
@@ -49,6 +55,11 @@ int main(int argc, char** argv) {
       absl::GetFlag(FLAGS_max_tokens_limit) < 1) {
     return fail(absl::InvalidArgumentError(
         "--lease_s, --max_queue and --max_tokens_limit must be positive"));
+  }
+  if (absl::GetFlag(FLAGS_tenant_max_in_flight) < 0 ||
+      absl::GetFlag(FLAGS_tenant_prompt_tokens_per_minute) < 0) {
+    return fail(absl::InvalidArgumentError(
+        "--tenant_max_in_flight and --tenant_prompt_tokens_per_minute must be >= 0"));
   }
   if (auto f = kvcache::FormatOfTrackName(absl::GetFlag(FLAGS_kv_compression)); !f.ok()) {
     return fail(absl::InvalidArgumentError(absl::StrCat("--kv_compression: ", f.status().message())));
@@ -92,6 +103,8 @@ int main(int argc, char** argv) {
   go.max_tokens_limit = absl::GetFlag(FLAGS_max_tokens_limit);
   go.compression = absl::GetFlag(FLAGS_kv_compression);
   go.api_keys = &api_keys;
+  go.tenant_limits.max_in_flight = absl::GetFlag(FLAGS_tenant_max_in_flight);
+  go.tenant_limits.prompt_tokens_per_minute = absl::GetFlag(FLAGS_tenant_prompt_tokens_per_minute);
   const Tokenizer* http_tokenizer = tokenizer.get();
   scheduler::GenerationService generation(&registry, std::move(tokenizer), &metrics, go);
   services::GrpcServerOptions so;

@@ -7,6 +7,8 @@ starts `kvcast cluster up` (scheduler with --max_queue=4 + relay + 1 prefill
   stream_matches_unary  streaming Generate (text prompt) == GenerateUnary
   prefix_reuse          a shared 300-token prefix is reported as cached
   tenant_isolation      the same prompt from another tenant: 0 cached tokens
+  tenant_flood          one tenant's flood (--tenant_max_in_flight=2) leaves
+                        room for another tenant
   invalid_argument      bad requests end with INVALID_ARGUMENT + a message
   flood                 40 concurrent streams: only OK / RESOURCE_EXHAUSTED
   deadline              a 50 ms deadline ends the call, frees the slot
@@ -38,6 +40,7 @@ from harness import CheckError, Cluster, Runner, expect, log, scrape, wait_for  
 
 CHUNK = 128          # the scheduler's prefix-hash chunk (tokens)
 MAX_QUEUE = 4        # --max_queue given to the scheduler
+TENANT_MAX_IN_FLIGHT = 2  # --tenant_max_in_flight given to the scheduler
 READY_TIMEOUT_S = 30  # then until health is SERVING and a request succeeds
 RPC_TIMEOUT_S = 30    # every ordinary call
 
@@ -230,6 +233,37 @@ class Checks:
         expect(again >= 2 * CHUNK and other_again >= 2 * CHUNK,
                f"a tenant's own prefix not reused: alice {again}, mallory {other_again}")
 
+    def tenant_flood(self):
+        """One tenant's flood takes at most --tenant_max_in_flight of the
+        scheduler's --max_queue slots: another tenant still gets in."""
+        n = 8
+        barrier = threading.Barrier(n, timeout=30)
+
+        def flood(i):
+            req = self.request(ids=self.ids(1000, salt=200 + i), max_tokens=200, tenant="flood")
+            barrier.wait()
+            try:
+                self.stream(req, timeout=90)
+                return "OK", ""
+            except grpc.RpcError as e:
+                return e.code().name, e.details()
+
+        metrics = self.cluster.metrics["scheduler"]
+        with concurrent.futures.ThreadPoolExecutor(max_workers=n) as pool:
+            futures = [pool.submit(flood, i) for i in range(n)]
+            wait_for("the flood in flight", lambda: scrape(metrics, "kvcast_queue_depth") >= TENANT_MAX_IN_FLIGHT, 30)
+            in_flight = scrape(metrics, "kvcast_queue_depth")
+            deltas, final = self.stream(self.request(ids=self.ids(50, salt=300), max_tokens=4,
+                                                     tenant="calm"), timeout=60)
+            results = [f.result(timeout=120) for f in futures]
+        codes = sorted(c for c, _ in results)
+        log(f"tenant flood: {codes}; calm tenant served ({final.usage.generated_tokens} tokens) "
+            f"with {in_flight:.0f} flood requests in flight")
+        expect(codes.count("OK") <= n - 1 and set(codes) <= {"OK", "RESOURCE_EXHAUSTED"}, f"{results}")
+        refused = [d for c, d in results if c == "RESOURCE_EXHAUSTED"]
+        expect(refused and all('tenant "flood"' in d for d in refused), f"{refused[:2]}")
+        expect(in_flight <= TENANT_MAX_IN_FLIGHT, f"{in_flight} flood requests in flight")
+
     # 3.
     def invalid_argument(self):
         pb = self.pb
@@ -295,7 +329,9 @@ class Checks:
         def one(i):
             # Distinct 1000-token prompts (no prefix reuse): each admitted
             # request holds its slot for a prefill plus 64 decode steps.
-            req = self.request(ids=self.ids(1000, salt=100 + i), max_tokens=max_tokens)
+            # One tenant each: --max_queue, not the tenants' limit, refuses.
+            req = self.request(ids=self.ids(1000, salt=100 + i), max_tokens=max_tokens,
+                               tenant=f"flood-{i}")
             barrier.wait()
             try:
                 deltas, final = self.stream(req, timeout=60)
@@ -438,7 +474,8 @@ def main():
         log(f"tiny model: vocab {state['config']['vocab_size']}, "
             f"context {state['config']['max_position_embeddings']}")
         nonlocal cluster, channel
-        cluster = Cluster(args, model, work, [f"--scheduler_flags=--max_queue={MAX_QUEUE}"])
+        cluster = Cluster(args, model, work, [
+            f"--scheduler_flags=--max_queue={MAX_QUEUE} --tenant_max_in_flight={TENANT_MAX_IN_FLIGHT}"])
         cluster.start()
         channel = grpc.insecure_channel(cluster.address, options=[("grpc.enable_http_proxy", 0)])
         state["checks"] = Checks(generation_pb2, generation_pb2_grpc, channel, cluster, state["config"])
@@ -447,7 +484,8 @@ def main():
     try:
         if run("setup", setup):
             c = state["checks"]
-            for name in ("stream_matches_unary", "prefix_reuse", "tenant_isolation", "invalid_argument", "flood",
+            for name in ("stream_matches_unary", "prefix_reuse", "tenant_isolation", "tenant_flood",
+                         "invalid_argument", "flood",
                          "deadline", "health"):
                 run(name, getattr(c, name))
     finally:
