@@ -1,5 +1,7 @@
 // Command-line flags of kvcast-prefill and kvcast-decode (docs/services.md;
 // the Helm chart passes exactly these, docs/deploy.md).
+#include <cstdio>
+
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "services/worker/worker_runtime.h"
@@ -26,7 +28,11 @@ ABSL_FLAG(std::string, moqt_listen, "0.0.0.0:4433", "MoQT/QUIC HOST:PORT (UDP)")
 ABSL_FLAG(std::string, relay, "", "MoQT relay HOST:PORT; empty: peers connect directly");
 ABSL_FLAG(std::string, quic_cert, "", "QUIC certificate (PEM), also the client certificate");
 ABSL_FLAG(std::string, quic_key, "", "QUIC key (PEM)");
-ABSL_FLAG(std::string, quic_ca, "", "CA (PEM) that verifies QUIC peers; empty: no verification");
+ABSL_FLAG(std::string, quic_ca, "",
+          "CA (PEM) that verifies QUIC peers (relays, other workers, and the clients of this "
+          "worker's MoQT port, which must present a certificate); required unless --insecure");
+ABSL_FLAG(bool, insecure, false,
+          "development only: QUIC peers are not verified and any client may connect");
 ABSL_FLAG(bool, prefix_caching, true, "cache and reuse prompt chunks (false: for A/B runs)");
 ABSL_FLAG(double, heartbeat_s, 1.0, "heartbeat period (at most a third of the lease)");
 
@@ -80,13 +86,26 @@ absl::StatusOr<WorkerConfig> WorkerConfigFromFlags(v1::WorkerRole role,
         "--quic_cert and --quic_key are required (QUIC always uses TLS; "
         "`kvcast-devcert` makes a development pair)");
   }
+  const bool insecure = absl::GetFlag(FLAGS_insecure);
+  if (ca.empty() && !insecure) {
+    return absl::InvalidArgumentError(
+        "--quic_ca is required: the CA (PEM) that signed the relays' and workers' QUIC "
+        "certificates (`kvcast-devcert` makes a development CA); --insecure turns "
+        "verification off, for development only");
+  }
+  if (insecure) {
+    std::fprintf(stderr,
+                 "kvcast worker: WARNING: --insecure: QUIC peers are NOT verified and any host "
+                 "that reaches the MoQT port may fetch or publish KV\n");
+  }
   c.quic_server.cert_file = cert;
   c.quic_server.key_file = key;
   c.quic_server.ca_file = ca;
+  c.quic_server.require_client_cert = !insecure;
   c.quic_client.cert_file = cert;
   c.quic_client.key_file = key;
   c.quic_client.ca_file = ca;
-  c.quic_client.insecure_skip_verify = ca.empty();
+  c.quic_client.insecure_skip_verify = insecure;
   const double hb = absl::GetFlag(FLAGS_heartbeat_s);
   if (!(hb > 0)) return absl::InvalidArgumentError("--heartbeat_s must be positive");
   c.heartbeat = absl::Seconds(hb);

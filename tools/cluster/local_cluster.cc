@@ -105,8 +105,10 @@ absl::Status LocalCluster::Launch() {
   std::string relay_address;
   if (options_.relay) {
     ASSIGN_OR_RETURN(relay_address, pick(SOCK_DGRAM));
+    // Mutual TLS: only holders of the cluster's certificates reach the KV.
     std::vector<std::string> args = {"--listen=" + relay_address, "--cert=" + certs.server_cert,
-                                     "--key=" + certs.server_key,
+                                     "--key=" + certs.server_key, "--client_ca=" + certs.ca_cert,
+                                     "--require_client_cert=true",
                                      // Covers a decode worker subscribing before the
                                      // prefill worker's announce reaches the relay.
                                      "--subscribe_wait_ms=2000"};
