@@ -8,18 +8,12 @@
 
 #include "benchmark/benchmark.h"
 #include "engine/chat/chat_template.h"
+#include "engine/chat/testing/read_file.h"
 
 namespace kvcast {
 namespace {
 
 using json = nlohmann::ordered_json;
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 json Conversation(bool system) {
   json m = json::array();

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <string>
 
+#include "engine/chat/testing/read_file.h"
 #include "engine/model/internal/gguf_writer.h"
 #include "gtest/gtest.h"
 
@@ -23,11 +24,6 @@ std::string Dir(const std::string& name) {
 void Write(const std::string& path, const std::string& text) {
   std::ofstream f(path, std::ios::binary);
   f << text;
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
 }
 
 const char kChatMl[] =

@@ -11,19 +11,13 @@
 
 #include "engine/chat/jinja.h"
 #include "engine/chat/testing/fixed_strftime.h"
+#include "engine/chat/testing/read_file.h"
 #include "gtest/gtest.h"
 
 namespace kvcast {
 namespace {
 
 using json = nlohmann::ordered_json;
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 TEST(JinjaGoldenTest, MatchesPythonJinja2) {
   const std::string dir = "tests/data/chat_templates/";

@@ -13,19 +13,13 @@
 #include <map>
 #include <thread>
 
+#include "engine/chat/testing/read_file.h"
 #include "gtest/gtest.h"
 
 namespace kvcast {
 namespace {
 
 using json = nlohmann::ordered_json;
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 const char* const kTemplates[] = {"SmolLM2-135M-Instruct",    "Qwen2-7B-Instruct",
                                   "Qwen2.5-7B-Instruct",      "Llama-3.1-8B-Instruct",
