@@ -22,6 +22,14 @@ ABSL_FLAG(std::string, grpc_listen, "0.0.0.0:50051", "gRPC HOST:PORT");
 ABSL_FLAG(std::string, grpc_cert, "", "gRPC server certificate (PEM); TLS when set");
 ABSL_FLAG(std::string, grpc_key, "", "gRPC server key (PEM)");
 ABSL_FLAG(std::string, grpc_ca, "", "CA (PEM): require client certificates, verify workers");
+ABSL_FLAG(std::string, internal_grpc_listen, "",
+          "HOST:PORT of kvcast.v1.Registry for the workers, apart from the public API; "
+          "empty: Registry is served on --grpc_listen");
+ABSL_FLAG(std::string, internal_grpc_cert, "",
+          "certificate (PEM) of the internal port, also presented to workers when calling them");
+ABSL_FLAG(std::string, internal_grpc_key, "", "its key (PEM)");
+ABSL_FLAG(std::string, internal_grpc_ca, "",
+          "CA (PEM): mutual TLS with the workers on the internal port and on calls to them");
 ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9090", "HTTP HOST:PORT of /metrics; empty: off");
 ABSL_FLAG(std::string, http_listen, "",
           "HOST:PORT of the OpenAI-compatible HTTP API (e.g. 0.0.0.0:8000); empty: off");
@@ -82,7 +90,12 @@ int main(int argc, char** argv) {
   }
   const std::string cert = absl::GetFlag(FLAGS_grpc_cert), key = absl::GetFlag(FLAGS_grpc_key),
                     ca = absl::GetFlag(FLAGS_grpc_ca);
-  auto creds = services::ClientCredentials(ca.empty() ? "" : cert, ca.empty() ? "" : key, ca);
+  // The workers' side: the internal port's TLS when there is one.
+  const bool internal = !absl::GetFlag(FLAGS_internal_grpc_listen).empty();
+  const std::string wcert = internal ? absl::GetFlag(FLAGS_internal_grpc_cert) : cert,
+                    wkey = internal ? absl::GetFlag(FLAGS_internal_grpc_key) : key,
+                    wca = internal ? absl::GetFlag(FLAGS_internal_grpc_ca) : ca;
+  auto creds = services::ClientCredentials(wca.empty() ? "" : wcert, wca.empty() ? "" : wkey, wca);
   if (!creds.ok()) return fail(creds.status());
   scheduler::WorkerRegistry::Options ro;
   ro.lease = absl::Seconds(absl::GetFlag(FLAGS_lease_s));
@@ -112,10 +125,22 @@ int main(int argc, char** argv) {
   so.cert_file = cert;
   so.key_file = key;
   so.ca_file = ca;
-  auto server = services::GrpcServer::Start(
-      so, {{v1::Generation::service_full_name(), &generation},
-           {v1::Registry::service_full_name(), &registry}});
+  std::vector<services::NamedService> public_services = {
+      {v1::Generation::service_full_name(), &generation}};
+  if (!internal) public_services.push_back({v1::Registry::service_full_name(), &registry});
+  auto server = services::GrpcServer::Start(so, public_services);
   if (!server.ok()) return fail(server.status());
+  std::unique_ptr<services::GrpcServer> internal_server;
+  if (internal) {
+    services::GrpcServerOptions io;
+    io.listen = absl::GetFlag(FLAGS_internal_grpc_listen);
+    io.cert_file = wcert;
+    io.key_file = wkey;
+    io.ca_file = wca;
+    auto s = services::GrpcServer::Start(io, {{v1::Registry::service_full_name(), &registry}});
+    if (!s.ok()) return fail(s.status());
+    internal_server = std::move(*s);
+  }
   std::unique_ptr<services::MetricsServer> metrics_server;
   if (!absl::GetFlag(FLAGS_metrics_listen).empty()) {
     auto ms = services::MetricsServer::Start(absl::GetFlag(FLAGS_metrics_listen), &metrics);
@@ -157,12 +182,15 @@ int main(int argc, char** argv) {
     if (!hs.ok()) return fail(hs.status());
     http = std::move(*hs);
   }
-  std::fprintf(stderr, "kvcast-scheduler: gRPC :%u, metrics :%u, http :%u%s\n", (*server)->port(),
+  std::fprintf(stderr, "kvcast-scheduler: gRPC :%u, internal gRPC :%u%s, metrics :%u, http :%u%s\n",
+               (*server)->port(), internal_server ? internal_server->port() : (*server)->port(),
+               internal_server && internal_server->tls() ? " (mutual TLS)" : "",
                metrics_server ? metrics_server->port() : 0, http ? http->port() : 0,
                api_keys.enabled() ? " (API keys required)" : "");
   (*signal)->Wait();
   std::fprintf(stderr, "kvcast-scheduler: draining\n");
   http.reset();  // open streams are cancelled; their calls end with the gRPC drain
   (*server)->Shutdown(absl::Seconds(absl::GetFlag(FLAGS_drain_s)));
+  if (internal_server) internal_server->Shutdown(absl::Seconds(1));
   return 0;
 }

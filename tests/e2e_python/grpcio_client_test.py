@@ -9,6 +9,8 @@ starts `kvcast cluster up` (scheduler with --max_queue=4 + relay + 1 prefill
   tenant_isolation      the same prompt from another tenant: 0 cached tokens
   tenant_flood          one tenant's flood (--tenant_max_in_flight=2) leaves
                         room for another tenant
+  workers_need_mutual_tls  a worker's gRPC port refuses plaintext and clients
+                        without a certificate of the cluster's CA
   invalid_argument      bad requests end with INVALID_ARGUMENT + a message
   flood                 40 concurrent streams: only OK / RESOURCE_EXHAUSTED
   deadline              a 50 ms deadline ends the call, frees the slot
@@ -264,6 +266,28 @@ class Checks:
         expect(refused and all('tenant "flood"' in d for d in refused), f"{refused[:2]}")
         expect(in_flight <= TENANT_MAX_IN_FLIGHT, f"{in_flight} flood requests in flight")
 
+    def workers_need_mutual_tls(self):
+        """Inside `kvcast cluster up`, a worker's gRPC port (Prefill/Decode)
+        answers only clients with a certificate of the cluster's CA."""
+        certs = self.cluster.dir / "certs"
+        ca = (certs / "ca.pem").read_bytes()
+        cert, key = (certs / "server.pem").read_bytes(), (certs / "server-key.pem").read_bytes()
+        addr = self.cluster.grpc["prefill-0"]
+
+        def code(channel):
+            with channel:
+                try:
+                    health_status(channel)
+                    return "OK"
+                except grpc.RpcError as e:
+                    return e.code().name
+        got = (code(grpc.insecure_channel(addr)),
+               code(grpc.secure_channel(addr, grpc.ssl_channel_credentials(ca))),
+               code(grpc.secure_channel(addr, grpc.ssl_channel_credentials(ca, key, cert))))
+        log(f"worker {addr}: plaintext {got[0]}, TLS without a client certificate {got[1]}, "
+            f"mutual TLS {got[2]}")
+        expect(got == ("UNAVAILABLE", "UNAVAILABLE", "OK"), f"{got}")
+
     # 3.
     def invalid_argument(self):
         pb = self.pb
@@ -485,6 +509,7 @@ def main():
         if run("setup", setup):
             c = state["checks"]
             for name in ("stream_matches_unary", "prefix_reuse", "tenant_isolation", "tenant_flood",
+                         "workers_need_mutual_tls",
                          "invalid_argument", "flood",
                          "deadline", "health"):
                 run(name, getattr(c, name))

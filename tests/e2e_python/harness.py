@@ -61,6 +61,7 @@ class Cluster:
                     str(self.port), "--http_port", "0", "--bin_dir", str(self.bin_dir), *extra]
         self.proc = None
         self.metrics = {}  # process name -> HOST:PORT of /metrics
+        self.grpc = {}     # worker name -> HOST:PORT of its gRPC server
 
     def start(self):
         log("starting: " + " ".join(self.cmd))
@@ -87,6 +88,9 @@ class Cluster:
             w = re.match(r"^\s+(\S+)\s+pid\s+\d+\s.*metrics (\S+?)[\s,]", line + " ")
             if w:
                 self.metrics[w.group(1)] = w.group(2)
+            g = re.match(r"^\s+(\S+)\s+pid\s+\d+\s+grpc (\S+?),", line)
+            if g:
+                self.grpc[g.group(1)] = g.group(2)
         log(f"cluster up: scheduler {self.address}, metrics {self.metrics}")
 
     def stop(self):

@@ -122,6 +122,9 @@ absl::Status LocalCluster::Launch() {
     ASSIGN_OR_RETURN(scheduler_address, pick(SOCK_STREAM));
   }
   ASSIGN_OR_RETURN(std::string scheduler_metrics, pick(SOCK_STREAM));
+  // Workers register on an internal port with mutual TLS; the public API
+  // (scheduler_address, HTTP) stays plaintext.
+  ASSIGN_OR_RETURN(std::string scheduler_internal, pick(SOCK_STREAM));
   std::string scheduler_http;
   if (options_.http_port > 0) scheduler_http = absl::StrCat("127.0.0.1:", options_.http_port);
   if (options_.http_port == 0) {
@@ -131,6 +134,10 @@ absl::Status LocalCluster::Launch() {
     std::vector<std::string> args = {"--grpc_listen=" + scheduler_address,
                                      "--metrics_listen=" + scheduler_metrics,
                                      "--http_listen=" + scheduler_http,
+                                     "--internal_grpc_listen=" + scheduler_internal,
+                                     "--internal_grpc_cert=" + certs.server_cert,
+                                     "--internal_grpc_key=" + certs.server_key,
+                                     "--internal_grpc_ca=" + certs.ca_cert,
                                      "--model=" + options_.model_dir};
     args.insert(args.end(), options_.scheduler_flags.begin(), options_.scheduler_flags.end());
     ASSIGN_OR_RETURN(Process * p, Spawn(Role::kScheduler, 0, scheduler_bin, std::move(args)));
@@ -161,7 +168,9 @@ absl::Status LocalCluster::Launch() {
       std::vector<std::string> args = {
           "--model=" + options_.model_dir, "--backend=" + options_.backend,
           absl::StrCat("--kv_cache_mb=", options_.kv_cache_mb), "--grpc_listen=" + grpc,
-          "--metrics_listen=" + metrics, "--scheduler=" + scheduler_address,
+          "--metrics_listen=" + metrics, "--scheduler=" + scheduler_internal,
+          "--grpc_cert=" + certs.server_cert, "--grpc_key=" + certs.server_key,
+          "--grpc_ca=" + certs.ca_cert,
           "--advertise_host=127.0.0.1", "--moqt_listen=" + moqt, "--quic_cert=" + certs.server_cert,
           "--quic_key=" + certs.server_key, "--quic_ca=" + certs.ca_cert};
       if (options_.relay) args.push_back("--relay=" + relay_address);

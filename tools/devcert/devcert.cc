@@ -232,7 +232,9 @@ absl::StatusOr<Ca> CreateCa(const DevCertPaths& paths,
   return Ca{std::move(crt), std::move(key)};
 }
 
-// A leaf signed by `ca`: serverAuth with `names` as SANs, or clientAuth.
+// A leaf signed by `ca`: serverAuth + clientAuth with `names` as SANs (a
+// process that serves and also calls its peers, e.g. a worker, presents
+// it both ways), or clientAuth only.
 absl::Status IssueLeaf(const Ca& ca, const std::string& cn,
                        const std::vector<std::string>& names, bool client,
                        absl::Duration validity, const std::string& crt_path,
@@ -245,10 +247,12 @@ absl::Status IssueLeaf(const Ca& ca, const std::string& cn,
   RETURN_IF_ERROR(Gnutls(
       gnutls_x509_crt_set_key_usage(raw, GNUTLS_KEY_DIGITAL_SIGNATURE),
       "leaf key usage"));
-  RETURN_IF_ERROR(Gnutls(
-      gnutls_x509_crt_set_key_purpose_oid(
-          raw, client ? GNUTLS_KP_TLS_WWW_CLIENT : GNUTLS_KP_TLS_WWW_SERVER, 0),
-      "extended key usage"));
+  RETURN_IF_ERROR(Gnutls(gnutls_x509_crt_set_key_purpose_oid(raw, GNUTLS_KP_TLS_WWW_CLIENT, 0),
+                         "extended key usage"));
+  if (!client) {
+    RETURN_IF_ERROR(Gnutls(gnutls_x509_crt_set_key_purpose_oid(raw, GNUTLS_KP_TLS_WWW_SERVER, 0),
+                           "extended key usage"));
+  }
   for (const std::string& name : names) {
     std::string ip;
     int rv = ParseIp(name, &ip)

@@ -2,7 +2,8 @@
 // leaf certificates signed by it (ECDSA P-256, SHA-256), written as PEM.
 //
 //   out_dir/ca.pem, ca-key.pem          the CA (kept and reused if present)
-//   out_dir/server.pem, server-key.pem  serverAuth leaf for `names`
+//   out_dir/server.pem, server-key.pem  serverAuth + clientAuth leaf for `names`
+//                                       (a worker presents it as server and client)
 //   out_dir/client.pem, client-key.pem  clientAuth leaf (when client_name)
 //
 // Not for production: keys are unencrypted (files are created mode 0600).
