@@ -17,6 +17,7 @@ urllib, no kvcast code:
   disconnect_cancels  closing a long stream frees the scheduler's queue slot
                       and the decode worker's KV pages
   concurrent_streams  8 streams at once, each complete
+  grpc_api_key        the same keys guard gRPC (kvcast generate --api_key)
   health_and_metrics  /health 200; /metrics counts the HTTP requests
 Writes one JUnit <testcase> per check to --xml; exits 1 if any failed.
 
@@ -29,6 +30,7 @@ import json
 import os
 import pathlib
 import signal
+import subprocess
 import sys
 import urllib.error
 import urllib.request
@@ -66,8 +68,9 @@ def http(address, path, body=None, key=KEY, timeout=30):
 
 
 class Checks:
-    def __init__(self, cluster):
+    def __init__(self, cluster, kvcast):
         self.cluster = cluster
+        self.kvcast = kvcast
         self.client = openai.OpenAI(base_url=f"http://{cluster.http}/v1", api_key=KEY,
                                     max_retries=0, timeout=60)
         self.model = None
@@ -234,6 +237,21 @@ class Checks:
             results = list(pool.map(one, range(8)))
         expect(all(n >= 1 and r in ("stop", "length") for n, r in results), f"{results}")
 
+    def grpc_api_key(self):
+        """The same keys guard gRPC: `kvcast generate --scheduler` without a
+        key is UNAUTHENTICATED, with --api_key it is served."""
+        cmd = [self.kvcast, "generate", "--scheduler", self.cluster.address, "--prompt_ids",
+               "1,2,3", "--max_tokens", "2"]
+        env = {k: v for k, v in os.environ.items() if k != "KVCAST_API_KEY"}
+        without = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env=env)
+        with_key = subprocess.run(cmd + ["--api_key", OTHER_KEY], capture_output=True, text=True,
+                                  timeout=60, env=env)
+        log(f"kvcast generate: without a key exit {without.returncode} "
+            f"({without.stderr.strip().splitlines()[-1] if without.stderr.strip() else ''}); "
+            f"with one exit {with_key.returncode}")
+        expect(without.returncode != 0 and "UNAUTHENTICATED" in without.stderr, without.stderr)
+        expect(with_key.returncode == 0, with_key.stderr)
+
     def health_and_metrics(self):
         status, _, body = http(self.cluster.http, "/health", key=None)
         expect(status == 200, f"/health {status} {body!r}")
@@ -260,15 +278,15 @@ def main():
         cluster = Cluster(args, args.model, work, [f"--scheduler_flags=--api_keys_file={keys}"])
         cluster.start()
         expect(cluster.http, "cluster up printed no OpenAI-compatible API address")
-        state["checks"] = Checks(cluster)
+        state["checks"] = Checks(cluster, args.kvcast)
         state["checks"].ready()
 
     try:
         if runner.run("setup", setup):
             c = state["checks"]
             for name in ("models", "auth", "completion_stream", "chat_stream", "cached_tokens",
-                         "tenant_isolation", "bad_requests", "min_tokens", "disconnect_cancels", "concurrent_streams",
-                         "health_and_metrics"):
+                         "tenant_isolation", "bad_requests", "min_tokens", "disconnect_cancels",
+                         "concurrent_streams", "grpc_api_key", "health_and_metrics"):
                 runner.run(name, getattr(c, name))
     finally:
         if cluster is not None:

@@ -34,6 +34,7 @@ Outcome RunOne(v1::Generation::Stub* stub, const std::vector<int32_t>& prompt,
   req.set_max_tokens(options.max_tokens);
   req.set_ignore_eos(true);
   grpc::ClientContext ctx;
+  AddApiKey(&ctx, options.api_key);
   if (options.deadline_s > 0) {
     ctx.set_deadline(std::chrono::system_clock::now() +
                      std::chrono::microseconds(int64_t(options.deadline_s * 1e6)));

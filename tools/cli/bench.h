@@ -24,6 +24,7 @@ namespace kvcast::cli {
 struct BenchOptions {
   std::string scheduler;
   TlsFiles tls;
+  std::string api_key;  // empty: none
   int requests = 40;
   double rate = 2;  // requests/s; 0 = closed loop
   int concurrency = 8;

@@ -69,4 +69,8 @@ absl::StatusOr<std::vector<int32_t>> ParseTokenIds(absl::string_view csv) {
   return ids;
 }
 
+void AddApiKey(grpc::ClientContext* ctx, const std::string& api_key) {
+  if (!api_key.empty()) ctx->AddMetadata("authorization", "Bearer " + api_key);
+}
+
 }  // namespace kvcast::cli

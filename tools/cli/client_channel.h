@@ -28,6 +28,10 @@ struct TlsFiles {
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeSchedulerChannel(const std::string& address,
                                                                     const TlsFiles& tls);
 
+// Adds "authorization: Bearer KEY" to a call (the scheduler's
+// --api_keys_file); nothing when `api_key` is empty.
+void AddApiKey(grpc::ClientContext* ctx, const std::string& api_key);
+
 // The same code and message as an absl::Status.
 absl::Status FromGrpc(const grpc::Status& status);
 

@@ -6,7 +6,7 @@
 //     stderr.
 //   kvcast generate --scheduler HOST:PORT (--prompt TEXT | --prompt_ids 1,2,3)
 //       [--max_tokens --temperature --top_k --top_p --seed --stop STR
-//        --ignore_eos --request_id --deadline_s --ca --cert --key]
+//        --ignore_eos --request_id --deadline_s --ca --cert --key --api_key]
 //     One streaming Generate call to a cluster; text deltas to stdout, the
 //     Final (finish reason, usage, TTFT/TBT, KV transfer, workers) to stderr.
 //   kvcast cluster up --model DIR [--prefill 1 --decode 1 --relay
@@ -54,6 +54,8 @@ ABSL_FLAG(std::string, stop, "", "stop string (--scheduler only)");
 ABSL_FLAG(std::string, request_id, "", "request id (--scheduler only)");
 ABSL_FLAG(double, deadline_s, 0, "per-request deadline in seconds; 0 = none");
 ABSL_FLAG(std::string, ca, "", "CA (PEM) verifying the scheduler: TLS");
+ABSL_FLAG(std::string, api_key, "",
+          "API key for a scheduler with --api_keys_file (default: $KVCAST_API_KEY)");
 ABSL_FLAG(std::string, cert, "", "client certificate (PEM) for mutual TLS");
 ABSL_FLAG(std::string, key, "", "client key (PEM) for mutual TLS");
 ABSL_FLAG(int, kv_cache_mb, 256, "KV page pool size in MiB (per worker)");
@@ -106,6 +108,11 @@ int Result(const absl::Status& s) {
 }
 
 TlsFiles Tls() { return {absl::GetFlag(FLAGS_ca), absl::GetFlag(FLAGS_cert), absl::GetFlag(FLAGS_key)}; }
+std::string ApiKey() {
+  if (!absl::GetFlag(FLAGS_api_key).empty()) return absl::GetFlag(FLAGS_api_key);
+  const char* env = std::getenv("KVCAST_API_KEY");
+  return env == nullptr ? "" : env;
+}
 
 int Generate() {
   const std::string model = absl::GetFlag(FLAGS_model), scheduler = absl::GetFlag(FLAGS_scheduler);
@@ -135,6 +142,7 @@ int Generate() {
   RemoteOptions r;
   r.scheduler = scheduler;
   r.tls = Tls();
+  r.api_key = ApiKey();
   r.stop = absl::GetFlag(FLAGS_stop);
   r.request_id = absl::GetFlag(FLAGS_request_id);
   r.deadline_s = absl::GetFlag(FLAGS_deadline_s);
@@ -174,6 +182,7 @@ int BenchCommand() {
   BenchOptions o;
   o.scheduler = absl::GetFlag(FLAGS_scheduler);
   o.tls = Tls();
+  o.api_key = ApiKey();
   o.requests = absl::GetFlag(FLAGS_requests);
   o.rate = absl::GetFlag(FLAGS_rate);
   o.concurrency = absl::GetFlag(FLAGS_concurrency);

@@ -49,6 +49,7 @@ absl::Status RemoteGenerate(const GenerateOptions& options, const RemoteOptions&
   if (!channel.ok()) return channel.status();
   auto stub = v1::Generation::NewStub(*channel);
   grpc::ClientContext ctx;
+  AddApiKey(&ctx, remote.api_key);
   if (remote.deadline_s > 0) {
     ctx.set_deadline(std::chrono::system_clock::now() +
                      std::chrono::microseconds(int64_t(remote.deadline_s * 1e6)));

@@ -15,6 +15,7 @@ namespace kvcast::cli {
 struct RemoteOptions {
   std::string scheduler;  // HOST:PORT
   TlsFiles tls;
+  std::string api_key;     // empty: none
   std::string stop;        // a stop string; empty: none
   std::string request_id;  // empty: the scheduler makes one
   double deadline_s = 0;   // 0: no deadline
