@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Builds the GGUF parser's libFuzzer target with clang-14 (ASan + UBSan) and
-# runs it for SECONDS on the seed corpus next to this script.
+# Checks that every seed next to this script parses, then builds the GGUF
+# parser's libFuzzer target and runs it for SECONDS on them through
+# tools/fuzz/run_libfuzzer.sh (clang-14, ASan + UBSan).
 #
 #   engine/model/fuzz/build_and_run.sh OUT_DIR SECONDS [libFuzzer flags...]
 #
@@ -9,7 +10,7 @@
 # script: works from the source tree and from Bazel runfiles). Needs clang-14,
 # libclang-rt-14-dev, libabsl-dev, pkg-config. First checks that every seed
 # in ./corpus parses. OUT_DIR gets the binary, the evolving corpus, crash
-# reproducers (OUT_DIR/artifacts) and the log. Prints "executions: N" and
+# reproducers (OUT_DIR/artifacts) and the log. Prints "gguf_fuzzer executions: N" and
 # exits 0 if nothing crashed; 1 on a crash or a seed that does not parse; 2
 # on a build or usage error.
 set -euo pipefail
@@ -26,13 +27,7 @@ CLANGXX=${CLANGXX:-clang++-14}
 command -v "$CLANGXX" >/dev/null || { echo "ERROR: $CLANGXX not found" >&2; exit 2; }
 ABSL=$(pkg-config --cflags --libs absl_status absl_statusor absl_strings) ||
   { echo "ERROR: pkg-config cannot find absl" >&2; exit 2; }
-mkdir -p "$OUT_DIR/corpus" "$OUT_DIR/artifacts"
-SAN="-fsanitize=address,undefined -fno-sanitize-recover=undefined"
-# shellcheck disable=SC2086
-"$CLANGXX" -std=c++17 -O1 -g $SAN -fsanitize=fuzzer -I"$ROOT" \
-  "$HERE/gguf_fuzzer.cc" "$MODEL_DIR/gguf.cc" "$MODEL_DIR/ggml_types.cc" "$MODEL_DIR/dtype.cc" \
-  "$MODEL_DIR/internal/file_util.cc" $ABSL -o "$OUT_DIR/gguf_fuzzer" ||
-  { echo "ERROR: build failed" >&2; exit 2; }
+mkdir -p "$OUT_DIR"
 # The seeds must be valid files, or the fuzzer starts from nothing.
 # shellcheck disable=SC2086
 "$CLANGXX" -std=c++17 -O1 -I"$ROOT" -x c++ - "$MODEL_DIR/gguf.cc" "$MODEL_DIR/ggml_types.cc" \
@@ -49,11 +44,7 @@ int main(int argc, char** argv) {
 CC
   { echo "ERROR: build of the seed checker failed" >&2; exit 2; }
 "$OUT_DIR/check_seed" "$HERE"/corpus/* || exit 1
-cp "$HERE"/corpus/* "$OUT_DIR/corpus/"
-if ! "$OUT_DIR/gguf_fuzzer" "$OUT_DIR/corpus" -max_total_time="$SECONDS_TO_RUN" -max_len=4096 \
-    -artifact_prefix="$OUT_DIR/artifacts/" -print_final_stats=1 "$@" >"$OUT_DIR/fuzz.log" 2>&1; then
-  tail -40 "$OUT_DIR/fuzz.log"
-  for crash in "$OUT_DIR"/artifacts/*; do [ -f "$crash" ] && xxd "$crash" | head -20; done
-  exit 1
-fi
-echo "executions: $(grep -o 'stat::number_of_executed_units: *[0-9]*' "$OUT_DIR/fuzz.log" | grep -o '[0-9]*$')"
+SOURCES=(engine/model/fuzz/gguf_fuzzer.cc engine/model/gguf.cc engine/model/ggml_types.cc
+  engine/model/dtype.cc engine/model/internal/file_util.cc)
+exec "$ROOT/tools/fuzz/run_libfuzzer.sh" "$OUT_DIR" "$SECONDS_TO_RUN" engine/model/fuzz/corpus \
+  "${SOURCES[@]}" -- -max_len=4096 "$@"
