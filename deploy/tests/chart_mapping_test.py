@@ -207,6 +207,23 @@ class TlsSecrets(unittest.TestCase):
             self.assertNotIn("/etc/kvcast/grpc", m)
             self.assertNotIn("grpc_cert", flags(the(o, "Deployment", role)))
 
+    def test_moqt_authorization_key_everywhere_by_default(self):
+        for values, secret_name in (("defaults", "kv-kvcast-moqt-auth"),
+                                    ("tls", "kvcast-moqt-auth")):
+            o = objs(values)
+            if values == "defaults":
+                key = base64.b64decode(the_secret(o, secret_name)["data"]["moqt-auth.key"])
+                self.assertGreaterEqual(len(key.strip()), 32)
+                again = kvtest.objects(kvtest.render(kvtest.load_values("defaults")))
+                self.assertNotEqual(key, base64.b64decode(
+                    the_secret(again, secret_name)["data"]["moqt-auth.key"]),
+                    "a fresh install gets a fresh random key")
+            for role in kvtest.ROLES:
+                d = the(o, "Deployment", role)
+                self.assertEqual(self.mounts(d)["/etc/kvcast/moqt-auth"], (secret_name, True), role)
+                flag = "auth_key_file" if role == "relay" else "moqt_auth_key_file"
+                self.assertEqual(flags(d)[flag], "/etc/kvcast/moqt-auth/moqt-auth.key", role)
+
     def test_dev_certificate_is_signed_by_its_ca(self):
         data = the_secret(objs("defaults"), "kv-kvcast-quic-dev")["data"]
         with tempfile.TemporaryDirectory(dir=os.environ.get("TEST_TMPDIR")) as tmp:

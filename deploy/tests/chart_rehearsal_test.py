@@ -61,7 +61,8 @@ CLI = "tools/cli/kvcast"
 MAKE_TINY_MODEL = "tools/tiny_model/make_tiny_model"
 DEVCERT = "tools/devcert/kvcast-devcert"
 # A Secret key -> the kvcast-devcert file it is made of.
-DEVCERT_FILES = {"tls.crt": "server.pem", "tls.key": "server-key.pem", "ca.crt": "ca.pem"}
+DEVCERT_FILES = {"tls.crt": "server.pem", "tls.key": "server-key.pem", "ca.crt": "ca.pem",
+                 "moqt-auth.key": "moqt-auth.key"}
 # Downward API fields that are this machine's address here.
 LOOPBACK_FIELDS = {"status.podIP", "status.hostIP"}
 START_ORDER = ("relay", "scheduler", "prefill", "decode")  # all at once, in effect

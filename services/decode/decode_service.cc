@@ -104,7 +104,7 @@ DecodeService::Landed DecodeService::LandPromptKv(grpc::ServerContext* context,
                              *session, &engine.pool(), engine.backend(),
                              engine.model().fingerprint(), track,
                              kvcache::LandingSpec{chunk, kv_tokens, own_chunks, groups, *fresh},
-                             worker::KvLanding::Mode::kSubscribe,
+                             worker::KvLanding::Mode::kSubscribe, start.kv().auth_token(),
                              [state](absl::StatusOr<std::vector<int32_t>> r) {
                                state->result = std::move(r);
                                state->done.Notify();

@@ -22,7 +22,9 @@ class PrefillService::Publisher : public kvcache::KvPublisher {
   Publisher(worker::WorkerRuntime* rt)
       : KvPublisher(&rt->engine().pool(), rt->engine().backend(), rt->engine().model().fingerprint(),
                     rt->engine().options().chunk_tokens),
-        rt_(rt) {}
+        rt_(rt) {
+    SetAnnounceAuthority(rt->moqt_auth());
+  }
   void OnSessionReady(moqt::MoqtSession* session) override {
     if (session == rt_->relay_session()) {
       upstream_ = session;
@@ -113,7 +115,7 @@ absl::StatusOr<std::vector<int32_t>> PrefillService::FetchPrefix(
     auto landing = worker::KvLanding::Start(
         *session, &engine.pool(), engine.backend(), engine.model().fingerprint(), track,
         kvcache::LandingSpec{chunk, groups * chunk, own_chunks, groups, *fresh},
-        worker::KvLanding::Mode::kFetch, [state](absl::StatusOr<std::vector<int32_t>> r) {
+        worker::KvLanding::Mode::kFetch, source.auth_token(), [state](absl::StatusOr<std::vector<int32_t>> r) {
           state->result = std::move(r);
           state->done.Notify();
         });

@@ -12,6 +12,7 @@
 #include "services/worker/grpc_status.h"
 #include "services/worker/sampling_proto.h"
 #include "transport/kvcache/naming.h"
+#include "transport/moqt/codec.h"
 
 namespace kvcast::scheduler {
 namespace {
@@ -77,6 +78,15 @@ class GenerationService::Request {
   }
   // `prefill`: the worker publishing the prompt in this attempt, if any.
   v1::DecodeStart DecodeStartFor(const WorkerRef* prefill) const;
+  // Grants the reader of `kv` SUBSCRIBE/FETCH on its prompt's namespace
+  // (with --moqt_auth_key_file).
+  void GrantRead(v1::KvSource* kv) const {
+    const auto& auth = svc_->options_.moqt_auth;
+    if (auth == nullptr) return;
+    kv->set_auth_token(moqt::SerializeAuthToken(
+        auth->Mint(kvcache::NamespaceOf(model_.model_id, kv->prompt_digest()), moqt::kAuthRead,
+                   absl::Now() + svc_->options_.kv_token_ttl)));
+  }
   // A context for a worker call: the client's deadline and cancellation,
   // or the default deadline when the client set none.
   std::unique_ptr<grpc::ClientContext> WorkerContext() const {
@@ -277,6 +287,7 @@ v1::DecodeStart GenerationService::Request::DecodeStartFor(const WorkerRef* pref
     kv->set_groups(int((prompt_.size() + model_.chunk_tokens - 1) / model_.chunk_tokens));
     kv->set_compression(svc_->options_.compression);
     kv->set_moqt_address(publisher);
+    GrantRead(kv);
     start.set_kv_tokens(int(prompt_.size()));
   }
   return start;
@@ -357,6 +368,7 @@ grpc::Status GenerationService::Request::Run() {
         reuse->set_groups(route->prefill_plan.cached_chunks + route->prefill_plan.fetched_chunks);
         reuse->set_compression(svc_->options_.compression);
         reuse->set_moqt_address(route->reuse.publisher);
+        GrantRead(reuse);
       }
       auto pctx = WorkerContext();
       v1::PrefillResponse presp;

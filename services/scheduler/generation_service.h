@@ -29,6 +29,7 @@
 #include "services/common/metrics.h"
 #include "services/scheduler/tenant_limits.h"
 #include "services/scheduler/worker_registry.h"
+#include "transport/moqt/authorization.h"
 
 namespace kvcast::scheduler {
 
@@ -43,6 +44,10 @@ struct GenerationOptions {
   // request's.
   const services::ApiKeys* api_keys = nullptr;
   TenantLimitOptions tenant_limits;
+  // Set: every KvSource carries a token for its prompt's namespace
+  // (transport/moqt/authorization.h), valid for `kv_token_ttl`.
+  std::shared_ptr<const moqt::HmacTokenAuthority> moqt_auth;
+  absl::Duration kv_token_ttl = absl::Minutes(10);
 };
 
 class GenerationService final : public v1::Generation::Service {

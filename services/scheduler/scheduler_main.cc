@@ -43,6 +43,11 @@ ABSL_FLAG(int, tenant_max_in_flight, 0,
 ABSL_FLAG(int64_t, tenant_prompt_tokens_per_minute, 0,
           "prompt tokens one tenant may send per minute (0: no limit); more get "
           "RESOURCE_EXHAUSTED (HTTP 429) with a retry-after");
+ABSL_FLAG(std::string, moqt_auth_key_file, "",
+          "MoQT authorization keys (the workers' and the relay's file): each KV source handed "
+          "to a worker carries a token for that prompt only; empty: no tokens (workers and "
+          "relays that require them then refuse, and decode recomputes)");
+ABSL_FLAG(double, kv_token_ttl_s, 600, "lifetime of those tokens");
 ABSL_FLAG(double, lease_s, 10, "a worker silent this long is dropped");
 ABSL_FLAG(int, max_queue, 256, "requests in flight at most; more get RESOURCE_EXHAUSTED");
 ABSL_FLAG(int, max_tokens_limit, 4096, "largest max_tokens a request may ask for");
@@ -116,6 +121,18 @@ int main(int argc, char** argv) {
   go.max_tokens_limit = absl::GetFlag(FLAGS_max_tokens_limit);
   go.compression = absl::GetFlag(FLAGS_kv_compression);
   go.api_keys = &api_keys;
+  if (!absl::GetFlag(FLAGS_moqt_auth_key_file).empty()) {
+    auto authority = moqt::HmacTokenAuthority::FromFile(absl::GetFlag(FLAGS_moqt_auth_key_file));
+    if (!authority.ok()) return fail(authority.status());
+    go.moqt_auth = *authority;
+  } else {
+    std::fprintf(stderr, "kvcast-scheduler: no --moqt_auth_key_file: KV sources carry no MoQT "
+                         "authorization token\n");
+  }
+  if (!(absl::GetFlag(FLAGS_kv_token_ttl_s) > 0)) {
+    return fail(absl::InvalidArgumentError("--kv_token_ttl_s must be positive"));
+  }
+  go.kv_token_ttl = absl::Seconds(absl::GetFlag(FLAGS_kv_token_ttl_s));
   go.tenant_limits.max_in_flight = absl::GetFlag(FLAGS_tenant_max_in_flight);
   go.tenant_limits.prompt_tokens_per_minute = absl::GetFlag(FLAGS_tenant_prompt_tokens_per_minute);
   const Tokenizer* http_tokenizer = tokenizer.get();

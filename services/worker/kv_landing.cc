@@ -29,7 +29,8 @@ class CountingConsumer : public moqt::TrackConsumer {
 
 absl::StatusOr<std::shared_ptr<KvLanding>> KvLanding::Start(
     moqt::MoqtSession* session, KvPagePool* pool, Backend* backend, const Hash128& fingerprint,
-    const moqt::FullTrackName& track, kvcache::LandingSpec spec, Mode mode, Done done) {
+    const moqt::FullTrackName& track, kvcache::LandingSpec spec, Mode mode,
+    const std::string& auth_token, Done done) {
   std::shared_ptr<KvLanding> landing(new KvLanding());
   KvLanding* self = landing.get();
   self->session_ = session;
@@ -50,12 +51,15 @@ absl::StatusOr<std::shared_ptr<KvLanding>> KvLanding::Start(
     auto a = alive.lock();
     if (!r.ok() && a && *a) self->lander_->Abort(r.status());
   };
+  moqt::Parameters params;
+  if (!auth_token.empty()) params.push_back({moqt::kParamAuthorizationToken, 0, auth_token});
   absl::StatusOr<uint64_t> id;
   if (mode == Mode::kFetch) {
     moqt::Fetch f;
     f.track = track;
     f.start = {first, 0};
     f.end = {last, 0};  // object 0 = the whole end group
+    f.parameters = std::move(params);
     id = session->Fetch(f, consumer, on_reply);
   } else {
     moqt::Subscribe s;
@@ -63,6 +67,7 @@ absl::StatusOr<std::shared_ptr<KvLanding>> KvLanding::Start(
     s.filter_type = moqt::FilterType::kAbsoluteRange;
     s.start = moqt::Location{first, 0};
     s.end_group = last;
+    s.parameters = std::move(params);
     id = session->Subscribe(s, consumer, on_reply);
   }
   if (!id.ok()) {

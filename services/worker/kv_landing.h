@@ -26,11 +26,13 @@ class KvLanding {
 
   // `done` runs exactly once on the loop thread (unless Abort/destruction
   // comes first, then Abort's reason is reported). The pages of `spec`
-  // belong to the landing from this call on, also on error.
+  // belong to the landing from this call on, also on error. `auth_token`
+  // (KvSource.auth_token: a Token structure; empty: none) goes with the
+  // request as its AUTHORIZATION TOKEN.
   static absl::StatusOr<std::shared_ptr<KvLanding>> Start(
       moqt::MoqtSession* session, KvPagePool* pool, Backend* backend,
       const Hash128& fingerprint, const moqt::FullTrackName& track, kvcache::LandingSpec spec,
-      Mode mode, Done done);
+      Mode mode, const std::string& auth_token, Done done);
   ~KvLanding();
 
   void Abort(const absl::Status& reason);

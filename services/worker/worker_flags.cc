@@ -32,7 +32,12 @@ ABSL_FLAG(std::string, quic_ca, "",
           "CA (PEM) that verifies QUIC peers (relays, other workers, and the clients of this "
           "worker's MoQT port, which must present a certificate); required unless --insecure");
 ABSL_FLAG(bool, insecure, false,
-          "development only: QUIC peers are not verified and any client may connect");
+          "development only: QUIC peers are not verified, any client may connect, and MoQT "
+          "requests need no AUTHORIZATION TOKEN");
+ABSL_FLAG(std::string, moqt_auth_key_file, "",
+          "MoQT authorization keys (one per line, >= 32 bytes; the first signs): the MoQT port "
+          "serves only requests whose token the scheduler signed with them; required unless "
+          "--insecure (`kvcast-devcert` writes one)");
 ABSL_FLAG(bool, prefix_caching, true, "cache and reuse prompt chunks (false: for A/B runs)");
 ABSL_FLAG(double, heartbeat_s, 1.0, "heartbeat period (at most a third of the lease)");
 
@@ -106,6 +111,21 @@ absl::StatusOr<WorkerConfig> WorkerConfigFromFlags(v1::WorkerRole role,
   c.quic_client.key_file = key;
   c.quic_client.ca_file = ca;
   c.quic_client.insecure_skip_verify = insecure;
+  const std::string auth_keys = absl::GetFlag(FLAGS_moqt_auth_key_file);
+  if (auth_keys.empty() && !insecure) {
+    return absl::InvalidArgumentError(
+        "--moqt_auth_key_file is required: the keys that sign MoQT authorization tokens "
+        "(the same file as the scheduler's and the relay's); --insecure serves MoQT requests "
+        "without tokens, for development only");
+  }
+  if (!auth_keys.empty()) {
+    auto authority = moqt::HmacTokenAuthority::FromFile(auth_keys);
+    if (!authority.ok()) {
+      return absl::Status(authority.status().code(),
+                          absl::StrCat("--moqt_auth_key_file: ", authority.status().message()));
+    }
+    c.moqt_auth = *authority;
+  }
   const double hb = absl::GetFlag(FLAGS_heartbeat_s);
   if (!(hb > 0)) return absl::InvalidArgumentError("--heartbeat_s must be positive");
   c.heartbeat = absl::Seconds(hb);

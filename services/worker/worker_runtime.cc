@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "services/common/moqt_auth_metrics.h"
 #include "transport/kvcache/naming.h"
 #include "transport/moqt/tools/tool_flags.h"
 
@@ -154,9 +155,11 @@ absl::Status WorkerRuntime::Serve(moqt::RequestHandler* handler,
   }
   absl::Status st;
   RunSync([&] {
+    moqt::SessionOptions server_options;
+    server_options.authorizer = config_.moqt_auth;
     auto server = moqt::MoqtServer::Create(loop(), moqt_listen.first, moqt_listen.second,
                                            config_.quic_server, quic::TransportOptions{},
-                                           moqt::SessionOptions{}, handler_);
+                                           server_options, handler_);
     if (!server.ok()) {
       st = server.status();
       return;
@@ -186,6 +189,7 @@ absl::Status WorkerRuntime::Serve(moqt::RequestHandler* handler,
                             [this] { return double(engine_->num_waiting()); });
   metrics_.AddCallbackGauge("kvcast_running", "sequences in the batch",
                             [this] { return double(engine_->num_running()); });
+  if (config_.moqt_auth) services::ExportMoqtAuthMetrics(config_.moqt_auth, &metrics_);
   if (!config_.scheduler.empty()) registry_ = std::thread([this] { RegistryLoop(); });
   return absl::OkStatus();
 }

@@ -37,6 +37,7 @@
 #include "services/common/grpc_server.h"
 #include "services/common/metrics.h"
 #include "services/common/metrics_server.h"
+#include "transport/moqt/authorization.h"
 #include "transport/moqt/moqt_endpoint.h"
 #include "transport/quic/event_loop.h"
 
@@ -62,6 +63,10 @@ struct WorkerConfig {
   quic::TlsOptions quic_server;  // --quic_cert/--quic_key (+ --quic_ca: require client certs)
   quic::TlsOptions quic_client;  // --quic_ca to verify peers (insecure when empty)
   std::string grpc_client_cert, grpc_client_key, grpc_client_ca;  // to call the scheduler
+  // --moqt_auth_key_file: the MoQT port accepts only requests with a valid
+  // token (transport/moqt/authorization.h) and this worker signs its own
+  // PUBLISH_NAMESPACE tokens. Null only with --insecure.
+  std::shared_ptr<moqt::HmacTokenAuthority> moqt_auth;
   absl::Duration heartbeat = absl::Seconds(1);
 };
 
@@ -102,6 +107,8 @@ class WorkerRuntime {
 
   services::MetricsRegistry& metrics() { return metrics_; }
   const std::string& model_name() const { return model_name_; }
+  // --moqt_auth_key_file's keys, or null.
+  const std::shared_ptr<moqt::HmacTokenAuthority>& moqt_auth() const { return config_.moqt_auth; }
   std::string moqt_address() const;
   uint16_t grpc_port() const { return grpc_ ? grpc_->port() : 0; }
   uint16_t metrics_port() const { return metrics_server_ ? metrics_server_->port() : 0; }

@@ -420,6 +420,7 @@ async def run(args, pub: Publisher, stop: asyncio.Event, state: dict):
         state["phase"] = "publish_namespace"
         try:
             await session.publish_namespace(namespace=args.ns_tuple,
+                                            parameters=ic.auth_params(args),
                                             wait_response=True)
         except MOQTRequestError as e:
             state["exit"] = ic.EXIT_REFUSED

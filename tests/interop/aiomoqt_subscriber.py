@@ -214,6 +214,7 @@ async def run(args, ver: Verifier, state: dict):
                     msg = session.fetch(namespace=ns, track_name=name,
                                         start_group=0, start_object=0,
                                         end_group=args.groups - 1, end_object=0,
+                                        parameters=ic.auth_params(args),
                                         on_object=ver.on_fetch_object)
                     return await session._await_response(msg.request_id, timeout=timeout)
                 ok = await request_with_retry(make, args, deadline, state, "FETCH")
@@ -233,7 +234,7 @@ async def run(args, ver: Verifier, state: dict):
                         namespace=ns, track_name=name, filter_type=FilterType(ft),
                         start_group=args.start_group, start_object=args.start_object,
                         end_group=args.end_group, on_object=ver.on_object,
-                        on_done=ver.on_done)
+                        on_done=ver.on_done, parameters=ic.auth_params(args))
                     return await session._await_response(msg.request_id, timeout=timeout)
                 ok = await request_with_retry(make, args, deadline, state, "SUBSCRIBE")
                 state["subscribe_ok"] = _sub_ok(ok)

@@ -68,6 +68,9 @@ def add_common_args(ap: argparse.ArgumentParser) -> None:
     ap.add_argument("--draft", type=int, default=14,
                     help="MoQT draft to offer (default 14: ALPN moq-00, "
                          "CLIENT_SETUP version 0xff00000e)")
+    ap.add_argument("--auth-token", metavar="HEX", type=bytes.fromhex,
+                    help="AUTHORIZATION TOKEN value (hex; e.g. from `kvcast-moqt token`) "
+                         "sent with the PUBLISH_NAMESPACE / SUBSCRIBE / FETCH")
     ap.add_argument("--ca-file", metavar="PEM",
                     help="verify the relay certificate against this CA file; "
                          "without it the certificate is NOT verified")
@@ -115,6 +118,15 @@ def make_client(args):
         host, port, path=path, use_quic=True,
         verify_tls=args.ca_file is not None, ca_file=args.ca_file,
         supported_drafts=args.draft, debug=args.debug)
+
+
+def auth_params(args):
+    """Message parameters carrying --auth-token (aiomoqt wraps the bytes as a
+    USE_VALUE Token of type 0), or None."""
+    if not args.auth_token:
+        return None
+    from aiomoqt.types import ParamType
+    return {ParamType.AUTH_TOKEN: args.auth_token}
 
 
 def log(msg: str) -> None:

@@ -82,7 +82,7 @@ if [[ -n "$RELAY_CMD" ]]; then
   cmd=${RELAY_CMD//\{port\}/$PORT}; cmd=${cmd//\{cert\}/$CERT}; cmd=${cmd//\{key\}/$KEY}
   (cd / && exec bash -c "exec $cmd") > "$OUT/relay.log" 2>&1 &
 else
-  "$RELAY_BIN" --listen "127.0.0.1:$PORT" --cert "$CERT" --key "$KEY" > "$OUT/relay.log" 2>&1 &
+  "$RELAY_BIN" --listen "127.0.0.1:$PORT" --cert "$CERT" --key "$KEY" --insecure > "$OUT/relay.log" 2>&1 &
 fi
 RELAY_PID=$!; PIDS+=("$RELAY_PID")
 RELAY="127.0.0.1:$PORT"

@@ -20,7 +20,7 @@ netem_setup "kvmoq$$" "$LOSS" "$DELAY"
 PORT=4433
 NETEM_RUN_TIMEOUT=150 netem_run_b "$R/transport/moqt/kvcast-relay" \
   --listen "$NETEM_ADDR_B:$PORT" --cert "$TMP/certs/server.pem" \
-  --key "$TMP/certs/server-key.pem" > "$TMP/relay.log" 2>&1 &
+  --key "$TMP/certs/server-key.pem" --insecure > "$TMP/relay.log" 2>&1 &
 sleep 0.5
 common=(--relay "$NETEM_ADDR_B:$PORT" --ca "$TMP/certs/ca.pem" --ns kvcast/netem --track t
         --groups $GROUPS_N --objects $OBJECTS --size $SIZE --seed $SEED --timeout_s 120)

@@ -105,10 +105,12 @@ absl::Status LocalCluster::Launch() {
   std::string relay_address;
   if (options_.relay) {
     ASSIGN_OR_RETURN(relay_address, pick(SOCK_DGRAM));
-    // Mutual TLS: only holders of the cluster's certificates reach the KV.
+    // Mutual TLS: only holders of the cluster's certificates reach the KV,
+    // and each request needs a token the scheduler signed for its prompt.
     std::vector<std::string> args = {"--listen=" + relay_address, "--cert=" + certs.server_cert,
                                      "--key=" + certs.server_key, "--client_ca=" + certs.ca_cert,
                                      "--require_client_cert=true",
+                                     "--auth_key_file=" + certs.moqt_auth_key,
                                      // Covers a decode worker subscribing before the
                                      // prefill worker's announce reaches the relay.
                                      "--subscribe_wait_ms=2000"};
@@ -138,6 +140,7 @@ absl::Status LocalCluster::Launch() {
                                      "--internal_grpc_cert=" + certs.server_cert,
                                      "--internal_grpc_key=" + certs.server_key,
                                      "--internal_grpc_ca=" + certs.ca_cert,
+                                     "--moqt_auth_key_file=" + certs.moqt_auth_key,
                                      "--model=" + options_.model_dir};
     args.insert(args.end(), options_.scheduler_flags.begin(), options_.scheduler_flags.end());
     ASSIGN_OR_RETURN(Process * p, Spawn(Role::kScheduler, 0, scheduler_bin, std::move(args)));
@@ -172,7 +175,8 @@ absl::Status LocalCluster::Launch() {
           "--grpc_cert=" + certs.server_cert, "--grpc_key=" + certs.server_key,
           "--grpc_ca=" + certs.ca_cert,
           "--advertise_host=127.0.0.1", "--moqt_listen=" + moqt, "--quic_cert=" + certs.server_cert,
-          "--quic_key=" + certs.server_key, "--quic_ca=" + certs.ca_cert};
+          "--quic_key=" + certs.server_key, "--quic_ca=" + certs.ca_cert,
+          "--moqt_auth_key_file=" + certs.moqt_auth_key};
       if (options_.relay) args.push_back("--relay=" + relay_address);
       const auto& extra = prefill ? options_.prefill_flags : options_.decode_flags;
       args.insert(args.end(), extra.begin(), extra.end());

@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 
@@ -284,7 +285,8 @@ DevCertPaths PathsIn(const std::string& dir) {
   std::string d = dir.empty() || dir.back() == '/' ? dir : dir + "/";
   return DevCertPaths{d + "ca.pem",     d + "ca-key.pem",
                       d + "server.pem", d + "server-key.pem",
-                      d + "client.pem", d + "client-key.pem"};
+                      d + "client.pem", d + "client-key.pem",
+                      d + "moqt-auth.key"};
 }
 
 absl::Status WriteDevCertificates(const DevCertOptions& options) {
@@ -319,6 +321,19 @@ absl::Status WriteDevCertificates(const DevCertOptions& options) {
     RETURN_IF_ERROR(IssueLeaf(ca, options.client_name, {}, /*client=*/true,
                               options.validity, paths.client_cert,
                               paths.client_key));
+  }
+  if (!(options.reuse_ca && have_ca) ||
+      access(paths.moqt_auth_key.c_str(), F_OK) != 0) {
+    unsigned char key[32];
+    if (gnutls_rnd(GNUTLS_RND_KEY, key, sizeof(key)) != 0) {
+      return absl::InternalError("gnutls_rnd failed");
+    }
+    std::string hex = absl::StrCat(
+        absl::BytesToHexString(absl::string_view(reinterpret_cast<char*>(key), sizeof(key))),
+        "\n");
+    gnutls_datum_t datum{reinterpret_cast<unsigned char*>(hex.data()),
+                         static_cast<unsigned int>(hex.size())};
+    RETURN_IF_ERROR(WriteFile(paths.moqt_auth_key, datum, 0600));
   }
   return absl::OkStatus();
 }

@@ -5,6 +5,8 @@
 //   out_dir/server.pem, server-key.pem  serverAuth + clientAuth leaf for `names`
 //                                       (a worker presents it as server and client)
 //   out_dir/client.pem, client-key.pem  clientAuth leaf (when client_name)
+//   out_dir/moqt-auth.key               a random MoQT authorization key (64 hex
+//                                       digits; kept and reused with the CA)
 //
 // Not for production: keys are unencrypted (files are created mode 0600).
 //
@@ -38,6 +40,7 @@ struct DevCertPaths {
   std::string ca_cert, ca_key;
   std::string server_cert, server_key;
   std::string client_cert, client_key;
+  std::string moqt_auth_key;  // --moqt_auth_key_file / relay --auth_key_file
 };
 DevCertPaths PathsIn(const std::string& dir);
 

@@ -69,6 +69,11 @@ TEST(DevCertTest, WritesCaServerAndClientThatVerify) {
   struct stat st;
   ASSERT_EQ(stat(p.server_key.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
+  ASSERT_EQ(stat(p.moqt_auth_key.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  std::string key = Slurp(p.moqt_auth_key);
+  ASSERT_EQ(key.size(), 65u);
+  EXPECT_EQ(key.find_first_not_of("0123456789abcdef"), 64u);
 }
 
 TEST(DevCertTest, ReusesExistingCaUnlessAskedNotTo) {
@@ -78,13 +83,16 @@ TEST(DevCertTest, ReusesExistingCaUnlessAskedNotTo) {
   DevCertPaths p = PathsIn(options.out_dir);
   std::string ca1 = Slurp(p.ca_cert);
   options.names = {"other.test"};
+  std::string key1 = Slurp(p.moqt_auth_key);
   ASSERT_TRUE(WriteDevCertificates(options).ok());
   EXPECT_EQ(Slurp(p.ca_cert), ca1);
+  EXPECT_EQ(Slurp(p.moqt_auth_key), key1);
   EXPECT_EQ(Verify(p.server_cert, p.ca_cert), 0u);
 
   options.reuse_ca = false;
   ASSERT_TRUE(WriteDevCertificates(options).ok());
   EXPECT_NE(Slurp(p.ca_cert), ca1);
+  EXPECT_NE(Slurp(p.moqt_auth_key), key1);
   EXPECT_EQ(Verify(p.server_cert, p.ca_cert), 0u);
 }
 

@@ -51,9 +51,9 @@ int main(int argc, char** argv) {
   }
   kvcast::devcert::DevCertPaths paths =
       kvcast::devcert::PathsIn(options.out_dir);
-  std::printf("CA:     %s (key %s)\nserver: %s (key %s)\n", paths.ca_cert.c_str(),
-              paths.ca_key.c_str(), paths.server_cert.c_str(),
-              paths.server_key.c_str());
+  std::printf("CA:     %s (key %s)\nserver: %s (key %s)\nMoQT authorization key: %s\n",
+              paths.ca_cert.c_str(), paths.ca_key.c_str(), paths.server_cert.c_str(),
+              paths.server_key.c_str(), paths.moqt_auth_key.c_str());
   if (!options.client_name.empty()) {
     std::printf("client: %s (key %s)\n", paths.client_cert.c_str(),
                 paths.client_key.c_str());

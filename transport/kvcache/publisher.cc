@@ -34,10 +34,18 @@ void KvPublisher::SetUpstream(moqt::MoqtSession* session, AnnounceCallback on_an
 
 void KvPublisher::Announce(const std::string& digest) {
   std::weak_ptr<bool> alive = alive_;
+  moqt::TrackNamespace ns = NamespaceOf(model_id_, digest);
+  moqt::Parameters params;
+  if (announce_authority_ != nullptr) {
+    params.push_back(announce_authority_->MintParameter(ns, moqt::kAuthPublishNamespace,
+                                                        absl::Now() + absl::Minutes(10)));
+  }
   absl::Status sent = upstream_->PublishNamespace(
-      NamespaceOf(model_id_, digest), [this, alive, digest](absl::Status answer) {
+      ns,
+      [this, alive, digest](absl::Status answer) {
         if (!alive.expired() && on_announced_) on_announced_(digest, answer);
-      });
+      },
+      std::move(params));
   if (!sent.ok() && on_announced_) on_announced_(digest, sent);
 }
 

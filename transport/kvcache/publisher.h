@@ -37,6 +37,7 @@
 #include "engine/kv/prefix_hash.h"
 #include "kernels/backend.h"
 #include "transport/kvcache/naming.h"
+#include "transport/moqt/authorization.h"
 #include "transport/moqt/session.h"
 
 namespace kvcast::kvcache {
@@ -55,6 +56,11 @@ class KvPublisher : public moqt::RequestHandler {
   // answer to each prompt's PUBLISH_NAMESPACE.
   using AnnounceCallback = std::function<void(const std::string& prompt_digest, absl::Status)>;
   void SetUpstream(moqt::MoqtSession* session, AnnounceCallback on_announced = nullptr);
+  // Set: each PUBLISH_NAMESPACE carries a token it signs for exactly that
+  // prompt's namespace (the relay verifies it; moqt/authorization.h).
+  void SetAnnounceAuthority(std::shared_ptr<const moqt::HmacTokenAuthority> authority) {
+    announce_authority_ = std::move(authority);
+  }
 
   // A prompt of `num_tokens` tokens named `prompt_digest` (naming.h).
   // AlreadyExists if it is being published; InvalidArgument for a malformed
@@ -133,6 +139,7 @@ class KvPublisher : public moqt::RequestHandler {
   const int chunk_tokens_;
   moqt::MoqtSession* upstream_ = nullptr;
   AnnounceCallback on_announced_;
+  std::shared_ptr<const moqt::HmacTokenAuthority> announce_authority_;
   std::map<std::string, Prompt> prompts_;
   std::unique_ptr<DeviceBuffer> scratch_;  // encoded chunk; Backend::AllocateStaging
   Stats stats_;

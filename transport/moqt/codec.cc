@@ -41,6 +41,47 @@ TerminationCode TerminationCodeOf(const absl::Status& status) {
   return static_cast<TerminationCode>(code);
 }
 
+// ---- AUTHORIZATION TOKEN parameter -------------------------------------------
+
+absl::StatusOr<AuthToken> ParseAuthToken(absl::string_view bytes) {
+  internal::Reader reader(bytes);
+  auto malformed = [](const std::string& why) {
+    return ProtocolError(TerminationCode::kKeyValueFormattingError,
+                         absl::StrCat("AUTHORIZATION TOKEN: ", why));
+  };
+  uint64_t alias_type = 0;
+  if (!reader.ReadVarint(&alias_type)) return malformed("no Alias Type");
+  if (alias_type > static_cast<uint64_t>(AuthAliasType::kUseValue)) {
+    return malformed(absl::StrCat("unknown Alias Type 0x", absl::Hex(alias_type)));
+  }
+  AuthToken token;
+  token.alias_type = static_cast<AuthAliasType>(alias_type);
+  bool has_alias = token.alias_type != AuthAliasType::kUseValue;
+  bool has_value = token.alias_type == AuthAliasType::kRegister ||
+                   token.alias_type == AuthAliasType::kUseValue;
+  if (has_alias && !reader.ReadVarint(&token.alias)) return malformed("no Token Alias");
+  if (has_value) {
+    if (!reader.ReadVarint(&token.token_type)) return malformed("no Token Type");
+    token.value = std::string(reader.ReadRemaining());
+  } else if (!reader.empty()) {
+    return malformed("bytes after an alias-only token");
+  }
+  return token;
+}
+
+std::string SerializeAuthToken(const AuthToken& token) {
+  std::string out;
+  internal::Writer writer(&out);
+  writer.WriteVarint(static_cast<uint64_t>(token.alias_type));
+  if (token.alias_type != AuthAliasType::kUseValue) writer.WriteVarint(token.alias);
+  if (token.alias_type == AuthAliasType::kRegister ||
+      token.alias_type == AuthAliasType::kUseValue) {
+    writer.WriteVarint(token.token_type);
+    writer.WriteBytes(token.value);
+  }
+  return out;
+}
+
 // ---- control stream ---------------------------------------------------------
 
 // Every control message, PUBLISH/PUBLISH_OK/PUBLISH_ERROR included, is framed

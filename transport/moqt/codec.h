@@ -66,6 +66,14 @@ class ControlStreamParser {
   absl::Status failed_;
 };
 
+// ---- AUTHORIZATION TOKEN parameter -------------------------------------------
+
+// The Token structure of an AUTHORIZATION TOKEN parameter's bytes. A value
+// that cannot be decoded (unknown Alias Type, truncated, trailing bytes after
+// an alias-only form) is KEY_VALUE_FORMATTING_ERROR, as the draft requires.
+absl::StatusOr<AuthToken> ParseAuthToken(absl::string_view bytes);
+std::string SerializeAuthToken(const AuthToken& token);
+
 // ---- data streams (subgroup and fetch) ---------------------------------------
 
 std::string SerializeSubgroupHeader(const SubgroupHeader& header);

@@ -76,6 +76,20 @@ enum MessageParameter : uint64_t {
   kParamMaxCacheDuration = 0x04,
 };
 
+// AUTHORIZATION TOKEN parameter value (draft-14 "AUTHORIZATION TOKEN"):
+// Token {Alias Type (i), [Token Alias (i),] [Token Type (i),] [Token Value (..)]}.
+enum class AuthAliasType : uint64_t { kDelete = 0x0, kRegister = 0x1, kUseAlias = 0x2, kUseValue = 0x3 };
+struct AuthToken {
+  AuthAliasType alias_type = AuthAliasType::kUseValue;
+  uint64_t alias = 0;       // kDelete, kRegister, kUseAlias
+  uint64_t token_type = 0;  // kRegister, kUseValue; 0 = negotiated out of band
+  std::string value;        // kRegister, kUseValue
+  bool operator==(const AuthToken& o) const {
+    return alias_type == o.alias_type && alias == o.alias && token_type == o.token_type &&
+           value == o.value;
+  }
+};
+
 // The first value of `type` in `params`, if present.
 std::optional<uint64_t> FindIntParameter(const Parameters& params, uint64_t type);
 

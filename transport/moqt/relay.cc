@@ -198,7 +198,8 @@ void Relay::EndTrack(const FullTrackName& name) {
   EndSubscribers(name, absl::OkStatus());
 }
 
-void Relay::AnnounceTo(MoqtSession* session, std::function<void(absl::Status)> on_reply) {
+void Relay::AnnounceTo(MoqtSession* session, std::function<void(absl::Status)> on_reply,
+                       Parameters parameters) {
   auto remaining = std::make_shared<size_t>(local_namespaces_.size());
   auto failed = std::make_shared<bool>(false);
   if (*remaining == 0) {
@@ -214,7 +215,7 @@ void Relay::AnnounceTo(MoqtSession* session, std::function<void(absl::Status)> o
       } else if (--*remaining == 0 && on_reply) {
         on_reply(absl::OkStatus());
       }
-    });
+    }, parameters);
     if (!s.ok()) {
       *failed = true;
       if (on_reply) on_reply(s);

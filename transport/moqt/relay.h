@@ -58,7 +58,9 @@ class Relay : public RequestHandler {
   // ---- upstream ----
   // Announce our local namespaces to `session` (e.g. the relay we connect
   // to as a publisher). `on_reply` gets the first failure or OK.
-  void AnnounceTo(MoqtSession* session, std::function<void(absl::Status)> on_reply);
+  // `parameters` go with each PUBLISH_NAMESPACE (e.g. an AUTHORIZATION TOKEN).
+  void AnnounceTo(MoqtSession* session, std::function<void(absl::Status)> on_reply,
+                  Parameters parameters = {});
 
   struct Stats {
     uint64_t upstream_subscribes = 0;

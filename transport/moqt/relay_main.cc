@@ -1,7 +1,7 @@
 // kvcast-relay: a caching MoQT (draft-14) relay over raw QUIC.
 //
 //   kvcast-relay --listen 0.0.0.0:4433 --cert relay.pem --key relay-key.pem \
-//                --cache_mb 1024
+//                --auth_key_file moqt-auth.key --cache_mb 1024
 //
 // SIGINT/SIGTERM: closes every session (CONNECTION_CLOSE, no error) and
 // exits 0.
@@ -18,6 +18,7 @@
 #include "absl/synchronization/notification.h"
 #include "services/common/grpc_server.h"
 #include "services/common/metrics_server.h"
+#include "services/common/moqt_auth_metrics.h"
 #include "absl/strings/str_format.h"
 #include "transport/moqt/moqt_endpoint.h"
 #include "transport/moqt/relay.h"
@@ -28,6 +29,12 @@ ABSL_FLAG(std::string, cert, "", "server certificate chain (PEM)");
 ABSL_FLAG(std::string, key, "", "server private key (PEM)");
 ABSL_FLAG(std::string, client_ca, "", "CA (PEM) that client certificates must chain to");
 ABSL_FLAG(bool, require_client_cert, false, "mutual TLS: refuse clients without a certificate");
+ABSL_FLAG(std::string, auth_key_file, "",
+          "MoQT authorization keys (one per line, >= 32 bytes): PUBLISH_NAMESPACE, SUBSCRIBE, "
+          "FETCH, TRACK_STATUS, SUBSCRIBE_NAMESPACE and PUBLISH need a token signed with one; "
+          "required unless --insecure");
+ABSL_FLAG(bool, insecure, false,
+          "development only: serve MoQT requests without an AUTHORIZATION TOKEN");
 ABSL_FLAG(int64_t, cache_mb, 1024, "object cache budget in MiB");
 ABSL_FLAG(int64_t, subscribe_wait_ms, 0,
           "how long a SUBSCRIBE for an unannounced namespace waits for a publisher");
@@ -54,6 +61,23 @@ int Main() {
   if (absl::GetFlag(FLAGS_cache_mb) <= 0) {
     return Fail(absl::InvalidArgumentError("--cache_mb must be positive"));
   }
+  SessionOptions session_options;
+  const std::string auth_keys = absl::GetFlag(FLAGS_auth_key_file);
+  std::shared_ptr<HmacTokenAuthority> authority;
+  if (!auth_keys.empty()) {
+    auto a = HmacTokenAuthority::FromFile(auth_keys);
+    if (!a.ok()) return Fail(a.status());
+    authority = *a;
+    session_options.authorizer = authority;
+  } else if (absl::GetFlag(FLAGS_insecure)) {
+    std::fprintf(stderr, "kvcast-relay: WARNING: --insecure: any client that connects may "
+                         "publish, subscribe to and fetch any track\n");
+  } else {
+    return Fail(absl::InvalidArgumentError(
+        "--auth_key_file is required (the MoQT authorization keys the scheduler signs tokens "
+        "with; `kvcast-devcert` writes one); --insecure serves requests without tokens, for "
+        "development only"));
+  }
   auto loop = quic::EventLoop::Create();
   if (!loop.ok()) return Fail(loop.status());
 
@@ -70,7 +94,7 @@ int Main() {
 
   Relay relay(loop->get(), relay_options);
   auto server = MoqtServer::Create(loop->get(), addr->first, addr->second, tls, transport,
-                                   SessionOptions{}, &relay);
+                                   session_options, &relay);
   if (!server.ok()) return Fail(server.status());
 
   sigset_t mask;
@@ -142,14 +166,17 @@ int Main() {
                                return double(r->stats().upstream_subscribes +
                                              r->stats().upstream_fetches);
                              }));
+    if (authority) services::ExportMoqtAuthMetrics(authority, &metrics);
     auto ms = services::MetricsServer::Start(absl::GetFlag(FLAGS_metrics_listen), &metrics);
     if (!ms.ok()) return Fail(ms.status());
     metrics_server = std::move(*ms);
   }
 
-  std::printf("kvcast-relay listening on udp %s:%u (draft-14, ALPN moq-00, cache %lld MiB)\n",
+  std::printf("kvcast-relay listening on udp %s:%u (draft-14, ALPN moq-00, cache %lld MiB, "
+              "%s)\n",
               addr->first.c_str(), (*server)->port(),
-              static_cast<long long>(absl::GetFlag(FLAGS_cache_mb)));
+              static_cast<long long>(absl::GetFlag(FLAGS_cache_mb)),
+              authority ? "tokens required" : "NO authorization");
   std::fflush(stdout);
   l->Run();
   if (health) health->Shutdown(absl::ZeroDuration());

@@ -23,7 +23,9 @@ Overloaded(Ts...) -> Overloaded<Ts...>;
 absl::Status RequestError(uint64_t code, const std::string& reason) {
   absl::StatusCode status_code = absl::StatusCode::kUnknown;
   switch (code) {
-    case kErrUnauthorized: status_code = absl::StatusCode::kPermissionDenied; break;
+    case kErrUnauthorized:
+    case kErrMalformedAuthToken:
+    case kErrExpiredAuthToken: status_code = absl::StatusCode::kPermissionDenied; break;
     case kErrTimeout: status_code = absl::StatusCode::kDeadlineExceeded; break;
     case kErrNotSupported: status_code = absl::StatusCode::kUnimplemented; break;
     case kErrTrackDoesNotExist: status_code = absl::StatusCode::kNotFound; break;
@@ -192,6 +194,34 @@ absl::Status SessionImpl::AnswerNamespace(uint64_t request_id, absl::Status resu
   return absl::OkStatus();
 }
 
+absl::StatusOr<bool> SessionImpl::Authorized(
+    AuthOp op, const TrackNamespace& ns, const Parameters& params,
+    const std::function<void(uint64_t, std::string)>& refuse) {
+  if (options.authorizer == nullptr) return true;
+  std::vector<AuthToken> tokens;
+  for (const KeyValuePair& p : params) {
+    if (p.type != kParamAuthorizationToken) continue;
+    ASSIGN_OR_RETURN(AuthToken token, ParseAuthToken(p.bytes_value));
+    switch (token.alias_type) {
+      case AuthAliasType::kRegister:
+        return ProtocolError(TerminationCode::kAuthTokenCacheOverflow,
+                             "token alias registered; MAX_AUTH_TOKEN_CACHE_SIZE is 0");
+      case AuthAliasType::kUseAlias:
+      case AuthAliasType::kDelete:
+        return ProtocolError(TerminationCode::kUnknownAuthTokenAlias,
+                             absl::StrCat("unknown token alias ", token.alias));
+      case AuthAliasType::kUseValue:
+        tokens.push_back(std::move(token));
+        break;
+    }
+  }
+  absl::Status verdict = options.authorizer->Authorize(op, ns, tokens);
+  if (verdict.ok()) return true;
+  ++stats.requests_unauthorized;
+  refuse(AuthErrorCode(verdict), std::string(verdict.message()));
+  return false;
+}
+
 void SessionImpl::ResolveJoiningFetch(const Fetch& m, std::shared_ptr<DownstreamImpl> d) {
   auto it = downstreams.find(m.joining_request_id);
   if (it == downstreams.end() || it->second->kind() != DownstreamImpl::Kind::kSubscribe) {
@@ -298,7 +328,11 @@ absl::Status SessionImpl::OnControlMessage(ControlMessage msg) {
                                                   m.request_id, m.track, m,
                                                   m.subscriber_priority);
         downstreams[m.request_id] = d;
-        handler->OnSubscribe(self_session, m, d);
+        ASSIGN_OR_RETURN(bool allowed, Authorized(kAuthSubscribe, m.track.ns, m.parameters,
+                                                  [&](uint64_t code, std::string why) {
+                                                    d->Reject(code, why);
+                                                  }));
+        if (allowed) handler->OnSubscribe(self_session, m, d);
         return absl::OkStatus();
       },
       [&](TrackStatus& m) -> absl::Status {
@@ -307,7 +341,10 @@ absl::Status SessionImpl::OnControlMessage(ControlMessage msg) {
             this, DownstreamImpl::Kind::kTrackStatus, m.request.request_id,
             m.request.track, m.request, m.request.subscriber_priority);
         downstreams[m.request.request_id] = d;
-        handler->OnTrackStatus(self_session, m.request, d);
+        ASSIGN_OR_RETURN(bool allowed,
+                         Authorized(kAuthTrackStatus, m.request.track.ns, m.request.parameters,
+                                    [&](uint64_t code, std::string why) { d->Reject(code, why); }));
+        if (allowed) handler->OnTrackStatus(self_session, m.request, d);
         return absl::OkStatus();
       },
       [&](SubscribeUpdate& m) -> absl::Status {
@@ -367,7 +404,10 @@ absl::Status SessionImpl::OnControlMessage(ControlMessage msg) {
           d->Reject(kErrInvalidRange, "end before start");
           return absl::OkStatus();
         }
-        handler->OnFetch(self_session, m, d);
+        ASSIGN_OR_RETURN(bool allowed,
+                         Authorized(kAuthFetch, m.track.ns, m.parameters,
+                                    [&](uint64_t code, std::string why) { d->Reject(code, why); }));
+        if (allowed) handler->OnFetch(self_session, m, d);
         return absl::OkStatus();
       },
       [&](FetchCancel& m) -> absl::Status {
@@ -452,6 +492,15 @@ absl::Status SessionImpl::OnControlMessage(ControlMessage msg) {
           return ProtocolError(TerminationCode::kDuplicateTrackAlias,
                                absl::StrCat("PUBLISH reuses track alias ", m.track_alias));
         }
+        ASSIGN_OR_RETURN(bool allowed,
+                         Authorized(kAuthPublish, m.track.ns, m.parameters,
+                                    [&](uint64_t code, std::string why) {
+                                      SendControl(PublishError{m.request_id, code, why});
+                                    }));
+        if (!allowed) {
+          PeerRequestFinished();
+          return absl::OkStatus();
+        }
         bool forward = m.forward;
         std::shared_ptr<TrackConsumer> consumer = handler->OnPublish(self_session, m, &forward);
         if (consumer == nullptr) {
@@ -502,6 +551,15 @@ absl::Status SessionImpl::OnControlMessage(ControlMessage msg) {
       },
       [&](PublishNamespace& m) -> absl::Status {
         RETURN_IF_ERROR(CheckNewPeerRequest(m.request_id));
+        ASSIGN_OR_RETURN(bool allowed,
+                         Authorized(kAuthPublishNamespace, m.ns, m.parameters,
+                                    [&](uint64_t code, std::string why) {
+                                      SendControl(PublishNamespaceError{m.request_id, code, why});
+                                    }));
+        if (!allowed) {
+          PeerRequestFinished();
+          return absl::OkStatus();
+        }
         absl::Status s = handler->OnPublishNamespace(self_session, m.ns);
         if (s.ok()) {
           SendControl(PublishNamespaceOk{m.request_id});
@@ -529,6 +587,15 @@ absl::Status SessionImpl::OnControlMessage(ControlMessage msg) {
       },
       [&](SubscribeNamespace& m) -> absl::Status {
         RETURN_IF_ERROR(CheckNewPeerRequest(m.request_id));
+        ASSIGN_OR_RETURN(bool allowed,
+                         Authorized(kAuthSubscribeNamespace, m.prefix, m.parameters,
+                                    [&](uint64_t code, std::string why) {
+                                      SendControl(SubscribeNamespaceError{m.request_id, code, why});
+                                    }));
+        if (!allowed) {
+          PeerRequestFinished();
+          return absl::OkStatus();
+        }
         absl::Status s = handler->OnSubscribeNamespace(self_session, m.prefix);
         if (s.ok()) {
           SendControl(SubscribeNamespaceOk{m.request_id});
@@ -688,12 +755,12 @@ void MoqtSession::SetForward(uint64_t publish_request_id, bool forward) {
   });
 }
 
-absl::Status MoqtSession::PublishNamespace(const TrackNamespace& ns,
-                                           StatusCallback on_reply) {
+absl::Status MoqtSession::PublishNamespace(const TrackNamespace& ns, StatusCallback on_reply,
+                                           Parameters parameters) {
   SessionImpl& s = *impl_;
   return s.StartRequest([&](uint64_t id) -> ControlMessage {
     s.out_namespace[id] = {ns, std::move(on_reply)};
-    return moqt::PublishNamespace{id, ns, {}};
+    return moqt::PublishNamespace{id, ns, std::move(parameters)};
   }).status();
 }
 
@@ -702,11 +769,11 @@ void MoqtSession::PublishNamespaceDone(const TrackNamespace& ns) {
 }
 
 absl::Status MoqtSession::SubscribeNamespace(const TrackNamespace& prefix,
-                                             StatusCallback on_reply) {
+                                             StatusCallback on_reply, Parameters parameters) {
   SessionImpl& s = *impl_;
   return s.StartRequest([&](uint64_t id) -> ControlMessage {
     s.out_namespace[id] = {prefix, std::move(on_reply)};
-    return moqt::SubscribeNamespace{id, prefix, {}};
+    return moqt::SubscribeNamespace{id, prefix, std::move(parameters)};
   }).status();
 }
 

@@ -25,6 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "transport/moqt/authorization.h"
 #include "transport/moqt/codec.h"
 #include "transport/moqt/messages.h"
 #include "transport/moqt/track_consumer.h"
@@ -108,6 +109,12 @@ struct SessionOptions {
   // Client only: PATH / AUTHORITY setup parameters (raw QUIC).
   std::string path;
   std::string authority;
+  // Set: every PUBLISH_NAMESPACE, SUBSCRIBE, FETCH, TRACK_STATUS,
+  // SUBSCRIBE_NAMESPACE and PUBLISH the peer sends must pass it
+  // (authorization.h); refusals are answered here and never reach the
+  // RequestHandler. A joining FETCH is covered by its subscription. Tokens
+  // registered as aliases are refused (our MAX_AUTH_TOKEN_CACHE_SIZE is 0).
+  std::shared_ptr<const Authorizer> authorizer;
 };
 
 class MoqtSession : public quic::ConnectionHandler {
@@ -156,9 +163,12 @@ class MoqtSession : public quic::ConnectionHandler {
   using PublishCallback = std::function<void(absl::StatusOr<std::shared_ptr<Downstream>>)>;
   absl::StatusOr<uint64_t> Publish(const FullTrackName& track,
                                    std::optional<Location> largest, PublishCallback on_reply);
-  absl::Status PublishNamespace(const TrackNamespace& ns, StatusCallback on_reply);
+  // `parameters`: e.g. an AUTHORIZATION TOKEN (AuthTokenParameter).
+  absl::Status PublishNamespace(const TrackNamespace& ns, StatusCallback on_reply,
+                                Parameters parameters = {});
   void PublishNamespaceDone(const TrackNamespace& ns);
-  absl::Status SubscribeNamespace(const TrackNamespace& prefix, StatusCallback on_reply);
+  absl::Status SubscribeNamespace(const TrackNamespace& prefix, StatusCallback on_reply,
+                                  Parameters parameters = {});
   void UnsubscribeNamespace(const TrackNamespace& prefix);
 
   // ---- session --------------------------------------------------------------
@@ -176,6 +186,7 @@ class MoqtSession : public quic::ConnectionHandler {
     uint64_t bytes_received = 0;  // object payload bytes
     uint64_t subgroup_streams_opened = 0;
     uint64_t requests_blocked = 0;
+    uint64_t requests_unauthorized = 0;  // peer requests the authorizer refused
   };
   const Stats& stats() const;
 

@@ -174,6 +174,12 @@ struct SessionImpl : public ControlMessageVisitor {
   void OnSetupDone();
   absl::Status CheckNewPeerRequest(uint64_t request_id);
   void PeerRequestFinished();
+  // With options.authorizer: whether the peer's request (`op` on `ns`,
+  // carrying `params`) may go to the handler; if not, `refuse(code,
+  // reason)` has answered it. A token the draft makes a session error
+  // (undecodable, alias forms) is returned as that error.
+  absl::StatusOr<bool> Authorized(AuthOp op, const TrackNamespace& ns, const Parameters& params,
+                                  const std::function<void(uint64_t, std::string)>& refuse);
   void CloseWith(const absl::Status& status);  // protocol error or local close
   void FailEverything(const absl::Status& status);
   void CompleteOut(uint64_t request_id, absl::Status status);  // by value: may alias the request

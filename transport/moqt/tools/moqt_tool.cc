@@ -5,6 +5,12 @@
 //   kvcast-moqt subscribe --relay H:P --ns a/b --track t --groups G \
 //                         --objects N --size BYTES --seed S [--filter largest]
 //   kvcast-moqt fetch     (same flags as subscribe)
+//   kvcast-moqt token     --auth_key_file K --ns a/b [--ops read|publish] [--ttl_s 300]
+//                         prints the hex of a token's value (for another peer,
+//                         e.g. aiomoqt's AUTH_TOKEN parameter)
+//
+// With --auth_key_file, publish/subscribe/fetch attach a token they sign
+// for --ns (transport/moqt/authorization.h).
 //
 // Payloads are InteropPayload(seed, group, object, size), the function the
 // Python interop scripts use. `subscribe`/`fetch` verify every byte and exit
@@ -12,13 +18,17 @@
 // summary line on stdout. Every run is bounded by --timeout_s.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <string>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "transport/moqt/authorization.h"
+#include "transport/moqt/codec.h"
 #include "transport/moqt/moqt_endpoint.h"
 #include "transport/moqt/relay.h"
 #include "transport/moqt/tools/client_tls_flags.h"
@@ -37,9 +47,26 @@ ABSL_FLAG(std::string, start, "subscriber",
           "publish: when to send objects: 'now' or 'subscriber' (on the first SUBSCRIBE)");
 ABSL_FLAG(int64_t, linger_ms, 2000, "publish: stay connected this long after the track ended");
 ABSL_FLAG(int64_t, timeout_s, 60, "give up after this many seconds");
+ABSL_FLAG(std::string, auth_key_file, "", "MoQT authorization keys: sign a token for --ns");
+ABSL_FLAG(std::string, ops, "read", "token: read (SUBSCRIBE, FETCH, TRACK_STATUS) or publish");
+ABSL_FLAG(int64_t, ttl_s, 300, "token lifetime in seconds");
 
 namespace kvcast::moqt {
 namespace {
+
+// The AUTHORIZATION TOKEN parameters for `ops` on --ns (none without
+// --auth_key_file). Exits on a bad key file.
+Parameters AuthParams(const TrackNamespace& ns, uint8_t ops) {
+  const std::string file = absl::GetFlag(FLAGS_auth_key_file);
+  if (file.empty()) return {};
+  auto authority = HmacTokenAuthority::FromFile(file);
+  if (!authority.ok()) {
+    std::fprintf(stderr, "kvcast-moqt: %s\n", std::string(authority.status().ToString()).c_str());
+    std::exit(2);
+  }
+  return {(*authority)->MintParameter(ns, ops,
+                                      absl::Now() + absl::Seconds(absl::GetFlag(FLAGS_ttl_s)))};
+}
 
 struct Result {
   uint64_t received = 0;
@@ -106,6 +133,7 @@ class SubscriberHandler : public RequestHandler {
       f.track = track_;
       f.start = Location{0, 0};
       f.end = Location{groups - 1, objects};
+      f.parameters = AuthParams(track_.ns, kAuthRead);
       id = session->Fetch(f, verifier, on_reply);
     } else {
       Subscribe s;
@@ -116,6 +144,7 @@ class SubscriberHandler : public RequestHandler {
         s.filter_type = FilterType::kAbsoluteStart;
         s.start = Location{0, 0};
       }
+      s.parameters = AuthParams(track_.ns, kAuthRead);
       id = session->Subscribe(s, verifier, on_reply);
     }
     if (!id.ok()) {
@@ -159,7 +188,7 @@ class PublisherHandler : public Relay {
       std::fprintf(stderr, "namespace %s announced\n", ToString(track_.ns).c_str());
       announced_ = true;
       if (absl::GetFlag(FLAGS_start) == "now" || num_subscribers(track_) > 0) PublishAll();
-    });
+    }, AuthParams(track_.ns, kAuthPublishNamespace));
   }
   // --start subscriber: the first SUBSCRIBE of our track starts the objects
   // (after it is accepted, so its filter sees them as new).
@@ -209,7 +238,23 @@ class PublisherHandler : public Relay {
   bool published_ = false;
 };
 
+int PrintToken() {
+  auto ns = ParseNamespace(absl::GetFlag(FLAGS_ns));
+  const std::string ops = absl::GetFlag(FLAGS_ops);
+  if (!ns.ok() || absl::GetFlag(FLAGS_auth_key_file).empty() ||
+      (ops != "read" && ops != "publish")) {
+    std::fprintf(stderr, "kvcast-moqt token: needs --auth_key_file, a valid --ns and "
+                         "--ops read|publish\n");
+    return 2;
+  }
+  Parameters p = AuthParams(*ns, ops == "read" ? kAuthRead : kAuthPublishNamespace);
+  absl::StatusOr<AuthToken> token = ParseAuthToken(p.front().bytes_value);
+  std::printf("%s\n", absl::BytesToHexString(token->value).c_str());
+  return 0;
+}
+
 int Run(const std::string& mode) {
+  if (mode == "token") return PrintToken();
   auto addr = ParseHostPort(absl::GetFlag(FLAGS_relay));
   auto ns = ParseNamespace(absl::GetFlag(FLAGS_ns));
   if (!addr.ok() || !ns.ok()) {
@@ -272,8 +317,9 @@ int main(int argc, char** argv) {
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() != 2 || (std::string(args[1]) != "publish" &&
                            std::string(args[1]) != "subscribe" &&
-                           std::string(args[1]) != "fetch")) {
-    std::fprintf(stderr, "usage: kvcast-moqt publish|subscribe|fetch [flags]  (--help)\n");
+                           std::string(args[1]) != "fetch" &&
+                           std::string(args[1]) != "token")) {
+    std::fprintf(stderr, "usage: kvcast-moqt publish|subscribe|fetch|token [flags]  (--help)\n");
     return 2;
   }
   return kvcast::moqt::Run(args[1]);

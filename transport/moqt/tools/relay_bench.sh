@@ -16,9 +16,11 @@ PORT=$((20000 + RANDOM % 20000))
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$TMP"' EXIT
 "$BIN/tools/devcert/kvcast-devcert" --out "$TMP/certs" >/dev/null
 "$BIN/transport/moqt/kvcast-relay" --listen "127.0.0.1:$PORT" --cert "$TMP/certs/server.pem" \
-  --key "$TMP/certs/server-key.pem" --cache_mb 512 > "$TMP/relay.log" 2>&1 &
+  --key "$TMP/certs/server-key.pem" --auth_key_file "$TMP/certs/moqt-auth.key" --cache_mb 512 \
+  > "$TMP/relay.log" 2>&1 &
 sleep 0.3
 C=(--relay "127.0.0.1:$PORT" --ca "$TMP/certs/ca.pem" --server_name localhost
+   --auth_key_file "$TMP/certs/moqt-auth.key"
    --groups "$G" --objects "$N" --size "$S" --seed 3 --timeout_s 120)
 "$BIN/transport/moqt/kvcast-moqt" publish "${C[@]}" --linger_ms 60000 > /dev/null 2>&1 &
 sleep 0.3

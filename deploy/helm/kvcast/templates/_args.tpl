@@ -46,6 +46,7 @@ cancelled, and the process exits, before the kubelet's SIGKILL.
 {{- if $v.apiKeysSecret }}
 - --api_keys_file=/etc/kvcast/api-keys/api_keys
 {{- end }}
+- --moqt_auth_key_file={{ include "kvcast.moqtAuthKeyFile" . }}
 - --lease_s={{ int $v.leaseSeconds }}
 - --max_queue={{ int $v.maxQueue }}
 {{ include "kvcast.args.drain" . }}
@@ -70,6 +71,7 @@ cancelled, and the process exits, before the kubelet's SIGKILL.
 - --quic_cert=/etc/kvcast/quic/tls.crt
 - --quic_key=/etc/kvcast/quic/tls.key
 - --quic_ca=/etc/kvcast/quic/ca.crt
+- --moqt_auth_key_file={{ include "kvcast.moqtAuthKeyFile" . }}
 {{ include "kvcast.args.drain" . }}
 {{- end }}
 
@@ -82,6 +84,7 @@ cancelled, and the process exits, before the kubelet's SIGKILL.
 - --key=/etc/kvcast/quic/tls.key
 - --client_ca=/etc/kvcast/quic/ca.crt
 - --require_client_cert={{ .root.Values.tls.quic.requireClientCert }}
+- --auth_key_file={{ include "kvcast.moqtAuthKeyFile" . }}
 - --cache_mb={{ int $v.cacheMB }}
 - --subscribe_wait_ms={{ int $v.subscribeWaitMs }}
 - --idle_timeout_s={{ int $v.idleTimeoutSeconds }}

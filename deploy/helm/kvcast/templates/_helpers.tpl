@@ -104,6 +104,15 @@ app.kubernetes.io/component: {{ .role }}
 {{- default (printf "%s-quic-dev" (include "kvcast.fullname" .)) .Values.tls.quic.secretName }}
 {{- end }}
 
+{{- define "kvcast.moqtAuthSecretName" -}}
+{{- default (printf "%s-moqt-auth" (include "kvcast.fullname" .)) .Values.tls.moqtAuth.secretName }}
+{{- end }}
+
+{{/* Where every role reads the MoQT authorization keys. */}}
+{{- define "kvcast.moqtAuthKeyFile" -}}
+/etc/kvcast/moqt-auth/moqt-auth.key
+{{- end }}
+
 {{/* Whether a role speaks QUIC (and so mounts the QUIC TLS material); reads only .role. */}}
 {{- define "kvcast.usesQuic" -}}
 {{- if has .role (list "prefill" "decode" "relay") }}true{{ end }}

@@ -96,6 +96,9 @@ readinessProbe:
   mountPath: /etc/kvcast/quic
   readOnly: true
 {{- end }}
+- name: moqt-auth
+  mountPath: /etc/kvcast/moqt-auth
+  readOnly: true
 {{- if include "kvcast.grpcTls" . }}
 - name: grpc-tls
   mountPath: /etc/kvcast/grpc
@@ -134,6 +137,10 @@ readinessProbe:
     secretName: {{ include "kvcast.quicSecretName" .root }}
     defaultMode: 0440
 {{- end }}
+- name: moqt-auth
+  secret:
+    secretName: {{ include "kvcast.moqtAuthSecretName" .root }}
+    defaultMode: 0440
 {{- if include "kvcast.grpcTls" . }}
 - name: grpc-tls
   secret:
