@@ -381,6 +381,7 @@ async def receive(args, info, state):
             msg = session.subscribe(namespace=ns, track_name=name.encode(),
                                     filter_type=FilterType.ABSOLUTE_START,
                                     start_group=0, start_object=0,
+                                    parameters=ic.auth_params(args),
                                     on_object=t.on_object, on_done=t.on_done)
             try:
                 await session._await_response(msg.request_id,
@@ -405,6 +406,7 @@ async def receive(args, info, state):
             msg = session.fetch(namespace=ns, track_name=args.fetch_track.encode(),
                                 start_group=0, start_object=0,
                                 end_group=len(ids) - 1, end_object=0,
+                                parameters=ic.auth_params(args),
                                 on_object=fetched.on_fetch_object)
             try:
                 ok = await session._await_response(
@@ -534,6 +536,8 @@ def parse_args():
                     help="track to FETCH groups 0..last of ('' = none)")
     ap.add_argument("--draft", type=int, default=14)
     ap.add_argument("--ca-file", metavar="PEM", help="verify the relay (default: no verification)")
+    ap.add_argument("--auth-token", metavar="HEX", type=bytes.fromhex,
+                    help="AUTHORIZATION TOKEN value sent with each SUBSCRIBE and the FETCH")
     ap.add_argument("--timeout", type=float, default=30.0, metavar="SEC")
     ap.add_argument("--connect-timeout", type=float, default=10.0, metavar="SEC")
     ap.add_argument("--debug", action="store_true")

@@ -15,7 +15,7 @@
 #   --make-tiny-model PATH  model writer for part d
 #                       (default bazel-bin/tools/tiny_model/make_tiny_model)
 #   --peer aiomoqt      use the aiomoqt scripts on both ends of b and c (self-test)
-#   --only a|b|c|d      run one part (repeatable)
+#   --only a|b|c|d|e    run one part (repeatable)
 #   --port N            UDP port (default: a free one)
 #   --out DIR           keep logs here (default: a new mktemp dir)
 # Part a: aiomoqt interop client cases (--draft 14) against the relay.
@@ -24,6 +24,11 @@
 # Part d: KVCache over MoQT: kvcast-kvpub (a real model's KV) -> relay ->
 #         aiomoqt_kv_subscriber.py (decodes every track per
 #         docs/kvcache-wire-format.md, compares with the exact KV).
+# Part e: MoQT authorization (kvcast relays only): a second relay with
+#         --auth_key_file, and kvcast-kvpub's own MoQT port (the publisher a
+#         prefill worker runs, with --auth_key_file): aiomoqt without a token,
+#         with a token for another namespace or operation, and with a valid
+#         token (from `kvcast-moqt token`).
 # Exit 0 iff every run part passed. Results: OUT/results.txt.
 set -uo pipefail
 
@@ -58,7 +63,7 @@ want() { [[ -z "$ONLY" || " $ONLY " == *" $1 "* ]]; }
 if [[ "$PEER" == kvcast ]] && { want b || want c; } && [[ ! -x "$KVMOQT" ]]; then
   die "no kvcast tool at $KVMOQT (build it, pass --kvcast-moqt, or --only a)"
 fi
-if want d && [[ ! -x "$KVPUB" || ! -x "$TINY_MODEL" ]]; then
+if { want d || want e; } && [[ ! -x "$KVPUB" || ! -x "$TINY_MODEL" ]]; then
   die "no $KVPUB or $TINY_MODEL (bazel build //transport/kvcache:kvcast-kvpub //tools/tiny_model:make_tiny_model, pass --kvpub/--make-tiny-model, or --only a|b|c)"
 fi
 if [[ -z "$RELAY_CMD" && ! -x "$RELAY_BIN" ]]; then
@@ -258,6 +263,87 @@ EOF3
       wait "$PUB_PID"; prc=$?
       record d "kvpub exits on SIGTERM" "$prc" "exit code $prc"
     fi
+  fi
+fi
+
+# ---- part e: MoQT authorization ---------------------------------------------
+# Refusals must be the draft's UNAUTHORIZED (0x1) from the server, seen by
+# aiomoqt as a request error (exit 5 = refused); accepted requests must then
+# deliver every byte.
+refused_with() {  # refused_with RC JSON CODE -> 0 iff RC is "refused" and the error names CODE
+  [[ $1 == 5 ]] && grep -q "code=$3 " "$2"
+}
+if want e && [[ -z "$RELAY_CMD" && -x "$KVMOQT" ]]; then
+  AUTH_KEY="$OUT/moqt-auth.key"
+  (cd / && "$PY" -c 'import secrets; print(secrets.token_hex(32))') > "$AUTH_KEY"
+  PORT_E=$(cd / && "$PY" -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  "$RELAY_BIN" --listen "127.0.0.1:$PORT_E" --cert "$CERT" --key "$KEY" \
+    --auth_key_file "$AUTH_KEY" > "$OUT/relay-auth.log" 2>&1 &
+  PIDS+=("$!")
+  RELAY_OPEN=$RELAY RELAY="127.0.0.1:$PORT_E"
+  token() {  # token NS OPS [SEP]
+    "$KVMOQT" token --auth_key_file "$AUTH_KEY" --ns "$1" --ops "$2" --ns_sep "${3:-/}" --ttl_s 120
+  }
+  ns="interop/e/$$" other="interop/e-other/$$"
+  sleep 0.5
+  # A publisher without a token is refused; with one it announces.
+  (cd / && timeout 30 "$PY" "$HERE/aiomoqt_publisher.py" --relay "$RELAY" --namespace "$ns" \
+     --track t --groups $G --objects-per-group $N --object-size $SIZE --seed 11 --timeout 10 \
+     --prepublished) > "$OUT/e-pub-none.json" 2> "$OUT/e-pub-none.err"
+  rc=$?; refused_with $rc "$OUT/e-pub-none.json" 1; record e "relay: publish, no token" $? "rc=$rc $(summ "$OUT/e-pub-none.json")"
+  if aio_pub e-pub "$ns" --prepublished --replay --auth-token "$(token "$ns" publish)"; then
+    record e "relay: publish, token" 0 "PUBLISH_NAMESPACE_OK"
+    aio_sub e-sub-none "$ns" --retry-for 0; rc=$?
+    refused_with $rc "$OUT/e-sub-none.sub.json" 1; record e "relay: subscribe, no token" $? "rc=$rc $(summ "$OUT/e-sub-none.sub.json")"
+    aio_sub e-sub-other "$ns" --retry-for 0 --auth-token "$(token "$other" read)"; rc=$?
+    refused_with $rc "$OUT/e-sub-other.sub.json" 1; record e "relay: subscribe, other ns token" $? "rc=$rc $(summ "$OUT/e-sub-other.sub.json")"
+    aio_sub e-fetch-pubtok "$ns" --fetch --retry-for 0 --auth-token "$(token "$ns" publish)"; rc=$?
+    refused_with $rc "$OUT/e-fetch-pubtok.sub.json" 1; record e "relay: fetch, publish-only token" $? "rc=$rc $(summ "$OUT/e-fetch-pubtok.sub.json")"
+    aio_sub e-sub "$ns" --filter absolute-start --auth-token "$(token "$ns" read)"
+    record e "relay: subscribe, token" $? "$(summ "$OUT/e-sub.sub.json")"
+    aio_sub e-fetch "$ns" --fetch --auth-token "$(token "$ns" read)"
+    record e "relay: fetch, token" $? "$(summ "$OUT/e-fetch.sub.json")"
+  else
+    record e "relay: publish, token" 1 "publisher never got PUBLISH_NAMESPACE_OK: $(tail -1 "$OUT/e-pub.pub.err")"
+  fi
+  stop_pub
+  RELAY=$RELAY_OPEN
+
+  # kvcast-kvpub's own MoQT port with --auth_key_file: a real model's KV.
+  model="$OUT/e-model"
+  PORT_K=$(cd / && "$PY" -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  if ! "$TINY_MODEL" --out "$model" --hidden_size 128 --num_heads 2 --num_kv_heads 2 \
+       > "$OUT/e-model.log" 2>&1; then
+    record e "kvpub port" 1 "make_tiny_model failed: $(tail -1 "$OUT/e-model.log")"
+  else
+    "$KVPUB" --model "$model" --prompt_len 200 --listen "127.0.0.1:$PORT_K" --cert "$CERT" \
+      --key "$KEY" --auth_key_file "$AUTH_KEY" --dump "$OUT/e-kv.f32" --linger_s 60 \
+      > "$OUT/e.pub.json" 2> "$OUT/e.pub.err" &
+    PUB_PID=$!; PIDS+=("$PUB_PID")
+    for _ in $(seq 150); do
+      [[ -s "$OUT/e.pub.json" ]] && break
+      kill -0 "$PUB_PID" 2>/dev/null || break
+      sleep 0.1
+    done
+    if [[ ! -s "$OUT/e.pub.json" ]]; then
+      record e "kvpub port" 1 "kvcast-kvpub did not start: $(tail -1 "$OUT/e.pub.err")"
+    else
+      # The prompt's namespace (root, model id, digest) as kvcast-moqt's --ns.
+      kv_ns=$(cd / && "$PY" -c 'import json,sys; print(",".join(json.loads(open(sys.argv[1]).read())["namespace"]))' "$OUT/e.pub.json")
+      kvsub() {  # kvsub TAG EXTRA... -> rc
+        local tag=$1; shift
+        (cd / && "$PY" "$HERE/aiomoqt_kv_subscriber.py" --relay "127.0.0.1:$PORT_K" \
+           --ca-file "$CERT" --info "$OUT/e.pub.json" --model-config "$model/config.json" \
+           --tracks fp16 --fetch-track int8 --timeout 20 "$@") > "$OUT/$tag.json" 2> "$OUT/$tag.err"
+      }
+      kvsub e-kv-none; rc=$?
+      refused_with $rc "$OUT/e-kv-none.json" 1; record e "kvpub port: no token" $? "rc=$rc $(summ "$OUT/e-kv-none.json")"
+      kvsub e-kv-other --auth-token "$(token "interop/e-other" read)"; rc=$?
+      refused_with $rc "$OUT/e-kv-other.json" 1; record e "kvpub port: other ns token" $? "rc=$rc $(summ "$OUT/e-kv-other.json")"
+      kvsub e-kv --auth-token "$(token "$kv_ns" read ,)"
+      record e "kvpub port: token (fp16 sub, int8 fetch)" $? "$(summ "$OUT/e-kv.json")"
+    fi
+    kill -TERM "$PUB_PID" 2>/dev/null; wait "$PUB_PID" 2>/dev/null
   fi
 fi
 

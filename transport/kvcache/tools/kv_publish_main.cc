@@ -4,12 +4,18 @@
 //
 //   kvcast-kvpub --model DIR (--prompt_ids 1,2,3 | --prompt_len N)
 //                --relay HOST:PORT (--ca relay.pem | --insecure)
+//                [--listen HOST:PORT --cert C --key K] [--auth_key_file F]
 //                [--chunk_tokens 128] [--dump kv.f32] [--linger_s 30]
 //
-// Once the relay accepted the prompt's namespace (PUBLISH_NAMESPACE_OK) it
-// prints one JSON line on stdout:
+// --listen also serves the tracks on its own MoQT port (as a worker's MoQT
+// port does; --relay may then be left out), with --cert/--key as its
+// certificate. --auth_key_file signs the PUBLISH_NAMESPACE's authorization
+// token and makes --listen's port refuse requests without a valid one.
+//
+// Once the relay accepted the prompt's namespace (PUBLISH_NAMESPACE_OK; with
+// --listen alone: once the port is open) it prints one JSON line on stdout:
 //   {"namespace": [root, model_id, digest], "tokens": N, "chunk_tokens": C,
-//    "layers": L, "kv_heads": H, "head_dim": D, "dump": PATH}
+//    "layers": L, "kv_heads": H, "head_dim": D, "dump": PATH, "port": P}
 // and serves every track of the prompt until --linger_s passed or SIGINT /
 // SIGTERM (exit 0). --dump FILE gets the exact KV the tracks encode: float32
 // little-endian, [token][layer][K then V][kv_heads * head_dim], written
@@ -39,6 +45,7 @@
 #include "transport/kvcache/naming.h"
 #include "transport/kvcache/publisher.h"
 #include "transport/kvcache/token_codec.h"
+#include "transport/moqt/authorization.h"
 #include "transport/moqt/moqt_endpoint.h"
 #include "transport/moqt/tools/client_tls_flags.h"
 #include "transport/moqt/tools/tool_flags.h"
@@ -49,6 +56,9 @@ ABSL_FLAG(int, prompt_len, 0, "prompt of N deterministic token ids (instead of -
 ABSL_FLAG(int, chunk_tokens, 128, "tokens per group (a multiple of the 16-token page)");
 ABSL_FLAG(std::string, dump, "", "write the prompt's exact KV here (float32 LE)");
 ABSL_FLAG(std::string, relay, "", "relay address HOST:PORT");
+ABSL_FLAG(std::string, listen, "", "also serve the tracks on this UDP HOST:PORT");
+ABSL_FLAG(std::string, auth_key_file, "",
+          "MoQT authorization keys: sign the PUBLISH_NAMESPACE token; --listen requires tokens");
 ABSL_FLAG(double, linger_s, 30, "serve this many seconds after announcing, then exit");
 ABSL_FLAG(double, connect_timeout_s, 10,
           "give up if the relay has not accepted the namespace by then");
@@ -122,7 +132,11 @@ class RelayPublisher : public KvPublisher {
         on_announced_(std::move(on_announced)),
         on_closed_(std::move(on_closed)) {}
 
+  // The relay session: the only one whose prompts are announced (the
+  // others are subscribers on --listen's port).
+  void set_upstream(moqt::MoqtSession* session) { upstream_ = session; }
   void OnSessionReady(moqt::MoqtSession* session) override {
+    if (session != upstream_) return;
     session_ = session;
     SetUpstream(session, on_announced_);
   }
@@ -138,21 +152,39 @@ class RelayPublisher : public KvPublisher {
  private:
   AnnounceCallback on_announced_;
   std::function<void(absl::Status)> on_closed_;
+  moqt::MoqtSession* upstream_ = nullptr;
   moqt::MoqtSession* session_ = nullptr;
 };
 
 absl::Status Main() {
   // Flags first, so a bad command line fails before the model loads.
   if (absl::GetFlag(FLAGS_model).empty()) return absl::InvalidArgumentError("--model is required");
-  if (absl::GetFlag(FLAGS_relay).empty()) return absl::InvalidArgumentError("--relay is required");
-  ASSIGN_OR_RETURN(auto relay, moqt::ParseHostPort(absl::GetFlag(FLAGS_relay)));
+  const bool use_relay = !absl::GetFlag(FLAGS_relay).empty();
+  const bool use_listen = !absl::GetFlag(FLAGS_listen).empty();
+  if (!use_relay && !use_listen) {
+    return absl::InvalidArgumentError("--relay or --listen (or both) is required");
+  }
+  std::pair<std::string, uint16_t> relay, listen;
+  if (use_relay) {
+    ASSIGN_OR_RETURN(relay, moqt::ParseHostPort(absl::GetFlag(FLAGS_relay)));
+  }
+  if (use_listen) {
+    ASSIGN_OR_RETURN(listen, moqt::ParseHostPort(absl::GetFlag(FLAGS_listen)));
+  }
   const quic::TlsOptions tls = moqt::ClientTlsFromFlags();
-  if (tls.ca_file.empty() == !tls.insecure_skip_verify) {
+  if (use_relay && tls.ca_file.empty() == !tls.insecure_skip_verify) {
     return absl::InvalidArgumentError(
         "give exactly one of --ca FILE (verify the relay) and --insecure (do not)");
   }
   if (tls.cert_file.empty() != tls.key_file.empty()) {
     return absl::InvalidArgumentError("--cert and --key go together");
+  }
+  if (use_listen && tls.cert_file.empty()) {
+    return absl::InvalidArgumentError("--listen needs --cert and --key (its certificate)");
+  }
+  std::shared_ptr<moqt::HmacTokenAuthority> authority;
+  if (!absl::GetFlag(FLAGS_auth_key_file).empty()) {
+    ASSIGN_OR_RETURN(authority, moqt::HmacTokenAuthority::FromFile(absl::GetFlag(FLAGS_auth_key_file)));
   }
   const int chunk = absl::GetFlag(FLAGS_chunk_tokens);
   if (chunk <= 0 || chunk % kPageTokens != 0) {
@@ -189,10 +221,25 @@ absl::Status Main() {
   ASSIGN_OR_RETURN(auto loop, quic::EventLoop::Create());
   absl::Status result;  // why the loop stopped, when that is an error
   bool announced = false, stopping = false;
+  uint16_t port = 0;  // --listen's
   auto fail = [&](absl::Status s) {
     if (stopping) return;
     if (result.ok()) result = std::move(s);
     loop->Stop();
+  };
+  auto print_info = [&] {
+    nlohmann::ordered_json line = {
+        {"namespace", {std::string(kNamespaceRoot), model_id, digest}},
+        {"tokens", n},
+        {"chunk_tokens", chunk},
+        {"layers", layout.num_layers},
+        {"kv_heads", layout.num_kv_heads},
+        {"head_dim", layout.head_dim},
+        {"dump", dump.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(dump)},
+        {"port", port == 0 ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(port)}};
+    std::printf("%s\n", line.dump().c_str());
+    std::fflush(stdout);
+    loop->RunAfter(absl::Seconds(absl::GetFlag(FLAGS_linger_s)), [&] { loop->Stop(); });
   };
   auto on_announced = [&](const std::string&, absl::Status s) {
     if (!s.ok()) {
@@ -201,23 +248,14 @@ absl::Status Main() {
       return;
     }
     announced = true;
-    nlohmann::ordered_json line = {
-        {"namespace", {std::string(kNamespaceRoot), model_id, digest}},
-        {"tokens", n},
-        {"chunk_tokens", chunk},
-        {"layers", layout.num_layers},
-        {"kv_heads", layout.num_kv_heads},
-        {"head_dim", layout.head_dim},
-        {"dump", dump.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(dump)}};
-    std::printf("%s\n", line.dump().c_str());
-    std::fflush(stdout);
-    loop->RunAfter(absl::Seconds(absl::GetFlag(FLAGS_linger_s)), [&] { loop->Stop(); });
+    print_info();
   };
   auto on_closed = [&](absl::Status s) {
     fail(absl::UnavailableError(absl::StrCat("the relay closed the session: ", s.ToString())));
   };
   RelayPublisher publisher(pool.get(), backend.get(), model->fingerprint(), chunk, on_announced,
                            on_closed);
+  publisher.SetAnnounceAuthority(authority);
   // The whole prompt is computed: hand every chunk over, then end it (the
   // publisher holds its own page references).
   RETURN_IF_ERROR(publisher.BeginPrompt(digest, n));
@@ -249,12 +287,29 @@ absl::Status Main() {
     loop->Stop();
   }));
 
-  ASSIGN_OR_RETURN(auto client,
-                   moqt::MoqtClient::Connect(loop.get(), relay.first, relay.second, tls,
-                                             quic::TransportOptions{}, moqt::SessionOptions{},
-                                             &publisher));
+  std::unique_ptr<moqt::MoqtServer> server;
+  if (use_listen) {
+    quic::TlsOptions server_tls;
+    server_tls.cert_file = tls.cert_file;
+    server_tls.key_file = tls.key_file;
+    moqt::SessionOptions options;
+    options.authorizer = authority;
+    ASSIGN_OR_RETURN(server, moqt::MoqtServer::Create(loop.get(), listen.first, listen.second,
+                                                      server_tls, quic::TransportOptions{},
+                                                      options, &publisher));
+    port = server->port();
+    if (!use_relay) print_info();
+  }
+  std::unique_ptr<moqt::MoqtClient> client;
+  if (use_relay) {
+    ASSIGN_OR_RETURN(client,
+                     moqt::MoqtClient::Connect(loop.get(), relay.first, relay.second, tls,
+                                               quic::TransportOptions{}, moqt::SessionOptions{},
+                                               &publisher));
+    publisher.set_upstream(client->session());
+  }
   loop->RunAfter(absl::Seconds(absl::GetFlag(FLAGS_connect_timeout_s)), [&] {
-    if (!announced) {
+    if (use_relay && !announced) {
       fail(absl::DeadlineExceededError(absl::StrCat(
           "the relay at ", absl::GetFlag(FLAGS_relay), " did not accept the namespace within ",
           absl::GetFlag(FLAGS_connect_timeout_s), " s")));
@@ -269,6 +324,7 @@ absl::Status Main() {
     session->Close(moqt::TerminationCode::kNoError, "kvcast-kvpub done");
   }
   client.reset();
+  server.reset();
   loop->RemoveFd(pipe_fds[0]);
   g_signal_pipe = -1;
   close(pipe_fds[0]);

@@ -36,7 +36,8 @@
 #include "transport/moqt/tools/tool_flags.h"
 
 ABSL_FLAG(std::string, relay, "127.0.0.1:4433", "relay address HOST:PORT");
-ABSL_FLAG(std::string, ns, "kvcast/interop", "track namespace, elements split on '/'");
+ABSL_FLAG(std::string, ns, "kvcast/interop", "track namespace, elements split on --ns_sep");
+ABSL_FLAG(std::string, ns_sep, "/", "the one character between --ns elements");
 ABSL_FLAG(std::string, track, "data", "track name");
 ABSL_FLAG(int64_t, groups, 4, "groups in the track");
 ABSL_FLAG(int64_t, objects, 8, "objects per group");
@@ -53,6 +54,12 @@ ABSL_FLAG(int64_t, ttl_s, 300, "token lifetime in seconds");
 
 namespace kvcast::moqt {
 namespace {
+
+absl::StatusOr<TrackNamespace> NsFromFlags() {
+  const std::string sep = absl::GetFlag(FLAGS_ns_sep);
+  if (sep.size() != 1) return absl::InvalidArgumentError("--ns_sep must be one character");
+  return ParseNamespace(absl::GetFlag(FLAGS_ns), sep[0]);
+}
 
 // The AUTHORIZATION TOKEN parameters for `ops` on --ns (none without
 // --auth_key_file). Exits on a bad key file.
@@ -239,7 +246,7 @@ class PublisherHandler : public Relay {
 };
 
 int PrintToken() {
-  auto ns = ParseNamespace(absl::GetFlag(FLAGS_ns));
+  auto ns = NsFromFlags();
   const std::string ops = absl::GetFlag(FLAGS_ops);
   if (!ns.ok() || absl::GetFlag(FLAGS_auth_key_file).empty() ||
       (ops != "read" && ops != "publish")) {
@@ -256,7 +263,7 @@ int PrintToken() {
 int Run(const std::string& mode) {
   if (mode == "token") return PrintToken();
   auto addr = ParseHostPort(absl::GetFlag(FLAGS_relay));
-  auto ns = ParseNamespace(absl::GetFlag(FLAGS_ns));
+  auto ns = NsFromFlags();
   if (!addr.ok() || !ns.ok()) {
     std::fprintf(stderr, "kvcast-moqt: %s\n",
                  std::string((addr.ok() ? ns.status() : addr.status()).ToString()).c_str());

@@ -22,9 +22,9 @@ absl::StatusOr<std::pair<std::string, uint16_t>> ParseHostPort(const std::string
   return std::make_pair(host, static_cast<uint16_t>(port));
 }
 
-absl::StatusOr<TrackNamespace> ParseNamespace(const std::string& s) {
+absl::StatusOr<TrackNamespace> ParseNamespace(const std::string& s, char separator) {
   TrackNamespace ns;
-  for (absl::string_view part : absl::StrSplit(s, '/')) {
+  for (absl::string_view part : absl::StrSplit(s, separator)) {
     if (part.empty()) {
       return absl::InvalidArgumentError(absl::StrCat("empty element in namespace \"", s, "\""));
     }

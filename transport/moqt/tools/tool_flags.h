@@ -13,8 +13,9 @@ namespace kvcast::moqt {
 
 // "host:port" or "[v6]:port".
 absl::StatusOr<std::pair<std::string, uint16_t>> ParseHostPort(const std::string& s);
-// "a/b/c" -> {"a","b","c"}; INVALID_ARGUMENT for empty elements or > 32.
-absl::StatusOr<TrackNamespace> ParseNamespace(const std::string& s);
+// "a/b/c" -> {"a","b","c"} (elements split at `separator`); INVALID_ARGUMENT
+// for empty elements or > 32.
+absl::StatusOr<TrackNamespace> ParseNamespace(const std::string& s, char separator = '/');
 
 }  // namespace kvcast::moqt
 
