@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "transport/moqt/codec.h"
 #include "transport/moqt/messages.h"
@@ -156,6 +157,17 @@ void CheckKvps(const Parameters& kvps, const char* where) {
                  where, (unsigned long long)kvp.type);
       FUZZ_CHECK(kvp.int_value == 0, "%s: odd KVP type 0x%llx carries an int value", where,
                  (unsigned long long)kvp.type);
+    }
+    if (kvp.type == kParamAuthorizationToken) {
+      // The Token structure: what decodes must round-trip as a value.
+      absl::StatusOr<AuthToken> token = ParseAuthToken(kvp.bytes_value);
+      if (token.ok()) {
+        absl::StatusOr<AuthToken> again = ParseAuthToken(SerializeAuthToken(*token));
+        FUZZ_CHECK(again.ok() && *again == *token, "%s: AUTHORIZATION TOKEN round trip", where);
+      } else {
+        FUZZ_CHECK(TerminationCodeOf(token.status()) == TerminationCode::kKeyValueFormattingError,
+                   "%s: undecodable token without KEY_VALUE_FORMATTING_ERROR", where);
+      }
     }
   }
 }

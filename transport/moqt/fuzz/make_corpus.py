@@ -115,6 +115,10 @@ CONTROL = [
     ("subscribe_namespace_ok", 0x12, varint(24)),
     ("subscribe_namespace_error", 0x13, varint(24) + varint(0x3) + blob("not supported")),
     ("unsubscribe_namespace", 0x14, tup("kvcast")),
+    # AUTHORIZATION TOKEN (0x03): USE_VALUE, token type 0, a kvt1-like value.
+    ("subscribe_auth_token", 0x03,
+     varint(26) + FULL + u8(0x80) + u8(0) + u8(1) + varint(0x2)
+     + params((0x03, b"\x03\x00kvt1" + bytes(45)))),
 ]
 
 # Type list of codec_fuzzer.cc's framed mode (the index is the selector).
