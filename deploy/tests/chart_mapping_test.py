@@ -169,8 +169,10 @@ class Probes(unittest.TestCase):
         for role in kvtest.ROLES:
             c = container(the(o, "Deployment", role))
             port = {p["name"]: p["containerPort"] for p in c["ports"]}["grpc"]
+            # Workers' gRPC is mutual TLS by default (tls.internal): TCP checks.
+            want = {"tcpSocket": {"port": "grpc"}} if role in WORKERS else {"grpc": {"port": port}}
             for kind, check in probe_checks(c).items():
-                self.assertEqual(check, {"grpc": {"port": port}}, (role, kind))
+                self.assertEqual(check, want, (role, kind))
 
     def test_tls_probes_fall_back_to_tcp(self):
         o = objs("tls")
@@ -199,13 +201,52 @@ class TlsSecrets(unittest.TestCase):
         secret = the_secret(o, "kv-kvcast-quic-dev")
         self.assertEqual(set(secret["data"]), {"tls.crt", "tls.key", "ca.crt"})
         for role in kvtest.ROLES:
-            m = self.mounts(the(o, "Deployment", role))
+            m, f = self.mounts(the(o, "Deployment", role)), flags(the(o, "Deployment", role))
             if role in QUIC_ROLES:
                 self.assertEqual(m["/etc/kvcast/quic"], ("kv-kvcast-quic-dev", True), role)
             else:
                 self.assertNotIn("/etc/kvcast/quic", m)
             self.assertNotIn("/etc/kvcast/grpc", m)
-            self.assertNotIn("grpc_cert", flags(the(o, "Deployment", role)))
+            # The same material is the scheduler-worker mutual TLS.
+            if role == "relay":
+                self.assertNotIn("/etc/kvcast/internal", m)
+            else:
+                self.assertEqual(m["/etc/kvcast/internal"], ("kv-kvcast-quic-dev", True), role)
+            if role in WORKERS:
+                self.assertEqual((f["grpc_cert"], f["grpc_key"], f["grpc_ca"]),
+                                 tuple(f"/etc/kvcast/internal/{k}"
+                                       for k in ("tls.crt", "tls.key", "ca.crt")))
+            else:
+                self.assertNotIn("grpc_cert", f)
+
+    def test_scheduler_and_workers_use_mutual_tls_by_default(self):
+        o = objs("defaults")
+        sched = the(o, "Deployment", "scheduler")
+        f = flags(sched)
+        ports = {p["name"]: p for p in the(o, "Service", "scheduler")["spec"]["ports"]}
+        self.assertEqual(ports["internal"]["port"], 50052)
+        self.assertEqual({p["name"]: p["containerPort"] for p in container(sched)["ports"]}["internal"],
+                         50052)
+        self.assertEqual(f["internal_grpc_listen"], "0.0.0.0:50052")
+        self.assertEqual((f["internal_grpc_cert"], f["internal_grpc_key"], f["internal_grpc_ca"]),
+                         tuple(f"/etc/kvcast/internal/{k}" for k in ("tls.crt", "tls.key", "ca.crt")))
+        self.assertEqual(f["worker_tls_name"], "kvcast-worker")
+        # The development certificate names the scheduler Service (workers
+        # verify it) and the worker name (the scheduler verifies workers).
+        data = the_secret(o, "kv-kvcast-quic-dev")["data"]
+        with tempfile.TemporaryDirectory(dir=os.environ.get("TEST_TMPDIR")) as tmp:
+            pathlib.Path(tmp, "tls.crt").write_bytes(base64.b64decode(data["tls.crt"]))
+            text = subprocess.run(["openssl", "x509", "-in", "tls.crt", "-noout", "-text"], cwd=tmp,
+                                  capture_output=True, text=True, check=True).stdout
+        self.assertIn("DNS:kv-kvcast-scheduler.llm.svc", text)
+        self.assertIn("DNS:kvcast-worker", text)
+        # Off: workers register on the public port, in plaintext.
+        off = kvtest.objects(kvtest.render({"tls": {"internal": {"enabled": False}}}))
+        self.assertNotIn("internal_grpc_listen", flags(the(off, "Deployment", "scheduler")))
+        for role in WORKERS:
+            self.assertNotIn("grpc_cert", flags(the(off, "Deployment", role)))
+            self.assertEqual(flags(the(off, "Deployment", role))["scheduler"],
+                             "kv-kvcast-scheduler.llm.svc:50051")
 
     def test_moqt_authorization_key_everywhere_by_default(self):
         for values, secret_name in (("defaults", "kv-kvcast-moqt-auth"),
@@ -249,11 +290,18 @@ class TlsSecrets(unittest.TestCase):
                 self.assertNotIn("/etc/kvcast/grpc", m)
                 self.assertNotIn("grpc_cert", f)
                 continue
-            self.assertEqual(m["/etc/kvcast/grpc"], ("kvcast-grpc-tls", True), role)
+            # Scheduler-worker TLS: the QUIC Secret (tls.internal.secretName empty).
+            self.assertEqual(m["/etc/kvcast/internal"], ("kvcast-quic-tls", True), role)
+            # The public gRPC Secret: the scheduler's port only.
+            tls_dir = "/etc/kvcast/grpc" if role == "scheduler" else "/etc/kvcast/internal"
+            if role == "scheduler":
+                self.assertEqual(m["/etc/kvcast/grpc"], ("kvcast-grpc-tls", True), role)
+                mode = [v for v in pod(d)["volumes"] if v["name"] == "grpc-tls"][0]["secret"]["defaultMode"]
+                self.assertEqual(mode, 0o440)
+            else:
+                self.assertNotIn("/etc/kvcast/grpc", m)
             self.assertEqual((f["grpc_cert"], f["grpc_key"], f["grpc_ca"]),
-                             tuple(f"/etc/kvcast/grpc/{k}" for k in ("tls.crt", "tls.key", "ca.crt")))
-            mode = [v for v in pod(d)["volumes"] if v["name"] == "grpc-tls"][0]["secret"]["defaultMode"]
-            self.assertEqual(mode, 0o440)
+                             tuple(f"{tls_dir}/{k}" for k in ("tls.crt", "tls.key", "ca.crt")))
         relay = flags(the(o, "Deployment", "relay"))
         self.assertEqual((relay["cert"], relay["key"], relay["client_ca"], relay["require_client_cert"]),
                          ("/etc/kvcast/quic/tls.crt", "/etc/kvcast/quic/tls.key",
@@ -275,10 +323,11 @@ class Wiring(unittest.TestCase):
         for name in kvtest.VALUE_SETS:
             o = objs(name)
             svc = the(o, "Service", "scheduler")
-            grpc = {p["name"]: p["port"] for p in svc["spec"]["ports"]}["grpc"]
+            # The internal (mutual TLS) port: on in every value set.
+            internal = {p["name"]: p["port"] for p in svc["spec"]["ports"]}["internal"]
             for role in WORKERS:
                 self.assertEqual(flags(the(o, "Deployment", role))["scheduler"],
-                                 f"{svc['metadata']['name']}.llm.svc:{grpc}", (name, role))
+                                 f"{svc['metadata']['name']}.llm.svc:{internal}", (name, role))
 
     def test_workers_use_the_relay_service_when_there_is_one(self):
         o = objs("defaults")

@@ -274,7 +274,11 @@ class Rehearsal(unittest.TestCase):
         for p in [model, *model.rglob("*")]:
             p.chmod(p.stat().st_mode & ~0o222)
         certs = cls.work / "devcert"
-        subprocess.run([str(kvtest.runfile(DEVCERT)), f"--out={certs}"], check=True, timeout=30,
+        # The names the chart's own development certificate carries that
+        # matter here: 127.0.0.1 (every Service) and tls.internal.workerName.
+        names = f"localhost,127.0.0.1,{kvtest.chart().values['tls']['internal']['workerName']}"
+        subprocess.run([str(kvtest.runfile(DEVCERT)), f"--out={certs}", f"--names={names}"],
+                       check=True, timeout=30,
                        stdout=subprocess.DEVNULL)
         cls.pods = Pods(kvtest.objects(kvtest.render(VALUES)), cls.work, model, certs)
         cls.commands = {role: cls.pods.command(role) for role in START_ORDER}

@@ -46,6 +46,9 @@ TEMPLATE_REJECTS = {
     "host_network_port_clash": (
         {"hostNetwork": True, "relay": {"ports": {"metrics": 9090}}},
         "hostNetwork is on, and relay.ports.metrics and scheduler.ports.metrics are both 9090"),
+    "public_grpc_tls_without_internal_tls": (
+        {"tls": {"grpc": {"enabled": True, "secretName": "g"}, "internal": {"enabled": False}}},
+        "tls.grpc.enabled needs tls.internal.enabled"),
     "port_clash_in_one_pod": (
         {"prefill": {"ports": {"moqt": 50061}}},
         "prefill.ports.moqt and prefill.ports.grpc are both 50061"),

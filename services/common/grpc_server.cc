@@ -148,8 +148,10 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ClientCredentials(
 }
 
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,
-                                           std::shared_ptr<grpc::ChannelCredentials> creds) {
+                                           std::shared_ptr<grpc::ChannelCredentials> creds,
+                                           const std::string& tls_name) {
   grpc::ChannelArguments args;
+  if (!tls_name.empty()) args.SetSslTargetNameOverride(tls_name);
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
   // Generous enough for peers whose cores are busy with compute (a 2 s

@@ -98,9 +98,12 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ClientCredentials(
     const std::string& cert_file, const std::string& key_file, const std::string& ca_file);
 
 // A channel to `target` with the keepalive, message-size and reconnect
-// settings described above. Connects lazily.
+// settings described above. Connects lazily. `tls_name` (TLS only): the
+// name the peer's certificate must carry instead of `target`'s host (for
+// peers reached by IP address, e.g. pods).
 std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target,
-                                           std::shared_ptr<grpc::ChannelCredentials> creds);
+                                           std::shared_ptr<grpc::ChannelCredentials> creds,
+                                           const std::string& tls_name = "");
 
 }  // namespace kvcast::services
 

@@ -44,10 +44,10 @@ class GrpcTlsTest : public ::testing::Test {
 
   // Health/Check over a channel with these client credentials files.
   int Check(const GrpcServer& server, const std::string& cert, const std::string& key,
-            const std::string& ca) {
+            const std::string& ca, const std::string& tls_name = "") {
     auto creds = ClientCredentials(cert, key, ca);
     EXPECT_TRUE(creds.ok()) << creds.status();
-    auto channel = MakeChannel(absl::StrCat("127.0.0.1:", server.port()), *creds);
+    auto channel = MakeChannel(absl::StrCat("127.0.0.1:", server.port()), *creds, tls_name);
     return HealthCheck(channel, "", absl::Seconds(5)).second;
   }
 
@@ -63,6 +63,15 @@ TEST_F(GrpcTlsTest, ServerTlsVerifiedByTheCa) {
   // is not a CA), cannot talk to it.
   EXPECT_EQ(Check(*server, "", "", ""), -1);
   EXPECT_EQ(Check(*server, "", "", paths_->client_cert), -1);
+}
+
+// Workers are called at pod IPs: the name checked can be set apart from the
+// address (the scheduler's --worker_tls_name).
+TEST_F(GrpcTlsTest, NameCheckedCanDifferFromTheAddress) {
+  auto server = Start(false);
+  ASSERT_NE(server, nullptr);
+  EXPECT_EQ(Check(*server, "", "", paths_->ca_cert, "localhost"), testing::kServing);
+  EXPECT_EQ(Check(*server, "", "", paths_->ca_cert, "kvcast-worker"), -1);
 }
 
 TEST_F(GrpcTlsTest, MutualTlsRequiresAClientCertificate) {

@@ -30,6 +30,9 @@ ABSL_FLAG(std::string, internal_grpc_cert, "",
 ABSL_FLAG(std::string, internal_grpc_key, "", "its key (PEM)");
 ABSL_FLAG(std::string, internal_grpc_ca, "",
           "CA (PEM): mutual TLS with the workers on the internal port and on calls to them");
+ABSL_FLAG(std::string, worker_tls_name, "",
+          "name the workers' gRPC certificates must carry (they are called at their advertised "
+          "address, e.g. a pod IP); empty: that address");
 ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9090", "HTTP HOST:PORT of /metrics; empty: off");
 ABSL_FLAG(std::string, http_listen, "",
           "HOST:PORT of the OpenAI-compatible HTTP API (e.g. 0.0.0.0:8000); empty: off");
@@ -105,8 +108,9 @@ int main(int argc, char** argv) {
   scheduler::WorkerRegistry::Options ro;
   ro.lease = absl::Seconds(absl::GetFlag(FLAGS_lease_s));
   ro.prefix_reuse = absl::GetFlag(FLAGS_prefix_reuse);
-  ro.make_channel = [creds = *creds](const std::string& address) {
-    return services::MakeChannel(address, creds);
+  ro.make_channel = [creds = *creds,
+                     name = absl::GetFlag(FLAGS_worker_tls_name)](const std::string& address) {
+    return services::MakeChannel(address, creds, name);
   };
   services::ApiKeys api_keys;
   if (!absl::GetFlag(FLAGS_api_keys_file).empty()) {

@@ -10,18 +10,20 @@ each emits YAML list items.
 {{- end }}
 
 {{/*
-Flags every binary has: gRPC (health included) and metrics; and, for the
-scheduler and the workers, gRPC TLS (kvcast-relay's gRPC port serves only
-grpc.health.v1, in plaintext: it has no TLS flags for it).
+Flags every binary has: gRPC (health included) and metrics; and gRPC TLS
+where kvcast.grpcTls says (the scheduler's from tls.grpc, the workers' from
+tls.internal; kvcast-relay's gRPC port serves only grpc.health.v1, in
+plaintext: it has no TLS flags for it).
 */}}
 {{- define "kvcast.args.common" -}}
 {{- $v := index .root.Values .role }}
 - --grpc_listen={{ include "kvcast.listen" (dict "root" .root "port" $v.ports.grpc) }}
 - --metrics_listen={{ include "kvcast.listen" (dict "root" .root "port" $v.ports.metrics) }}
 {{- if include "kvcast.grpcTls" . }}
-- --grpc_cert=/etc/kvcast/grpc/tls.crt
-- --grpc_key=/etc/kvcast/grpc/tls.key
-- --grpc_ca=/etc/kvcast/grpc/ca.crt
+{{- $dir := ternary "/etc/kvcast/grpc" "/etc/kvcast/internal" (eq .role "scheduler") }}
+- --grpc_cert={{ $dir }}/tls.crt
+- --grpc_key={{ $dir }}/tls.key
+- --grpc_ca={{ $dir }}/ca.crt
 {{- end }}
 {{- end }}
 
@@ -45,6 +47,13 @@ cancelled, and the process exits, before the kubelet's SIGKILL.
 {{- end }}
 {{- if $v.apiKeysSecret }}
 - --api_keys_file=/etc/kvcast/api-keys/api_keys
+{{- end }}
+{{- if .root.Values.tls.internal.enabled }}
+- --internal_grpc_listen={{ include "kvcast.listen" (dict "root" .root "port" $v.ports.internal) }}
+- --internal_grpc_cert=/etc/kvcast/internal/tls.crt
+- --internal_grpc_key=/etc/kvcast/internal/tls.key
+- --internal_grpc_ca=/etc/kvcast/internal/ca.crt
+- --worker_tls_name={{ .root.Values.tls.internal.workerName }}
 {{- end }}
 - --moqt_auth_key_file={{ include "kvcast.moqtAuthKeyFile" . }}
 - --lease_s={{ int $v.leaseSeconds }}

@@ -85,9 +85,11 @@ app.kubernetes.io/component: {{ .role }}
 {{- printf "%s.%s.svc" (include "kvcast.componentName" .) .root.Release.Namespace }}
 {{- end }}
 
-{{/* HOST:PORT workers register and heartbeat with (--scheduler). */}}
+{{/* HOST:PORT workers register and heartbeat with (--scheduler): the
+internal port with tls.internal, else the public one. */}}
 {{- define "kvcast.schedulerAddress" -}}
-{{- printf "%s:%d" (include "kvcast.serviceHost" (dict "root" . "role" "scheduler")) (int .Values.scheduler.ports.grpc) }}
+{{- $p := .Values.scheduler.ports }}
+{{- printf "%s:%d" (include "kvcast.serviceHost" (dict "root" . "role" "scheduler")) (int (ternary $p.internal $p.grpc .Values.tls.internal.enabled)) }}
 {{- end }}
 
 {{/* HOST:PORT of the MoQT relay Service (--relay). */}}
@@ -132,9 +134,21 @@ its tokenizer (--model); reads only .role.
 {{- end }}
 
 {{/*
-Whether a role serves gRPC with TLS (tls.grpc.enabled): the scheduler and
-the workers. kvcast-relay's gRPC port (grpc.health.v1 only) is plaintext.
+Whether a role's --grpc_listen port speaks TLS: the scheduler's with
+tls.grpc.enabled, the workers' with tls.internal.enabled. kvcast-relay's
+gRPC port (grpc.health.v1 only) is plaintext.
 */}}
 {{- define "kvcast.grpcTls" -}}
-{{- if and .root.Values.tls.grpc.enabled (ne .role "relay") }}true{{ end }}
+{{- if eq .role "scheduler" }}{{ if .root.Values.tls.grpc.enabled }}true{{ end }}
+{{- else if has .role (list "prefill" "decode") }}{{ if .root.Values.tls.internal.enabled }}true{{ end }}
+{{- end }}
+{{- end }}
+
+{{/* Whether a role mounts the scheduler-worker TLS material (/etc/kvcast/internal). */}}
+{{- define "kvcast.internalTls" -}}
+{{- if and .root.Values.tls.internal.enabled (ne .role "relay") }}true{{ end }}
+{{- end }}
+
+{{- define "kvcast.internalSecretName" -}}
+{{- default (include "kvcast.quicSecretName" .) .Values.tls.internal.secretName }}
 {{- end }}

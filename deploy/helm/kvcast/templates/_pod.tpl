@@ -5,8 +5,8 @@ Called with (dict "root" $ "role" ROLE).
 
 {{/*
 gRPC health probes (grpc.health.v1) on the role's gRPC port. Where the port
-speaks TLS (tls.grpc.enabled; not the relay's) they become TCP checks of the
-same port: the kubelet's gRPC probe speaks plaintext only.
+speaks TLS (kvcast.grpcTls) they become TCP checks of the same port: the
+kubelet's gRPC probe speaks plaintext only.
 */}}
 {{- define "kvcast.probes" -}}
 {{- $v := index .root.Values .role }}
@@ -46,6 +46,11 @@ readinessProbe:
 {{- if $v.ports.http }}
 - name: http
   containerPort: {{ int $v.ports.http }}
+  protocol: TCP
+{{- end }}
+{{- if and (eq .role "scheduler") .root.Values.tls.internal.enabled }}
+- name: internal
+  containerPort: {{ int $v.ports.internal }}
   protocol: TCP
 {{- end }}
 {{- end }}
@@ -99,9 +104,14 @@ readinessProbe:
 - name: moqt-auth
   mountPath: /etc/kvcast/moqt-auth
   readOnly: true
-{{- if include "kvcast.grpcTls" . }}
+{{- if and (include "kvcast.grpcTls" .) (eq .role "scheduler") }}
 - name: grpc-tls
   mountPath: /etc/kvcast/grpc
+  readOnly: true
+{{- end }}
+{{- if include "kvcast.internalTls" . }}
+- name: internal-tls
+  mountPath: /etc/kvcast/internal
   readOnly: true
 {{- end }}
 {{- if (index .root.Values .role).apiKeysSecret }}
@@ -141,10 +151,16 @@ readinessProbe:
   secret:
     secretName: {{ include "kvcast.moqtAuthSecretName" .root }}
     defaultMode: 0440
-{{- if include "kvcast.grpcTls" . }}
+{{- if and (include "kvcast.grpcTls" .) (eq .role "scheduler") }}
 - name: grpc-tls
   secret:
     secretName: {{ .root.Values.tls.grpc.secretName }}
+    defaultMode: 0440
+{{- end }}
+{{- if include "kvcast.internalTls" . }}
+- name: internal-tls
+  secret:
+    secretName: {{ include "kvcast.internalSecretName" .root }}
     defaultMode: 0440
 {{- end }}
 {{- with (index .root.Values .role).apiKeysSecret }}

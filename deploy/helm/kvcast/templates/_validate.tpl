@@ -3,6 +3,9 @@ Checks values.schema.json cannot express; each failure stops the render
 with a message that names the values involved.
 */}}
 {{- define "kvcast.validate" -}}
+{{- if and .Values.tls.grpc.enabled (not .Values.tls.internal.enabled) }}
+{{- fail "kvcast: tls.grpc.enabled needs tls.internal.enabled: the workers register on the scheduler's internal port (with tls.grpc the public one requires client certificates)" }}
+{{- end }}
 {{- $seen := dict }}
 {{- range $role := splitList " " (include "kvcast.roles" .) }}
 {{- $v := index $.Values $role }}
