@@ -51,6 +51,7 @@ std::string ShapeString(const std::vector<int64_t>& shape) {
 void ConvertToFloat(const TensorView& tensor, float* out) {
   const auto* bytes = static_cast<const unsigned char*>(tensor.data);
   const int64_t n = tensor.numel();
+  if (n == 0) return;  // `out` may then be null (an empty vector's data())
   switch (tensor.dtype) {
     case DType::kF32:
       std::memcpy(out, bytes, n * sizeof(float));
@@ -69,17 +70,29 @@ void ConvertToFloat(const TensorView& tensor, float* out) {
 absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Open(const std::string& path) {
   ASSIGN_OR_RETURN(model_internal::MappedFile m,
                    model_internal::MapFile(path, 8, "the 8-byte header length"));
-  void* mapping = m.data;
-  const size_t size = m.size;
-  std::unique_ptr<SafetensorsFile> file(new SafetensorsFile(path, mapping, size));
+  std::unique_ptr<SafetensorsFile> file(new SafetensorsFile(path, m.data, m.size, true));
   RETURN_IF_ERROR(file->ParseHeader());
   return file;
 }
 
-SafetensorsFile::~SafetensorsFile() { ::munmap(mapping_, size_); }
+absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::FromBytes(
+    std::string_view bytes, const std::string& path) {
+  if (bytes.size() < 8) {
+    return absl::DataLossError(absl::StrCat(path, ": ", bytes.size(),
+                                            " bytes; the 8-byte header length is missing"));
+  }
+  std::unique_ptr<SafetensorsFile> file(
+      new SafetensorsFile(path, bytes.data(), bytes.size(), false));
+  RETURN_IF_ERROR(file->ParseHeader());
+  return file;
+}
+
+SafetensorsFile::~SafetensorsFile() {
+  if (mapped_) ::munmap(const_cast<void*>(base_), size_);
+}
 
 absl::Status SafetensorsFile::ParseHeader() {
-  const auto* base = static_cast<const unsigned char*>(mapping_);
+  const auto* base = static_cast<const unsigned char*>(base_);
   const uint64_t header_size = ReadLittleEndian64(base);
   if (header_size > kMaxHeaderBytes) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -59,6 +59,10 @@ void ConvertToFloat(const TensorView& tensor, float* out);
 class SafetensorsFile {
  public:
   static absl::StatusOr<std::unique_ptr<SafetensorsFile>> Open(const std::string& path);
+  // The same over bytes in memory (borrowed: they must outlive the object
+  // and its views); `path` names them in messages. For tests and fuzzing.
+  static absl::StatusOr<std::unique_ptr<SafetensorsFile>> FromBytes(std::string_view bytes,
+                                                                    const std::string& path);
 
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
@@ -74,13 +78,14 @@ class SafetensorsFile {
   const std::string& path() const { return path_; }
 
  private:
-  SafetensorsFile(std::string path, void* mapping, size_t size)
-      : path_(std::move(path)), mapping_(mapping), size_(size) {}
+  SafetensorsFile(std::string path, const void* base, size_t size, bool mapped)
+      : path_(std::move(path)), base_(base), size_(size), mapped_(mapped) {}
   absl::Status ParseHeader();
 
   std::string path_;
-  void* mapping_;
+  const void* base_;
   size_t size_;
+  bool mapped_;  // base_ is our mmap of the file (else borrowed bytes)
   std::map<std::string, TensorView, std::less<>> tensors_;
   std::map<std::string, std::string> metadata_;
 };

@@ -147,6 +147,22 @@ TEST(Safetensors, HeaderLengthLargerThanFile) {
   ExpectError(SafetensorsFile::Open(path), absl::StatusCode::kDataLoss, {path, "too short"});
 }
 
+TEST(Safetensors, FromBytesParsesLikeOpen) {
+  const std::string data(8, '\x01');
+  const std::string file =
+      RawFile(R"({"w": {"dtype": "F16", "shape": [2, 2], "data_offsets": [0, 8]}})", data);
+  auto st = SafetensorsFile::FromBytes(file, "mem");
+  ASSERT_TRUE(st.ok()) << st.status();
+  const TensorView* w = (*st)->Find("w");
+  ASSERT_NE(w, nullptr);
+  EXPECT_EQ(w->shape, (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(w->data, file.data() + file.size() - 8);  // a view of the caller's bytes
+  ExpectError(SafetensorsFile::FromBytes(file.substr(0, file.size() - 1), "mem"),
+              absl::StatusCode::kDataLoss, {"mem", "past the end"});
+  ExpectError(SafetensorsFile::FromBytes("abc", "mem"), absl::StatusCode::kDataLoss,
+              {"mem", "header length"});
+}
+
 TEST(Safetensors, BadHeaderJson) {
   const std::string path = TestDir() + "/model.safetensors";
   ASSERT_TRUE(model_internal::WriteFile(path, RawFile("{\"x\": {\"dtype\": ", "")).ok());

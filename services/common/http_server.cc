@@ -25,6 +25,7 @@
 #include "boost/beast/http/string_body.hpp"
 #include "common/status_macros.h"
 #include "services/common/flags_util.h"
+#include "services/common/internal/http_parse.h"
 #include "services/common/internal/listen_socket.h"
 
 namespace kvcast::services {
@@ -36,7 +37,7 @@ namespace http = beast::http;
 using tcp = net::ip::tcp;
 using Strand = net::strand<net::io_context::executor_type>;
 
-constexpr size_t kMaxHeadBytes = 16 << 10;
+using internal::kMaxHeadBytes;
 
 std::string Head(int status, int version, const std::string& content_type, bool keep_alive,
                  const HttpHeaders& headers) {
@@ -185,8 +186,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     phase_ = Phase::kReading;
     on_close_ = nullptr;
     parser_.emplace();
-    parser_->header_limit(kMaxHeadBytes);
-    parser_->body_limit(shared_->options.max_body_bytes);
+    internal::ConfigureParser(&*parser_, shared_->options.max_body_bytes);
     timer_.expires_after(absl::ToChronoMilliseconds(shared_->options.idle_timeout));
     timer_.async_wait([self = shared_from_this(), seq = seq_](beast::error_code ec) {
       if (!ec && self->seq_ == seq && self->phase_ == Phase::kReading) self->Close();
@@ -201,15 +201,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     timer_.cancel();
     if (closed_) return;
     if (ec) {
-      int status = 0;
-      if (ec == http::error::body_limit) {
-        status = 413;
-      } else if (ec == http::error::header_limit) {
-        status = 431;
-      } else if (ec.category() == http::make_error_code(http::error::end_of_stream).category() &&
-                 ec != http::error::end_of_stream && ec != http::error::partial_message) {
-        status = 400;
-      }
+      const int status = internal::StatusForReadError(ec);
       if (status == 0) return Close();  // the client closed or the socket failed
       ++seq_;
       phase_ = Phase::kHandling;
@@ -222,20 +214,9 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     }
     auto msg = parser_->release();
     parser_.reset();
-    HttpRequest req;
-    req.method = std::string(msg.method_string());
-    req.target = std::string(msg.target());
-    req.path = req.target.substr(0, req.target.find('?'));
-    for (const auto& field : msg) {
-      std::string name = absl::AsciiStrToLower(absl::string_view(field.name_string().data(),
-                                                                 field.name_string().size()));
-      std::string value(field.value());
-      auto [it, fresh] = req.headers.try_emplace(std::move(name), value);
-      if (!fresh) absl::StrAppend(&it->second, ",", value);
-    }
-    req.body = std::move(msg.body());
     keep_alive_ = msg.keep_alive();
     version_ = int(msg.version());
+    HttpRequest req = internal::ToHttpRequest(std::move(msg));
     ++seq_;
     phase_ = Phase::kHandling;
     StartWatch();
