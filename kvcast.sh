@@ -12,7 +12,7 @@ APT_PACKAGES=(
   bazel-bootstrap bazel-rules-java bazel-rules-proto bazel-skylib bazel-platforms
   pkg-config g++ python3 python3-venv
   libabsl-dev libgtest-dev libbenchmark-dev libopenblas-dev libsentencepiece-dev
-  nlohmann-json3-dev libpcre2-dev libxxhash-dev libboost1.74-dev
+  nlohmann-json3-dev libpcre2-dev libxxhash-dev libboost1.74-dev libssl-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libngtcp2-dev libngtcp2-crypto-gnutls-dev libgnutls28-dev
   openssl iproute2 clang-14 libclang-rt-14-dev

@@ -218,6 +218,8 @@ class TlsSecrets(unittest.TestCase):
                                        for k in ("tls.crt", "tls.key", "ca.crt")))
             else:
                 self.assertNotIn("grpc_cert", f)
+            self.assertNotIn("http_cert", f)  # the HTTP API is plaintext by default
+            self.assertNotIn("/etc/kvcast/http", m)
 
     def test_scheduler_and_workers_use_mutual_tls_by_default(self):
         o = objs("defaults")
@@ -296,6 +298,10 @@ class TlsSecrets(unittest.TestCase):
             tls_dir = "/etc/kvcast/grpc" if role == "scheduler" else "/etc/kvcast/internal"
             if role == "scheduler":
                 self.assertEqual(m["/etc/kvcast/grpc"], ("kvcast-grpc-tls", True), role)
+                # HTTPS on the OpenAI-compatible API (tls.http).
+                self.assertEqual(m["/etc/kvcast/http"], ("kvcast-http-tls", True), role)
+                self.assertEqual((f["http_cert"], f["http_key"]),
+                                 ("/etc/kvcast/http/tls.crt", "/etc/kvcast/http/tls.key"))
                 mode = [v for v in pod(d)["volumes"] if v["name"] == "grpc-tls"][0]["secret"]["defaultMode"]
                 self.assertEqual(mode, 0o440)
             else:

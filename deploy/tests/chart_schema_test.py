@@ -31,6 +31,7 @@ SCHEMA_REJECTS = {
     "model_image_without_repository": ({"model": {"source": "image"}}, "at '/model/image/repository'"),
     "pvc_without_claim": ({"model": {"pvc": {"claimName": ""}}}, "at '/model/pvc/claimName'"),
     "grpc_tls_without_secret": ({"tls": {"grpc": {"enabled": True}}}, "at '/tls/grpc/secretName'"),
+    "https_without_secret": ({"tls": {"http": {"enabled": True}}}, "at '/tls/http/secretName'"),
     "bad_pdb": ({"relay": {"pdb": {"maxUnavailable": "half"}}}, "at '/relay/pdb/maxUnavailable'"),
     "unknown_hpa_metric": ({"scheduler": {"autoscaling": {"metric": "memory"}}},
                            "at '/scheduler/autoscaling/metric'"),

@@ -16,6 +16,7 @@
 #include "boost/asio/io_context.hpp"
 #include "boost/asio/ip/tcp.hpp"
 #include "boost/asio/post.hpp"
+#include "boost/asio/ssl.hpp"
 #include "boost/asio/steady_timer.hpp"
 #include "boost/asio/strand.hpp"
 #include "boost/asio/write.hpp"
@@ -83,6 +84,7 @@ const char* HttpReason(int status) {
 // so the io_context their sockets belong to) until they are destroyed.
 struct HttpShared {
   net::io_context ioc;
+  std::optional<net::ssl::context> tls;  // set: every connection is TLS
   HttpServer::Options options;
   HttpServer::Handler handler;
   std::atomic<int> open{0};
@@ -99,11 +101,26 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
       : shared_(std::move(shared)),
         socket_(std::move(socket)),
         timer_(socket_.get_executor()) {
+    if (shared_->tls) tls_.emplace(socket_, *shared_->tls);
     ++shared_->open;
   }
   ~HttpConnection() { --shared_->open; }
 
   void Start(bool reject) {
+    if (tls_ && !handshake_done_) {
+      timer_.expires_after(absl::ToChronoMilliseconds(shared_->options.idle_timeout));
+      timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+        if (!ec && !self->handshake_done_) self->Close();
+      });
+      tls_->async_handshake(net::ssl::stream_base::server,
+                            [self = shared_from_this(), reject](beast::error_code ec) {
+                              self->timer_.cancel();
+                              if (ec || self->closed_) return self->Close();
+                              self->handshake_done_ = true;
+                              self->Start(reject);
+                            });
+      return;
+    }
     if (reject) {
       const std::string body = "{\"error\":{\"message\":\"too many open connections\"}}";
       phase_ = Phase::kFinishing;
@@ -191,10 +208,12 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     timer_.async_wait([self = shared_from_this(), seq = seq_](beast::error_code ec) {
       if (!ec && self->seq_ == seq && self->phase_ == Phase::kReading) self->Close();
     });
-    http::async_read(socket_, buffer_, *parser_,
-                     [self = shared_from_this()](beast::error_code ec, size_t) {
-                       self->OnRead(ec);
-                     });
+    WithStream([&](auto& stream) {
+      http::async_read(stream, buffer_, *parser_,
+                       [self = shared_from_this()](beast::error_code ec, size_t) {
+                         self->OnRead(ec);
+                       });
+    });
   }
 
   void OnRead(beast::error_code ec) {
@@ -228,10 +247,12 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   void StartWatch() {
     if (watching_ || closed_ || buffer_.size() > kMaxHeadBytes) return;
     watching_ = true;
-    socket_.async_read_some(buffer_.prepare(4096),
-                            [self = shared_from_this()](beast::error_code ec, size_t n) {
-                              self->OnWatch(ec, n);
-                            });
+    WithStream([&](auto& stream) {
+      stream.async_read_some(buffer_.prepare(4096),
+                             [self = shared_from_this()](beast::error_code ec, size_t n) {
+                               self->OnWatch(ec, n);
+                             });
+    });
   }
   void OnWatch(beast::error_code ec, size_t n) {
     watching_ = false;
@@ -260,13 +281,15 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     std::vector<net::const_buffer> buffers;
     buffers.reserve(in_flight_.size());
     for (const std::string& s : in_flight_) buffers.emplace_back(net::buffer(s));
-    net::async_write(socket_, buffers,
-                     [self = shared_from_this()](beast::error_code ec, size_t n) {
-                       self->writing_ = false;
-                       self->pending_bytes_ -= n;
-                       if (ec) return self->Close();
-                       self->DoWrite();
-                     });
+    WithStream([&](auto& stream) {
+      net::async_write(stream, buffers,
+                       [self = shared_from_this()](beast::error_code ec, size_t n) {
+                         self->writing_ = false;
+                         self->pending_bytes_ -= n;
+                         if (ec) return self->Close();
+                         self->DoWrite();
+                       });
+    });
   }
   // Everything enqueued is written.
   void Written() {
@@ -284,8 +307,21 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
 
   std::shared_ptr<HttpExchange> MakeExchange();
 
+  // Runs `f` on the connection's byte stream: TLS over the socket, or the
+  // socket itself.
+  template <class F>
+  void WithStream(F&& f) {
+    if (tls_) {
+      f(*tls_);
+    } else {
+      f(socket_);
+    }
+  }
+
   const std::shared_ptr<HttpShared> shared_;
   tcp::socket socket_;
+  std::optional<net::ssl::stream<tcp::socket&>> tls_;
+  bool handshake_done_ = false;
   net::steady_timer timer_;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
@@ -448,6 +484,26 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const Options& opt
   socklen_t len = sizeof(addr);
   getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
   auto shared = std::make_shared<HttpShared>(options.io_threads);
+  if (!options.tls_cert_file.empty() || !options.tls_key_file.empty()) {
+    if (options.tls_cert_file.empty() || options.tls_key_file.empty()) {
+      close(fd);
+      return absl::InvalidArgumentError("http server: TLS needs both a certificate and a key");
+    }
+    shared->tls.emplace(net::ssl::context::tls_server);
+    net::ssl::context& ctx = *shared->tls;
+    ctx.set_options(net::ssl::context::default_workarounds | net::ssl::context::no_sslv2 |
+                    net::ssl::context::no_sslv3 | net::ssl::context::no_tlsv1 |
+                    net::ssl::context::no_tlsv1_1 | net::ssl::context::single_dh_use);
+    beast::error_code ec;
+    ctx.use_certificate_chain_file(options.tls_cert_file, ec);
+    if (!ec) ctx.use_private_key_file(options.tls_key_file, net::ssl::context::pem, ec);
+    if (ec) {
+      close(fd);
+      return absl::InvalidArgumentError(absl::StrCat("http server: TLS certificate ",
+                                                     options.tls_cert_file, " / key ",
+                                                     options.tls_key_file, ": ", ec.message()));
+    }
+  }
   shared->options = options;
   shared->handler = std::move(handler);
   auto impl = std::make_unique<Impl>(shared, internal::LocalPort(fd));

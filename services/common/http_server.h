@@ -20,6 +20,10 @@
 // `idle_timeout` between requests is closed. TCP_NODELAY is set on every
 // connection (small event-stream writes must not wait for delayed ACKs).
 // Beyond `max_connections` open connections, new ones get 503 and close.
+// With `tls_cert_file` and `tls_key_file` every connection is TLS (1.2 or
+// 1.3, OpenSSL through Asio; a handshake that does not finish within
+// `idle_timeout` closes the connection); without them, plaintext (behind a
+// gateway that terminates TLS).
 //
 // The handler runs on an I/O thread and must not block: it answers through
 // the HttpExchange at once or later from any thread.
@@ -91,10 +95,13 @@ class HttpServer {
     size_t max_body_bytes = 8 << 20;
     size_t max_pending_write_bytes = 4 << 20;  // per connection, then it is dropped
     absl::Duration idle_timeout = absl::Seconds(75);  // between requests (and for the head)
+    std::string tls_cert_file;  // PEM chain; with tls_key_file: HTTPS
+    std::string tls_key_file;   // PEM private key
   };
 
   // Binds and starts serving. Errors: INVALID_ARGUMENT for a malformed
-  // address; the errno's code with "bind HOST:PORT: <strerror>".
+  // address, or a TLS certificate or key that cannot be loaded (named);
+  // the errno's code with "bind HOST:PORT: <strerror>".
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(const Options& options,
                                                            Handler handler);
   // Stops accepting, closes every connection (streams' OnClose run), joins

@@ -7,10 +7,19 @@
 #include <string>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "boost/asio/connect.hpp"
+#include "boost/asio/io_context.hpp"
+#include "boost/asio/ip/tcp.hpp"
+#include "boost/asio/read_until.hpp"
+#include "boost/asio/ssl.hpp"
+#include "boost/asio/streambuf.hpp"
+#include "boost/asio/write.hpp"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "services/common/testing/http_client.h"
+#include "tools/devcert/devcert.h"
 
 namespace kvcast::services {
 namespace {
@@ -161,6 +170,57 @@ TEST(HttpServerTest, ChunkedBodyArrivingByteByByteIsServed) {
   EXPECT_THAT(r, StartsWith("HTTP/1.1 200 OK\r\n"));
   EXPECT_THAT(r, HasSubstr("[]"));
   close(fd);
+}
+
+TEST(HttpServerTest, ServesHttpsWithTheGivenCertificate) {
+  devcert::DevCertOptions certs;
+  certs.out_dir = std::string(std::getenv("TEST_TMPDIR")) + "/https_certs";
+  ASSERT_TRUE(devcert::WriteDevCertificates(certs).ok());
+  const devcert::DevCertPaths paths = devcert::PathsIn(certs.out_dir);
+  HttpServer::Options o;
+  o.tls_cert_file = paths.server_cert;
+  o.tls_key_file = paths.server_key;
+  auto server = Serve([](HttpRequest req, std::shared_ptr<HttpExchange> ex) {
+    ex->Respond(200, "text/plain", "[" + req.path + "]");
+  }, o);
+  ASSERT_NE(server, nullptr);
+
+  // A TLS client that verifies the server against the CA, as `curl --cacert`.
+  namespace net = boost::asio;
+  net::io_context ioc;
+  net::ssl::context ctx(net::ssl::context::tls_client);
+  ctx.load_verify_file(paths.ca_cert);
+  net::ssl::stream<net::ip::tcp::socket> tls(ioc, ctx);
+  tls.set_verify_mode(net::ssl::verify_peer);
+  tls.set_verify_callback(net::ssl::host_name_verification("localhost"));
+  tls.next_layer().connect({net::ip::make_address("127.0.0.1"), server->port()});
+  boost::system::error_code ec;
+  tls.handshake(net::ssl::stream_base::client, ec);
+  ASSERT_FALSE(ec) << ec.message();
+  for (const char* path : {"/a", "/b"}) {  // kept alive across requests
+    net::write(tls, net::buffer(absl::StrCat("GET ", path, " HTTP/1.1\r\nHost: localhost\r\n\r\n")));
+    net::streambuf in;
+    net::read_until(tls, in, "]", ec);
+    ASSERT_FALSE(ec) << ec.message();
+    std::string r(net::buffers_begin(in.data()), net::buffers_end(in.data()));
+    EXPECT_THAT(r, StartsWith("HTTP/1.1 200 OK\r\n"));
+    EXPECT_THAT(r, HasSubstr(absl::StrCat("[", path, "]")));
+  }
+
+  // Plaintext HTTP on the TLS port gets no HTTP answer: the connection closes.
+  int fd = Connect(server->port());
+  SendAll(fd, "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+  bool eof = false;
+  EXPECT_THAT(ReadUntil(fd, "", &eof), ::testing::Not(HasSubstr("HTTP/1.1")));
+  EXPECT_TRUE(eof);
+  close(fd);
+
+  HttpServer::Options bad = o;
+  bad.listen = "127.0.0.1:0";
+  bad.tls_key_file = paths.ca_cert;  // not a key
+  absl::Status s = HttpServer::Start(bad, [](HttpRequest, std::shared_ptr<HttpExchange>) {}).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), HasSubstr(paths.ca_cert));
 }
 
 TEST(HttpServerTest, UnansweredRequestGets500) {

@@ -37,6 +37,10 @@ ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9090", "HTTP HOST:PORT of /metri
 ABSL_FLAG(std::string, http_listen, "",
           "HOST:PORT of the OpenAI-compatible HTTP API (e.g. 0.0.0.0:8000); empty: off");
 ABSL_FLAG(int, http_threads, 2, "I/O threads of the HTTP API");
+ABSL_FLAG(std::string, http_cert, "",
+          "certificate chain (PEM) of the HTTP API: HTTPS (TLS 1.2+); empty: plaintext, e.g. "
+          "behind a gateway that terminates TLS");
+ABSL_FLAG(std::string, http_key, "", "its private key (PEM)");
 ABSL_FLAG(std::string, api_keys_file, "",
           "file of `KEY TENANT` lines: the HTTP API and kvcast.v1.Generation then need "
           "`Authorization: Bearer KEY`");
@@ -196,6 +200,8 @@ int main(int argc, char** argv) {
     services::HttpServer::Options ho;
     ho.listen = absl::GetFlag(FLAGS_http_listen);
     ho.io_threads = absl::GetFlag(FLAGS_http_threads);
+    ho.tls_cert_file = absl::GetFlag(FLAGS_http_cert);
+    ho.tls_key_file = absl::GetFlag(FLAGS_http_key);
     auto hs = services::HttpServer::Start(
         ho, [f = frontend.get()](services::HttpRequest r, std::shared_ptr<services::HttpExchange> e) {
           f->Handle(std::move(r), std::move(e));
@@ -203,10 +209,11 @@ int main(int argc, char** argv) {
     if (!hs.ok()) return fail(hs.status());
     http = std::move(*hs);
   }
-  std::fprintf(stderr, "kvcast-scheduler: gRPC :%u, internal gRPC :%u%s, metrics :%u, http :%u%s\n",
+  std::fprintf(stderr, "kvcast-scheduler: gRPC :%u, internal gRPC :%u%s, metrics :%u, http :%u%s%s\n",
                (*server)->port(), internal_server ? internal_server->port() : (*server)->port(),
                internal_server && internal_server->tls() ? " (mutual TLS)" : "",
                metrics_server ? metrics_server->port() : 0, http ? http->port() : 0,
+               absl::GetFlag(FLAGS_http_cert).empty() ? "" : " (HTTPS)",
                api_keys.enabled() ? " (API keys required)" : "");
   (*signal)->Wait();
   std::fprintf(stderr, "kvcast-scheduler: draining\n");

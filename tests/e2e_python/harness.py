@@ -82,8 +82,11 @@ class Cluster:
         expect(m, f"no scheduler line in cluster up's output:\n{text}")
         expect(m.group(1) == self.address, f"scheduler at {m.group(1)}, asked for {self.address}")
         self.metrics["scheduler"] = m.group(2)
-        h = re.search(r"^OpenAI-compatible API: http://(\S+)/v1$", text, re.M)
-        self.http = h.group(1) if h else None
+        h = re.search(r"^OpenAI-compatible API: (https?)://(\S+)/v1( \(CA (\S+)\))?$", text,
+                      re.M)
+        self.http = h.group(2) if h else None
+        self.http_scheme = h.group(1) if h else None
+        self.http_ca = h.group(4) if h else None  # with --http_tls
         for line in text.splitlines():
             w = re.match(r"^\s+(\S+)\s+pid\s+\d+\s.*metrics (\S+?)[\s,]", line + " ")
             if w:
@@ -122,9 +125,11 @@ class Cluster:
         sys.stdout.flush()
 
 
-def scrape(address, name, labels=None):
-    """Sum of the samples of metric `name` (matching `labels`) at http://address/metrics."""
-    with urllib.request.urlopen(f"http://{address}/metrics", timeout=5) as r:
+def scrape(address, name, labels=None, tls=None):
+    """Sum of the samples of metric `name` (matching `labels`) at
+    http://address/metrics (https with `tls`, an ssl.SSLContext)."""
+    scheme = "https" if tls else "http"
+    with urllib.request.urlopen(f"{scheme}://{address}/metrics", timeout=5, context=tls) as r:
         body = r.read().decode()
     total, seen = 0.0, False
     for line in body.splitlines():

@@ -1,8 +1,9 @@
 """kvcast's OpenAI-compatible HTTP API seen by the official `openai` client.
 
-Starts `kvcast cluster up` on SmolLM2-135M-Instruct (GGUF) with an API keys
-file, then checks with PyPI's `openai` package (max_retries=0) and plain
-urllib, no kvcast code:
+Starts `kvcast cluster up --http_tls` on SmolLM2-135M-Instruct (GGUF) with an
+API keys file, then checks over HTTPS (Python's ssl verifying the cluster's
+development CA) with PyPI's `openai` package (max_retries=0) and
+plain urllib, no kvcast code:
   models              /v1/models lists the served model with max_model_len
   auth                no key / a wrong key: 401 (AuthenticationError)
   completion_stream   streamed completion text == the unary one (greedy)
@@ -18,6 +19,8 @@ urllib, no kvcast code:
                       and the decode worker's KV pages
   concurrent_streams  8 streams at once, each complete
   grpc_api_key        the same keys guard gRPC (kvcast generate --api_key)
+  tls_required        plain HTTP gets no answer on the HTTPS port; a client
+                      without the cluster's CA refuses the certificate
   health_and_metrics  /health 200; /metrics counts the HTTP requests
 Writes one JUnit <testcase> per check to --xml; exits 1 if any failed.
 
@@ -32,13 +35,15 @@ import pathlib
 import signal
 import subprocess
 import sys
+import http.client as http_client
+import ssl
 import urllib.error
 import urllib.request
 
 import openai
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Cluster, Runner, expect, log, scrape, wait_for  # noqa: E402
+from harness import CheckError, Cluster, Runner, expect, log, scrape, wait_for  # noqa: E402
 
 KEY = "kvcast-test-key-alice-0123456789"
 OTHER_KEY = "kvcast-test-key-mallory-0123456789"
@@ -51,9 +56,20 @@ SYSTEM = ("You are kvcast, the assistant of a disaggregated LLM inference servic
           "of computing it again. Keep your answers short.")
 
 
+# The cluster's CA (ssl.SSLContext), set once the cluster is up.
+TLS = None
+
+
+def client(address, api_key=KEY, timeout=60):
+    """The official client, verifying the API's certificate with the CA."""
+    return openai.OpenAI(base_url=f"https://{address}/v1", api_key=api_key, max_retries=0,
+                         timeout=timeout,
+                         http_client=openai.DefaultHttpxClient(verify=TLS, timeout=timeout))
+
+
 def http(address, path, body=None, key=KEY, timeout=30):
     """(status, headers, body bytes) of a GET (body None) or JSON POST."""
-    req = urllib.request.Request(f"http://{address}{path}",
+    req = urllib.request.Request(f"https://{address}{path}",
                                  data=None if body is None else json.dumps(body).encode(),
                                  method="GET" if body is None else "POST")
     if body is not None:
@@ -61,7 +77,7 @@ def http(address, path, body=None, key=KEY, timeout=30):
     if key:
         req.add_header("Authorization", f"Bearer {key}")
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
+        with urllib.request.urlopen(req, timeout=timeout, context=TLS) as r:
             return r.status, r.headers, r.read()
     except urllib.error.HTTPError as e:
         return e.code, e.headers, e.read()
@@ -71,8 +87,7 @@ class Checks:
     def __init__(self, cluster, kvcast):
         self.cluster = cluster
         self.kvcast = kvcast
-        self.client = openai.OpenAI(base_url=f"http://{cluster.http}/v1", api_key=KEY,
-                                    max_retries=0, timeout=60)
+        self.client = client(cluster.http)
         self.model = None
 
     def ready(self):
@@ -92,8 +107,7 @@ class Checks:
         expect(m["object"] == "model" and m["max_model_len"] == 8192, f"/v1/models: {m}")
 
     def auth(self):
-        bad = openai.OpenAI(base_url=f"http://{self.cluster.http}/v1", api_key="not-a-key",
-                            max_retries=0, timeout=30)
+        bad = client(self.cluster.http, api_key="not-a-key", timeout=30)
         for call in (lambda: bad.models.list(),
                      lambda: bad.completions.create(model=self.model, prompt="hi", max_tokens=2)):
             try:
@@ -161,8 +175,7 @@ class Checks:
     def tenant_isolation(self):
         """The API key's tenant salts the prefix cache: mallory's copy of
         alice's (cached) conversation reports no cached tokens."""
-        mallory = openai.OpenAI(base_url=f"http://{self.cluster.http}/v1", api_key=OTHER_KEY,
-                                max_retries=0, timeout=60)
+        mallory = client(self.cluster.http, api_key=OTHER_KEY)
         messages = self.chat_messages("Which tenant am I?")
         alice = [self.client.chat.completions.create(model=self.model, messages=messages,
                                                      max_tokens=2) for _ in range(2)]
@@ -252,10 +265,26 @@ class Checks:
         expect(without.returncode != 0 and "UNAUTHENTICATED" in without.stderr, without.stderr)
         expect(with_key.returncode == 0, with_key.stderr)
 
+    def tls_required(self):
+        """Plain HTTP on the HTTPS port gets no answer; a client that does not
+        trust the cluster's CA refuses the certificate."""
+        try:
+            urllib.request.urlopen(f"http://{self.cluster.http}/health", timeout=10)
+            raise CheckError("plain HTTP was answered on the HTTPS port")
+        except (urllib.error.URLError, ConnectionError, http_client.HTTPException) as e:
+            log(f"plain HTTP: {type(e).__name__}: {e}")
+        try:
+            urllib.request.urlopen(f"https://{self.cluster.http}/health", timeout=10,
+                                   context=ssl.create_default_context())
+            raise CheckError("a client without the cluster's CA accepted the certificate")
+        except urllib.error.URLError as e:
+            expect(isinstance(e.reason, ssl.SSLCertVerificationError), f"{e!r}")
+            log(f"without the CA: {e.reason.verify_message}")
+
     def health_and_metrics(self):
         status, _, body = http(self.cluster.http, "/health", key=None)
         expect(status == 200, f"/health {status} {body!r}")
-        n = scrape(self.cluster.http, "kvcast_http_requests_total", {"route": "chat"})
+        n = scrape(self.cluster.http, "kvcast_http_requests_total", {"route": "chat"}, TLS)
         expect(n >= 10, f"kvcast_http_requests_total{{route=chat}} = {n}")
 
 
@@ -275,9 +304,14 @@ def main():
 
     def setup():
         nonlocal cluster
-        cluster = Cluster(args, args.model, work, [f"--scheduler_flags=--api_keys_file={keys}"])
+        global TLS
+        cluster = Cluster(args, args.model, work,
+                          [f"--scheduler_flags=--api_keys_file={keys}", "--http_tls"])
         cluster.start()
         expect(cluster.http, "cluster up printed no OpenAI-compatible API address")
+        expect(cluster.http_scheme == "https" and cluster.http_ca,
+               f"cluster up --http_tls printed {cluster.http_scheme}://, CA {cluster.http_ca}")
+        TLS = ssl.create_default_context(cafile=cluster.http_ca)
         state["checks"] = Checks(cluster, args.kvcast)
         state["checks"].ready()
 
@@ -286,7 +320,8 @@ def main():
             c = state["checks"]
             for name in ("models", "auth", "completion_stream", "chat_stream", "cached_tokens",
                          "tenant_isolation", "bad_requests", "min_tokens", "disconnect_cancels",
-                         "concurrent_streams", "grpc_api_key", "health_and_metrics"):
+                         "concurrent_streams", "grpc_api_key", "tls_required",
+                         "health_and_metrics"):
                 runner.run(name, getattr(c, name))
     finally:
         if cluster is not None:

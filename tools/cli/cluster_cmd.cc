@@ -69,7 +69,9 @@ absl::Status ClusterUp(const cluster::ClusterOptions& options) {
   std::printf("scheduler: %s (metrics http://%s/metrics)\n", c.scheduler_address().c_str(),
               c.scheduler_metrics_address().c_str());
   if (!c.scheduler_http_address().empty()) {
-    std::printf("OpenAI-compatible API: http://%s/v1\n", c.scheduler_http_address().c_str());
+    std::printf("OpenAI-compatible API: %s://%s/v1%s\n", options.http_tls ? "https" : "http",
+                c.scheduler_http_address().c_str(),
+                options.http_tls ? absl::StrCat(" (CA ", c.ca_cert(), ")").c_str() : "");
   }
   for (const cluster::Process* p : c.processes()) {
     std::string where = p->grpc_address.empty() ? absl::StrCat("moqt ", p->moqt_address, "/udp")

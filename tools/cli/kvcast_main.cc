@@ -10,7 +10,8 @@
 //     One streaming Generate call to a cluster; text deltas to stdout, the
 //     Final (finish reason, usage, TTFT/TBT, KV transfer, workers) to stderr.
 //   kvcast cluster up --model DIR [--prefill 1 --decode 1 --relay
-//       --work_dir build/cluster --scheduler_port 50051 --http_port 8000 --kv_cache_mb 256]
+//       --work_dir build/cluster --scheduler_port 50051 --http_port 8000 --http_tls
+//       --kv_cache_mb 256]
 //     A local cluster in the foreground until SIGINT/SIGTERM; the scheduler
 //     serves the OpenAI-compatible HTTP API on --http_port (-1: off).
 //   kvcast bench --scheduler HOST:PORT [--requests 40 --rate 2
@@ -69,6 +70,9 @@ ABSL_FLAG(bool, relay, true, "run a MoQT relay (false: KV moves worker to worker
 ABSL_FLAG(std::string, work_dir, "build/cluster", "logs and certificates");
 ABSL_FLAG(int, scheduler_port, 50051, "scheduler gRPC port (0: a free one)");
 ABSL_FLAG(int, http_port, 8000, "scheduler's OpenAI-compatible HTTP port (0: a free one, -1: off)");
+ABSL_FLAG(bool, http_tls, false,
+          "cluster up: HTTPS on the HTTP port, with the cluster's development certificate "
+          "(WORK_DIR/certs/server.pem, CA certs/ca.pem)");
 ABSL_FLAG(std::string, bin_dir, "", "directory with the kvcast-* binaries (default: found)");
 ABSL_FLAG(std::string, scheduler_flags, "", "extra scheduler flags, space-separated");
 ABSL_FLAG(std::string, prefill_flags, "", "extra prefill flags, space-separated");
@@ -163,6 +167,7 @@ int ClusterUpCommand() {
   o.work_dir = absl::GetFlag(FLAGS_work_dir);
   o.scheduler_port = absl::GetFlag(FLAGS_scheduler_port);
   o.http_port = absl::GetFlag(FLAGS_http_port);
+  o.http_tls = absl::GetFlag(FLAGS_http_tls);
   o.kv_cache_mb = absl::GetFlag(FLAGS_kv_cache_mb);
   if (const std::string dir = absl::GetFlag(FLAGS_bin_dir); !dir.empty()) {
     o.scheduler_bin = dir + "/kvcast-scheduler";

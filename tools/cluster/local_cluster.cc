@@ -136,6 +136,8 @@ absl::Status LocalCluster::Launch() {
     std::vector<std::string> args = {"--grpc_listen=" + scheduler_address,
                                      "--metrics_listen=" + scheduler_metrics,
                                      "--http_listen=" + scheduler_http,
+                                     "--http_cert=" + (options_.http_tls ? certs.server_cert : ""),
+                                     "--http_key=" + (options_.http_tls ? certs.server_key : ""),
                                      "--internal_grpc_listen=" + scheduler_internal,
                                      "--internal_grpc_cert=" + certs.server_cert,
                                      "--internal_grpc_key=" + certs.server_key,

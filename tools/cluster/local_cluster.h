@@ -53,6 +53,7 @@ struct ClusterOptions {
   std::string work_dir;
   int scheduler_port = 0;  // gRPC port of the scheduler; 0: a free one
   int http_port = 0;       // the scheduler's OpenAI-compatible HTTP API; 0: a free one; -1: off
+  bool http_tls = false;   // HTTPS with the cluster's development certificate (certs/server.pem)
   int kv_cache_mb = 256;
   std::string backend = "cpu";
   // Binaries; empty: FindBinary(the default name).

@@ -44,6 +44,10 @@ cancelled, and the process exits, before the kubelet's SIGKILL.
 - --model={{ .root.Values.model.mountPath }}{{ with .root.Values.model.file }}/{{ . }}{{ end }}
 {{- if $v.ports.http }}
 - --http_listen={{ include "kvcast.listen" (dict "root" .root "port" $v.ports.http) }}
+{{- if .root.Values.tls.http.enabled }}
+- --http_cert=/etc/kvcast/http/tls.crt
+- --http_key=/etc/kvcast/http/tls.key
+{{- end }}
 {{- end }}
 {{- if $v.apiKeysSecret }}
 - --api_keys_file=/etc/kvcast/api-keys/api_keys

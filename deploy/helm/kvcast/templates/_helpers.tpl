@@ -149,6 +149,11 @@ gRPC port (grpc.health.v1 only) is plaintext.
 {{- if and .root.Values.tls.internal.enabled (ne .role "relay") }}true{{ end }}
 {{- end }}
 
+{{/* Whether a role serves HTTPS (the scheduler's OpenAI-compatible API, tls.http). */}}
+{{- define "kvcast.httpTls" -}}
+{{- if and (eq .role "scheduler") .root.Values.tls.http.enabled .root.Values.scheduler.ports.http }}true{{ end }}
+{{- end }}
+
 {{- define "kvcast.internalSecretName" -}}
 {{- default (include "kvcast.quicSecretName" .) .Values.tls.internal.secretName }}
 {{- end }}

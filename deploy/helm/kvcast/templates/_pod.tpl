@@ -114,6 +114,11 @@ readinessProbe:
   mountPath: /etc/kvcast/internal
   readOnly: true
 {{- end }}
+{{- if include "kvcast.httpTls" . }}
+- name: http-tls
+  mountPath: /etc/kvcast/http
+  readOnly: true
+{{- end }}
 {{- if (index .root.Values .role).apiKeysSecret }}
 - name: api-keys
   mountPath: /etc/kvcast/api-keys
@@ -161,6 +166,12 @@ readinessProbe:
 - name: internal-tls
   secret:
     secretName: {{ include "kvcast.internalSecretName" .root }}
+    defaultMode: 0440
+{{- end }}
+{{- if include "kvcast.httpTls" . }}
+- name: http-tls
+  secret:
+    secretName: {{ .root.Values.tls.http.secretName }}
     defaultMode: 0440
 {{- end }}
 {{- with (index .root.Values .role).apiKeysSecret }}
