@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
+#include "common/status_macros.h"
 #include "services/worker/grpc_status.h"
 #include "services/worker/kv_landing.h"
 #include "services/worker/sampling_proto.h"
@@ -81,20 +82,18 @@ DecodeService::Landed DecodeService::LandPromptKv(grpc::ServerContext* context,
   const int groups = (kv_tokens + chunk - 1) / chunk;
   auto format = kvcache::FormatOfTrackName(
       start.kv().compression().empty() ? "fp16" : start.kv().compression());
-  auto fresh = format.ok() ? engine.pool().Allocate(
-                                 (kv_tokens - out.tokens + page_tokens - 1) / page_tokens)
-                           : absl::StatusOr<std::vector<int32_t>>(format.status());
   struct State {
     absl::Notification done;
     absl::StatusOr<std::vector<int32_t>> result = absl::UnknownError("pending");
     std::shared_ptr<worker::KvLanding> landing;
   };
-  auto state = std::make_shared<State>();
-  const auto t0 = Clock::now();
-  if (!fresh.ok()) {
-    state->result = fresh.status();
-    state->done.Notify();
-  } else {
+  // One landing over the session SessionFor picks (the relay while it is
+  // up, else the publisher's own port); sets out.bytes.
+  auto land_once = [&]() -> absl::StatusOr<std::vector<int32_t>> {
+    if (!format.ok()) return format.status();
+    ASSIGN_OR_RETURN(std::vector<int32_t> fresh,
+                     engine.pool().Allocate((kv_tokens - out.tokens + page_tokens - 1) / page_tokens));
+    auto state = std::make_shared<State>();
     const auto track = kvcache::FullTrackNameOf(
         {kvcache::ModelId(engine.model().fingerprint()), start.kv().prompt_digest(), *format});
     rt_->RunSync([&] {
@@ -103,14 +102,14 @@ DecodeService::Landed DecodeService::LandPromptKv(grpc::ServerContext* context,
           session.ok() ? worker::KvLanding::Start(
                              *session, &engine.pool(), engine.backend(),
                              engine.model().fingerprint(), track,
-                             kvcache::LandingSpec{chunk, kv_tokens, own_chunks, groups, *fresh},
+                             kvcache::LandingSpec{chunk, kv_tokens, own_chunks, groups, fresh},
                              worker::KvLanding::Mode::kSubscribe, start.kv().auth_token(),
                              [state](absl::StatusOr<std::vector<int32_t>> r) {
                                state->result = std::move(r);
                                state->done.Notify();
                              })
                        : absl::StatusOr<std::shared_ptr<worker::KvLanding>>(session.status());
-      if (!session.ok()) engine.pool().ReleaseAll(*fresh).IgnoreError();
+      if (!session.ok()) engine.pool().ReleaseAll(fresh).IgnoreError();
       if (landing.ok()) {
         state->landing = *landing;
       } else {
@@ -118,27 +117,37 @@ DecodeService::Landed DecodeService::LandPromptKv(grpc::ServerContext* context,
         state->done.Notify();
       }
     });
-  }
-  while (!state->done.WaitForNotificationWithTimeout(absl::Milliseconds(20))) {
-    if (context->IsCancelled()) {  // includes the deadline passing
-      rt_->RunSync([&] {
-        if (state->landing) state->landing->Abort(absl::CancelledError("decode cancelled"));
-      });
+    while (!state->done.WaitForNotificationWithTimeout(absl::Milliseconds(20))) {
+      if (context->IsCancelled()) {  // includes the deadline passing
+        rt_->RunSync([&] {
+          if (state->landing) state->landing->Abort(absl::CancelledError("decode cancelled"));
+        });
+      }
     }
+    rt_->RunSync([&] {
+      out.bytes = state->landing ? state->landing->bytes_landed() : 0;
+      state->landing.reset();
+    });
+    return std::move(state->result);
+  };
+  const auto t0 = Clock::now();
+  absl::StatusOr<std::vector<int32_t>> result = land_once();
+  // The session was lost under the request (e.g. the relay died): once more,
+  // which goes to the publisher directly while the relay is down.
+  if (absl::IsUnavailable(result.status()) && !context->IsCancelled()) {
+    std::fprintf(stderr, "kvcast-decode: KV of %s: %s; asking again\n",
+                 start.kv().prompt_digest().c_str(), result.status().ToString().c_str());
+    result = land_once();
   }
-  rt_->RunSync([&] {
-    if (state->landing) out.bytes = state->landing->bytes_landed();
-    state->landing.reset();
-  });
   out.ms = Ms(Clock::now() - t0);
-  if (!state->result.ok()) {
+  if (!result.ok()) {
     transfer_failures_->Increment();
     std::fprintf(stderr, "kvcast-decode: KV of %s did not land (%s); computing it here\n",
-                 start.kv().prompt_digest().c_str(), state->result.status().ToString().c_str());
+                 start.kv().prompt_digest().c_str(), result.status().ToString().c_str());
     out.bytes = 0;
     return out;
   }
-  out.pages.insert(out.pages.end(), state->result->begin(), state->result->end());
+  out.pages.insert(out.pages.end(), result->begin(), result->end());
   out.landed = kv_tokens - out.tokens;
   out.tokens = kv_tokens;
   transfer_bytes_->Increment(double(out.bytes));

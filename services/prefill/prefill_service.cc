@@ -24,6 +24,9 @@ class PrefillService::Publisher : public kvcache::KvPublisher {
                     rt->engine().options().chunk_tokens),
         rt_(rt) {
     SetAnnounceAuthority(rt->moqt_auth());
+    // A decode worker asking this port directly (no relay, or the relay
+    // down) may subscribe before the prefill call begins the prompt.
+    SetSubscribeWait(rt->loop(), absl::Seconds(2));
   }
   void OnSessionReady(moqt::MoqtSession* session) override {
     if (session == rt_->relay_session()) {

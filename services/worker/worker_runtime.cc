@@ -190,16 +190,28 @@ absl::Status WorkerRuntime::Serve(moqt::RequestHandler* handler,
   metrics_.AddCallbackGauge("kvcast_running", "sequences in the batch",
                             [this] { return double(engine_->num_running()); });
   if (config_.moqt_auth) services::ExportMoqtAuthMetrics(config_.moqt_auth, &metrics_);
+  if (!config_.relay.empty()) {
+    metrics_.AddCallbackGauge("kvcast_relay_connected",
+                              "1 while the MoQT session to --relay is up, else 0",
+                              [this] { return relay_up_.load() ? 1.0 : 0.0; });
+  }
   if (!config_.scheduler.empty()) registry_ = std::thread([this] { RegistryLoop(); });
   return absl::OkStatus();
 }
 
 void WorkerRuntime::WatchRelay() {
   if (loop_stopping_) return;
+  const bool up = relay_session() != nullptr && relay_session()->ready();
+  relay_up_.store(up);
+  if (up != relay_was_up_) {
+    std::fprintf(stderr, "kvcast worker: relay %s %s\n", config_.relay.c_str(),
+                 up ? "connected" : "lost: fetching KV from publishers directly");
+    relay_was_up_ = up;
+  }
   if (relay_client_ == nullptr || relay_client_->session()->closed()) {
     relay_client_.reset();
     auto client = moqt::MoqtClient::Connect(loop(), relay_.first, relay_.second,
-                                            config_.quic_client, quic::TransportOptions{},
+                                            config_.quic_client, PeerTransport(),
                                             moqt::SessionOptions{}, handler_);
     if (client.ok()) {
       relay_client_ = std::move(*client);
@@ -208,26 +220,37 @@ void WorkerRuntime::WatchRelay() {
                    client.status().ToString().c_str());
     }
   }
-  loop()->RunAfter(absl::Seconds(1), [this] { WatchRelay(); });
+  loop()->RunAfter(absl::Milliseconds(250), [this] { WatchRelay(); });
 }
 
 moqt::MoqtSession* WorkerRuntime::relay_session() const {
   return relay_client_ ? relay_client_->session() : nullptr;
 }
 
+// Sessions this worker opens (to the relay, to publishers): a PING every
+// second and 5 s of silence end them, so a peer whose host is gone (no ICMP
+// either) is noticed in seconds; a dead peer process is noticed at once
+// (ICMP port unreachable, transport/quic/udp_socket.h).
+quic::TransportOptions WorkerRuntime::PeerTransport() {
+  quic::TransportOptions t;
+  t.keep_alive = absl::Seconds(1);
+  t.idle_timeout = absl::Seconds(5);
+  return t;
+}
+
 absl::StatusOr<moqt::MoqtSession*> WorkerRuntime::SessionFor(const std::string& address) {
-  if (!config_.relay.empty()) {
-    if (relay_client_ == nullptr || relay_client_->session()->closed()) {
-      return absl::UnavailableError(absl::StrCat("no session to the relay ", config_.relay));
-    }
-    return relay_client_->session();
+  // The relay while its session is up; without it (not configured, down,
+  // or reconnecting), the publisher's own MoQT port, so that a lost relay
+  // costs neither a wait nor a recompute.
+  if (moqt::MoqtSession* relay = relay_session(); relay != nullptr && relay->ready()) {
+    return relay;
   }
   auto it = direct_.find(address);
   if (it != direct_.end() && !it->second->session()->closed()) return it->second->session();
   ASSIGN_OR_RETURN(auto hp, moqt::ParseHostPort(address));
   ASSIGN_OR_RETURN(auto client,
                    moqt::MoqtClient::Connect(loop(), hp.first, hp.second, config_.quic_client,
-                                             quic::TransportOptions{}, moqt::SessionOptions{},
+                                             PeerTransport(), moqt::SessionOptions{},
                                              handler_));
   moqt::MoqtSession* session = client->session();
   direct_[address] = std::move(client);

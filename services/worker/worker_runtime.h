@@ -19,6 +19,7 @@
 #ifndef KVCAST_SERVICES_WORKER_WORKER_RUNTIME_H_
 #define KVCAST_SERVICES_WORKER_WORKER_RUNTIME_H_
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -99,8 +100,9 @@ class WorkerRuntime {
   Engine& engine() { return *engine_; }
   quic::EventLoop* loop() { return loop_thread_->loop(); }
   void RunSync(std::function<void()> fn) { loop_thread_->RunSync(std::move(fn)); }
-  // Loop thread: the session to reach a publisher at `address` (the relay
-  // when configured, else a direct session, created on first use).
+  // Loop thread: the session to reach a publisher at `address`: the relay
+  // while its session is up, else a direct session to `address`, created
+  // on first use.
   absl::StatusOr<moqt::MoqtSession*> SessionFor(const std::string& address);
   // Loop thread: the relay session, or null.
   moqt::MoqtSession* relay_session() const;
@@ -120,8 +122,11 @@ class WorkerRuntime {
   void RegistryLoop();
   v1::WorkerLoad Load() const;
   v1::WorkerInfo Info() const;
-  void WatchRelay();  // loop thread: (re)connects to the relay every second
+  // Loop thread: (re)connects to the relay (every 250 ms while it is down)
+  // and reports its health.
+  void WatchRelay();
   void ReleasePages(PrefilledKv& kv);
+  static quic::TransportOptions PeerTransport();
 
   const WorkerConfig config_;
   std::string worker_id_;
@@ -135,6 +140,8 @@ class WorkerRuntime {
   absl::flat_hash_map<std::string, std::unique_ptr<moqt::MoqtClient>> direct_;  // loop thread
   std::pair<std::string, uint16_t> relay_;
   bool loop_stopping_ = false;                            // loop thread
+  bool relay_was_up_ = false;                             // loop thread
+  std::atomic<bool> relay_up_{false};                     // for /metrics
   uint16_t moqt_port_ = 0;
   std::unique_ptr<services::GrpcServer> grpc_;
   std::unique_ptr<services::MetricsServer> metrics_server_;

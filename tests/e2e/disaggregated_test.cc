@@ -264,6 +264,38 @@ TEST_F(DisaggregatedTest, KilledPrefillWorkerIsRetriedElsewhere) {
   ExpectNoPagesLeaked(c->worker(Role::kDecode, 0));
 }
 
+// kill -9 of the relay: the workers notice at once (ICMP port unreachable
+// on their next packet) and take the KV straight from the prefill worker's
+// MoQT port, so requests neither wait for KV that never lands (10 s before)
+// nor recompute it.
+TEST_F(DisaggregatedTest, KilledRelayKvComesFromThePublisherAtOnce) {
+  auto c = Start("kill_relay", 1, 1);
+  ASSERT_NE(c, nullptr);
+  ASSERT_TRUE(Generate(c->scheduler_address(), Prompt(200, 3), 4).status.ok());
+  const Process& decode = c->worker(Role::kDecode, 0);
+  auto relay_connected = [&](double want) {
+    for (int i = 0; i < 40 && Metric(decode, "kvcast_relay_connected") != want; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return Metric(decode, "kvcast_relay_connected");
+  };
+  EXPECT_EQ(relay_connected(1), 1);
+  ASSERT_TRUE(c->Kill(Role::kRelay, 0, SIGKILL).ok());
+  for (int i = 0; i < 3; ++i) {
+    auto prompt = Prompt(260, 50 + i);
+    const absl::Time start = absl::Now();
+    Result r = Generate(c->scheduler_address(), prompt, 8);
+    const absl::Duration took = absl::Now() - start;
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    EXPECT_EQ(r.tokens, Reference(prompt, 8));
+    EXPECT_GT(r.final.timings().transfer_bytes(), 0) << "request " << i << " recomputed";
+    EXPECT_LT(took, absl::Seconds(3)) << "request " << i;
+    EXPECT_EQ(r.final.retries(), 0);
+  }
+  EXPECT_EQ(relay_connected(0), 0);
+  ExpectNoPagesLeaked(decode);
+}
+
 TEST_F(DisaggregatedTest, WithoutPrefillWorkersDecodeRecomputes) {
   auto c = Start("no_prefill", 1, 1);
   ASSERT_NE(c, nullptr);

@@ -71,6 +71,9 @@ absl::Status KvPublisher::BeginPrompt(const std::string& digest, int num_tokens)
   p.num_tokens = num_tokens;
   p.chunk_pages.resize(num_groups(p));
   if (upstream_ != nullptr) Announce(digest);
+  if (auto parked = parked_.extract(digest)) {
+    for (auto& [request, downstream] : parked.mapped()) OnSubscribe(nullptr, request, downstream);
+  }
   return absl::OkStatus();
 }
 
@@ -225,6 +228,31 @@ void KvPublisher::SendChunk(const Prompt& p, int group, KvFormat format,
 
 void KvPublisher::OnSubscribe(moqt::MoqtSession* session, const moqt::Subscribe& request,
                               std::shared_ptr<Downstream> downstream) {
+  if (loop_ != nullptr && subscribe_wait_ > absl::ZeroDuration()) {
+    absl::StatusOr<KvTrack> track = ParseTrack(request.track);
+    if (track.ok() && track->model_id == model_id_ && !prompts_.count(track->prompt_digest)) {
+      const std::string digest = track->prompt_digest;
+      parked_[digest].emplace_back(request, downstream);
+      std::weak_ptr<bool> alive = alive_;
+      std::weak_ptr<Downstream> weak = downstream;
+      loop_->RunAfter(subscribe_wait_, [this, alive, digest, weak] {
+        auto d = weak.lock();
+        if (alive.expired() || d == nullptr) return;
+        auto it = parked_.find(digest);
+        if (it == parked_.end()) return;
+        auto& v = it->second;
+        auto pos = std::find_if(v.begin(), v.end(), [&](const auto& e) { return e.second == d; });
+        if (pos == v.end()) return;  // attached meanwhile
+        v.erase(pos);
+        if (v.empty()) parked_.erase(it);
+        ++stats_.rejected;
+        d->Reject(moqt::kErrTrackDoesNotExist,
+                  absl::StrCat("no KV published for prompt ", digest, " within ",
+                               absl::FormatDuration(subscribe_wait_)));
+      });
+      return;
+    }
+  }
   KvFormat format;
   Prompt* found = Resolve(request.track, *downstream, &format);
   if (found == nullptr) return;

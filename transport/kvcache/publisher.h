@@ -14,7 +14,8 @@
 //    the prompt or into chunks not computed yet is refused (INVALID_RANGE)
 //    with a message naming the missing chunk.
 //  - Errors name their cause: another model id, an unknown prompt, an
-//    unknown compression (TRACK_DOES_NOT_EXIST).
+//    unknown compression (TRACK_DOES_NOT_EXIST). With SetSubscribeWait, a
+//    SUBSCRIBE of a prompt not begun yet waits for it that long first.
 // DropPrompt releases a prompt's pages; its subscriptions end. With an
 // upstream session (a relay), each prompt's namespace is announced there
 // (PUBLISH_NAMESPACE) so the relay routes subscriptions here and caches.
@@ -32,6 +33,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "engine/kv/kv_page_pool.h"
 #include "engine/kv/prefix_hash.h"
@@ -39,6 +41,7 @@
 #include "transport/kvcache/naming.h"
 #include "transport/moqt/authorization.h"
 #include "transport/moqt/session.h"
+#include "transport/quic/event_loop.h"
 
 namespace kvcast::kvcache {
 
@@ -60,6 +63,14 @@ class KvPublisher : public moqt::RequestHandler {
   // prompt's namespace (the relay verifies it; moqt/authorization.h).
   void SetAnnounceAuthority(std::shared_ptr<const moqt::HmacTokenAuthority> authority) {
     announce_authority_ = std::move(authority);
+  }
+  // A SUBSCRIBE of a prompt not begun yet (a decode worker asking this
+  // publisher directly may be faster than the prefill call) waits up to
+  // `wait` for BeginPrompt instead of being refused at once; `loop` (the
+  // sessions' loop, borrowed) runs the timers. Default: no wait.
+  void SetSubscribeWait(quic::EventLoop* loop, absl::Duration wait) {
+    loop_ = loop;
+    subscribe_wait_ = wait;
   }
 
   // A prompt of `num_tokens` tokens named `prompt_digest` (naming.h).
@@ -140,6 +151,11 @@ class KvPublisher : public moqt::RequestHandler {
   moqt::MoqtSession* upstream_ = nullptr;
   AnnounceCallback on_announced_;
   std::shared_ptr<const moqt::HmacTokenAuthority> announce_authority_;
+  quic::EventLoop* loop_ = nullptr;
+  absl::Duration subscribe_wait_ = absl::ZeroDuration();
+  // SUBSCRIBEs waiting for BeginPrompt, by prompt digest.
+  std::map<std::string, std::vector<std::pair<moqt::Subscribe, std::shared_ptr<moqt::Downstream>>>>
+      parked_;
   std::map<std::string, Prompt> prompts_;
   std::unique_ptr<DeviceBuffer> scratch_;  // encoded chunk; Backend::AllocateStaging
   Stats stats_;

@@ -2,9 +2,11 @@
 // ephemeral port of the server's address family).
 #include <gnutls/crypto.h>
 
+#include <cerrno>
 #include <cstring>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "transport/quic/endpoint.h"
 #include "transport/quic/endpoint_core.h"
@@ -46,6 +48,7 @@ class ClientImpl final : public Client, private EndpointCore {
   absl::Status Init(const SocketAddress& remote, const std::string& host,
                     ConnectionHandler* handler) {
     RETURN_IF_ERROR(Start(WildcardFor(remote)));
+    RETURN_IF_ERROR(socket_->Connect(remote));
     ConnectionConfig config = MakeConfig(remote, handler);
     config.peer_name = Unbracket(host);
     ASSIGN_OR_RETURN(std::unique_ptr<ConnectionImpl> conn,
@@ -77,6 +80,12 @@ class ClientImpl final : public Client, private EndpointCore {
     Touch(conn_);
   }
   bool DestroyFinished() const override { return false; }
+  void OnSocketError(int error) override {
+    if (conn_ == nullptr) return;
+    if (error != ECONNREFUSED && error != EHOSTUNREACH && error != ENETUNREACH) return;
+    conn_->PeerUnreachable(absl::StrCat(std::strerror(error), " (ICMP)"));
+    Touch(conn_);
+  }
 
   ConnectionImpl* conn_ = nullptr;
 };

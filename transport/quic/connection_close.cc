@@ -95,6 +95,13 @@ void ConnectionImpl::Shutdown(absl::Status status) {
   EnterState(State::kDone);
 }
 
+void ConnectionImpl::PeerUnreachable(absl::string_view why) {
+  if (state_ != State::kHandshake && state_ != State::kOpen) return;
+  SetPendingClose(absl::UnavailableError(absl::StrCat("peer unreachable: ", why)),
+                  CloseAction::kDrop);
+  host_->RequestFlush(this);
+}
+
 std::optional<absl::Status> ConnectionImpl::TakeCloseStatus() {
   std::optional<absl::Status> out = std::move(close_status_);
   close_status_.reset();

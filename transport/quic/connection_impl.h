@@ -120,6 +120,10 @@ class ConnectionImpl final : public Connection {
   void Refuse(absl::string_view reason);
   // Endpoint teardown: sends CONNECTION_CLOSE (if still open) and ends.
   void Shutdown(absl::Status status);
+  // The network says the peer cannot be reached (ICMP port or host
+  // unreachable): ends the connection now with UNAVAILABLE naming `why`,
+  // sending nothing, instead of waiting out the idle timeout.
+  void PeerUnreachable(absl::string_view why);
 
  private:
   friend struct ConnectionCallbacks;

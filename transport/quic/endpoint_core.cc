@@ -62,6 +62,7 @@ void EndpointCore::OnReadable() {
   socket_->Receive([this](const SocketAddress& from, absl::Span<uint8_t> data) {
     OnDatagram(from, data);
   });
+  if (int error = socket_->TakeError()) OnSocketError(error);
   std::vector<ConnectionImpl*> touched;
   touched.swap(touched_);
   touched_set_.clear();

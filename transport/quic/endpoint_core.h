@@ -64,6 +64,8 @@ class EndpointCore : public ConnectionHost {
   // Routes one received datagram.
   virtual void OnDatagram(const SocketAddress& from,
                           absl::Span<uint8_t> data) = 0;
+  // The socket reported `error` (an errno, e.g. ECONNREFUSED).
+  virtual void OnSocketError(int error) {}
   // A finished connection is about to be destroyed (server: drop its CIDs).
   virtual void OnConnectionRemoved(ConnectionImpl* conn) {}
   // Server: destroy finished connections. Client: keep its one connection

@@ -1,6 +1,7 @@
 // How connections end: application close codes, closes from inside
-// callbacks, idle timeout, keep-alive, peer loss, stateless reset, version
-// negotiation, handshake timeout and endpoint destruction.
+// callbacks, idle timeout, keep-alive, peer loss (silent, or a dead process
+// reported by ICMP), stateless reset, version negotiation, handshake timeout
+// and endpoint destruction.
 #include <arpa/inet.h>
 #include <ngtcp2/ngtcp2.h>
 #include <poll.h>
@@ -196,9 +197,9 @@ TEST(QuicCloseTest, KeepAliveKeepsIdleConnectionOpen) {
   EXPECT_FALSE(env.client_handler(c)->WaitClosed(absl::Milliseconds(1800)));
 }
 
-// The server vanishes without a word (its last packets are dropped): the
+// The server goes silent (its host gone: no ICMP comes back either): the
 // client notices through its idle timeout, keep-alive PINGs unanswered.
-TEST(QuicCloseTest, ServerKilledClientSeesLossWithinIdleTimeout) {
+TEST(QuicCloseTest, ServerSilentClientSeesLossWithinIdleTimeout) {
   QuicTestEnv env;
   PacketDropper dropper;
   TransportOptions server_opts;
@@ -208,15 +209,60 @@ TEST(QuicCloseTest, ServerKilledClientSeesLossWithinIdleTimeout) {
   client_opts.keep_alive = absl::Milliseconds(300);
   size_t c = ConnectPair(env, server_opts, client_opts);
   dropper.set_blackhole(true);
+  absl::Time silenced = absl::Now();
+  std::optional<absl::Status> st = env.client_handler(c)->WaitClosed(kWait);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->code(), absl::StatusCode::kDeadlineExceeded) << *st;
+  absl::Duration noticed = absl::Now() - silenced;
+  EXPECT_LT(noticed, absl::Seconds(3)) << noticed;
+  std::printf("silent server noticed after %s\n", absl::FormatDuration(noticed).c_str());
+}
+
+// The server process dies without a word (its last packets are dropped, its
+// socket closes, as with kill -9): the client's next packet (a keep-alive
+// PING) draws an ICMP port unreachable, and the connection ends at once with
+// UNAVAILABLE, long before the 10 s idle timeout.
+TEST(QuicCloseTest, ServerKilledClientNoticesAtItsNextPacket) {
+  QuicTestEnv env;
+  PacketDropper dropper;
+  TransportOptions server_opts;
+  server_opts.outgoing_packet_filter = dropper.Filter();
+  TransportOptions client_opts;
+  client_opts.idle_timeout = absl::Seconds(10);
+  client_opts.keep_alive = absl::Milliseconds(300);
+  size_t c = ConnectPair(env, server_opts, client_opts);
+  dropper.set_blackhole(true);
   absl::Time killed = absl::Now();
   env.StopServer();
   std::optional<absl::Status> st = env.client_handler(c)->WaitClosed(kWait);
   ASSERT_TRUE(st.has_value());
-  EXPECT_EQ(st->code(), absl::StatusCode::kDeadlineExceeded) << *st;
+  EXPECT_EQ(st->code(), absl::StatusCode::kUnavailable) << *st;
+  EXPECT_TRUE(absl::StrContains(st->message(), "peer unreachable")) << *st;
   absl::Duration noticed = absl::Now() - killed;
-  EXPECT_LT(noticed, absl::Seconds(3)) << noticed;
-  std::printf("server loss noticed after %s\n",
-              absl::FormatDuration(noticed).c_str());
+  EXPECT_LT(noticed, absl::Seconds(2)) << noticed;
+  std::printf("server process loss noticed after %s\n", absl::FormatDuration(noticed).c_str());
+}
+
+// Nothing listens on the port: the first Initial draws an ICMP port
+// unreachable and the connection attempt fails at once, not at the
+// handshake timeout.
+TEST(QuicCloseTest, ConnectingToAClosedPortFailsAtOnce) {
+  QuicTestEnv env;
+  uint16_t closed_port = 0;
+  {
+    RawUdp gone;
+    closed_port = gone.port();
+  }
+  TransportOptions opts;
+  opts.handshake_timeout = absl::Seconds(10);
+  absl::Time start = absl::Now();
+  absl::StatusOr<size_t> c = env.Connect(env.ClientTls(), opts, "127.0.0.1", closed_port);
+  ASSERT_TRUE(c.ok());
+  std::optional<absl::Status> st = env.client_handler(*c)->WaitClosed(kWait);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->code(), absl::StatusCode::kUnavailable) << *st;
+  EXPECT_TRUE(absl::StrContains(st->message(), "Connection refused")) << *st;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
 }
 
 // A server restarted on the same port with the same static secret answers

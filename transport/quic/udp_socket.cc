@@ -109,6 +109,14 @@ absl::StatusOr<std::unique_ptr<UdpSocket>> UdpSocket::Bind(
   return std::unique_ptr<UdpSocket>(new UdpSocket(fd, bound, std::move(options)));
 }
 
+absl::Status UdpSocket::Connect(const SocketAddress& remote) {
+  if (connect(fd_, reinterpret_cast<const sockaddr*>(&remote.storage), remote.len) != 0) {
+    const int err = errno;
+    return absl::Status(absl::ErrnoToStatusCode(err), absl::StrCat("connect (UDP): ", std::strerror(err)));
+  }
+  return absl::OkStatus();
+}
+
 UdpSocket::UdpSocket(int fd, const SocketAddress& local, Options options)
     : fd_(fd),
       local_(local),
@@ -150,6 +158,7 @@ size_t UdpSocket::Receive(
       }
     }
     int n = recvmmsg(fd_, msgs, rx_batch_, MSG_DONTWAIT, nullptr);
+    if (n < 0 && !WouldBlock(errno) && errno != EINTR) error_ = errno;
     if (n <= 0) break;
     for (int i = 0; i < n; ++i) {
       const msghdr& hdr = msgs[i].msg_hdr;

@@ -68,6 +68,19 @@ class UdpSocket {
           fn,
       int max_batches = 4);
 
+  // Client sockets: only `remote` is heard from, and the kernel reports an
+  // ICMP "port unreachable" for it as ECONNREFUSED (TakeError), so a peer
+  // process that died is noticed at the next packet, not at the idle
+  // timeout. Errors: the errno's code.
+  absl::Status Connect(const SocketAddress& remote);
+  // The last receive error other than "no data" (e.g. ECONNREFUSED), once;
+  // 0 for none.
+  int TakeError() {
+    int e = error_;
+    error_ = 0;
+    return e;
+  }
+
   // Sends `data` to `to` as datagrams of `segment_size` bytes (the last may
   // be shorter). Returns the number of bytes taken (whole datagrams); fewer
   // than data.size() means the socket buffer is full (EAGAIN): send the rest
@@ -95,6 +108,7 @@ class UdpSocket {
   size_t rx_slot_;
   size_t rx_batch_;
   std::vector<uint8_t> rx_buffers_;
+  int error_ = 0;
 };
 
 }  // namespace kvcast::quic
