@@ -4,6 +4,8 @@
 // subscriber sees.
 #include "transport/kvcache/publisher.h"
 
+#include <chrono>
+#include <thread>
 #include <gtest/gtest.h>
 
 #include <random>
@@ -358,4 +360,51 @@ TEST_F(KvOverMoqt, RequestsThePublisherCannotServeAreRefusedWithTheirReason) {
 }
 
 }  // namespace
+// Directly to the publisher, a SUBSCRIBE that beats BeginPrompt (the decode
+// worker's call racing the prefill's) waits for the prompt with
+// SetSubscribeWait, and gets every chunk; one whose prompt never begins is
+// refused when the wait ends.
+TEST_F(KvOverMoqt, DirectSubscribeBeforeThePromptBeginsWaitsForIt) {
+  std::unique_ptr<moqt::MoqtServer> server;
+  std::unique_ptr<moqt::MoqtClient> client;
+  h_.thread()->RunSync([&] {
+    publisher_->SetSubscribeWait(h_.loop(), absl::Milliseconds(500));
+    quic::TlsOptions tls;
+    tls.cert_file = h_.certs().server_cert;
+    tls.key_file = h_.certs().server_key;
+    server = *moqt::MoqtServer::Create(h_.loop(), "127.0.0.1", 0, tls, quic::TransportOptions{},
+                                       moqt::SessionOptions{}, publisher_.get());
+    quic::TlsOptions ctls;
+    ctls.ca_file = h_.certs().ca_cert;
+    ctls.server_name = "localhost";
+    client = *moqt::MoqtClient::Connect(h_.loop(), "127.0.0.1", server->port(), ctls,
+                                        quic::TransportOptions{}, moqt::SessionOptions{}, &decode_);
+  });
+  ASSERT_TRUE(WaitOnLoop(h_.thread(), [&] { return decode_.ready; }));
+  const auto track = FullTrackNameOf({ModelId(kModel), Digest(7), KvFormat::kFp16});
+  auto early = Subscribe(client->session(), track, 50, 0, 2);  // 2 chunks of 32
+  auto never = Subscribe(client->session(),
+                         FullTrackNameOf({ModelId(kModel), Digest(8), KvFormat::kFp16}), 40, 0, 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  h_.thread()->RunSync([&] { ASSERT_TRUE(publisher_->BeginPrompt(Digest(7), 50).ok()); });
+  const auto pages = Pages(50);
+  Ready(Digest(7), pages, 0);
+  Ready(Digest(7), pages, 1);
+  ASSERT_TRUE(WaitDone(*early));
+  ASSERT_TRUE(early->result.ok()) << early->result.status();
+  ExpectLanded(KvFormat::kFp16, pages, early->pages, 0, 50);
+  ASSERT_TRUE(WaitDone(*never));
+  EXPECT_NE(never->result.status().message().find("within"), std::string::npos)
+      << never->result.status();
+  ReleaseLanded(*early);
+  h_.thread()->RunSync([&] {
+    early->lander.reset();
+    never->lander.reset();
+    client.reset();
+    server.reset();
+    publisher_->DropPrompt(Digest(7));
+  });
+  ASSERT_TRUE(src_.pool->ReleaseAll(pages).ok());
+}
+
 }  // namespace kvcast::kvcache
