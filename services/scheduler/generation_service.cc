@@ -372,17 +372,30 @@ grpc::Status GenerationService::Request::Run() {
       }
       auto pctx = WorkerContext();
       v1::PrefillResponse presp;
+      const absl::Duration prefill_bound =
+          svc_->options_.prefill_stall_floor +
+          absl::Milliseconds(10 * svc_->prefill_ms_per_token_.load() * n);
+      auto pwatch = svc_->watchdog_.Start(pctx.get(), prefill_bound);
       grpc::Status ps =
           v1::Prefill::NewStub(route->prefill->channel)->Prefill(pctx.get(), preq, &presp);
+      const bool prefill_stalled = pwatch->fired();
+      pwatch.reset();
       if (!ps.ok()) {
         dctx->TryCancel();
         stream->Finish().IgnoreError();
-        if (ClientDone(ps)) return Interrupted();
+        if (!prefill_stalled && ClientDone(ps)) return Interrupted();
         if (Unretryable(ps.error_code())) return ps;
-        last_error = absl::StrCat("prefill ", route->prefill->worker_id, ": ", ps.error_message());
+        last_error = absl::StrCat("prefill ", route->prefill->worker_id, ": ",
+                                  prefill_stalled ? absl::StrCat("no answer within ",
+                                                                 absl::FormatDuration(prefill_bound))
+                                                  : ps.error_message());
+        if (prefill_stalled) svc_->m_.prefill_stalls->Increment();
         std::fprintf(stderr, "kvcast-scheduler: %s: %s; retrying\n", request_id_.c_str(),
                      last_error.c_str());
-        if (ps.error_code() == grpc::UNAVAILABLE) svc_->registry_->MarkFailed(route->prefill->slot);
+        // Unreachable or frozen: no more requests until its next heartbeat.
+        if (ps.error_code() == grpc::UNAVAILABLE || prefill_stalled) {
+          svc_->registry_->MarkFailed(route->prefill->slot);
+        }
         exclude.insert(route->prefill->slot);
         ++retries_;
         svc_->m_.retries->Increment();
@@ -393,6 +406,11 @@ grpc::Status GenerationService::Request::Run() {
         continue;
       }
       t_prefilled_ = Clock::now();
+      if (presp.computed_tokens() > 0) {
+        const double x = presp.compute_ms() / presp.computed_tokens();
+        const double old = svc_->prefill_ms_per_token_.load();
+        svc_->prefill_ms_per_token_.store(old == 0 ? x : 0.8 * old + 0.2 * x);
+      }
       prefill_worker_ = route->prefill->worker_id;
       kv_publisher_ = route->prefill->moqt_address;
       cached_tokens_ = presp.cached_tokens() + presp.fetched_tokens();
@@ -409,10 +427,22 @@ grpc::Status GenerationService::Request::Run() {
     }
     stream->WritesDone();
 
-    // 3. Relay decode's tokens.
+    // 3. Relay decode's tokens, cancelling the stream if it stalls.
     v1::DecodeResponse r;
     bool done = false;
+    auto dwatch = svc_->watchdog_.Start(dctx.get(), svc_->options_.decode_first_message);
+    double mean_gap_ms = 0;
+    int messages = 0;
+    auto last_message = Clock::now();
     while (!done && stream->Read(&r)) {
+      const auto now = Clock::now();
+      if (messages++ > 0) {  // the first one waited for the KV
+        const double gap = Ms(now - last_message);
+        mean_gap_ms = messages == 2 ? gap : 0.9 * mean_gap_ms + 0.1 * gap;
+      }
+      last_message = now;
+      dwatch->Extend(std::max(svc_->options_.decode_stall_floor,
+                              absl::Milliseconds(10 * mean_gap_ms)));
       if (r.kv_ready()) {
         if (t_prefilled_ && handoff_ms_ == 0) handoff_ms_ = Ms(Clock::now() - *t_prefilled_);
         transfer_bytes_ += r.transfer_bytes();
@@ -437,14 +467,26 @@ grpc::Status GenerationService::Request::Run() {
     }
     if (done) dctx->TryCancel();
     grpc::Status ds = stream->Finish();
+    const bool decode_stalled = dwatch->fired() && !done;
+    dwatch.reset();
     if (finish_) return Finish();
-    if (ClientDone(ds)) return Interrupted();
+    if (!decode_stalled && ClientDone(ds)) return Interrupted();
     if (Unretryable(ds.error_code())) return ds;
-    last_error = absl::StrCat("decode ", route->decode.worker_id, ": ",
-                              ds.ok() ? "stream ended early" : ds.error_message());
+    if (decode_stalled) svc_->m_.decode_stalls->Increment();
+    last_error = absl::StrCat(
+        "decode ", route->decode.worker_id, ": ",
+        decode_stalled ? absl::StrCat("stalled (no token within ",
+                                      absl::FormatDuration(std::max(
+                                          svc_->options_.decode_stall_floor,
+                                          absl::Milliseconds(10 * mean_gap_ms))),
+                                      ")")
+        : ds.ok() ? "stream ended early"
+                  : ds.error_message());
     std::fprintf(stderr, "kvcast-scheduler: %s: %s after %zu tokens; retrying\n",
                  request_id_.c_str(), last_error.c_str(), generated_.size());
-    if (ds.error_code() == grpc::UNAVAILABLE) svc_->registry_->MarkFailed(route->decode.slot);
+    if (ds.error_code() == grpc::UNAVAILABLE || decode_stalled) {
+      svc_->registry_->MarkFailed(route->decode.slot);
+    }
     exclude.insert(route->decode.slot);
     ++retries_;
     svc_->m_.retries->Increment();
@@ -508,6 +550,10 @@ GenerationService::GenerationService(WorkerRegistry* registry,
   m_.rejected = m.AddCounter("kvcast_requests_total", "generation requests by result",
                              {{"result", "rejected"}});
   m_.retries = m.AddCounter("kvcast_retries_total", "worker failures recovered from");
+  m_.prefill_stalls = m.AddCounter("kvcast_stalls_total", "worker calls cancelled for no progress",
+                                   {{"phase", "prefill"}});
+  m_.decode_stalls = m.AddCounter("kvcast_stalls_total", "worker calls cancelled for no progress",
+                                  {{"phase", "decode"}});
   m_.transfer_failures = m.AddCounter("kvcast_kv_transfer_failures_total",
                                       "requests whose KV did not all land (recomputed)");
   m_.prompt_tokens = m.AddCounter("kvcast_prompt_tokens_total", "prompt tokens");

@@ -27,6 +27,7 @@
 #include "kvcast/v1/generation.grpc.pb.h"
 #include "services/common/api_keys.h"
 #include "services/common/metrics.h"
+#include "services/scheduler/stall_watchdog.h"
 #include "services/scheduler/tenant_limits.h"
 #include "services/scheduler/worker_registry.h"
 #include "transport/moqt/authorization.h"
@@ -48,6 +49,14 @@ struct GenerationOptions {
   // (transport/moqt/authorization.h), valid for `kv_token_ttl`.
   std::shared_ptr<const moqt::HmacTokenAuthority> moqt_auth;
   absl::Duration kv_token_ttl = absl::Minutes(10);
+  // Stalls (stall_watchdog.h). A decode stream silent for max(floor, 10 x
+  // its mean time between messages) is resumed on another decode worker;
+  // its first message (KV landed or computed) may take decode_first_message.
+  // A prefill is retried elsewhere after prefill_stall_floor + 10 x the
+  // observed time per prompt token x its tokens.
+  absl::Duration decode_stall_floor = absl::Seconds(2);
+  absl::Duration decode_first_message = absl::Seconds(30);
+  absl::Duration prefill_stall_floor = absl::Seconds(10);
 };
 
 class GenerationService final : public v1::Generation::Service {
@@ -74,6 +83,9 @@ class GenerationService final : public v1::Generation::Service {
   TenantLimits tenant_limits_;
   std::atomic<int> in_flight_{0};
   std::atomic<uint64_t> next_request_{1};
+  StallWatchdog watchdog_;
+  // Prefill time per prompt token (exponential mean of answered prefills).
+  std::atomic<double> prefill_ms_per_token_{0};
 
  public:  // metrics, read by Request
   struct Metrics {
@@ -81,6 +93,8 @@ class GenerationService final : public v1::Generation::Service {
     services::Counter* failed;
     services::Counter* rejected;
     services::Counter* retries;
+    services::Counter* prefill_stalls;
+    services::Counter* decode_stalls;
     services::Counter* transfer_failures;
     services::Counter* prompt_tokens;
     services::Counter* predicted_cached_tokens;

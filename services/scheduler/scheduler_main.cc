@@ -55,6 +55,14 @@ ABSL_FLAG(std::string, moqt_auth_key_file, "",
           "to a worker carries a token for that prompt only; empty: no tokens (workers and "
           "relays that require them then refuse, and decode recomputes)");
 ABSL_FLAG(double, kv_token_ttl_s, 600, "lifetime of those tokens");
+ABSL_FLAG(double, decode_stall_s, 2,
+          "a decode stream silent for max(this, 10 x its mean time between tokens) is resumed "
+          "on another decode worker");
+ABSL_FLAG(double, decode_first_message_s, 30,
+          "how long a decode stream may take to its first message (KV landed or computed)");
+ABSL_FLAG(double, prefill_stall_s, 10,
+          "a prefill call unanswered after this + 10 x the observed time per prompt token x "
+          "its tokens is retried on another prefill worker");
 ABSL_FLAG(double, lease_s, 10, "a worker silent this long is dropped");
 ABSL_FLAG(int, max_queue, 256, "requests in flight at most; more get RESOURCE_EXHAUSTED");
 ABSL_FLAG(int, max_tokens_limit, 4096, "largest max_tokens a request may ask for");
@@ -141,6 +149,16 @@ int main(int argc, char** argv) {
     return fail(absl::InvalidArgumentError("--kv_token_ttl_s must be positive"));
   }
   go.kv_token_ttl = absl::Seconds(absl::GetFlag(FLAGS_kv_token_ttl_s));
+  for (double s : {absl::GetFlag(FLAGS_decode_stall_s), absl::GetFlag(FLAGS_decode_first_message_s),
+                   absl::GetFlag(FLAGS_prefill_stall_s)}) {
+    if (!(s > 0)) {
+      return fail(absl::InvalidArgumentError(
+          "--decode_stall_s, --decode_first_message_s and --prefill_stall_s must be positive"));
+    }
+  }
+  go.decode_stall_floor = absl::Seconds(absl::GetFlag(FLAGS_decode_stall_s));
+  go.decode_first_message = absl::Seconds(absl::GetFlag(FLAGS_decode_first_message_s));
+  go.prefill_stall_floor = absl::Seconds(absl::GetFlag(FLAGS_prefill_stall_s));
   go.tenant_limits.max_in_flight = absl::GetFlag(FLAGS_tenant_max_in_flight);
   go.tenant_limits.prompt_tokens_per_minute = absl::GetFlag(FLAGS_tenant_prompt_tokens_per_minute);
   const Tokenizer* http_tokenizer = tokenizer.get();

@@ -127,7 +127,8 @@ class DisaggregatedTest : public ::testing::Test {
     absl::Status s = WriteTinyModel(TinyModelOptions{}, ModelDir());
     ASSERT_TRUE(s.ok()) << s;
   }
-  std::unique_ptr<LocalCluster> Start(const std::string& name, int prefill, int decode) {
+  std::unique_ptr<LocalCluster> Start(const std::string& name, int prefill, int decode,
+                                      std::vector<std::string> scheduler_flags = {}) {
     ClusterOptions o;
     o.model_dir = ModelDir();
     o.work_dir = TmpDir() + "/" + name;
@@ -141,6 +142,8 @@ class DisaggregatedTest : public ::testing::Test {
     o.relay_bin = absl::GetFlag(FLAGS_relay_bin);
     o.prefill_flags = {"--retain_s=1"};
     o.scheduler_flags = {"--lease_s=3"};
+    o.scheduler_flags.insert(o.scheduler_flags.end(), scheduler_flags.begin(),
+                             scheduler_flags.end());
     auto c = LocalCluster::Start(o);
     EXPECT_TRUE(c.ok()) << c.status();
     return c.ok() ? std::move(*c) : nullptr;
@@ -225,6 +228,67 @@ TEST_F(DisaggregatedTest, KilledDecodeWorkerMidStreamIsReplaced) {
             survivor.grpc_address);
   ExpectNoPagesLeaked(survivor);
   ExpectNoPagesLeaked(c->worker(Role::kPrefill, 0));
+}
+
+// SIGSTOP of the decode worker mid-stream: the scheduler notices that no
+// token came for its stall bound (--decode_stall_s 1 here) and resumes the
+// request on the other decode worker; the client's stream has every token
+// once, in order (the frozen worker's late ones are dropped when it wakes).
+TEST_F(DisaggregatedTest, FrozenDecodeWorkerMidStreamIsReplaced) {
+  auto c = Start("freeze_decode", 1, 2, {"--decode_stall_s=1"});
+  ASSERT_NE(c, nullptr);
+  auto prompt = Prompt(200, 4);
+  const int max_tokens = 600;
+  int victim = -1;
+  absl::Time frozen;
+  Result r = Generate(c->scheduler_address(), prompt, max_tokens, [&](int n) {
+    if (victim >= 0 || n < 20) return;
+    for (int i = 0; i < 2; ++i) {
+      if (Metric(c->worker(Role::kDecode, i), "kvcast_running") == 1) victim = i;
+    }
+    if (victim >= 0) {
+      ASSERT_TRUE(c->Kill(Role::kDecode, victim, SIGSTOP).ok());
+      frozen = absl::Now();
+    }
+  });
+  const absl::Duration took = absl::Now() - frozen;
+  ASSERT_GE(victim, 0) << "the request finished before a worker could be frozen";
+  ASSERT_TRUE(c->Kill(Role::kDecode, victim, SIGCONT).ok());
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_GE(r.final.retries(), 1);
+  EXPECT_EQ(r.tokens, Reference(prompt, max_tokens));  // none missing, none twice
+  EXPECT_LT(took, absl::Seconds(15));
+  const Process& survivor = c->worker(Role::kDecode, 1 - victim);
+  EXPECT_EQ(r.final.decode_worker().substr(0, survivor.grpc_address.size()),
+            survivor.grpc_address);
+  EXPECT_GE(Metric(c->scheduler(), "kvcast_stalls_total", {{"phase", "decode"}}), 1);
+  // Woken up, the frozen worker finds its call cancelled and frees it all.
+  ExpectNoPagesLeaked(c->worker(Role::kDecode, victim));
+  ExpectNoPagesLeaked(survivor);
+}
+
+// Both prefill workers frozen (SIGSTOP): each prefill call is cancelled
+// after its stall bound (--prefill_stall_s 1 + 10 x the time per token) and
+// retried elsewhere; after --max_attempts the decode worker computes the
+// prompt. The request ends, exact, in seconds instead of hanging.
+TEST_F(DisaggregatedTest, FrozenPrefillWorkersAreGivenUpOn) {
+  auto c = Start("freeze_prefill", 2, 1, {"--prefill_stall_s=1"});
+  ASSERT_NE(c, nullptr);
+  ASSERT_TRUE(Generate(c->scheduler_address(), Prompt(100, 1), 2).status.ok());  // warm
+  ASSERT_TRUE(c->Kill(Role::kPrefill, 0, SIGSTOP).ok());
+  ASSERT_TRUE(c->Kill(Role::kPrefill, 1, SIGSTOP).ok());
+  auto prompt = Prompt(230, 8);
+  const absl::Time start = absl::Now();
+  Result r = Generate(c->scheduler_address(), prompt, 12);
+  const absl::Duration took = absl::Now() - start;
+  ASSERT_TRUE(c->Kill(Role::kPrefill, 0, SIGCONT).ok());
+  ASSERT_TRUE(c->Kill(Role::kPrefill, 1, SIGCONT).ok());
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.tokens, Reference(prompt, 12));
+  EXPECT_GE(r.final.retries(), 1);
+  EXPECT_LT(took, absl::Seconds(12));
+  EXPECT_GE(Metric(c->scheduler(), "kvcast_stalls_total", {{"phase", "prefill"}}), 1);
+  ExpectNoPagesLeaked(c->worker(Role::kDecode, 0));
 }
 
 TEST_F(DisaggregatedTest, KilledPrefillWorkerIsRetriedElsewhere) {
