@@ -32,7 +32,10 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "tools/cli/bench.h"
 #include "tools/cli/cluster_cmd.h"
@@ -98,11 +101,60 @@ constexpr char kUsage[] =
     "  kvcast generate --scheduler HOST:PORT (--prompt TEXT | --prompt_ids 1,2,3) [flags]\n"
     "  kvcast cluster up --model DIR [--prefill N --decode M --relay --work_dir DIR]\n"
     "  kvcast bench --scheduler HOST:PORT [--requests --rate --concurrency ...] [--json FILE]\n"
-    "(kvcast --help lists every flag)\n";
+    "kvcast COMMAND --help lists that command's flags.\n";
 
 int Usage(const std::string& why) {
   std::fprintf(stderr, "kvcast: %s\n%s", why.c_str(), kUsage);
   return 2;
+}
+
+// Each command's flags, in the order --help lists them.
+struct CommandHelp {
+  const char* command;
+  const char* summary;
+  std::vector<const char*> flags;
+};
+const std::vector<CommandHelp>& Commands() {
+  static const auto* commands = new std::vector<CommandHelp>{
+      {"generate", "one generation: in-process with --model, or from a cluster with --scheduler",
+       {"model", "scheduler", "prompt", "prompt_ids", "max_tokens", "temperature", "top_k",
+        "top_p", "repetition_penalty", "seed", "ignore_eos", "stop", "request_id", "deadline_s",
+        "ca", "cert", "key", "api_key", "kv_cache_mb", "backend", "device", "ids"}},
+      {"cluster up", "a local cluster (scheduler, workers, relay) in the foreground",
+       {"model", "prefill", "decode", "relay", "work_dir", "scheduler_port", "http_port",
+        "http_tls", "kv_cache_mb", "backend", "bin_dir", "scheduler_flags", "prefill_flags",
+        "decode_flags", "relay_flags"}},
+      {"bench", "a shared-prefix workload against a cluster; latency and throughput",
+       {"scheduler", "requests", "rate", "concurrency", "prefixes", "prefix_tokens",
+        "suffix_tokens", "max_tokens", "seed", "vocab", "deadline_s", "json", "allow_failures",
+        "ca", "cert", "key", "api_key"}},
+  };
+  return *commands;
+}
+
+// `kvcast --help` (every command) or `kvcast COMMAND --help` (its flags).
+int Help(const std::string& command) {
+  const auto flags = absl::GetAllFlags();
+  std::string out = "kvcast: disaggregated prefill/decode LLM serving over MoQT.\n";
+  for (const CommandHelp& c : Commands()) {
+    if (!command.empty() && command != c.command) continue;
+    absl::StrAppend(&out, "\nkvcast ", c.command, ": ", c.summary, "\n");
+    if (command.empty()) continue;
+    for (const char* name : c.flags) {
+      auto it = flags.find(name);
+      if (it == flags.end()) continue;
+      absl::StrAppend(&out, "  --", name, "  ", it->second->Help(), " (default: ",
+                      it->second->DefaultValue().empty() ? "\"\"" : it->second->DefaultValue(),
+                      ")\n");
+    }
+  }
+  if (command.empty()) {
+    absl::StrAppend(&out, "\n", kUsage);
+  } else if (out.find("\nkvcast " + command + ":") == std::string::npos) {
+    return Usage("unknown command '" + command + "'");
+  }
+  std::fputs(out.c_str(), stdout);
+  return 0;
 }
 
 int Result(const absl::Status& s) {
@@ -227,6 +279,20 @@ void ExitTwoOnFlagErrors() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // --help / -h / help, anywhere: the commands, or the named command's flags.
+  {
+    std::vector<std::string> words;
+    bool help = false;
+    for (int i = 1; i < argc; ++i) {
+      const std::string a = argv[i];
+      if (a == "--help" || a == "-h" || a == "-help" || a == "--helpfull" || a == "help") {
+        help = true;
+      } else if (a.rfind("-", 0) != 0) {
+        words.push_back(a);
+      }
+    }
+    if (help) return kvcast::cli::Help(absl::StrJoin(words, " "));
+  }
   absl::SetProgramUsageMessage(kvcast::cli::kUsage);
   g_parsing_flags = true;
   std::atexit(ExitTwoOnFlagErrors);
