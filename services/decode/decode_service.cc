@@ -15,6 +15,9 @@
 #include "transport/kvcache/naming.h"
 
 namespace kvcast::decode {
+
+// How often a waiting decode stream says it is alive (stall detection).
+constexpr std::chrono::milliseconds kKeepalive{500};
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -64,7 +67,8 @@ DecodeService::DecodeService(worker::WorkerRuntime* runtime) : rt_(runtime) {
 }
 
 DecodeService::Landed DecodeService::LandPromptKv(grpc::ServerContext* context,
-                                                  const v1::DecodeStart& start) {
+                                                  const v1::DecodeStart& start,
+                                                  const std::function<void()>& keepalive) {
   Engine& engine = rt_->engine();
   const int chunk = engine.options().chunk_tokens;
   const int page_tokens = engine.pool().layout().page_tokens;
@@ -117,7 +121,12 @@ DecodeService::Landed DecodeService::LandPromptKv(grpc::ServerContext* context,
         state->done.Notify();
       }
     });
+    auto last_keepalive = Clock::now();
     while (!state->done.WaitForNotificationWithTimeout(absl::Milliseconds(20))) {
+      if (Clock::now() - last_keepalive > kKeepalive) {
+        keepalive();
+        last_keepalive = Clock::now();
+      }
       if (context->IsCancelled()) {  // includes the deadline passing
         rt_->RunSync([&] {
           if (state->landing) state->landing->Abort(absl::CancelledError("decode cancelled"));
@@ -174,7 +183,12 @@ grpc::Status DecodeService::Decode(
     return grpc::Status(grpc::INVALID_ARGUMENT, "decode: max_tokens must be at least 1");
   }
   Landed kv;
-  if (start.kv_tokens() > 0) kv = LandPromptKv(context, start);
+  // While the KV lands, and while tokens are slow to come but the engine
+  // runs (e.g. it computes the prompt), an empty message every kKeepalive
+  // tells the scheduler this worker is alive (its stall watchdog cancels
+  // silent streams; a frozen worker sends nothing).
+  auto keepalive = [stream] { stream->Write(v1::DecodeResponse()); };
+  if (start.kv_tokens() > 0) kv = LandPromptKv(context, start, keepalive);
   local_cached_tokens_->Increment(kv.local_cached);
 
   std::vector<int32_t> prompt(start.prompt().begin(), start.prompt().end());
@@ -214,6 +228,8 @@ grpc::Status DecodeService::Decode(
   }
   bool cancelled = false;
   auto last = Clock::now();
+  auto last_write = last;
+  uint64_t steps_at_write = rt_->steps();
   for (;;) {
     std::deque<SequenceEvent> events;
     {
@@ -227,6 +243,16 @@ grpc::Status DecodeService::Decode(
     if (!cancelled && context->IsCancelled()) {
       cancelled = true;
       rt_->Cancel(*id);
+    }
+    if (!cancelled && events.empty() && Clock::now() - last_write > kKeepalive &&
+        rt_->steps() != steps_at_write) {
+      keepalive();
+      last_write = Clock::now();
+      steps_at_write = rt_->steps();
+    }
+    if (!events.empty()) {
+      last_write = Clock::now();
+      steps_at_write = rt_->steps();
     }
     for (const SequenceEvent& ev : events) {
       v1::DecodeResponse out;

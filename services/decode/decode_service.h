@@ -40,7 +40,9 @@ class DecodeService final : public v1::Decode::Service {
     double ms = 0;
   };
   // Step 1; on a transfer failure returns what the own cache held.
-  Landed LandPromptKv(grpc::ServerContext* context, const v1::DecodeStart& start);
+  // `keepalive` runs on this thread about every kKeepalive while it waits.
+  Landed LandPromptKv(grpc::ServerContext* context, const v1::DecodeStart& start,
+                      const std::function<void()>& keepalive);
 
   worker::WorkerRuntime* const rt_;
   services::Counter* requests_ok_;

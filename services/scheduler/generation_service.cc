@@ -431,16 +431,19 @@ grpc::Status GenerationService::Request::Run() {
     v1::DecodeResponse r;
     bool done = false;
     auto dwatch = svc_->watchdog_.Start(dctx.get(), svc_->options_.decode_first_message);
-    double mean_gap_ms = 0;
-    int messages = 0;
-    auto last_message = Clock::now();
+    double mean_gap_ms = 0;  // between messages with tokens
+    int token_messages = 0;
+    auto last_tokens = Clock::now();
     while (!done && stream->Read(&r)) {
-      const auto now = Clock::now();
-      if (messages++ > 0) {  // the first one waited for the KV
-        const double gap = Ms(now - last_message);
-        mean_gap_ms = messages == 2 ? gap : 0.9 * mean_gap_ms + 0.1 * gap;
+      if (r.token_ids_size() > 0) {
+        const auto now = Clock::now();
+        if (token_messages++ > 0) {
+          const double gap = Ms(now - last_tokens);
+          mean_gap_ms = token_messages == 2 ? gap : 0.9 * mean_gap_ms + 0.1 * gap;
+        }
+        last_tokens = now;
       }
-      last_message = now;
+      // Any message (tokens, KV ready, or the worker's keepalive) is progress.
       dwatch->Extend(std::max(svc_->options_.decode_stall_floor,
                               absl::Milliseconds(10 * mean_gap_ms)));
       if (r.kv_ready()) {

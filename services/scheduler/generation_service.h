@@ -50,12 +50,13 @@ struct GenerationOptions {
   std::shared_ptr<const moqt::HmacTokenAuthority> moqt_auth;
   absl::Duration kv_token_ttl = absl::Minutes(10);
   // Stalls (stall_watchdog.h). A decode stream silent for max(floor, 10 x
-  // its mean time between messages) is resumed on another decode worker;
-  // its first message (KV landed or computed) may take decode_first_message.
+  // its mean time between token messages) is resumed on another decode
+  // worker (decode workers send a keepalive every 0.5 s while they land KV
+  // or compute); its first message may take decode_first_message.
   // A prefill is retried elsewhere after prefill_stall_floor + 10 x the
   // observed time per prompt token x its tokens.
   absl::Duration decode_stall_floor = absl::Seconds(2);
-  absl::Duration decode_first_message = absl::Seconds(30);
+  absl::Duration decode_first_message = absl::Seconds(5);
   absl::Duration prefill_stall_floor = absl::Seconds(10);
 };
 

@@ -58,12 +58,16 @@ ABSL_FLAG(double, kv_token_ttl_s, 600, "lifetime of those tokens");
 ABSL_FLAG(double, decode_stall_s, 2,
           "a decode stream silent for max(this, 10 x its mean time between tokens) is resumed "
           "on another decode worker");
-ABSL_FLAG(double, decode_first_message_s, 30,
-          "how long a decode stream may take to its first message (KV landed or computed)");
+ABSL_FLAG(double, decode_first_message_s, 5,
+          "how long a decode stream may take to its first message (decode workers send a "
+          "keepalive every 0.5 s while they land KV or compute)");
 ABSL_FLAG(double, prefill_stall_s, 10,
           "a prefill call unanswered after this + 10 x the observed time per prompt token x "
           "its tokens is retried on another prefill worker");
 ABSL_FLAG(double, lease_s, 10, "a worker silent this long is dropped");
+ABSL_FLAG(double, worker_quiet_s, 3,
+          "a worker not heard from this long gets new requests only when no other worker of "
+          "its role is left (it may be frozen); above the workers' --heartbeat_s");
 ABSL_FLAG(int, max_queue, 256, "requests in flight at most; more get RESOURCE_EXHAUSTED");
 ABSL_FLAG(int, max_tokens_limit, 4096, "largest max_tokens a request may ask for");
 ABSL_FLAG(std::string, model, "", "model (.gguf file or HF directory) to read the tokenizer from (text prompts)");
@@ -119,6 +123,7 @@ int main(int argc, char** argv) {
   if (!creds.ok()) return fail(creds.status());
   scheduler::WorkerRegistry::Options ro;
   ro.lease = absl::Seconds(absl::GetFlag(FLAGS_lease_s));
+  ro.quiet = absl::Seconds(absl::GetFlag(FLAGS_worker_quiet_s));
   ro.prefix_reuse = absl::GetFlag(FLAGS_prefix_reuse);
   ro.make_channel = [creds = *creds,
                      name = absl::GetFlag(FLAGS_worker_tls_name)](const std::string& address) {

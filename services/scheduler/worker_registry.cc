@@ -180,11 +180,17 @@ absl::StatusOr<Route> WorkerRegistry::Choose(absl::Span<const Hash128> chain, in
                                              int max_tokens,
                                              const absl::flat_hash_set<WorkerSlot>& exclude) {
   absl::MutexLock lock(&mu_);
-  std::vector<Candidate> prefill, decode;
+  std::vector<Candidate> prefill, decode, quiet_prefill, quiet_decode;
+  const absl::Time now = absl::Now();
   for (const auto& [slot, w] : workers_) {
     if (exclude.contains(slot) || w.suspended) continue;
-    (w.info.role() == v1::WORKER_ROLE_PREFILL ? prefill : decode).push_back(CandidateOf(w));
+    const bool is_prefill = w.info.role() == v1::WORKER_ROLE_PREFILL;
+    const bool quiet = now - w.last_seen > options_.quiet;
+    (is_prefill ? (quiet ? quiet_prefill : prefill) : (quiet ? quiet_decode : decode))
+        .push_back(CandidateOf(w));
   }
+  if (prefill.empty()) prefill = std::move(quiet_prefill);
+  if (decode.empty()) decode = std::move(quiet_decode);
   if (decode.empty()) {
     return absl::UnavailableError("no decode worker is registered with the scheduler");
   }

@@ -64,6 +64,10 @@ class WorkerRegistry final : public v1::Registry::Service {
  public:
   struct Options {
     absl::Duration lease = absl::Seconds(10);
+    // A worker not heard from for this long (it heartbeats every second)
+    // gets new requests only when no other worker of its role is left: it
+    // may be frozen. Its lease still decides when it is dropped.
+    absl::Duration quiet = absl::Seconds(3);
     RouterOptions router;
     size_t published_chunks = 1 << 20;
     bool prefix_reuse = true;  // false: route as if nothing were cached (A/B runs)

@@ -109,6 +109,7 @@ void WorkerRuntime::ComputeLoop() {
       if (!engine_->HasWork()) continue;
     }
     absl::StatusOr<std::vector<SequenceEvent>> events = engine_->Step();
+    steps_.fetch_add(1, std::memory_order_relaxed);
     if (!events.ok()) {
       // The engine cannot go on: fail every request rather than hang them.
       std::fprintf(stderr, "kvcast worker: engine step failed: %s\n",

@@ -109,6 +109,8 @@ class WorkerRuntime {
 
   services::MetricsRegistry& metrics() { return metrics_; }
   const std::string& model_name() const { return model_name_; }
+  // Engine steps run so far (any thread): a liveness signal of the compute.
+  uint64_t steps() const { return steps_.load(std::memory_order_relaxed); }
   // --moqt_auth_key_file's keys, or null.
   const std::shared_ptr<moqt::HmacTokenAuthority>& moqt_auth() const { return config_.moqt_auth; }
   std::string moqt_address() const;
@@ -142,6 +144,7 @@ class WorkerRuntime {
   bool loop_stopping_ = false;                            // loop thread
   bool relay_was_up_ = false;                             // loop thread
   std::atomic<bool> relay_up_{false};                     // for /metrics
+  std::atomic<uint64_t> steps_{0};
   uint16_t moqt_port_ = 0;
   std::unique_ptr<services::GrpcServer> grpc_;
   std::unique_ptr<services::MetricsServer> metrics_server_;

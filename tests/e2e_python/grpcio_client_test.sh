@@ -7,7 +7,10 @@
 # test reports SKIPPED. By hand:
 #   bazel test //tests/e2e_python:grpcio_client_test \
 #       --test_env=KVCAST_PYTHON=$PWD/.venv/bin/python
+# An argument names another script taking the same flags (chaos_test.py).
 set -uo pipefail
+SCRIPT=${1:-tests/e2e_python/grpcio_client_test.py}
+SUITE=$(basename "$SCRIPT" _test.py)
 # The working directory is the runfiles root of workspace "kvcast".
 if [[ -n "${TEST_SRCDIR:-}" && -d "$TEST_SRCDIR/kvcast" ]]; then
   cd "$TEST_SRCDIR/kvcast"
@@ -16,7 +19,7 @@ WORK=${TEST_TMPDIR:-$(mktemp -d)}
 XML=${XML_OUTPUT_FILE:-$WORK/test.xml}
 
 source tests/testing/junit_skip.sh
-skip() { junit_skip grpcio_client "SKIPPED: $1 (./kvcast.sh test provides a venv with grpcio and protobuf)"; }
+skip() { junit_skip "$SUITE" "SKIPPED: $1 (./kvcast.sh test provides a venv with grpcio and protobuf)"; }
 
 PY=${KVCAST_PYTHON:-}
 [[ -n "$PY" ]] || skip "KVCAST_PYTHON is not set"
@@ -32,7 +35,7 @@ if [[ ! -f "$STUBS" ]]; then
   STUBS=$(dirname "$src")/../grpc/gen_python_stubs.sh
 fi
 
-exec "$PY" tests/e2e_python/grpcio_client_test.py \
+exec "$PY" "$SCRIPT" \
   --xml "$XML" \
   --work "$WORK" \
   --gen_stubs "$STUBS" \

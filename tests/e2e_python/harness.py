@@ -62,6 +62,8 @@ class Cluster:
         self.proc = None
         self.metrics = {}  # process name -> HOST:PORT of /metrics
         self.grpc = {}     # worker name -> HOST:PORT of its gRPC server
+        self.pids = {}     # process name -> pid
+        self.moqt = {}     # process name (relay, workers) -> HOST:PORT (UDP)
 
     def start(self):
         log("starting: " + " ".join(self.cmd))
@@ -94,6 +96,12 @@ class Cluster:
             g = re.match(r"^\s+(\S+)\s+pid\s+\d+\s+grpc (\S+?),", line)
             if g:
                 self.grpc[g.group(1)] = g.group(2)
+            p = re.match(r"^\s+(\S+)\s+pid\s+(\d+)\s", line)
+            if p:
+                self.pids[p.group(1)] = int(p.group(2))
+            q = re.search(r"moqt (\S+)/udp", line)
+            if p and q:
+                self.moqt[p.group(1)] = q.group(1)
         log(f"cluster up: scheduler {self.address}, metrics {self.metrics}")
 
     def stop(self):

@@ -76,6 +76,9 @@ absl::Status ClusterUp(const cluster::ClusterOptions& options) {
   for (const cluster::Process* p : c.processes()) {
     std::string where = p->grpc_address.empty() ? absl::StrCat("moqt ", p->moqt_address, "/udp")
                                                 : absl::StrCat("grpc ", p->grpc_address);
+    if (!p->grpc_address.empty() && !p->moqt_address.empty()) {
+      absl::StrAppend(&where, ", moqt ", p->moqt_address, "/udp");
+    }
     if (!p->metrics_address.empty()) absl::StrAppend(&where, ", metrics ", p->metrics_address);
     std::printf("  %-10s pid %-7d %-52s log %s\n", p->name.c_str(), int(p->pid), where.c_str(),
                 p->log_path.c_str());

@@ -1,0 +1,294 @@
+"""A chaos campaign against `kvcast cluster up` (2 prefill + 2 decode workers,
+a relay, the tiny model), bounded in time. Each scenario runs on a fresh
+cluster: `kvcast bench` as the load (40 requests, concurrency 4, a 20 s
+deadline each) with a fault injected 0.5 s in, then:
+  requests    ok / failed (a clear error) / hung (the deadline passed)
+  recovery    seconds from the fault until a new request succeeds
+  pages       every live worker's pages in use == its prefix cache's, after
+  crashes     processes that died other than the one killed
+  RSS         the sum over the processes, before -> after (MiB)
+Scenarios: baseline; SIGKILL and SIGSTOP (4 s) of decode-0, prefill-0 and
+the relay; a flood of 200 concurrent requests; bad inputs at every size
+limit (1e6 prompt ids, a 10 MB text prompt, 1,000 stop strings, a 1 MB stop
+string, max_tokens 2^31-1: each must end with an error within its deadline);
+random datagrams at every UDP port. Passes iff 0 hung, 0 crashes, 0 leaked
+pages and RSS stays bounded. Prints the results table (docs/benchmarks.md)
+and writes one JUnit <testcase> per scenario to --xml.
+
+Usage (see chaos_test.sh): chaos_test.py --xml OUT --work DIR --gen_stubs SH
+  --proto_root DIR --kvcast BIN --make_tiny_model BIN --scheduler BIN
+  --prefill BIN --decode BIN --relay BIN
+"""
+import argparse
+import json
+import os
+import pathlib
+import random
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import grpc
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import CheckError, Cluster, Runner, expect, log, scrape  # noqa: E402
+
+PAGES_PER_CHUNK = 128 // 16
+DEADLINE_S = 20
+FAULT_AT_S = 0.5
+FREEZE_S = 4
+RSS_LIMIT_MIB = 512  # growth of the processes' total RSS over one scenario
+WORKERS = ("prefill-0", "prefill-1", "decode-0", "decode-1")
+
+
+def rss_mib(pids):
+    total = 0
+    for pid in pids:
+        try:
+            for line in open(f"/proc/{pid}/status"):
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            pass
+    return total / 1024
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+class Campaign:
+    def __init__(self, args, model, pb, pb_grpc):
+        self.args, self.model, self.pb, self.pb_grpc = args, model, pb, pb_grpc
+        self.rows = []
+
+    def cluster(self, name):
+        work = pathlib.Path(self.args.work) / name
+        work.mkdir(parents=True, exist_ok=True)
+        # Prefill workers keep a published prompt fetchable --retain_s: 1 s
+        # here, so that the page check after the load sees them at rest.
+        c = Cluster(self.args, self.model, work, ["--prefill", "2", "--decode", "2",
+                                                  "--scheduler_flags=--decode_stall_s=1",
+                                                  "--prefill_flags=--retain_s=1"])
+        c.start()
+        return c
+
+    def generate(self, cluster, timeout=5.0, **fields):
+        """One unary Generate; (grpc code name, seconds)."""
+        stub = self.pb_grpc.GenerationStub(grpc.insecure_channel(cluster.address))
+        req = self.pb.GenerateRequest(max_tokens=fields.pop("max_tokens", 4), **fields)
+        if "text" not in fields and not req.HasField("token_ids"):
+            req.token_ids.ids.extend([5, 6, 7, 8])
+        t = time.monotonic()
+        try:
+            stub.GenerateUnary(req, timeout=timeout)
+            return "OK", time.monotonic() - t
+        except grpc.RpcError as e:
+            return e.code().name, time.monotonic() - t
+
+    def bench(self, cluster, concurrency=4, requests=40):
+        out = pathlib.Path(self.args.work) / f"bench-{time.monotonic_ns()}.json"
+        cmd = [self.args.kvcast, "bench", "--scheduler", cluster.address, "--requests",
+               str(requests), "--rate", "0", "--concurrency", str(concurrency), "--prefixes", "4",
+               "--prefix_tokens", "256", "--suffix_tokens", "16", "--max_tokens", "32",
+               "--deadline_s", str(DEADLINE_S), "--allow_failures", "--json", str(out)]
+        return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                text=True), out
+
+    def pages_leaked(self, cluster, live):
+        leaked = {}
+        for name in live:
+            if name not in cluster.metrics:
+                continue
+            for _ in range(60):
+                used = scrape(cluster.metrics[name], "kvcast_kv_pages_used")
+                held = scrape(cluster.metrics[name], "kvcast_prefix_cache_chunks") * PAGES_PER_CHUNK
+                if used == held:
+                    break
+                time.sleep(0.1)
+            if used != held:
+                leaked[name] = used - held
+        return leaked
+
+    def run(self, name, fault=None, concurrency=4, requests=40, probe=None):
+        """Load + `fault()` (which returns the name of a process it killed,
+        or None); returns after checking, and records the row."""
+        c = self.cluster(name)
+        try:
+            pids = dict(c.pids)
+            rss_before = rss_mib(pids.values())
+            load, out = self.bench(c, concurrency, requests)
+            time.sleep(FAULT_AT_S)
+            t_fault = time.monotonic()
+            killed = fault(c) if fault else None
+            recovery = 0.0
+            while True:
+                code, _ = self.generate(c, timeout=5)
+                if code == "OK":
+                    recovery = time.monotonic() - t_fault
+                    break
+                if time.monotonic() - t_fault > 30:
+                    recovery = float("inf")
+                    break
+                time.sleep(0.1)
+            try:
+                load.wait(timeout=DEADLINE_S * 4)
+            except subprocess.TimeoutExpired:
+                load.kill()
+                raise CheckError("kvcast bench itself did not finish")
+            report = json.loads(out.read_text())
+            hung = sum(n for err, n in report["errors"].items() if "DEADLINE_EXCEEDED" in err)
+            failed = report["requests_failed"] - hung
+            extra = probe(c) if probe else {}
+            hung += extra.get("hung", 0)
+            crashed = [n for n, pid in pids.items() if n != killed and not alive(pid)]
+            live = [n for n in WORKERS if n != killed and alive(pids[n])]
+            leaked = self.pages_leaked(c, live)
+            rss_after = rss_mib(pid for n, pid in pids.items() if n != killed)
+            row = {"scenario": name, "ok": report["requests_ok"], "failed": failed, "hung": hung,
+                   "recovery_s": recovery, "leaked_pages": leaked, "crashed": crashed,
+                   "rss_before_mib": rss_before, "rss_after_mib": rss_after,
+                   "errors": report["errors"], **{k: v for k, v in extra.items() if k != "hung"}}
+            self.rows.append(row)
+            log(json.dumps(row))
+            expect(hung == 0, f"{hung} requests hung past their deadline: {report['errors']}")
+            expect(not crashed, f"crashed: {crashed}")
+            expect(not leaked, f"pages leaked: {leaked}")
+            expect(recovery < 30, "no request succeeded within 30 s of the fault")
+            expect(rss_after - rss_before < RSS_LIMIT_MIB,
+                   f"RSS grew {rss_before:.0f} -> {rss_after:.0f} MiB")
+        finally:
+            for pid in c.pids.values():  # nothing stays stopped
+                try:
+                    os.kill(pid, signal.SIGCONT)
+                except OSError:
+                    pass
+            try:
+                c.stop()
+            except CheckError as e:
+                log(f"stop: {e}")
+
+    # ---- faults ---------------------------------------------------------------
+    @staticmethod
+    def kill(name):
+        def fault(c):
+            os.kill(c.pids[name], signal.SIGKILL)
+            return name
+        return fault
+
+    @staticmethod
+    def freeze(name):
+        """SIGSTOP now, SIGCONT FREEZE_S later (from a timer: the recovery
+        probe runs while the process is stopped)."""
+        def fault(c):
+            pid = c.pids[name]
+            os.kill(pid, signal.SIGSTOP)
+            threading.Timer(FREEZE_S, lambda: os.kill(pid, signal.SIGCONT)).start()
+            return None
+        return fault
+
+    def bad_inputs(self, c):
+        """Each oversized request ends with an error before its deadline."""
+        vocab = 512
+        cases = {
+            "1e6 prompt ids": dict(token_ids=self.pb.TokenIds(ids=[7] * 1_000_000)),
+            "10 MB text prompt": dict(text="a" * (10 << 20)),
+            "1,000 stop strings": dict(stop=[f"stop{i}" for i in range(1000)]),
+            "1 MB stop string": dict(stop=["x" * (1 << 20)]),
+            "max_tokens 2^31-1": dict(max_tokens=2**31 - 1),
+        }
+        del vocab
+        results, hung = {}, 0
+        for what, fields in cases.items():
+            code, secs = self.generate(c, timeout=DEADLINE_S, **fields)
+            results[what] = f"{code} in {secs:.2f} s"
+            hung += code == "DEADLINE_EXCEEDED"
+        return {"hung": hung, "bad_inputs": results}
+
+    def datagrams(self, c):
+        """2,000 random datagrams (1..1,500 bytes) at every UDP port."""
+        rng = random.Random(7)
+        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        sent = 0
+        for name, addr in c.moqt.items():
+            host, port = addr.rsplit(":", 1)
+            for _ in range(2000):
+                s.sendto(rng.randbytes(rng.randint(1, 1500)), (host, int(port)))
+                sent += 1
+        s.close()
+        code, _ = self.generate(c, timeout=DEADLINE_S)
+        expect(code == "OK", f"after the datagrams a request got {code}")
+        return {"datagrams": f"{sent} to {len(c.moqt)} ports, then a request: {code}"}
+
+
+def table(rows):
+    out = ["| scenario | requests ok / failed / hung | recovery s | leaked pages | crashes | RSS MiB before -> after |",
+           "|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['scenario']} | {r['ok']} / {r['failed']} / {r['hung']} | "
+                   f"{r['recovery_s']:.2f} | {sum(r['leaked_pages'].values()) if r['leaked_pages'] else 0} | "
+                   f"{len(r['crashed'])} | {r['rss_before_mib']:.0f} -> {r['rss_after_mib']:.0f} |")
+    return "\n".join(out)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    for flag in ("xml", "work", "gen_stubs", "proto_root", "kvcast", "make_tiny_model", "scheduler",
+                 "prefill", "decode", "relay"):
+        ap.add_argument("--" + flag, required=True)
+    args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    work = pathlib.Path(args.work).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    args.work = str(work)
+    runner = Runner("chaos")
+    state = {}
+
+    def setup():
+        stubs = work / "stubs"
+        env = dict(os.environ, PROTO_ROOT=args.proto_root, PYTHON=sys.executable)
+        p = subprocess.run(["bash", args.gen_stubs, str(stubs)], env=env, capture_output=True,
+                           text=True, timeout=60)
+        expect(p.returncode == 0, f"gen_python_stubs.sh failed:\n{p.stdout}{p.stderr}")
+        sys.path.insert(0, str(stubs))
+        from kvcast.v1 import generation_pb2, generation_pb2_grpc  # noqa: E402 - generated above
+        model = work / "tiny_model"
+        p = subprocess.run([args.make_tiny_model, f"--out={model}"], capture_output=True,
+                           text=True, timeout=120)
+        expect(p.returncode == 0, f"make_tiny_model failed:\n{p.stderr}")
+        state["campaign"] = Campaign(args, model, generation_pb2, generation_pb2_grpc)
+
+    if runner.run("setup", setup):
+        c = state["campaign"]
+        scenarios = [
+            ("baseline", dict()),
+            ("kill -9 decode-0", dict(fault=c.kill("decode-0"))),
+            (f"SIGSTOP decode-0 {FREEZE_S} s", dict(fault=c.freeze("decode-0"))),
+            ("kill -9 prefill-0", dict(fault=c.kill("prefill-0"))),
+            (f"SIGSTOP prefill-0 {FREEZE_S} s", dict(fault=c.freeze("prefill-0"))),
+            ("kill -9 relay", dict(fault=c.kill("relay"))),
+            (f"SIGSTOP relay {FREEZE_S} s", dict(fault=c.freeze("relay"))),
+            ("flood: 200 concurrent", dict(concurrency=200, requests=200)),
+            ("bad inputs at the size limits", dict(probe=c.bad_inputs)),
+            ("random datagrams at every UDP port", dict(probe=c.datagrams)),
+        ]
+        for name, kw in scenarios:
+            runner.run(name, lambda name=name, kw=kw: c.run(name, **kw))
+        print(table(c.rows))
+        for r in c.rows:
+            for key in ("bad_inputs", "datagrams"):
+                if key in r:
+                    print(f"{r['scenario']}: {r[key]}")
+        (work / "chaos.json").write_text(json.dumps(c.rows, indent=1, default=str))
+    return runner.finish(args.xml)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
