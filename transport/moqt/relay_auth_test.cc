@@ -159,6 +159,30 @@ TEST_F(RelayAuthTest, SubscribeAndFetchNeedATokenScopedToTheirNamespace) {
   EXPECT_EQ(st.allowed, 3u);  // the announce, one subscribe, one fetch
 }
 
+// A refusal naming a 4 KB namespace still fits the 1024-byte reason phrase:
+// the session stays up.
+TEST_F(RelayAuthTest, RefusalOfAHugeNamespaceKeepsTheSession) {
+  ClientHandler handler;
+  MoqtClient* client = harness_->Connect(&handler);
+  TrackNamespace huge = {std::string(2000, 'a'), std::string(2000, 'b')};
+  bool answered = false;
+  absl::Status answer;
+  harness_->thread()->RunSync([&] {
+    Parameters wrong = Token(kNs, kAuthPublishNamespace);
+    EXPECT_TRUE(client->session()
+                    ->PublishNamespace(huge, [&](absl::Status s) {
+                      answered = true;
+                      answer = s;
+                    }, wrong)
+                    .ok());
+  });
+  ASSERT_TRUE(WaitOnLoop(harness_->thread(), [&] { return answered; }));
+  EXPECT_EQ(answer.code(), absl::StatusCode::kPermissionDenied) << answer;
+  harness_->thread()->RunSync([&] { EXPECT_FALSE(client->session()->closed()); });
+  EXPECT_FALSE(handler.closed);
+  harness_->Disconnect(client);  // before `handler` goes away
+}
+
 TEST_F(RelayAuthTest, TokenAliasesCloseTheSessionAsTheDraftSays) {
   ClientHandler handler;
   MoqtClient* client = harness_->Connect(&handler);
@@ -173,6 +197,7 @@ TEST_F(RelayAuthTest, TokenAliasesCloseTheSessionAsTheDraftSays) {
   ASSERT_TRUE(WaitOnLoop(harness_->thread(), [&] { return handler.closed; }));
   EXPECT_NE(handler.close_reason.ToString().find("0x13"), std::string::npos)
       << handler.close_reason;
+  harness_->Disconnect(client);  // before `handler` goes away
 }
 
 }  // namespace

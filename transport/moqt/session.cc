@@ -218,7 +218,9 @@ absl::StatusOr<bool> SessionImpl::Authorized(
   absl::Status verdict = options.authorizer->Authorize(op, ns, tokens);
   if (verdict.ok()) return true;
   ++stats.requests_unauthorized;
-  refuse(AuthErrorCode(verdict), std::string(verdict.message()));
+  // A reason phrase is at most 1024 bytes; a refusal names the namespace,
+  // which may be longer.
+  refuse(AuthErrorCode(verdict), std::string(verdict.message()).substr(0, 1024));
   return false;
 }
 
