@@ -81,7 +81,7 @@ class ClientImpl final : public Client, private EndpointCore {
   }
   bool DestroyFinished() const override { return false; }
   void OnSocketError(int error) override {
-    if (conn_ == nullptr) return;
+    if (conn_ == nullptr || !options_.fail_fast_on_unreachable) return;
     if (error != ECONNREFUSED && error != EHOSTUNREACH && error != ENETUNREACH) return;
     conn_->PeerUnreachable(absl::StrCat(std::strerror(error), " (ICMP)"));
     Touch(conn_);

@@ -49,6 +49,11 @@ struct TransportOptions {
   uint64_t max_datagram_frame_size = 1200;
   // Batch outgoing packets with sendmmsg/UDP GSO where the kernel allows.
   bool batch_send = true;
+  // Client: end the connection at once (UNAVAILABLE "peer unreachable")
+  // when the network reports the server unreachable (ICMP port or host
+  // unreachable, e.g. its process died); false waits for the idle timeout
+  // (a server restarting on the same port may still answer).
+  bool fail_fast_on_unreachable = true;
 
   // Added with the ngtcp2 implementation:
   // Server: secret (any length, >= 16 bytes recommended) from which the
