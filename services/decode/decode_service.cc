@@ -244,13 +244,11 @@ grpc::Status DecodeService::Decode(
       cancelled = true;
       rt_->Cancel(*id);
     }
-    if (!cancelled && events.empty() && Clock::now() - last_write > kKeepalive &&
-        rt_->steps() != steps_at_write) {
-      keepalive();
-      last_write = Clock::now();
-      steps_at_write = rt_->steps();
-    }
-    if (!events.empty()) {
+    const bool keepalive_due = !cancelled && events.empty() &&
+                               Clock::now() - last_write > kKeepalive &&
+                               rt_->steps() != steps_at_write;
+    if (keepalive_due) keepalive();
+    if (keepalive_due || !events.empty()) {
       last_write = Clock::now();
       steps_at_write = rt_->steps();
     }

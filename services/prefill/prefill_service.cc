@@ -118,7 +118,8 @@ absl::StatusOr<std::vector<int32_t>> PrefillService::FetchPrefix(
     auto landing = worker::KvLanding::Start(
         *session, &engine.pool(), engine.backend(), engine.model().fingerprint(), track,
         kvcache::LandingSpec{chunk, groups * chunk, own_chunks, groups, *fresh},
-        worker::KvLanding::Mode::kFetch, source.auth_token(), [state](absl::StatusOr<std::vector<int32_t>> r) {
+        worker::KvLanding::Mode::kFetch, source.auth_token(),
+        [state](absl::StatusOr<std::vector<int32_t>> r) {
           state->result = std::move(r);
           state->done.Notify();
         });

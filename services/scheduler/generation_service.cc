@@ -434,6 +434,9 @@ grpc::Status GenerationService::Request::Run() {
     double mean_gap_ms = 0;  // between messages with tokens
     int token_messages = 0;
     auto last_tokens = Clock::now();
+    auto stall_bound = [&] {
+      return std::max(svc_->options_.decode_stall_floor, absl::Milliseconds(10 * mean_gap_ms));
+    };
     while (!done && stream->Read(&r)) {
       if (r.token_ids_size() > 0) {
         const auto now = Clock::now();
@@ -444,8 +447,7 @@ grpc::Status GenerationService::Request::Run() {
         last_tokens = now;
       }
       // Any message (tokens, KV ready, or the worker's keepalive) is progress.
-      dwatch->Extend(std::max(svc_->options_.decode_stall_floor,
-                              absl::Milliseconds(10 * mean_gap_ms)));
+      dwatch->Extend(stall_bound());
       if (r.kv_ready()) {
         if (t_prefilled_ && handoff_ms_ == 0) handoff_ms_ = Ms(Clock::now() - *t_prefilled_);
         transfer_bytes_ += r.transfer_bytes();
@@ -479,10 +481,7 @@ grpc::Status GenerationService::Request::Run() {
     last_error = absl::StrCat(
         "decode ", route->decode.worker_id, ": ",
         decode_stalled ? absl::StrCat("stalled (no token within ",
-                                      absl::FormatDuration(std::max(
-                                          svc_->options_.decode_stall_floor,
-                                          absl::Milliseconds(10 * mean_gap_ms))),
-                                      ")")
+                                      absl::FormatDuration(stall_bound()), ")")
         : ds.ok() ? "stream ended early"
                   : ds.error_message());
     std::fprintf(stderr, "kvcast-scheduler: %s: %s after %zu tokens; retrying\n",

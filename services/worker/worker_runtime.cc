@@ -203,11 +203,9 @@ absl::Status WorkerRuntime::Serve(moqt::RequestHandler* handler,
 void WorkerRuntime::WatchRelay() {
   if (loop_stopping_) return;
   const bool up = relay_session() != nullptr && relay_session()->ready();
-  relay_up_.store(up);
-  if (up != relay_was_up_) {
+  if (relay_up_.exchange(up) != up) {
     std::fprintf(stderr, "kvcast worker: relay %s %s\n", config_.relay.c_str(),
                  up ? "connected" : "lost: fetching KV from publishers directly");
-    relay_was_up_ = up;
   }
   if (relay_client_ == nullptr || relay_client_->session()->closed()) {
     relay_client_.reset();

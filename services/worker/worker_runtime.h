@@ -142,7 +142,6 @@ class WorkerRuntime {
   absl::flat_hash_map<std::string, std::unique_ptr<moqt::MoqtClient>> direct_;  // loop thread
   std::pair<std::string, uint16_t> relay_;
   bool loop_stopping_ = false;                            // loop thread
-  bool relay_was_up_ = false;                             // loop thread
   std::atomic<bool> relay_up_{false};                     // for /metrics
   std::atomic<uint64_t> steps_{0};
   uint16_t moqt_port_ = 0;

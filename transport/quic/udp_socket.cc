@@ -112,7 +112,8 @@ absl::StatusOr<std::unique_ptr<UdpSocket>> UdpSocket::Bind(
 absl::Status UdpSocket::Connect(const SocketAddress& remote) {
   if (connect(fd_, reinterpret_cast<const sockaddr*>(&remote.storage), remote.len) != 0) {
     const int err = errno;
-    return absl::Status(absl::ErrnoToStatusCode(err), absl::StrCat("connect (UDP): ", std::strerror(err)));
+    return absl::Status(absl::ErrnoToStatusCode(err),
+                        absl::StrCat("connect (UDP): ", std::strerror(err)));
   }
   return absl::OkStatus();
 }
