@@ -1,19 +1,28 @@
 """A chaos campaign against `kvcast cluster up` (2 prefill + 2 decode workers,
 a relay, the tiny model), bounded in time. Each scenario runs on a fresh
-cluster: `kvcast bench` as the load (40 requests, concurrency 4, a 20 s
-deadline each) with a fault injected 0.5 s in, then:
+cluster: `kvcast bench` as the load (360 requests arriving at 60/s, so
+about 6 s of it, at most 8 in flight, a 20 s deadline each) with a fault
+injected 1 s in, then:
   requests    ok / failed (a clear error) / hung (the deadline passed)
   recovery    seconds from the fault until a new request succeeds
   pages       every live worker's pages in use == its prefix cache's, after
   crashes     processes that died other than the one killed
   RSS         the sum over the processes, before -> after (MiB)
 Scenarios: baseline; SIGKILL and SIGSTOP (4 s) of decode-0, prefill-0 and
-the relay; a flood of 200 concurrent requests; bad inputs at every size
-limit (1e6 prompt ids, a 10 MB text prompt, 1,000 stop strings, a 1 MB stop
-string, max_tokens 2^31-1: each must end with an error within its deadline);
-random datagrams at every UDP port. Passes iff 0 hung, 0 crashes, 0 leaked
-pages and RSS stays bounded. Prints the results table (docs/benchmarks.md)
-and writes one JUnit <testcase> per scenario to --xml.
+the relay; SIGSTOP of the scheduler; SIGKILL of the scheduler and of the
+relay with `cluster up` restarting them (then every worker must be back in
+the scheduler's registry / connected to the relay again); a 4 s network
+partition of decode-0 and of prefill-0 (nft drops every packet to or from
+the worker's sockets); a flood of 200 concurrent requests; bad inputs at
+every size limit (1e6 prompt ids, a 10 MB text prompt, 1,000 stop strings,
+a 1 MB stop string, max_tokens 2^31-1: each must end with an error within
+its deadline); random datagrams at every UDP port. Passes iff 0 hung, 0
+crashes, 0 leaked pages and RSS stays bounded. Prints the results table
+(docs/benchmarks.md) and writes one JUnit <testcase> per scenario to --xml.
+
+As root the campaign re-executes itself in a new network namespace
+(`unshare --net`), so the partitions' nft rules touch nothing else; without
+that, or without `nft` (Debian's nftables), the partitions are skipped.
 
 Usage (see chaos_test.sh): chaos_test.py --xml OUT --work DIR --gen_stubs SH
   --proto_root DIR --kvcast BIN --make_tiny_model BIN --scheduler BIN
@@ -24,6 +33,8 @@ import json
 import os
 import pathlib
 import random
+import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -34,11 +45,12 @@ import time
 import grpc
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import CheckError, Cluster, Runner, expect, log, scrape  # noqa: E402
+from harness import CheckError, Cluster, Runner, expect, log, scrape, wait_for  # noqa: E402
 
 PAGES_PER_CHUNK = 128 // 16
 DEADLINE_S = 20
-FAULT_AT_S = 0.5
+FAULT_AT_S = 1.0
+LOAD = dict(requests=360, rate=60, concurrency=8)  # ~6 s: spans every fault
 FREEZE_S = 4
 RSS_LIMIT_MIB = 512  # growth of the processes' total RSS over one scenario
 WORKERS = ("prefill-0", "prefill-1", "decode-0", "decode-1")
@@ -69,12 +81,13 @@ class Campaign:
         self.args, self.model, self.pb, self.pb_grpc = args, model, pb, pb_grpc
         self.rows = []
 
-    def cluster(self, name):
+    def cluster(self, name, restart):
         work = pathlib.Path(self.args.work) / name
         work.mkdir(parents=True, exist_ok=True)
         # Prefill workers keep a published prompt fetchable --retain_s: 1 s
         # here, so that the page check after the load sees them at rest.
         c = Cluster(self.args, self.model, work, ["--prefill", "2", "--decode", "2",
+                                                  f"--restart={str(restart).lower()}",
                                                   "--scheduler_flags=--decode_stall_s=1",
                                                   "--prefill_flags=--retain_s=1"])
         c.start()
@@ -93,10 +106,10 @@ class Campaign:
         except grpc.RpcError as e:
             return e.code().name, time.monotonic() - t
 
-    def bench(self, cluster, concurrency=4, requests=40):
+    def bench(self, cluster, requests, rate, concurrency):
         out = pathlib.Path(self.args.work) / f"bench-{time.monotonic_ns()}.json"
         cmd = [self.args.kvcast, "bench", "--scheduler", cluster.address, "--requests",
-               str(requests), "--rate", "0", "--concurrency", str(concurrency), "--prefixes", "4",
+               str(requests), "--rate", str(rate), "--concurrency", str(concurrency), "--prefixes", "4",
                "--prefix_tokens", "256", "--suffix_tokens", "16", "--max_tokens", "32",
                "--deadline_s", str(DEADLINE_S), "--allow_failures", "--json", str(out)]
         return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
@@ -117,14 +130,15 @@ class Campaign:
                 leaked[name] = used - held
         return leaked
 
-    def run(self, name, fault=None, concurrency=4, requests=40, probe=None):
+    def run(self, name, fault=None, load=None, probe=None, restart=False):
         """Load + `fault()` (which returns the name of a process it killed,
-        or None); returns after checking, and records the row."""
-        c = self.cluster(name)
+        or None); returns after checking, and records the row. `restart`:
+        `cluster up` restarts processes that exit."""
+        c = self.cluster(name, restart)
         try:
             pids = dict(c.pids)
             rss_before = rss_mib(pids.values())
-            load, out = self.bench(c, concurrency, requests)
+            load, out = self.bench(c, **(load or LOAD))
             time.sleep(FAULT_AT_S)
             t_fault = time.monotonic()
             killed = fault(c) if fault else None
@@ -165,6 +179,7 @@ class Campaign:
             expect(rss_after - rss_before < RSS_LIMIT_MIB,
                    f"RSS grew {rss_before:.0f} -> {rss_after:.0f} MiB")
         finally:
+            heal_partition()
             for pid in c.pids.values():  # nothing stays stopped
                 try:
                     os.kill(pid, signal.SIGCONT)
@@ -193,6 +208,54 @@ class Campaign:
             threading.Timer(FREEZE_S, lambda: os.kill(pid, signal.SIGCONT)).start()
             return None
         return fault
+
+    @staticmethod
+    def partition(name):
+        """Drops every packet to or from `name`'s sockets for FREEZE_S s:
+        nft sets of its TCP and UDP ports, refreshed every 50 ms from
+        /proc (it opens new sockets while cut off), then the table goes."""
+        def fault(c):
+            pid = c.pids[name]
+            dropped.pop(name, None)
+            nft("add table inet kvchaos")
+            for proto in ("tcp", "udp"):
+                nft(f"add set inet kvchaos {proto}_ports {{ type inet_service; }}")
+            nft("add chain inet kvchaos input { type filter hook input priority 0; policy accept; }")
+            for proto in ("tcp", "udp"):
+                for field in ("dport", "sport"):
+                    nft(f"add rule inet kvchaos input {proto} {field} @{proto}_ports counter drop")
+            until = time.monotonic() + FREEZE_S
+
+            def refresh():
+                while time.monotonic() < until:
+                    for proto, ports in socket_ports(pid).items():
+                        if ports:
+                            nft(f"add element inet kvchaos {proto}_ports {{ {', '.join(map(str, ports))} }}",
+                                check=False)
+                    time.sleep(0.05)
+                dropped[name] = sum(map(int, re.findall(r"counter packets (\d+)", nft("list table inet kvchaos"))))
+                heal_partition()
+            threading.Thread(target=refresh, daemon=True).start()
+            return None
+        return fault
+
+    @staticmethod
+    def back_in_service(name):
+        """Probe after `cluster up` restarted `name`: it runs again, and the
+        scheduler lists all 4 workers (scheduler) or every worker reports
+        its relay session up (relay), within 15 s."""
+        def probe(c):
+            pid = c.restarted_pid(name)
+            expect(alive(pid), f"restarted {name} (pid {pid}) is not running")
+            if name == "scheduler":
+                took = wait_for("4 workers registered with the restarted scheduler", lambda: all(
+                    scrape(c.metrics["scheduler"], "kvcast_workers", {"role": r}) == 2
+                    for r in ("prefill", "decode")), 15)
+            else:
+                took = wait_for("every worker connected to the restarted relay", lambda: all(
+                    scrape(c.metrics[w], "kvcast_relay_connected") == 1 for w in WORKERS), 15)
+            return {"back_in_service": f"{name} restarted as pid {pid}; ready {took:.2f} s after the load"}
+        return probe
 
     def bad_inputs(self, c):
         """Each oversized request ends with an error before its deadline."""
@@ -228,6 +291,75 @@ class Campaign:
         return {"datagrams": f"{sent} to {len(c.moqt)} ports, then a request: {code}"}
 
 
+def nft(command, check=True):
+    p = subprocess.run(["nft", command], capture_output=True, text=True, timeout=10)
+    if check:
+        expect(p.returncode == 0, f"nft {command}: {p.stderr.strip()}")
+    return p.stdout
+
+
+dropped = {}  # worker -> packets its partition dropped
+
+
+def partitioned(name):
+    """Probe: the partition of `name` really cut it off (packets dropped)."""
+    def probe(c):
+        wait_for(f"the partition of {name} to heal", lambda: name in dropped, FREEZE_S + 10)
+        expect(dropped[name] > 0, f"the partition of {name} dropped no packet")
+        return {"partition": f"{name}: {dropped[name]} packets dropped in {FREEZE_S} s"}
+    return probe
+
+
+def heal_partition():
+    if shutil.which("nft"):
+        subprocess.run(["nft", "delete table inet kvchaos"], capture_output=True, timeout=10)
+
+
+def socket_ports(pid):
+    """{"tcp": ports, "udp": ports} of the sockets `pid` has open."""
+    inodes = set()
+    try:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if link.startswith("socket:["):
+                inodes.add(link[8:-1])
+    except OSError:
+        return {}
+    out = {"tcp": set(), "udp": set()}
+    for proto in out:
+        for table_name in (proto, proto + "6"):
+            try:
+                lines = open(f"/proc/net/{table_name}").read().splitlines()[1:]
+            except OSError:
+                continue
+            for line in lines:
+                cols = line.split()
+                if len(cols) > 9 and cols[9] in inodes:
+                    out[proto].add(int(cols[1].rsplit(":", 1)[1], 16))
+    return out
+
+
+def own_network_namespace():
+    """Re-executes this script in a new network namespace when root (once);
+    returns None inside it, else why the partitions cannot run."""
+    if os.environ.get("KVCAST_CHAOS_NETNS") == "1":
+        subprocess.run(["ip", "link", "set", "lo", "up"], check=True, timeout=10)
+        if not shutil.which("nft"):
+            return "no nft (Debian's nftables) on PATH"
+        p = subprocess.run(["nft", "list tables"], capture_output=True, text=True, timeout=10)
+        return None if p.returncode == 0 else f"nft does not work here: {p.stderr.strip()}"
+    if os.geteuid() != 0:
+        return "not root: no network namespace of its own"
+    if subprocess.run(["unshare", "--net", "true"], capture_output=True, timeout=10).returncode:
+        return "unshare --net failed"
+    os.environ["KVCAST_CHAOS_NETNS"] = "1"
+    os.execvp("unshare", ["unshare", "--net", "--", sys.executable, *sys.argv])
+    return "unreachable"
+
+
 def table(rows):
     out = ["| scenario | requests ok / failed / hung | recovery s | leaked pages | crashes | RSS MiB before -> after |",
            "|---|---|---|---|---|---|"]
@@ -244,6 +376,7 @@ def main():
                  "prefill", "decode", "relay"):
         ap.add_argument("--" + flag, required=True)
     args = ap.parse_args()
+    no_partition = own_network_namespace()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     work = pathlib.Path(args.work).resolve()
     work.mkdir(parents=True, exist_ok=True)
@@ -275,15 +408,27 @@ def main():
             (f"SIGSTOP prefill-0 {FREEZE_S} s", dict(fault=c.freeze("prefill-0"))),
             ("kill -9 relay", dict(fault=c.kill("relay"))),
             (f"SIGSTOP relay {FREEZE_S} s", dict(fault=c.freeze("relay"))),
-            ("flood: 200 concurrent", dict(concurrency=200, requests=200)),
+            ("kill -9 relay, restarted", dict(fault=c.kill("relay"), restart=True,
+                                              probe=c.back_in_service("relay"))),
+            (f"SIGSTOP scheduler {FREEZE_S} s", dict(fault=c.freeze("scheduler"))),
+            ("kill -9 scheduler, restarted", dict(fault=c.kill("scheduler"), restart=True,
+                                                  probe=c.back_in_service("scheduler"))),
+            (f"partition decode-0 {FREEZE_S} s", dict(fault=c.partition("decode-0"),
+                                                      probe=partitioned("decode-0"))),
+            (f"partition prefill-0 {FREEZE_S} s", dict(fault=c.partition("prefill-0"),
+                                                       probe=partitioned("prefill-0"))),
+            ("flood: 200 concurrent", dict(load=dict(requests=200, rate=0, concurrency=200))),
             ("bad inputs at the size limits", dict(probe=c.bad_inputs)),
             ("random datagrams at every UDP port", dict(probe=c.datagrams)),
         ]
         for name, kw in scenarios:
+            if name.startswith("partition") and no_partition:
+                runner.skip(name, no_partition)
+                continue
             runner.run(name, lambda name=name, kw=kw: c.run(name, **kw))
         print(table(c.rows))
         for r in c.rows:
-            for key in ("bad_inputs", "datagrams"):
+            for key in ("bad_inputs", "datagrams", "back_in_service", "partition"):
                 if key in r:
                     print(f"{r['scenario']}: {r[key]}")
         (work / "chaos.json").write_text(json.dumps(c.rows, indent=1, default=str))

@@ -104,6 +104,16 @@ class Cluster:
                 self.moqt[p.group(1)] = q.group(1)
         log(f"cluster up: scheduler {self.address}, metrics {self.metrics}")
 
+    def restarted_pid(self, name, timeout=10):
+        """The pid `cluster up` reports for `name` after restarting it."""
+        pat = re.compile(rf"^kvcast cluster: {re.escape(name)} restarted \(pid (\d+)\)$", re.M)
+        found = []
+        wait_for(f"cluster up restarting {name}",
+                 lambda: found.extend(pat.findall(self.stderr_path.read_text(errors="replace")))
+                 or found, timeout)
+        self.pids[name] = int(found[-1])
+        return self.pids[name]
+
     def stop(self):
         """SIGTERM; returns (exit code, seconds) or raises if it had exited or had to be killed."""
         if self.proc is None:
@@ -173,6 +183,11 @@ class Runner:
     def __init__(self, suite):
         self.suite = suite
         self.results = []
+        self.skipped = []  # (name, reason)
+
+    def skip(self, name, reason):
+        log(f"SKIPPED {name}: {reason}")
+        self.skipped.append((name, reason))
 
     def run(self, name, fn):
         t = time.monotonic()
@@ -198,15 +213,17 @@ class Runner:
         """Writes the JUnit file; returns the exit status."""
         if any(err for _, _, err in self.results) and cluster is not None:
             cluster.dump_logs()
-        write_xml(xml_path, self.suite, self.results)
+        write_xml(xml_path, self.suite, self.results, self.skipped)
         failed = [n for n, _, err in self.results if err]
         log(f"{len(self.results) - len(failed)} passed, {len(failed)} failed"
             + (f": {failed}" if failed else ""))
         return 1 if failed else 0
 
 
-def write_xml(path, suite, results):
-    entries = []
+def write_xml(path, suite, results, skipped=()):
+    entries = [f'<testcase classname="{suite}" name="{name}" time="0">'
+               f'<skipped message="{xml.sax.saxutils.escape(why, {chr(34): "&quot;"})}"/></testcase>'
+               for name, why in skipped]
     for name, secs, err in results:
         entry = f'<testcase classname="{suite}" name="{name}" time="{secs:.3f}">'
         if err:
@@ -217,5 +234,6 @@ def write_xml(path, suite, results):
     failures = sum(1 for r in results if r[2])
     with open(path, "w") as f:
         f.write('<?xml version="1.0" encoding="UTF-8"?>\n<testsuites>'
-                f'<testsuite name="{suite}" tests="{len(results)}" failures="{failures}">\n'
+                f'<testsuite name="{suite}" tests="{len(results) + len(skipped)}" '
+                f'failures="{failures}" skipped="{len(skipped)}">\n'
                 + "\n".join(entries) + "\n</testsuite></testsuites>\n")

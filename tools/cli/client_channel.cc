@@ -29,6 +29,16 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeSchedulerChannel(const std::s
   }
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(64 << 20);
+  // A call the scheduler never answered (restarting, or not up yet) is
+  // tried again, 5 attempts over about 3 s; gRPC stops retrying once the
+  // first response arrives, so a stream cut midway still fails. The channel
+  // reconnects within a second of the scheduler coming back.
+  args.SetServiceConfigJSON(R"({"methodConfig": [{
+      "name": [{"service": "kvcast.v1.Generation"}],
+      "retryPolicy": {"maxAttempts": 5, "initialBackoff": "0.2s", "maxBackoff": "1.6s",
+                      "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}]})");
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   if (tls.ca.empty() && tls.cert.empty()) {
     return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
   }

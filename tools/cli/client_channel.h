@@ -23,6 +23,8 @@ struct TlsFiles {
   std::string ca, cert, key;
 };
 
+// Calls that get UNAVAILABLE before any response (a scheduler restarting)
+// are retried: 5 attempts over about 3 s.
 // Errors: INVALID_ARGUMENT for an empty address or only one of cert/key;
 // NOT_FOUND when a PEM file cannot be read.
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeSchedulerChannel(const std::string& address,

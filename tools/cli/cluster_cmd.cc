@@ -8,9 +8,12 @@
 
 #include <cstdio>
 #include <cstring>
-#include <set>
+#include <algorithm>
+#include <map>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "tools/cluster/subprocess.h"
 
 namespace kvcast::cli {
@@ -60,7 +63,7 @@ absl::Status ValidateClusterUp(const cluster::ClusterOptions& o) {
   return absl::OkStatus();
 }
 
-absl::Status ClusterUp(const cluster::ClusterOptions& options) {
+absl::Status ClusterUp(const cluster::ClusterOptions& options, bool restart) {
   if (absl::Status s = InstallSignalPipe(); !s.ok()) return s;
   std::fprintf(stderr, "kvcast cluster: starting in %s ...\n", options.work_dir.c_str());
   auto started = cluster::LocalCluster::Start(options);
@@ -88,20 +91,55 @@ absl::Status ClusterUp(const cluster::ClusterOptions& options) {
               c.scheduler_address().c_str());
   std::fflush(stdout);
 
-  std::set<std::string> reported;
+  // A child that exits is reported and, with `restart`, spawned again after
+  // a back-off (none the first time, then 1 s, doubling per exit that
+  // follows less than kStableRun of running, up to 30 s), as a
+  // Deployment's pod would be.
+  constexpr absl::Duration kStableRun = absl::Seconds(30);
+  struct Supervised {
+    absl::Time started = absl::Now();
+    absl::Time restart_at = absl::InfiniteFuture();  // set while it is down
+    int quick_exits = 0;
+  };
+  std::map<std::string, Supervised> state;
   int signo = 0;
   while (signo == 0) {
     pollfd p{g_signal_pipe[0], POLLIN, 0};
-    if (poll(&p, 1, 1000) > 0) {
+    if (poll(&p, 1, 200) > 0) {
       unsigned char b;
       if (read(g_signal_pipe[0], &b, 1) == 1) signo = b;
     }
     for (const cluster::Process* proc : c.processes()) {
-      if (reported.count(proc->name) || c.Running(proc->role, proc->index)) continue;
-      reported.insert(proc->name);
-      std::fprintf(stderr, "kvcast cluster: %s (pid %d) exited: %s; log %s:\n%s\n", proc->name.c_str(),
-                   int(proc->pid), cluster::DescribeWaitStatus(proc->wait_status).c_str(),
-                   proc->log_path.c_str(), cluster::LocalCluster::LogTail(*proc, 1000).c_str());
+      Supervised& s = state[proc->name];
+      const absl::Time now = absl::Now();
+      if (c.Running(proc->role, proc->index)) continue;
+      if (s.restart_at == absl::InfiniteFuture()) {  // it has just exited
+        s.quick_exits = now - s.started < kStableRun ? s.quick_exits + 1 : 1;
+        const absl::Duration backoff =
+            s.quick_exits == 1
+                ? absl::ZeroDuration()
+                : std::min(absl::Seconds(30), absl::Seconds(1 << std::min(s.quick_exits - 2, 5)));
+        s.restart_at = restart ? now + backoff : absl::InfinitePast();
+        std::fprintf(stderr, "kvcast cluster: %s (pid %d) exited: %s; %s; log %s:\n%s\n",
+                     proc->name.c_str(), int(proc->pid),
+                     cluster::DescribeWaitStatus(proc->wait_status).c_str(),
+                     !restart ? "not restarted (--restart=false)"
+                     : backoff == absl::ZeroDuration()
+                         ? "restarting"
+                         : absl::StrCat("restarting in ", absl::FormatDuration(backoff)).c_str(),
+                     proc->log_path.c_str(), cluster::LocalCluster::LogTail(*proc, 1000).c_str());
+      }
+      if (!restart || now < s.restart_at) continue;
+      if (absl::Status r = c.Restart(proc->role, proc->index); !r.ok()) {
+        std::fprintf(stderr, "kvcast cluster: restarting %s: %s\n", proc->name.c_str(),
+                     r.ToString().c_str());
+        s.restart_at = now + absl::Seconds(30);
+        continue;
+      }
+      s.started = now;
+      s.restart_at = absl::InfiniteFuture();
+      std::fprintf(stderr, "kvcast cluster: %s restarted (pid %d)\n", proc->name.c_str(),
+                   int(proc->pid));
     }
   }
   std::fprintf(stderr, "kvcast cluster: %s, stopping\n", strsignal(signo));

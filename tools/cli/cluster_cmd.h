@@ -12,9 +12,12 @@ namespace kvcast::cli {
 absl::Status ValidateClusterUp(const cluster::ClusterOptions& options);
 
 // Starts the cluster, prints the scheduler's address and every process's
-// log on stdout, reports children that exit, and on SIGINT/SIGTERM stops
-// them all. Errors: LocalCluster::Start's, or Stop's.
-absl::Status ClusterUp(const cluster::ClusterOptions& options);
+// log on stdout, reports children that exit (on stderr) and, with
+// `restart`, spawns them again with the same flags and ports (at once,
+// then after 1 s, doubling for a process that keeps exiting within 30 s of
+// its start, up to 30 s); on SIGINT/SIGTERM stops them all. Errors:
+// LocalCluster::Start's, or Stop's.
+absl::Status ClusterUp(const cluster::ClusterOptions& options, bool restart);
 
 }  // namespace kvcast::cli
 

@@ -73,6 +73,9 @@ ABSL_FLAG(bool, relay, true, "run a MoQT relay (false: KV moves worker to worker
 ABSL_FLAG(std::string, work_dir, "build/cluster", "logs and certificates");
 ABSL_FLAG(int, scheduler_port, 50051, "scheduler gRPC port (0: a free one)");
 ABSL_FLAG(int, http_port, 8000, "scheduler's OpenAI-compatible HTTP port (0: a free one, -1: off)");
+ABSL_FLAG(bool, restart, true,
+          "cluster up: spawn a process that exits again, same flags and ports (at once, then "
+          "after 1 s, doubling while it keeps exiting within 30 s of its start, up to 30 s)");
 ABSL_FLAG(bool, http_tls, false,
           "cluster up: HTTPS on the HTTP port, with the cluster's development certificate "
           "(WORK_DIR/certs/server.pem, CA certs/ca.pem)");
@@ -122,8 +125,8 @@ const std::vector<CommandHelp>& Commands() {
         "ca", "cert", "key", "api_key", "kv_cache_mb", "backend", "device", "ids"}},
       {"cluster up", "a local cluster (scheduler, workers, relay) in the foreground",
        {"model", "prefill", "decode", "relay", "work_dir", "scheduler_port", "http_port",
-        "http_tls", "kv_cache_mb", "backend", "bin_dir", "scheduler_flags", "prefill_flags",
-        "decode_flags", "relay_flags"}},
+        "http_tls", "kv_cache_mb", "backend", "bin_dir", "restart", "scheduler_flags",
+        "prefill_flags", "decode_flags", "relay_flags"}},
       {"bench", "a shared-prefix workload against a cluster; latency and throughput",
        {"scheduler", "requests", "rate", "concurrency", "prefixes", "prefix_tokens",
         "suffix_tokens", "max_tokens", "seed", "vocab", "deadline_s", "json", "allow_failures",
@@ -232,7 +235,7 @@ int ClusterUpCommand() {
   o.decode_flags = Words(absl::GetFlag(FLAGS_decode_flags));
   o.relay_flags = Words(absl::GetFlag(FLAGS_relay_flags));
   if (absl::Status s = ValidateClusterUp(o); !s.ok()) return Usage(std::string(s.message()));
-  return Result(ClusterUp(o));
+  return Result(ClusterUp(o, absl::GetFlag(FLAGS_restart)));
 }
 
 int BenchCommand() {

@@ -202,6 +202,7 @@ absl::StatusOr<Process*> LocalCluster::Spawn(Role role, int index, const std::st
   p->log_path = absl::StrCat(work_dir_, "/logs/", p->name, ".log");
   args.insert(args.begin(), binary);
   ASSIGN_OR_RETURN(p->pid, SpawnProcess(args, p->log_path));
+  p->argv = std::move(args);
   processes_.push_back(std::move(p));
   return processes_.back().get();
 }
@@ -305,6 +306,17 @@ absl::Status LocalCluster::Kill(Role role, int index, int signo) {
     return absl::InternalError(absl::StrCat("kill ", p->name, ": ", strerror(errno)));
   }
   if (signo == SIGKILL) Reap(p, true);
+  return absl::OkStatus();
+}
+
+absl::Status LocalCluster::Restart(Role role, int index) {
+  Process* p = Find(role, index);
+  if (p == nullptr) return absl::InvalidArgumentError(absl::StrCat("no ", RoleName(role), " ", index));
+  if (!Reap(p, false)) return absl::FailedPreconditionError(absl::StrCat(p->name, " is still running"));
+  ASSIGN_OR_RETURN(p->pid, SpawnProcess(p->argv, p->log_path));
+  p->exited = false;
+  p->wait_status = 0;
+  ++p->restarts;
   return absl::OkStatus();
 }
 

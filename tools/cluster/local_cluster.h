@@ -79,6 +79,8 @@ struct Process {
   std::string moqt_address;     // relay and workers (UDP)
   bool exited = false;          // reaped
   int wait_status = 0;          // waitpid status once exited
+  std::vector<std::string> argv;  // binary and flags, as spawned (Restart reuses them)
+  int restarts = 0;               // Restart() calls so far
 };
 
 class LocalCluster {
@@ -120,6 +122,10 @@ class LocalCluster {
   absl::Status Kill(Role role, int index, int signo = SIGKILL);
   // Reaps without blocking; true while the process has not exited.
   bool Running(Role role, int index);
+  // Spawns an exited process again with the same flags and ports (its log
+  // is appended to). FAILED_PRECONDITION while it is still running;
+  // INVALID_ARGUMENT for an unknown role/index; the spawn error.
+  absl::Status Restart(Role role, int index);
   // Waits until the scheduler's /metrics shows exactly these worker counts
   // (e.g. after Kill, once the lease expires). Errors as for Start().
   absl::Status WaitForWorkers(int num_prefill, int num_decode, absl::Duration timeout);

@@ -104,6 +104,24 @@ TEST_F(LocalClusterTest, GeneratesThroughTheRelayAndStopsCleanly) {
   EXPECT_EQ(kill(decode_pid, 0), -1);
   EXPECT_EQ(c.Kill(Role::kDecode, 0).code(), absl::StatusCode::kFailedPrecondition);
 
+  // Restarted with the same flags and ports, it registers again.
+  EXPECT_EQ(c.Restart(Role::kPrefill, 0).code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(c.Restart(Role::kDecode, 0).ok());
+  EXPECT_NE(c.worker(Role::kDecode, 0).pid, decode_pid);
+  EXPECT_EQ(c.worker(Role::kDecode, 0).restarts, 1);
+  // The only decode worker is the restarted one: a request succeeds again
+  // (the first tries may still meet the dead registration).
+  grpc::Status again;
+  for (int attempt = 0; attempt < 60; ++attempt) {
+    grpc::ClientContext ctx2;
+    ctx2.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::GenerateResult unary;
+    again = stub->GenerateUnary(&ctx2, req, &unary);
+    if (again.ok()) break;
+    absl::SleepFor(absl::Milliseconds(500));
+  }
+  EXPECT_TRUE(again.ok()) << again.error_message() << "\n" << LocalCluster::LogTail(c.scheduler());
+
   std::vector<pid_t> pids;
   for (const Process* p : c.processes()) pids.push_back(p->pid);
   absl::Status stopped = c.Stop();
