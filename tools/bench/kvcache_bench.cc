@@ -27,6 +27,7 @@
 #include "engine/transformer.h"
 #include "kernels/kv_codec.h"
 #include "tools/bench/bench_models.h"
+#include "transport/kvcache/ac/ac_codec.h"
 #include "transport/kvcache/naming.h"
 #include "transport/kvcache/token_codec.h"
 
@@ -34,6 +35,8 @@ ABSL_FLAG(std::string, model, "", ".gguf file or HF model directory (instead of 
 ABSL_FLAG(std::string, presets, "tiny,100m", "random models: tiny (head_dim 16), 100m (head_dim 64)");
 ABSL_FLAG(int, prompt_len, 256, "prompt tokens");
 ABSL_FLAG(int, steps, 64, "greedy decode steps compared");
+ABSL_FLAG(std::string, ac_try, "",
+          "more ac operating points to measure, comma-separated EARLY_LEVELS/EARLY_LAYERS/LEVELS");
 
 namespace kvcast {
 namespace {
@@ -69,7 +72,44 @@ void PrintBytes() {
 struct Variant {
   KvFormat format;
   int block;  // 0: exact KV (no codec)
+  const kvcache::ac::AcPolicy* ac = nullptr;  // set: an ac track (format, block unused)
 };
+
+// Passes tokens [0, n) of `pages` through the ac codec, group by group
+// (128 tokens); returns the payload bytes.
+size_t AcRoundTrip(KvPagePool& pool, const std::vector<int32_t>& pages, int n,
+                   const kvcache::ac::AcPolicy& policy) {
+  const KvLayout& layout = pool.layout();
+  const kvcache::ac::AcShape shape{layout.num_layers, layout.num_kv_heads, layout.head_dim};
+  const int row = layout.token_floats(), tf = shape.token_floats();
+  kvcache::ac::AcGroupEncoder enc(shape, policy);
+  kvcache::ac::AcGroupDecoder dec(shape);
+  std::vector<std::vector<uint8_t>> objects;
+  size_t bytes = 0;
+  for (int first = 0; first < n; first += 128) {
+    const int count = std::min(128, n - first);
+    const auto slots = kvcache::SlotsOf(pages, layout.page_tokens, first, count);
+    std::vector<float> kv(size_t(count) * tf);
+    auto each = [&](auto fn) {
+      for (int t = 0; t < count; ++t) {
+        for (int l = 0; l < layout.num_layers; ++l) {
+          fn(pool.k_cache(l) + size_t(slots[t]) * row, &kv[size_t(t) * tf + (2 * l) * row]);
+          fn(pool.v_cache(l) + size_t(slots[t]) * row, &kv[size_t(t) * tf + (2 * l + 1) * row]);
+        }
+      }
+    };
+    each([&](float* cache, float* v) { std::copy(cache, cache + row, v); });
+    enc.Encode(kv.data(), count, &objects);
+    for (const auto& o : objects) bytes += o.size();
+    const std::vector<absl::Span<const uint8_t>> spans(objects.begin(), objects.end());
+    if (absl::Status st = dec.DecodeGroup(spans, kv.data()); !st.ok()) {
+      std::fprintf(stderr, "ac decode: %s\n", st.ToString().c_str());
+      std::abort();
+    }
+    each([&](float* cache, float* v) { std::copy(v, v + row, cache); });
+  }
+  return bytes;
+}
 
 // Prefills `prompt`, passes its KV through `v`, then decodes greedily.
 // `forced` (if not empty) replaces the sampled tokens. Returns the logits of
@@ -86,7 +126,9 @@ absl::StatusOr<Run> Generate(Transformer& model, KvPagePool& pool,
   const int n = prompt.size();
   RETURN_IF_ERROR(PrefillInChunks(model, prompt, pages, 128, &pool, &logits));
   const KvLayout& layout = pool.layout();
-  if (v.block > 0) {
+  if (v.ac != nullptr) {
+    AcRoundTrip(pool, pages, n, *v.ac);
+  } else if (v.block > 0) {
     std::vector<uint8_t> enc(KvRowBytes(v.format, layout.num_kv_heads, layout.head_dim, v.block));
     for (int32_t slot : kvcache::SlotsOf(pages, layout.page_tokens, 0, n)) {
       for (int l = 0; l < layout.num_layers; ++l) {
@@ -129,6 +171,24 @@ double Kl(const std::vector<float>& a, const std::vector<float>& b) {
   return std::max(kl, 0.0);
 }
 
+double MaxAbs(const std::vector<float>& a, const std::vector<float>& b);
+
+// One row of the quality table.
+void PrintRow(const std::string& track, const std::string& block, double bytes_vs_fp16,
+              const Run& exact, const Run& forced, const Run& free, int steps) {
+  double max_err = 0, kl_sum = 0;
+  for (int s = 0; s < steps; ++s) {
+    max_err = std::max(max_err, MaxAbs(exact.logits[s], forced.logits[s]));
+    kl_sum += Kl(exact.logits[s], forced.logits[s]);
+  }
+  int agree = 0;
+  for (int s = 0; s < steps; ++s) agree += free.tokens[s] == exact.tokens[s];
+  std::printf("| %s | %s | %.3f | %.2e | %.2e | %.2e | %.2e | %d/%d |\n", track.c_str(),
+              block.c_str(), bytes_vs_fp16, MaxAbs(exact.logits[0], forced.logits[0]),
+              Kl(exact.logits[0], forced.logits[0]), max_err, kl_sum / steps, agree, steps);
+  std::fflush(stdout);
+}
+
 double MaxAbs(const std::vector<float>& a, const std::vector<float>& b) {
   double m = 0;
   for (size_t i = 0; i < a.size(); ++i) m = std::max(m, double(std::fabs(a[i] - b[i])));
@@ -166,30 +226,45 @@ absl::Status Quality(const std::string& dir, int prompt_len, int steps) {
   }
   const size_t fp16_bytes = KvRowBytes(KvFormat::kFp16, layout.num_kv_heads, layout.head_dim,
                                        layout.head_dim);
+  std::vector<kvcache::ac::AcPolicy> ac_policies = {kvcache::ac::AcNearLossless(),
+                                                    kvcache::ac::AcLow()};
+  for (absl::string_view spec : absl::StrSplit(absl::GetFlag(FLAGS_ac_try), ',', absl::SkipEmpty())) {
+    // "EARLY_LEVELS/EARLY_LAYERS/LEVELS"
+    std::vector<std::string> parts = absl::StrSplit(spec, '/');
+    if (parts.size() != 3) return absl::InvalidArgumentError("--ac_try: EARLY_LEVELS/EARLY_LAYERS/LEVELS");
+    ac_policies.push_back({"ac (try)", std::stof(parts[0]), std::stoi(parts[1]), std::stof(parts[2])});
+  }
+  if (layout.head_dim % 16 == 0) {
+    for (const auto& p : ac_policies) variants.push_back({KvFormat::kFp16, 0, &p});
+  }
   for (Variant v : variants) {
+    if (v.ac != nullptr) {
+      ASSIGN_OR_RETURN(Run forced, Generate(*model, *pool, pages, prompt, v, steps, exact.tokens));
+      ASSIGN_OR_RETURN(Run free, Generate(*model, *pool, pages, prompt, v, steps, {}));
+      // Bytes: one more pass (Generate re-prefilled, so the pool holds exact KV).
+      std::vector<float> unused;
+      RETURN_IF_ERROR(PrefillInChunks(*model, prompt, pages, 128, pool.get(), &unused));
+      const size_t bytes = AcRoundTrip(*pool, pages, prompt_len, *v.ac);
+      PrintRow(absl::StrCat(std::string(v.ac->track), v.ac->track == "ac (try)" ? absl::StrCat(
+                   " ", v.ac->early_levels, "/", v.ac->early_layers, "/", v.ac->levels) : ""),
+               "levels " + absl::StrCat(v.ac->early_levels, " (first ", v.ac->early_layers,
+                                        " layers), ", v.ac->levels),
+               double(bytes) / prompt_len / (2.0 * layout.num_layers * fp16_bytes), exact, forced,
+               free, steps);
+      continue;
+    }
     const bool on_wire = v.block > 0;
     v.block = std::abs(v.block);
     ASSIGN_OR_RETURN(Run forced, Generate(*model, *pool, pages, prompt, v, steps, exact.tokens));
     ASSIGN_OR_RETURN(Run free, Generate(*model, *pool, pages, prompt, v, steps, {}));
-    double max_err = 0, kl_sum = 0;
-    for (int s = 0; s < steps; ++s) {
-      max_err = std::max(max_err, MaxAbs(exact.logits[s], forced.logits[s]));
-      kl_sum += Kl(exact.logits[s], forced.logits[s]);
-    }
-    int agree = 0;
-    for (int s = 0; s < steps; ++s) agree += free.tokens[s] == exact.tokens[s];
     const std::string block =
         KvFormatScaled(v.format) ? absl::StrCat(v.block == layout.head_dim ? "per head (" : "",
                                                 v.block, v.block == layout.head_dim ? ")" : "")
                                  : "-";
-    std::printf("| %s%s | %s | %.3f | %.2e | %.2e | %.2e | %.2e | %d/%d |\n",
-                TrackNameOf(v.format).c_str(), on_wire ? "" : " (not used)",
-                block.c_str(),
-                double(KvRowBytes(v.format, layout.num_kv_heads, layout.head_dim, v.block)) /
-                    fp16_bytes,
-                MaxAbs(exact.logits[0], forced.logits[0]), Kl(exact.logits[0], forced.logits[0]),
-                max_err, kl_sum / steps, agree, steps);
-    std::fflush(stdout);
+    PrintRow(TrackNameOf(v.format) + (on_wire ? "" : " (not used)"), block,
+             double(KvRowBytes(v.format, layout.num_kv_heads, layout.head_dim, v.block)) /
+                 fp16_bytes,
+             exact, forced, free, steps);
   }
   return absl::OkStatus();
 }

@@ -1,0 +1,478 @@
+// The arithmetic-coded KV tracks: see ac_codec.h and
+// docs/kvcache-wire-format.md.
+#include "transport/kvcache/ac/ac_codec.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the ac track is little-endian");
+
+namespace kvcast::kvcache::ac {
+namespace {
+
+constexpr int kEscape = kMaxSymbols - 1;  // symbol 255: z >= 255, z - 255 follows as a varint
+constexpr int32_t kMaxCode = 1 << 24;     // |q| a decoder accepts
+constexpr int kMaxShift = 15;             // a token's step is the unit's over 2^shift
+
+inline uint32_t ZigZag(int32_t r) { return (uint32_t(r) << 1) ^ uint32_t(r >> 31); }
+inline int32_t UnZigZag(uint32_t z) { return int32_t(z >> 1) ^ -int32_t(z & 1); }
+
+void PutVarint(uint32_t v, std::vector<uint8_t>* out) {
+  while (v >= 0x80) {
+    out->push_back(uint8_t(v) | 0x80);
+    v >>= 7;
+  }
+  out->push_back(uint8_t(v));
+}
+
+bool GetVarint(const uint8_t** p, const uint8_t* end, uint32_t* v) {
+  uint64_t r = 0;
+  for (int shift = 0; shift < 35; shift += 7) {
+    if (*p >= end) return false;
+    const uint8_t b = *(*p)++;
+    r |= uint64_t(b & 0x7f) << shift;
+    if (!(b & 0x80)) {
+      if (r > std::numeric_limits<uint32_t>::max()) return false;
+      *v = uint32_t(r);
+      return true;
+    }
+  }
+  return false;
+}
+
+template <typename T>
+void PutLe(T v, std::vector<uint8_t>* out) {
+  uint8_t b[sizeof(T)];
+  std::memcpy(b, &v, sizeof(T));
+  out->insert(out->end(), b, b + sizeof(T));
+}
+
+template <typename T>
+bool GetLe(const uint8_t** p, const uint8_t* end, T* v) {
+  if (end - *p < ptrdiff_t(sizeof(T))) return false;
+  std::memcpy(v, *p, sizeof(T));
+  *p += sizeof(T);
+  return true;
+}
+
+absl::Status Corrupt(const std::string& what) {
+  return absl::DataLossError(absl::StrCat("ac object: ", what));
+}
+
+}  // namespace
+
+absl::Status ValidateShape(const AcShape& s) {
+  if (s.num_layers <= 0 || s.num_kv_heads <= 0 || s.head_dim <= 0 || s.head_dim % 16 != 0 ||
+      s.num_layers > 65535 || s.num_kv_heads > 65535 || s.head_dim > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the ac track needs positive layer and head counts and a head_dim that is a multiple of "
+        "16 (at most 65535 each); this model has ", s.num_layers, " layers, ", s.num_kv_heads,
+        " KV heads of ", s.head_dim));
+  }
+  return absl::OkStatus();
+}
+
+const AcPolicy& AcNearLossless() {
+  static const AcPolicy p{"ac", 255, 4, 255};
+  return p;
+}
+
+const AcPolicy& AcLow() {
+  static const AcPolicy p{"ac-lo", 127, 4, 63};
+  return p;
+}
+
+const AcPolicy* AcPolicyOf(std::string_view track) {
+  for (const AcPolicy* p : {&AcNearLossless(), &AcLow()}) {
+    if (p->track == track) return p;
+  }
+  return nullptr;
+}
+
+// ---- encoder -----------------------------------------------------------------
+
+AcGroupEncoder::AcGroupEncoder(const AcShape& shape, const AcPolicy& policy)
+    : shape_(shape), policy_(policy) {
+  const int units = shape.num_units();
+  steps_.resize(units);
+  delta_.resize(size_t(units) * shape.head_dim);
+  for (int m = 0; m < 2; ++m) {
+    freqs_[m].resize(size_t(units) * kMaxSymbols);
+    nsym_[m].resize(units);
+    tables_[m].resize(units);
+  }
+  words_.resize(size_t(shape.token_floats()) * 2);
+}
+
+void AcGroupEncoder::ChooseSteps(const float* kv, int tokens) {
+  const int d = shape_.head_dim, units = shape_.num_units(), n = shape_.token_floats();
+  std::vector<float> tok_amax(size_t(tokens) * units);
+  std::vector<float> amax(units, 0.f);
+  std::vector<uint8_t> bad(units, 0);
+  for (int t = 0; t < tokens; ++t) {
+    const float* x = kv + size_t(t) * n;
+    for (int u = 0; u < units; ++u) {
+      float m = 0;
+      bool finite = true;
+      for (int c = 0; c < d; ++c) {
+        const float a = std::fabs(x[u * d + c]);
+        finite &= a <= std::numeric_limits<float>::max();
+        m = std::max(m, a);
+      }
+      tok_amax[size_t(t) * units + u] = m;
+      amax[u] = std::max(amax[u], m);
+      bad[u] |= !finite;
+    }
+  }
+  const int per_layer = 2 * shape_.num_kv_heads;
+  shifts_.assign(size_t(tokens) * units, 0);
+  for (int u = 0; u < units; ++u) {
+    const float levels = u / per_layer < policy_.early_layers ? policy_.early_levels : policy_.levels;
+    steps_[u] = bad[u] ? std::numeric_limits<float>::quiet_NaN() : amax[u] / levels;
+    if (bad[u] || amax[u] == 0) continue;
+    // A token whose largest value is 2^k times smaller than the group's
+    // gets a step 2^k times finer (the attention sink's small V, say).
+    for (int t = 0; t < tokens; ++t) {
+      const float m = tok_amax[size_t(t) * units + u];
+      int k = kMaxShift + 1;  // floor(log2(ratio)) + 1, from frexp
+      if (m > 0) std::frexp(amax[u] / m, &k);
+      shifts_[size_t(t) * units + u] = uint8_t(std::clamp(k - 1, 0, kMaxShift));
+    }
+  }
+}
+
+void AcGroupEncoder::Quantize(const float* kv, int tokens) {
+  const int d = shape_.head_dim, units = shape_.num_units(), n = shape_.token_floats();
+  codes_.resize(size_t(tokens) * n);
+  for (int u = 0; u < units; ++u) {
+    const float step = steps_[u];
+    const bool zero = !(step > 0);  // 0, or NaN (non-finite input): every code 0
+    for (int t = 0; t < tokens; ++t) {
+      const float inv = zero ? 0.f : 1.f / std::ldexp(step, -shifts_[size_t(t) * units + u]);
+      const float* x = kv + size_t(t) * n + u * d;
+      int16_t* q = codes_.data() + size_t(t) * n + u * d;
+      for (int c = 0; c < d; ++c) {
+        // |x * inv| <= levels (+ rounding) <= 32767 for any policy here.
+        q[c] = zero ? 0 : int16_t(std::lrint(std::clamp(x[c] * inv, -32767.f, 32767.f)));
+      }
+    }
+  }
+}
+
+void AcGroupEncoder::ChooseModesAndTables(int tokens) {
+  const int d = shape_.head_dim, units = shape_.num_units(), n = shape_.token_floats();
+  std::vector<uint32_t> counts[2];
+  counts[0].resize(kMaxSymbols);
+  counts[1].resize(kMaxSymbols);
+  std::vector<uint32_t> raw_cost(d), delta_cost(d);
+  for (int u = 0; u < units; ++u) {
+    // Mode per channel: the smaller sum of |residual| over tokens 1..T-1.
+    std::fill(raw_cost.begin(), raw_cost.end(), 0);
+    std::fill(delta_cost.begin(), delta_cost.end(), 0);
+    for (int t = 1; t < tokens; ++t) {
+      if (!SameShift(t, u)) continue;
+      const int16_t* q = codes_.data() + size_t(t) * n + u * d;
+      for (int c = 0; c < d; ++c) {
+        raw_cost[c] += std::abs(int32_t(q[c]));
+        delta_cost[c] += std::abs(int32_t(q[c]) - q[c - n]);
+      }
+    }
+    uint8_t* mode = delta_.data() + size_t(u) * d;
+    for (int c = 0; c < d; ++c) mode[c] = delta_cost[c] < raw_cost[c];
+    // Histograms of the symbols each table codes.
+    std::fill(counts[0].begin(), counts[0].end(), 0);
+    std::fill(counts[1].begin(), counts[1].end(), 0);
+    for (int t = 0; t < tokens; ++t) {
+      const int16_t* q = codes_.data() + size_t(t) * n + u * d;
+      const bool same = SameShift(t, u);
+      for (int c = 0; c < d; ++c) {
+        const bool delta = same && mode[c];
+        const uint32_t z = ZigZag(delta ? int32_t(q[c]) - q[c - n] : q[c]);
+        ++counts[delta][std::min<uint32_t>(z, kEscape)];
+      }
+    }
+    for (int m = 0; m < 2; ++m) {
+      int nsym = kMaxSymbols;
+      while (nsym > 0 && counts[m][nsym - 1] == 0) --nsym;
+      nsym_[m][u] = nsym;
+      uint16_t* f = freqs_[m].data() + size_t(u) * kMaxSymbols;
+      if (nsym == 0) continue;
+      const std::vector<uint16_t> norm =
+          NormalizeFrequencies(absl::MakeConstSpan(counts[m].data(), nsym));
+      std::copy(norm.begin(), norm.end(), f);
+      tables_[m][u].Build(absl::MakeConstSpan(f, nsym));
+    }
+  }
+}
+
+void AcGroupEncoder::AppendHeader(int tokens, std::vector<uint8_t>* out) const {
+  out->push_back(kFormatVersion);
+  out->push_back(0);
+  PutLe<uint16_t>(tokens, out);
+  PutLe<uint16_t>(shape_.num_layers, out);
+  PutLe<uint16_t>(shape_.num_kv_heads, out);
+  PutLe<uint16_t>(shape_.head_dim, out);
+  const int d = shape_.head_dim;
+  for (int u = 0; u < shape_.num_units(); ++u) {
+    PutLe<float>(steps_[u], out);
+    const uint8_t* mode = delta_.data() + size_t(u) * d;
+    for (int c = 0; c < d; c += 8) {
+      uint8_t bits = 0;
+      for (int b = 0; b < 8; ++b) bits |= uint8_t(mode[c + b] << b);
+      out->push_back(bits);
+    }
+    for (int m = 0; m < 2; ++m) {
+      PutVarint(nsym_[m][u], out);
+      const uint16_t* f = freqs_[m].data() + size_t(u) * kMaxSymbols;
+      for (int s = 0; s < nsym_[m][u]; ++s) PutVarint(f[s], out);
+    }
+  }
+}
+
+void AcGroupEncoder::EncodeTokens(int tokens, std::vector<std::vector<uint8_t>>* objects) {
+  const int d = shape_.head_dim, units = shape_.num_units(), n = shape_.token_floats();
+  // Every token is its own rANS stream; they run side by side, unit by
+  // unit from the last (rANS codes backwards), so that each unit's tables
+  // stay in cache while all tokens use them.
+  const size_t stream_bytes = size_t(n) * 2;
+  words_.resize(stream_bytes * tokens);
+  struct Stream {
+    uint32_t state[kLanes];
+    uint8_t* w;
+    std::vector<uint32_t> escapes;  // backwards
+  };
+  std::vector<Stream> streams(tokens);
+  for (int t = 0; t < tokens; ++t) {
+    std::fill(streams[t].state, streams[t].state + kLanes, kStateLow);
+    streams[t].w = words_.data() + stream_bytes * (t + 1);
+  }
+  for (int u = units - 1; u >= 0; --u) {
+    const uint8_t* mode = delta_.data() + size_t(u) * d;
+    for (int t = 0; t < tokens; ++t) {
+      Stream& st = streams[t];
+      const int16_t* q = codes_.data() + size_t(t) * n + u * d;
+      const bool same = SameShift(t, u);
+      for (int c = d - 1; c >= 0; --c) {
+        const bool delta = same && mode[c];
+        const uint32_t z = ZigZag(delta ? int32_t(q[c]) - q[c - n] : q[c]);
+        const int sym = std::min<uint32_t>(z, kEscape);
+        if (sym == kEscape) st.escapes.push_back(z - kEscape);
+        RansEncode(&st.state[c % kLanes], tables_[delta][u], sym, &st.w);
+      }
+    }
+  }
+  for (int t = 0; t < tokens; ++t) {
+    Stream& st = streams[t];
+    std::vector<uint8_t>& out = (*objects)[t];
+    out.insert(out.end(), shifts_.begin() + size_t(t) * units,
+               shifts_.begin() + size_t(t + 1) * units);
+    for (uint32_t x : st.state) PutLe<uint32_t>(x, &out);
+    uint8_t* const end = words_.data() + stream_bytes * (t + 1);
+    PutVarint(uint32_t((end - st.w) / 2), &out);
+    out.insert(out.end(), st.w, end);
+    for (auto it = st.escapes.rbegin(); it != st.escapes.rend(); ++it) PutVarint(*it, &out);
+  }
+}
+
+void AcGroupEncoder::Encode(const float* kv, int tokens,
+                            std::vector<std::vector<uint8_t>>* objects) {
+  ChooseSteps(kv, tokens);
+  Quantize(kv, tokens);
+  ChooseModesAndTables(tokens);
+  objects->resize(tokens);
+  for (auto& o : *objects) o.clear();
+  AppendHeader(tokens, &(*objects)[0]);
+  EncodeTokens(tokens, objects);
+}
+
+// ---- decoder -----------------------------------------------------------------
+
+AcGroupDecoder::AcGroupDecoder(const AcShape& shape) : shape_(shape) {
+  const int units = shape.num_units();
+  steps_.resize(units);
+  delta_.resize(size_t(units) * shape.head_dim);
+  for (int m = 0; m < 2; ++m) {
+    nsym_[m].resize(units);
+    tables_[m].resize(units);
+  }
+  prev_.resize(shape.token_floats());
+  prev_shift_.resize(units);
+}
+
+absl::Status AcGroupDecoder::ParseHeader(const uint8_t** p, const uint8_t* end) {
+  uint8_t version = 0, reserved = 0;
+  uint16_t tokens = 0, layers = 0, heads = 0, dim = 0;
+  if (!GetLe(p, end, &version) || !GetLe(p, end, &reserved) || !GetLe(p, end, &tokens) ||
+      !GetLe(p, end, &layers) || !GetLe(p, end, &heads) || !GetLe(p, end, &dim)) {
+    return Corrupt("truncated group header");
+  }
+  if (version != kFormatVersion) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ac object: format version ", version, "; this decoder reads ", kFormatVersion));
+  }
+  if (layers != shape_.num_layers || heads != shape_.num_kv_heads || dim != shape_.head_dim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ac object: group of ", layers, " layers x ", heads, " KV heads x ", dim,
+        "; this model has ", shape_.num_layers, " x ", shape_.num_kv_heads, " x ", shape_.head_dim));
+  }
+  if (tokens == 0) return Corrupt("a group of 0 tokens");
+  const int d = shape_.head_dim;
+  uint16_t freqs[kMaxSymbols];
+  for (int u = 0; u < shape_.num_units(); ++u) {
+    if (!GetLe(p, end, &steps_[u])) return Corrupt("truncated group header");
+    uint8_t* mode = delta_.data() + size_t(u) * d;
+    for (int c = 0; c < d; c += 8) {
+      uint8_t bits;
+      if (!GetLe(p, end, &bits)) return Corrupt("truncated group header");
+      for (int b = 0; b < 8; ++b) mode[c + b] = (bits >> b) & 1;
+    }
+    for (int m = 0; m < 2; ++m) {
+      uint32_t nsym;
+      if (!GetVarint(p, end, &nsym) || nsym > kMaxSymbols) return Corrupt("bad table size");
+      nsym_[m][u] = int(nsym);
+      for (uint32_t s = 0; s < nsym; ++s) {
+        uint32_t f;
+        if (!GetVarint(p, end, &f) || f > kProbScale) return Corrupt("bad table frequency");
+        freqs[s] = uint16_t(f);
+      }
+      if (nsym > 0 && !tables_[m][u].Build(absl::MakeConstSpan(freqs, nsym))) {
+        return Corrupt(absl::StrCat("unit ", u, ": frequencies do not sum to ", kProbScale));
+      }
+    }
+    if (nsym_[0][u] == 0) return Corrupt(absl::StrCat("unit ", u, " has no raw table"));
+  }
+  tokens_ = tokens;
+  return absl::OkStatus();
+}
+
+absl::Status AcGroupDecoder::OpenToken(const uint8_t* p, const uint8_t* end, Cursor* cur) const {
+  const int units = shape_.num_units();
+  if (end - p < units) return Corrupt("truncated step shifts");
+  cur->shifts = p;
+  p += units;
+  for (uint32_t& x : cur->state) {
+    if (!GetLe(&p, end, &x)) return Corrupt("truncated rANS states");
+    if (x < kStateLow) return Corrupt("a rANS state below 2^16");
+  }
+  uint32_t nwords;
+  if (!GetVarint(&p, end, &nwords) || uint64_t(nwords) * 2 > uint64_t(end - p)) {
+    return Corrupt("word count past the payload");
+  }
+  cur->w = p;
+  cur->words_end = p + size_t(nwords) * 2;
+  cur->esc = cur->words_end;
+  cur->end = end;
+  cur->overrun = false;
+  return absl::OkStatus();
+}
+
+absl::Status AcGroupDecoder::DecodeUnit(int t, int u, Cursor* cur, float* out) {
+  const int d = shape_.head_dim;
+  const uint8_t shift = cur->shifts[u];
+  if (shift > kMaxShift) return Corrupt(absl::StrCat("step shift ", shift));
+  const uint8_t* mode = delta_.data() + size_t(u) * d;
+  const float step = std::ldexp(steps_[u], -shift);
+  const bool same = t > 0 && shift == prev_shift_[u];
+  prev_shift_[u] = shift;
+  if (same && nsym_[1][u] == 0) {
+    for (int c = 0; c < d; ++c) {
+      if (mode[c]) return Corrupt(absl::StrCat("unit ", u, " has no delta table"));
+    }
+  }
+  int32_t* prev = prev_.data() + size_t(u) * d;
+  for (int c = 0; c < d; ++c) {
+    const bool delta = same && mode[c];
+    uint32_t z = RansDecode(&cur->state[c % kLanes], tables_[delta][u], &cur->w, cur->words_end,
+                            &cur->overrun);
+    if (z == kEscape) {
+      uint32_t extra;
+      if (!GetVarint(&cur->esc, cur->end, &extra) || extra > uint32_t(kMaxCode) * 4) {
+        return Corrupt("bad escape");
+      }
+      z += extra;
+    }
+    const int64_t q = int64_t(UnZigZag(z)) + (delta ? prev[c] : 0);
+    if (q > kMaxCode || q < -kMaxCode) return Corrupt("a code out of range");
+    prev[c] = int32_t(q);
+    out[c] = float(int32_t(q)) * step;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AcGroupDecoder::CloseToken(const Cursor& cur) const {
+  if (cur.overrun) return Corrupt("the word stream ends early");
+  if (cur.w != cur.words_end) return Corrupt("unread words");
+  if (cur.esc != cur.end) return Corrupt("trailing bytes");
+  for (uint32_t x : cur.state) {
+    if (x != kStateLow) return Corrupt("rANS states do not end at 2^16");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status AcGroupDecoder::Decode(int object_id, absl::Span<const uint8_t> payload, float* out) {
+  if (object_id != next_ && object_id != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ac object ", object_id, " out of order: expected ", next_));
+  }
+  next_ = 0;  // until this object decodes
+  const uint8_t* p = payload.data();
+  const uint8_t* end = p + payload.size();
+  if (object_id == 0) {
+    tokens_ = 0;
+    if (absl::Status s = ParseHeader(&p, end); !s.ok()) return s;
+  } else if (object_id >= tokens_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("ac object ", object_id, " past the group's ", tokens_, " tokens"));
+  }
+  Cursor cur;
+  if (absl::Status s = OpenToken(p, end, &cur); !s.ok()) return s;
+  for (int u = 0; u < shape_.num_units(); ++u) {
+    if (absl::Status s = DecodeUnit(object_id, u, &cur, out + size_t(u) * shape_.head_dim);
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (absl::Status s = CloseToken(cur); !s.ok()) return s;
+  next_ = object_id + 1;
+  return absl::OkStatus();
+}
+
+absl::Status AcGroupDecoder::DecodeGroup(absl::Span<const absl::Span<const uint8_t>> objects,
+                                         float* out) {
+  next_ = 0;
+  tokens_ = 0;
+  if (objects.empty()) return absl::InvalidArgumentError("ac group: no objects");
+  const uint8_t* p = objects[0].data();
+  if (absl::Status s = ParseHeader(&p, p + objects[0].size()); !s.ok()) return s;
+  if (int(objects.size()) != tokens_) {
+    return absl::InvalidArgumentError(absl::StrCat("ac group of ", tokens_, " tokens given ",
+                                                   objects.size(), " objects"));
+  }
+  std::vector<Cursor> cursors(tokens_);
+  for (int t = 0; t < tokens_; ++t) {
+    const uint8_t* begin = t == 0 ? p : objects[t].data();
+    const uint8_t* end = objects[t].data() + objects[t].size();
+    if (absl::Status s = OpenToken(begin, end, &cursors[t]); !s.ok()) return s;
+  }
+  // Unit by unit over all tokens: each unit's tables stay in cache.
+  const size_t n = shape_.token_floats();
+  for (int u = 0; u < shape_.num_units(); ++u) {
+    for (int t = 0; t < tokens_; ++t) {
+      if (absl::Status s = DecodeUnit(t, u, &cursors[t], out + t * n + size_t(u) * shape_.head_dim);
+          !s.ok()) {
+        return s;
+      }
+    }
+  }
+  for (const Cursor& c : cursors) {
+    if (absl::Status s = CloseToken(c); !s.ok()) return s;
+  }
+  next_ = tokens_;
+  return absl::OkStatus();
+}
+
+}  // namespace kvcast::kvcache::ac

@@ -1,0 +1,152 @@
+// The arithmetic-coded KV tracks ("ac", "ac-lo"): one group of tokens (a
+// 128-token chunk) coded like a video group of pictures. Byte layout and
+// arithmetic: docs/kvcache-wire-format.md, "The ac tracks".
+//
+// Per group, per unit u = (layer, K or V, KV head): one quantization step
+// (the unit's largest magnitude in the group over the operating point's
+// levels for that layer), made 2^k times finer for a token whose own
+// largest magnitude is 2^k times smaller (per token and unit: the
+// attention sink's tiny V needs it), integer codes q = round(x / step); per
+// channel of the unit, a mode: raw (code q) or delta (q minus the same
+// channel's code in the previous token, when both have the same step),
+// whichever is cheaper over the group; residuals
+// zigzagged and rANS-coded (rans.h, 16 lanes) with two probability tables
+// per unit (raw, delta) that travel in the group's first object. Objects
+// stay one per token: object 0 = group header + token 0, object t = token t.
+// A decoder takes a group's objects in order (delta channels need the
+// previous token's codes), as a subgroup stream delivers them.
+//
+// The operating point only changes the encoder's choice of steps; one
+// decoder reads every ac track.
+//
+// Thread safety: an encoder or decoder is used by one thread at a time;
+// different instances are independent.
+#ifndef KVCAST_TRANSPORT_KVCACHE_AC_AC_CODEC_H_
+#define KVCAST_TRANSPORT_KVCACHE_AC_AC_CODEC_H_
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "transport/kvcache/ac/rans.h"
+
+namespace kvcast::kvcache::ac {
+
+inline constexpr uint8_t kFormatVersion = 1;
+
+// Token shape: a token's values are, for each layer, its K row then its V
+// row, each num_kv_heads * head_dim floats (heads in order).
+struct AcShape {
+  int num_layers = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;  // a multiple of 16 (one rANS block never spans two units)
+  int token_floats() const { return num_layers * 2 * num_kv_heads * head_dim; }
+  int num_units() const { return num_layers * 2 * num_kv_heads; }
+};
+// InvalidArgument unless every field is positive and head_dim % 16 == 0.
+absl::Status ValidateShape(const AcShape& shape);
+
+// An operating point: levels per unit amax (|q| <= levels) in the first
+// `early_layers` layers and in the rest (earlier layers are the sensitive
+// ones, CacheGen's observation).
+struct AcPolicy {
+  std::string_view track;
+  float early_levels = 0;
+  int early_layers = 0;
+  float levels = 0;
+};
+// "ac" (levels 255: KL below int8's) and "ac-lo" (127 in the first 4
+// layers, 63 after: smaller, lossier); measured in docs/benchmarks.md.
+const AcPolicy& AcNearLossless();
+const AcPolicy& AcLow();
+// The policy of a track name; nullptr if it is not an ac track.
+const AcPolicy* AcPolicyOf(std::string_view track);
+
+class AcGroupEncoder {
+ public:
+  AcGroupEncoder(const AcShape& shape, const AcPolicy& policy);
+
+  // Encodes `tokens` (1..65535) tokens, token t's token_floats() values at
+  // kv + t * token_floats(); (*objects)[t] gets object t's payload.
+  void Encode(const float* kv, int tokens, std::vector<std::vector<uint8_t>>* objects);
+
+ private:
+  void ChooseSteps(const float* kv, int tokens);
+  void Quantize(const float* kv, int tokens);
+  void ChooseModesAndTables(int tokens);
+  // Appends every token's section to its object.
+  void EncodeTokens(int tokens, std::vector<std::vector<uint8_t>>* objects);
+  void AppendHeader(int tokens, std::vector<uint8_t>* out) const;
+  // Whether token t codes unit u against token t - 1 (same step).
+  bool SameShift(int t, int u) const {
+    const size_t units = steps_.size();
+    return t > 0 && shifts_[t * units + u] == shifts_[(t - 1) * units + u];
+  }
+
+  const AcShape shape_;
+  const AcPolicy policy_;
+  std::vector<float> steps_;         // per unit (NaN: non-finite input)
+  std::vector<uint8_t> shifts_;      // tokens x units: token step = unit step / 2^shift
+  std::vector<int16_t> codes_;       // tokens x token_floats
+  std::vector<uint8_t> delta_;       // per unit x channel: 1 = delta mode
+  std::vector<uint16_t> freqs_[2];   // per unit x kMaxSymbols, raw / delta tables
+  std::vector<int> nsym_[2];         // per unit (0: table unused)
+  std::vector<RansTable> tables_[2];
+  std::vector<uint8_t> words_;       // scratch: every token's word stream, built backwards
+};
+
+class AcGroupDecoder {
+ public:
+  explicit AcGroupDecoder(const AcShape& shape);
+
+  // Decodes object `object_id` of the group into out[0, token_floats()).
+  // Objects must come in order 0, 1, 2, ...; object 0 starts a new group.
+  // Errors: InvalidArgument for an object out of order or a header of
+  // another shape; DataLoss for a payload that does not decode exactly
+  // (truncated, trailing bytes, bad tables, rANS states that do not end at
+  // 2^16). After an error the decoder needs object 0 again.
+  absl::Status Decode(int object_id, absl::Span<const uint8_t> payload, float* out);
+
+  // Decodes a whole group, objects[t] = object t's payload, into out[0,
+  // T * token_floats()): the same result and errors as Decode of each in
+  // order, faster (unit by unit over all tokens, so each unit's tables stay
+  // in cache). InvalidArgument when objects.size() is not the header's T.
+  absl::Status DecodeGroup(absl::Span<const absl::Span<const uint8_t>> objects, float* out);
+
+  int tokens_in_group() const { return tokens_; }  // from object 0's header (0 before)
+
+ private:
+  // Where one token's section is being read.
+  struct Cursor {
+    const uint8_t* shifts;
+    uint32_t state[kLanes];
+    const uint8_t* w;  // next word
+    const uint8_t* words_end;
+    const uint8_t* esc;  // next escape
+    const uint8_t* end;
+    bool overrun;
+  };
+  absl::Status ParseHeader(const uint8_t** p, const uint8_t* end);
+  absl::Status OpenToken(const uint8_t* p, const uint8_t* end, Cursor* cur) const;
+  // Unit u of token t (the units of a token in order; a unit's tokens in
+  // order) into out[0, head_dim).
+  absl::Status DecodeUnit(int t, int u, Cursor* cur, float* out);
+  absl::Status CloseToken(const Cursor& cur) const;
+
+  const AcShape shape_;
+  int tokens_ = 0;
+  int next_ = 0;  // the object expected next
+  std::vector<float> steps_;
+  std::vector<uint8_t> delta_;
+  std::vector<int> nsym_[2];
+  std::vector<RansDecodeTable> tables_[2];
+  std::vector<int32_t> prev_;  // the previous token's codes
+  std::vector<uint8_t> prev_shift_;  // and step shifts
+};
+
+}  // namespace kvcast::kvcache::ac
+
+#endif  // KVCAST_TRANSPORT_KVCACHE_AC_AC_CODEC_H_
