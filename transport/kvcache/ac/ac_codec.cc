@@ -8,18 +8,19 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "transport/kvcache/ac/internal/unit_kernels.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the ac track is little-endian");
 
 namespace kvcast::kvcache::ac {
 namespace {
 
-constexpr int kEscape = kMaxSymbols - 1;  // symbol 255: z >= 255, z - 255 follows as a varint
-constexpr int32_t kMaxCode = 1 << 24;     // |q| a decoder accepts
-constexpr int kMaxShift = 15;             // a token's step is the unit's over 2^shift
+using internal::GetVarint;
+using internal::kEscape;
+
+constexpr int kMaxShift = 15;  // a token's step is the unit's over 2^shift
 
 inline uint32_t ZigZag(int32_t r) { return (uint32_t(r) << 1) ^ uint32_t(r >> 31); }
-inline int32_t UnZigZag(uint32_t z) { return int32_t(z >> 1) ^ -int32_t(z & 1); }
 
 void PutVarint(uint32_t v, std::vector<uint8_t>* out) {
   while (v >= 0x80) {
@@ -27,21 +28,6 @@ void PutVarint(uint32_t v, std::vector<uint8_t>* out) {
     v >>= 7;
   }
   out->push_back(uint8_t(v));
-}
-
-bool GetVarint(const uint8_t** p, const uint8_t* end, uint32_t* v) {
-  uint64_t r = 0;
-  for (int shift = 0; shift < 35; shift += 7) {
-    if (*p >= end) return false;
-    const uint8_t b = *(*p)++;
-    r |= uint64_t(b & 0x7f) << shift;
-    if (!(b & 0x80)) {
-      if (r > std::numeric_limits<uint32_t>::max()) return false;
-      *v = uint32_t(r);
-      return true;
-    }
-  }
-  return false;
 }
 
 template <typename T>
@@ -96,16 +82,19 @@ const AcPolicy* AcPolicyOf(std::string_view track) {
 // ---- encoder -----------------------------------------------------------------
 
 AcGroupEncoder::AcGroupEncoder(const AcShape& shape, const AcPolicy& policy)
-    : shape_(shape), policy_(policy) {
+    : shape_(shape),
+      policy_(policy),
+      encode_unit_(internal::SelectEncodeUnit()),
+      passes_(internal::SelectEncoderPasses()) {
   const int units = shape.num_units();
   steps_.resize(units);
-  delta_.resize(size_t(units) * shape.head_dim);
+  masks_.resize(size_t(units) * shape.head_dim / 16);
   for (int m = 0; m < 2; ++m) {
     freqs_[m].resize(size_t(units) * kMaxSymbols);
     nsym_[m].resize(units);
-    tables_[m].resize(units);
   }
-  words_.resize(size_t(shape.token_floats()) * 2);
+  fc_.resize(size_t(units) * 2 * kMaxSymbols);
+  rcp_.resize(size_t(units) * 2 * kMaxSymbols);
 }
 
 void AcGroupEncoder::ChooseSteps(const float* kv, int tokens) {
@@ -116,16 +105,10 @@ void AcGroupEncoder::ChooseSteps(const float* kv, int tokens) {
   for (int t = 0; t < tokens; ++t) {
     const float* x = kv + size_t(t) * n;
     for (int u = 0; u < units; ++u) {
-      float m = 0;
-      bool finite = true;
-      for (int c = 0; c < d; ++c) {
-        const float a = std::fabs(x[u * d + c]);
-        finite &= a <= std::numeric_limits<float>::max();
-        m = std::max(m, a);
-      }
+      const float m = passes_.abs_max(x + u * d, d);
+      bad[u] |= std::isnan(m);
       tok_amax[size_t(t) * units + u] = m;
-      amax[u] = std::max(amax[u], m);
-      bad[u] |= !finite;
+      if (!std::isnan(m)) amax[u] = std::max(amax[u], m);
     }
   }
   const int per_layer = 2 * shape_.num_kv_heads;
@@ -153,21 +136,23 @@ void AcGroupEncoder::Quantize(const float* kv, int tokens) {
     const bool zero = !(step > 0);  // 0, or NaN (non-finite input): every code 0
     for (int t = 0; t < tokens; ++t) {
       const float inv = zero ? 0.f : 1.f / std::ldexp(step, -shifts_[size_t(t) * units + u]);
-      const float* x = kv + size_t(t) * n + u * d;
-      int16_t* q = codes_.data() + size_t(t) * n + u * d;
-      for (int c = 0; c < d; ++c) {
-        // |x * inv| <= levels (+ rounding) <= 32767 for any policy here.
-        q[c] = zero ? 0 : int16_t(std::lrint(std::clamp(x[c] * inv, -32767.f, 32767.f)));
+      int16_t* q = codes_.data() + CodeIndex(t, u, tokens);
+      if (zero) {
+        std::fill(q, q + d, 0);
+      } else {
+        passes_.quantize(kv + size_t(t) * n + u * d, d, inv, q);
       }
     }
   }
 }
 
 void AcGroupEncoder::ChooseModesAndTables(int tokens) {
-  const int d = shape_.head_dim, units = shape_.num_units(), n = shape_.token_floats();
+  const int d = shape_.head_dim, units = shape_.num_units();
+  symbols_.resize(codes_.size());
   std::vector<uint32_t> counts[2];
   counts[0].resize(kMaxSymbols);
   counts[1].resize(kMaxSymbols);
+  std::vector<uint32_t> counts4(4 * 2 * kMaxSymbols);
   std::vector<uint32_t> raw_cost(d), delta_cost(d);
   for (int u = 0; u < units; ++u) {
     // Mode per channel: the smaller sum of |residual| over tokens 1..T-1.
@@ -175,24 +160,29 @@ void AcGroupEncoder::ChooseModesAndTables(int tokens) {
     std::fill(delta_cost.begin(), delta_cost.end(), 0);
     for (int t = 1; t < tokens; ++t) {
       if (!SameShift(t, u)) continue;
-      const int16_t* q = codes_.data() + size_t(t) * n + u * d;
-      for (int c = 0; c < d; ++c) {
-        raw_cost[c] += std::abs(int32_t(q[c]));
-        delta_cost[c] += std::abs(int32_t(q[c]) - q[c - n]);
-      }
+      const int16_t* q = codes_.data() + CodeIndex(t, u, tokens);
+      passes_.mode_costs(q, q - d, d, raw_cost.data(), delta_cost.data());
     }
-    uint8_t* mode = delta_.data() + size_t(u) * d;
-    for (int c = 0; c < d; ++c) mode[c] = delta_cost[c] < raw_cost[c];
-    // Histograms of the symbols each table codes.
-    std::fill(counts[0].begin(), counts[0].end(), 0);
-    std::fill(counts[1].begin(), counts[1].end(), 0);
+    uint16_t* mask = masks_.data() + size_t(u) * d / 16;
+    for (int c = 0; c < d; ++c) {
+      if (c % 16 == 0) mask[c / 16] = 0;
+      mask[c / 16] |= uint16_t(delta_cost[c] < raw_cost[c]) << (c % 16);
+    }
+    // Histograms of the symbols each table codes, in 4 interleaved copies
+    // (runs of one symbol would otherwise wait on one counter's stores).
+    std::fill(counts4.begin(), counts4.end(), 0);
     for (int t = 0; t < tokens; ++t) {
-      const int16_t* q = codes_.data() + size_t(t) * n + u * d;
-      const bool same = SameShift(t, u);
-      for (int c = 0; c < d; ++c) {
-        const bool delta = same && mode[c];
-        const uint32_t z = ZigZag(delta ? int32_t(q[c]) - q[c - n] : q[c]);
-        ++counts[delta][std::min<uint32_t>(z, kEscape)];
+      const size_t at = CodeIndex(t, u, tokens);
+      uint16_t* sym = symbols_.data() + at;
+      passes_.symbolize(codes_.data() + at, codes_.data() + at - (t > 0 ? d : 0),
+                        SameShift(t, u) ? mask : nullptr, d, sym);
+      for (int c = 0; c < d; ++c) ++counts4[(c & 3) * 2 * kMaxSymbols + sym[c]];
+    }
+    for (int m = 0; m < 2; ++m) {
+      for (int s = 0; s < kMaxSymbols; ++s) {
+        uint32_t sum = 0;
+        for (int k = 0; k < 4; ++k) sum += counts4[(k * 2 + m) * kMaxSymbols + s];
+        counts[m][s] = sum;
       }
     }
     for (int m = 0; m < 2; ++m) {
@@ -204,7 +194,8 @@ void AcGroupEncoder::ChooseModesAndTables(int tokens) {
       const std::vector<uint16_t> norm =
           NormalizeFrequencies(absl::MakeConstSpan(counts[m].data(), nsym));
       std::copy(norm.begin(), norm.end(), f);
-      tables_[m][u].Build(absl::MakeConstSpan(f, nsym));
+      const size_t at = (size_t(u) * 2 + m) * kMaxSymbols;
+      BuildEncodeTable(absl::MakeConstSpan(f, nsym), &fc_[at], &rcp_[at]);
     }
   }
 }
@@ -219,12 +210,7 @@ void AcGroupEncoder::AppendHeader(int tokens, std::vector<uint8_t>* out) const {
   const int d = shape_.head_dim;
   for (int u = 0; u < shape_.num_units(); ++u) {
     PutLe<float>(steps_[u], out);
-    const uint8_t* mode = delta_.data() + size_t(u) * d;
-    for (int c = 0; c < d; c += 8) {
-      uint8_t bits = 0;
-      for (int b = 0; b < 8; ++b) bits |= uint8_t(mode[c + b] << b);
-      out->push_back(bits);
-    }
+    for (int b = 0; b < d / 16; ++b) PutLe<uint16_t>(masks_[size_t(u) * d / 16 + b], out);
     for (int m = 0; m < 2; ++m) {
       PutVarint(nsym_[m][u], out);
       const uint16_t* f = freqs_[m].data() + size_t(u) * kMaxSymbols;
@@ -237,36 +223,31 @@ void AcGroupEncoder::EncodeTokens(int tokens, std::vector<std::vector<uint8_t>>*
   const int d = shape_.head_dim, units = shape_.num_units(), n = shape_.token_floats();
   // Every token is its own rANS stream; they run side by side, unit by
   // unit from the last (rANS codes backwards), so that each unit's tables
-  // stay in cache while all tokens use them.
+  // stay in cache while all tokens use them, a few tokens per kernel call.
   const size_t stream_bytes = size_t(n) * 2;
   words_.resize(stream_bytes * tokens);
-  struct Stream {
-    uint32_t state[kLanes];
-    uint8_t* w;
-    std::vector<uint32_t> escapes;  // backwards
-  };
-  std::vector<Stream> streams(tokens);
+  std::vector<internal::EncodeStream> streams(tokens);
   for (int t = 0; t < tokens; ++t) {
     std::fill(streams[t].state, streams[t].state + kLanes, kStateLow);
     streams[t].w = words_.data() + stream_bytes * (t + 1);
   }
+  constexpr int kBatch = internal::kMaxTokensPerCall;
+  internal::EncodeStream* batch[kBatch];
+  internal::EncodeUnitInput in[kBatch];
   for (int u = units - 1; u >= 0; --u) {
-    const uint8_t* mode = delta_.data() + size_t(u) * d;
-    for (int t = 0; t < tokens; ++t) {
-      Stream& st = streams[t];
-      const int16_t* q = codes_.data() + size_t(t) * n + u * d;
-      const bool same = SameShift(t, u);
-      for (int c = d - 1; c >= 0; --c) {
-        const bool delta = same && mode[c];
-        const uint32_t z = ZigZag(delta ? int32_t(q[c]) - q[c - n] : q[c]);
-        const int sym = std::min<uint32_t>(z, kEscape);
-        if (sym == kEscape) st.escapes.push_back(z - kEscape);
-        RansEncode(&st.state[c % kLanes], tables_[delta][u], sym, &st.w);
+    const size_t at = size_t(u) * 2 * kMaxSymbols;
+    for (int t = 0; t < tokens; t += kBatch) {
+      const int count = std::min(kBatch, tokens - t);
+      for (int k = 0; k < count; ++k) {
+        const size_t i = CodeIndex(t + k, u, tokens);
+        batch[k] = &streams[t + k];
+        in[k] = {&symbols_[i], &codes_[i], t + k > 0 ? &codes_[i - d] : nullptr};
       }
+      encode_unit_(batch, in, count, &fc_[at], &rcp_[at], d);
     }
   }
   for (int t = 0; t < tokens; ++t) {
-    Stream& st = streams[t];
+    internal::EncodeStream& st = streams[t];
     std::vector<uint8_t>& out = (*objects)[t];
     out.insert(out.end(), shifts_.begin() + size_t(t) * units,
                shifts_.begin() + size_t(t + 1) * units);
@@ -291,14 +272,13 @@ void AcGroupEncoder::Encode(const float* kv, int tokens,
 
 // ---- decoder -----------------------------------------------------------------
 
-AcGroupDecoder::AcGroupDecoder(const AcShape& shape) : shape_(shape) {
+AcGroupDecoder::AcGroupDecoder(const AcShape& shape)
+    : shape_(shape), decode_unit_(internal::SelectDecodeUnit()) {
   const int units = shape.num_units();
   steps_.resize(units);
-  delta_.resize(size_t(units) * shape.head_dim);
-  for (int m = 0; m < 2; ++m) {
-    nsym_[m].resize(units);
-    tables_[m].resize(units);
-  }
+  masks_.resize(size_t(units) * shape.head_dim / 16);
+  for (int m = 0; m < 2; ++m) nsym_[m].resize(units);
+  slots_.resize(size_t(units) * 2 * kProbScale);
   prev_.resize(shape.token_floats());
   prev_shift_.resize(units);
 }
@@ -324,11 +304,8 @@ absl::Status AcGroupDecoder::ParseHeader(const uint8_t** p, const uint8_t* end) 
   uint16_t freqs[kMaxSymbols];
   for (int u = 0; u < shape_.num_units(); ++u) {
     if (!GetLe(p, end, &steps_[u])) return Corrupt("truncated group header");
-    uint8_t* mode = delta_.data() + size_t(u) * d;
-    for (int c = 0; c < d; c += 8) {
-      uint8_t bits;
-      if (!GetLe(p, end, &bits)) return Corrupt("truncated group header");
-      for (int b = 0; b < 8; ++b) mode[c + b] = (bits >> b) & 1;
+    for (int b = 0; b < d / 16; ++b) {
+      if (!GetLe(p, end, &masks_[size_t(u) * d / 16 + b])) return Corrupt("truncated group header");
     }
     for (int m = 0; m < 2; ++m) {
       uint32_t nsym;
@@ -339,7 +316,8 @@ absl::Status AcGroupDecoder::ParseHeader(const uint8_t** p, const uint8_t* end) 
         if (!GetVarint(p, end, &f) || f > kProbScale) return Corrupt("bad table frequency");
         freqs[s] = uint16_t(f);
       }
-      if (nsym > 0 && !tables_[m][u].Build(absl::MakeConstSpan(freqs, nsym))) {
+      if (nsym > 0 && !BuildDecodeTable(absl::MakeConstSpan(freqs, nsym),
+                                        &slots_[(size_t(u) * 2 + m) * kProbScale])) {
         return Corrupt(absl::StrCat("unit ", u, ": frequencies do not sum to ", kProbScale));
       }
     }
@@ -370,35 +348,30 @@ absl::Status AcGroupDecoder::OpenToken(const uint8_t* p, const uint8_t* end, Cur
   return absl::OkStatus();
 }
 
-absl::Status AcGroupDecoder::DecodeUnit(int t, int u, Cursor* cur, float* out) {
+absl::Status AcGroupDecoder::DecodeUnit(int t, int count, int u, Cursor* curs, float* out,
+                                        size_t out_stride) {
   const int d = shape_.head_dim;
-  const uint8_t shift = cur->shifts[u];
-  if (shift > kMaxShift) return Corrupt(absl::StrCat("step shift ", shift));
-  const uint8_t* mode = delta_.data() + size_t(u) * d;
-  const float step = std::ldexp(steps_[u], -shift);
-  const bool same = t > 0 && shift == prev_shift_[u];
-  prev_shift_[u] = shift;
-  if (same && nsym_[1][u] == 0) {
-    for (int c = 0; c < d; ++c) {
-      if (mode[c]) return Corrupt(absl::StrCat("unit ", u, " has no delta table"));
+  const uint16_t* masks = &masks_[size_t(u) * d / 16];
+  const bool has_delta = std::any_of(masks, masks + d / 16, [](uint16_t m) { return m != 0; });
+  internal::DecodeCursor* cursors[internal::kMaxTokensPerCall];
+  bool same[internal::kMaxTokensPerCall];
+  float steps[internal::kMaxTokensPerCall];
+  float* outs[internal::kMaxTokensPerCall];
+  for (int k = 0; k < count; ++k) {
+    const uint8_t shift = curs[k].shifts[u];
+    if (shift > kMaxShift) return Corrupt(absl::StrCat("step shift ", shift));
+    same[k] = t + k > 0 && shift == prev_shift_[u];
+    prev_shift_[u] = shift;
+    if (same[k] && has_delta && nsym_[1][u] == 0) {
+      return Corrupt(absl::StrCat("unit ", u, " has no delta table"));
     }
+    cursors[k] = &curs[k];
+    steps[k] = std::ldexp(steps_[u], -shift);
+    outs[k] = out + k * out_stride + size_t(u) * d;
   }
-  int32_t* prev = prev_.data() + size_t(u) * d;
-  for (int c = 0; c < d; ++c) {
-    const bool delta = same && mode[c];
-    uint32_t z = RansDecode(&cur->state[c % kLanes], tables_[delta][u], &cur->w, cur->words_end,
-                            &cur->overrun);
-    if (z == kEscape) {
-      uint32_t extra;
-      if (!GetVarint(&cur->esc, cur->end, &extra) || extra > uint32_t(kMaxCode) * 4) {
-        return Corrupt("bad escape");
-      }
-      z += extra;
-    }
-    const int64_t q = int64_t(UnZigZag(z)) + (delta ? prev[c] : 0);
-    if (q > kMaxCode || q < -kMaxCode) return Corrupt("a code out of range");
-    prev[c] = int32_t(q);
-    out[c] = float(int32_t(q)) * step;
+  if (const char* why = decode_unit_(cursors, count, &slots_[size_t(u) * 2 * kProbScale], masks,
+                                     same, &prev_[size_t(u) * d], steps, d, outs)) {
+    return Corrupt(why);
   }
   return absl::OkStatus();
 }
@@ -431,10 +404,7 @@ absl::Status AcGroupDecoder::Decode(int object_id, absl::Span<const uint8_t> pay
   Cursor cur;
   if (absl::Status s = OpenToken(p, end, &cur); !s.ok()) return s;
   for (int u = 0; u < shape_.num_units(); ++u) {
-    if (absl::Status s = DecodeUnit(object_id, u, &cur, out + size_t(u) * shape_.head_dim);
-        !s.ok()) {
-      return s;
-    }
+    if (absl::Status s = DecodeUnit(object_id, 1, u, &cur, out, 0); !s.ok()) return s;
   }
   if (absl::Status s = CloseToken(cur); !s.ok()) return s;
   next_ = object_id + 1;
@@ -458,14 +428,13 @@ absl::Status AcGroupDecoder::DecodeGroup(absl::Span<const absl::Span<const uint8
     const uint8_t* end = objects[t].data() + objects[t].size();
     if (absl::Status s = OpenToken(begin, end, &cursors[t]); !s.ok()) return s;
   }
-  // Unit by unit over all tokens: each unit's tables stay in cache.
+  // Unit by unit over all tokens, so that each unit's tables stay in
+  // cache, a few tokens at a time (independent rANS chains in flight).
   const size_t n = shape_.token_floats();
   for (int u = 0; u < shape_.num_units(); ++u) {
-    for (int t = 0; t < tokens_; ++t) {
-      if (absl::Status s = DecodeUnit(t, u, &cursors[t], out + t * n + size_t(u) * shape_.head_dim);
-          !s.ok()) {
-        return s;
-      }
+    for (int t = 0; t < tokens_; t += internal::kMaxTokensPerCall) {
+      const int count = std::min(internal::kMaxTokensPerCall, tokens_ - t);
+      if (absl::Status s = DecodeUnit(t, count, u, &cursors[t], out + t * n, n); !s.ok()) return s;
     }
   }
   for (const Cursor& c : cursors) {

@@ -31,6 +31,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "transport/kvcache/ac/internal/unit_kernels.h"
 #include "transport/kvcache/ac/rans.h"
 
 namespace kvcast::kvcache::ac {
@@ -90,12 +91,21 @@ class AcGroupEncoder {
   const AcPolicy policy_;
   std::vector<float> steps_;         // per unit (NaN: non-finite input)
   std::vector<uint8_t> shifts_;      // tokens x units: token step = unit step / 2^shift
-  std::vector<int16_t> codes_;       // tokens x token_floats
-  std::vector<uint8_t> delta_;       // per unit x channel: 1 = delta mode
+  // Unit-major (unit, token, channel): the passes after quantization walk
+  // one unit of every token, so its tokens' codes should be adjacent.
+  size_t CodeIndex(int t, int u, int tokens) const {
+    return (size_t(u) * tokens + t) * shape_.head_dim;
+  }
+  std::vector<int16_t> codes_;       // CodeIndex order
+  std::vector<uint16_t> symbols_;    // CodeIndex order: table index (internal/unit_kernels.h)
+  std::vector<uint16_t> masks_;      // per unit x block of 16 channels: delta channels
   std::vector<uint16_t> freqs_[2];   // per unit x kMaxSymbols, raw / delta tables
   std::vector<int> nsym_[2];         // per unit (0: table unused)
-  std::vector<RansTable> tables_[2];
+  std::vector<uint32_t> fc_;         // per unit x (raw, delta) x kMaxSymbols (rans.h)
+  std::vector<double> rcp_;
   std::vector<uint8_t> words_;       // scratch: every token's word stream, built backwards
+  const internal::EncodeUnitFn encode_unit_;
+  const internal::EncoderPasses passes_;
 };
 
 class AcGroupDecoder {
@@ -120,29 +130,25 @@ class AcGroupDecoder {
 
  private:
   // Where one token's section is being read.
-  struct Cursor {
+  struct Cursor : internal::DecodeCursor {
     const uint8_t* shifts;
-    uint32_t state[kLanes];
-    const uint8_t* w;  // next word
-    const uint8_t* words_end;
-    const uint8_t* esc;  // next escape
-    const uint8_t* end;
-    bool overrun;
   };
   absl::Status ParseHeader(const uint8_t** p, const uint8_t* end);
   absl::Status OpenToken(const uint8_t* p, const uint8_t* end, Cursor* cur) const;
-  // Unit u of token t (the units of a token in order; a unit's tokens in
-  // order) into out[0, head_dim).
-  absl::Status DecodeUnit(int t, int u, Cursor* cur, float* out);
+  // Unit u of tokens t .. t+count-1 (count <= internal::kMaxTokensPerCall)
+  // from cursors curs[0, count) into token k's values at out + k *
+  // out_stride. A unit's tokens decode in order.
+  absl::Status DecodeUnit(int t, int count, int u, Cursor* curs, float* out, size_t out_stride);
   absl::Status CloseToken(const Cursor& cur) const;
 
   const AcShape shape_;
   int tokens_ = 0;
   int next_ = 0;  // the object expected next
+  const internal::DecodeUnitFn decode_unit_;
   std::vector<float> steps_;
-  std::vector<uint8_t> delta_;
+  std::vector<uint16_t> masks_;  // as the encoder's
   std::vector<int> nsym_[2];
-  std::vector<RansDecodeTable> tables_[2];
+  std::vector<uint32_t> slots_;  // per unit x (raw, delta) x kProbScale (rans.h)
   std::vector<int32_t> prev_;  // the previous token's codes
   std::vector<uint8_t> prev_shift_;  // and step shifts
 };

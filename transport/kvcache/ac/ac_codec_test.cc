@@ -82,7 +82,35 @@ TEST(AcCodec, CompressesAndTheLowPointIsSmaller) {
   EXPECT_LT(bytes[1], bytes[0] * 0.92) << "ac-lo";
 }
 
-TEST(AcCodec, EscapesCarryLargeResiduals) {
+// Parameter: force the scalar kernels.
+class AcCodecKernels : public testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override { internal::ForceScalarKernels(GetParam()); }
+  void TearDown() override { internal::ForceScalarKernels(false); }
+};
+INSTANTIATE_TEST_SUITE_P(ScalarAndBest, AcCodecKernels, testing::Bool());
+
+// The AVX-512 kernels (where the CPU has them) give the scalar kernels'
+// bytes and floats exactly, also for escapes and both operating points.
+TEST(AcCodec, SimdKernelsEqualScalar) {
+  if (!internal::SimdKernelsAvailable()) GTEST_SKIP() << "no AVX-512 (F, BW, VBMI2) here";
+  for (const AcPolicy* p : {&AcNearLossless(), &AcLow()}) {
+    for (int tokens : {1, 50, 128}) {
+      const auto kv = MakeKv(kShape, tokens, 40 + tokens);
+      std::vector<std::vector<uint8_t>> simd, scalar;
+      AcGroupEncoder(kShape, *p).Encode(kv.data(), tokens, &simd);
+      internal::ForceScalarKernels(true);
+      AcGroupEncoder(kShape, *p).Encode(kv.data(), tokens, &scalar);
+      const auto scalar_out = DecodeAll(kShape, simd);
+      internal::ForceScalarKernels(false);
+      ASSERT_EQ(simd, scalar);
+      const auto simd_out = DecodeAll(kShape, simd);
+      ASSERT_EQ(0, std::memcmp(simd_out.data(), scalar_out.data(), simd_out.size() * 4));
+    }
+  }
+}
+
+TEST_P(AcCodecKernels, EscapesCarryLargeResiduals) {
   // One channel ramps smoothly (delta mode) and then jumps across the whole
   // range: a residual of about -2 * levels needs the escape.
   AcShape s{1, 1, 16};
@@ -114,7 +142,7 @@ TEST(AcCodec, NonFiniteUnitsDecodeToNanAndZerosToZeros) {
   }
 }
 
-TEST(AcCodec, DamagedObjectsAreRefused) {
+TEST_P(AcCodecKernels, DamagedObjectsAreRefused) {
   const auto kv = MakeKv(kShape, 8, 5);
   AcGroupEncoder enc(kShape, AcNearLossless());
   std::vector<std::vector<uint8_t>> objects;

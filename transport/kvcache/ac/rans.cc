@@ -51,28 +51,17 @@ bool ForEachSymbol(absl::Span<const uint16_t> freqs, Visit visit) {
 
 }  // namespace
 
-bool RansTable::Build(absl::Span<const uint16_t> freqs) {
-  num_symbols = 0;
-  if (!ForEachSymbol(freqs, [&](size_t s, uint32_t f, uint32_t c) {
-        freq[s] = f;
-        cum[s] = c;
-        rcp[s] = f ? ((uint64_t{1} << 45) + f - 1) / f : 0;
-      })) {
-    return false;
-  }
-  num_symbols = static_cast<int>(freqs.size());
-  return true;
+bool BuildEncodeTable(absl::Span<const uint16_t> freqs, uint32_t* fc, double* rcp) {
+  return ForEachSymbol(freqs, [&](size_t s, uint32_t f, uint32_t c) {
+    fc[s] = (f << 16) | c;
+    rcp[s] = f ? 1.0 / f : 0.0;
+  });
 }
 
-bool RansDecodeTable::Build(absl::Span<const uint16_t> freqs) {
-  num_symbols = 0;
-  if (!ForEachSymbol(freqs, [&](size_t s, uint32_t f, uint32_t c) {
-        if (f > 0) std::fill(slot.begin() + c, slot.begin() + c + f, (s << 24) | ((f - 1) << 12) | c);
-      })) {
-    return false;
-  }
-  num_symbols = static_cast<int>(freqs.size());
-  return true;
+bool BuildDecodeTable(absl::Span<const uint16_t> freqs, uint32_t* slot) {
+  return ForEachSymbol(freqs, [&](size_t s, uint32_t f, uint32_t c) {
+    if (f > 0) std::fill(slot + c, slot + c + f, (uint32_t(s) << 24) | ((f - 1) << 12) | c);
+  });
 }
 
 }  // namespace kvcast::kvcache::ac

@@ -24,38 +24,55 @@ TEST(NormalizeFrequencies, SumsToTheScaleAndKeepsEverySeenSymbol) {
   EXPECT_EQ(NormalizeFrequencies(std::vector<uint32_t>(256, 1))[7], 16);
 }
 
-TEST(RansTable, RejectsFrequenciesThatDoNotSumToTheScale) {
-  RansTable t;
-  RansDecodeTable d;
-  EXPECT_FALSE(t.Build(std::vector<uint16_t>{100, 200}));
-  EXPECT_FALSE(d.Build(std::vector<uint16_t>{4096, 1}));
-  EXPECT_FALSE(d.Build({}));
-  EXPECT_FALSE(d.Build(std::vector<uint16_t>(257, 16)));
-  EXPECT_TRUE(d.Build(std::vector<uint16_t>{0, 4096, 0}));
-  EXPECT_EQ(d.num_symbols, 3);
+TEST(RansTables, RejectFrequenciesThatDoNotSumToTheScale) {
+  std::vector<uint32_t> fc(kMaxSymbols), slot(kProbScale);
+  std::vector<double> rcp(kMaxSymbols);
+  EXPECT_FALSE(BuildEncodeTable(std::vector<uint16_t>{100, 200}, fc.data(), rcp.data()));
+  EXPECT_FALSE(BuildDecodeTable(std::vector<uint16_t>{4096, 1}, slot.data()));
+  EXPECT_FALSE(BuildDecodeTable({}, slot.data()));
+  EXPECT_FALSE(BuildDecodeTable(std::vector<uint16_t>(257, 16), slot.data()));
+  EXPECT_TRUE(BuildDecodeTable(std::vector<uint16_t>{0, 4096, 0}, slot.data()));
+  EXPECT_EQ(slot[1234] >> 24, 1u);
+}
+
+TEST(Rans, DoubleReciprocalDivisionIsExact) {
+  // Every divisor, the quotients' edges and a random spread of numerators.
+  std::mt19937 rng(3);
+  for (uint32_t f = 1; f <= kProbScale; ++f) {
+    const double rcp = 1.0 / f;
+    for (int k = 0; k < 64; ++k) {
+      const uint32_t q = k < 32 ? uint32_t((uint64_t{0xffffffff} / f) - k) : rng() / f;
+      for (uint64_t x : {uint64_t{q} * f, uint64_t{q} * f + f - 1, uint64_t{q} * f + (f - 1) / 2}) {
+        if (x > 0xffffffffu) continue;
+        ASSERT_EQ(uint32_t(double(x) * rcp + kDivisionNudge), uint32_t(x / f)) << x << " / " << f;
+      }
+    }
+  }
 }
 
 // Encodes `symbols` (symbol i with table tables[i % tables.size()]) on 16
 // lanes, decodes them back and checks every state returns to 2^16.
 size_t RoundTrip(const std::vector<int>& symbols, const std::vector<std::vector<uint16_t>>& freqs) {
-  std::vector<RansTable> enc(freqs.size());
-  std::vector<RansDecodeTable> dec(freqs.size());
-  for (size_t k = 0; k < freqs.size(); ++k) {
-    EXPECT_TRUE(enc[k].Build(freqs[k]));
-    EXPECT_TRUE(dec[k].Build(freqs[k]));
+  const size_t k = freqs.size();
+  std::vector<uint32_t> fc(k * kMaxSymbols), slot(k * kProbScale);
+  std::vector<double> rcp(k * kMaxSymbols);
+  for (size_t t = 0; t < k; ++t) {
+    EXPECT_TRUE(BuildEncodeTable(freqs[t], &fc[t * kMaxSymbols], &rcp[t * kMaxSymbols]));
+    EXPECT_TRUE(BuildDecodeTable(freqs[t], &slot[t * kProbScale]));
   }
   std::vector<uint8_t> buf(symbols.size() * 2 + 2);
   uint8_t* w = buf.data() + buf.size();
   uint32_t state[kLanes];
   std::fill(state, state + kLanes, kStateLow);
   for (size_t i = symbols.size(); i-- > 0;) {
-    RansEncode(&state[i % kLanes], enc[i % freqs.size()], symbols[i], &w);
+    const size_t e = (i % k) * kMaxSymbols + symbols[i];
+    RansEncode(&state[i % kLanes], fc[e], rcp[e], &w);
   }
   const uint8_t* r = w;
   const uint8_t* end = buf.data() + buf.size();
   bool overrun = false;
   for (size_t i = 0; i < symbols.size(); ++i) {
-    const int s = RansDecode(&state[i % kLanes], dec[i % freqs.size()], &r, end, &overrun);
+    const int s = RansDecode(&state[i % kLanes], &slot[(i % k) * kProbScale], &r, end, &overrun);
     if (s != symbols[i]) {
       ADD_FAILURE() << "symbol " << i << ": " << s << " != " << symbols[i];
       break;
