@@ -84,7 +84,7 @@ DecodeService::Landed DecodeService::LandPromptKv(grpc::ServerContext* context,
   if (out.tokens >= kv_tokens) return out;
 
   const int groups = (kv_tokens + chunk - 1) / chunk;
-  auto format = kvcache::FormatOfTrackName(
+  auto format = kvcache::CompressionOfTrackName(
       start.kv().compression().empty() ? "fp16" : start.kv().compression());
   struct State {
     absl::Notification done;

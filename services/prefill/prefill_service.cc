@@ -91,8 +91,8 @@ absl::StatusOr<std::vector<int32_t>> PrefillService::FetchPrefix(
   const int chunk = engine.options().chunk_tokens;
   const int page_tokens = engine.pool().layout().page_tokens;
   const int groups = source.groups();
-  ASSIGN_OR_RETURN(KvFormat format,
-                   kvcache::FormatOfTrackName(source.compression().empty() ? "fp16"
+  ASSIGN_OR_RETURN(kvcache::KvCompression format,
+                   kvcache::CompressionOfTrackName(source.compression().empty() ? "fp16"
                                                                             : source.compression()));
   auto fresh = engine.pool().Allocate((groups - own_chunks) * chunk / page_tokens);
   if (!fresh.ok()) {

@@ -93,7 +93,7 @@ int main(int argc, char** argv) {
     return fail(absl::InvalidArgumentError(
         "--tenant_max_in_flight and --tenant_prompt_tokens_per_minute must be >= 0"));
   }
-  if (auto f = kvcache::FormatOfTrackName(absl::GetFlag(FLAGS_kv_compression)); !f.ok()) {
+  if (auto f = kvcache::CompressionOfTrackName(absl::GetFlag(FLAGS_kv_compression)); !f.ok()) {
     return fail(absl::InvalidArgumentError(absl::StrCat("--kv_compression: ", f.status().message())));
   }
   auto signal = services::ShutdownSignal::Create();

@@ -12,11 +12,15 @@ Written from that document alone, without reading kvcast's C++ codec, so
 that agreement with it (tests/interop/ac_decoder_test.py) is evidence that
 the document is complete and correct.
 
-Every check the document asks of a decoder raises ValueError: a wrong
-version or shape, a T that disagrees with the number of objects, malformed
-varints or tables, lane states below 2^16, a word stream that runs out,
-lane states that do not end at exactly 2^16, unread words, unused or
-missing escape bytes, a delta-coded value without a delta table.
+Every refusal the document asks of a decoder raises ValueError: a wrong
+version or shape; T = 0, or a number of objects other than T (the objects
+are ids 0 .. T-1, so this covers an object id >= T); a varint longer than 5
+bytes or not below 2^32 (non-minimal ones are read); a table size outside
+1..256 (raw) or 0..256 (delta), or frequencies not summing to 4096 (zeros
+are allowed); a shift above 15; a lane state below 2^16; a word stream that
+runs out; lane states that do not end at exactly 2^16; unread words; unused
+or missing escape bytes; an escape varint above 2^26; a code q with
+|q| > 2^24; a delta-coded value without a delta table.
 
     values = decode_group(objects, layers, heads, head_dim)
     # float32, shape (T, layers * 2 * heads * head_dim), payload order
@@ -33,6 +37,10 @@ PROB_SCALE = 1 << PROB_BITS
 STATE_LOW = 1 << 16  # lane states live in [2^16, 2^32)
 ESCAPE = 255  # the symbol whose z is 255 + the next escape varint
 MAX_SHIFT = 15
+MAX_ESCAPE = 1 << 26  # a larger escape varint is refused
+MAX_CODE = 1 << 24  # |q| above this is refused (float32(q) stays exact)
+# 2^-k for every allowed shift k, exact in binary32
+POW2_NEG = np.exp2(-np.arange(MAX_SHIFT + 1)).astype(np.float32)
 
 
 class _Reader:
@@ -90,10 +98,11 @@ class _Table:
 
 def _read_table(r: _Reader, field: str, allow_empty: bool) -> _Table | None:
     n = r.varint(f"{field} size")
-    if n == 0 and allow_empty:
+    smallest = 0 if allow_empty else 1
+    if not smallest <= n <= 256:
+        r.fail(f"{field} has {n} frequencies, not {smallest}..256")
+    if n == 0:
         return None
-    if not 1 <= n <= 256:
-        r.fail(f"{field} has {n} frequencies, not 1..256")
     freqs = [r.varint(f"{field} frequency {s}") for s in range(n)]
     if sum(freqs) != PROB_SCALE:
         r.fail(f"{field} frequencies sum to {sum(freqs)}, not {PROB_SCALE}")
@@ -110,7 +119,7 @@ class _Header:
         r.u8("reserved")  # ignored
         self.tokens = r.u16("T")
         if self.tokens == 0:
-            r.fail("T is 0")
+            r.fail("T is 0, not 1 .. 65535")
         shape = (r.u16("L"), r.u16("H"), r.u16("D"))
         if shape != (layers, heads, head_dim):
             r.fail(f"shape (L, H, D) = {shape}, the model's is {(layers, heads, head_dim)}")
@@ -159,7 +168,8 @@ def _decode_symbols(r: _Reader, table_index: np.ndarray, stacks: _TableStack) ->
     """
     states = np.frombuffer(r.take(4 * LANES, "lane states"), dtype="<u4").astype(np.int64)
     if (states < STATE_LOW).any():
-        r.fail(f"lane state below 2^16: {states.tolist()}")
+        j = int(np.argmax(states < STATE_LOW))
+        r.fail(f"lane {j}'s state {int(states[j])} is below 2^16")
     count = r.varint("W")
     words = np.frombuffer(r.take(2 * count, f"{count} words"), dtype="<u2").astype(np.int64)
 
@@ -189,9 +199,11 @@ def _decode_symbols(r: _Reader, table_index: np.ndarray, stacks: _TableStack) ->
 def decode_group(objects: list[bytes], layers: int, heads: int, head_dim: int) -> np.ndarray:
     """Decodes the objects 0 .. T-1 of one `ac` / `ac-lo` group.
 
-    Returns float32 values of shape (T, layers * 2 * heads * head_dim), each
-    row one token's payload order: per layer K then V, heads in order.
-    Raises ValueError for any object the format says a decoder refuses.
+    objects[t] is the payload of object id t; a list of another length than
+    the header's T is refused. Returns float32 values of shape
+    (T, layers * 2 * heads * head_dim), each row one token's payload order:
+    per layer K then V, heads in order. Raises ValueError for any object the
+    format says a decoder refuses.
     """
     if head_dim <= 0 or head_dim % 16:
         raise ValueError(f"head_dim {head_dim} is not a positive multiple of 16: no ac track")
@@ -217,8 +229,9 @@ def decode_group(objects: list[bytes], layers: int, heads: int, head_dim: int) -
         shifts = np.frombuffer(r.take(units, "shifts"), dtype=np.uint8).astype(np.int64)
         if (shifts > MAX_SHIFT).any():
             r.fail(f"shift {int(shifts.max())} is above {MAX_SHIFT}")
-        # s_{t,u} = step_u x 2^-k, one binary32 product.
-        token_steps = header.steps * np.exp2(-shifts).astype(np.float32)
+        # s_{t,u} = step_u x 2^-k, one binary32 product rounded to nearest
+        # even (numpy keeps subnormals, so it is inexact only there).
+        token_steps = header.steps * POW2_NEG[shifts]
 
         # Step 1: which values are delta-coded, hence which table each uses.
         if prev_shifts is None:
@@ -239,7 +252,10 @@ def decode_group(objects: list[bytes], layers: int, heads: int, head_dim: int) -
         while r.remaining():
             if len(escapes) == escaped.size:
                 r.fail(f"{r.remaining()} byte(s) left after the {escaped.size} escape varint(s)")
-            escapes.append(r.varint(f"escape {len(escapes)}"))
+            escape = r.varint(f"escape {len(escapes)}")
+            if escape > MAX_ESCAPE:
+                r.fail(f"escape {len(escapes)} is {escape}, above 2^26")
+            escapes.append(escape)
         if len(escapes) != escaped.size:
             r.fail(f"{escaped.size} escape symbols but {len(escapes)} escape varints")
         z[escaped] += np.array(escapes, dtype=np.int64)
@@ -247,8 +263,14 @@ def decode_group(objects: list[bytes], layers: int, heads: int, head_dim: int) -
         # Step 4: zigzag.  Step 5: add the previous token's code if delta-coded.
         residual = np.where(z % 2 == 0, z // 2, -((z + 1) // 2))
         codes = residual + np.where(delta, prev_codes, 0)
+        beyond = np.abs(codes) > MAX_CODE
+        if beyond.any():
+            i = int(np.argmax(beyond))
+            r.fail(f"value {i} has code {int(codes[i])}, |q| above 2^24")
 
-        # Step 6: one binary32 product per value.
-        out[t] = codes.astype(np.float32) * token_steps[unit_of_value]
+        # Step 6: one binary32 product per value (IEEE: NaN for a NaN step,
+        # inf on overflow or for an infinite step, so no numpy warnings).
+        with np.errstate(over="ignore", invalid="ignore"):
+            out[t] = codes.astype(np.float32) * token_steps[unit_of_value]
         prev_shifts, prev_codes = shifts, codes
     return out

@@ -15,7 +15,7 @@ kvcast-kvpub dumped (float32 LE, [token][layer][K then V][heads*head_dim]).
 3-element namespace tuple goes on the wire verbatim (its first element
 contains '/').
 
-For each track (fp16 bf16 fp8-e4m3 int8 fp4-e2m1 int4): SUBSCRIBE with an
+For each track (fp16 bf16 fp8-e4m3 int8 fp4-e2m1 int4 ac ac-lo): SUBSCRIBE with an
 AbsoluteStart (0, 0) filter; then a standalone FETCH of groups 0..last of
 --fetch-track (default int8), whose payloads must also equal the
 subscription's. Checks:
@@ -36,6 +36,11 @@ subscription's. Checks:
             zero block has scale 0 and decodes to 0, every code is a nearest
             code of x / scale (|x - q*scale| <= scale/2 for the ints, half a
             code step for the floats), codes within +-qmax
+            ac / ac-lo: each group decodes (ac_decoder.py, the document's
+            decoder, also written from the document alone) and every value
+            is within half of its unit's coarsest step, amax / levels (the
+            operating points' levels for K and V), of the dump, plus the
+            fp16 rounding the publisher reads the KV through
   control   a negative control per track: one flipped bit in a copy of a
             payload must be reported (the checker can fail)
 Per-track summary on stderr, one JSON line on stdout; exit 0 iff everything
@@ -55,10 +60,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import numpy as np  # noqa: E402
 
+import ac_decoder  # noqa: E402
 import interop_common as ic  # noqa: E402
 
 ROOT = "moq://kvcache.moq.arpa/v1/"
-TRACKS = ("fp16", "bf16", "fp8-e4m3", "int8", "fp4-e2m1", "int4")
+TRACKS = ("fp16", "bf16", "fp8-e4m3", "int8", "fp4-e2m1", "int4", "ac", "ac-lo")
+# ac track -> (levels of K units, levels of V units); the document's operating points.
+AC_LEVELS = {"ac": (255.0, 191.0), "ac-lo": (127.0, 32.0)}
 # track -> (bits per value, scaled, qmax); the document's table.
 FORMATS = {"fp16": (16, False, None), "bf16": (16, False, None),
            "fp8-e4m3": (8, True, 448.0), "int8": (8, True, 127.0),
@@ -149,7 +157,7 @@ class Layout:
 
 # The document's own examples of bytes per token.
 _L8B, _L70B = Layout(32, 8, 128), Layout(80, 8, 128)
-assert [_L8B.token_bytes(t) for t in TRACKS] == [131072, 131072, 66560, 66560, 36864, 36864]
+assert [_L8B.token_bytes(t) for t in FORMATS] == [131072, 131072, 66560, 66560, 36864, 36864]
 assert _L70B.token_bytes("int8") == 166400
 
 
@@ -303,6 +311,46 @@ def flip_one_bit(track, lay, payload, x_token):
     return p
 
 
+def verify_ac(track, lay, t, ids, chunk, x, err, stats):
+    """Decodes every complete group of ac track `track` and bounds its error."""
+    k_levels, v_levels = AC_LEVELS[track]
+    levels = np.array([k_levels, v_levels]).reshape(1, 1, 2, 1, 1)
+    worst = 0.0
+    for g, k in ids.items():
+        objs = [t.objects.get((g, o)) for o in range(k)]
+        if any(o is None for o in objs):
+            continue   # reported as missing objects
+        try:
+            got = ac_decoder.decode_group(objs, lay.L, lay.H, lay.D)
+        except ValueError as e:
+            err.add("ac group does not decode", 1, lambda: f"group {g}: {e}")
+            continue
+        want = x[g * chunk:g * chunk + k].reshape(k, lay.L, 2, lay.H, lay.D).astype(np.float64)
+        got = got.reshape(k, lay.L, 2, lay.H, lay.D).astype(np.float64)
+        half_step = np.abs(want).max(axis=(0, 4), keepdims=True) / levels / 2
+        bound = half_step * (1 + 1e-3) + np.abs(want) * 2.0 ** -11 + 1e-30
+        e = np.abs(got - want)
+        over = int((e > bound).sum())
+        err.add("ac value farther than half a step", over,
+                lambda: f"group {g}: max |err| / bound {float((e / bound).max()):.3f}")
+        worst = max(worst, float((e / np.maximum(half_step, 1e-30)).max()))
+        stats["max_abs_err"] = max(stats.get("max_abs_err", 0.0), float(e.max()))
+    stats["max_err_half_steps"] = worst
+
+
+def ac_control(track, lay, t, ids, chunk, x):
+    """The ac check on group 0 with the top bit of lane 0's state flipped in
+    object 1 (after its shift bytes): it must be reported."""
+    copy = type("Copy", (), {})()
+    copy.objects = dict(t.objects)
+    p = bytearray(copy.objects[(0, 1)])
+    p[lay.L * 2 * lay.H + 3] ^= 0x80
+    copy.objects[(0, 1)] = bytes(p)
+    ctl = Errors()
+    verify_ac(track, lay, copy, {0: ids[0]}, chunk, x, ctl, {})
+    return bool(ctl)
+
+
 # ---- receiving -----------------------------------------------------------------
 
 class Track:
@@ -435,7 +483,8 @@ def check_track(t, info, lay, x, sub_copy=None):
     err, stats = Errors(), {}
     n, chunk = info["tokens"], info["chunk_tokens"]
     ids = expected_ids(n, chunk)
-    size = lay.token_bytes(t.name)
+    is_ac = t.name in AC_LEVELS
+    size = None if is_ac else lay.token_bytes(t.name)
     # ids
     unexpected = [k for k in t.objects if k[0] not in ids or not 0 <= k[1] < ids[k[0]]]
     err.add("unexpected object", len(unexpected), lambda: f"{sorted(unexpected)[0]}")
@@ -459,8 +508,8 @@ def check_track(t, info, lay, x, sub_copy=None):
             err.add("no PUBLISH_DONE", 1, lambda: "")
         elif pd["status_code"] != TRACK_ENDED:
             err.add("PUBLISH_DONE not TRACK_ENDED", 1, lambda: f"{pd}")
-    # sizes
-    wrong_size = sorted(k for k, p in t.objects.items() if len(p) != size)
+    # sizes (an ac token's payload has no fixed size)
+    wrong_size = sorted(k for k, p in t.objects.items() if size is not None and len(p) != size)
     err.add("payload size", len(wrong_size),
             lambda: f"{wrong_size[0]}: {len(t.objects[wrong_size[0]])} bytes, want {size}")
     if sub_copy is not None:
@@ -470,7 +519,13 @@ def check_track(t, info, lay, x, sub_copy=None):
     # values, for every token present with the right size
     toks = sorted(g * chunk + o for (g, o), p in t.objects.items()
                   if len(p) == size and g in ids and 0 <= o < ids[g])
-    if toks:
+    if is_ac:
+        verify_ac(t.name, lay, t, ids, chunk, x, err, stats)
+        stats["control_caught"] = (0, 1) in t.objects and ac_control(t.name, lay, t, ids, chunk, x)
+        if not stats["control_caught"]:
+            err.add("negative control not caught", 1, lambda: "flipped bit passed the check")
+        size = round(sum(len(p) for p in t.objects.values()) / max(1, len(t.objects)))
+    elif toks:
         payloads = np.frombuffer(b"".join(t.objects[(i // chunk, i % chunk)] for i in toks),
                                  np.uint8).reshape(len(toks), size)
         verify_values(t.name, lay, payloads, x[toks], toks, err, stats)
@@ -531,7 +586,7 @@ def parse_args():
     ap.add_argument("--model-config", metavar="JSON",
                     help="the model's config.json: cross-check layers / kv heads / head_dim")
     ap.add_argument("--tracks", default=",".join(TRACKS),
-                    help="comma-separated tracks to SUBSCRIBE (default all six)")
+                    help="comma-separated tracks to SUBSCRIBE (default all eight)")
     ap.add_argument("--fetch-track", default="int8",
                     help="track to FETCH groups 0..last of ('' = none)")
     ap.add_argument("--draft", type=int, default=14)
@@ -544,7 +599,7 @@ def parse_args():
     args = ap.parse_args()
     args.tracks = [t for t in args.tracks.split(",") if t]
     for t in args.tracks + ([args.fetch_track] if args.fetch_track else []):
-        if t not in FORMATS:
+        if t not in FORMATS and t not in AC_LEVELS:
             ap.error(f"unknown track {t!r} (known: {', '.join(TRACKS)})")
     return args
 

@@ -36,7 +36,9 @@ ABSL_FLAG(std::string, presets, "tiny,100m", "random models: tiny (head_dim 16),
 ABSL_FLAG(int, prompt_len, 256, "prompt tokens");
 ABSL_FLAG(int, steps, 64, "greedy decode steps compared");
 ABSL_FLAG(std::string, ac_try, "",
-          "more ac operating points to measure, comma-separated EARLY_LEVELS/EARLY_LAYERS/LEVELS");
+          "more ac operating points to measure, comma-separated "
+          "K_LEVELS/V_LEVELS[/EARLY_LAYERS/EARLY_SCALE]");
+ABSL_FLAG(bool, only_ac, false, "measure only the ac tracks (and int8, the reference)");
 
 namespace kvcast {
 namespace {
@@ -229,15 +231,22 @@ absl::Status Quality(const std::string& dir, int prompt_len, int steps) {
   std::vector<kvcache::ac::AcPolicy> ac_policies = {kvcache::ac::AcNearLossless(),
                                                     kvcache::ac::AcLow()};
   for (absl::string_view spec : absl::StrSplit(absl::GetFlag(FLAGS_ac_try), ',', absl::SkipEmpty())) {
-    // "EARLY_LEVELS/EARLY_LAYERS/LEVELS"
+    // "K_LEVELS/V_LEVELS[/EARLY_LAYERS/EARLY_SCALE]"
     std::vector<std::string> parts = absl::StrSplit(spec, '/');
-    if (parts.size() != 3) return absl::InvalidArgumentError("--ac_try: EARLY_LEVELS/EARLY_LAYERS/LEVELS");
-    ac_policies.push_back({"ac (try)", std::stof(parts[0]), std::stoi(parts[1]), std::stof(parts[2])});
+    if (parts.size() != 2 && parts.size() != 4) {
+      return absl::InvalidArgumentError("--ac_try: K_LEVELS/V_LEVELS[/EARLY_LAYERS/EARLY_SCALE]");
+    }
+    ac_policies.push_back({"ac (try)", std::stof(parts[0]), std::stof(parts[1]),
+                           parts.size() == 4 ? std::stoi(parts[2]) : 0,
+                           parts.size() == 4 ? std::stof(parts[3]) : 1.f});
   }
   if (layout.head_dim % 16 == 0) {
     for (const auto& p : ac_policies) variants.push_back({KvFormat::kFp16, 0, &p});
   }
   for (Variant v : variants) {
+    if (absl::GetFlag(FLAGS_only_ac) && v.ac == nullptr && !(v.format == KvFormat::kInt8 && v.block > 0)) {
+      continue;
+    }
     if (v.ac != nullptr) {
       ASSIGN_OR_RETURN(Run forced, Generate(*model, *pool, pages, prompt, v, steps, exact.tokens));
       ASSIGN_OR_RETURN(Run free, Generate(*model, *pool, pages, prompt, v, steps, {}));
@@ -245,10 +254,11 @@ absl::Status Quality(const std::string& dir, int prompt_len, int steps) {
       std::vector<float> unused;
       RETURN_IF_ERROR(PrefillInChunks(*model, prompt, pages, 128, pool.get(), &unused));
       const size_t bytes = AcRoundTrip(*pool, pages, prompt_len, *v.ac);
-      PrintRow(absl::StrCat(std::string(v.ac->track), v.ac->track == "ac (try)" ? absl::StrCat(
-                   " ", v.ac->early_levels, "/", v.ac->early_layers, "/", v.ac->levels) : ""),
-               "levels " + absl::StrCat(v.ac->early_levels, " (first ", v.ac->early_layers,
-                                        " layers), ", v.ac->levels),
+      PrintRow(std::string(v.ac->track),
+               absl::StrCat("levels K ", v.ac->k_levels, ", V ", v.ac->v_levels,
+                            v.ac->early_layers ? absl::StrCat("; x", v.ac->early_scale, " in ",
+                                                              v.ac->early_layers, " layers")
+                                               : ""),
                double(bytes) / prompt_len / (2.0 * layout.num_layers * fp16_bytes), exact, forced,
                free, steps);
       continue;

@@ -40,20 +40,33 @@ absl::StatusOr<std::shared_ptr<KvLander>> KvLander::Create(
         "landing ", end - first, " tokens needs ", want_pages, " pages, got ",
         spec.pages.size())));
   }
-  // Staging for one group: objects are copied into it as they arrive and
-  // land (one backend call for every layer) when the group is complete.
-  const size_t token_bytes = TokenCodec(pool->layout(), parsed->format).token_bytes();
-  auto staging = backend->AllocateStaging(size_t(spec.chunk_tokens) * token_bytes);
-  if (!staging.ok()) return fail(staging.status());
-  return std::shared_ptr<KvLander>(new KvLander(pool, backend, parsed->format, std::move(spec),
-                                                std::move(done), *std::move(staging)));
+  const KvCompression& compression = parsed->compression;
+  std::unique_ptr<AcPageCodec> ac;
+  std::unique_ptr<DeviceBuffer> staging;
+  if (compression.ac) {
+    // An ac group decodes whole: its objects wait in memory until it is complete.
+    ac = std::make_unique<AcPageCodec>(pool->layout());
+    if (absl::Status s = ac->Supported(); !s.ok()) return fail(s);
+  } else {
+    // Staging for one group: objects are copied into it as they arrive and
+    // land (one backend call for every layer) when the group is complete.
+    const size_t token_bytes = TokenCodec(pool->layout(), compression.format).token_bytes();
+    auto buffer = backend->AllocateStaging(size_t(spec.chunk_tokens) * token_bytes);
+    if (!buffer.ok()) return fail(buffer.status());
+    staging = *std::move(buffer);
+  }
+  return std::shared_ptr<KvLander>(new KvLander(pool, backend, compression.format,
+                                                std::move(ac), std::move(spec), std::move(done),
+                                                std::move(staging)));
 }
 
-KvLander::KvLander(KvPagePool* pool, Backend* backend, KvFormat format, LandingSpec spec,
-                   DoneCallback done, std::unique_ptr<DeviceBuffer> staging)
+KvLander::KvLander(KvPagePool* pool, Backend* backend, KvFormat format,
+                   std::unique_ptr<AcPageCodec> ac, LandingSpec spec, DoneCallback done,
+                   std::unique_ptr<DeviceBuffer> staging)
     : pool_(pool),
       backend_(backend),
       codec_(pool->layout(), format),
+      ac_(std::move(ac)),
       spec_(std::move(spec)),
       first_token_(spec_.first_group * spec_.chunk_tokens),
       end_token_(std::min(spec_.end_group * spec_.chunk_tokens, spec_.num_tokens)),
@@ -83,12 +96,16 @@ absl::Status KvLander::Land(const moqt::ObjectHeader& h, absl::Span<const uint8_
         absl::StrCat("publisher has no KV for token ", token, " (object ", h.group, "/",
                      h.object, ")"));
   }
+  const int index = int(token - first_token_);
+  if (ac_) {
+    if (landed_[index]) return absl::OkStatus();  // duplicate: first copy stands
+    return LandAc(h, payload, index);
+  }
   if (payload.size() != codec_.token_bytes()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "KV object ", h.group, "/", h.object, " has ", payload.size(), " bytes; ",
         TrackNameOf(codec_.format()), " tokens of this model have ", codec_.token_bytes()));
   }
-  const int index = int(token - first_token_);
   if (landed_[index]) return absl::OkStatus();  // duplicate: first copy stands
   const int32_t slot = SlotsOf(spec_.pages, pool_->layout().page_tokens, index, 1)[0];
   std::memcpy(static_cast<uint8_t*>(staging_->data()) + staged_slots_.size() * payload.size(),
@@ -97,6 +114,29 @@ absl::Status KvLander::Land(const moqt::ObjectHeader& h, absl::Span<const uint8_
   landed_[index] = true;
   ++landed_count_;
   if (staged_slots_.size() == size_t(spec_.chunk_tokens)) Flush();
+  return absl::OkStatus();
+}
+
+absl::Status KvLander::LandAc(const moqt::ObjectHeader& h, absl::Span<const uint8_t> payload,
+                              int index) {
+  const int group_first = int(h.group) * spec_.chunk_tokens;
+  const int tokens = std::min(spec_.chunk_tokens, spec_.num_tokens - group_first);
+  AcGroup& g = ac_groups_[h.group];
+  if (g.objects.empty()) g.objects.resize(tokens);
+  g.objects[h.object].assign(payload.begin(), payload.end());
+  landed_[index] = true;
+  ++landed_count_;
+  if (++g.received < tokens) return absl::OkStatus();
+  // The group is complete: decode it into its pages.
+  const std::vector<absl::Span<const uint8_t>> spans(g.objects.begin(), g.objects.end());
+  absl::Status s = ac_->Decode(
+      backend_, spans,
+      SlotsOf(spec_.pages, pool_->layout().page_tokens, group_first - first_token_, tokens), pool_);
+  ac_groups_.erase(h.group);
+  ++flushes_;
+  if (!s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("KV group ", h.group, ": ", s.message()));
+  }
   return absl::OkStatus();
 }
 

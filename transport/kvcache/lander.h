@@ -8,6 +8,8 @@
 // group (Backend::AllocateStaging: page-locked on a GPU); the staged tokens
 // land in their slots with one Backend::DecodeKv call, for every layer, when
 // the buffer is full, a group's end marker arrives, or the last token does.
+// An ac track's objects wait until their group is complete, which then
+// decodes whole (ac_pages.h).
 // Groups and objects may arrive in any order; a duplicate is ignored.
 // When every token has landed, `done` gets the pages (ownership passes to
 // the caller). On the first bad object or failure, nothing of it is written,
@@ -28,6 +30,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -35,6 +38,7 @@
 #include "engine/kv/kv_page_pool.h"
 #include "engine/kv/prefix_hash.h"
 #include "kernels/backend.h"
+#include "transport/kvcache/ac_pages.h"
 #include "transport/kvcache/token_codec.h"
 #include "transport/moqt/track_consumer.h"
 
@@ -73,16 +77,26 @@ class KvLander : public moqt::TrackConsumer {
   void OnDone(const absl::Status& status) override;
 
  private:
-  KvLander(KvPagePool* pool, Backend* backend, KvFormat format, LandingSpec spec,
-           DoneCallback done, std::unique_ptr<DeviceBuffer> staging);
+  KvLander(KvPagePool* pool, Backend* backend, KvFormat format, std::unique_ptr<AcPageCodec> ac,
+           LandingSpec spec, DoneCallback done, std::unique_ptr<DeviceBuffer> staging);
   absl::Status Land(const moqt::ObjectHeader& header, absl::Span<const uint8_t> payload);
+  // An ac track's object: kept until its group is complete, then the group
+  // decodes into its pages.
+  absl::Status LandAc(const moqt::ObjectHeader& header, absl::Span<const uint8_t> payload,
+                      int index);
   // Decodes the staged tokens into their pages.
   void Flush();
   void Finish(absl::StatusOr<std::vector<int32_t>> result);
 
   KvPagePool* const pool_;
   Backend* const backend_;
-  const TokenCodec codec_;
+  const TokenCodec codec_;  // fixed-size tracks
+  const std::unique_ptr<AcPageCodec> ac_;  // ac tracks
+  struct AcGroup {
+    std::vector<std::vector<uint8_t>> objects;  // one per token of the group
+    int received = 0;
+  };
+  std::map<uint64_t, AcGroup> ac_groups_;  // incomplete ac groups
   LandingSpec spec_;  // spec_.pages are ours until Finish
   const int first_token_;
   const int end_token_;
@@ -90,7 +104,7 @@ class KvLander : public moqt::TrackConsumer {
   std::vector<bool> landed_;
   int landed_count_ = 0;
   bool finished_ = false;
-  const std::unique_ptr<DeviceBuffer> staging_;  // chunk_tokens payloads
+  const std::unique_ptr<DeviceBuffer> staging_;  // chunk_tokens payloads (fixed-size tracks)
   std::vector<int32_t> staged_slots_;             // slot of each staged payload
   int flushes_ = 0;
 };

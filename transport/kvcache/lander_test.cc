@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <random>
 
 #include "transport/kvcache/naming.h"
@@ -27,7 +28,7 @@ class LanderTest : public ::testing::Test {
       std::fill_n(pool_->v_cache(l), 16 * layout_.page_floats(), kSentinel);
     }
   }
-  moqt::FullTrackName Track(KvFormat f, const Hash128& model = kModel) {
+  moqt::FullTrackName Track(KvCompression f, const Hash128& model = kModel) {
     return FullTrackNameOf({ModelId(model), std::string(32, 'a'), f});
   }
   // A deterministic fp16-exact payload for token `token`.
@@ -44,7 +45,8 @@ class LanderTest : public ::testing::Test {
     return out;
   }
   // Creates a lander for groups [first, end) of a `tokens`-token sequence.
-  std::shared_ptr<KvLander> Make(int tokens, int first, int end, KvFormat f = KvFormat::kFp16) {
+  std::shared_ptr<KvLander> Make(int tokens, int first, int end,
+                                 KvCompression f = KvFormat::kFp16) {
     const int n = std::min(end * kChunk, tokens) - first * kChunk;
     LandingSpec spec{kChunk, tokens, first, end,
                      *pool_->Allocate((n + layout_.page_tokens - 1) / layout_.page_tokens)};
@@ -209,6 +211,57 @@ TEST_F(LanderTest, TrackEndingEarlyIsDataLossAndAbortReleases) {
   lander = Make(16, 0, 2);
   lander.reset();  // destroyed unfinished: pages go back too
   EXPECT_EQ(pool_->free_pages(), free_before);
+}
+
+// An ac track: objects wait for their group, which decodes whole (in any
+// group order, duplicates ignored); a damaged group fails the landing.
+TEST_F(LanderTest, AcGroupsDecodeWholeWhenComplete) {
+  const ac::AcShape shape{layout_.num_layers, layout_.num_kv_heads, layout_.head_dim};
+  const int tokens = 12, n = shape.token_floats();  // groups of 8 and 4
+  std::vector<float> kv(size_t(tokens) * n);
+  for (size_t i = 0; i < kv.size(); ++i) kv[i] = std::sin(0.37f * i) * (1 + i % 7);
+  std::vector<std::vector<uint8_t>> groups[2];
+  ac::AcGroupEncoder(shape, ac::AcLow()).Encode(kv.data(), 8, &groups[0]);
+  ac::AcGroupEncoder(shape, ac::AcLow()).Encode(kv.data() + 8 * n, 4, &groups[1]);
+  const KvCompression track(&ac::AcLow());
+  auto lander = Make(tokens, 0, 2, track);
+  for (int t = 0; t < 4; ++t) Send(*lander, 1, t, groups[1][t]);
+  EXPECT_EQ(lander->flushes(), 1);
+  for (int t = 0; t < 7; ++t) Send(*lander, 0, t, groups[0][t]);
+  Send(*lander, 0, 3, groups[0][3]);  // duplicate: ignored
+  EXPECT_TRUE(Untouched(pages_[0])) << "group 0 waits for its last object";
+  Send(*lander, 0, 7, groups[0][7]);
+  ASSERT_EQ(done_calls_, 1);
+  ASSERT_TRUE(result_.ok()) << result_.status();
+  // What the codec decodes, through fp16 as the pages hold it.
+  std::vector<float> want(kv.size());
+  for (int g = 0; g < 2; ++g) {
+    const std::vector<absl::Span<const uint8_t>> spans(groups[g].begin(), groups[g].end());
+    ASSERT_TRUE(ac::AcGroupDecoder(shape).DecodeGroup(spans, want.data() + g * 8 * n).ok());
+  }
+  std::vector<uint8_t> half(want.size() * 2);
+  EncodeKvRow(KvFormat::kFp16, want.data(), int(want.size() / 16), 16, 16, half.data());
+  DecodeKvRow(KvFormat::kFp16, half.data(), int(want.size() / 16), 16, 16, want.data());
+  const int row = layout_.token_floats();
+  for (int t = 0; t < tokens; ++t) {
+    const int32_t slot = SlotsOf(pages_, layout_.page_tokens, t, 1)[0];
+    for (int l = 0; l < layout_.num_layers; ++l) {
+      for (int i = 0; i < row; ++i) {
+        ASSERT_EQ(pool_->k_cache(l)[size_t(slot) * row + i], want[t * n + 2 * l * row + i]);
+        ASSERT_EQ(pool_->v_cache(l)[size_t(slot) * row + i], want[t * n + (2 * l + 1) * row + i]);
+      }
+    }
+  }
+  ASSERT_TRUE(pool_->ReleaseAll(*result_).ok());
+
+  const int free_before = pool_->free_pages();
+  lander = Make(tokens, 0, 2, track);
+  auto damaged = groups[1][2];
+  damaged.pop_back();
+  for (int t = 0; t < 4; ++t) Send(*lander, 1, t, t == 2 ? damaged : groups[1][t]);
+  EXPECT_EQ(result_.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_NE(result_.status().message().find("KV group 1"), std::string::npos) << result_.status();
+  EXPECT_EQ(pool_->free_pages(), free_before);  // the pages went back
 }
 
 }  // namespace

@@ -35,15 +35,18 @@ std::string TrackNameOf(KvFormat format) {
   return "?";
 }
 
-absl::StatusOr<KvFormat> FormatOfTrackName(std::string_view name) {
+std::string TrackNameOf(const KvCompression& c) {
+  return c.ac ? std::string(c.ac->track) : TrackNameOf(c.format);
+}
+
+absl::StatusOr<KvCompression> CompressionOfTrackName(std::string_view name) {
   for (const auto& [f, n] : kTrackNames) {
-    if (n == name) return f;
+    if (n == name) return KvCompression(f);
   }
-  if (name == kArithmeticCodingTrack) {
-    return absl::UnimplementedError("KV track \"ac\" (arithmetic coding) is not served yet");
-  }
+  if (const ac::AcPolicy* policy = ac::AcPolicyOf(name)) return KvCompression(policy);
   std::vector<std::string> known;
   for (const auto& entry : kTrackNames) known.emplace_back(entry.second);
+  for (const ac::AcPolicy* p : {&ac::AcNearLossless(), &ac::AcLow()}) known.emplace_back(p->track);
   return absl::NotFoundError(absl::StrCat("unknown KV compression track \"", std::string(name),
                                           "\"; known: ", absl::StrJoin(known, ", ")));
 }
@@ -71,8 +74,7 @@ moqt::TrackNamespace NamespaceOf(std::string_view model_id, std::string_view pro
 }
 
 moqt::FullTrackName FullTrackNameOf(const KvTrack& track) {
-  return {NamespaceOf(track.model_id, track.prompt_digest),
-          std::string(TrackNameOf(track.format))};
+  return {NamespaceOf(track.model_id, track.prompt_digest), TrackNameOf(track.compression)};
 }
 
 bool IsKvNamespace(const moqt::TrackNamespace& ns) {
@@ -98,9 +100,9 @@ absl::StatusOr<KvTrack> ParseTrack(const moqt::FullTrackName& name) {
   KvTrack track;
   track.model_id = ns[1];
   track.prompt_digest = ns[2];
-  auto format = FormatOfTrackName(name.name);
-  if (!format.ok()) return format.status();
-  track.format = *format;
+  auto compression = CompressionOfTrackName(name.name);
+  if (!compression.ok()) return compression.status();
+  track.compression = *compression;
   return track;
 }
 

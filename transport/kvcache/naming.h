@@ -2,7 +2,8 @@
 //
 //   namespace = ("moq://kvcache.moq.arpa/v1/", model id, prompt digest)
 //   track     = compression: "fp16" "bf16" "fp8-e4m3" "int8" "fp4-e2m1" "int4"
-//               ("ac", arithmetic coding, is reserved and not served yet)
+//               (fixed-size tokens) or "ac" "ac-lo" (arithmetic-coded groups,
+//               transport/kvcache/ac/)
 //   group     = chunk index (chunk_tokens tokens per group, default 128)
 //   object    = token index within the chunk
 //
@@ -23,20 +24,36 @@
 #include "absl/types/span.h"
 #include "engine/kv/prefix_hash.h"
 #include "kernels/kv_codec.h"
+#include "transport/kvcache/ac/ac_codec.h"
 #include "transport/moqt/messages.h"
 
 namespace kvcast::kvcache {
 
 // First namespace element; the "v1" is the wire-format version.
 inline constexpr std::string_view kNamespaceRoot = "moq://kvcache.moq.arpa/v1/";
-// Reserved track name of arithmetic coding (a later wire-format addition).
-inline constexpr std::string_view kArithmeticCodingTrack = "ac";
 
-// The track name of a compression, e.g. "fp8-e4m3".
+// What a track name selects: a fixed-size format, or an arithmetic-coded
+// operating point.
+struct KvCompression {
+  KvFormat format = KvFormat::kFp16;  // when ac is null
+  const ac::AcPolicy* ac = nullptr;   // AcNearLossless() or AcLow()
+  KvCompression() = default;
+  KvCompression(KvFormat f) : format(f) {}  // NOLINT: a format is a compression
+  explicit KvCompression(const ac::AcPolicy* policy) : ac(policy) {}
+  bool operator==(const KvCompression& o) const {
+    return ac == o.ac && (ac != nullptr || format == o.format);
+  }
+  bool operator<(const KvCompression& o) const {
+    if (ac != o.ac) return ac < o.ac;
+    return ac == nullptr && format < o.format;
+  }
+};
+
+// The track name of a compression, e.g. "fp8-e4m3", "ac".
 std::string TrackNameOf(KvFormat format);
-// The compression a track name stands for. NotFound names the known ones;
-// "ac" is Unimplemented.
-absl::StatusOr<KvFormat> FormatOfTrackName(std::string_view name);
+std::string TrackNameOf(const KvCompression& compression);
+// The compression a track name stands for. NotFound names the known ones.
+absl::StatusOr<KvCompression> CompressionOfTrackName(std::string_view name);
 
 // 32 lowercase hex digits of a 128-bit hash (Hash128::ToHex).
 std::string ModelId(const Hash128& model_fingerprint);
@@ -53,13 +70,13 @@ Hash128 PromptDigest(const Hash128& prefix_seed, absl::Span<const int32_t> token
 struct KvTrack {
   std::string model_id;       // 32 hex digits
   std::string prompt_digest;  // 32 hex digits
-  KvFormat format = KvFormat::kFp16;
+  KvCompression compression;
 };
 
 moqt::TrackNamespace NamespaceOf(std::string_view model_id, std::string_view prompt_digest);
 moqt::FullTrackName FullTrackNameOf(const KvTrack& track);
 // InvalidArgument for a namespace that is not (root, 32 hex, 32 hex); the
-// track-name errors of FormatOfTrackName.
+// track-name errors of CompressionOfTrackName.
 absl::StatusOr<KvTrack> ParseTrack(const moqt::FullTrackName& name);
 // Whether `ns` is a KVCache namespace of this wire version (any model).
 bool IsKvNamespace(const moqt::TrackNamespace& ns);

@@ -16,18 +16,27 @@ TEST(Naming, EveryFormatRoundTripsThroughItsTrackName) {
   int i = 0;
   for (KvFormat f : kAllKvFormats) {
     EXPECT_EQ(TrackNameOf(f), expected[i++]);
-    auto back = FormatOfTrackName(TrackNameOf(f));
+    auto back = CompressionOfTrackName(TrackNameOf(f));
     ASSERT_TRUE(back.ok());
-    EXPECT_EQ(*back, f);
+    EXPECT_EQ(*back, KvCompression(f));
   }
+  for (const ac::AcPolicy* p : {&ac::AcNearLossless(), &ac::AcLow()}) {
+    auto back = CompressionOfTrackName(p->track);
+    ASSERT_TRUE(back.ok());
+    EXPECT_EQ(back->ac, p);
+    EXPECT_EQ(TrackNameOf(*back), p->track);
+  }
+  EXPECT_EQ(TrackNameOf(KvCompression(&ac::AcLow())), "ac-lo");
+  EXPECT_FALSE(KvCompression(&ac::AcLow()) == KvCompression(KvFormat::kFp16));
 }
 
-TEST(Naming, UnknownAndReservedTrackNamesAreRefusedWithTheirReason) {
-  auto unknown = FormatOfTrackName("FP16");
+TEST(Naming, UnknownTrackNamesAreRefusedWithTheKnownOnes) {
+  auto unknown = CompressionOfTrackName("FP16");
   EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(unknown.status().message().find("known: fp16, bf16"), std::string::npos)
       << unknown.status();
-  EXPECT_EQ(FormatOfTrackName("ac").status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(unknown.status().message().find("int4, ac, ac-lo"), std::string::npos)
+      << unknown.status();
 }
 
 TEST(Naming, FullTrackNameIsRootModelDigestAndCompression) {
@@ -41,7 +50,7 @@ TEST(Naming, FullTrackNameIsRootModelDigestAndCompression) {
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_EQ(parsed->model_id, kModel);
   EXPECT_EQ(parsed->prompt_digest, kDigest);
-  EXPECT_EQ(parsed->format, KvFormat::kInt8);
+  EXPECT_EQ(parsed->compression, KvCompression(KvFormat::kInt8));
   EXPECT_TRUE(IsKvNamespace(name.ns));
 }
 

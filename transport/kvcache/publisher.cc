@@ -15,6 +15,7 @@ KvPublisher::KvPublisher(KvPagePool* pool, Backend* backend, const Hash128& mode
                          int chunk_tokens)
     : pool_(pool),
       backend_(backend),
+      ac_(pool->layout()),
       model_id_(ModelId(model_fingerprint)),
       chunk_tokens_(chunk_tokens) {}
 
@@ -108,9 +109,9 @@ absl::Status KvPublisher::ChunkReady(const std::string& digest, int group,
 
   // Live subscribers whose filter wants this chunk, grouped by compression
   // so each chunk is encoded once per compression.
-  std::map<KvFormat, std::vector<std::shared_ptr<Downstream>>> by_format;
+  std::map<KvCompression, std::vector<std::shared_ptr<Downstream>>> by_format;
   for (const auto& s : p.subscribers) {
-    if (Wants(*s, p, group)) by_format[s->format].push_back(s->downstream);
+    if (Wants(*s, p, group)) by_format[s->compression].push_back(s->downstream);
   }
   for (const auto& [format, to] : by_format) SendChunk(p, group, format, to);
   return absl::OkStatus();
@@ -161,7 +162,7 @@ std::optional<Location> KvPublisher::Largest(const Prompt& p) const {
 }
 
 KvPublisher::Prompt* KvPublisher::Resolve(const moqt::FullTrackName& name, Downstream& d,
-                                          KvFormat* format) {
+                                          KvCompression* compression) {
   std::string problem;
   absl::StatusOr<KvTrack> track = ParseTrack(name);
   if (!track.ok()) {
@@ -169,8 +170,10 @@ KvPublisher::Prompt* KvPublisher::Resolve(const moqt::FullTrackName& name, Downs
   } else if (track->model_id != model_id_) {
     problem = absl::StrCat("model ", track->model_id, " is not served here (serving ",
                            model_id_, ")");
+  } else if (absl::Status shape = ac_.Supported(); track->compression.ac && !shape.ok()) {
+    problem = std::string(shape.message());
   } else if (auto it = prompts_.find(track->prompt_digest); it != prompts_.end()) {
-    *format = track->format;
+    *compression = track->compression;
     return &it->second;
   } else {
     problem = absl::StrCat("no KV published for prompt ", track->prompt_digest);
@@ -186,14 +189,21 @@ bool KvPublisher::Wants(const Subscriber& s, const Prompt& p, int group) const {
          moqt::FilterAccepts(s.request, s.largest_at_subscribe, marker);
 }
 
-void KvPublisher::SendChunk(const Prompt& p, int group, KvFormat format,
+void KvPublisher::SendChunk(const Prompt& p, int group, const KvCompression& compression,
                             const std::vector<std::shared_ptr<Downstream>>& to, uint64_t lo,
                             uint64_t hi) {
   const int n = tokens_in(p, group);
-  TokenCodec codec(pool_->layout(), format);
+  const int page_tokens = pool_->layout().page_tokens;
   const int first = int(std::min<uint64_t>(lo, n));
   const int count = int(hi >= uint64_t(n) ? n : hi + 1) - first;
-  if (count > 0) {
+  std::vector<absl::Span<const uint8_t>> payloads;
+  if (count > 0 && compression.ac) {
+    ac_.Encode(*compression.ac, backend_, *pool_, SlotsOf(p.chunk_pages[group], page_tokens, 0, n),
+               &ac_objects_);
+    ++stats_.chunks_encoded;
+    for (int i = first; i < first + count; ++i) payloads.emplace_back(ac_objects_[i]);
+  } else if (count > 0) {
+    TokenCodec codec(pool_->layout(), compression.format);
     const size_t bytes = count * codec.token_bytes();
     if (!scratch_ || scratch_->size() < bytes) {
       auto staging = backend_->AllocateStaging(bytes);
@@ -204,21 +214,21 @@ void KvPublisher::SendChunk(const Prompt& p, int group, KvFormat format,
       }
       scratch_ = *std::move(staging);
     }
-    codec.Encode(backend_, *pool_,
-                 SlotsOf(p.chunk_pages[group], pool_->layout().page_tokens, first, count),
+    codec.Encode(backend_, *pool_, SlotsOf(p.chunk_pages[group], page_tokens, first, count),
                  static_cast<uint8_t*>(scratch_->data()));
     ++stats_.chunks_encoded;
+    for (int i = 0; i < count; ++i) {
+      payloads.emplace_back(static_cast<const uint8_t*>(scratch_->data()) + i * codec.token_bytes(),
+                            codec.token_bytes());
+    }
   }
   moqt::ObjectHeader h;
   h.group = group;
   for (int i = 0; i < count; ++i) {
     h.object = first + i;
-    absl::Span<const uint8_t> payload(static_cast<const uint8_t*>(scratch_->data()) +
-                                          i * codec.token_bytes(),
-                                      codec.token_bytes());
-    for (const auto& d : to) d->OnObject(h, payload);
+    for (const auto& d : to) d->OnObject(h, payloads[i]);
     stats_.objects_sent += to.size();
-    stats_.bytes_sent += to.size() * payload.size();
+    stats_.bytes_sent += to.size() * payloads[i].size();
   }
   if (hi < uint64_t(n) || lo > uint64_t(n)) return;
   h.object = n;  // marks the group complete (caches) and finishes its stream
@@ -253,18 +263,18 @@ void KvPublisher::OnSubscribe(moqt::MoqtSession* session, const moqt::Subscribe&
       return;
     }
   }
-  KvFormat format;
-  Prompt* found = Resolve(request.track, *downstream, &format);
+  KvCompression compression;
+  Prompt* found = Resolve(request.track, *downstream, &compression);
   if (found == nullptr) return;
   Prompt& p = *found;
   auto sub = std::make_shared<Subscriber>();
   sub->request = request;
   sub->largest_at_subscribe = Largest(p);
-  sub->format = format;
+  sub->compression = compression;
   sub->downstream = downstream;
   downstream->Accept(moqt::TrackInfo{sub->largest_at_subscribe});
   for (int g = 0; g < num_groups(p); ++g) {
-    if (!p.chunk_pages[g].empty() && Wants(*sub, p, g)) SendChunk(p, g, format, {downstream});
+    if (!p.chunk_pages[g].empty() && Wants(*sub, p, g)) SendChunk(p, g, compression, {downstream});
   }
   if (p.ended) {
     downstream->OnDone(p.end_status);
@@ -283,16 +293,16 @@ void KvPublisher::OnSubscribe(moqt::MoqtSession* session, const moqt::Subscribe&
 
 void KvPublisher::OnTrackStatus(moqt::MoqtSession* session, const moqt::Subscribe& request,
                                 std::shared_ptr<Downstream> downstream) {
-  KvFormat format;
-  if (Prompt* found = Resolve(request.track, *downstream, &format)) {
+  KvCompression compression;
+  if (Prompt* found = Resolve(request.track, *downstream, &compression)) {
     downstream->Accept(moqt::TrackInfo{Largest(*found)});
   }
 }
 
 void KvPublisher::OnFetch(moqt::MoqtSession* session, const moqt::Fetch& request,
                           std::shared_ptr<Downstream> downstream) {
-  KvFormat format;
-  const Prompt* found = Resolve(request.track, *downstream, &format);
+  KvCompression compression;
+  const Prompt* found = Resolve(request.track, *downstream, &compression);
   if (found == nullptr) return;
   const Prompt& p = *found;
   // Draft-14: an end object of 0 means the whole end group.
@@ -323,7 +333,7 @@ void KvPublisher::OnFetch(moqt::MoqtSession* session, const moqt::Fetch& request
   downstream->Accept(moqt::TrackInfo{Location{last, last_object}, moqt::GroupOrder::kAscending,
                                      p.ended && last + 1 == uint64_t(num_groups(p))});
   for (uint64_t g = first; g <= last; ++g) {
-    SendChunk(p, g, format, {downstream}, g == first ? request.start.object : 0,
+    SendChunk(p, g, compression, {downstream}, g == first ? request.start.object : 0,
               g == last ? last_object : UINT64_MAX);
   }
   downstream->OnDone(absl::OkStatus());

@@ -38,6 +38,7 @@
 #include "engine/kv/kv_page_pool.h"
 #include "engine/kv/prefix_hash.h"
 #include "kernels/backend.h"
+#include "transport/kvcache/ac_pages.h"
 #include "transport/kvcache/naming.h"
 #include "transport/moqt/authorization.h"
 #include "transport/moqt/session.h"
@@ -113,7 +114,7 @@ class KvPublisher : public moqt::RequestHandler {
   struct Subscriber {
     moqt::Subscribe request;
     std::optional<moqt::Location> largest_at_subscribe;
-    KvFormat format;
+    KvCompression compression;
     std::shared_ptr<moqt::Downstream> downstream;
   };
   struct Prompt {
@@ -132,13 +133,15 @@ class KvPublisher : public moqt::RequestHandler {
   std::optional<moqt::Location> Largest(const Prompt& p) const;
   // The prompt a request names; null after rejecting `d` with the reason
   // it cannot be served.
-  Prompt* Resolve(const moqt::FullTrackName& name, moqt::Downstream& d, KvFormat* format);
+  Prompt* Resolve(const moqt::FullTrackName& name, moqt::Downstream& d,
+                  KvCompression* compression);
   // Whether `s`'s filter wants any object of chunk `group`.
   bool Wants(const Subscriber& s, const Prompt& p, int group) const;
   // Encodes chunk `group` of `p` and sends its objects with ids in [lo, hi]
   // (tokens, then the end-of-group marker) to `to` (kept alive meanwhile:
-  // a send may end a subscription).
-  void SendChunk(const Prompt& p, int group, KvFormat format,
+  // a send may end a subscription). An ac track encodes the whole group
+  // (its objects depend on every token) and sends the range of it.
+  void SendChunk(const Prompt& p, int group, const KvCompression& compression,
                  const std::vector<std::shared_ptr<moqt::Downstream>>& to, uint64_t lo = 0,
                  uint64_t hi = UINT64_MAX);
   void EndSubscribers(Prompt& p, const absl::Status& status);
@@ -146,6 +149,8 @@ class KvPublisher : public moqt::RequestHandler {
 
   KvPagePool* const pool_;
   Backend* const backend_;
+  AcPageCodec ac_;                                // the ac tracks' codec
+  std::vector<std::vector<uint8_t>> ac_objects_;  // the group SendChunk encoded last
   const std::string model_id_;
   const int chunk_tokens_;
   moqt::MoqtSession* upstream_ = nullptr;

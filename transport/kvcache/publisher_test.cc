@@ -104,6 +104,49 @@ class KvOverMoqt : public ::testing::Test {
     }
   }
 
+  // Checks that tokens [0, tokens) landed in `dst_pages` equal what the ac
+  // codec makes of the source tokens, group by group, through fp16 both
+  // ways (ac_pages.h).
+  void ExpectLandedAc(const ac::AcPolicy& policy, const std::vector<int32_t>& src_pages,
+                      const std::vector<int32_t>& dst_pages, int tokens) {
+    const ac::AcShape shape{kLayout.num_layers, kLayout.num_kv_heads, kLayout.head_dim};
+    const int n = shape.token_floats(), row = kLayout.token_floats();
+    auto fp16 = [&](std::vector<float>& v) {
+      std::vector<uint8_t> h(v.size() * 2);
+      EncodeKvRow(KvFormat::kFp16, v.data(), int(v.size() / 32), 32, 32, h.data());
+      DecodeKvRow(KvFormat::kFp16, h.data(), int(v.size() / 32), 32, 32, v.data());
+    };
+    for (int g = 0; g * kChunk < tokens; ++g) {
+      const int count = std::min(kChunk, tokens - g * kChunk);
+      std::vector<float> kv(size_t(count) * n);
+      for (int t = 0; t < count; ++t) {
+        const int32_t s = SlotsOf(src_pages, 16, g * kChunk + t, 1)[0];
+        for (int l = 0; l < kLayout.num_layers; ++l) {
+          std::copy_n(src_.pool->k_cache(l) + size_t(s) * row, row, &kv[t * n + 2 * l * row]);
+          std::copy_n(src_.pool->v_cache(l) + size_t(s) * row, row, &kv[t * n + (2 * l + 1) * row]);
+        }
+      }
+      fp16(kv);
+      std::vector<std::vector<uint8_t>> objects;
+      ac::AcGroupEncoder(shape, policy).Encode(kv.data(), count, &objects);
+      const std::vector<absl::Span<const uint8_t>> spans(objects.begin(), objects.end());
+      ASSERT_TRUE(ac::AcGroupDecoder(shape).DecodeGroup(spans, kv.data()).ok());
+      fp16(kv);
+      for (int t = 0; t < count; ++t) {
+        const int32_t d = SlotsOf(dst_pages, 16, g * kChunk + t, 1)[0];
+        for (int l = 0; l < kLayout.num_layers; ++l) {
+          for (bool v : {false, true}) {
+            const float* got = (v ? dst_.pool->v_cache(l) : dst_.pool->k_cache(l)) + size_t(d) * row;
+            const float* want = &kv[t * n + (2 * l + v) * row];
+            for (int i = 0; i < row; ++i) {
+              ASSERT_EQ(got[i], want[i]) << policy.track << " token " << g * kChunk + t;
+            }
+          }
+        }
+      }
+    }
+  }
+
   // A subscription (or fetch) landing groups [first, end) of a `tokens`
   // sequence into fresh pages of dst_.
   struct Landing {
@@ -181,6 +224,12 @@ TEST_F(KvOverMoqt, LiveChunksInAnyOrderLandForEveryCompression) {
     landings.push_back(Subscribe(client->session(),
                                  FullTrackNameOf({ModelId(kModel), Digest(1), f}), tokens, 0, 3));
   }
+  const ac::AcPolicy* const kAc[] = {&ac::AcNearLossless(), &ac::AcLow()};
+  for (const ac::AcPolicy* p : kAc) {
+    landings.push_back(Subscribe(client->session(),
+                                 FullTrackNameOf({ModelId(kModel), Digest(1), KvCompression(p)}),
+                                 tokens, 0, 3));
+  }
   Ready(Digest(1), pages, 2);  // out of order
   Ready(Digest(1), pages, 1);
   h_.thread()->RunSync([&] { ASSERT_TRUE(publisher_->EndPrompt(Digest(1), absl::OkStatus()).ok()); });
@@ -192,8 +241,15 @@ TEST_F(KvOverMoqt, LiveChunksInAnyOrderLandForEveryCompression) {
     ExpectLanded(f, pages, l.pages, 0, tokens);
     ReleaseLanded(l);
   }
+  for (const ac::AcPolicy* p : kAc) {
+    Landing& l = *landings[i++];
+    ASSERT_TRUE(WaitDone(l)) << p->track;
+    ASSERT_TRUE(l.result.ok()) << p->track << ": " << l.result.status();
+    ExpectLandedAc(*p, pages, l.pages, tokens);
+    ReleaseLanded(l);
+  }
   h_.thread()->RunSync([&] {
-    EXPECT_EQ(publisher_->stats().chunks_encoded, 18u);  // 3 chunks x 6 compressions
+    EXPECT_EQ(publisher_->stats().chunks_encoded, 24u);  // 3 chunks x 8 compressions
     publisher_->DropPrompt(Digest(1));
   });
   ASSERT_TRUE(src_.pool->ReleaseAll(pages).ok());
@@ -302,7 +358,6 @@ TEST_F(KvOverMoqt, RequestsThePublisherCannotServeAreRefusedWithTheirReason) {
   };
   const Case cases[] = {
       {{NamespaceOf(ModelId(kModel), Digest(5)), "zstd"}, false, 0, "unknown KV compression"},
-      {{NamespaceOf(ModelId(kModel), Digest(5)), "ac"}, false, 0, "not served yet"},
       {FullTrackNameOf({ModelId(Hash128{1, 1}), Digest(5), KvFormat::kFp16}), false, 0,
        "is not served here"},
       {FullTrackNameOf({ModelId(kModel), Digest(6), KvFormat::kFp16}), false, 0,

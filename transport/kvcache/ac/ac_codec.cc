@@ -63,12 +63,12 @@ absl::Status ValidateShape(const AcShape& s) {
 }
 
 const AcPolicy& AcNearLossless() {
-  static const AcPolicy p{"ac", 255, 4, 255};
+  static const AcPolicy p{"ac", 255, 191};
   return p;
 }
 
 const AcPolicy& AcLow() {
-  static const AcPolicy p{"ac-lo", 127, 4, 63};
+  static const AcPolicy p{"ac-lo", 127, 32};
   return p;
 }
 
@@ -114,7 +114,8 @@ void AcGroupEncoder::ChooseSteps(const float* kv, int tokens) {
   const int per_layer = 2 * shape_.num_kv_heads;
   shifts_.assign(size_t(tokens) * units, 0);
   for (int u = 0; u < units; ++u) {
-    const float levels = u / per_layer < policy_.early_layers ? policy_.early_levels : policy_.levels;
+    const bool is_v = (u / shape_.num_kv_heads) % 2 == 1;
+    const float levels = policy_.LevelsOf(u / per_layer, is_v);
     steps_[u] = bad[u] ? std::numeric_limits<float>::quiet_NaN() : amax[u] / levels;
     if (bad[u] || amax[u] == 0) continue;
     // A token whose largest value is 2^k times smaller than the group's

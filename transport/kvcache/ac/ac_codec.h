@@ -50,17 +50,22 @@ struct AcShape {
 // InvalidArgument unless every field is positive and head_dim % 16 == 0.
 absl::Status ValidateShape(const AcShape& shape);
 
-// An operating point: levels per unit amax (|q| <= levels) in the first
-// `early_layers` layers and in the rest (earlier layers are the sensitive
-// ones, CacheGen's observation).
+// An operating point: the levels per unit amax (|q| <= levels) of K units
+// and of V units (K is the sensitive half), times early_scale in the first
+// early_layers layers (CacheGen finds earlier layers more sensitive; on
+// SmolLM2 finer early layers bought nothing, so both points leave it at 1).
 struct AcPolicy {
   std::string_view track;
-  float early_levels = 0;
+  float k_levels = 0;
+  float v_levels = 0;
   int early_layers = 0;
-  float levels = 0;
+  float early_scale = 1;
+  float LevelsOf(int layer, bool is_v) const {
+    return (is_v ? v_levels : k_levels) * (layer < early_layers ? early_scale : 1.f);
+  }
 };
-// "ac" (levels 255: KL below int8's) and "ac-lo" (127 in the first 4
-// layers, 63 after: smaller, lossier); measured in docs/benchmarks.md.
+// "ac" (K 255 levels, V 191: half int8's KL at 0.91x its size) and "ac-lo"
+// (K 127, V 32: 0.66x int8's size); measured in docs/benchmarks.md.
 const AcPolicy& AcNearLossless();
 const AcPolicy& AcLow();
 // The policy of a track name; nullptr if it is not an ac track.

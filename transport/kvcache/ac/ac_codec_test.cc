@@ -43,7 +43,8 @@ void ExpectWithinHalfStep(const AcShape& s, const AcPolicy& p, const std::vector
       for (int c = 0; c < d; ++c) amax = std::max(amax, std::fabs(in[size_t(t) * n + u * d + c]));
     }
     const int layer = u / (2 * s.num_kv_heads);
-    const float step = amax / (layer < p.early_layers ? p.early_levels : p.levels);
+    const bool is_v = (u / s.num_kv_heads) % 2 == 1;
+    const float step = amax / p.LevelsOf(layer, is_v);
     for (int t = 0; t < tokens; ++t) {
       for (int c = 0; c < d; ++c) {
         const size_t i = size_t(t) * n + u * d + c;
@@ -53,8 +54,9 @@ void ExpectWithinHalfStep(const AcShape& s, const AcPolicy& p, const std::vector
   }
 }
 
-TEST(AcCodec, RoundTripsWithinHalfAStepAtBothOperatingPoints) {
-  for (const AcPolicy* p : {&AcNearLossless(), &AcLow()}) {
+TEST(AcCodec, RoundTripsWithinHalfAStepAtEveryOperatingPoint) {
+  const AcPolicy layered{"test", 15, 7, 2, 4.f};  // finer first layers
+  for (const AcPolicy* p : {&AcNearLossless(), &AcLow(), &layered}) {
     for (int tokens : {1, 2, 77, 128}) {
       const auto kv = MakeKv(kShape, tokens, tokens);
       AcGroupEncoder enc(kShape, *p);

@@ -1,0 +1,45 @@
+// The ac tracks on a page pool: see ac_pages.h.
+#include "transport/kvcache/ac_pages.h"
+
+#include "kernels/kv_codec.h"
+
+namespace kvcast::kvcache {
+
+AcPageCodec::AcPageCodec(const KvLayout& layout)
+    : layout_(layout),
+      shape_{layout.num_layers, layout.num_kv_heads, layout.head_dim},
+      fp16_(layout, KvFormat::kFp16) {}
+
+void AcPageCodec::Encode(const ac::AcPolicy& policy, Backend* backend, const KvPagePool& pool,
+                         absl::Span<const int32_t> slots,
+                         std::vector<std::vector<uint8_t>>* objects) {
+  const size_t values = slots.size() * size_t(shape_.token_floats());
+  half_.resize(values * 2);
+  floats_.resize(values);
+  fp16_.Encode(backend, pool, slots, half_.data());
+  // fp16 has no scales: the whole group is one row of values / head_dim heads.
+  DecodeKvRow(KvFormat::kFp16, half_.data(), int(values / shape_.head_dim), shape_.head_dim,
+              shape_.head_dim, floats_.data());
+  auto& encoder = encoders_[&policy];
+  if (!encoder) encoder = std::make_unique<ac::AcGroupEncoder>(shape_, policy);
+  encoder->Encode(floats_.data(), int(slots.size()), objects);
+}
+
+absl::Status AcPageCodec::Decode(Backend* backend,
+                                 absl::Span<const absl::Span<const uint8_t>> objects,
+                                 absl::Span<const int32_t> slots, KvPagePool* pool) {
+  if (objects.size() != slots.size()) {
+    return absl::InvalidArgumentError("ac group: one object per slot");
+  }
+  const size_t values = slots.size() * size_t(shape_.token_floats());
+  floats_.resize(values);
+  half_.resize(values * 2);
+  if (!decoder_) decoder_ = std::make_unique<ac::AcGroupDecoder>(shape_);
+  if (absl::Status s = decoder_->DecodeGroup(objects, floats_.data()); !s.ok()) return s;
+  EncodeKvRow(KvFormat::kFp16, floats_.data(), int(values / shape_.head_dim), shape_.head_dim,
+              shape_.head_dim, half_.data());
+  fp16_.Decode(backend, half_.data(), slots, pool);
+  return absl::OkStatus();
+}
+
+}  // namespace kvcast::kvcache

@@ -1,0 +1,56 @@
+// The arithmetic-coded tracks ("ac", "ac-lo") between a page pool and
+// objects: a group's tokens are read through the backend as fp16 token
+// payloads (so any backend serves them), widened to float and coded by
+// ac::AcGroupEncoder; landing decodes a whole group with
+// ac::AcGroupDecoder and writes it back as fp16. The fp16 step rounds by at
+// most 2^-11 of a value, far inside the tracks' quantization steps.
+//
+// Thread safety: none (scratch buffers are reused); one per loop thread.
+#ifndef KVCAST_TRANSPORT_KVCACHE_AC_PAGES_H_
+#define KVCAST_TRANSPORT_KVCACHE_AC_PAGES_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "engine/kv/kv_page_pool.h"
+#include "kernels/backend.h"
+#include "transport/kvcache/ac/ac_codec.h"
+#include "transport/kvcache/token_codec.h"
+
+namespace kvcast::kvcache {
+
+class AcPageCodec {
+ public:
+  explicit AcPageCodec(const KvLayout& layout);
+
+  // InvalidArgument when this model's shape has no ac track (ac::ValidateShape).
+  absl::Status Supported() const { return ac::ValidateShape(shape_); }
+
+  // (*objects)[t] = object t of the group whose tokens sit at `slots` (the
+  // whole group, in order).
+  void Encode(const ac::AcPolicy& policy, Backend* backend, const KvPagePool& pool,
+              absl::Span<const int32_t> slots, std::vector<std::vector<uint8_t>>* objects);
+
+  // Decodes a whole group, objects[t] = object t's payload, into `slots` of
+  // `pool`. The errors of ac::AcGroupDecoder::DecodeGroup; nothing is
+  // written on error.
+  absl::Status Decode(Backend* backend, absl::Span<const absl::Span<const uint8_t>> objects,
+                      absl::Span<const int32_t> slots, KvPagePool* pool);
+
+ private:
+  const KvLayout layout_;
+  const ac::AcShape shape_;
+  const TokenCodec fp16_;
+  std::map<const ac::AcPolicy*, std::unique_ptr<ac::AcGroupEncoder>> encoders_;
+  std::unique_ptr<ac::AcGroupDecoder> decoder_;
+  std::vector<uint8_t> half_;  // fp16 token payloads of a group
+  std::vector<float> floats_;  // the same, widened
+};
+
+}  // namespace kvcast::kvcache
+
+#endif  // KVCAST_TRANSPORT_KVCACHE_AC_PAGES_H_
