@@ -360,6 +360,28 @@ TEST_F(DisaggregatedTest, KilledRelayKvComesFromThePublisherAtOnce) {
   ExpectNoPagesLeaked(decode);
 }
 
+// The arithmetic-coded tracks through the services: the decode worker
+// subscribes to "ac-lo" (--kv_compression), the prefill worker encodes whole
+// groups on demand, the relay forwards them, the decode worker lands whole
+// groups; nothing is recomputed and fewer bytes travel than fp16's.
+TEST_F(DisaggregatedTest, AcTrackCarriesTheKvEndToEnd) {
+  auto c = Start("ac", 1, 1, {"--kv_compression=ac-lo"});
+  ASSERT_NE(c, nullptr);
+  const TinyModelOptions m;
+  const int fp16_token_bytes = m.num_layers * 2 * m.num_kv_heads * (m.hidden_size / m.num_heads) * 2;
+  for (int n : {40, 300}) {
+    Result r = Generate(c->scheduler_address(), Prompt(n, 70 + n), 12);
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    EXPECT_EQ(r.final.usage().generated_tokens(), 12);
+    EXPECT_GT(r.final.timings().transfer_bytes(), 0) << "the KV went over MoQT";
+    EXPECT_LT(r.final.timings().transfer_bytes(), n * fp16_token_bytes) << "prompt of " << n;
+  }
+  const Process& decode = c->worker(Role::kDecode, 0);
+  EXPECT_EQ(Metric(decode, "kvcast_kv_transfer_failures_total"), 0) << "nothing recomputed";
+  ExpectNoPagesLeaked(decode);
+  EXPECT_TRUE(c->Stop().ok());
+}
+
 TEST_F(DisaggregatedTest, WithoutPrefillWorkersDecodeRecomputes) {
   auto c = Start("no_prefill", 1, 1);
   ASSERT_NE(c, nullptr);
