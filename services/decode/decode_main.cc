@@ -9,6 +9,14 @@
 #include "services/decode/decode_service.h"
 
 ABSL_FLAG(double, drain_s, 60, "on SIGTERM: finish in-flight requests for up to this long");
+ABSL_FLAG(std::string, kv_abr_ladder, "fp16,int8,ac,ac-lo",
+          "adaptive bitrate (a request's compression \"abr\"): the KV tracks to choose from, "
+          "most bytes first");
+ABSL_FLAG(double, kv_abr_budget_ms, 1000,
+          "adaptive bitrate: time for landing a prompt's KV; groups that cannot arrive within "
+          "it in the smallest track are computed here");
+ABSL_FLAG(double, kv_abr_initial_mbps, 1000,
+          "adaptive bitrate: the goodput (Mbit/s) assumed before the first measurement");
 
 namespace {
 // Decode serves no MoQT requests; it only subscribes.
@@ -29,8 +37,17 @@ int main(int argc, char** argv) {
   auto rt = worker::WorkerRuntime::Create(*config);
   if (!rt.ok()) return fail(rt.status());
   NoRequests handler;
-  decode::DecodeService service(rt->get());
-  if (absl::Status s = (*rt)->Serve(&handler, {{v1::Decode::service_full_name(), &service}}); !s.ok()) {
+  decode::DecodeService::Options options;
+  options.abr_ladder = absl::GetFlag(FLAGS_kv_abr_ladder);
+  options.abr_budget_s = absl::GetFlag(FLAGS_kv_abr_budget_ms) / 1000;
+  options.abr_initial_goodput = absl::GetFlag(FLAGS_kv_abr_initial_mbps) * 1e6 / 8;
+  auto service = decode::DecodeService::Create(rt->get(), options);
+  if (!service.ok()) {
+    (*rt)->Shutdown(absl::ZeroDuration());
+    return fail(service.status());
+  }
+  if (absl::Status s = (*rt)->Serve(&handler, {{v1::Decode::service_full_name(), service->get()}});
+      !s.ok()) {
     (*rt)->Shutdown(absl::ZeroDuration());
     return fail(s);
   }

@@ -47,8 +47,38 @@ struct TokenQueue {
 
 }  // namespace
 
-DecodeService::DecodeService(worker::WorkerRuntime* runtime) : rt_(runtime) {
+absl::StatusOr<std::unique_ptr<DecodeService>> DecodeService::Create(
+    worker::WorkerRuntime* runtime, const Options& options) {
+  if (!(options.abr_budget_s > 0) || !(options.abr_initial_goodput > 0)) {
+    return absl::InvalidArgumentError("the ABR budget and initial goodput must be positive");
+  }
+  const KvLayout& layout = runtime->engine().pool().layout();
+  const double fp16_token_bytes = 2.0 * layout.num_layers * layout.token_floats() * 2;
+  ASSIGN_OR_RETURN(std::vector<AbrTrack> ladder,
+                   ParseAbrLadder(options.abr_ladder, fp16_token_bytes));
+  return std::unique_ptr<DecodeService>(new DecodeService(runtime, options, std::move(ladder)));
+}
+
+DecodeService::DecodeService(worker::WorkerRuntime* runtime, const Options& options,
+                             std::vector<AbrTrack> ladder)
+    : rt_(runtime),
+      options_(options),
+      abr_ladder_(std::move(ladder)),
+      abr_goodput_(options.abr_initial_goodput) {
   auto& m = rt_->metrics();
+  for (const AbrTrack& t : abr_ladder_) {
+    abr_groups_.push_back(m.AddCounter("kvcast_kv_abr_groups_total",
+                                       "KV groups landed by adaptive bitrate, per track",
+                                       {{"track", kvcache::TrackNameOf(t.compression)}}));
+  }
+  abr_switches_ = m.AddCounter("kvcast_kv_abr_switches_total",
+                               "adaptive bitrate: track changes between consecutive groups");
+  abr_recomputed_groups_ = m.AddCounter(
+      "kvcast_kv_abr_recomputed_groups_total",
+      "adaptive bitrate: groups left to compute here because they could not arrive in time");
+  abr_goodput_gauge_ = m.AddGauge("kvcast_kv_abr_goodput_bytes_per_second",
+                                  "adaptive bitrate: the goodput estimate after the last landing");
+  abr_goodput_gauge_->Set(options.abr_initial_goodput);
   requests_ok_ = m.AddCounter("kvcast_decode_requests_total", "decode requests", {{"result", "ok"}});
   requests_failed_ =
       m.AddCounter("kvcast_decode_requests_total", "decode requests", {{"result", "error"}});
@@ -64,6 +94,74 @@ DecodeService::DecodeService(worker::WorkerRuntime* runtime) : rt_(runtime) {
   tbt_seconds_ = m.AddHistogram("kvcast_time_between_tokens_seconds",
                                 "time between tokens of a sequence",
                                 services::DefaultLatencyBuckets());
+}
+
+absl::StatusOr<DecodeService::GroupsLanded> DecodeService::LandGroups(
+    grpc::ServerContext* context, const v1::DecodeStart& start,
+    const kvcache::KvCompression& compression, int first_group, int end_group,
+    const std::function<void()>& keepalive) {
+  Engine& engine = rt_->engine();
+  const int chunk = engine.options().chunk_tokens;
+  const int page_tokens = engine.pool().layout().page_tokens;
+  const int kv_tokens = start.kv_tokens();
+  const int tokens = std::min(end_group * chunk, kv_tokens) - first_group * chunk;
+  ASSIGN_OR_RETURN(std::vector<int32_t> fresh,
+                   engine.pool().Allocate((tokens + page_tokens - 1) / page_tokens));
+  struct State {
+    absl::Notification done;
+    absl::StatusOr<std::vector<int32_t>> result = absl::UnknownError("pending");
+    std::shared_ptr<worker::KvLanding> landing;
+  };
+  auto state = std::make_shared<State>();
+  const auto track = kvcache::FullTrackNameOf(
+      {kvcache::ModelId(engine.model().fingerprint()), start.kv().prompt_digest(), compression});
+  // Over the session SessionFor picks (the relay while it is up, else the
+  // publisher's own port).
+  rt_->RunSync([&] {
+    auto session = rt_->SessionFor(start.kv().moqt_address());
+    absl::StatusOr<std::shared_ptr<worker::KvLanding>> landing =
+        session.ok() ? worker::KvLanding::Start(
+                           *session, &engine.pool(), engine.backend(),
+                           engine.model().fingerprint(), track,
+                           kvcache::LandingSpec{chunk, kv_tokens, first_group, end_group, fresh},
+                           worker::KvLanding::Mode::kSubscribe, start.kv().auth_token(),
+                           [state](absl::StatusOr<std::vector<int32_t>> r) {
+                             state->result = std::move(r);
+                             state->done.Notify();
+                           })
+                     : absl::StatusOr<std::shared_ptr<worker::KvLanding>>(session.status());
+    if (!session.ok()) engine.pool().ReleaseAll(fresh).IgnoreError();
+    if (landing.ok()) {
+      state->landing = *landing;
+    } else {
+      state->result = landing.status();
+      state->done.Notify();
+    }
+  });
+  auto last_keepalive = Clock::now();
+  while (!state->done.WaitForNotificationWithTimeout(absl::Milliseconds(20))) {
+    if (Clock::now() - last_keepalive > kKeepalive) {
+      keepalive();
+      last_keepalive = Clock::now();
+    }
+    if (context->IsCancelled()) {  // includes the deadline passing
+      rt_->RunSync([&] {
+        if (state->landing) state->landing->Abort(absl::CancelledError("decode cancelled"));
+      });
+    }
+  }
+  GroupsLanded out;
+  rt_->RunSync([&] {
+    if (state->landing) {
+      out.bytes = state->landing->bytes_landed();
+      out.seconds = absl::ToDoubleSeconds(absl::Now() - state->landing->first_object_at());
+    }
+    state->landing.reset();
+  });
+  if (!state->result.ok()) return state->result.status();
+  out.pages = *std::move(state->result);
+  out.tokens = tokens;
+  return out;
 }
 
 DecodeService::Landed DecodeService::LandPromptKv(grpc::ServerContext* context,
@@ -84,84 +182,79 @@ DecodeService::Landed DecodeService::LandPromptKv(grpc::ServerContext* context,
   if (out.tokens >= kv_tokens) return out;
 
   const int groups = (kv_tokens + chunk - 1) / chunk;
-  auto format = kvcache::CompressionOfTrackName(
-      start.kv().compression().empty() ? "fp16" : start.kv().compression());
-  struct State {
-    absl::Notification done;
-    absl::StatusOr<std::vector<int32_t>> result = absl::UnknownError("pending");
-    std::shared_ptr<worker::KvLanding> landing;
+  const auto t0 = Clock::now();
+  auto add = [&](GroupsLanded g) {
+    out.pages.insert(out.pages.end(), g.pages.begin(), g.pages.end());
+    out.tokens += g.tokens;
+    out.landed += g.tokens;
+    out.bytes += g.bytes;
   };
-  // One landing over the session SessionFor picks (the relay while it is
-  // up, else the publisher's own port); sets out.bytes.
-  auto land_once = [&]() -> absl::StatusOr<std::vector<int32_t>> {
-    if (!format.ok()) return format.status();
-    ASSIGN_OR_RETURN(std::vector<int32_t> fresh,
-                     engine.pool().Allocate((kv_tokens - out.tokens + page_tokens - 1) / page_tokens));
-    auto state = std::make_shared<State>();
-    const auto track = kvcache::FullTrackNameOf(
-        {kvcache::ModelId(engine.model().fingerprint()), start.kv().prompt_digest(), *format});
-    rt_->RunSync([&] {
-      auto session = rt_->SessionFor(start.kv().moqt_address());
-      absl::StatusOr<std::shared_ptr<worker::KvLanding>> landing =
-          session.ok() ? worker::KvLanding::Start(
-                             *session, &engine.pool(), engine.backend(),
-                             engine.model().fingerprint(), track,
-                             kvcache::LandingSpec{chunk, kv_tokens, own_chunks, groups, fresh},
-                             worker::KvLanding::Mode::kSubscribe, start.kv().auth_token(),
-                             [state](absl::StatusOr<std::vector<int32_t>> r) {
-                               state->result = std::move(r);
-                               state->done.Notify();
-                             })
-                       : absl::StatusOr<std::shared_ptr<worker::KvLanding>>(session.status());
-      if (!session.ok()) engine.pool().ReleaseAll(fresh).IgnoreError();
-      if (landing.ok()) {
-        state->landing = *landing;
-      } else {
-        state->result = landing.status();
-        state->done.Notify();
-      }
-    });
-    auto last_keepalive = Clock::now();
-    while (!state->done.WaitForNotificationWithTimeout(absl::Milliseconds(20))) {
-      if (Clock::now() - last_keepalive > kKeepalive) {
-        keepalive();
-        last_keepalive = Clock::now();
-      }
-      if (context->IsCancelled()) {  // includes the deadline passing
-        rt_->RunSync([&] {
-          if (state->landing) state->landing->Abort(absl::CancelledError("decode cancelled"));
-        });
+  const std::string& name = start.kv().compression();
+  if (name == kvcache::kAdaptiveCompression) {
+    LandAdaptively(context, start, own_chunks, groups, keepalive, add);
+  } else {
+    absl::StatusOr<GroupsLanded> result = absl::UnknownError("not tried");
+    auto compression = kvcache::CompressionOfTrackName(name.empty() ? "fp16" : name);
+    if (!compression.ok()) {
+      result = compression.status();
+    } else {
+      result = LandGroups(context, start, *compression, own_chunks, groups, keepalive);
+      // The session was lost under the request (e.g. the relay died): once
+      // more, which goes to the publisher directly while the relay is down.
+      if (absl::IsUnavailable(result.status()) && !context->IsCancelled()) {
+        std::fprintf(stderr, "kvcast-decode: KV of %s: %s; asking again\n",
+                     start.kv().prompt_digest().c_str(), result.status().ToString().c_str());
+        result = LandGroups(context, start, *compression, own_chunks, groups, keepalive);
       }
     }
-    rt_->RunSync([&] {
-      out.bytes = state->landing ? state->landing->bytes_landed() : 0;
-      state->landing.reset();
-    });
-    return std::move(state->result);
-  };
-  const auto t0 = Clock::now();
-  absl::StatusOr<std::vector<int32_t>> result = land_once();
-  // The session was lost under the request (e.g. the relay died): once more,
-  // which goes to the publisher directly while the relay is down.
-  if (absl::IsUnavailable(result.status()) && !context->IsCancelled()) {
-    std::fprintf(stderr, "kvcast-decode: KV of %s: %s; asking again\n",
-                 start.kv().prompt_digest().c_str(), result.status().ToString().c_str());
-    result = land_once();
+    if (result.ok()) {
+      add(*std::move(result));
+    } else {
+      std::fprintf(stderr, "kvcast-decode: KV of %s did not land (%s); computing it here\n",
+                   start.kv().prompt_digest().c_str(), result.status().ToString().c_str());
+    }
   }
   out.ms = Ms(Clock::now() - t0);
-  if (!result.ok()) {
-    transfer_failures_->Increment();
-    std::fprintf(stderr, "kvcast-decode: KV of %s did not land (%s); computing it here\n",
-                 start.kv().prompt_digest().c_str(), result.status().ToString().c_str());
-    out.bytes = 0;
-    return out;
+  if (out.tokens < kv_tokens) transfer_failures_->Increment();
+  if (out.landed > 0) {
+    transfer_bytes_->Increment(double(out.bytes));
+    transfer_seconds_->Observe(out.ms / 1000);
   }
-  out.pages.insert(out.pages.end(), result->begin(), result->end());
-  out.landed = kv_tokens - out.tokens;
-  out.tokens = kv_tokens;
-  transfer_bytes_->Increment(double(out.bytes));
-  transfer_seconds_->Observe(out.ms / 1000);
   return out;
+}
+
+void DecodeService::LandAdaptively(grpc::ServerContext* context, const v1::DecodeStart& start,
+                                   int first_group, int end_group,
+                                   const std::function<void()>& keepalive,
+                                   const std::function<void(GroupsLanded)>& add) {
+  const int chunk = rt_->engine().options().chunk_tokens;
+  const int kv_tokens = start.kv_tokens();
+  AbrPlanner planner(abr_ladder_, options_.abr_budget_s, abr_goodput_);
+  const auto t0 = Clock::now();
+  int previous = -1;
+  for (int g = first_group; g < end_group && !context->IsCancelled(); ++g) {
+    const int group_tokens = std::min(chunk, kv_tokens - g * chunk);
+    const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
+    const int t = planner.Choose(group_tokens, kv_tokens - g * chunk, elapsed);
+    if (t == AbrPlanner::kStop) {
+      abr_recomputed_groups_->Increment(end_group - g);
+      break;
+    }
+    if (previous >= 0 && t != previous) abr_switches_->Increment();
+    previous = t;
+    absl::StatusOr<GroupsLanded> landed =
+        LandGroups(context, start, planner.ladder()[t].compression, g, g + 1, keepalive);
+    if (!landed.ok()) {
+      std::fprintf(stderr, "kvcast-decode: KV group %d of %s did not land (%s); computing the rest\n",
+                   g, start.kv().prompt_digest().c_str(), landed.status().ToString().c_str());
+      break;
+    }
+    planner.Observe(t, double(landed->bytes), landed->tokens, landed->seconds);
+    abr_groups_[t]->Increment();
+    add(*std::move(landed));
+  }
+  abr_goodput_ = planner.goodput();
+  abr_goodput_gauge_->Set(abr_goodput_);
 }
 
 grpc::Status DecodeService::Decode(

@@ -9,14 +9,22 @@
 //     samples, then a last message with the finish reason.
 // A failed landing (publisher gone, track refused, deadline) falls back to
 // computing the missing KV locally: KV is an optimization, the request goes
-// on. Cancelling the stream cancels the sequence; pages are freed on every
+// on. With the request's compression "abr" the worker lands group by group
+// and picks each group's track from the goodput it measures and
+// Options::abr_budget_s (kv_abr.h); groups that cannot arrive in time are
+// computed here. Cancelling the stream cancels the sequence; pages are freed on every
 // path (the engine and the lander own them in turn).
 #ifndef KVCAST_SERVICES_DECODE_DECODE_SERVICE_H_
 #define KVCAST_SERVICES_DECODE_DECODE_SERVICE_H_
 
+#include <atomic>
+#include <memory>
+#include <string>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "kvcast/v1/worker.grpc.pb.h"
+#include "services/decode/kv_abr.h"
 #include "services/common/metrics.h"
 #include "services/worker/worker_runtime.h"
 
@@ -24,7 +32,14 @@ namespace kvcast::decode {
 
 class DecodeService final : public v1::Decode::Service {
  public:
-  explicit DecodeService(worker::WorkerRuntime* runtime);
+  struct Options {
+    std::string abr_ladder = "fp16,int8,ac,ac-lo";  // tracks, most bytes first
+    double abr_budget_s = 1.0;                    // for landing a prompt's KV
+    double abr_initial_goodput = 125e6;           // bytes/s before the first measure
+  };
+  // InvalidArgument for a bad ladder.
+  static absl::StatusOr<std::unique_ptr<DecodeService>> Create(worker::WorkerRuntime* runtime,
+                                                               const Options& options);
 
   grpc::Status Decode(
       grpc::ServerContext* context,
@@ -39,12 +54,40 @@ class DecodeService final : public v1::Decode::Service {
     uint64_t bytes = 0;
     double ms = 0;
   };
-  // Step 1; on a transfer failure returns what the own cache held.
-  // `keepalive` runs on this thread about every kKeepalive while it waits.
+  // Groups [first_group, end_group) of the request's prompt in one track.
+  struct GroupsLanded {
+    std::vector<int32_t> pages;
+    int tokens = 0;
+    uint64_t bytes = 0;
+    double seconds = 0;  // first object to the last landed
+  };
+
+  DecodeService(worker::WorkerRuntime* runtime, const Options& options,
+                std::vector<AbrTrack> ladder);
+  // Step 1; on a transfer failure returns what the own cache held (and what
+  // landed before it). `keepalive` runs on this thread about every
+  // kKeepalive while it waits.
   Landed LandPromptKv(grpc::ServerContext* context, const v1::DecodeStart& start,
                       const std::function<void()>& keepalive);
+  absl::StatusOr<GroupsLanded> LandGroups(grpc::ServerContext* context,
+                                          const v1::DecodeStart& start,
+                                          const kvcache::KvCompression& compression,
+                                          int first_group, int end_group,
+                                          const std::function<void()>& keepalive);
+  // Groups [first_group, end_group), each in the track the planner picks,
+  // handing each to `add`; stops at the first failure or when time is up.
+  void LandAdaptively(grpc::ServerContext* context, const v1::DecodeStart& start,
+                      int first_group, int end_group, const std::function<void()>& keepalive,
+                      const std::function<void(GroupsLanded)>& add);
 
   worker::WorkerRuntime* const rt_;
+  const Options options_;
+  const std::vector<AbrTrack> abr_ladder_;
+  std::atomic<double> abr_goodput_;  // the last landing's estimate, for the next
+  std::vector<services::Counter*> abr_groups_;  // per ladder track
+  services::Counter* abr_switches_;
+  services::Counter* abr_recomputed_groups_;
+  services::Gauge* abr_goodput_gauge_;
   services::Counter* requests_ok_;
   services::Counter* requests_failed_;
   services::Counter* tokens_generated_;

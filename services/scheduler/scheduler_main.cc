@@ -71,7 +71,9 @@ ABSL_FLAG(double, worker_quiet_s, 3,
 ABSL_FLAG(int, max_queue, 256, "requests in flight at most; more get RESOURCE_EXHAUSTED");
 ABSL_FLAG(int, max_tokens_limit, 4096, "largest max_tokens a request may ask for");
 ABSL_FLAG(std::string, model, "", "model (.gguf file or HF directory) to read the tokenizer from (text prompts)");
-ABSL_FLAG(std::string, kv_compression, "fp16", "KV track decode workers subscribe to");
+ABSL_FLAG(std::string, kv_compression, "fp16",
+          "KV track decode workers subscribe to, or \"abr\": each decode worker picks a track "
+          "per 128-token group from the bandwidth it measures (its --kv_abr_* flags)");
 ABSL_FLAG(bool, prefix_reuse, true,
           "route to cached prefixes and fetch published ones (false: for A/B runs)");
 ABSL_FLAG(double, drain_s, 30, "on SIGTERM: finish in-flight requests for up to this long");
@@ -93,7 +95,8 @@ int main(int argc, char** argv) {
     return fail(absl::InvalidArgumentError(
         "--tenant_max_in_flight and --tenant_prompt_tokens_per_minute must be >= 0"));
   }
-  if (auto f = kvcache::CompressionOfTrackName(absl::GetFlag(FLAGS_kv_compression)); !f.ok()) {
+  if (auto f = kvcache::CompressionOfTrackName(absl::GetFlag(FLAGS_kv_compression));
+      !f.ok() && absl::GetFlag(FLAGS_kv_compression) != kvcache::kAdaptiveCompression) {
     return fail(absl::InvalidArgumentError(absl::StrCat("--kv_compression: ", f.status().message())));
   }
   auto signal = services::ShutdownSignal::Create();

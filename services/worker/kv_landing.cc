@@ -7,14 +7,18 @@
 namespace kvcast::worker {
 namespace {
 
-// Counts payload bytes on their way to the lander.
+// Counts payload bytes on their way to the lander, and notes when the
+// first one came.
 class CountingConsumer : public moqt::TrackConsumer {
  public:
   CountingConsumer(std::shared_ptr<moqt::TrackConsumer> inner, uint64_t* bytes,
-                   std::shared_ptr<bool> alive)
-      : inner_(std::move(inner)), bytes_(bytes), alive_(std::move(alive)) {}
+                   absl::Time* first, std::shared_ptr<bool> alive)
+      : inner_(std::move(inner)), bytes_(bytes), first_(first), alive_(std::move(alive)) {}
   void OnObject(const moqt::ObjectHeader& header, absl::Span<const uint8_t> payload) override {
-    if (*alive_) *bytes_ += payload.size();
+    if (*alive_) {
+      *bytes_ += payload.size();
+      if (*first_ == absl::InfiniteFuture()) *first_ = absl::Now();
+    }
     inner_->OnObject(header, payload);
   }
   void OnDone(const absl::Status& status) override { inner_->OnDone(status); }
@@ -22,6 +26,7 @@ class CountingConsumer : public moqt::TrackConsumer {
  private:
   std::shared_ptr<moqt::TrackConsumer> inner_;
   uint64_t* bytes_;
+  absl::Time* first_;
   std::shared_ptr<bool> alive_;
 };
 
@@ -46,7 +51,8 @@ absl::StatusOr<std::shared_ptr<KvLanding>> KvLanding::Start(
                          self->finished_ = true;
                          done(std::move(result));
                        }));
-  auto consumer = std::make_shared<CountingConsumer>(self->lander_, &self->bytes_, self->alive_);
+  auto consumer = std::make_shared<CountingConsumer>(self->lander_, &self->bytes_,
+                                                     &self->first_object_at_, self->alive_);
   auto on_reply = [self, alive](absl::StatusOr<moqt::TrackInfo> r) {
     auto a = alive.lock();
     if (!r.ok() && a && *a) self->lander_->Abort(r.status());
@@ -79,9 +85,11 @@ absl::StatusOr<std::shared_ptr<KvLanding>> KvLanding::Start(
 }
 
 void KvLanding::Abort(const absl::Status& reason) {
-  if (finished_) return;
-  lander_->Abort(reason);  // reports through done and releases the pages
-  if (session_ != nullptr && !session_->closed()) {
+  if (!finished_) lander_->Abort(reason);  // reports through done and releases the pages
+  // A subscription stays open at the publisher (and a relay) after its
+  // range landed: end it either way.
+  if (session_ != nullptr && !session_->closed() && !closed_) {
+    closed_ = true;
     if (mode_ == Mode::kFetch) {
       session_->FetchCancel(request_id_);
     } else {

@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "transport/kvcache/lander.h"
 #include "transport/moqt/session.h"
 
@@ -35,9 +37,14 @@ class KvLanding {
       Mode mode, const std::string& auth_token, Done done);
   ~KvLanding();
 
+  // Gives up if not finished (`reason` goes to done), and ends the request
+  // at the publisher in any case (the destructor does the same).
   void Abort(const absl::Status& reason);
   int tokens_landed() const { return lander_->tokens_landed(); }
   uint64_t bytes_landed() const { return bytes_; }
+  // When the first object arrived (InfiniteFuture before): a goodput
+  // measure excludes the wait for the publisher to compute the KV.
+  absl::Time first_object_at() const { return first_object_at_; }
 
  private:
   KvLanding() = default;
@@ -45,7 +52,9 @@ class KvLanding {
   Mode mode_ = Mode::kSubscribe;
   uint64_t request_id_ = 0;
   bool finished_ = false;
+  bool closed_ = false;  // UNSUBSCRIBE / FETCH_CANCEL sent
   uint64_t bytes_ = 0;
+  absl::Time first_object_at_ = absl::InfiniteFuture();
   std::shared_ptr<kvcache::KvLander> lander_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };

@@ -128,7 +128,8 @@ class DisaggregatedTest : public ::testing::Test {
     ASSERT_TRUE(s.ok()) << s;
   }
   std::unique_ptr<LocalCluster> Start(const std::string& name, int prefill, int decode,
-                                      std::vector<std::string> scheduler_flags = {}) {
+                                      std::vector<std::string> scheduler_flags = {},
+                                      std::vector<std::string> decode_flags = {}) {
     ClusterOptions o;
     o.model_dir = ModelDir();
     o.work_dir = TmpDir() + "/" + name;
@@ -141,6 +142,7 @@ class DisaggregatedTest : public ::testing::Test {
     o.decode_bin = absl::GetFlag(FLAGS_decode_bin);
     o.relay_bin = absl::GetFlag(FLAGS_relay_bin);
     o.prefill_flags = {"--retain_s=1"};
+    o.decode_flags = std::move(decode_flags);
     o.scheduler_flags = {"--lease_s=3"};
     o.scheduler_flags.insert(o.scheduler_flags.end(), scheduler_flags.begin(),
                              scheduler_flags.end());
@@ -380,6 +382,36 @@ TEST_F(DisaggregatedTest, AcTrackCarriesTheKvEndToEnd) {
   EXPECT_EQ(Metric(decode, "kvcast_kv_transfer_failures_total"), 0) << "nothing recomputed";
   ExpectNoPagesLeaked(decode);
   EXPECT_TRUE(c->Stop().ok());
+}
+
+// Adaptive bitrate on loopback: with a generous budget every group comes
+// in the ladder's best track (fp16: output equals one process); with a
+// budget no group can meet, the decode worker computes the KV itself.
+TEST_F(DisaggregatedTest, AdaptiveBitrateTakesTheBestTrackThatFitsOrComputes) {
+  auto c = Start("abr", 1, 1, {"--kv_compression=abr"});
+  ASSERT_NE(c, nullptr);
+  const Process& decode = c->worker(Role::kDecode, 0);
+  auto prompt = Prompt(300, 5);
+  Result r = Generate(c->scheduler_address(), prompt, 12);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.tokens, Reference(prompt, 12));
+  EXPECT_EQ(Metric(decode, "kvcast_kv_abr_groups_total", {{"track", "fp16"}}), 3);
+  EXPECT_EQ(Metric(decode, "kvcast_kv_abr_switches_total"), 0);
+  EXPECT_GT(Metric(decode, "kvcast_kv_abr_goodput_bytes_per_second"), 0);
+  EXPECT_TRUE(c->Stop().ok());
+
+  // 1 us for the KV at an assumed 1 Mbit/s: not one group fits.
+  auto d = Start("abr_tight", 1, 1, {"--kv_compression=abr"},
+                 {"--kv_abr_budget_ms=0.001", "--kv_abr_initial_mbps=1"});
+  ASSERT_NE(d, nullptr);
+  r = Generate(d->scheduler_address(), prompt, 12);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.tokens, Reference(prompt, 12));
+  EXPECT_EQ(r.final.timings().transfer_bytes(), 0);
+  const Process& tight = d->worker(Role::kDecode, 0);
+  EXPECT_EQ(Metric(tight, "kvcast_kv_abr_recomputed_groups_total"), 3);
+  ExpectNoPagesLeaked(tight);
+  EXPECT_TRUE(d->Stop().ok());
 }
 
 TEST_F(DisaggregatedTest, WithoutPrefillWorkersDecodeRecomputes) {

@@ -49,6 +49,11 @@ struct KvCompression {
   }
 };
 
+// Not a track: as a request's compression (KvSource.compression, the
+// scheduler's --kv_compression) it lets the decode worker choose a track per
+// group from the bandwidth it sees (adaptive bitrate, services/decode/kv_abr.h).
+inline constexpr std::string_view kAdaptiveCompression = "abr";
+
 // The track name of a compression, e.g. "fp8-e4m3", "ac".
 std::string TrackNameOf(KvFormat format);
 std::string TrackNameOf(const KvCompression& compression);

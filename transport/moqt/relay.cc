@@ -41,9 +41,11 @@ struct Relay::Track {
 class Relay::Upstream : public TrackConsumer {
  public:
   // `from_start`: the upstream subscription began at 0/0, so when it ends
-  // normally every group it delivered is complete.
-  Upstream(Relay* relay, FullTrackName name, bool from_start)
-      : relay_(relay), name_(std::move(name)), from_start_(from_start) {}
+  // normally every group it delivered is complete. `bounded`: it asked for
+  // a range of groups (AbsoluteRange), so its normal end says nothing of
+  // where the track ends (its groups' end markers still complete them).
+  Upstream(Relay* relay, FullTrackName name, bool from_start, bool bounded = false)
+      : relay_(relay), name_(std::move(name)), from_start_(from_start), bounded_(bounded) {}
   void Detach() { relay_ = nullptr; }
   void OnObject(const ObjectHeader& header, absl::Span<const uint8_t> payload) override {
     if (relay_) relay_->Deliver(name_, header, payload);
@@ -52,7 +54,7 @@ class Relay::Upstream : public TrackConsumer {
     if (relay_ == nullptr) return;
     Relay* relay = relay_;
     relay_ = nullptr;
-    if (status.ok()) {
+    if (status.ok() && !bounded_) {
       relay->cache_.MarkEnded(name_, std::nullopt);
       std::optional<Location> end = relay->cache_.EndOfTrack(name_);
       if (from_start_ && end) relay->cache_.MarkComplete(name_, 0, end->group);
@@ -64,6 +66,7 @@ class Relay::Upstream : public TrackConsumer {
   Relay* relay_;
   const FullTrackName name_;
   const bool from_start_;
+  const bool bounded_;
 };
 
 // Forwards one upstream FETCH to one downstream fetch, caching on the way.
@@ -339,6 +342,13 @@ void Relay::StartSubscribe(const Subscribe& request, std::shared_ptr<Downstream>
     d->Reject(kErrInternal, "track is malformed (a cached object changed)");
     return;
   }
+  // A range whose every group the cache holds whole needs no publisher.
+  if (request.filter_type == FilterType::kAbsoluteRange && request.end_group &&
+      cache_.Covers(name, request.start.value_or(Location{}),
+                    Location{*request.end_group, UINT64_MAX})) {
+    ServeFromCache(request, d);
+    return;
+  }
   if (cache_.EndOfTrack(name)) {
     Location start = request.start.value_or(Location{});
     if (cache_.Covers(name, start, kEndOfEverything) || FindPublisher(name.ns) == nullptr) {
@@ -384,7 +394,8 @@ void Relay::StartSubscribe(const Subscribe& request, std::shared_ptr<Downstream>
   bool from_start = (request.filter_type == FilterType::kAbsoluteStart ||
                      request.filter_type == FilterType::kAbsoluteRange) &&
                     request.start.value_or(Location{}) == Location{0, 0};
-  raw->upstream = std::make_shared<Upstream>(this, name, from_start);
+  raw->upstream = std::make_shared<Upstream>(this, name, from_start,
+                                             request.filter_type == FilterType::kAbsoluteRange);
   raw->waiting.emplace_back(request, d);
   tracks_[name] = std::move(track);
   ++stats_.upstream_subscribes;

@@ -1,0 +1,68 @@
+// Adaptive bitrate for landing a prompt's KV (issue 18): which track to
+// take each group (128-token chunk) in, from the goodput of the groups so
+// far and the time budget, CacheGen's adaptation on the prefill -> decode
+// path.
+//
+// The ladder lists tracks from best quality (most bytes) to fewest bytes.
+// Before each group, Choose() takes the best track whose predicted time
+// for every remaining token (bytes per token / goodput) fits the budget
+// left; when none does, the smallest track for as long as this group still
+// fits; when not even that fits, it answers kStop: the caller lands no more
+// groups and the decode worker computes the rest itself. Observe() feeds a
+// landed group back: goodput is an exponentially weighted mean (half
+// weight on the newest group) of bytes over seconds, and a track's bytes
+// per token (the ac tracks' vary with the KV) its last measurement.
+// Switches happen only at group boundaries, since a group is one request.
+//
+// Thread safety: none; one planner per landing.
+#ifndef KVCAST_SERVICES_DECODE_KV_ABR_H_
+#define KVCAST_SERVICES_DECODE_KV_ABR_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "transport/kvcache/naming.h"
+
+namespace kvcast::decode {
+
+struct AbrTrack {
+  kvcache::KvCompression compression;
+  double bytes_per_token = 0;  // estimate, refined by Observe
+};
+
+// A ladder from a comma-separated list of track names ("fp16,int8,ac,ac-lo")
+// for a model with `fp16_token_bytes` bytes per fp16 token. The ac tracks
+// start from their SmolLM2 ratios (docs/benchmarks.md). InvalidArgument for
+// an unknown name, an empty list, or one not ordered by decreasing bytes.
+absl::StatusOr<std::vector<AbrTrack>> ParseAbrLadder(const std::string& names,
+                                                     double fp16_token_bytes);
+
+class AbrPlanner {
+ public:
+  static constexpr int kStop = -1;
+
+  // `budget_s`: seconds for the whole landing; `initial_goodput`: bytes/s
+  // assumed before the first group lands (its track is chosen with it).
+  AbrPlanner(std::vector<AbrTrack> ladder, double budget_s, double initial_goodput);
+
+  // The ladder index for the next group of `group_tokens` tokens, with
+  // `remaining_tokens` (this group's included) still to land and
+  // `elapsed_s` spent; kStop to land no more.
+  int Choose(int group_tokens, int remaining_tokens, double elapsed_s) const;
+  // Group landed in ladder track `track`: `bytes` of `tokens` tokens in
+  // `seconds` (first object to last).
+  void Observe(int track, double bytes, int tokens, double seconds);
+
+  double goodput() const { return goodput_; }
+  const std::vector<AbrTrack>& ladder() const { return ladder_; }
+
+ private:
+  std::vector<AbrTrack> ladder_;
+  const double budget_s_;
+  double goodput_;
+};
+
+}  // namespace kvcast::decode
+
+#endif  // KVCAST_SERVICES_DECODE_KV_ABR_H_
