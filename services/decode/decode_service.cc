@@ -96,72 +96,29 @@ DecodeService::DecodeService(worker::WorkerRuntime* runtime, const Options& opti
                                 services::DefaultLatencyBuckets());
 }
 
-absl::StatusOr<DecodeService::GroupsLanded> DecodeService::LandGroups(
+absl::StatusOr<worker::KvLanded> DecodeService::LandGroups(
     grpc::ServerContext* context, const v1::DecodeStart& start,
     const kvcache::KvCompression& compression, int first_group, int end_group,
     const std::function<void()>& keepalive) {
   Engine& engine = rt_->engine();
-  const int chunk = engine.options().chunk_tokens;
-  const int page_tokens = engine.pool().layout().page_tokens;
-  const int kv_tokens = start.kv_tokens();
-  const int tokens = std::min(end_group * chunk, kv_tokens) - first_group * chunk;
-  ASSIGN_OR_RETURN(std::vector<int32_t> fresh,
-                   engine.pool().Allocate((tokens + page_tokens - 1) / page_tokens));
-  struct State {
-    absl::Notification done;
-    absl::StatusOr<std::vector<int32_t>> result = absl::UnknownError("pending");
-    std::shared_ptr<worker::KvLanding> landing;
-  };
-  auto state = std::make_shared<State>();
-  const auto track = kvcache::FullTrackNameOf(
+  worker::KvRequest request;
+  request.address = start.kv().moqt_address();
+  request.track = kvcache::FullTrackNameOf(
       {kvcache::ModelId(engine.model().fingerprint()), start.kv().prompt_digest(), compression});
-  // Over the session SessionFor picks (the relay while it is up, else the
-  // publisher's own port).
-  rt_->RunSync([&] {
-    auto session = rt_->SessionFor(start.kv().moqt_address());
-    absl::StatusOr<std::shared_ptr<worker::KvLanding>> landing =
-        session.ok() ? worker::KvLanding::Start(
-                           *session, &engine.pool(), engine.backend(),
-                           engine.model().fingerprint(), track,
-                           kvcache::LandingSpec{chunk, kv_tokens, first_group, end_group, fresh},
-                           worker::KvLanding::Mode::kSubscribe, start.kv().auth_token(),
-                           [state](absl::StatusOr<std::vector<int32_t>> r) {
-                             state->result = std::move(r);
-                             state->done.Notify();
-                           })
-                     : absl::StatusOr<std::shared_ptr<worker::KvLanding>>(session.status());
-    if (!session.ok()) engine.pool().ReleaseAll(fresh).IgnoreError();
-    if (landing.ok()) {
-      state->landing = *landing;
-    } else {
-      state->result = landing.status();
-      state->done.Notify();
-    }
-  });
+  request.auth_token = start.kv().auth_token();
+  request.chunk_tokens = engine.options().chunk_tokens;
+  request.num_tokens = start.kv_tokens();
+  request.first_group = first_group;
+  request.end_group = end_group;
   auto last_keepalive = Clock::now();
-  while (!state->done.WaitForNotificationWithTimeout(absl::Milliseconds(20))) {
-    if (Clock::now() - last_keepalive > kKeepalive) {
-      keepalive();
-      last_keepalive = Clock::now();
-    }
-    if (context->IsCancelled()) {  // includes the deadline passing
-      rt_->RunSync([&] {
-        if (state->landing) state->landing->Abort(absl::CancelledError("decode cancelled"));
+  return worker::LandKv(
+      rt_, request, [context] { return context->IsCancelled(); },  // includes the deadline
+      [&] {
+        if (Clock::now() - last_keepalive > kKeepalive) {
+          keepalive();
+          last_keepalive = Clock::now();
+        }
       });
-    }
-  }
-  GroupsLanded out;
-  rt_->RunSync([&] {
-    if (state->landing) {
-      out.bytes = state->landing->bytes_landed();
-      out.seconds = absl::ToDoubleSeconds(absl::Now() - state->landing->first_object_at());
-    }
-    state->landing.reset();
-  });
-  if (!state->result.ok()) return state->result.status();
-  out.pages = *std::move(state->result);
-  out.tokens = tokens;
-  return out;
 }
 
 DecodeService::Landed DecodeService::LandPromptKv(grpc::ServerContext* context,
@@ -183,7 +140,7 @@ DecodeService::Landed DecodeService::LandPromptKv(grpc::ServerContext* context,
 
   const int groups = (kv_tokens + chunk - 1) / chunk;
   const auto t0 = Clock::now();
-  auto add = [&](GroupsLanded g) {
+  auto add = [&](worker::KvLanded g) {
     out.pages.insert(out.pages.end(), g.pages.begin(), g.pages.end());
     out.tokens += g.tokens;
     out.landed += g.tokens;
@@ -193,7 +150,7 @@ DecodeService::Landed DecodeService::LandPromptKv(grpc::ServerContext* context,
   if (name == kvcache::kAdaptiveCompression) {
     LandAdaptively(context, start, own_chunks, groups, keepalive, add);
   } else {
-    absl::StatusOr<GroupsLanded> result = absl::UnknownError("not tried");
+    absl::StatusOr<worker::KvLanded> result = absl::UnknownError("not tried");
     auto compression = kvcache::CompressionOfTrackName(name.empty() ? "fp16" : name);
     if (!compression.ok()) {
       result = compression.status();
@@ -226,7 +183,7 @@ DecodeService::Landed DecodeService::LandPromptKv(grpc::ServerContext* context,
 void DecodeService::LandAdaptively(grpc::ServerContext* context, const v1::DecodeStart& start,
                                    int first_group, int end_group,
                                    const std::function<void()>& keepalive,
-                                   const std::function<void(GroupsLanded)>& add) {
+                                   const std::function<void(worker::KvLanded)>& add) {
   const int chunk = rt_->engine().options().chunk_tokens;
   const int kv_tokens = start.kv_tokens();
   AbrPlanner planner(abr_ladder_, options_.abr_budget_s, abr_goodput_);
@@ -242,7 +199,7 @@ void DecodeService::LandAdaptively(grpc::ServerContext* context, const v1::Decod
     }
     if (previous >= 0 && t != previous) abr_switches_->Increment();
     previous = t;
-    absl::StatusOr<GroupsLanded> landed =
+    absl::StatusOr<worker::KvLanded> landed =
         LandGroups(context, start, planner.ladder()[t].compression, g, g + 1, keepalive);
     if (!landed.ok()) {
       std::fprintf(stderr, "kvcast-decode: KV group %d of %s did not land (%s); computing the rest\n",

@@ -26,6 +26,7 @@
 #include "kvcast/v1/worker.grpc.pb.h"
 #include "services/decode/kv_abr.h"
 #include "services/common/metrics.h"
+#include "services/worker/land_kv.h"
 #include "services/worker/worker_runtime.h"
 
 namespace kvcast::decode {
@@ -54,14 +55,6 @@ class DecodeService final : public v1::Decode::Service {
     uint64_t bytes = 0;
     double ms = 0;
   };
-  // Groups [first_group, end_group) of the request's prompt in one track.
-  struct GroupsLanded {
-    std::vector<int32_t> pages;
-    int tokens = 0;
-    uint64_t bytes = 0;
-    double seconds = 0;  // first object to the last landed
-  };
-
   DecodeService(worker::WorkerRuntime* runtime, const Options& options,
                 std::vector<AbrTrack> ladder);
   // Step 1; on a transfer failure returns what the own cache held (and what
@@ -69,7 +62,8 @@ class DecodeService final : public v1::Decode::Service {
   // kKeepalive while it waits.
   Landed LandPromptKv(grpc::ServerContext* context, const v1::DecodeStart& start,
                       const std::function<void()>& keepalive);
-  absl::StatusOr<GroupsLanded> LandGroups(grpc::ServerContext* context,
+  // Groups [first_group, end_group) of the request's prompt in one track.
+  absl::StatusOr<worker::KvLanded> LandGroups(grpc::ServerContext* context,
                                           const v1::DecodeStart& start,
                                           const kvcache::KvCompression& compression,
                                           int first_group, int end_group,
@@ -78,7 +72,7 @@ class DecodeService final : public v1::Decode::Service {
   // handing each to `add`; stops at the first failure or when time is up.
   void LandAdaptively(grpc::ServerContext* context, const v1::DecodeStart& start,
                       int first_group, int end_group, const std::function<void()>& keepalive,
-                      const std::function<void(GroupsLanded)>& add);
+                      const std::function<void(worker::KvLanded)>& add);
 
   worker::WorkerRuntime* const rt_;
   const Options options_;

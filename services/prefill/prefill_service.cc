@@ -8,6 +8,7 @@
 #include "common/status_macros.h"
 #include "services/worker/grpc_status.h"
 #include "services/worker/kv_landing.h"
+#include "services/worker/land_kv.h"
 #include "services/worker/sampling_proto.h"
 #include "transport/kvcache/naming.h"
 
@@ -88,61 +89,27 @@ absl::StatusOr<std::vector<int32_t>> PrefillService::FetchPrefix(
     grpc::ServerContext* context, const v1::KvSource& source, std::vector<int32_t> own_pages,
     int own_chunks) {
   Engine& engine = rt_->engine();
-  const int chunk = engine.options().chunk_tokens;
-  const int page_tokens = engine.pool().layout().page_tokens;
-  const int groups = source.groups();
-  ASSIGN_OR_RETURN(kvcache::KvCompression format,
-                   kvcache::CompressionOfTrackName(source.compression().empty() ? "fp16"
-                                                                            : source.compression()));
-  auto fresh = engine.pool().Allocate((groups - own_chunks) * chunk / page_tokens);
-  if (!fresh.ok()) {
+  auto compression =
+      kvcache::CompressionOfTrackName(source.compression().empty() ? "fp16" : source.compression());
+  absl::StatusOr<worker::KvLanded> landed = compression.status();
+  if (compression.ok()) {
+    worker::KvRequest request;
+    request.address = source.moqt_address();
+    request.track = kvcache::FullTrackNameOf(
+        {kvcache::ModelId(engine.model().fingerprint()), source.prompt_digest(), *compression});
+    request.auth_token = source.auth_token();
+    request.chunk_tokens = engine.options().chunk_tokens;
+    request.num_tokens = source.groups() * request.chunk_tokens;
+    request.first_group = own_chunks;
+    request.end_group = source.groups();
+    request.mode = worker::KvLanding::Mode::kFetch;
+    landed = worker::LandKv(rt_, request, [context] { return context->IsCancelled(); }, nullptr);
+  }
+  if (!landed.ok()) {
     engine.pool().ReleaseAll(own_pages).IgnoreError();
-    return fresh.status();
+    return landed.status();
   }
-  struct State {
-    absl::Notification done;
-    absl::StatusOr<std::vector<int32_t>> result = absl::UnknownError("pending");
-    std::shared_ptr<worker::KvLanding> landing;
-  };
-  auto state = std::make_shared<State>();
-  const auto track = kvcache::FullTrackNameOf(
-      {kvcache::ModelId(engine.model().fingerprint()), source.prompt_digest(), format});
-  rt_->RunSync([&] {
-    auto session = rt_->SessionFor(source.moqt_address());
-    if (!session.ok()) {
-      engine.pool().ReleaseAll(*fresh).IgnoreError();
-      state->result = session.status();
-      state->done.Notify();
-      return;
-    }
-    auto landing = worker::KvLanding::Start(
-        *session, &engine.pool(), engine.backend(), engine.model().fingerprint(), track,
-        kvcache::LandingSpec{chunk, groups * chunk, own_chunks, groups, *fresh},
-        worker::KvLanding::Mode::kFetch, source.auth_token(),
-        [state](absl::StatusOr<std::vector<int32_t>> r) {
-          state->result = std::move(r);
-          state->done.Notify();
-        });
-    if (!landing.ok()) {
-      state->result = landing.status();
-      state->done.Notify();
-    } else {
-      state->landing = *landing;
-    }
-  });
-  while (!state->done.WaitForNotificationWithTimeout(absl::Milliseconds(20))) {
-    if (context->IsCancelled()) {
-      rt_->RunSync([&] {
-        if (state->landing) state->landing->Abort(absl::CancelledError("prefill cancelled"));
-      });
-    }
-  }
-  rt_->RunSync([&] { state->landing.reset(); });
-  if (!state->result.ok()) {
-    engine.pool().ReleaseAll(own_pages).IgnoreError();
-    return state->result.status();
-  }
-  own_pages.insert(own_pages.end(), state->result->begin(), state->result->end());
+  own_pages.insert(own_pages.end(), landed->pages.begin(), landed->pages.end());
   return own_pages;
 }
 
