@@ -91,8 +91,10 @@ absl::StatusOr<std::vector<int32_t>> PrefillService::FetchPrefix(
   Engine& engine = rt_->engine();
   auto compression =
       kvcache::CompressionOfTrackName(source.compression().empty() ? "fp16" : source.compression());
-  absl::StatusOr<worker::KvLanded> landed = compression.status();
-  if (compression.ok()) {
+  absl::StatusOr<worker::KvLanded> landed = absl::UnknownError("not tried");
+  if (!compression.ok()) {
+    landed = compression.status();
+  } else {
     worker::KvRequest request;
     request.address = source.moqt_address();
     request.track = kvcache::FullTrackNameOf(

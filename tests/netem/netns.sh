@@ -44,6 +44,10 @@
 #              throughput measurements. As with netem, a GSO packet (up to
 #              64 KiB) is lost or delayed as a whole.
 #   auto       tc if sch_netem works, else userspace.
+# NETEM_RATE_FILE (userspace only; set it with NETEM_BACKEND=userspace): a
+#   file holding the link's rate in Mbit/s each way, which the forwarder
+#   re-reads every 20 ms, so a test can step the bandwidth while it runs
+#   (0: unlimited); a 50 ms queue per direction drops what does not fit.
 # Both backends add permanent neighbour (ARP) entries for the two addresses,
 # so no ARP exchange crosses the lossy link.
 #
@@ -190,15 +194,31 @@ _netem_signal_traps() {
 }
 
 # The forwarder of the userspace backend: argv = IF1 IF2 LOSS_PCT DELAY_MS
-# READY_FILE PARENT_PID. Frames received on one interface are dropped with
-# probability LOSS_PCT/100 or sent out of the other after DELAY_MS.
+# READY_FILE PARENT_PID [RATE_FILE]. Frames received on one interface are
+# dropped with probability LOSS_PCT/100 or sent out of the other after
+# DELAY_MS. With RATE_FILE, each direction is also a link of the rate (in
+# Mbit/s) the file holds, re-read every 20 ms (0 or unreadable: unlimited),
+# with a 50 ms queue (frames beyond it are dropped, as a router would).
 # PACKET_VNET_HDR keeps GSO and checksum-offload metadata with the frame.
 _NETEM_FORWARDER_PY='
 import collections, os, random, select, signal, socket, sys, time
 if1, if2, loss, delay, ready, parent = sys.argv[1:7]
+rate_file = sys.argv[7] if len(sys.argv) > 7 else ""
 loss = float(loss) / 100.0
 delay = float(delay) / 1000.0
 parent = int(parent)
+QUEUE_S = 0.05
+rate_bps, rate_read_at = 0.0, 0.0
+def link_rate(now):
+    global rate_bps, rate_read_at
+    if rate_file and now - rate_read_at > 0.02:
+        rate_read_at = now
+        try:
+            with open(rate_file) as f:
+                rate_bps = float(f.read().strip() or 0) * 1e6
+        except (OSError, ValueError):
+            rate_bps = 0.0
+    return rate_bps
 ETH_P_ALL, SOL_PACKET, PACKET_VNET_HDR, PACKET_OUTGOING = 3, 263, 15, 4
 def open_socket(name):
     s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
@@ -216,6 +236,7 @@ signal.signal(signal.SIGTERM, on_term)
 a, b = open_socket(if1), open_socket(if2)
 peer = {a: b, b: a}
 queue = {a: collections.deque(), b: collections.deque()}  # frames to send on key
+link_free = {a: 0.0, b: 0.0}  # when the shaped link out of key is idle again
 rng = random.Random()
 with open(ready + ".tmp", "w") as f:
     f.write("%d\n" % os.getpid())
@@ -254,7 +275,18 @@ while True:
             if loss > 0 and rng.random() < loss:
                 stats["dropped"] += 1
                 continue
-            queue[peer[s]].append((time.monotonic() + delay, frame))
+            now = time.monotonic()
+            out = peer[s]
+            rate = link_rate(now)
+            if rate > 0:
+                start = max(now, link_free[out])
+                if start - now > QUEUE_S:
+                    stats["dropped by the shaped queue"] += 1
+                    continue
+                link_free[out] = start + len(frame) * 8 / rate
+                queue[out].append((link_free[out] + delay, frame))
+            else:
+                queue[out].append((now + delay, frame))
 '
 
 netem_setup() {
@@ -367,7 +399,7 @@ netem_setup() {
     # bare `wait` in the test must not wait for it); it reports its pid in
     # $ready and exits by itself when this shell is gone.
     (ip netns exec "$ns_m" "$py" -c "$_NETEM_FORWARDER_PY" side-a side-b "$loss" "$delay" \
-      "$ready" "$$" </dev/null >"$log" 2>&1 &)
+      "$ready" "$$" ${NETEM_RATE_FILE:+"$NETEM_RATE_FILE"} </dev/null >"$log" 2>&1 &)
     local waited=0
     while [ ! -s "$ready" ]; do
       if [ "$waited" -ge 150 ]; then

@@ -1,0 +1,230 @@
+// kv_abr_bench: lands a published prompt's KV from a kvcast-kvpub endpoint
+// the way a decode worker does, in one fixed track or by adaptive bitrate
+// (services/decode/kv_abr.h), and reports time, bytes and tracks per group.
+// tools/bench/kv_abr_bench.sh runs it across a shaped link whose bandwidth
+// steps (docs/benchmarks.md).
+//
+//   kv_abr_bench --connect HOST:PORT --info kvpub.json --ca ca.pem
+//       [--auth_token HEX] (--track fp16 | --abr --ladder fp16,int8,ac,ac-lo
+//       --budget_ms 4000 --initial_mbps 200) [--dump exact.f32]
+//
+// Prints one JSON line: mode, seconds (first request to the last group
+// landed), bytes, tokens, per group {group, track, bytes, seconds}, and
+// with --dump the largest |landed - exact| per track.
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "engine/kv/kv_page_pool.h"
+#include "kernels/backend.h"
+#include "nlohmann/json.hpp"
+#include "services/decode/kv_abr.h"
+#include "services/worker/kv_landing.h"
+#include "transport/kvcache/naming.h"
+#include "transport/kvcache/token_codec.h"
+#include "transport/moqt/moqt_endpoint.h"
+#include "transport/moqt/tools/client_tls_flags.h"
+#include "transport/moqt/tools/tool_flags.h"
+#include "transport/quic/event_loop.h"
+
+ABSL_FLAG(std::string, connect, "", "kvcast-kvpub's --listen address HOST:PORT");
+ABSL_FLAG(std::string, info, "", "kvcast-kvpub's JSON line (namespace, tokens, shape)");
+ABSL_FLAG(std::string, auth_token, "", "AUTHORIZATION TOKEN value, hex (kvcast-moqt token)");
+ABSL_FLAG(std::string, track, "fp16", "the fixed track (without --abr)");
+ABSL_FLAG(bool, abr, false, "adaptive bitrate: a track per group");
+ABSL_FLAG(std::string, ladder, "fp16,int8,ac,ac-lo", "--abr: tracks, most bytes first");
+ABSL_FLAG(double, budget_ms, 4000, "--abr: time for the whole landing");
+ABSL_FLAG(double, initial_mbps, 200, "--abr: goodput assumed before the first group");
+ABSL_FLAG(std::string, dump, "", "kvcast-kvpub's exact KV (float32): report landed errors");
+
+namespace kvcast {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+class Handler : public moqt::RequestHandler {
+ public:
+  void OnSessionReady(moqt::MoqtSession*) override { ready.Notify(); }
+  absl::Notification ready;
+};
+
+struct Group {
+  int group;
+  std::string track;
+  uint64_t bytes;
+  double seconds;  // request to landed
+};
+
+absl::Status Main() {
+  ASSIGN_OR_RETURN(auto hp, moqt::ParseHostPort(absl::GetFlag(FLAGS_connect)));
+  std::ifstream in(absl::GetFlag(FLAGS_info));
+  std::string line, last;
+  while (std::getline(in, line)) {
+    if (!line.empty()) last = line;
+  }
+  if (last.empty()) return absl::InvalidArgumentError("--info: no JSON line");
+  const auto info = nlohmann::json::parse(last);
+  const std::string model_id = info["namespace"][1], digest = info["namespace"][2];
+  const int tokens = info["tokens"], chunk = info["chunk_tokens"];
+  const KvLayout layout{info["layers"].get<int>(), info["kv_heads"].get<int>(),
+                        info["head_dim"].get<int>(), 16};
+  const std::string raw = absl::HexStringToBytes(model_id);
+  Hash128 fingerprint{0, 0};
+  for (int i = 0; i < 8; ++i) fingerprint.hi = fingerprint.hi << 8 | uint8_t(raw[i]);
+  for (int i = 8; i < 16; ++i) fingerprint.lo = fingerprint.lo << 8 | uint8_t(raw[i]);
+  if (kvcache::ModelId(fingerprint) != model_id) return absl::InvalidArgumentError("bad model id");
+
+  auto backend = NewCpuBackend();
+  const int pages_needed = (tokens + 15) / 16;
+  ASSIGN_OR_RETURN(auto pool, KvPagePool::Create(backend.get(), layout, pages_needed));
+  ASSIGN_OR_RETURN(auto thread, quic::LoopThread::Start());
+  Handler handler;
+  std::unique_ptr<moqt::MoqtClient> client;
+  absl::Status connected;
+  thread->RunSync([&] {
+    auto c = moqt::MoqtClient::Connect(thread->loop(), hp.first, hp.second,
+                                       moqt::ClientTlsFromFlags(), quic::TransportOptions{},
+                                       moqt::SessionOptions{}, &handler);
+    if (c.ok()) client = *std::move(c);
+    connected = c.status();
+  });
+  RETURN_IF_ERROR(connected);
+  if (!handler.ready.WaitForNotificationWithTimeout(absl::Seconds(10))) {
+    return absl::DeadlineExceededError("no MoQT session within 10 s");
+  }
+  const std::string token = absl::HexStringToBytes(absl::GetFlag(FLAGS_auth_token));
+  const int groups = (tokens + chunk - 1) / chunk;
+  const double fp16_token_bytes = 4.0 * layout.num_layers * layout.token_floats();
+
+  // Lands groups [first, end) in `compression`; pages into `slots_of`.
+  std::vector<int32_t> all_pages;
+  auto land = [&](const kvcache::KvCompression& compression, int first,
+                  int end) -> absl::StatusOr<std::pair<uint64_t, double>> {
+    const int n = std::min(end * chunk, tokens) - first * chunk;
+    ASSIGN_OR_RETURN(std::vector<int32_t> fresh, pool->Allocate((n + 15) / 16));
+    absl::Notification done;
+    absl::StatusOr<std::vector<int32_t>> result = absl::UnknownError("pending");
+    std::shared_ptr<worker::KvLanding> landing;
+    thread->RunSync([&] {
+      auto l = worker::KvLanding::Start(
+          client->session(), pool.get(), backend.get(), fingerprint,
+          kvcache::FullTrackNameOf({model_id, digest, compression}),
+          kvcache::LandingSpec{chunk, tokens, first, end, fresh},
+          worker::KvLanding::Mode::kSubscribe, token, [&](auto r) {
+            result = std::move(r);
+            done.Notify();
+          });
+      if (l.ok()) {
+        landing = *l;
+      } else {
+        result = l.status();
+        done.Notify();
+      }
+    });
+    done.WaitForNotification();
+    uint64_t bytes = 0;
+    double seconds = 0;
+    thread->RunSync([&] {
+      if (landing) {
+        bytes = landing->bytes_landed();
+        seconds = absl::ToDoubleSeconds(absl::Now() - landing->first_object_at());
+      }
+      landing.reset();
+    });
+    RETURN_IF_ERROR(result.status());
+    all_pages.insert(all_pages.end(), result->begin(), result->end());
+    return std::make_pair(bytes, seconds);
+  };
+
+  std::vector<Group> log;
+  const auto t0 = Clock::now();
+  auto since = [&](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
+  int landed_groups = 0;
+  if (!absl::GetFlag(FLAGS_abr)) {
+    ASSIGN_OR_RETURN(auto compression, kvcache::CompressionOfTrackName(absl::GetFlag(FLAGS_track)));
+    ASSIGN_OR_RETURN(auto r, land(compression, 0, groups));
+    log.push_back({0, absl::GetFlag(FLAGS_track), r.first, since(t0)});
+    landed_groups = groups;
+  } else {
+    ASSIGN_OR_RETURN(auto ladder, decode::ParseAbrLadder(absl::GetFlag(FLAGS_ladder), fp16_token_bytes));
+    decode::AbrPlanner planner(std::move(ladder), absl::GetFlag(FLAGS_budget_ms) / 1000,
+                               absl::GetFlag(FLAGS_initial_mbps) * 1e6 / 8);
+    for (int g = 0; g < groups; ++g) {
+      const int n = std::min(chunk, tokens - g * chunk);
+      const int t = planner.Choose(n, tokens - g * chunk, since(t0));
+      if (t == decode::AbrPlanner::kStop) break;
+      const auto start = Clock::now();
+      ASSIGN_OR_RETURN(auto r, land(planner.ladder()[t].compression, g, g + 1));
+      planner.Observe(t, double(r.first), n, r.second);
+      log.push_back({g, kvcache::TrackNameOf(planner.ladder()[t].compression), r.first, since(start)});
+      ++landed_groups;
+    }
+  }
+  const double total = since(t0);
+
+  nlohmann::ordered_json out;
+  out["mode"] = absl::GetFlag(FLAGS_abr) ? "abr" : absl::GetFlag(FLAGS_track);
+  out["seconds"] = total;
+  uint64_t bytes = 0;
+  for (const Group& g : log) bytes += g.bytes;
+  out["bytes"] = bytes;
+  out["tokens"] = tokens;
+  out["groups_landed"] = landed_groups;
+  out["groups"] = groups;
+  for (const Group& g : log) {
+    out["per_group"].push_back({{"group", g.group}, {"track", g.track}, {"bytes", g.bytes},
+                                {"seconds", g.seconds}});
+  }
+  // Landed vs exact, per track (the dump: [token][layer][K, V][heads * head_dim]).
+  if (const std::string dump = absl::GetFlag(FLAGS_dump); !dump.empty()) {
+    std::ifstream f(dump, std::ios::binary);
+    const size_t tf = layout.token_floats(), per_token = 2 * layout.num_layers * tf;
+    std::vector<float> exact(size_t(tokens) * per_token);
+    f.read(reinterpret_cast<char*>(exact.data()), exact.size() * sizeof(float));
+    std::map<std::string, double> worst;
+    for (const Group& g : log) {
+      const int first = absl::GetFlag(FLAGS_abr) ? g.group : 0;
+      const int end = absl::GetFlag(FLAGS_abr) ? g.group + 1 : groups;
+      for (int t = first * chunk; t < std::min(end * chunk, tokens); ++t) {
+        const int32_t slot = kvcache::SlotsOf(all_pages, 16, t, 1)[0];
+        for (int l = 0; l < layout.num_layers; ++l) {
+          for (int kv = 0; kv < 2; ++kv) {
+            const float* got = (kv ? pool->v_cache(l) : pool->k_cache(l)) + size_t(slot) * tf;
+            const float* want = &exact[t * per_token + (2 * l + kv) * tf];
+            for (size_t i = 0; i < tf; ++i) {
+              worst[g.track] = std::max(worst[g.track], double(std::fabs(got[i] - want[i])));
+            }
+          }
+        }
+      }
+    }
+    out["max_abs_err"] = worst;
+  }
+  std::printf("%s\n", out.dump().c_str());
+  thread->RunSync([&] { client.reset(); });
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace kvcast
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  absl::Status s = kvcast::Main();
+  if (!s.ok()) {
+    std::fprintf(stderr, "kv_abr_bench: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Adaptive bitrate across a link whose bandwidth steps (issue 18). Two
+# network namespaces joined by the userspace forwarder of tests/netem
+# (NETEM_RATE_FILE shapes each direction); in one, kvcast-kvpub prefills a
+# prompt on a random model with Llama-like heads (8 layers, 8 KV heads x
+# 128: 32 KiB of fp16 KV per token) and serves its tracks on its MoQT port;
+# in the other, kv_abr_bench lands the prompt's KV over QUIC + TLS with a
+# MoQT authorization token: in fp16, in int8, and by adaptive bitrate
+# (ladder fp16,int8,ac,ac-lo, a time budget). For each run the link starts
+# at HIGH Mbit/s, drops to LOW at 1 s and comes back at 2 s. Prints a
+# markdown row per run (seconds, bytes, tracks per group, largest error
+# against the exact KV per track) and keeps the JSON in $WORK. Needs root
+# (ip netns) and the binaries built:
+#   bazel build -c opt //tools/bench:kv_abr_bench //transport/kvcache:kvcast-kvpub \
+#     //tools/tiny_model:make_tiny_model //transport/moqt:kvcast-moqt
+# Usage: tools/bench/kv_abr_bench.sh [PROMPT_TOKENS [HIGH_MBPS [LOW_MBPS [BUDGET_MS]]]]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+TOKENS=${1:-2048}
+HIGH=${2:-200}
+LOW=${3:-20}
+BUDGET_MS=${4:-2500}
+WORK=${TMPDIR:-/tmp}/kvcast-kv-abr-bench
+rm -rf "$WORK"
+mkdir -p "$WORK"
+source tests/netem/netns.sh
+export NETEM_BACKEND=userspace NETEM_RATE_FILE=$WORK/rate
+echo 0 > "$NETEM_RATE_FILE"
+netem_setup "kvabr$$" 0 1
+
+bazel-bin/tools/tiny_model/make_tiny_model --out "$WORK/model" --hidden_size 1024 \
+  --intermediate_size 2048 --num_layers 8 --num_heads 8 --num_kv_heads 8 \
+  --max_position_embeddings 4096 --vocab_size 1024 >/dev/null
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+  -keyout "$WORK/key.pem" -out "$WORK/cert.pem" -days 7 -subj /CN=kvpub \
+  -addext "subjectAltName=IP:$NETEM_ADDR_A" >/dev/null 2>&1
+head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$WORK/auth.key"
+echo >> "$WORK/auth.key"
+
+netem_run_a "$ROOT/bazel-bin/transport/kvcache/kvcast-kvpub" --model "$WORK/model" \
+  --prompt_len "$TOKENS" --listen "0.0.0.0:4500" --cert "$WORK/cert.pem" --key "$WORK/key.pem" \
+  --auth_key_file "$WORK/auth.key" --dump "$WORK/exact.f32" --linger_s 600 \
+  >"$WORK/kvpub.json" 2>"$WORK/kvpub.err" &
+PUB=$!
+for _ in $(seq 1 600); do [ -s "$WORK/kvpub.json" ] && break; sleep 0.2; done
+[ -s "$WORK/kvpub.json" ] || { echo "kvcast-kvpub did not start:" >&2; cat "$WORK/kvpub.err" >&2; exit 1; }
+# A read token for exactly the prompt's namespace (its root holds '/').
+NS=$(python3 - "$WORK/kvpub.json" <<'PY'
+import json, sys
+ns = json.loads([l for l in open(sys.argv[1]) if l.strip()][-1])["namespace"]
+print("|".join(ns), end="")
+PY
+)
+TOKEN=$(bazel-bin/transport/moqt/kvcast-moqt token --auth_key_file "$WORK/auth.key" \
+  --ns "$NS" --ops read --ns_sep '|' --ttl_s 3600)
+
+step_link() {  # HIGH now, LOW from 1 s, HIGH from 2 s
+  echo "$HIGH" > "$NETEM_RATE_FILE"
+  (sleep 1; echo "$LOW" > "$NETEM_RATE_FILE"; sleep 1; echo "$HIGH" > "$NETEM_RATE_FILE") &
+  STEPPER=$!
+}
+run() {  # $1: label, rest: kv_abr_bench flags
+  step_link
+  netem_run_b "$ROOT/bazel-bin/tools/bench/kv_abr_bench" --connect "$NETEM_ADDR_A:4500" \
+    --info "$WORK/kvpub.json" --insecure --auth_token "$TOKEN" --dump "$WORK/exact.f32" \
+    "${@:2}" >"$WORK/$1.json" 2>"$WORK/$1.err" || { cat "$WORK/$1.err" >&2; exit 1; }
+  wait "$STEPPER" 2>/dev/null || true
+  echo 0 > "$NETEM_RATE_FILE"
+  sleep 0.5
+}
+run fp16 --track fp16
+run int8 --track int8
+run abr --abr --budget_ms "$BUDGET_MS" --initial_mbps "$HIGH"
+kill "$PUB" 2>/dev/null || true
+
+python3 - "$WORK" "$TOKENS" "$HIGH" "$LOW" "$BUDGET_MS" <<'PY'
+import collections, json, sys
+work, tokens, high, low, budget = sys.argv[1:6]
+print(f"{tokens}-token prompt, 32 KiB/token in fp16; link {high} Mbit/s, {low} from 1 s, "
+      f"{high} from 2 s; ABR budget {budget} ms")
+print("| run | seconds | MB moved | groups landed | tracks per group | max abs err per track |")
+print("|---|---|---|---|---|---|")
+for label in ("fp16", "int8", "abr"):
+    d = json.loads(open(f"{work}/{label}.json").read().strip().splitlines()[-1])
+    tracks = [g["track"] for g in d.get("per_group", [])]
+    runs, prev = [], None
+    for t in tracks:
+        if runs and runs[-1][0] == t:
+            runs[-1][1] += 1
+        else:
+            runs.append([t, 1])
+    seq = ", ".join(f"{t} x{n}" for t, n in runs) if label == "abr" else label + " (one request)"
+    err = ", ".join(f"{k} {v:.3g}" for k, v in d.get("max_abs_err", {}).items())
+    print(f"| {label} | {d['seconds']:.2f} | {d['bytes'] / 1e6:.1f} | {d['groups_landed']}/{d['groups']} | {seq} | {err} |")
+PY
