@@ -9,7 +9,7 @@
 #include "services/decode/decode_service.h"
 
 ABSL_FLAG(double, drain_s, 60, "on SIGTERM: finish in-flight requests for up to this long");
-ABSL_FLAG(std::string, kv_abr_ladder, "fp16,int8,ac,ac-lo",
+ABSL_FLAG(std::string, kv_abr_ladder, "fp16,ac,ac-lo",
           "adaptive bitrate (a request's compression \"abr\"): the KV tracks to choose from, "
           "most bytes first");
 ABSL_FLAG(double, kv_abr_budget_ms, 1000,

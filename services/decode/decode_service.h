@@ -34,7 +34,7 @@ namespace kvcast::decode {
 class DecodeService final : public v1::Decode::Service {
  public:
   struct Options {
-    std::string abr_ladder = "fp16,int8,ac,ac-lo";  // tracks, most bytes first
+    std::string abr_ladder = "fp16,ac,ac-lo";  // tracks, most bytes first
     double abr_budget_s = 1.0;                    // for landing a prompt's KV
     double abr_initial_goodput = 125e6;           // bytes/s before the first measure
   };

@@ -38,8 +38,11 @@ AbrPlanner::AbrPlanner(std::vector<AbrTrack> ladder, double budget_s, double ini
 
 int AbrPlanner::Choose(int group_tokens, int remaining_tokens, double elapsed_s) const {
   const double left = budget_s_ - elapsed_s;
+  // A better track only if everything left would still arrive with a
+  // margin: bandwidth can drop mid-way, and a track too big for the time
+  // left costs groups at the end.
   for (size_t t = 0; t < ladder_.size(); ++t) {
-    if (remaining_tokens * ladder_[t].bytes_per_token / goodput_ <= left) return int(t);
+    if (remaining_tokens * ladder_[t].bytes_per_token / goodput_ <= kMargin * left) return int(t);
   }
   const int smallest = int(ladder_.size()) - 1;
   if (group_tokens * ladder_[smallest].bytes_per_token / goodput_ <= left) return smallest;
@@ -48,7 +51,9 @@ int AbrPlanner::Choose(int group_tokens, int remaining_tokens, double elapsed_s)
 
 void AbrPlanner::Observe(int track, double bytes, int tokens, double seconds) {
   if (tokens > 0 && bytes > 0) ladder_[track].bytes_per_token = bytes / tokens;
-  if (seconds > 0 && bytes > 0) goodput_ = 0.5 * goodput_ + 0.5 * (bytes / seconds);
+  if (seconds > 0 && bytes > 0) {
+    goodput_ = 0.5 * goodput_ + 0.5 * (bytes / seconds);
+  }
 }
 
 }  // namespace kvcast::decode

@@ -5,13 +5,14 @@
 //
 // The ladder lists tracks from best quality (most bytes) to fewest bytes.
 // Before each group, Choose() takes the best track whose predicted time
-// for every remaining token (bytes per token / goodput) fits the budget
-// left; when none does, the smallest track for as long as this group still
-// fits; when not even that fits, it answers kStop: the caller lands no more
-// groups and the decode worker computes the rest itself. Observe() feeds a
-// landed group back: goodput is an exponentially weighted mean (half
-// weight on the newest group) of bytes over seconds, and a track's bytes
-// per token (the ac tracks' vary with the KV) its last measurement.
+// for every remaining token (bytes per token / goodput) fits kMargin of the
+// budget left; when none does, the smallest track for as long as this
+// group still fits; when not even that fits, it answers kStop: the caller
+// lands no more groups and the decode worker computes the rest itself.
+// Observe() feeds a landed group back: goodput is an exponentially
+// weighted mean (half weight on the newest group) of bytes over seconds,
+// and a track's bytes per token (the ac tracks' vary with the KV) is its
+// last measurement.
 // Switches happen only at group boundaries, since a group is one request.
 //
 // Thread safety: none; one planner per landing.
@@ -41,6 +42,7 @@ absl::StatusOr<std::vector<AbrTrack>> ParseAbrLadder(const std::string& names,
 class AbrPlanner {
  public:
   static constexpr int kStop = -1;
+  static constexpr double kMargin = 0.8;
 
   // `budget_s`: seconds for the whole landing; `initial_goodput`: bytes/s
   // assumed before the first group lands (its track is chosen with it).

@@ -5,7 +5,7 @@
 // steps (docs/benchmarks.md).
 //
 //   kv_abr_bench --connect HOST:PORT --info kvpub.json --ca ca.pem
-//       [--auth_token HEX] (--track fp16 | --abr --ladder fp16,int8,ac,ac-lo
+//       [--auth_token HEX] (--track fp16 | --abr --ladder fp16,ac,ac-lo
 //       --budget_ms 4000 --initial_mbps 200) [--dump exact.f32]
 //
 // Prints one JSON line: mode, seconds (first request to the last group
@@ -33,6 +33,7 @@
 #include "services/worker/kv_landing.h"
 #include "transport/kvcache/naming.h"
 #include "transport/kvcache/token_codec.h"
+#include "transport/moqt/codec.h"
 #include "transport/moqt/moqt_endpoint.h"
 #include "transport/moqt/tools/client_tls_flags.h"
 #include "transport/moqt/tools/tool_flags.h"
@@ -40,10 +41,10 @@
 
 ABSL_FLAG(std::string, connect, "", "kvcast-kvpub's --listen address HOST:PORT");
 ABSL_FLAG(std::string, info, "", "kvcast-kvpub's JSON line (namespace, tokens, shape)");
-ABSL_FLAG(std::string, auth_token, "", "AUTHORIZATION TOKEN value, hex (kvcast-moqt token)");
+ABSL_FLAG(std::string, auth_token, "", "AUTHORIZATION TOKEN value, hex (as kvcast-moqt token prints it)");
 ABSL_FLAG(std::string, track, "fp16", "the fixed track (without --abr)");
 ABSL_FLAG(bool, abr, false, "adaptive bitrate: a track per group");
-ABSL_FLAG(std::string, ladder, "fp16,int8,ac,ac-lo", "--abr: tracks, most bytes first");
+ABSL_FLAG(std::string, ladder, "fp16,ac,ac-lo", "--abr: tracks, most bytes first");
 ABSL_FLAG(double, budget_ms, 4000, "--abr: time for the whole landing");
 ABSL_FLAG(double, initial_mbps, 200, "--abr: goodput assumed before the first group");
 ABSL_FLAG(std::string, dump, "", "kvcast-kvpub's exact KV (float32): report landed errors");
@@ -103,7 +104,10 @@ absl::Status Main() {
   if (!handler.ready.WaitForNotificationWithTimeout(absl::Seconds(10))) {
     return absl::DeadlineExceededError("no MoQT session within 10 s");
   }
-  const std::string token = absl::HexStringToBytes(absl::GetFlag(FLAGS_auth_token));
+  // The token value (as `kvcast-moqt token` prints it) in a Token structure.
+  moqt::AuthToken auth;
+  auth.value = absl::HexStringToBytes(absl::GetFlag(FLAGS_auth_token));
+  const std::string token = auth.value.empty() ? "" : moqt::SerializeAuthToken(auth);
   const int groups = (tokens + chunk - 1) / chunk;
   const double fp16_token_bytes = 4.0 * layout.num_layers * layout.token_floats();
 

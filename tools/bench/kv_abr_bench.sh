@@ -6,7 +6,7 @@
 # 128: 32 KiB of fp16 KV per token) and serves its tracks on its MoQT port;
 # in the other, kv_abr_bench lands the prompt's KV over QUIC + TLS with a
 # MoQT authorization token: in fp16, in int8, and by adaptive bitrate
-# (ladder fp16,int8,ac,ac-lo, a time budget). For each run the link starts
+# (ladder fp16,ac,ac-lo, a time budget). For each run the link starts
 # at HIGH Mbit/s, drops to LOW at 1 s and comes back at 2 s. Prints a
 # markdown row per run (seconds, bytes, tracks per group, largest error
 # against the exact KV per track) and keeps the JSON in $WORK. Needs root
