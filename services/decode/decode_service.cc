@@ -184,31 +184,24 @@ void DecodeService::LandAdaptively(grpc::ServerContext* context, const v1::Decod
                                    int first_group, int end_group,
                                    const std::function<void()>& keepalive,
                                    const std::function<void(worker::KvLanded)>& add) {
-  const int chunk = rt_->engine().options().chunk_tokens;
-  const int kv_tokens = start.kv_tokens();
   AbrPlanner planner(abr_ladder_, options_.abr_budget_s, abr_goodput_);
-  const auto t0 = Clock::now();
-  int previous = -1;
-  for (int g = first_group; g < end_group && !context->IsCancelled(); ++g) {
-    const int group_tokens = std::min(chunk, kv_tokens - g * chunk);
-    const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
-    const int t = planner.Choose(group_tokens, kv_tokens - g * chunk, elapsed);
-    if (t == AbrPlanner::kStop) {
-      abr_recomputed_groups_->Increment(end_group - g);
-      break;
-    }
-    if (previous >= 0 && t != previous) abr_switches_->Increment();
-    previous = t;
-    absl::StatusOr<worker::KvLanded> landed =
-        LandGroups(context, start, planner.ladder()[t].compression, g, g + 1, keepalive);
-    if (!landed.ok()) {
-      std::fprintf(stderr, "kvcast-decode: KV group %d of %s did not land (%s); computing the rest\n",
-                   g, start.kv().prompt_digest().c_str(), landed.status().ToString().c_str());
-      break;
-    }
-    planner.Observe(t, double(landed->bytes), landed->tokens, landed->seconds);
-    abr_groups_[t]->Increment();
-    add(*std::move(landed));
+  auto land = [&](const kvcache::KvCompression& c, int g) -> absl::StatusOr<AbrLanded> {
+    ASSIGN_OR_RETURN(worker::KvLanded l, LandGroups(context, start, c, g, g + 1, [] {}));
+    return AbrLanded{std::move(l.pages), l.tokens, l.bytes, l.first_object, l.done};
+  };
+  AbrOutcome outcome = decode::LandAdaptively(
+      &planner, first_group, end_group, rt_->engine().options().chunk_tokens, start.kv_tokens(),
+      /*depth=*/1, land,
+      [&](AbrLanded l) { add(worker::KvLanded{std::move(l.pages), l.tokens, l.bytes}); },
+      [&](AbrLanded l) { rt_->engine().pool().ReleaseAll(l.pages).IgnoreError(); },
+      [context] { return context->IsCancelled(); }, keepalive);
+  for (int t : outcome.tracks) abr_groups_[t]->Increment();
+  abr_switches_->Increment(outcome.switches);
+  abr_recomputed_groups_->Increment(outcome.recomputed_groups);
+  if (!outcome.error.ok()) {
+    std::fprintf(stderr, "kvcast-decode: KV of %s: %s; computing the %d groups left\n",
+                 start.kv().prompt_digest().c_str(), outcome.error.ToString().c_str(),
+                 outcome.recomputed_groups);
   }
   abr_goodput_ = planner.goodput();
   abr_goodput_gauge_->Set(abr_goodput_);

@@ -2,6 +2,9 @@
 #include "services/decode/kv_abr.h"
 
 #include <algorithm>
+#include <chrono>
+#include <deque>
+#include <future>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -54,6 +57,73 @@ void AbrPlanner::Observe(int track, double bytes, int tokens, double seconds) {
   if (seconds > 0 && bytes > 0) {
     goodput_ = 0.5 * goodput_ + 0.5 * (bytes / seconds);
   }
+}
+
+AbrOutcome LandAdaptively(AbrPlanner* planner, int first_group, int end_group, int chunk_tokens,
+                          int num_tokens, int depth, const AbrLandFn& land,
+                          const std::function<void(AbrLanded)>& accept,
+                          const std::function<void(AbrLanded)>& discard,
+                          const std::function<bool()>& cancelled,
+                          const std::function<void()>& tick) {
+  struct InFlight {
+    int track;
+    std::future<absl::StatusOr<AbrLanded>> result;
+  };
+  const size_t max_in_flight = std::max(1, depth);
+  AbrOutcome out;
+  std::deque<InFlight> flight;
+  const absl::Time t0 = absl::Now();
+  absl::Time previous_done = absl::InfinitePast();
+  int next = first_group, previous_track = -1;
+  bool no_more = false;  // the planner stopped: what is in flight still lands
+  bool abandon = false;  // a landing failed or the request was cancelled
+  while (true) {
+    while (!no_more && !abandon && next < end_group && flight.size() < max_in_flight) {
+      if (cancelled()) {
+        abandon = true;
+        break;
+      }
+      const int tokens = std::min(chunk_tokens, num_tokens - next * chunk_tokens);
+      const int t = planner->Choose(tokens, num_tokens - next * chunk_tokens,
+                                    absl::ToDoubleSeconds(absl::Now() - t0));
+      if (t == AbrPlanner::kStop) {
+        no_more = true;
+        break;
+      }
+      if (previous_track >= 0 && t != previous_track) ++out.switches;
+      previous_track = t;
+      const kvcache::KvCompression c = planner->ladder()[t].compression;
+      const int g = next++;
+      flight.push_back({t, std::async(std::launch::async, [&land, c, g] { return land(c, g); })});
+    }
+    if (flight.empty()) break;
+    InFlight head = std::move(flight.front());
+    flight.pop_front();
+    while (head.result.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready) {
+      if (tick) tick();
+    }
+    absl::StatusOr<AbrLanded> landed = head.result.get();
+    if (!landed.ok()) {
+      if (out.error.ok()) out.error = landed.status();
+      abandon = true;
+      continue;  // what is still in flight is awaited and discarded
+    }
+    if (abandon) {
+      discard(*std::move(landed));  // a group after a missing one cannot be used
+      continue;
+    }
+    const absl::Time from = std::max(landed->first_object, previous_done);
+    if (landed->done > from) {
+      planner->Observe(head.track, double(landed->bytes), landed->tokens,
+                       absl::ToDoubleSeconds(landed->done - from));
+    }
+    previous_done = landed->done;
+    out.tracks.push_back(head.track);
+    ++out.landed_groups;
+    accept(*std::move(landed));
+  }
+  out.recomputed_groups = end_group - first_group - out.landed_groups;
+  return out;
 }
 
 }  // namespace kvcast::decode

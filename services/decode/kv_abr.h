@@ -19,10 +19,13 @@
 #ifndef KVCAST_SERVICES_DECODE_KV_ABR_H_
 #define KVCAST_SERVICES_DECODE_KV_ABR_H_
 
+#include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "transport/kvcache/naming.h"
 
 namespace kvcast::decode {
@@ -64,6 +67,45 @@ class AbrPlanner {
   const double budget_s_;
   double goodput_;
 };
+
+// One group's landing, as the caller's landing function reports it.
+struct AbrLanded {
+  std::vector<int32_t> pages;
+  int tokens = 0;
+  uint64_t bytes = 0;
+  absl::Time first_object = absl::InfiniteFuture();
+  absl::Time done = absl::InfinitePast();
+};
+// Lands `group` in `compression`, blocking; called from threads of its own.
+using AbrLandFn =
+    std::function<absl::StatusOr<AbrLanded>(const kvcache::KvCompression& compression, int group)>;
+
+struct AbrOutcome {
+  int landed_groups = 0;
+  int recomputed_groups = 0;  // not landed (no time left, a failure, cancelled)
+  int switches = 0;           // track changes between consecutive groups
+  std::vector<int> tracks;    // ladder index per landed group
+  absl::Status error;         // the first landing that failed (the rest are computed)
+};
+
+// Lands groups [first_group, end_group) of a `num_tokens`-token prompt in
+// `chunk_tokens` groups by adaptive bitrate with up to `depth` groups in
+// flight (with 2, the next is requested, its track chosen from what has
+// landed so far, while the one before still lands: no idle link between
+// requests; through a relay use 1, which does not yet serve two range
+// subscriptions of one track at once). `accept`
+// gets each landed group in group order on this thread. When the planner
+// stops, what is in flight still lands and is accepted; after a failure or
+// `cancelled()` nothing more is requested and groups still in flight go to
+// `discard` once they land (a group after a missing one is of no use). A group's goodput sample is its
+// bytes over the time from the later of its first object and the previous
+// group's end to its own end. `tick` runs about every 20 ms while waiting.
+AbrOutcome LandAdaptively(AbrPlanner* planner, int first_group, int end_group, int chunk_tokens,
+                          int num_tokens, int depth, const AbrLandFn& land,
+                          const std::function<void(AbrLanded)>& accept,
+                          const std::function<void(AbrLanded)>& discard,
+                          const std::function<bool()>& cancelled,
+                          const std::function<void()>& tick);
 
 }  // namespace kvcast::decode
 

@@ -57,9 +57,10 @@ absl::StatusOr<KvLanded> LandKv(WorkerRuntime* rt, const KvRequest& r,
   }
   KvLanded out;
   rt->RunSync([&] {
+    out.done = absl::Now();
     if (state->landing) {
       out.bytes = state->landing->bytes_landed();
-      out.seconds = absl::ToDoubleSeconds(absl::Now() - state->landing->first_object_at());
+      out.first_object = state->landing->first_object_at();
     }
     state->landing.reset();  // ends the request at the publisher
   });

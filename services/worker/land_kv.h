@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "services/worker/kv_landing.h"
 #include "services/worker/worker_runtime.h"
 
@@ -23,7 +24,8 @@ struct KvLanded {
   std::vector<int32_t> pages;  // the groups' tokens, first at slot 0 of pages[0]
   int tokens = 0;
   uint64_t bytes = 0;
-  double seconds = 0;  // first object to the last landed
+  absl::Time first_object = absl::InfiniteFuture();  // arrived
+  absl::Time done = absl::InfinitePast();            // the last one landed
 };
 
 struct KvRequest {

@@ -47,6 +47,9 @@ ABSL_FLAG(bool, abr, false, "adaptive bitrate: a track per group");
 ABSL_FLAG(std::string, ladder, "fp16,ac,ac-lo", "--abr: tracks, most bytes first");
 ABSL_FLAG(double, budget_ms, 4000, "--abr: time for the whole landing");
 ABSL_FLAG(double, initial_mbps, 200, "--abr: goodput assumed before the first group");
+ABSL_FLAG(int, depth, 1,
+          "--abr: groups in flight (1 as the decode worker does; 2 requests the next group while "
+          "one lands, straight from a publisher)");
 ABSL_FLAG(std::string, dump, "", "kvcast-kvpub's exact KV (float32): report landed errors");
 
 namespace kvcast {
@@ -64,7 +67,7 @@ struct Group {
   int group;
   std::string track;
   uint64_t bytes;
-  double seconds;  // request to landed
+  double seconds;  // since the previous group landed (or the start)
 };
 
 absl::Status Main() {
@@ -111,10 +114,9 @@ absl::Status Main() {
   const int groups = (tokens + chunk - 1) / chunk;
   const double fp16_token_bytes = 4.0 * layout.num_layers * layout.token_floats();
 
-  // Lands groups [first, end) in `compression`; pages into `slots_of`.
-  std::vector<int32_t> all_pages;
+  // Lands groups [first, end) in `compression` (blocking; any thread).
   auto land = [&](const kvcache::KvCompression& compression, int first,
-                  int end) -> absl::StatusOr<std::pair<uint64_t, double>> {
+                  int end) -> absl::StatusOr<decode::AbrLanded> {
     const int n = std::min(end * chunk, tokens) - first * chunk;
     ASSIGN_OR_RETURN(std::vector<int32_t> fresh, pool->Allocate((n + 15) / 16));
     absl::Notification done;
@@ -137,20 +139,22 @@ absl::Status Main() {
       }
     });
     done.WaitForNotification();
-    uint64_t bytes = 0;
-    double seconds = 0;
+    decode::AbrLanded out;
+    out.done = absl::Now();
     thread->RunSync([&] {
       if (landing) {
-        bytes = landing->bytes_landed();
-        seconds = absl::ToDoubleSeconds(absl::Now() - landing->first_object_at());
+        out.bytes = landing->bytes_landed();
+        out.first_object = landing->first_object_at();
       }
       landing.reset();
     });
     RETURN_IF_ERROR(result.status());
-    all_pages.insert(all_pages.end(), result->begin(), result->end());
-    return std::make_pair(bytes, seconds);
+    out.pages = *std::move(result);
+    out.tokens = n;
+    return out;
   };
 
+  std::vector<int32_t> all_pages;  // the landed groups' pages, in token order
   std::vector<Group> log;
   const auto t0 = Clock::now();
   auto since = [&](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
@@ -158,22 +162,31 @@ absl::Status Main() {
   if (!absl::GetFlag(FLAGS_abr)) {
     ASSIGN_OR_RETURN(auto compression, kvcache::CompressionOfTrackName(absl::GetFlag(FLAGS_track)));
     ASSIGN_OR_RETURN(auto r, land(compression, 0, groups));
-    log.push_back({0, absl::GetFlag(FLAGS_track), r.first, since(t0)});
+    all_pages = std::move(r.pages);
+    log.push_back({0, absl::GetFlag(FLAGS_track), r.bytes, since(t0)});
     landed_groups = groups;
   } else {
     ASSIGN_OR_RETURN(auto ladder, decode::ParseAbrLadder(absl::GetFlag(FLAGS_ladder), fp16_token_bytes));
     decode::AbrPlanner planner(std::move(ladder), absl::GetFlag(FLAGS_budget_ms) / 1000,
                                absl::GetFlag(FLAGS_initial_mbps) * 1e6 / 8);
-    for (int g = 0; g < groups; ++g) {
-      const int n = std::min(chunk, tokens - g * chunk);
-      const int t = planner.Choose(n, tokens - g * chunk, since(t0));
-      if (t == decode::AbrPlanner::kStop) break;
-      const auto start = Clock::now();
-      ASSIGN_OR_RETURN(auto r, land(planner.ladder()[t].compression, g, g + 1));
-      planner.Observe(t, double(r.first), n, r.second);
-      log.push_back({g, kvcache::TrackNameOf(planner.ladder()[t].compression), r.first, since(start)});
-      ++landed_groups;
+    // The decode worker's driver, timing each group.
+    int g = 0;
+    auto last = t0;
+    decode::AbrOutcome outcome = decode::LandAdaptively(
+        &planner, 0, groups, chunk, tokens, absl::GetFlag(FLAGS_depth),
+        [&](const kvcache::KvCompression& c, int group) { return land(c, group, group + 1); },
+        [&](decode::AbrLanded l) {
+          all_pages.insert(all_pages.end(), l.pages.begin(), l.pages.end());
+          log.push_back({g++, "", l.bytes, since(last)});
+          last = Clock::now();
+        },
+        [&](decode::AbrLanded l) { (void)pool->ReleaseAll(l.pages); }, [] { return false; },
+        nullptr);
+    for (size_t i = 0; i < log.size(); ++i) {
+      log[i].track = kvcache::TrackNameOf(planner.ladder()[outcome.tracks[i]].compression);
     }
+    landed_groups = outcome.landed_groups;
+    RETURN_IF_ERROR(outcome.error);
   }
   const double total = since(t0);
 

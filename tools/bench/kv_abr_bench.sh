@@ -6,7 +6,8 @@
 # 128: 32 KiB of fp16 KV per token) and serves its tracks on its MoQT port;
 # in the other, kv_abr_bench lands the prompt's KV over QUIC + TLS with a
 # MoQT authorization token: in fp16, in int8, and by adaptive bitrate
-# (ladder fp16,ac,ac-lo, a time budget). For each run the link starts
+# (ladder fp16,ac,ac-lo, a time budget), one group at a time as the decode
+# worker does and with the next group requested while one lands. For each run the link starts
 # at HIGH Mbit/s, drops to LOW at 1 s and comes back at 2 s. Prints a
 # markdown row per run (seconds, bytes, tracks per group, largest error
 # against the exact KV per track) and keeps the JSON in $WORK. Needs root
@@ -72,6 +73,7 @@ run() {  # $1: label, rest: kv_abr_bench flags
 run fp16 --track fp16
 run int8 --track int8
 run abr --abr --budget_ms "$BUDGET_MS" --initial_mbps "$HIGH"
+run abr-depth2 --abr --depth 2 --budget_ms "$BUDGET_MS" --initial_mbps "$HIGH"
 kill "$PUB" 2>/dev/null || true
 
 python3 - "$WORK" "$TOKENS" "$HIGH" "$LOW" "$BUDGET_MS" <<'PY'
@@ -81,7 +83,7 @@ print(f"{tokens}-token prompt, 32 KiB/token in fp16; link {high} Mbit/s, {low} f
       f"{high} from 2 s; ABR budget {budget} ms")
 print("| run | seconds | MB moved | groups landed | tracks per group | max abs err per track |")
 print("|---|---|---|---|---|---|")
-for label in ("fp16", "int8", "abr"):
+for label in ("fp16", "int8", "abr", "abr-depth2"):
     d = json.loads(open(f"{work}/{label}.json").read().strip().splitlines()[-1])
     tracks = [g["track"] for g in d.get("per_group", [])]
     runs, prev = [], None
@@ -90,7 +92,7 @@ for label in ("fp16", "int8", "abr"):
             runs[-1][1] += 1
         else:
             runs.append([t, 1])
-    seq = ", ".join(f"{t} x{n}" for t, n in runs) if label == "abr" else label + " (one request)"
+    seq = ", ".join(f"{t} x{n}" for t, n in runs) if label.startswith("abr") else label + " (one request)"
     err = ", ".join(f"{k} {v:.3g}" for k, v in d.get("max_abs_err", {}).items())
     print(f"| {label} | {d['seconds']:.2f} | {d['bytes'] / 1e6:.1f} | {d['groups_landed']}/{d['groups']} | {seq} | {err} |")
 PY
