@@ -16,11 +16,8 @@ namespace kvcast::kvcache::ac {
 namespace {
 
 using internal::GetVarint;
-using internal::kEscape;
 
 constexpr int kMaxShift = 15;  // a token's step is the unit's over 2^shift
-
-inline uint32_t ZigZag(int32_t r) { return (uint32_t(r) << 1) ^ uint32_t(r >> 31); }
 
 void PutVarint(uint32_t v, std::vector<uint8_t>* out) {
   while (v >= 0x80) {

@@ -20,7 +20,9 @@
 //   decoder: slot[k] = s << 24 | (f_s - 1) << 12 | C_s for the symbol s of slot k, kProbScale.
 // x / f is floor(x * rcp + 2^-14) in double: exact for x < 2^32, f <= 2^12
 // (the error of the product is below 2^-20 and a non-integer quotient is at
-// least 2^-12 from the next integer), in scalar and vector code alike.
+// least 2^-12 from the next integer). The AVX-512 encoder divides in float
+// and corrects the quotient once instead (internal/unit_kernels.cc); both
+// are exact, so both write the same bytes.
 //
 // Thread safety: pure functions on their arguments.
 #ifndef KVCAST_TRANSPORT_KVCACHE_AC_RANS_H_
