@@ -167,12 +167,12 @@ DecodeService::Landed DecodeService::LandPromptKv(grpc::ServerContext* context,
     if (result.ok()) {
       add(*std::move(result));
     } else {
+      transfer_failures_->Increment();
       std::fprintf(stderr, "kvcast-decode: KV of %s did not land (%s); computing it here\n",
                    start.kv().prompt_digest().c_str(), result.status().ToString().c_str());
     }
   }
   out.ms = Ms(Clock::now() - t0);
-  if (out.tokens < kv_tokens) transfer_failures_->Increment();
   if (out.landed > 0) {
     transfer_bytes_->Increment(double(out.bytes));
     transfer_seconds_->Observe(out.ms / 1000);
@@ -199,6 +199,7 @@ void DecodeService::LandAdaptively(grpc::ServerContext* context, const v1::Decod
   abr_switches_->Increment(outcome.switches);
   abr_recomputed_groups_->Increment(outcome.recomputed_groups);
   if (!outcome.error.ok()) {
+    transfer_failures_->Increment();
     std::fprintf(stderr, "kvcast-decode: KV of %s: %s; computing the %d groups left\n",
                  start.kv().prompt_digest().c_str(), outcome.error.ToString().c_str(),
                  outcome.recomputed_groups);
