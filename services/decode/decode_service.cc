@@ -112,7 +112,8 @@ absl::StatusOr<worker::KvLanded> DecodeService::LandGroups(
   request.end_group = end_group;
   auto last_keepalive = Clock::now();
   return worker::LandKv(
-      rt_, request, [context] { return context->IsCancelled(); },  // includes the deadline
+      worker::TargetOf(rt_), request,
+      [context] { return context->IsCancelled(); },  // includes the deadline
       [&] {
         if (Clock::now() - last_keepalive > kKeepalive) {
           keepalive();

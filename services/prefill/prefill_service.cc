@@ -105,7 +105,8 @@ absl::StatusOr<std::vector<int32_t>> PrefillService::FetchPrefix(
     request.first_group = own_chunks;
     request.end_group = source.groups();
     request.mode = worker::KvLanding::Mode::kFetch;
-    landed = worker::LandKv(rt_, request, [context] { return context->IsCancelled(); }, nullptr);
+    landed = worker::LandKv(worker::TargetOf(rt_), request,
+                            [context] { return context->IsCancelled(); }, nullptr);
   }
   if (!landed.ok()) {
     engine.pool().ReleaseAll(own_pages).IgnoreError();

@@ -10,31 +10,37 @@
 
 namespace kvcast::worker {
 
-absl::StatusOr<KvLanded> LandKv(WorkerRuntime* rt, const KvRequest& r,
+KvLandingTarget TargetOf(WorkerRuntime* rt) {
+  Engine& engine = rt->engine();
+  return {[rt](std::function<void()> fn) { rt->RunSync(std::move(fn)); },
+          [rt](const std::string& address) { return rt->SessionFor(address); }, &engine.pool(),
+          engine.backend(), engine.model().fingerprint()};
+}
+
+absl::StatusOr<KvLanded> LandKv(const KvLandingTarget& t, const KvRequest& r,
                                 const std::function<bool()>& cancelled,
                                 const std::function<void()>& tick) {
-  Engine& engine = rt->engine();
-  const int page_tokens = engine.pool().layout().page_tokens;
+  const int page_tokens = t.pool->layout().page_tokens;
   const int tokens =
       std::min(r.end_group * r.chunk_tokens, r.num_tokens) - r.first_group * r.chunk_tokens;
   ASSIGN_OR_RETURN(std::vector<int32_t> fresh,
-                   engine.pool().Allocate((tokens + page_tokens - 1) / page_tokens));
+                   t.pool->Allocate((tokens + page_tokens - 1) / page_tokens));
   struct State {
     absl::Notification done;
     absl::StatusOr<std::vector<int32_t>> result = absl::UnknownError("pending");
     std::shared_ptr<KvLanding> landing;
   };
   auto state = std::make_shared<State>();
-  rt->RunSync([&] {
-    auto session = rt->SessionFor(r.address);
+  t.run_on_loop([&] {
+    auto session = t.session_for(r.address);
     if (!session.ok()) {
-      engine.pool().ReleaseAll(fresh).IgnoreError();
+      t.pool->ReleaseAll(fresh).IgnoreError();
       state->result = session.status();
       state->done.Notify();
       return;
     }
     auto landing = KvLanding::Start(
-        *session, &engine.pool(), engine.backend(), engine.model().fingerprint(), r.track,
+        *session, t.pool, t.backend, t.fingerprint, r.track,
         kvcache::LandingSpec{r.chunk_tokens, r.num_tokens, r.first_group, r.end_group, fresh},
         r.mode, r.auth_token, [state](absl::StatusOr<std::vector<int32_t>> result) {
           state->result = std::move(result);
@@ -50,13 +56,13 @@ absl::StatusOr<KvLanded> LandKv(WorkerRuntime* rt, const KvRequest& r,
   while (!state->done.WaitForNotificationWithTimeout(absl::Milliseconds(20))) {
     if (tick) tick();
     if (cancelled()) {
-      rt->RunSync([&] {
+      t.run_on_loop([&] {
         if (state->landing) state->landing->Abort(absl::CancelledError("request cancelled"));
       });
     }
   }
   KvLanded out;
-  rt->RunSync([&] {
+  t.run_on_loop([&] {
     out.done = absl::Now();
     if (state->landing) {
       out.bytes = state->landing->bytes_landed();

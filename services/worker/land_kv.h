@@ -1,8 +1,9 @@
-// LandKv: a gRPC handler thread lands KV over MoQT and waits for it. The
-// landing (KvLanding) runs on the runtime's loop thread over the session
-// SessionFor picks for the publisher's address (the relay while it is up,
-// else the publisher's own port); this thread waits, calling `tick` about
-// every 20 ms (keepalives) and aborting the landing once `cancelled()`.
+// LandKv: a gRPC handler thread (or a tool) lands KV over MoQT and waits
+// for it. The landing (KvLanding) runs on the sessions' loop thread over
+// the session picked for the publisher's address (a worker's SessionFor:
+// the relay while it is up, else the publisher's own port); this thread
+// waits, calling `tick` about every 20 ms (keepalives) and aborting the
+// landing once `cancelled()`.
 //
 // Thread safety: call from any thread but the runtime's loop thread.
 #ifndef KVCAST_SERVICES_WORKER_LAND_KV_H_
@@ -39,9 +40,22 @@ struct KvRequest {
   KvLanding::Mode mode = KvLanding::Mode::kSubscribe;
 };
 
+// Where KV lands and how to reach its publisher.
+struct KvLandingTarget {
+  // Runs `fn` on the sessions' loop thread and waits for it.
+  std::function<void(std::function<void()>)> run_on_loop;
+  // The session to ask for `address` (called on the loop thread).
+  std::function<absl::StatusOr<moqt::MoqtSession*>(const std::string& address)> session_for;
+  KvPagePool* pool = nullptr;
+  Backend* backend = nullptr;
+  Hash128 fingerprint{0, 0};  // the model's
+};
+// A worker's: its engine's pool and model, its loop, SessionFor.
+KvLandingTarget TargetOf(WorkerRuntime* rt);
+
 // Allocates the pages of groups [first_group, end_group) and lands them.
 // Errors: the pool's, the session's, the landing's (pages released).
-absl::StatusOr<KvLanded> LandKv(WorkerRuntime* rt, const KvRequest& request,
+absl::StatusOr<KvLanded> LandKv(const KvLandingTarget& target, const KvRequest& request,
                                 const std::function<bool()>& cancelled,
                                 const std::function<void()>& tick);
 

@@ -28,7 +28,6 @@ Usage (see chaos_test.sh): chaos_test.py --xml OUT --work DIR --gen_stubs SH
   --proto_root DIR --kvcast BIN --make_tiny_model BIN --scheduler BIN
   --prefill BIN --decode BIN --relay BIN
 """
-import argparse
 import json
 import os
 import pathlib
@@ -45,7 +44,8 @@ import time
 import grpc
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import CheckError, Cluster, Runner, expect, log, scrape, wait_for  # noqa: E402
+from harness import (CheckError, Cluster, Runner, expect, log, parse_cluster_test_args,  # noqa: E402
+                     scrape, wait_for)
 
 PAGES_PER_CHUNK = 128 // 16
 DEADLINE_S = 20
@@ -371,11 +371,7 @@ def table(rows):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    for flag in ("xml", "work", "gen_stubs", "proto_root", "kvcast", "make_tiny_model", "scheduler",
-                 "prefill", "decode", "relay"):
-        ap.add_argument("--" + flag, required=True)
-    args = ap.parse_args()
+    args = parse_cluster_test_args()
     no_partition = own_network_namespace()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     work = pathlib.Path(args.work).resolve()

@@ -23,7 +23,6 @@ Usage (see grpcio_client_test.sh): grpcio_client_test.py --xml OUT
   --work DIR --gen_stubs SH --proto_root DIR --kvcast BIN
   --make_tiny_model BIN --scheduler BIN --prefill BIN --decode BIN --relay BIN
 """
-import argparse
 import concurrent.futures
 import json
 import math
@@ -38,7 +37,8 @@ import time
 import grpc
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import CheckError, Cluster, Runner, expect, log, scrape, wait_for  # noqa: E402
+from harness import (CheckError, Cluster, Runner, expect, log, parse_cluster_test_args,  # noqa: E402
+                     scrape, wait_for)
 
 CHUNK = 128          # the scheduler's prefix-hash chunk (tokens)
 MAX_QUEUE = 4        # --max_queue given to the scheduler
@@ -462,11 +462,7 @@ class Checks:
 # --- main -------------------------------------------------------------------
 
 def main():
-    ap = argparse.ArgumentParser()
-    for flag in ("xml", "work", "gen_stubs", "proto_root", "kvcast", "make_tiny_model", "scheduler",
-                 "prefill", "decode", "relay"):
-        ap.add_argument("--" + flag, required=True)
-    args = ap.parse_args()
+    args = parse_cluster_test_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # Bazel's timeout: still stop the cluster
     work = pathlib.Path(args.work).resolve()
     work.mkdir(parents=True, exist_ok=True)

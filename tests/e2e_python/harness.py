@@ -1,6 +1,7 @@
 """Shared by the Python end-to-end tests: `kvcast cluster up` started and
 stopped with bounded waits, metrics scraping, and one JUnit <testcase> per
 check (see grpcio_client_test.py, openai_client_test.py)."""
+import argparse
 import os
 import re
 import signal
@@ -143,6 +144,15 @@ class Cluster:
         sys.stdout.flush()
 
 
+def parse_cluster_test_args():
+    """The flags grpcio_client_test.sh passes every cluster test script."""
+    ap = argparse.ArgumentParser()
+    for flag in ("xml", "work", "gen_stubs", "proto_root", "kvcast", "make_tiny_model", "scheduler",
+                 "prefill", "decode", "relay"):
+        ap.add_argument("--" + flag, required=True)
+    return ap.parse_args()
+
+
 def scrape(address, name, labels=None, tls=None):
     """Sum of the samples of metric `name` (matching `labels`) at
     http://address/metrics (https with `tls`, an ssl.SSLContext)."""
@@ -221,15 +231,18 @@ class Runner:
 
 
 def write_xml(path, suite, results, skipped=()):
-    entries = [f'<testcase classname="{suite}" name="{name}" time="0">'
-               f'<skipped message="{xml.sax.saxutils.escape(why, {chr(34): "&quot;"})}"/></testcase>'
-               for name, why in skipped]
+    """JUnit XML: `results` as (name, seconds, error text or None),
+    `skipped` as (name, reason)."""
+    def attr(text):
+        return xml.sax.saxutils.escape(text, {'"': "&quot;"})
+
+    entries = [f'<testcase classname="{suite}" name="{attr(name)}" time="0">'
+               f'<skipped message="{attr(why)}"/></testcase>' for name, why in skipped]
     for name, secs, err in results:
-        entry = f'<testcase classname="{suite}" name="{name}" time="{secs:.3f}">'
+        entry = f'<testcase classname="{suite}" name="{attr(name)}" time="{secs:.3f}">'
         if err:
             last = err.strip().splitlines()[-1][:300]
-            msg = xml.sax.saxutils.escape(last, {'"': "&quot;"})
-            entry += f'<failure message="{msg}">{xml.sax.saxutils.escape(err)}</failure>'
+            entry += f'<failure message="{attr(last)}">{xml.sax.saxutils.escape(err)}</failure>'
         entries.append(entry + "</testcase>")
     failures = sum(1 for r in results if r[2])
     with open(path, "w") as f:

@@ -45,12 +45,14 @@ import struct
 import sys
 import time
 import traceback
-import xml.sax.saxutils
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, _HERE)
+sys.path.insert(0, os.path.join(_HERE, "..", "e2e_python"))  # harness.py: the JUnit writer
 from ac_decoder import decode_group  # noqa: E402
+from harness import write_xml  # noqa: E402
 
 SUITE = "ac_decoder"
 LANES = 16
@@ -308,26 +310,6 @@ def run_case(vectors: str, case: dict, results: list) -> bool:
         print(f"{'OK  ' if not err else 'FAIL'}   accepts {check}" + (": " + err.strip() if err else ""))
         ok = ok and not err
     return ok
-
-
-def write_xml(path, suite, results):
-    """The JUnit shape of tests/e2e_python/harness.py's write_xml."""
-    def attr(s):
-        return xml.sax.saxutils.escape(s, {'"': "&quot;"})
-
-    entries = []
-    for name, secs, err in results:
-        entry = f'<testcase classname="{suite}" name="{attr(name)}" time="{secs:.3f}">'
-        if err:
-            last = err.strip().splitlines()[-1][:300]
-            entry += f'<failure message="{attr(last)}">{xml.sax.saxutils.escape(err)}</failure>'
-        entries.append(entry + "</testcase>")
-    failures = sum(1 for r in results if r[2])
-    with open(path, "w") as f:
-        f.write('<?xml version="1.0" encoding="UTF-8"?>\n<testsuites>'
-                f'<testsuite name="{suite}" tests="{len(results)}" '
-                f'failures="{failures}" skipped="0">\n'
-                + "\n".join(entries) + "\n</testsuite></testsuites>\n")
 
 
 def main() -> int:

@@ -30,7 +30,7 @@
 #include "kernels/backend.h"
 #include "nlohmann/json.hpp"
 #include "services/decode/kv_abr.h"
-#include "services/worker/kv_landing.h"
+#include "services/worker/land_kv.h"
 #include "transport/kvcache/naming.h"
 #include "transport/kvcache/token_codec.h"
 #include "transport/moqt/codec.h"
@@ -114,44 +114,24 @@ absl::Status Main() {
   const int groups = (tokens + chunk - 1) / chunk;
   const double fp16_token_bytes = 4.0 * layout.num_layers * layout.token_floats();
 
-  // Lands groups [first, end) in `compression` (blocking; any thread).
+  // Lands groups [first, end) in `compression` as a decode worker does
+  // (blocking; any thread), over this tool's one session.
+  const worker::KvLandingTarget target{
+      [&](std::function<void()> fn) { thread->RunSync(std::move(fn)); },
+      [&](const std::string&) -> absl::StatusOr<moqt::MoqtSession*> { return client->session(); },
+      pool.get(), backend.get(), fingerprint};
   auto land = [&](const kvcache::KvCompression& compression, int first,
                   int end) -> absl::StatusOr<decode::AbrLanded> {
-    const int n = std::min(end * chunk, tokens) - first * chunk;
-    ASSIGN_OR_RETURN(std::vector<int32_t> fresh, pool->Allocate((n + 15) / 16));
-    absl::Notification done;
-    absl::StatusOr<std::vector<int32_t>> result = absl::UnknownError("pending");
-    std::shared_ptr<worker::KvLanding> landing;
-    thread->RunSync([&] {
-      auto l = worker::KvLanding::Start(
-          client->session(), pool.get(), backend.get(), fingerprint,
-          kvcache::FullTrackNameOf({model_id, digest, compression}),
-          kvcache::LandingSpec{chunk, tokens, first, end, fresh},
-          worker::KvLanding::Mode::kSubscribe, token, [&](auto r) {
-            result = std::move(r);
-            done.Notify();
-          });
-      if (l.ok()) {
-        landing = *l;
-      } else {
-        result = l.status();
-        done.Notify();
-      }
-    });
-    done.WaitForNotification();
-    decode::AbrLanded out;
-    out.done = absl::Now();
-    thread->RunSync([&] {
-      if (landing) {
-        out.bytes = landing->bytes_landed();
-        out.first_object = landing->first_object_at();
-      }
-      landing.reset();
-    });
-    RETURN_IF_ERROR(result.status());
-    out.pages = *std::move(result);
-    out.tokens = n;
-    return out;
+    worker::KvRequest request;
+    request.track = kvcache::FullTrackNameOf({model_id, digest, compression});
+    request.auth_token = token;
+    request.chunk_tokens = chunk;
+    request.num_tokens = tokens;
+    request.first_group = first;
+    request.end_group = end;
+    ASSIGN_OR_RETURN(worker::KvLanded l,
+                     worker::LandKv(target, request, [] { return false; }, nullptr));
+    return decode::AbrLanded{std::move(l.pages), l.tokens, l.bytes, l.first_object, l.done};
   };
 
   std::vector<int32_t> all_pages;  // the landed groups' pages, in token order
