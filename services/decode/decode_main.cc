@@ -5,6 +5,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
 #include "services/common/shutdown.h"
 #include "services/decode/decode_service.h"
 
@@ -17,6 +18,9 @@ ABSL_FLAG(double, kv_abr_budget_ms, 1000,
           "it in the smallest track are computed here");
 ABSL_FLAG(double, kv_abr_initial_mbps, 1000,
           "adaptive bitrate: the goodput (Mbit/s) assumed before the first measurement");
+ABSL_FLAG(int32_t, kv_abr_depth, 2,
+          "adaptive bitrate: groups in flight (2: the next group is asked for, its track "
+          "chosen, while one still lands; 1: one at a time)");
 
 namespace {
 // Decode serves no MoQT requests; it only subscribes.
@@ -41,6 +45,11 @@ int main(int argc, char** argv) {
   options.abr_ladder = absl::GetFlag(FLAGS_kv_abr_ladder);
   options.abr_budget_s = absl::GetFlag(FLAGS_kv_abr_budget_ms) / 1000;
   options.abr_initial_goodput = absl::GetFlag(FLAGS_kv_abr_initial_mbps) * 1e6 / 8;
+  options.abr_depth = absl::GetFlag(FLAGS_kv_abr_depth);
+  if (options.abr_depth < 1 || options.abr_depth > 8) {
+    return fail(absl::InvalidArgumentError(
+        absl::StrCat("--kv_abr_depth must be 1..8, got ", options.abr_depth)));
+  }
   auto service = decode::DecodeService::Create(rt->get(), options);
   if (!service.ok()) {
     (*rt)->Shutdown(absl::ZeroDuration());

@@ -192,7 +192,7 @@ void DecodeService::LandAdaptively(grpc::ServerContext* context, const v1::Decod
   };
   AbrOutcome outcome = decode::LandAdaptively(
       &planner, first_group, end_group, rt_->engine().options().chunk_tokens, start.kv_tokens(),
-      /*depth=*/1, land,
+      options_.abr_depth, land,
       [&](AbrLanded l) { add(worker::KvLanded{std::move(l.pages), l.tokens, l.bytes}); },
       [&](AbrLanded l) { rt_->engine().pool().ReleaseAll(l.pages).IgnoreError(); },
       [context] { return context->IsCancelled(); }, keepalive);

@@ -37,6 +37,7 @@ class DecodeService final : public v1::Decode::Service {
     std::string abr_ladder = "fp16,ac,ac-lo";  // tracks, most bytes first
     double abr_budget_s = 1.0;                    // for landing a prompt's KV
     double abr_initial_goodput = 125e6;           // bytes/s before the first measure
+    int abr_depth = 2;  // groups in flight (2: the next is asked for while one lands)
   };
   // InvalidArgument for a bad ladder.
   static absl::StatusOr<std::unique_ptr<DecodeService>> Create(worker::WorkerRuntime* runtime,

@@ -92,8 +92,7 @@ struct AbrOutcome {
 // `chunk_tokens` groups by adaptive bitrate with up to `depth` groups in
 // flight (with 2, the next is requested, its track chosen from what has
 // landed so far, while the one before still lands: no idle link between
-// requests; through a relay use 1, which does not yet serve two range
-// subscriptions of one track at once). `accept`
+// requests; the relay gives each range subscription its own). `accept`
 // gets each landed group in group order on this thread. When the planner
 // stops, what is in flight still lands and is accepted; after a failure or
 // `cancelled()` nothing more is requested and groups still in flight go to

@@ -25,6 +25,9 @@ constexpr Location kEndOfEverything{UINT64_MAX, UINT64_MAX};
 
 struct Relay::Track {
   enum class State { kPending, kLive, kLocal } state = State::kPending;
+  // Whether a range subscription may share this track: it is local or
+  // pushed, or its upstream subscription asked for everything from 0/0.
+  bool whole = true;
   MoqtSession* upstream_session = nullptr;
   uint64_t upstream_request = 0;
   std::shared_ptr<Upstream> upstream;
@@ -44,8 +47,9 @@ class Relay::Upstream : public TrackConsumer {
   // normally every group it delivered is complete. `bounded`: it asked for
   // a range of groups (AbsoluteRange), so its normal end says nothing of
   // where the track ends (its groups' end markers still complete them).
-  Upstream(Relay* relay, FullTrackName name, bool from_start, bool bounded = false)
-      : relay_(relay), name_(std::move(name)), from_start_(from_start), bounded_(bounded) {}
+  Upstream(Relay* relay, TrackKey key, bool from_start)
+      : relay_(relay), key_(std::move(key)), name_(key_.name), from_start_(from_start),
+        bounded_(!key_.open()) {}
   void Detach() { relay_ = nullptr; }
   void OnObject(const ObjectHeader& header, absl::Span<const uint8_t> payload) override {
     if (relay_) relay_->Deliver(name_, header, payload);
@@ -59,12 +63,13 @@ class Relay::Upstream : public TrackConsumer {
       std::optional<Location> end = relay->cache_.EndOfTrack(name_);
       if (from_start_ && end) relay->cache_.MarkComplete(name_, 0, end->group);
     }
-    relay->EndSubscribers(name_, status);
+    relay->EndSubscribers(key_, status);
   }
 
  private:
   Relay* relay_;
-  const FullTrackName name_;
+  const TrackKey key_;
+  const FullTrackName& name_;
   const bool from_start_;
   const bool bounded_;
 };
@@ -149,9 +154,26 @@ Relay::~Relay() {
   }
 }
 
+Relay::TrackKey Relay::KeyOf(const Subscribe& request) {
+  if (request.filter_type != FilterType::kAbsoluteRange || !request.end_group) {
+    return OpenKey(request.track);
+  }
+  return TrackKey{request.track, request.start.value_or(Location{}).group, *request.end_group};
+}
+
+std::vector<Relay::TrackKey> Relay::KeysOf(const FullTrackName& name) const {
+  std::vector<TrackKey> keys;
+  for (auto it = tracks_.lower_bound(TrackKey{name, 0, 0});
+       it != tracks_.end() && it->first.name == name; ++it) {
+    keys.push_back(it->first);
+  }
+  return keys;
+}
+
 size_t Relay::num_subscribers(const FullTrackName& name) const {
-  auto it = tracks_.find(name);
-  return it == tracks_.end() ? 0 : it->second->subscribers.size();
+  size_t n = 0;
+  for (const TrackKey& key : KeysOf(name)) n += tracks_.at(key)->subscribers.size();
+  return n;
 }
 
 bool Relay::IsLocal(const TrackNamespace& ns) const {
@@ -180,7 +202,7 @@ void Relay::AddLocalNamespace(const TrackNamespace& ns) { local_namespaces_.push
 TrackCache::InsertResult Relay::PublishObject(const FullTrackName& name,
                                               const ObjectHeader& header,
                                               absl::Span<const uint8_t> payload) {
-  auto& track = tracks_[name];
+  auto& track = tracks_[OpenKey(name)];
   if (!track) {
     track = std::make_unique<Track>();
     track->state = Track::State::kLocal;
@@ -198,7 +220,7 @@ TrackCache::InsertResult Relay::PublishObject(const FullTrackName& name,
 
 void Relay::EndTrack(const FullTrackName& name) {
   cache_.MarkEnded(name, std::nullopt);
-  EndSubscribers(name, absl::OkStatus());
+  EndAllSubscribers(name, absl::OkStatus());
 }
 
 void Relay::AnnounceTo(MoqtSession* session, std::function<void(absl::Status)> on_reply,
@@ -235,19 +257,25 @@ void Relay::Deliver(const FullTrackName& name, const ObjectHeader& header,
   if (result == TrackCache::InsertResult::kDuplicate) return;
   if (result == TrackCache::InsertResult::kConflict) {
     ++stats_.conflicts;
-    EndSubscribers(name, absl::DataLossError(
-                             absl::StrCat("object ", header.group, "/", header.object,
-                                          " arrived again with a different payload")));
+    EndAllSubscribers(name, absl::DataLossError(
+                                absl::StrCat("object ", header.group, "/", header.object,
+                                             " arrived again with a different payload")));
     return;
   }
-  auto it = tracks_.find(name);
-  if (it == tracks_.end()) return;
-  auto subscribers = it->second->subscribers;
+  std::vector<std::shared_ptr<Downstream>> subscribers;  // a callback may change the lists
+  for (const TrackKey& key : KeysOf(name)) {
+    const auto& mine = tracks_.at(key)->subscribers;
+    subscribers.insert(subscribers.end(), mine.begin(), mine.end());
+  }
   for (auto& d : subscribers) d->OnObject(header, payload);
 }
 
-void Relay::EndSubscribers(const FullTrackName& name, const absl::Status& status) {
-  auto it = tracks_.find(name);
+void Relay::EndAllSubscribers(const FullTrackName& name, const absl::Status& status) {
+  for (const TrackKey& key : KeysOf(name)) EndSubscribers(key, status);
+}
+
+void Relay::EndSubscribers(const TrackKey& key, const absl::Status& status) {
+  auto it = tracks_.find(key);
   if (it == tracks_.end()) return;
   std::unique_ptr<Track> track = std::move(it->second);
   tracks_.erase(it);
@@ -264,8 +292,8 @@ void Relay::EndSubscribers(const FullTrackName& name, const absl::Status& status
   for (auto& d : track->subscribers) d->OnDone(status);
 }
 
-void Relay::DropIfIdle(const FullTrackName& name) {
-  auto it = tracks_.find(name);
+void Relay::DropIfIdle(const TrackKey& key) {
+  auto it = tracks_.find(key);
   if (it == tracks_.end()) return;
   Track& track = *it->second;
   track.subscribers.erase(
@@ -297,8 +325,10 @@ void Relay::AcceptAndReplay(const Subscribe& request, std::optional<Location> la
   }
 }
 
-void Relay::AttachLive(Track& track, const Subscribe& request, std::shared_ptr<Downstream> d) {
-  const FullTrackName name = d->track();
+void Relay::AttachLive(const TrackKey& key, const Subscribe& request,
+                       std::shared_ptr<Downstream> d) {
+  Track& track = *tracks_.at(key);
+  const FullTrackName& name = key.name;
   std::optional<Location> largest = cache_.Largest(name);
   if (track.upstream_largest && (!largest || *largest < *track.upstream_largest)) {
     largest = track.upstream_largest;
@@ -310,8 +340,8 @@ void Relay::AttachLive(Track& track, const Subscribe& request, std::shared_ptr<D
     track.upstream_session->SetForward(track.upstream_request, true);
   }
   std::weak_ptr<bool> alive = alive_;
-  d->SetCancelCallback([this, alive, name] {
-    if (!alive.expired()) DropIfIdle(name);
+  d->SetCancelCallback([this, alive, key] {
+    if (!alive.expired()) DropIfIdle(key);
   });
 }
 
@@ -329,12 +359,19 @@ void Relay::OnSubscribe(MoqtSession* session, const Subscribe& request,
 
 void Relay::StartSubscribe(const Subscribe& request, std::shared_ptr<Downstream> d) {
   const FullTrackName& name = request.track;
-  auto it = tracks_.find(name);
+  TrackKey key = KeyOf(request);
+  auto it = tracks_.find(key);
+  if (it == tracks_.end() && !key.open()) {
+    // The whole track's subscription serves a range too, if it has
+    // everything from the start.
+    auto whole = tracks_.find(OpenKey(name));
+    if (whole != tracks_.end() && whole->second->whole) it = whole;
+  }
   if (it != tracks_.end()) {
     if (it->second->state == Track::State::kPending) {
       it->second->waiting.emplace_back(request, d);
     } else {
-      AttachLive(*it->second, request, d);
+      AttachLive(it->first, request, d);
     }
     return;
   }
@@ -357,10 +394,10 @@ void Relay::StartSubscribe(const Subscribe& request, std::shared_ptr<Downstream>
     }
   }
   if (IsLocal(name.ns)) {
-    auto& track = tracks_[name];
+    auto& track = tracks_[OpenKey(name)];
     track = std::make_unique<Track>();
     track->state = Track::State::kLocal;
-    AttachLive(*track, request, d);
+    AttachLive(OpenKey(name), request, d);
     return;
   }
   MoqtSession* publisher = FindPublisher(name.ns);
@@ -394,15 +431,14 @@ void Relay::StartSubscribe(const Subscribe& request, std::shared_ptr<Downstream>
   bool from_start = (request.filter_type == FilterType::kAbsoluteStart ||
                      request.filter_type == FilterType::kAbsoluteRange) &&
                     request.start.value_or(Location{}) == Location{0, 0};
-  raw->upstream = std::make_shared<Upstream>(this, name, from_start,
-                                             request.filter_type == FilterType::kAbsoluteRange);
+  raw->whole = from_start && key.open();
+  raw->upstream = std::make_shared<Upstream>(this, key, from_start);
   raw->waiting.emplace_back(request, d);
-  tracks_[name] = std::move(track);
+  tracks_[key] = std::move(track);
   ++stats_.upstream_subscribes;
   Subscribe upstream_request = request;
   upstream_request.forward = true;
   std::weak_ptr<bool> alive = alive_;
-  FullTrackName key = name;
   absl::StatusOr<uint64_t> id = publisher->Subscribe(
       upstream_request, raw->upstream,
       [this, alive, key](absl::StatusOr<TrackInfo> info) {
@@ -418,20 +454,20 @@ void Relay::StartSubscribe(const Subscribe& request, std::shared_ptr<Downstream>
         t.upstream_largest = info->largest;
         auto waiting = std::move(t.waiting);
         t.waiting.clear();
-        for (auto& [req, down] : waiting) AttachLive(t, req, down);
+        for (auto& [req, down] : waiting) AttachLive(key, req, down);
       });
   if (!id.ok()) {
-    EndSubscribers(name, id.status());
+    EndSubscribers(key, id.status());
     return;
   }
-  auto again = tracks_.find(name);
+  auto again = tracks_.find(key);
   if (again != tracks_.end() && again->second.get() == raw) raw->upstream_request = *id;
 }
 
 void Relay::OnTrackStatus(MoqtSession* session, const Subscribe& request,
                           std::shared_ptr<Downstream> downstream) {
   const FullTrackName& name = request.track;
-  if (tracks_.count(name) || cache_.Has(name)) {
+  if (!KeysOf(name).empty() || cache_.Has(name)) {
     downstream->Accept(TrackInfo{cache_.Largest(name), GroupOrder::kAscending, false});
     return;
   }
@@ -496,7 +532,7 @@ void Relay::OnFetch(MoqtSession* session, const Fetch& request,
 
 std::shared_ptr<TrackConsumer> Relay::OnPublish(MoqtSession* session, const Publish& request,
                                                 bool* forward) {
-  if (tracks_.count(request.track) || IsLocal(request.track.ns)) {
+  if (!KeysOf(request.track).empty() || IsLocal(request.track.ns)) {
     return nullptr;  // one source per track
   }
   auto track = std::make_unique<Track>();
@@ -505,9 +541,9 @@ std::shared_ptr<TrackConsumer> Relay::OnPublish(MoqtSession* session, const Publ
   track->upstream_session = session;
   track->upstream_request = request.request_id;
   track->upstream_largest = request.largest;
-  track->upstream = std::make_shared<Upstream>(this, request.track, /*from_start=*/false);
+  track->upstream = std::make_shared<Upstream>(this, OpenKey(request.track), /*from_start=*/false);
   std::shared_ptr<TrackConsumer> consumer = track->upstream;
-  tracks_[request.track] = std::move(track);
+  tracks_[OpenKey(request.track)] = std::move(track);
   *forward = false;  // until someone subscribes
   std::weak_ptr<bool> alive = alive_;
   FullTrackName name = request.track;
@@ -526,7 +562,7 @@ void Relay::OfferTrack(MoqtSession* subscriber, const FullTrackName& name) {
       name, cache_.Largest(name),
       [this, alive, name](absl::StatusOr<std::shared_ptr<Downstream>> d) {
         if (alive.expired() || !d.ok()) return;
-        auto it = tracks_.find(name);
+        auto it = tracks_.find(OpenKey(name));
         if (it == tracks_.end() || it->second->state == Track::State::kPending) {
           (*d)->OnDone(absl::OkStatus());
           return;
@@ -534,7 +570,7 @@ void Relay::OfferTrack(MoqtSession* subscriber, const FullTrackName& name) {
         Subscribe live;
         live.track = name;
         live.filter_type = FilterType::kLargestObject;
-        AttachLive(*it->second, live, *d);
+        AttachLive(it->first, live, *d);
       });
 }
 
@@ -595,10 +631,10 @@ absl::Status Relay::OnSubscribeNamespace(MoqtSession* session, const TrackNamesp
       if (IsNamespacePrefix(prefix, ns)) (void)session->PublishNamespace(ns, nullptr);
     }
     std::vector<FullTrackName> pushed;
-    for (const auto& [name, track] : tracks_) {
+    for (const auto& [key, track] : tracks_) {
       if (track->pushed && track->upstream_session != session &&
-          IsNamespacePrefix(prefix, name.ns)) {
-        pushed.push_back(name);
+          IsNamespacePrefix(prefix, key.name.ns)) {
+        pushed.push_back(key.name);
       }
     }
     for (const auto& name : pushed) OfferTrack(session, name);
@@ -622,12 +658,12 @@ void Relay::OnSessionClosed(MoqtSession* session, const absl::Status& reason) {
       namespace_subscribers_.end());
   // Tracks fed by this session already ended through their Upstream's OnDone;
   // drop any that were still pending on it.
-  std::vector<FullTrackName> orphans;
-  for (auto& [name, track] : tracks_) {
-    if (track->upstream_session == session) orphans.push_back(name);
+  std::vector<TrackKey> orphans;
+  for (auto& [key, track] : tracks_) {
+    if (track->upstream_session == session) orphans.push_back(key);
   }
-  for (const auto& name : orphans) {
-    EndSubscribers(name, absl::UnavailableError(
+  for (const auto& key : orphans) {
+    EndSubscribers(key, absl::UnavailableError(
                              absl::StrCat("publisher session closed: ", std::string(reason.message()))));
   }
 }

@@ -6,7 +6,12 @@
 //   longest tuple-wise prefix of the track's namespace.
 // - One upstream subscription per track, fanned out to every downstream
 //   subscriber; SUBSCRIBE_OK is sent downstream only once the upstream
-//   subscription is accepted.
+//   subscription is accepted. A range subscription (AbsoluteRange) the
+//   cache cannot answer shares the upstream subscription of the same range,
+//   or of the whole track from its start, and otherwise gets its own: two
+//   decode workers landing different groups of one track at once each get
+//   theirs. Objects from any of a track's upstream subscriptions reach all
+//   of its subscribers (each session applies its own filter).
 // - Every object passing through is cached in a TrackCache (byte budget, LRU
 //   by group). Later SUBSCRIBEs of an ended track and FETCHes of ranges the
 //   cache covers are served without going upstream. A cached object never
@@ -89,6 +94,21 @@ class Relay : public RequestHandler {
 
  private:
   struct Track;
+  // Which upstream subscription a Track is: the whole track (first_group 0,
+  // end_group kOpen), or a range of groups [first_group, end_group].
+  struct TrackKey {
+    static constexpr uint64_t kOpen = UINT64_MAX;
+    FullTrackName name;
+    uint64_t first_group = 0;
+    uint64_t end_group = kOpen;
+    bool operator<(const TrackKey& o) const {
+      if (!(name == o.name)) return name < o.name;
+      return first_group != o.first_group ? first_group < o.first_group : end_group < o.end_group;
+    }
+    bool open() const { return end_group == kOpen; }
+  };
+  static TrackKey OpenKey(const FullTrackName& name) { return TrackKey{name}; }
+  static TrackKey KeyOf(const Subscribe& request);
   class Upstream;
   class FetchForwarder;
   struct Parked {
@@ -107,12 +127,15 @@ class Relay : public RequestHandler {
                        Downstream& d);
   // Accepts `d` for a live or local track, replays, and adds it to the
   // track's subscribers.
-  void AttachLive(Track& track, const Subscribe& request, std::shared_ptr<Downstream> d);
+  void AttachLive(const TrackKey& key, const Subscribe& request, std::shared_ptr<Downstream> d);
   void ServeFromCache(const Subscribe& request, const std::shared_ptr<Downstream>& d);
   void Deliver(const FullTrackName& name, const ObjectHeader& header,
                absl::Span<const uint8_t> payload);
-  void EndSubscribers(const FullTrackName& name, const absl::Status& status);
-  void DropIfIdle(const FullTrackName& name);
+  // The tracks (upstream subscriptions) of one name, in key order.
+  std::vector<TrackKey> KeysOf(const FullTrackName& name) const;
+  void EndSubscribers(const TrackKey& key, const absl::Status& status);
+  void EndAllSubscribers(const FullTrackName& name, const absl::Status& status);
+  void DropIfIdle(const TrackKey& key);
   // PUBLISHes `name` to a namespace subscriber; on PUBLISH_OK it becomes one
   // of the track's subscribers.
   void OfferTrack(MoqtSession* subscriber, const FullTrackName& name);
@@ -124,7 +147,7 @@ class Relay : public RequestHandler {
   std::vector<TrackNamespace> local_namespaces_;
   std::vector<std::pair<TrackNamespace, MoqtSession*>> publishers_;
   std::vector<std::pair<TrackNamespace, MoqtSession*>> namespace_subscribers_;
-  std::map<FullTrackName, std::unique_ptr<Track>> tracks_;
+  std::map<TrackKey, std::unique_ptr<Track>> tracks_;
   std::vector<std::unique_ptr<Parked>> parked_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };

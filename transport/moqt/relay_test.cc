@@ -170,14 +170,16 @@ TEST_F(RelayTest, EndedTrackIsServedFromCacheAfterThePublisherLeft) {
 // upstream again (it used to be served, empty, from the cache). (Serving a
 // range the cache holds whole: KvOverMoqt.RelayServesADroppedPromptFromItsCache,
 // whose groups end with END_OF_GROUP markers.)
+Subscribe Range(uint64_t first, uint64_t last) {
+  Subscribe s = FromStart(kTrack);
+  s.filter_type = FilterType::kAbsoluteRange;
+  s.start = Location{first, 0};
+  s.end_group = last;
+  return s;
+}
+
 TEST_F(RelayTest, RangeSubscriptionsEndTheirRangeNotTheTrack) {
-  auto range = [](uint64_t first, uint64_t last) {
-    Subscribe s = FromStart(kTrack);
-    s.filter_type = FilterType::kAbsoluteRange;
-    s.start = Location{first, 0};
-    s.end_group = last;
-    return s;
-  };
+  auto range = Range;
   auto first = SubscribeWith(range(0, 0));
   harness_->thread()->RunSync([&] { origin_->PublishTrack(kTrack, kGroups); });
   ASSERT_TRUE(WaitOnLoop(harness_->thread(), [&] { return first->done; }));
@@ -189,6 +191,43 @@ TEST_F(RelayTest, RangeSubscriptionsEndTheirRangeNotTheTrack) {
     EXPECT_TRUE(later->done_status.ok()) << later->done_status;
     ExpectAllObjects(*later, kGroups, /*first_group=*/1);
     EXPECT_EQ(origin_->subscribes, 2);
+  });
+}
+
+// Two decode workers landing different groups of one track at once (or
+// one worker asking for the next group while one lands): each range is its
+// own upstream subscription; a range inside the whole track's shares it.
+TEST_F(RelayTest, ConcurrentRangeSubscriptionsEachGetTheirGroups) {
+  auto head = SubscribeWith(Range(0, 0));
+  auto tail = SubscribeWith(Range(1, kGroups - 1));
+  auto same_tail = SubscribeWith(Range(1, kGroups - 1));
+  harness_->thread()->RunSync([&] {
+    EXPECT_EQ(origin_->subscribes, 2) << "one upstream subscription per distinct range";
+    origin_->PublishTrack(kTrack, kGroups);
+  });
+  for (const auto& c : {head, tail, same_tail}) {
+    ASSERT_TRUE(WaitOnLoop(harness_->thread(), [&] { return c->done; }));
+  }
+  harness_->thread()->RunSync([&] {
+    EXPECT_TRUE(head->done_status.ok()) << head->done_status;
+    EXPECT_TRUE(tail->done_status.ok()) << tail->done_status;
+    ExpectAllObjects(*head, 1);
+    ExpectAllObjects(*tail, kGroups, /*first_group=*/1);
+    ExpectAllObjects(*same_tail, kGroups, /*first_group=*/1);
+  });
+}
+
+TEST_F(RelayTest, ARangeSharesTheWholeTracksSubscription) {
+  auto whole = SubscribeNew(kTrack);
+  auto range = SubscribeWith(Range(2, 2));
+  harness_->thread()->RunSync([&] {
+    EXPECT_EQ(origin_->subscribes, 1);
+    origin_->PublishTrack(kTrack, kGroups);
+  });
+  ASSERT_TRUE(WaitOnLoop(harness_->thread(), [&] { return whole->done && range->done; }));
+  harness_->thread()->RunSync([&] {
+    ExpectAllObjects(*whole, kGroups);
+    ExpectAllObjects(*range, 3, /*first_group=*/2);
   });
 }
 
