@@ -69,6 +69,7 @@ absl::Status KvPublisher::BeginPrompt(const std::string& digest, int num_tokens)
     return absl::AlreadyExistsError(absl::StrCat("prompt ", digest, " is already published"));
   }
   Prompt& p = prompts_[digest];
+  p.digest = digest;
   p.num_tokens = num_tokens;
   p.chunk_pages.resize(num_groups(p));
   if (upstream_ != nullptr) Announce(digest);
@@ -107,13 +108,12 @@ absl::Status KvPublisher::ChunkReady(const std::string& digest, int group,
   }
   p.chunk_pages[group].assign(pages.begin(), pages.end());
 
-  // Live subscribers whose filter wants this chunk, grouped by compression
-  // so each chunk is encoded once per compression.
-  std::map<KvCompression, std::vector<std::shared_ptr<Downstream>>> by_format;
-  for (const auto& s : p.subscribers) {
-    if (Wants(*s, p, group)) by_format[s->compression].push_back(s->downstream);
+  auto subscribers = p.subscribers;  // a send may end a subscription
+  for (const auto& s : subscribers) {
+    if (!Wants(*s, p, group)) continue;
+    Queue(p, *s->out, group);
+    Pump(p, s->out);
   }
-  for (const auto& [format, to] : by_format) SendChunk(p, group, format, to);
   return absl::OkStatus();
 }
 
@@ -127,7 +127,17 @@ absl::Status KvPublisher::EndPrompt(const std::string& digest, const absl::Statu
   }
   p.ended = true;
   p.end_status = status;
-  EndSubscribers(p, status);
+  if (!status.ok()) {
+    EndSubscribers(p, status);
+    return absl::OkStatus();
+  }
+  // Subscriptions end once what is queued for them is sent.
+  p.subscribers.clear();
+  auto outlets = p.outlets;
+  for (const auto& o : outlets) {
+    if (!o->done) o->done = absl::OkStatus();
+    Pump(p, o);
+  }
   return absl::OkStatus();
 }
 
@@ -136,6 +146,7 @@ void KvPublisher::DropPrompt(const std::string& digest) {
   if (it == prompts_.end()) return;
   EndSubscribers(it->second, absl::CancelledError("prompt dropped by its publisher"));
   Release(it->second);
+  if (std::get<0>(ac_key_) == digest) ac_key_ = {};
   prompts_.erase(it);
   if (upstream_ != nullptr) upstream_->PublishNamespaceDone(NamespaceOf(model_id_, digest));
 }
@@ -148,9 +159,70 @@ void KvPublisher::Release(Prompt& p) {
 }
 
 void KvPublisher::EndSubscribers(Prompt& p, const absl::Status& status) {
-  auto subscribers = std::move(p.subscribers);
   p.subscribers.clear();
-  for (auto& s : subscribers) s->downstream->OnDone(status);
+  auto outlets = std::move(p.outlets);
+  p.outlets.clear();
+  for (auto& o : outlets) {
+    o->pending.clear();
+    o->downstream->OnDone(status);
+  }
+}
+
+void KvPublisher::Track(Prompt& p, const std::shared_ptr<Outlet>& o) {
+  p.outlets.push_back(o);
+  std::weak_ptr<Outlet> weak = o;
+  Prompt* prompt = &p;  // stable: std::map node; erased only with its requests ended
+  o->downstream->SetCancelCallback([prompt, weak] {
+    auto out = weak.lock();
+    if (!out) return;
+    auto& outs = prompt->outlets;
+    outs.erase(std::remove(outs.begin(), outs.end(), out), outs.end());
+    auto& subs = prompt->subscribers;
+    subs.erase(std::remove_if(subs.begin(), subs.end(),
+                              [&](const std::shared_ptr<Subscriber>& s) { return s->out == out; }),
+               subs.end());
+  });
+}
+
+void KvPublisher::Queue(const Prompt& p, Outlet& o, int group, uint64_t lo, uint64_t hi) {
+  const uint64_t n = tokens_in(p, group);  // the end-of-group marker's id
+  if (lo > n) return;
+  const uint64_t piece = std::max(1, chunk_tokens_ / 4);
+  const uint64_t last = std::min(hi, n);
+  for (uint64_t a = lo; a <= last; a += piece) {
+    if (a + piece >= last) {  // the rest, with the marker if hi reaches it
+      o.pending.push_back({group, a, hi});
+      return;
+    }
+    o.pending.push_back({group, a, a + piece - 1});
+  }
+}
+
+void KvPublisher::Pump(Prompt& p, const std::shared_ptr<Outlet>& o) {
+  Downstream& d = *o->downstream;
+  while (!o->pending.empty() && !d.cancelled()) {
+    if (d.queued_bytes() >= send_window_) {
+      ++stats_.paced_waits;
+      std::weak_ptr<bool> alive = alive_;
+      std::weak_ptr<Outlet> weak = o;
+      d.WhenQueuedBelow(send_window_ / 2, [this, alive, weak, digest = p.digest] {
+        auto out = weak.lock();
+        if (alive.expired() || out == nullptr) return;
+        auto it = prompts_.find(digest);
+        if (it != prompts_.end()) Pump(it->second, out);
+      });
+      return;
+    }
+    const Outlet::Piece piece = o->pending.front();
+    o->pending.pop_front();
+    SendChunk(p, piece.group, o->compression, {o->downstream}, piece.lo, piece.hi);
+    stats_.max_queued_bytes = std::max<uint64_t>(stats_.max_queued_bytes, d.queued_bytes());
+  }
+  if (!o->pending.empty() || !o->done || d.cancelled()) return;
+  const absl::Status status = *o->done;
+  o->done.reset();
+  p.outlets.erase(std::remove(p.outlets.begin(), p.outlets.end(), o), p.outlets.end());
+  d.OnDone(status);
 }
 
 std::optional<Location> KvPublisher::Largest(const Prompt& p) const {
@@ -198,9 +270,13 @@ void KvPublisher::SendChunk(const Prompt& p, int group, const KvCompression& com
   const int count = int(hi >= uint64_t(n) ? n : hi + 1) - first;
   std::vector<absl::Span<const uint8_t>> payloads;
   if (count > 0 && compression.ac) {
-    ac_.Encode(*compression.ac, backend_, *pool_, SlotsOf(p.chunk_pages[group], page_tokens, 0, n),
-               &ac_objects_);
-    ++stats_.chunks_encoded;
+    auto key = std::make_tuple(p.digest, group, &*compression.ac);
+    if (key != ac_key_) {  // a group goes out in pieces: encode it once
+      ac_.Encode(*compression.ac, backend_, *pool_,
+                 SlotsOf(p.chunk_pages[group], page_tokens, 0, n), &ac_objects_);
+      ac_key_ = key;
+      ++stats_.encodes;
+    }
     for (int i = first; i < first + count; ++i) payloads.emplace_back(ac_objects_[i]);
   } else if (count > 0) {
     TokenCodec codec(pool_->layout(), compression.format);
@@ -216,7 +292,7 @@ void KvPublisher::SendChunk(const Prompt& p, int group, const KvCompression& com
     }
     codec.Encode(backend_, *pool_, SlotsOf(p.chunk_pages[group], page_tokens, first, count),
                  static_cast<uint8_t*>(scratch_->data()));
-    ++stats_.chunks_encoded;
+    ++stats_.encodes;
     for (int i = 0; i < count; ++i) {
       payloads.emplace_back(static_cast<const uint8_t*>(scratch_->data()) + i * codec.token_bytes(),
                             codec.token_bytes());
@@ -270,25 +346,20 @@ void KvPublisher::OnSubscribe(moqt::MoqtSession* session, const moqt::Subscribe&
   auto sub = std::make_shared<Subscriber>();
   sub->request = request;
   sub->largest_at_subscribe = Largest(p);
-  sub->compression = compression;
-  sub->downstream = downstream;
+  sub->out = std::make_shared<Outlet>();
+  sub->out->downstream = downstream;
+  sub->out->compression = compression;
   downstream->Accept(moqt::TrackInfo{sub->largest_at_subscribe});
   for (int g = 0; g < num_groups(p); ++g) {
-    if (!p.chunk_pages[g].empty() && Wants(*sub, p, g)) SendChunk(p, g, compression, {downstream});
+    if (!p.chunk_pages[g].empty() && Wants(*sub, p, g)) Queue(p, *sub->out, g);
   }
+  Track(p, sub->out);
   if (p.ended) {
-    downstream->OnDone(p.end_status);
-    return;
+    sub->out->done = p.end_status;
+  } else {
+    p.subscribers.push_back(sub);
   }
-  p.subscribers.push_back(sub);
-  std::weak_ptr<Subscriber> weak = sub;
-  Prompt* prompt = &p;  // stable: std::map node; erased only with its subscribers ended
-  downstream->SetCancelCallback([prompt, weak] {
-    auto s = weak.lock();
-    if (!s) return;
-    auto& subs = prompt->subscribers;
-    subs.erase(std::remove(subs.begin(), subs.end(), s), subs.end());
-  });
+  Pump(p, sub->out);
 }
 
 void KvPublisher::OnTrackStatus(moqt::MoqtSession* session, const moqt::Subscribe& request,
@@ -302,9 +373,9 @@ void KvPublisher::OnTrackStatus(moqt::MoqtSession* session, const moqt::Subscrib
 void KvPublisher::OnFetch(moqt::MoqtSession* session, const moqt::Fetch& request,
                           std::shared_ptr<Downstream> downstream) {
   KvCompression compression;
-  const Prompt* found = Resolve(request.track, *downstream, &compression);
+  Prompt* found = Resolve(request.track, *downstream, &compression);
   if (found == nullptr) return;
-  const Prompt& p = *found;
+  Prompt& p = *found;
   // Draft-14: an end object of 0 means the whole end group.
   const uint64_t first = request.start.group;
   const uint64_t last = request.end.group;
@@ -332,11 +403,16 @@ void KvPublisher::OnFetch(moqt::MoqtSession* session, const moqt::Fetch& request
                                                                     tokens_in(p, last));
   downstream->Accept(moqt::TrackInfo{Location{last, last_object}, moqt::GroupOrder::kAscending,
                                      p.ended && last + 1 == uint64_t(num_groups(p))});
+  auto out = std::make_shared<Outlet>();
+  out->downstream = downstream;
+  out->compression = compression;
   for (uint64_t g = first; g <= last; ++g) {
-    SendChunk(p, g, compression, {downstream}, g == first ? request.start.object : 0,
-              g == last ? last_object : UINT64_MAX);
+    Queue(p, *out, g, g == first ? request.start.object : 0,
+          g == last ? last_object : UINT64_MAX);
   }
-  downstream->OnDone(absl::OkStatus());
+  out->done = absl::OkStatus();
+  Track(p, out);
+  Pump(p, out);
 }
 
 void KvPublisher::OnSessionClosed(moqt::MoqtSession* session, const absl::Status& reason) {

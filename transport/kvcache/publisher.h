@@ -13,6 +13,11 @@
 //  - FETCH of a group range: served from ready chunks; a range reaching past
 //    the prompt or into chunks not computed yet is refused (INVALID_RANGE)
 //    with a message naming the missing chunk.
+//  - Pacing: each request's objects go out a piece (a quarter of a chunk)
+//    at a time while its send queue holds less than the send window
+//    (SetSendWindow; QUIC flow control and congestion drain it), so a slow
+//    subscriber costs at most about a window and a piece of memory, never
+//    its whole backlog.
 //  - Errors name their cause: another model id, an unknown prompt, an
 //    unknown compression (TRACK_DOES_NOT_EXIST). With SetSubscribeWait, a
 //    SUBSCRIBE of a prompt not begun yet waits for it that long first.
@@ -26,10 +31,12 @@
 #define KVCAST_TRANSPORT_KVCACHE_PUBLISHER_H_
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -74,6 +81,10 @@ class KvPublisher : public moqt::RequestHandler {
     subscribe_wait_ = wait;
   }
 
+  // Bytes a request's send queue may hold before the publisher waits for
+  // it to drain to half (default 8 MiB; at least 1).
+  void SetSendWindow(size_t bytes) { send_window_ = std::max<size_t>(1, bytes); }
+
   // A prompt of `num_tokens` tokens named `prompt_digest` (naming.h).
   // AlreadyExists if it is being published; InvalidArgument for a malformed
   // digest or a non-positive length.
@@ -96,8 +107,10 @@ class KvPublisher : public moqt::RequestHandler {
   struct Stats {
     uint64_t objects_sent = 0;
     uint64_t bytes_sent = 0;   // encoded payload bytes
-    uint64_t chunks_encoded = 0;
+    uint64_t encodes = 0;  // pieces encoded (ac tracks: whole groups, once for all pieces)
     uint64_t rejected = 0;     // refused requests
+    uint64_t paced_waits = 0;  // times a request's queue was full and sending waited
+    uint64_t max_queued_bytes = 0;  // the most any request's send queue held after a piece
   };
   const Stats& stats() const { return stats_; }
 
@@ -111,18 +124,31 @@ class KvPublisher : public moqt::RequestHandler {
   void OnSessionClosed(moqt::MoqtSession* session, const absl::Status& reason) override;
 
  private:
+  // One accepted request (subscription or fetch) and the sends it still
+  // has to make, in order.
+  struct Outlet {
+    std::shared_ptr<moqt::Downstream> downstream;
+    KvCompression compression;
+    struct Piece {
+      int group;
+      uint64_t lo, hi;  // object ids, as SendChunk's
+    };
+    std::deque<Piece> pending;
+    std::optional<absl::Status> done;  // OnDone once `pending` is sent
+  };
   struct Subscriber {
     moqt::Subscribe request;
     std::optional<moqt::Location> largest_at_subscribe;
-    KvCompression compression;
-    std::shared_ptr<moqt::Downstream> downstream;
+    std::shared_ptr<Outlet> out;
   };
   struct Prompt {
+    std::string digest;
     int num_tokens = 0;
     std::vector<std::vector<int32_t>> chunk_pages;  // empty: not ready
     bool ended = false;
     absl::Status end_status;
-    std::vector<std::shared_ptr<Subscriber>> subscribers;
+    std::vector<std::shared_ptr<Subscriber>> subscribers;  // live: want chunks to come
+    std::vector<std::shared_ptr<Outlet>> outlets;          // every request not done yet
   };
 
   int num_groups(const Prompt& p) const { return (p.num_tokens + chunk_tokens_ - 1) / chunk_tokens_; }
@@ -144,13 +170,25 @@ class KvPublisher : public moqt::RequestHandler {
   void SendChunk(const Prompt& p, int group, const KvCompression& compression,
                  const std::vector<std::shared_ptr<moqt::Downstream>>& to, uint64_t lo = 0,
                  uint64_t hi = UINT64_MAX);
+  // Adds objects [lo, hi] of chunk `group` (as SendChunk) to `o`'s sends,
+  // in pieces.
+  void Queue(const Prompt& p, Outlet& o, int group, uint64_t lo = 0, uint64_t hi = UINT64_MAX);
+  // Sends `o`'s pieces while its queue is under the window, then waits for
+  // it to drain; ends the request once nothing is left and `done` is set.
+  void Pump(Prompt& p, const std::shared_ptr<Outlet>& o);
+  // Registers a new request's outlet; its cancellation forgets it.
+  void Track(Prompt& p, const std::shared_ptr<Outlet>& o);
+  // Ends every request of `p` with `status` at once (what is queued for
+  // them is dropped).
   void EndSubscribers(Prompt& p, const absl::Status& status);
   void Release(Prompt& p);
 
   KvPagePool* const pool_;
   Backend* const backend_;
   AcPageCodec ac_;                                // the ac tracks' codec
-  std::vector<std::vector<uint8_t>> ac_objects_;  // the group SendChunk encoded last
+  std::vector<std::vector<uint8_t>> ac_objects_;  // the group SendChunk encoded last:
+  std::tuple<std::string, int, const ac::AcPolicy*> ac_key_;  // (prompt, group, policy)
+  size_t send_window_ = 8 << 20;
   const std::string model_id_;
   const int chunk_tokens_;
   moqt::MoqtSession* upstream_ = nullptr;

@@ -249,7 +249,9 @@ TEST_F(KvOverMoqt, LiveChunksInAnyOrderLandForEveryCompression) {
     ReleaseLanded(l);
   }
   h_.thread()->RunSync([&] {
-    EXPECT_EQ(publisher_->stats().chunks_encoded, 24u);  // 3 chunks x 8 compressions
+    // Pieces of a quarter chunk: 4 + 4 + 2 for each of 6 formats; the ac
+    // tracks encode each of the 3 groups once for all its pieces.
+    EXPECT_EQ(publisher_->stats().encodes, 6u * 10 + 2 * 3);
     publisher_->DropPrompt(Digest(1));
   });
   ASSERT_TRUE(src_.pool->ReleaseAll(pages).ok());
@@ -459,6 +461,74 @@ TEST_F(KvOverMoqt, DirectSubscribeBeforeThePromptBeginsWaitsForIt) {
     server.reset();
     publisher_->DropPrompt(Digest(7));
   });
+  ASSERT_TRUE(src_.pool->ReleaseAll(pages).ok());
+}
+
+// A subscriber that stops reading (its loop thread busy for 400 ms, so it
+// neither takes data nor acknowledges) while a whole prompt becomes ready:
+// the publisher queues about a send window for it, not the prompt, and
+// everything arrives once it reads again.
+TEST_F(KvOverMoqt, ASlowSubscriberHoldsAWindowNotItsBacklog) {
+  constexpr int kTokens = 1024;  // 32 chunks, 512 KiB of fp16
+  constexpr size_t kWindow = 16 << 10;
+  auto client_thread = *quic::LoopThread::Start();
+  std::unique_ptr<moqt::MoqtServer> server;
+  std::unique_ptr<moqt::MoqtClient> client;
+  h_.thread()->RunSync([&] {
+    publisher_->SetSendWindow(kWindow);
+    quic::TlsOptions tls;
+    tls.cert_file = h_.certs().server_cert;
+    tls.key_file = h_.certs().server_key;
+    server = *moqt::MoqtServer::Create(h_.loop(), "127.0.0.1", 0, tls, quic::TransportOptions{},
+                                       moqt::SessionOptions{}, publisher_.get());
+  });
+  ClientHandler handler;
+  auto consumer = std::make_shared<moqt::testing::CollectingConsumer>();
+  const auto track = FullTrackNameOf({ModelId(kModel), Digest(9), KvFormat::kFp16});
+  h_.thread()->RunSync([&] { ASSERT_TRUE(publisher_->BeginPrompt(Digest(9), kTokens).ok()); });
+  client_thread->RunSync([&] {
+    quic::TlsOptions ctls;
+    ctls.ca_file = h_.certs().ca_cert;
+    ctls.server_name = "localhost";
+    client = *moqt::MoqtClient::Connect(client_thread->loop(), "127.0.0.1", server->port(), ctls,
+                                        quic::TransportOptions{}, moqt::SessionOptions{}, &handler);
+  });
+  ASSERT_TRUE(WaitOnLoop(client_thread.get(), [&] { return handler.ready; }));
+  absl::Status reply = absl::UnknownError("pending");
+  client_thread->RunSync([&] {
+    moqt::Subscribe s;
+    s.track = track;
+    s.filter_type = moqt::FilterType::kAbsoluteStart;
+    s.start = moqt::Location{0, 0};
+    ASSERT_TRUE(client->session()
+                    ->Subscribe(s, consumer, [&](absl::StatusOr<moqt::TrackInfo> r) {
+                      reply = r.status();
+                    })
+                    .ok());
+  });
+  ASSERT_TRUE(WaitOnLoop(client_thread.get(), [&] { return reply.ok(); }));
+  client_thread->loop()->Post([] { std::this_thread::sleep_for(std::chrono::milliseconds(400)); });
+  const auto pages = Pages(kTokens);
+  for (int g = 0; g < kTokens / kChunk; ++g) Ready(Digest(9), pages, g);
+  h_.thread()->RunSync([&] { ASSERT_TRUE(publisher_->EndPrompt(Digest(9), absl::OkStatus()).ok()); });
+  ASSERT_TRUE(WaitOnLoop(client_thread.get(), [&] { return consumer->done; }, absl::Seconds(20)));
+  const size_t token_bytes = TokenCodec(kLayout, KvFormat::kFp16).token_bytes();
+  client_thread->RunSync([&] {
+    EXPECT_TRUE(consumer->done_status.ok()) << consumer->done_status;
+    ASSERT_EQ(consumer->objects.size(), size_t(kTokens));
+    for (const auto& [loc, payload] : consumer->objects) ASSERT_EQ(payload.size(), token_bytes);
+  });
+  h_.thread()->RunSync([&] {
+    const KvPublisher::Stats& st = publisher_->stats();
+    EXPECT_GT(st.paced_waits, 0u) << "the subscriber never fell behind";
+    // A window plus one piece (a quarter chunk) and object headers.
+    EXPECT_LE(st.max_queued_bytes, kWindow + (kChunk / 4) * (token_bytes + 16))
+        << "of " << kTokens * token_bytes << " bytes";
+    EXPECT_EQ(st.objects_sent, uint64_t(kTokens));
+    publisher_->DropPrompt(Digest(9));
+    server.reset();
+  });
+  client_thread->RunSync([&] { client.reset(); });
   ASSERT_TRUE(src_.pool->ReleaseAll(pages).ok());
 }
 

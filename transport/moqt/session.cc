@@ -871,6 +871,21 @@ void MoqtSession::OnStreamReset(quic::Connection* conn, int64_t stream_id,
   }
 }
 
+void MoqtSession::OnStreamDrained(quic::Connection*, int64_t) {
+  SessionImpl& s = *impl_;
+  std::vector<uint64_t> waiting = s.drain_waiters;  // a callback may change the list
+  for (uint64_t id : waiting) {
+    auto it = s.downstreams.find(id);
+    if (it == s.downstreams.end()) {
+      s.drain_waiters.erase(std::remove(s.drain_waiters.begin(), s.drain_waiters.end(), id),
+                            s.drain_waiters.end());
+      continue;
+    }
+    auto d = it->second;  // a copy: the callback may finish it
+    d->OnStreamDrained();
+  }
+}
+
 void MoqtSession::OnDatagram(quic::Connection*, absl::Span<const uint8_t> data) {
   SessionImpl& s = *impl_;
   if (s.state != SessionImpl::State::kReady) return;

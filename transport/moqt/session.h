@@ -202,6 +202,7 @@ class MoqtSession : public quic::ConnectionHandler {
   void OnStreamReset(quic::Connection* conn, int64_t stream_id,
                      uint64_t app_error) override;
   void OnDatagram(quic::Connection* conn, absl::Span<const uint8_t> data) override;
+  void OnStreamDrained(quic::Connection* conn, int64_t stream_id) override;
   void OnClosed(quic::Connection* conn, const absl::Status& reason) override;
 
  private:

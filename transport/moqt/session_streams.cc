@@ -174,6 +174,7 @@ void DownstreamImpl::SendSubgroupObject(const ObjectHeader& header,
     it = subgroups_.emplace(key, sg).first;
     subgroup_lru_.push_back(key);
     s.stream_owner[sg.stream] = this;
+    AddDataStream(sg.stream);
     s.conn->SetStreamPriority(sg.stream, StreamPriority(filter_.subscriber_priority,
                                                         header.publisher_priority, header.group));
     ++streams_opened_;
@@ -209,6 +210,7 @@ void DownstreamImpl::SendFetchObject(const ObjectHeader& header,
     }
     fetch_stream_ = *stream;
     s.stream_owner[fetch_stream_] = this;
+    AddDataStream(fetch_stream_);
     s.conn->SetStreamPriority(fetch_stream_, StreamPriority(filter_.subscriber_priority,
                                                             header.publisher_priority, 0));
     s.SendOnStream(fetch_stream_, SerializeFetchHeader(request_id_), false);
@@ -218,6 +220,58 @@ void DownstreamImpl::SendFetchObject(const ObjectHeader& header,
   ++s.stats.objects_sent;
   s.stats.bytes_sent += payload.size();
   s.SendOnStream(fetch_stream_, bytes, false);
+}
+
+void DownstreamImpl::AddDataStream(int64_t stream) {
+  PruneDataStreams();
+  data_streams_.push_back(stream);
+}
+
+void DownstreamImpl::PruneDataStreams() {
+  if (session_ == nullptr || session_->conn == nullptr) {
+    data_streams_.clear();
+    return;
+  }
+  SessionImpl& s = *session_;
+  data_streams_.erase(
+      std::remove_if(data_streams_.begin(), data_streams_.end(),
+                     [&](int64_t id) {
+                       auto owner = s.stream_owner.find(id);
+                       bool open = owner != s.stream_owner.end() && owner->second == this;
+                       return !open && s.conn->QueuedBytes(id) == 0;
+                     }),
+      data_streams_.end());
+}
+
+size_t DownstreamImpl::queued_bytes() const {
+  if (session_ == nullptr || session_->conn == nullptr) return 0;
+  size_t n = 0;
+  for (int64_t id : data_streams_) n += session_->conn->QueuedBytes(id);
+  return n;
+}
+
+void DownstreamImpl::WhenQueuedBelow(size_t low_water, std::function<void()> cb) {
+  if (session_ == nullptr || cancelled_ || finished_) return;
+  low_water_ = low_water;
+  const bool armed = on_below_ != nullptr;
+  on_below_ = std::move(cb);
+  if (!armed) session_->drain_waiters.push_back(request_id_);
+  // At once if already low, but from the loop, like a drain.
+  std::weak_ptr<DownstreamImpl> weak = weak_from_this();
+  session_->loop->Post([weak] {
+    if (auto self = weak.lock()) self->OnStreamDrained();
+  });
+}
+
+void DownstreamImpl::OnStreamDrained() {
+  if (on_below_ == nullptr || session_ == nullptr || cancelled_ || finished_) return;
+  PruneDataStreams();
+  if (queued_bytes() > low_water_) return;
+  std::function<void()> cb = std::move(on_below_);
+  on_below_ = nullptr;
+  auto& w = session_->drain_waiters;
+  w.erase(std::remove(w.begin(), w.end(), request_id_), w.end());
+  cb();
 }
 
 void DownstreamImpl::FinishSubgroup(

@@ -59,6 +59,16 @@ class Downstream : public TrackConsumer {
   virtual bool cancelled() const = 0;
   // Called once when cancelled() becomes true (not after OnDone).
   virtual void SetCancelCallback(std::function<void()> cb) = 0;
+
+  // Back-pressure, for a producer that should not queue a whole backlog:
+  // bytes of this request's objects still in its data streams' send queues
+  // (not yet handed to QUIC, which flow control and congestion hold back).
+  virtual size_t queued_bytes() const = 0;
+  // Runs `cb` once, from the loop, when queued_bytes() has fallen to
+  // `low_water` or below (at once if it already has). A later call replaces
+  // an earlier callback; it never runs once the request is cancelled or
+  // done (SetCancelCallback sees the former).
+  virtual void WhenQueuedBelow(size_t low_water, std::function<void()> cb) = 0;
 };
 
 // Whether `loc` passes a subscription's filter. `largest_at_subscribe` is the

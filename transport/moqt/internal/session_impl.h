@@ -31,7 +31,7 @@ enum StreamResetCode : uint64_t {
 struct SessionImpl;
 
 // The publishing end of a peer's SUBSCRIBE, FETCH or TRACK_STATUS.
-class DownstreamImpl : public Downstream {
+class DownstreamImpl : public Downstream, public std::enable_shared_from_this<DownstreamImpl> {
  public:
   enum class Kind { kSubscribe, kFetch, kTrackStatus };
   DownstreamImpl(SessionImpl* session, Kind kind, uint64_t request_id,
@@ -43,6 +43,10 @@ class DownstreamImpl : public Downstream {
   void Reject(uint64_t error_code, const std::string& reason) override;
   bool cancelled() const override { return cancelled_; }
   void SetCancelCallback(std::function<void()> cb) override { on_cancel_ = std::move(cb); }
+  size_t queued_bytes() const override;
+  void WhenQueuedBelow(size_t low_water, std::function<void()> cb) override;
+  // One of the session's streams drained: runs the callback if it is due.
+  void OnStreamDrained();
   void OnObject(const ObjectHeader& header, absl::Span<const uint8_t> payload) override;
   void OnDone(const absl::Status& status) override;
 
@@ -79,6 +83,10 @@ class DownstreamImpl : public Downstream {
   void FinishSubgroup(std::map<std::pair<uint64_t, uint64_t>, OpenSubgroup>::iterator it);
   void Finish();  // forget this request in the session
   void RunAnswerCallbacks();
+  // A data stream of ours: counted in queued_bytes() until it is finished
+  // and empty.
+  void AddDataStream(int64_t stream);
+  void PruneDataStreams();
 
   SessionImpl* session_;  // null once the session is gone
   const Kind kind_;
@@ -97,6 +105,9 @@ class DownstreamImpl : public Downstream {
   std::list<std::pair<uint64_t, uint64_t>> subgroup_lru_;
   uint64_t streams_opened_ = 0;
   int64_t fetch_stream_ = -1;
+  std::vector<int64_t> data_streams_;
+  size_t low_water_ = 0;
+  std::function<void()> on_below_;  // WhenQueuedBelow's, armed
 };
 
 // Our SUBSCRIBE or FETCH and where its objects go.
@@ -232,6 +243,8 @@ struct SessionImpl : public ControlMessageVisitor {
   // The peer's requests we serve.
   absl::flat_hash_map<uint64_t, std::shared_ptr<DownstreamImpl>> downstreams;
   absl::flat_hash_map<int64_t, DownstreamImpl*> stream_owner;  // our data streams
+  // Requests (ids in `downstreams`) waiting in WhenQueuedBelow.
+  std::vector<uint64_t> drain_waiters;
   // Our PUBLISH requests awaiting PUBLISH_OK (their DownstreamImpl is in
   // `downstreams` under our request id).
   absl::flat_hash_map<uint64_t, std::pair<std::optional<Location>, MoqtSession::PublishCallback>>
