@@ -1,6 +1,7 @@
 #include "transport/moqt/relay.h"
 
 #include <algorithm>
+#include <deque>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -37,7 +38,16 @@ struct Relay::Track {
   bool pushed = false;
   bool forwarding = false;
   std::vector<std::pair<Subscribe, std::shared_ptr<Downstream>>> waiting;
-  std::vector<std::shared_ptr<Downstream>> subscribers;
+  std::vector<std::shared_ptr<Feed>> subscribers;
+};
+
+// One downstream request the relay sends to, paced by its send queue.
+struct Relay::Feed {
+  std::shared_ptr<Downstream> d;
+  FullTrackName name;
+  // Objects owed, in order; a normal object's payload is in the cache.
+  std::deque<ObjectHeader> owed;
+  std::optional<absl::Status> end;  // OnDone once nothing is owed
 };
 
 // Receives the objects of one upstream subscription.
@@ -214,7 +224,8 @@ TrackCache::InsertResult Relay::PublishObject(const FullTrackName& name,
   }
   if (result == TrackCache::InsertResult::kDuplicate) return result;
   auto subscribers = track->subscribers;  // a callback may change the list
-  for (auto& d : subscribers) d->OnObject(header, payload);
+  const bool cached = result != TrackCache::InsertResult::kTooLarge;
+  for (auto& f : subscribers) Offer(f, header, payload, cached);
   return result;
 }
 
@@ -262,12 +273,100 @@ void Relay::Deliver(const FullTrackName& name, const ObjectHeader& header,
                                              " arrived again with a different payload")));
     return;
   }
-  std::vector<std::shared_ptr<Downstream>> subscribers;  // a callback may change the lists
+  std::vector<std::shared_ptr<Feed>> subscribers;  // a callback may change the lists
   for (const TrackKey& key : KeysOf(name)) {
     const auto& mine = tracks_.at(key)->subscribers;
     subscribers.insert(subscribers.end(), mine.begin(), mine.end());
   }
-  for (auto& d : subscribers) d->OnObject(header, payload);
+  const bool cached = result != TrackCache::InsertResult::kTooLarge;
+  for (auto& f : subscribers) Offer(f, header, payload, cached);
+}
+
+std::shared_ptr<Relay::Feed> Relay::NewFeed(const FullTrackName& name,
+                                            std::shared_ptr<Downstream> d) {
+  auto f = std::make_shared<Feed>();
+  f->d = std::move(d);
+  f->name = name;
+  feeds_.insert(f);
+  std::weak_ptr<bool> alive = alive_;
+  std::weak_ptr<Feed> weak = f;
+  f->d->SetCancelCallback([this, alive, weak] {
+    auto feed = weak.lock();
+    if (alive.expired() || feed == nullptr) return;
+    feeds_.erase(feed);
+    for (const TrackKey& key : KeysOf(feed->name)) DropIfIdle(key);
+  });
+  return f;
+}
+
+void Relay::Offer(const std::shared_ptr<Feed>& f, const ObjectHeader& header,
+                  absl::Span<const uint8_t> payload, bool cached) {
+  if (f->d->cancelled()) return;
+  if (f->owed.empty() && f->d->queued_bytes() < options_.send_window_bytes) {
+    f->d->OnObject(header, payload);
+    Sent(*f);
+    return;
+  }
+  if (!cached && header.status == ObjectStatus::kNormal) {
+    ++stats_.fell_behind_cache;
+    EndFeed(f, absl::ResourceExhaustedError(absl::StrCat(
+                   "object ", header.group, "/", header.object,
+                   " is larger than the relay's cache and the subscriber was behind")));
+    return;
+  }
+  f->owed.push_back(header);
+  Pump(f);
+}
+
+void Relay::Sent(const Feed& f) {
+  stats_.max_queued_bytes = std::max<uint64_t>(stats_.max_queued_bytes, f.d->queued_bytes());
+}
+
+void Relay::Pump(const std::shared_ptr<Feed>& f) {
+  Downstream& d = *f->d;
+  while (!f->owed.empty() && !d.cancelled()) {
+    if (d.queued_bytes() >= options_.send_window_bytes) {
+      ++stats_.paced_waits;
+      std::weak_ptr<bool> alive = alive_;
+      std::weak_ptr<Feed> weak = f;
+      d.WhenQueuedBelow(options_.send_window_bytes / 2, [this, alive, weak] {
+        auto feed = weak.lock();
+        if (!alive.expired() && feed != nullptr) Pump(feed);
+      });
+      return;
+    }
+    const ObjectHeader h = f->owed.front();
+    f->owed.pop_front();
+    if (h.status != ObjectStatus::kNormal) {
+      d.OnObject(h, {});
+      continue;
+    }
+    bool found = false;
+    const Location at{h.group, h.object};
+    cache_.ForEach(f->name, at, at, [&](const ObjectHeader& c, absl::Span<const uint8_t> p) {
+      found = true;
+      d.OnObject(c, p);
+    });
+    Sent(*f);
+    if (!found) {
+      ++stats_.fell_behind_cache;
+      f->owed.clear();
+      f->end = absl::ResourceExhaustedError(absl::StrCat(
+          "the subscriber fell behind past the relay's cache (object ", h.group, "/", h.object,
+          " was evicted before it could be sent)"));
+    }
+  }
+  if (!f->owed.empty() || !f->end) return;
+  const absl::Status end = *f->end;
+  f->end.reset();
+  feeds_.erase(f);
+  if (!d.cancelled()) d.OnDone(end);
+}
+
+void Relay::EndFeed(const std::shared_ptr<Feed>& f, const absl::Status& status) {
+  if (!status.ok()) f->owed.clear();
+  f->end = status;
+  Pump(f);
 }
 
 void Relay::EndAllSubscribers(const FullTrackName& name, const absl::Status& status) {
@@ -289,7 +388,7 @@ void Relay::EndSubscribers(const TrackKey& key, const absl::Status& status) {
   for (auto& [req, d] : track->waiting) {
     d->Reject(RequestErrorFor(status), std::string(status.message()));
   }
-  for (auto& d : track->subscribers) d->OnDone(status);
+  for (auto& f : track->subscribers) EndFeed(f, status);
 }
 
 void Relay::DropIfIdle(const TrackKey& key) {
@@ -298,7 +397,7 @@ void Relay::DropIfIdle(const TrackKey& key) {
   Track& track = *it->second;
   track.subscribers.erase(
       std::remove_if(track.subscribers.begin(), track.subscribers.end(),
-                     [](const std::shared_ptr<Downstream>& d) { return d->cancelled(); }),
+                     [](const std::shared_ptr<Feed>& f) { return f->d->cancelled(); }),
       track.subscribers.end());
   if (track.state != Track::State::kLive || !track.subscribers.empty()) return;
   if (track.pushed) {
@@ -316,12 +415,12 @@ void Relay::DropIfIdle(const TrackKey& key) {
 }
 
 void Relay::AcceptAndReplay(const Subscribe& request, std::optional<Location> largest,
-                            Downstream& d) {
-  d.Accept(TrackInfo{largest, GroupOrder::kAscending, false});
+                            Feed& f) {
+  f.d->Accept(TrackInfo{largest, GroupOrder::kAscending, false});
   if (largest && (request.filter_type == FilterType::kAbsoluteStart ||
                   request.filter_type == FilterType::kAbsoluteRange)) {
-    cache_.ForEach(d.track(), request.start.value_or(Location{}), *largest,
-                   [&](const ObjectHeader& h, absl::Span<const uint8_t> p) { d.OnObject(h, p); });
+    cache_.ForEach(f.name, request.start.value_or(Location{}), *largest,
+                   [&](const ObjectHeader& h, absl::Span<const uint8_t>) { f.owed.push_back(h); });
   }
 }
 
@@ -333,23 +432,21 @@ void Relay::AttachLive(const TrackKey& key, const Subscribe& request,
   if (track.upstream_largest && (!largest || *largest < *track.upstream_largest)) {
     largest = track.upstream_largest;
   }
-  AcceptAndReplay(request, largest, *d);
-  track.subscribers.push_back(d);
+  std::shared_ptr<Feed> f = NewFeed(name, std::move(d));
+  AcceptAndReplay(request, largest, *f);
+  track.subscribers.push_back(f);
   if (track.pushed && !track.forwarding && track.upstream_session) {
     track.forwarding = true;
     track.upstream_session->SetForward(track.upstream_request, true);
   }
-  std::weak_ptr<bool> alive = alive_;
-  d->SetCancelCallback([this, alive, key] {
-    if (!alive.expired()) DropIfIdle(key);
-  });
+  Pump(f);
 }
 
 void Relay::ServeFromCache(const Subscribe& request, const std::shared_ptr<Downstream>& d) {
   ++stats_.served_from_cache;
-  std::optional<Location> largest = cache_.Largest(d->track());
-  AcceptAndReplay(request, largest, *d);
-  d->OnDone(absl::OkStatus());
+  std::shared_ptr<Feed> f = NewFeed(request.track, d);
+  AcceptAndReplay(request, cache_.Largest(request.track), *f);
+  EndFeed(f, absl::OkStatus());
 }
 
 void Relay::OnSubscribe(MoqtSession* session, const Subscribe& request,
@@ -511,9 +608,10 @@ void Relay::OnFetch(MoqtSession* session, const Fetch& request,
     if (!local) ++stats_.served_from_cache;
     std::optional<Location> eot = cache_.EndOfTrack(name);
     d->Accept(TrackInfo{last, GroupOrder::kAscending, eot && *eot <= *last});
+    std::shared_ptr<Feed> f = NewFeed(name, d);
     cache_.ForEach(name, start, *last,
-                   [&](const ObjectHeader& h, absl::Span<const uint8_t> p) { d->OnObject(h, p); });
-    d->OnDone(absl::OkStatus());
+                   [&](const ObjectHeader& h, absl::Span<const uint8_t>) { f->owed.push_back(h); });
+    EndFeed(f, absl::OkStatus());
     return;
   }
   if (publisher == nullptr) {

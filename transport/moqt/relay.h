@@ -17,6 +17,12 @@
 //   cache covers are served without going upstream. A cached object never
 //   changes: a conflicting duplicate marks the track malformed and ends its
 //   subscriptions with PUBLISH_DONE "malformed track".
+// - Pacing: a downstream request that cannot take objects as fast as they
+//   come (its send queue holds send_window_bytes) gets them from the cache
+//   as it drains, so a slow subscriber costs the relay a window, not its
+//   backlog, and does not hold back the track's other subscribers. One
+//   that falls so far behind that the cache evicted what it still needs
+//   ends with PUBLISH_DONE TOO_FAR_BEHIND instead of missing objects.
 // - Local origin: the owner can publish tracks itself (PublishObject /
 //   EndTrack); they are served exactly like cached upstream tracks. A
 //   publisher application is a Relay whose tracks are all local.
@@ -42,6 +48,10 @@ struct RelayOptions {
   // How long a SUBSCRIBE for a namespace nobody announced waits for a
   // publisher before SUBSCRIBE_ERROR "track does not exist"; 0 = answer now.
   absl::Duration subscribe_wait = absl::ZeroDuration();
+  // Bytes a downstream request's send queue may hold; past it the relay
+  // keeps only the locations of the objects it owes (their payloads are in
+  // the cache) and sends them as the queue drains to half.
+  uint64_t send_window_bytes = 8ull << 20;
 };
 
 class Relay : public RequestHandler {
@@ -72,6 +82,9 @@ class Relay : public RequestHandler {
     uint64_t upstream_fetches = 0;
     uint64_t served_from_cache = 0;  // subscribes + fetches answered from cache
     uint64_t conflicts = 0;
+    uint64_t paced_waits = 0;        // times a downstream's queue was full
+    uint64_t max_queued_bytes = 0;   // the most a downstream's send queue held after a send
+    uint64_t fell_behind_cache = 0;  // downstreams ended: the cache lost what they needed
   };
   const Stats& stats() const { return stats_; }
   const TrackCache& cache() const { return cache_; }
@@ -94,6 +107,7 @@ class Relay : public RequestHandler {
 
  private:
   struct Track;
+  struct Feed;
   // Which upstream subscription a Track is: the whole track (first_group 0,
   // end_group kOpen), or a range of groups [first_group, end_group].
   struct TrackKey {
@@ -121,10 +135,23 @@ class Relay : public RequestHandler {
   MoqtSession* FindPublisher(const TrackNamespace& ns) const;
   bool IsLocal(const TrackNamespace& ns) const;
   void StartSubscribe(const Subscribe& request, std::shared_ptr<Downstream> downstream);
-  // Accepts `d` with content up to `largest` and replays the cached objects
-  // an absolute filter asks for (the session applies the filter's end).
-  void AcceptAndReplay(const Subscribe& request, std::optional<Location> largest,
-                       Downstream& d);
+  // Accepts the feed's request with content up to `largest` and queues the
+  // cached objects an absolute filter asks for (the session applies the
+  // filter's end).
+  void AcceptAndReplay(const Subscribe& request, std::optional<Location> largest, Feed& f);
+  // A paced sender to `d` of track `name`; forgotten when `d` is cancelled.
+  std::shared_ptr<Feed> NewFeed(const FullTrackName& name, std::shared_ptr<Downstream> d);
+  // Sends a live object (`cached`: the cache holds it) now, or owes it.
+  void Offer(const std::shared_ptr<Feed>& f, const ObjectHeader& header,
+             absl::Span<const uint8_t> payload, bool cached);
+  void Sent(const Feed& f);  // updates stats_.max_queued_bytes
+  // Sends what the feed owes while its queue is under the window, then
+  // waits for the queue to drain; ends the request once nothing is owed and
+  // its end is set.
+  void Pump(const std::shared_ptr<Feed>& f);
+  // Ends the feed's request with `status` once what it is owed is sent
+  // (now, dropping it, if `status` is an error).
+  void EndFeed(const std::shared_ptr<Feed>& f, const absl::Status& status);
   // Accepts `d` for a live or local track, replays, and adds it to the
   // track's subscribers.
   void AttachLive(const TrackKey& key, const Subscribe& request, std::shared_ptr<Downstream> d);
@@ -149,6 +176,7 @@ class Relay : public RequestHandler {
   std::vector<std::pair<TrackNamespace, MoqtSession*>> namespace_subscribers_;
   std::map<TrackKey, std::unique_ptr<Track>> tracks_;
   std::vector<std::unique_ptr<Parked>> parked_;
+  std::set<std::shared_ptr<Feed>> feeds_;  // every feed whose request is not done
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

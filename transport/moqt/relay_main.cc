@@ -36,6 +36,9 @@ ABSL_FLAG(std::string, auth_key_file, "",
 ABSL_FLAG(bool, insecure, false,
           "development only: serve MoQT requests without an AUTHORIZATION TOKEN");
 ABSL_FLAG(int64_t, cache_mb, 1024, "object cache budget in MiB");
+ABSL_FLAG(int64_t, send_window_kb, 8192,
+          "per downstream request: KiB its send queue may hold before objects wait in the "
+          "cache for it (a slow subscriber costs about this much)");
 ABSL_FLAG(int64_t, subscribe_wait_ms, 0,
           "how long a SUBSCRIBE for an unannounced namespace waits for a publisher");
 ABSL_FLAG(int64_t, idle_timeout_s, 30, "QUIC idle timeout in seconds");
@@ -60,6 +63,9 @@ int Main() {
   }
   if (absl::GetFlag(FLAGS_cache_mb) <= 0) {
     return Fail(absl::InvalidArgumentError("--cache_mb must be positive"));
+  }
+  if (absl::GetFlag(FLAGS_send_window_kb) <= 0) {
+    return Fail(absl::InvalidArgumentError("--send_window_kb must be positive"));
   }
   SessionOptions session_options;
   const std::string auth_keys = absl::GetFlag(FLAGS_auth_key_file);
@@ -90,6 +96,7 @@ int Main() {
   transport.idle_timeout = absl::Seconds(absl::GetFlag(FLAGS_idle_timeout_s));
   RelayOptions relay_options;
   relay_options.cache_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_cache_mb)) << 20;
+  relay_options.send_window_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_send_window_kb)) << 10;
   relay_options.subscribe_wait = absl::Milliseconds(absl::GetFlag(FLAGS_subscribe_wait_ms));
 
   Relay relay(loop->get(), relay_options);
@@ -166,6 +173,12 @@ int Main() {
                                return double(r->stats().upstream_subscribes +
                                              r->stats().upstream_fetches);
                              }));
+    metrics.AddCallbackGauge("kvcast_relay_paced_waits",
+                             "times a downstream's send queue was full and objects waited",
+                             on_loop([r] { return double(r->stats().paced_waits); }));
+    metrics.AddCallbackGauge("kvcast_relay_too_far_behind",
+                             "downstreams ended because the cache evicted what they still needed",
+                             on_loop([r] { return double(r->stats().fell_behind_cache); }));
     if (authority) services::ExportMoqtAuthMetrics(authority, &metrics);
     auto ms = services::MetricsServer::Start(absl::GetFlag(FLAGS_metrics_listen), &metrics);
     if (!ms.ok()) return Fail(ms.status());

@@ -4,6 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <thread>
+
 #include "transport/moqt/testing/moqt_test_util.h"
 
 namespace kvcast::moqt {
@@ -79,7 +83,7 @@ void ExpectAllObjects(const CollectingConsumer& c, int groups, int first_group =
 class RelayTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    harness_ = std::make_unique<RelayHarness>();
+    harness_ = std::make_unique<RelayHarness>(options_);
     harness_->thread()->RunSync([&] { origin_ = std::make_unique<Origin>(harness_->loop()); });
     origin_client_ = harness_->Connect(origin_.get());
     ASSERT_NE(origin_client_, nullptr);
@@ -118,6 +122,7 @@ class RelayTest : public ::testing::Test {
     return consumer;
   }
 
+  RelayOptions options_;
   std::unique_ptr<RelayHarness> harness_;
   std::unique_ptr<Origin> origin_;
   MoqtClient* origin_client_ = nullptr;
@@ -229,6 +234,99 @@ TEST_F(RelayTest, ARangeSharesTheWholeTracksSubscription) {
     ExpectAllObjects(*whole, kGroups);
     ExpectAllObjects(*range, 3, /*first_group=*/2);
   });
+}
+
+class RelayPacingTest : public RelayTest {
+ protected:
+  static constexpr uint64_t kWindow = 16 << 10;
+  void SetUp() override {
+    options_.send_window_bytes = kWindow;
+    RelayTest::SetUp();
+  }
+  // A subscriber on a loop thread of its own, which the test can stall.
+  struct Remote {
+    std::unique_ptr<quic::LoopThread> thread = *quic::LoopThread::Start();
+    ClientHandler handler;
+    std::unique_ptr<MoqtClient> client;
+    std::shared_ptr<CollectingConsumer> consumer = std::make_shared<CollectingConsumer>();
+    bool replied = false;
+  };
+  void Start(Remote& r, const Subscribe& request) {
+    r.thread->RunSync([&] {
+      quic::TlsOptions tls;
+      tls.ca_file = harness_->certs().ca_cert;
+      tls.server_name = "localhost";
+      r.client = *MoqtClient::Connect(r.thread->loop(), "127.0.0.1", harness_->port(), tls,
+                                      quic::TransportOptions{}, SessionOptions{}, &r.handler);
+    });
+    ASSERT_TRUE(WaitOnLoop(r.thread.get(), [&] { return r.handler.ready; }));
+    r.thread->RunSync([&] {
+      ASSERT_TRUE(r.client->session()
+                      ->Subscribe(request, r.consumer, [&](auto) { r.replied = true; })
+                      .ok());
+    });
+    ASSERT_TRUE(WaitOnLoop(r.thread.get(), [&] { return r.replied; }));
+  }
+  void Stop(Remote& r) {
+    r.thread->RunSync([&] { r.client.reset(); });
+  }
+};
+
+// One subscriber stops reading for 400 ms while the whole track (320 KB)
+// arrives: the fast one finishes meanwhile, the relay owes the slow one
+// locations, not payloads, and sends them from the cache once it reads.
+TEST_F(RelayPacingTest, ASlowSubscriberHoldsAWindowAndDoesNotHoldBackTheOthers) {
+  Remote slow, fast;
+  Start(slow, FromStart(kTrack));
+  Start(fast, FromStart(kTrack));
+  std::atomic<bool> stalled{true};
+  slow.thread->loop()->Post([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    stalled = false;
+  });
+  harness_->thread()->RunSync([&] { origin_->PublishTrack(kTrack, kGroups); });
+  ASSERT_TRUE(WaitOnLoop(fast.thread.get(), [&] { return fast.consumer->done; }));
+  EXPECT_TRUE(stalled) << "the fast subscriber waited for the slow one";
+  ASSERT_TRUE(WaitOnLoop(slow.thread.get(), [&] { return slow.consumer->done; }));
+  for (Remote* r : {&slow, &fast}) {
+    r->thread->RunSync([&] {
+      EXPECT_TRUE(r->consumer->done_status.ok()) << r->consumer->done_status;
+      ExpectAllObjects(*r->consumer, kGroups);
+    });
+  }
+  harness_->thread()->RunSync([&] {
+    const Relay::Stats& st = harness_->relay()->stats();
+    EXPECT_GT(st.paced_waits, 0u);
+    EXPECT_EQ(st.fell_behind_cache, 0u);
+    EXPECT_LE(st.max_queued_bytes, kWindow + kSize + 64) << "of " << kGroups * kObjects * kSize;
+  });
+  Stop(slow);
+  Stop(fast);
+}
+
+// The same with a cache too small to hold what the slow one is owed: it
+// ends with TOO_FAR_BEHIND naming the cause; it never silently misses
+// objects.
+TEST_F(RelayPacingTest, ASubscriberBehindTheCacheEndsWithAnError) {
+  harness_.reset();
+  origin_.reset();
+  options_.cache_bytes = 4 * (kSize + 64) * kObjects / 2;  // two groups
+  RelayTest::SetUp();
+  Remote slow;
+  Start(slow, FromStart(kTrack));
+  slow.thread->loop()->Post([] { std::this_thread::sleep_for(std::chrono::milliseconds(400)); });
+  harness_->thread()->RunSync([&] { origin_->PublishTrack(kTrack, 2 * kGroups); });
+  ASSERT_TRUE(WaitOnLoop(slow.thread.get(), [&] { return slow.consumer->done; }));
+  slow.thread->RunSync([&] {
+    EXPECT_EQ(slow.consumer->done_status.code(), absl::StatusCode::kAborted);
+    EXPECT_NE(slow.consumer->done_status.message().find("PUBLISH_DONE 0x6: the subscriber fell "
+                                                        "behind past the relay's cache"),
+              std::string::npos)
+        << slow.consumer->done_status;
+  });
+  harness_->thread()->RunSync(
+      [&] { EXPECT_EQ(harness_->relay()->stats().fell_behind_cache, 1u); });
+  Stop(slow);
 }
 
 TEST_F(RelayTest, FetchGoesUpstreamOnceThenComesFromTheCache) {

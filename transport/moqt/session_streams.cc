@@ -322,7 +322,9 @@ void DownstreamImpl::OnDone(const absl::Status& status) {
                            ? kDoneSubscriptionEnded
                            : status.code() == absl::StatusCode::kDataLoss
                                  ? kDoneMalformedTrack
-                                 : kDoneInternalError;
+                                 : status.code() == absl::StatusCode::kResourceExhausted
+                                       ? kDoneTooFarBehind
+                                       : kDoneInternalError;
     done.reason = std::string(status.message()).substr(0, 1024);
   }
   s.SendControl(done);

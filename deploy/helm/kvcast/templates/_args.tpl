@@ -99,6 +99,7 @@ cancelled, and the process exits, before the kubelet's SIGKILL.
 - --require_client_cert={{ .root.Values.tls.quic.requireClientCert }}
 - --auth_key_file={{ include "kvcast.moqtAuthKeyFile" . }}
 - --cache_mb={{ int $v.cacheMB }}
+- --send_window_kb={{ int $v.sendWindowKB }}
 - --subscribe_wait_ms={{ int $v.subscribeWaitMs }}
 - --idle_timeout_s={{ int $v.idleTimeoutSeconds }}
 {{- end }}
