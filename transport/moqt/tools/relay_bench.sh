@@ -4,7 +4,9 @@
 #   1. a live subscriber (objects cross publisher -> relay -> subscriber),
 #   2. a second subscriber after the track ended (served from the cache),
 #   3. a FETCH of the whole track (served from the cache),
-# each verifying every byte. Prints one line per case and the ratios.
+# each verifying every byte. Prints one line per case, the ratios, and the
+# relay's peak RSS. RELAY_BIN (another kvcast-relay, for an A/B run) and
+# RELAY_FLAGS (extra relay flags) are optional.
 #   bazel build //transport/moqt:kvcast-relay //transport/moqt:kvcast-moqt //tools/devcert:kvcast-devcert
 #   transport/moqt/tools/relay_bench.sh [GROUPS OBJECTS SIZE]
 set -euo pipefail
@@ -15,9 +17,10 @@ TMP=$(mktemp -d)
 PORT=$((20000 + RANDOM % 20000))
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$TMP"' EXIT
 "$BIN/tools/devcert/kvcast-devcert" --out "$TMP/certs" >/dev/null
-"$BIN/transport/moqt/kvcast-relay" --listen "127.0.0.1:$PORT" --cert "$TMP/certs/server.pem" \
-  --key "$TMP/certs/server-key.pem" --auth_key_file "$TMP/certs/moqt-auth.key" --cache_mb 512 \
+"${RELAY_BIN:-$BIN/transport/moqt/kvcast-relay}" --listen "127.0.0.1:$PORT" --cert "$TMP/certs/server.pem" \
+  --key "$TMP/certs/server-key.pem" --auth_key_file "$TMP/certs/moqt-auth.key" --cache_mb 512 ${RELAY_FLAGS:-} \
   > "$TMP/relay.log" 2>&1 &
+RPID=$!
 sleep 0.3
 C=(--relay "127.0.0.1:$PORT" --ca "$TMP/certs/ca.pem" --server_name localhost
    --auth_key_file "$TMP/certs/moqt-auth.key"
@@ -28,6 +31,7 @@ rate() { sed -n 's/.*"mbit_per_s":\([0-9.]*\).*/\1/p'; }
 live=$("$BIN/transport/moqt/kvcast-moqt" subscribe "${C[@]}" | rate)
 cached=$("$BIN/transport/moqt/kvcast-moqt" subscribe "${C[@]}" | rate)
 fetch=$("$BIN/transport/moqt/kvcast-moqt" fetch "${C[@]}" | rate)
+echo "relay peak RSS: $(awk '/VmHWM/{printf "%.0f MiB", $2/1024}' /proc/$RPID/status)"
 echo "track: $G groups x $N objects x $S bytes = $((G * N * S / 1048576)) MiB"
 echo "live subscribe through the relay : $live Mbit/s"
 echo "subscribe served from cache      : $cached Mbit/s ($(awk "BEGIN{printf \"%.2f\", $cached/$live}")x live)"
