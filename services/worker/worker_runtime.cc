@@ -158,9 +158,11 @@ absl::Status WorkerRuntime::Serve(moqt::RequestHandler* handler,
   RunSync([&] {
     moqt::SessionOptions server_options;
     server_options.authorizer = config_.moqt_auth;
+    quic::TransportOptions transport;
+    transport.max_udp_payload = config_.quic_max_udp_payload;
     auto server = moqt::MoqtServer::Create(loop(), moqt_listen.first, moqt_listen.second,
-                                           config_.quic_server, quic::TransportOptions{},
-                                           server_options, handler_);
+                                           config_.quic_server, transport, server_options,
+                                           handler_);
     if (!server.ok()) {
       st = server.status();
       return;
@@ -230,10 +232,11 @@ moqt::MoqtSession* WorkerRuntime::relay_session() const {
 // second and 5 s of silence end them, so a peer whose host is gone (no ICMP
 // either) is noticed in seconds; a dead peer process is noticed at once
 // (ICMP port unreachable, transport/quic/udp_socket.h).
-quic::TransportOptions WorkerRuntime::PeerTransport() {
+quic::TransportOptions WorkerRuntime::PeerTransport() const {
   quic::TransportOptions t;
   t.keep_alive = absl::Seconds(1);
   t.idle_timeout = absl::Seconds(5);
+  t.max_udp_payload = config_.quic_max_udp_payload;
   return t;
 }
 

@@ -63,6 +63,7 @@ struct WorkerConfig {
   std::string relay;           // HOST:PORT; empty: peers connect directly
   quic::TlsOptions quic_server;  // --quic_cert/--quic_key (+ --quic_ca: require client certs)
   quic::TlsOptions quic_client;  // --quic_ca to verify peers (insecure when empty)
+  size_t quic_max_udp_payload = 0;  // --quic_max_udp_payload (quic::TransportOptions)
   std::string grpc_client_cert, grpc_client_key, grpc_client_ca;  // to call the scheduler
   // --moqt_auth_key_file: the MoQT port accepts only requests with a valid
   // token (transport/moqt/authorization.h) and this worker signs its own
@@ -128,7 +129,7 @@ class WorkerRuntime {
   // and reports its health.
   void WatchRelay();
   void ReleasePages(PrefilledKv& kv);
-  static quic::TransportOptions PeerTransport();
+  quic::TransportOptions PeerTransport() const;
 
   const WorkerConfig config_;
   std::string worker_id_;

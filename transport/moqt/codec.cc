@@ -193,6 +193,14 @@ absl::Status SerializeSubgroupObject(const SubgroupHeader& header,
   return internal::WriteSubgroupObject(header, previous_object, object, payload, out);
 }
 
+absl::Status SerializeSubgroupObjectHeader(const SubgroupHeader& header,
+                                           std::optional<uint64_t> previous_object,
+                                           const ObjectHeader& object,
+                                           absl::Span<const uint8_t> payload, std::string* out) {
+  return internal::WriteSubgroupObject(header, previous_object, object, payload, out,
+                                       /*with_payload=*/false);
+}
+
 std::string SerializeFetchHeader(uint64_t request_id) {
   std::string out;
   if (!internal::WriteFetchHeader(request_id, &out).ok()) out.clear();

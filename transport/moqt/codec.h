@@ -86,6 +86,12 @@ absl::Status SerializeSubgroupObject(const SubgroupHeader& header,
                                      const ObjectHeader& object,
                                      absl::Span<const uint8_t> payload,
                                      std::string* out);
+// The same bytes up to the payload (which the caller sends after them, so
+// a large payload is not copied into `out`).
+absl::Status SerializeSubgroupObjectHeader(const SubgroupHeader& header,
+                                           std::optional<uint64_t> previous_object,
+                                           const ObjectHeader& object,
+                                           absl::Span<const uint8_t> payload, std::string* out);
 std::string SerializeFetchHeader(uint64_t request_id);
 absl::Status SerializeFetchObject(const ObjectHeader& object,
                                   absl::Span<const uint8_t> payload,

@@ -42,6 +42,9 @@ ABSL_FLAG(int64_t, send_window_kb, 8192,
 ABSL_FLAG(int64_t, subscribe_wait_ms, 0,
           "how long a SUBSCRIBE for an unannounced namespace waits for a publisher");
 ABSL_FLAG(int64_t, idle_timeout_s, 30, "QUIC idle timeout in seconds");
+ABSL_FLAG(int32_t, quic_max_udp_payload, 0,
+          "largest QUIC datagram sent, bytes (0: 1452 with path MTU discovery; up to 16384 on "
+          "paths that carry them)");
 ABSL_FLAG(int64_t, stats_interval_s, 0, "print cache/session stats every N seconds (0: off)");
 ABSL_FLAG(std::string, grpc_listen, "", "gRPC HOST:PORT serving grpc.health.v1 (empty: off)");
 ABSL_FLAG(std::string, metrics_listen, "", "HTTP HOST:PORT of Prometheus /metrics (empty: off)");
@@ -94,6 +97,11 @@ int Main() {
   tls.require_client_cert = absl::GetFlag(FLAGS_require_client_cert);
   quic::TransportOptions transport;
   transport.idle_timeout = absl::Seconds(absl::GetFlag(FLAGS_idle_timeout_s));
+  const int32_t udp = absl::GetFlag(FLAGS_quic_max_udp_payload);
+  if (udp != 0 && (udp < 1200 || udp > 16384)) {
+    return Fail(absl::InvalidArgumentError("--quic_max_udp_payload must be 0 or 1200..16384"));
+  }
+  transport.max_udp_payload = udp;
   RelayOptions relay_options;
   relay_options.cache_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_cache_mb)) << 20;
   relay_options.send_window_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_send_window_kb)) << 10;

@@ -35,7 +35,7 @@ absl::StatusOr<int64_t> SessionImpl::OpenDataStream() {
   return conn->OpenUniStream();
 }
 
-void SessionImpl::SendOnStream(int64_t stream, const std::string& bytes, bool fin) {
+void SessionImpl::SendOnStream(int64_t stream, absl::Span<const uint8_t> bytes, bool fin) {
   if (state == State::kClosed || conn == nullptr) return;
   absl::Status s = conn->Send(stream, bytes, fin);
   if (!s.ok()) CloseWith(s);
@@ -183,15 +183,23 @@ void DownstreamImpl::SendSubgroupObject(const ObjectHeader& header,
   }
   OpenSubgroup& sg = it->second;
   if (sg.last_object && header.object <= *sg.last_object) return;  // ids only increase
+  // The payload goes to QUIC's queue straight from the caller's buffer,
+  // after its header: one copy fewer than a serialized whole object.
   std::string bytes;
-  absl::Status st = SerializeSubgroupObject(sg.header, sg.last_object, header, payload, &bytes);
+  absl::Status st =
+      SerializeSubgroupObjectHeader(sg.header, sg.last_object, header, payload, &bytes);
   if (!st.ok()) return;
   sg.last_object = header.object;
   ++s.stats.objects_sent;
   s.stats.bytes_sent += payload.size();
   bool ends = header.status == ObjectStatus::kEndOfGroup ||
               header.status == ObjectStatus::kEndOfTrack;
-  s.SendOnStream(sg.stream, bytes, ends);
+  if (payload.empty()) {
+    s.SendOnStream(sg.stream, bytes, ends);
+  } else {
+    s.SendOnStream(sg.stream, bytes, false);
+    s.SendOnStream(sg.stream, payload, ends);
+  }
   if (ends && session_ != nullptr) {
     s.stream_owner.erase(sg.stream);
     subgroup_lru_.remove(key);

@@ -17,7 +17,6 @@ namespace {
 constexpr size_t kMaxBurst = 64;         // Packets written per Flush().
 constexpr size_t kMaxStreamVecs = 16;    // Chunks offered per STREAM frame.
 constexpr size_t kMaxQueuedDatagrams = 1024;
-constexpr size_t kMaxRecvUdpPayload = 4096;  // UdpSocket's receive slot.
 // Short header (1 + CID + 4-byte packet number) + AEAD tag + DATAGRAM frame
 // header: what a DATAGRAM payload must leave free in a minimum-size packet.
 constexpr size_t kDatagramOverhead = 1 + 20 + 4 + 16 + 1 + 2;
@@ -130,6 +129,10 @@ absl::Status ConnectionImpl::Init(const ngtcp2_cid& dcid,
   settings.max_window = options_.max_data;
   settings.max_stream_window = options_.max_stream_data;
   if (std::getenv("KVCAST_QUIC_LOG") != nullptr) settings.log_printf = LogPrintf;
+  if (options_.max_udp_payload > 0) {
+    settings.max_tx_udp_payload_size = std::min(options_.max_udp_payload, kMaxUdpDatagram);
+    settings.no_tx_udp_payload_size_shaping = 1;
+  }
 
   ngtcp2_transport_params params;
   ngtcp2_transport_params_default(&params);
@@ -141,7 +144,7 @@ absl::Status ConnectionImpl::Init(const ngtcp2_cid& dcid,
   params.initial_max_streams_uni = options_.max_streams_uni;
   params.max_idle_timeout = IdleTimeoutParam(options_.idle_timeout);
   params.max_datagram_frame_size = options_.max_datagram_frame_size;
-  params.max_udp_payload_size = kMaxRecvUdpPayload;
+  params.max_udp_payload_size = kMaxUdpDatagram;
   params.active_connection_id_limit = 4;
   if (is_server_) {
     params.original_dcid = initial->dcid;

@@ -1,5 +1,6 @@
 // Data paths over loopback: handshake, bidi echo, bulk transfer, uni
 // streams, datagrams, many streams, many connections, transfer under loss.
+#include <atomic>
 #include <cstdio>
 #include <set>
 
@@ -263,6 +264,42 @@ TEST(QuicTransferTest, ConcurrentConnections) {
 // Synthetic 5% loss in both directions (every 20th datagram each side
 // sends is dropped, handshake included): the transfer still completes
 // byte-exact.
+// max_udp_payload: datagrams grow to the configured size (the peer
+// accepts 16384); by default they stay within 1452 bytes.
+TEST(QuicTransferTest, LargeDatagramsWhenConfigured) {
+  for (size_t configured : {size_t{0}, size_t{8952}}) {
+    QuicTestEnv env;
+    ASSERT_TRUE(env.StartServer(env.ServerTls(), {}).ok());
+    std::atomic<size_t> largest{0};
+    TransportOptions opts;
+    opts.max_udp_payload = configured;
+    opts.outgoing_packet_filter = [&](absl::Span<const uint8_t> datagram) {
+      largest = std::max(largest.load(), datagram.size());
+      return true;
+    };
+    absl::StatusOr<size_t> c = env.Connect(env.ClientTls(), opts);
+    ASSERT_TRUE(c.ok()) << c.status();
+    RecordingHandler* client = env.client_handler(*c);
+    ASSERT_TRUE(client->WaitHandshake(kWait));
+    const std::string payload = Pattern(4 << 20, 3);
+    int64_t stream = -1;
+    env.Run([&] {
+      Connection* conn = env.client(*c)->connection();
+      stream = *conn->OpenBidiStream();
+      ASSERT_TRUE(conn->Send(stream, payload, true).ok());
+    });
+    RecordingHandler* server = env.ServerHandler(0);
+    ASSERT_NE(server, nullptr);
+    ASSERT_TRUE(server->WaitFin(stream, absl::Seconds(60)));
+    EXPECT_TRUE(server->stream_data(stream) == payload) << "payload differs";
+    if (configured == 0) {
+      EXPECT_LE(largest.load(), 1452u);
+    } else {
+      EXPECT_EQ(largest.load(), configured);
+    }
+  }
+}
+
 TEST(QuicTransferTest, TransferUnderFivePercentLoss) {
   QuicTestEnv env;
   PacketDropper server_drop(20), client_drop(20);

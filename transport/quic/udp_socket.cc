@@ -25,7 +25,7 @@ namespace {
 // Without GRO a slot holds one datagram (larger than any QUIC packet we
 // accept); with GRO the kernel may hand over up to 64 KiB of same-size
 // datagrams in one slot (on loopback a GSO train arrives unsegmented).
-constexpr size_t kRxSlot = 4096;
+constexpr size_t kRxSlot = kMaxUdpDatagram;
 constexpr size_t kRxGroSlot = 65536;
 constexpr size_t kRxBatch = 64;
 constexpr size_t kRxGroBatch = 16;

@@ -22,6 +22,10 @@
 
 namespace kvcast::quic {
 
+// The largest UDP payload a UdpSocket receives whole without GRO (a larger
+// datagram is dropped): QUIC's max_udp_payload_size transport parameter.
+inline constexpr size_t kMaxUdpDatagram = 16384;
+
 struct SocketAddress {
   sockaddr_storage storage{};
   socklen_t len = 0;

@@ -85,9 +85,10 @@ absl::Status CheckObject(const ObjectHeader& object, absl::Span<const uint8_t> p
 
 // Object Payload Length (i) + [Object Status (i)] + Object Payload (..).
 void WriteLengthStatusPayload(const ObjectHeader& object, absl::Span<const uint8_t> payload,
-                              Writer* w) {
+                              Writer* w, bool with_payload = true) {
   w->WriteVarint(payload.size());
   if (payload.empty()) w->WriteVarint(static_cast<uint64_t>(object.status));
+  if (!with_payload) return;
   w->WriteBytes(absl::string_view(reinterpret_cast<const char*>(payload.data()), payload.size()));
 }
 
@@ -227,7 +228,7 @@ absl::Status WriteSubgroupHeader(const SubgroupHeader& header, std::string* out)
 absl::Status WriteSubgroupObject(const SubgroupHeader& header,
                                  std::optional<uint64_t> previous_object,
                                  const ObjectHeader& object, absl::Span<const uint8_t> payload,
-                                 std::string* out) {
+                                 std::string* out, bool with_payload) {
   RETURN_IF_ERROR(CheckObject(object, payload));
   if (previous_object && object.object <= *previous_object) {
     return absl::InvalidArgumentError(absl::StrCat("object ", object.object,
@@ -244,7 +245,7 @@ absl::Status WriteSubgroupObject(const SubgroupHeader& header,
   return AppendIfValid(out, [&](Writer* w) {
     w->WriteVarint(previous_object ? object.object - *previous_object - 1 : object.object);
     if (header.has_extensions) WriteExtensions(object.extensions, w);
-    WriteLengthStatusPayload(object, payload, w);
+    WriteLengthStatusPayload(object, payload, w, with_payload);
   });
 }
 

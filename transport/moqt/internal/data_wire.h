@@ -53,7 +53,7 @@ absl::Status WriteSubgroupHeader(const SubgroupHeader& header, std::string* out)
 absl::Status WriteSubgroupObject(const SubgroupHeader& header,
                                  std::optional<uint64_t> previous_object,
                                  const ObjectHeader& object, absl::Span<const uint8_t> payload,
-                                 std::string* out);
+                                 std::string* out, bool with_payload = true);
 absl::Status WriteFetchHeader(uint64_t request_id, std::string* out);
 absl::Status WriteFetchObject(const ObjectHeader& object, absl::Span<const uint8_t> payload,
                               std::string* out);

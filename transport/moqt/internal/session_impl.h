@@ -210,7 +210,12 @@ struct SessionImpl : public ControlMessageVisitor {
   // options.publish_done_linger after PUBLISH_DONE (first check in `delay`).
   void ArmPublishDoneLinger(uint64_t request_id, absl::Duration delay);
   absl::StatusOr<int64_t> OpenDataStream();
-  void SendOnStream(int64_t stream, const std::string& bytes, bool fin);
+  void SendOnStream(int64_t stream, absl::Span<const uint8_t> bytes, bool fin);
+  void SendOnStream(int64_t stream, const std::string& bytes, bool fin) {
+    SendOnStream(stream, absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                                   bytes.size()),
+                 fin);
+  }
 
   MoqtSession* self;
   quic::EventLoop* loop;

@@ -1,0 +1,531 @@
+// kv_path_bench: the KV data path at real sizes, all cases in one run so
+// the ratios compare like with like (issue 19). Llama-3-8B-shaped KV (32
+// layers, 8 KV heads x 128), per track and prompt length:
+//   direct   KvPublisher -> KvLander over MoQT (QUIC + TLS 1.3)
+//   relay    KvPublisher -> Relay -> KvLander, live (nothing cached yet)
+//   cached   Relay -> KvLander, the same track again (from the relay cache)
+//   tls-tcp  the same bytes on one TLS 1.3 TCP stream (GnuTLS, AES-128-GCM
+//            as QUIC negotiates), written and read by this tool
+// then live fan-out through the relay to 1, 4, 16 subscribers that count
+// the bytes (the relay fans out; the publisher sends one copy).
+//
+//   bazel build -c opt //tools/bench:kv_path_bench &&
+//   bazel-bin/tools/bench/kv_path_bench [--tokens 1024,4096] [--tracks fp16,int8,ac]
+//                                       [--fanout 1,4,16] [--fanout_tokens 1024]
+//
+// Each side (prefill, relay, decode, fan-out clients) has a loop thread of
+// its own; MiB/s counts the track's encoded bytes. Time runs from
+// SUBSCRIBE to the last token landed: encoding on demand, the transport,
+// decoding into the decode side's pages. tls-tcp moves bytes only.
+#include <arpa/inet.h>
+#include <gnutls/gnutls.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+#include "kernels/backend.h"
+#include "transport/kvcache/lander.h"
+#include "transport/kvcache/naming.h"
+#include "transport/kvcache/publisher.h"
+#include "transport/kvcache/token_codec.h"
+#include "transport/moqt/moqt_endpoint.h"
+#include "transport/moqt/relay.h"
+#include "tools/devcert/devcert.h"
+
+ABSL_FLAG(std::string, tokens, "1024,4096", "prompt lengths (tokens)");
+ABSL_FLAG(std::string, tracks, "fp16,int8,ac", "KV tracks");
+ABSL_FLAG(std::string, fanout, "1,4,16", "subscriber counts for the fan-out case");
+ABSL_FLAG(int, fanout_tokens, 1024, "prompt length of the fan-out case");
+ABSL_FLAG(int, layers, 32, "layers (Llama-3-8B: 32)");
+ABSL_FLAG(int, relay_window_kb, 8192, "the relay's send window per downstream request");
+ABSL_FLAG(int, max_udp_payload, 0,
+          "QUIC datagrams up to this size (0: 1452; quic::TransportOptions::max_udp_payload)");
+ABSL_FLAG(std::string, cases, "direct,relay,cached,tls,fanout",
+          "the cases to run (others print -), e.g. direct alone under perf");
+
+namespace kvcast::kvcache {
+namespace {
+
+constexpr int kChunk = 128;
+const Hash128 kModel{0xbe4c, 0x4c};
+
+struct Loop {
+  std::unique_ptr<quic::LoopThread> thread = *quic::LoopThread::Start();
+  void Run(std::function<void()> fn) { thread->RunSync(std::move(fn)); }
+};
+
+// The prefill side: a publisher serving its own port and connected to the
+// relay as a client (`upstream`).
+class Publisher : public KvPublisher {
+ public:
+  using KvPublisher::KvPublisher;
+  void OnSessionReady(moqt::MoqtSession* session) override {
+    if (upstream == nullptr || session != upstream->session()) return;
+    SetUpstream(session);
+    ready.Notify();
+  }
+  std::unique_ptr<moqt::MoqtClient> upstream;
+  absl::Notification ready;
+};
+
+class Ready : public moqt::RequestHandler {
+ public:
+  void OnSessionReady(moqt::MoqtSession*) override { ready.Notify(); }
+  absl::Notification ready;
+};
+
+// Counts a subscription's payload bytes.
+class Counter : public moqt::TrackConsumer {
+ public:
+  explicit Counter(std::atomic<int>* done) : done_(done) {}
+  void OnObject(const moqt::ObjectHeader&, absl::Span<const uint8_t> p) override {
+    bytes += p.size();
+  }
+  void OnDone(const absl::Status& s) override {
+    status = s;
+    ++*done_;
+  }
+  uint64_t bytes = 0;
+  absl::Status status;
+
+ private:
+  std::atomic<int>* done_;
+};
+
+std::vector<int> Ints(const std::string& list) {
+  std::vector<int> out;
+  for (absl::string_view s : absl::StrSplit(list, ',', absl::SkipEmpty())) {
+    int v = 0;
+    if (!absl::SimpleAtoi(s, &v) || v <= 0) {
+      std::fprintf(stderr, "kv_path_bench: bad number '%s'\n", std::string(s).c_str());
+      std::exit(2);
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+quic::TransportOptions Transport() {
+  quic::TransportOptions t;
+  t.max_udp_payload = absl::GetFlag(FLAGS_max_udp_payload);
+  return t;
+}
+
+quic::TlsOptions ClientTls(const devcert::DevCertPaths& certs) {
+  quic::TlsOptions tls;
+  tls.ca_file = certs.ca_cert;
+  tls.server_name = "localhost";
+  return tls;
+}
+
+// ---- TLS 1.3 over TCP, the baseline ------------------------------------------
+
+void Check(int rc, const char* what) {
+  if (rc < 0) {
+    std::fprintf(stderr, "kv_path_bench: %s: %s\n", what, gnutls_strerror(rc));
+    std::exit(1);
+  }
+}
+
+gnutls_session_t TlsSession(int fd, bool server, gnutls_certificate_credentials_t cred) {
+  gnutls_session_t s;
+  Check(gnutls_init(&s, server ? GNUTLS_SERVER : GNUTLS_CLIENT), "gnutls_init");
+  Check(gnutls_priority_set_direct(
+            s, "NORMAL:-VERS-ALL:+VERS-TLS1.3:-CIPHER-ALL:+AES-128-GCM", nullptr),
+        "priority");
+  Check(gnutls_credentials_set(s, GNUTLS_CRD_CERTIFICATE, cred), "credentials");
+  if (!server) {
+    gnutls_server_name_set(s, GNUTLS_NAME_DNS, "localhost", 9);
+    gnutls_session_set_verify_cert(s, "localhost", 0);
+  }
+  gnutls_transport_set_int(s, fd);
+  int rc;
+  do rc = gnutls_handshake(s);
+  while (rc < 0 && !gnutls_error_is_fatal(rc));
+  Check(rc, "handshake");
+  return s;
+}
+
+// Seconds to move `bytes` from a client to a server over loopback TCP with
+// TLS 1.3 (handshake excluded), written in 1 MiB calls.
+double TlsTcpSeconds(uint64_t bytes, const devcert::DevCertPaths& certs) {
+  int listener = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  if (bind(listener, reinterpret_cast<sockaddr*>(&addr), len) != 0 || listen(listener, 1) != 0 ||
+      getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    std::perror("kv_path_bench: tcp listen");
+    std::exit(1);
+  }
+  gnutls_certificate_credentials_t server_cred, client_cred;
+  gnutls_certificate_allocate_credentials(&server_cred);
+  gnutls_certificate_allocate_credentials(&client_cred);
+  Check(gnutls_certificate_set_x509_key_file(server_cred, certs.server_cert.c_str(),
+                                             certs.server_key.c_str(), GNUTLS_X509_FMT_PEM),
+        "server key");
+  Check(gnutls_certificate_set_x509_trust_file(client_cred, certs.ca_cert.c_str(),
+                                               GNUTLS_X509_FMT_PEM),
+        "trust file");
+  absl::Notification handshaken;
+  absl::Time end;
+  std::thread server([&] {
+    int fd = accept(listener, nullptr, nullptr);
+    gnutls_session_t s = TlsSession(fd, true, server_cred);
+    handshaken.Notify();
+    std::vector<uint8_t> buf(1 << 20);
+    uint64_t got = 0;
+    while (got < bytes) {
+      ssize_t n = gnutls_record_recv(s, buf.data(), buf.size());
+      if (n == GNUTLS_E_AGAIN || n == GNUTLS_E_INTERRUPTED) continue;
+      Check(int(std::min<ssize_t>(n, 0)), "recv");
+      if (n == 0) break;
+      got += n;
+    }
+    end = absl::Now();
+    gnutls_bye(s, GNUTLS_SHUT_WR);
+    gnutls_deinit(s);
+    close(fd);
+  });
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0) {
+    std::perror("kv_path_bench: tcp connect");
+    std::exit(1);
+  }
+  gnutls_session_t c = TlsSession(fd, false, client_cred);
+  handshaken.WaitForNotification();
+  std::vector<uint8_t> payload(1 << 20, 0x5a);
+  const absl::Time start = absl::Now();
+  for (uint64_t sent = 0; sent < bytes;) {
+    const size_t want = std::min<uint64_t>(payload.size(), bytes - sent);
+    ssize_t n = gnutls_record_send(c, payload.data(), want);
+    if (n == GNUTLS_E_AGAIN || n == GNUTLS_E_INTERRUPTED) continue;
+    Check(int(std::min<ssize_t>(n, 0)), "send");
+    sent += n;
+  }
+  server.join();
+  gnutls_deinit(c);
+  close(fd);
+  close(listener);
+  gnutls_certificate_free_credentials(server_cred);
+  gnutls_certificate_free_credentials(client_cred);
+  return absl::ToDoubleSeconds(end - start);
+}
+
+// ---- the MoQT cases ------------------------------------------------------------
+
+// Development certificates in a fresh temporary directory.
+devcert::DevCertPaths Certs() {
+  char dir[] = "/tmp/kv_path_bench.XXXXXX";
+  if (mkdtemp(dir) == nullptr) {
+    std::perror("kv_path_bench: mkdtemp");
+    std::exit(1);
+  }
+  devcert::DevCertOptions options;
+  options.out_dir = dir;
+  options.names = {"localhost", "127.0.0.1"};
+  options.reuse_ca = false;
+  if (absl::Status st = devcert::WriteDevCertificates(options); !st.ok()) {
+    std::fprintf(stderr, "kv_path_bench: %s\n", st.ToString().c_str());
+    std::exit(1);
+  }
+  return devcert::PathsIn(dir);
+}
+
+struct Bench {
+  KvLayout layout;
+  std::unique_ptr<Backend> prefill_backend = NewCpuBackend(), decode_backend = NewCpuBackend();
+  std::unique_ptr<KvPagePool> prefill_pool, decode_pool;
+  std::vector<int32_t> prompt_pages;  // the prefill side's KV, shared by every prompt
+  devcert::DevCertPaths certs = Certs();
+  Loop prefill, relay_loop, decode, fan;
+  std::unique_ptr<Publisher> publisher;
+  std::unique_ptr<moqt::MoqtServer> publisher_server, relay_server;
+  std::unique_ptr<moqt::Relay> relay;
+  std::unique_ptr<moqt::MoqtClient> direct, via_relay;
+  Ready direct_ready, relay_ready;
+  int prompts = 0;
+
+  Bench(int layers, int max_tokens) : layout{layers, 8, 128, 16} {
+    const int pages = (max_tokens + layout.page_tokens - 1) / layout.page_tokens;
+    prefill_pool = *KvPagePool::Create(prefill_backend.get(), layout, pages);
+    decode_pool = *KvPagePool::Create(decode_backend.get(), layout, pages);
+    uint32_t x = 1;  // xorshift: values in [-2, 2)
+    auto next = [&x] {
+      x ^= x << 13;
+      x ^= x >> 17;
+      x ^= x << 5;
+      return float(x) * 0x1p-30f - 2.f;
+    };
+    for (int l = 0; l < layout.num_layers; ++l) {
+      for (size_t i = 0; i < size_t(pages) * layout.page_floats(); ++i) {
+        prefill_pool->k_cache(l)[i] = next();
+        prefill_pool->v_cache(l)[i] = next();
+      }
+    }
+    for (int l = 0; l < layout.num_layers; ++l) {  // no first-touch faults in the timed runs
+      std::fill_n(decode_pool->k_cache(l), size_t(pages) * layout.page_floats(), 0.f);
+      std::fill_n(decode_pool->v_cache(l), size_t(pages) * layout.page_floats(), 0.f);
+    }
+    prompt_pages = *prefill_pool->Allocate(pages);
+    quic::TlsOptions server_tls;
+    server_tls.cert_file = certs.server_cert;
+    server_tls.key_file = certs.server_key;
+    relay_loop.Run([&] {
+      moqt::RelayOptions options;
+      options.cache_bytes = 3ull << 30;
+      options.send_window_bytes = uint64_t(absl::GetFlag(FLAGS_relay_window_kb)) << 10;
+      options.subscribe_wait = absl::Seconds(10);
+      relay = std::make_unique<moqt::Relay>(relay_loop.thread->loop(), options);
+      relay_server = *moqt::MoqtServer::Create(relay_loop.thread->loop(), "127.0.0.1", 0,
+                                               server_tls, Transport(),
+                                               moqt::SessionOptions{}, relay.get());
+    });
+    prefill.Run([&] {
+      publisher = std::make_unique<Publisher>(prefill_pool.get(), prefill_backend.get(), kModel,
+                                              kChunk);
+      publisher_server = *moqt::MoqtServer::Create(prefill.thread->loop(), "127.0.0.1", 0,
+                                                   server_tls, Transport(),
+                                                   moqt::SessionOptions{}, publisher.get());
+      publisher->upstream = *moqt::MoqtClient::Connect(prefill.thread->loop(), "127.0.0.1",
+                                            relay_server->port(), ClientTls(certs),
+                                            Transport(), moqt::SessionOptions{},
+                                            publisher.get());
+    });
+    publisher->ready.WaitForNotification();
+    decode.Run([&] {
+      direct = *moqt::MoqtClient::Connect(decode.thread->loop(), "127.0.0.1",
+                                          publisher_server->port(), ClientTls(certs),
+                                          Transport(), moqt::SessionOptions{},
+                                          &direct_ready);
+      via_relay = *moqt::MoqtClient::Connect(decode.thread->loop(), "127.0.0.1",
+                                             relay_server->port(), ClientTls(certs),
+                                             Transport(), moqt::SessionOptions{},
+                                             &relay_ready);
+    });
+    direct_ready.ready.WaitForNotification();
+    relay_ready.ready.WaitForNotification();
+  }
+
+  ~Bench() {
+    decode.Run([&] {
+      direct.reset();
+      via_relay.reset();
+    });
+    prefill.Run([&] {
+      publisher->upstream.reset();
+      publisher_server.reset();
+      publisher.reset();
+      (void)prefill_pool->ReleaseAll(prompt_pages);
+    });
+    relay_loop.Run([&] {
+      relay_server.reset();
+      relay.reset();
+    });
+  }
+
+  // Publishes a new prompt of `tokens` tokens (every chunk ready, as after
+  // a prefill) and returns its digest.
+  std::string NewPrompt(int tokens) {
+    char digest[33];
+    std::snprintf(digest, sizeof(digest), "%032x", ++prompts);
+    prefill.Run([&] {
+      (void)publisher->BeginPrompt(digest, tokens);
+      const int per_chunk = kChunk / layout.page_tokens;
+      for (int g = 0; g * kChunk < tokens; ++g) {
+        const int pages = (std::min(kChunk, tokens - g * kChunk) + 15) / 16;
+        (void)publisher->ChunkReady(
+            digest, g, absl::MakeSpan(prompt_pages).subspan(g * per_chunk, pages));
+      }
+      (void)publisher->EndPrompt(digest, absl::OkStatus());
+    });
+    return digest;
+  }
+
+  // Lands the whole track through `client`'s session; seconds.
+  double Land(moqt::MoqtClient* client, const moqt::FullTrackName& track, int tokens) {
+    absl::Notification done;
+    absl::Status result;
+    const int groups = (tokens + kChunk - 1) / kChunk;
+    const absl::Time start = absl::Now();
+    decode.Run([&] {
+      auto lander = KvLander::Create(
+          decode_pool.get(), decode_backend.get(), kModel, track,
+          LandingSpec{kChunk, tokens, 0, groups, *decode_pool->Allocate((tokens + 15) / 16)},
+          [&, pool = decode_pool.get()](absl::StatusOr<std::vector<int32_t>> r) {
+            result = r.status();
+            if (r.ok()) (void)pool->ReleaseAll(*r);
+            done.Notify();
+          });
+      moqt::Subscribe s;
+      s.track = track;
+      s.filter_type = moqt::FilterType::kAbsoluteStart;
+      s.start = moqt::Location{0, 0};
+      (void)client->session()->Subscribe(s, *lander, [](auto) {});
+    });
+    done.WaitForNotification();
+    const double secs = absl::ToDoubleSeconds(absl::Now() - start);
+    if (!result.ok()) {
+      std::fprintf(stderr, "kv_path_bench: %s: %s\n", moqt::ToString(track).c_str(),
+                   result.ToString().c_str());
+      std::exit(1);
+    }
+    return secs;
+  }
+
+  uint64_t PublisherBytes() {
+    uint64_t b = 0;
+    prefill.Run([&] { b = publisher->stats().bytes_sent; });
+    return b;
+  }
+
+  // Live fan-out of a new prompt to `n` subscribers of the relay: seconds
+  // until all have the track, and the publisher's payload bytes meanwhile.
+  std::pair<double, uint64_t> FanOut(int n, const KvCompression& c, int tokens,
+                                     uint64_t track_bytes) {
+    std::vector<std::unique_ptr<Ready>> ready(n);
+    std::vector<std::unique_ptr<moqt::MoqtClient>> clients(n);
+    fan.Run([&] {
+      for (int i = 0; i < n; ++i) {
+        ready[i] = std::make_unique<Ready>();
+        clients[i] = *moqt::MoqtClient::Connect(fan.thread->loop(), "127.0.0.1",
+                                                relay_server->port(), ClientTls(certs),
+                                                Transport(), moqt::SessionOptions{},
+                                                ready[i].get());
+      }
+    });
+    for (auto& r : ready) r->ready.WaitForNotification();
+    const std::string digest = NewPrompt(tokens);
+    const auto track = FullTrackNameOf({ModelId(kModel), digest, c});
+    const uint64_t before = PublisherBytes();
+    std::atomic<int> done{0};
+    std::vector<std::shared_ptr<Counter>> counters;
+    const absl::Time start = absl::Now();
+    fan.Run([&] {
+      for (int i = 0; i < n; ++i) {
+        counters.push_back(std::make_shared<Counter>(&done));
+        moqt::Subscribe s;
+        s.track = track;
+        s.filter_type = moqt::FilterType::kAbsoluteStart;
+        s.start = moqt::Location{0, 0};
+        (void)clients[i]->session()->Subscribe(s, counters.back(), [](auto) {});
+      }
+    });
+    while (done.load() < n) absl::SleepFor(absl::Milliseconds(1));
+    const double secs = absl::ToDoubleSeconds(absl::Now() - start);
+    fan.Run([&] {
+      for (const auto& counter : counters) {
+        if (!counter->status.ok() || counter->bytes != track_bytes) {
+          std::fprintf(stderr, "kv_path_bench: fan-out subscriber got %llu of %llu bytes: %s\n",
+                       (unsigned long long)counter->bytes, (unsigned long long)track_bytes,
+                       counter->status.ToString().c_str());
+          std::exit(1);
+        }
+      }
+      clients.clear();
+    });
+    return {secs, PublisherBytes() - before};
+  }
+};
+
+// Encoded bytes of a whole prompt in `c`.
+uint64_t TrackBytes(Bench& b, const KvCompression& c, const std::string& digest, int tokens) {
+  if (!c.ac) return uint64_t(TokenCodec(b.layout, c.format).token_bytes()) * tokens;
+  // ac: what the publisher sent for one direct landing of it.
+  const uint64_t before = b.PublisherBytes();
+  b.Land(b.direct.get(), FullTrackNameOf({ModelId(kModel), digest, c}), tokens);
+  return b.PublisherBytes() - before;
+}
+
+double MiBps(uint64_t bytes, double secs) { return bytes / secs / (1 << 20); }
+
+bool Want(absl::string_view name) {
+  for (absl::string_view c : absl::StrSplit(absl::GetFlag(FLAGS_cases), ',')) {
+    if (c == name) return true;
+  }
+  return false;
+}
+
+int Main() {
+  const std::vector<int> token_counts = Ints(absl::GetFlag(FLAGS_tokens));
+  const std::vector<int> fanouts = Ints(absl::GetFlag(FLAGS_fanout));
+  const int fan_tokens = absl::GetFlag(FLAGS_fanout_tokens);
+  std::vector<KvCompression> tracks;
+  for (absl::string_view t : absl::StrSplit(absl::GetFlag(FLAGS_tracks), ',', absl::SkipEmpty())) {
+    absl::StatusOr<KvCompression> c = CompressionOfTrackName(std::string(t));
+    if (!c.ok()) {
+      std::fprintf(stderr, "kv_path_bench: --tracks: %s\n", c.status().ToString().c_str());
+      return 2;
+    }
+    tracks.push_back(*c);
+  }
+  int max_tokens = fan_tokens;
+  for (int t : token_counts) max_tokens = std::max(max_tokens, t);
+  gnutls_global_init();
+  Bench b(absl::GetFlag(FLAGS_layers), max_tokens);
+
+  std::printf("| tokens | track | MiB | direct MiB/s | relay live MiB/s | relay cached MiB/s | "
+              "tls-tcp MiB/s | direct / tls-tcp | live / direct |\n"
+              "|---|---|---|---|---|---|---|---|---|\n");
+  for (int tokens : token_counts) {
+    for (const KvCompression& c : tracks) {
+      const std::string digest = b.NewPrompt(tokens);
+      const auto track = FullTrackNameOf({ModelId(kModel), digest, c});
+      const uint64_t bytes = TrackBytes(b, c, digest, tokens);
+      const double direct = Want("direct") ? b.Land(b.direct.get(), track, tokens) : 0;
+      const double live = Want("relay") ? b.Land(b.via_relay.get(), track, tokens) : 0;
+      const double cached = Want("cached") ? b.Land(b.via_relay.get(), track, tokens) : 0;
+      const double tls = Want("tls") ? TlsTcpSeconds(bytes, b.certs) : 0;
+      auto rate = [&](double secs) {
+        return secs > 0 ? absl::StrFormat("%.0f", MiBps(bytes, secs)) : std::string("-");
+      };
+      auto ratio = [](double num, double den) {
+        return num > 0 && den > 0 ? absl::StrFormat("%.2fx", num / den) : std::string("-");
+      };
+      std::printf("| %d | %s | %.1f | %s | %s | %s | %s | %s | %s |\n", tokens,
+                  TrackNameOf(c).c_str(), bytes / double(1 << 20), rate(direct).c_str(),
+                  rate(live).c_str(), rate(cached).c_str(), rate(tls).c_str(),
+                  ratio(tls, direct).c_str(), ratio(direct, live).c_str());
+      std::fflush(stdout);
+    }
+  }
+
+  if (!Want("fanout")) return 0;
+  const KvCompression fan_track = tracks.front();
+  const uint64_t fan_bytes = TrackBytes(b, fan_track, b.NewPrompt(fan_tokens), fan_tokens);
+  std::printf("\nLive fan-out through the relay, %s, %d tokens (%.1f MiB):\n\n"
+              "| subscribers | seconds | delivered MiB/s | publisher sent (copies) | "
+              "vs 1 subscriber x N |\n|---|---|---|---|---|\n",
+              TrackNameOf(fan_track).c_str(), fan_tokens, fan_bytes / double(1 << 20));
+  double one = 0;
+  for (int n : fanouts) {
+    const auto [secs, sent] = b.FanOut(n, fan_track, fan_tokens, fan_bytes);
+    const double rate = MiBps(fan_bytes * n, secs);
+    if (one == 0) one = rate / n;
+    std::printf("| %d | %.3f | %.0f | %.2f | %.2fx |\n", n, secs, rate, double(sent) / fan_bytes,
+                rate / (one * n));
+    std::fflush(stdout);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace kvcast::kvcache
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return kvcast::kvcache::Main();
+}
