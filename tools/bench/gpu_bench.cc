@@ -33,7 +33,7 @@
 #include "engine/transformer.h"
 #include "kernels/backend.h"
 #include "transport/kvcache/naming.h"
-#include "transport/kvcache/token_codec.h"
+#include "engine/kv/token_codec.h"
 
 ABSL_FLAG(std::string, model, "", ".gguf file or HF model directory (a ~1B Llama for the recorded numbers)");
 ABSL_FLAG(std::string, batches, "1,8,32,128", "decode batch sizes");
@@ -197,10 +197,10 @@ absl::Status Run() {
   const int pages = (N + page_tokens - 1) / page_tokens;
   ASSIGN_OR_RETURN(auto pool, KvPagePool::Create(backend.get(), model->kv_layout(page_tokens), pages));
   ASSIGN_OR_RETURN(auto table, pool->Allocate(pages));
-  const std::vector<int32_t> slots = kvcache::SlotsOf(table, page_tokens, 0, N);
+  const std::vector<int32_t> slots = SlotsOf(table, page_tokens, 0, N);
   std::printf("\n| format | tokens | bytes | landing GB/s | of pinned H2D |\n|---|---|---|---|---|\n");
   for (KvFormat f : {KvFormat::kFp16, KvFormat::kFp8E4M3, KvFormat::kInt4}) {
-    kvcache::TokenCodec codec(pool->layout(), f);
+    TokenCodec codec(pool->layout(), f);
     const size_t bytes = size_t(N) * codec.token_bytes();
     ASSIGN_OR_RETURN(auto staging, backend->AllocateStaging(bytes));
     auto* buf = static_cast<uint8_t*>(staging->data());

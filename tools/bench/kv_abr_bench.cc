@@ -32,7 +32,7 @@
 #include "services/decode/kv_abr.h"
 #include "services/worker/land_kv.h"
 #include "transport/kvcache/naming.h"
-#include "transport/kvcache/token_codec.h"
+#include "engine/kv/token_codec.h"
 #include "transport/moqt/codec.h"
 #include "transport/moqt/moqt_endpoint.h"
 #include "transport/moqt/tools/client_tls_flags.h"
@@ -194,7 +194,7 @@ absl::Status Main() {
       const int first = absl::GetFlag(FLAGS_abr) ? g.group : 0;
       const int end = absl::GetFlag(FLAGS_abr) ? g.group + 1 : groups;
       for (int t = first * chunk; t < std::min(end * chunk, tokens); ++t) {
-        const int32_t slot = kvcache::SlotsOf(all_pages, 16, t, 1)[0];
+        const int32_t slot = SlotsOf(all_pages, 16, t, 1)[0];
         for (int l = 0; l < layout.num_layers; ++l) {
           for (int kv = 0; kv < 2; ++kv) {
             const float* got = (kv ? pool->v_cache(l) : pool->k_cache(l)) + size_t(slot) * tf;

@@ -39,7 +39,7 @@
 #include "transport/kvcache/lander.h"
 #include "transport/kvcache/naming.h"
 #include "transport/kvcache/publisher.h"
-#include "transport/kvcache/token_codec.h"
+#include "engine/kv/token_codec.h"
 #include "transport/moqt/moqt_endpoint.h"
 #include "transport/moqt/relay.h"
 #include "tools/devcert/devcert.h"

@@ -29,7 +29,7 @@
 #include "tools/bench/bench_models.h"
 #include "transport/kvcache/ac/ac_codec.h"
 #include "transport/kvcache/naming.h"
-#include "transport/kvcache/token_codec.h"
+#include "engine/kv/token_codec.h"
 
 ABSL_FLAG(std::string, model, "", ".gguf file or HF model directory (instead of --presets)");
 ABSL_FLAG(std::string, presets, "tiny,100m", "random models: tiny (head_dim 16), 100m (head_dim 64)");
@@ -43,7 +43,6 @@ ABSL_FLAG(bool, only_ac, false, "measure only the ac tracks (and int8, the refer
 namespace kvcast {
 namespace {
 
-using kvcache::ScaleBlock;
 using kvcache::TrackNameOf;
 
 void PrintBytes() {
@@ -63,10 +62,10 @@ void PrintBytes() {
   for (KvFormat f : kAllKvFormats) {
     std::printf("| %s |", TrackNameOf(f).c_str());
     for (const Shape& s : shapes) {
-      std::printf(" %zu |", kvcache::TokenCodec(s.layout, f).token_bytes());
+      std::printf(" %zu |", TokenCodec(s.layout, f).token_bytes());
     }
-    const double ratio = double(kvcache::TokenCodec(shapes[2].layout, f).token_bytes()) /
-                         kvcache::TokenCodec(shapes[2].layout, KvFormat::kFp16).token_bytes();
+    const double ratio = double(TokenCodec(shapes[2].layout, f).token_bytes()) /
+                         TokenCodec(shapes[2].layout, KvFormat::kFp16).token_bytes();
     std::printf(" %.3f |\n", ratio);
   }
 }
@@ -90,7 +89,7 @@ size_t AcRoundTrip(KvPagePool& pool, const std::vector<int32_t>& pages, int n,
   size_t bytes = 0;
   for (int first = 0; first < n; first += 128) {
     const int count = std::min(128, n - first);
-    const auto slots = kvcache::SlotsOf(pages, layout.page_tokens, first, count);
+    const auto slots = SlotsOf(pages, layout.page_tokens, first, count);
     std::vector<float> kv(size_t(count) * tf);
     auto each = [&](auto fn) {
       for (int t = 0; t < count; ++t) {
@@ -132,7 +131,7 @@ absl::StatusOr<Run> Generate(Transformer& model, KvPagePool& pool,
     AcRoundTrip(pool, pages, n, *v.ac);
   } else if (v.block > 0) {
     std::vector<uint8_t> enc(KvRowBytes(v.format, layout.num_kv_heads, layout.head_dim, v.block));
-    for (int32_t slot : kvcache::SlotsOf(pages, layout.page_tokens, 0, n)) {
+    for (int32_t slot : SlotsOf(pages, layout.page_tokens, 0, n)) {
       for (int l = 0; l < layout.num_layers; ++l) {
         for (float* cache : {pool.k_cache(l), pool.v_cache(l)}) {
           float* row = cache + size_t(slot) * layout.token_floats();

@@ -19,7 +19,7 @@
 #include "engine/kv/kv_page_pool.h"
 #include "kernels/backend.h"
 #include "transport/kvcache/ac/ac_codec.h"
-#include "transport/kvcache/token_codec.h"
+#include "engine/kv/token_codec.h"
 
 namespace kvcast::kvcache {
 

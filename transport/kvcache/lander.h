@@ -39,7 +39,7 @@
 #include "engine/kv/prefix_hash.h"
 #include "kernels/backend.h"
 #include "transport/kvcache/ac_pages.h"
-#include "transport/kvcache/token_codec.h"
+#include "engine/kv/token_codec.h"
 #include "transport/moqt/track_consumer.h"
 
 namespace kvcast::kvcache {

@@ -4,7 +4,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "transport/kvcache/token_codec.h"
+#include "engine/kv/token_codec.h"
 
 namespace kvcast::kvcache {
 

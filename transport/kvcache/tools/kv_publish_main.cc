@@ -44,7 +44,7 @@
 #include "engine/transformer.h"
 #include "transport/kvcache/naming.h"
 #include "transport/kvcache/publisher.h"
-#include "transport/kvcache/token_codec.h"
+#include "engine/kv/token_codec.h"
 #include "transport/moqt/authorization.h"
 #include "transport/moqt/moqt_endpoint.h"
 #include "transport/moqt/tools/client_tls_flags.h"

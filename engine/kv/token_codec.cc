@@ -1,7 +1,7 @@
 // TokenCodec: see token_codec.h.
-#include "transport/kvcache/token_codec.h"
+#include "engine/kv/token_codec.h"
 
-namespace kvcast::kvcache {
+namespace kvcast {
 
 int ScaleBlock(KvFormat format, int head_dim) {
   if (KvFormatBits(format) == 4 && head_dim % 32 == 0) return 32;
@@ -41,4 +41,4 @@ std::vector<int32_t> SlotsOf(absl::Span<const int32_t> pages, int page_tokens, i
   return slots;
 }
 
-}  // namespace kvcast::kvcache
+}  // namespace kvcast

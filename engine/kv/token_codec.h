@@ -11,8 +11,8 @@
 //
 // Thread safety: immutable after construction; Encode/Decode follow the
 // backend's threading contract.
-#ifndef KVCAST_TRANSPORT_KVCACHE_TOKEN_CODEC_H_
-#define KVCAST_TRANSPORT_KVCACHE_TOKEN_CODEC_H_
+#ifndef KVCAST_ENGINE_KV_TOKEN_CODEC_H_
+#define KVCAST_ENGINE_KV_TOKEN_CODEC_H_
 
 #include <cstdint>
 #include <vector>
@@ -22,7 +22,7 @@
 #include "kernels/backend.h"
 #include "kernels/kv_codec.h"
 
-namespace kvcast::kvcache {
+namespace kvcast {
 
 // Values per scale in wire format v1: one scale per head for the 8-bit
 // formats, one per 32 values for the 4-bit ones (per head when head_dim is
@@ -61,6 +61,6 @@ class TokenCodec {
 std::vector<int32_t> SlotsOf(absl::Span<const int32_t> pages, int page_tokens, int first,
                              int count);
 
-}  // namespace kvcast::kvcache
+}  // namespace kvcast
 
-#endif  // KVCAST_TRANSPORT_KVCACHE_TOKEN_CODEC_H_
+#endif  // KVCAST_ENGINE_KV_TOKEN_CODEC_H_

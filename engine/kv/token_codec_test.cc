@@ -1,12 +1,12 @@
 // Token payloads: sizes per format, the layer-major K-then-V layout, and
 // page round trips equal to the reference row codec.
-#include "transport/kvcache/token_codec.h"
+#include "engine/kv/token_codec.h"
 
 #include <gtest/gtest.h>
 
 #include <random>
 
-namespace kvcast::kvcache {
+namespace kvcast {
 namespace {
 
 TEST(TokenCodec, BytesPerTokenOfALlama3_8BShape) {
@@ -102,4 +102,4 @@ TEST_F(TokenCodecPool, EveryFormatRoundTripsLikeTheReferenceRowCodec) {
 }
 
 }  // namespace
-}  // namespace kvcast::kvcache
+}  // namespace kvcast
