@@ -86,6 +86,12 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
   }
   ASSIGN_OR_RETURN(e->pool_, KvPagePool::Create(e->backend_.get(), layout, pages));
   e->prefix_cache_ = std::make_unique<PrefixCache>(e->pool_.get(), options.chunk_tokens);
+  if (options.host_tier_bytes > 0) {
+    e->host_tier_ = std::make_unique<HostKvTier>(e->pool_.get(), e->backend_.get(),
+                                                 options.chunk_tokens, options.host_tier_format,
+                                                 uint64_t(options.host_tier_bytes));
+    e->prefix_cache_->SetHostTier(e->host_tier_.get());
+  }
   e->prefix_seed_ = PrefixSeed(e->model_->fingerprint());
   return e;
 }

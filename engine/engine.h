@@ -52,6 +52,10 @@ struct EngineOptions {
   int max_batch_tokens = 256;  // tokens per forward pass
   int max_running = 64;        // sequences decoded together
   bool prefix_caching = true;  // false: no chunk is cached or reused (for A/B measurements)
+  // Tier 1 (engine/kv/host_tier.h): chunks evicted from the pool are kept in
+  // host memory in this format, within this budget (0: no tier).
+  int64_t host_tier_bytes = 0;
+  KvFormat host_tier_format = KvFormat::kFp16;
 };
 
 struct GenerationParams {
@@ -138,6 +142,7 @@ class Engine {
   Transformer& model() { return *model_; }
   KvPagePool& pool() { return *pool_; }
   PrefixCache& prefix_cache() { return *prefix_cache_; }
+  HostKvTier* host_tier() { return host_tier_.get(); }  // null without one
   const Hash128& prefix_seed() const { return prefix_seed_; }
   // The chain seed of a tenant's chunks (PrefixSeed(fingerprint, tenant));
   // prefix_seed() for "".
@@ -173,6 +178,7 @@ class Engine {
   std::unique_ptr<Transformer> model_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<KvPagePool> pool_;
+  std::unique_ptr<HostKvTier> host_tier_;  // before the cache, which uses it
   std::unique_ptr<PrefixCache> prefix_cache_;
   Hash128 prefix_seed_;
   std::vector<std::unique_ptr<Sequence>> running_;  // compute thread only

@@ -126,6 +126,39 @@ TEST(Engine, SecondRequestReusesCachedChunksAndPagesReturn) {
   EXPECT_EQ(e->pool().free_pages(), free_at_start);
 }
 
+// Chunks evicted from the pool wait in the host tier (fp16) and come back
+// for the next request sharing the prefix: cached, with the output of a
+// fresh engine, and every page accounted for.
+TEST(Engine, EvictedChunksComeBackFromTheHostTier) {
+  EngineOptions o;
+  o.host_tier_bytes = 64 << 20;
+  auto e = MakeEngine(o);
+  const int free_at_start = e->pool().free_pages();
+  auto shared = Tokens(300, 5);
+  auto other = shared;
+  other.resize(260);
+  auto tail = Tokens(30, 6);
+  other.insert(other.end(), tail.begin(), tail.end());
+  uint64_t first = *e->Submit(shared, Greedy(4));
+  RunToCompletion(e.get());
+  (void)first;
+  e->prefix_cache().Reclaim(1 << 30);  // the pool drops every chunk: they go to the tier
+  EXPECT_EQ(e->prefix_cache().num_chunks(), 0);
+  EXPECT_EQ(e->pool().free_pages(), free_at_start);
+  const HostKvTier::Stats demoted = e->host_tier()->stats();
+  EXPECT_EQ(demoted.chunks, 2u);  // 300 tokens: two full chunks
+  EXPECT_EQ(demoted.bytes, 2 * e->host_tier()->chunk_bytes());
+  uint64_t second = *e->Submit(other, Greedy(4));
+  auto r2 = RunToCompletion(e.get());
+  EXPECT_EQ(r2[second].cached, 256);
+  EXPECT_EQ(e->host_tier()->stats().hits, 2u);
+  auto fresh = MakeEngine();
+  uint64_t id = *fresh->Submit(other, Greedy(4));
+  EXPECT_EQ(RunToCompletion(fresh.get())[id].tokens, r2[second].tokens);
+  e->prefix_cache().Reclaim(1 << 30);
+  EXPECT_EQ(e->pool().free_pages(), free_at_start);
+}
+
 TEST(Engine, PrefixCachingOffReusesNothing) {
   EngineOptions o;
   o.prefix_caching = false;

@@ -20,17 +20,48 @@ void PrefixCache::SetObserver(Observer observer) {
   observer_ = std::move(observer);
 }
 
+void PrefixCache::Share(Entry& e, std::vector<int32_t>* pages) {
+  lru_.splice(lru_.begin(), lru_, e.lru);
+  for (int32_t p : e.pages) {
+    // The cache's own reference keeps the page allocated, so AddRef holds.
+    pool_->AddRef(p).IgnoreError();
+    pages->push_back(p);
+  }
+}
+
 std::vector<int32_t> PrefixCache::Acquire(absl::Span<const Hash128> chain,
                                           int max_chunks) {
-  absl::MutexLock lock(&mu_);
   std::vector<int32_t> pages;
+  const int pages_per_chunk = chunk_tokens_ / pool_->layout().page_tokens;
   for (int i = 0; i < int(chain.size()) && i < max_chunks; ++i) {
-    auto it = entries_.find(chain[i]);
-    if (it == entries_.end()) break;
-    Entry& e = it->second;
-    lru_.splice(lru_.begin(), lru_, e.lru);
+    {
+      absl::MutexLock lock(&mu_);
+      if (auto it = entries_.find(chain[i]); it != entries_.end()) {
+        Share(it->second, &pages);
+        continue;
+      }
+    }
+    // Not in the pool: promote it from the host tier, unlocked (allocating
+    // may reclaim, which locks).
+    if (tier_ == nullptr || !tier_->Contains(chain[i])) break;
+    absl::StatusOr<std::vector<int32_t>> fresh = pool_->Allocate(pages_per_chunk);
+    if (!fresh.ok()) break;
+    if (!tier_->Promote(chain[i], *fresh).ok()) {  // corrupt: the tier dropped it
+      pool_->ReleaseAll(*fresh).IgnoreError();
+      absl::MutexLock lock(&mu_);
+      if (!entries_.contains(chain[i])) Evicted(chain[i]);
+      break;
+    }
+    absl::MutexLock lock(&mu_);
+    if (auto it = entries_.find(chain[i]); it != entries_.end()) {
+      pool_->ReleaseAll(*fresh).IgnoreError();  // another thread promoted it meanwhile
+      Share(it->second, &pages);
+      continue;
+    }
+    // The cache keeps Allocate's reference; the caller gets one more.
+    lru_.push_front(chain[i]);
+    auto& e = entries_.emplace(chain[i], Entry{*fresh, lru_.begin()}).first->second;
     for (int32_t p : e.pages) {
-      // The cache's own reference keeps the page allocated, so AddRef holds.
       pool_->AddRef(p).IgnoreError();
       pages.push_back(p);
     }
@@ -58,13 +89,24 @@ int PrefixCache::Reclaim(int wanted) {
     bool unshared = true;
     for (int32_t p : e->second.pages) unshared &= pool_->RefCount(p) == 1;
     if (!unshared) continue;
+    std::vector<Hash128> dropped;
+    if (tier_ != nullptr) tier_->Demote(*it, e->second.pages, &dropped);
     pool_->ReleaseAll(e->second.pages).IgnoreError();
     freed += int(e->second.pages.size());
-    if (observer_) observer_(Event::kEvicted, *it);
+    const Hash128 hash = *it;
     entries_.erase(e);
     it = lru_.erase(it);
+    Evicted(hash);
+    for (const Hash128& h : dropped) {
+      if (!entries_.contains(h)) Evicted(h);
+    }
   }
   return freed;
+}
+
+void PrefixCache::Evicted(const Hash128& hash) {
+  if (tier_ != nullptr && tier_->Contains(hash)) return;
+  if (observer_) observer_(Event::kEvicted, hash);
 }
 
 int PrefixCache::num_chunks() const {

@@ -7,6 +7,10 @@
 // An observer hears of every chunk stored and evicted (the KV events that
 // feed the scheduler's prefix index).
 //
+// With a host tier (host_tier.h), an evicted chunk is first copied there
+// and Acquire brings it back into fresh pages (a promotion) when a chain
+// reaches it; the observer hears kEvicted only when a chunk leaves both.
+//
 // Thread safety: all methods may be called from any thread; the observer is
 // called with the cache's lock held and must not call back into the cache.
 #ifndef KVCAST_ENGINE_KV_PREFIX_CACHE_H_
@@ -21,6 +25,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "engine/kv/host_tier.h"
 #include "engine/kv/kv_page_pool.h"
 #include "engine/kv/prefix_hash.h"
 
@@ -38,11 +43,17 @@ class PrefixCache : public PageReclaimer {
   ~PrefixCache() override;
 
   void SetObserver(Observer observer);
+  // Evicted chunks go to `tier` (borrowed; null: dropped); set before use.
+  void SetHostTier(HostKvTier* tier) { tier_ = tier; }
+  HostKvTier* host_tier() const { return tier_; }
 
   // Walks `chain` from its start and returns the pages of the longest run of
   // cached chunks (chunk_tokens / page_tokens pages each, in order), at most
   // `max_chunks` chunks, with one reference taken for the caller on every
-  // page. Touches the matched entries for LRU.
+  // page. Touches the matched entries for LRU. Chunks found only in the
+  // host tier are promoted into pages allocated from the pool (which may
+  // evict others) and cached again; the walk stops where neither has one,
+  // or no pages are free.
   std::vector<int32_t> Acquire(absl::Span<const Hash128> chain, int max_chunks);
 
   // Stores a finished chunk's pages (the cache takes its own references).
@@ -60,8 +71,14 @@ class PrefixCache : public PageReclaimer {
     std::list<Hash128>::iterator lru;  // position in lru_ (front = newest)
   };
 
+  // Under mu_: takes a reference for the caller on each page of `e`.
+  void Share(Entry& e, std::vector<int32_t>* pages) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A chunk left tier 0: reported unless the host tier still holds it.
+  void Evicted(const Hash128& hash) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   KvPagePool* const pool_;
   const int chunk_tokens_;
+  HostKvTier* tier_ = nullptr;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<Hash128, Entry> entries_ ABSL_GUARDED_BY(mu_);
   std::list<Hash128> lru_ ABSL_GUARDED_BY(mu_);

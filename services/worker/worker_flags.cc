@@ -5,6 +5,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "services/worker/worker_runtime.h"
+#include "transport/kvcache/naming.h"
 
 ABSL_FLAG(std::string, model, "", "model: a .gguf file or an HF directory (config.json, *.safetensors, tokenizer)");
 ABSL_FLAG(std::string, model_name, "", "name clients use for the model (default: directory name)");
@@ -43,6 +44,12 @@ ABSL_FLAG(std::string, moqt_auth_key_file, "",
           "serves only requests whose token the scheduler signed with them; required unless "
           "--insecure (`kvcast-devcert` writes one)");
 ABSL_FLAG(bool, prefix_caching, true, "cache and reuse prompt chunks (false: for A/B runs)");
+ABSL_FLAG(int, kv_host_tier_mb, 0,
+          "host KV tier: chunks the page pool evicts are kept in this much host memory and "
+          "brought back when a prompt reuses them (0: off)");
+ABSL_FLAG(std::string, kv_host_tier_track, "fp16",
+          "the host tier's format: fp16, bf16, int8, fp8-e4m3, int4 or fp4-e2m1 (fewer bytes, "
+          "more chunks, less exact)");
 ABSL_FLAG(double, heartbeat_s, 1.0, "heartbeat period (at most a third of the lease)");
 
 namespace kvcast::worker {
@@ -72,6 +79,16 @@ absl::StatusOr<WorkerConfig> WorkerConfigFromFlags(v1::WorkerRole role,
   c.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
   c.chunk_tokens = absl::GetFlag(FLAGS_chunk_tokens);
   c.prefix_caching = absl::GetFlag(FLAGS_prefix_caching);
+  c.kv_host_tier_mb = absl::GetFlag(FLAGS_kv_host_tier_mb);
+  if (c.kv_host_tier_mb < 0) return absl::InvalidArgumentError("--kv_host_tier_mb must be >= 0");
+  absl::StatusOr<kvcache::KvCompression> tier_track =
+      kvcache::CompressionOfTrackName(absl::GetFlag(FLAGS_kv_host_tier_track));
+  if (!tier_track.ok() || tier_track->ac) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv_host_tier_track: '", absl::GetFlag(FLAGS_kv_host_tier_track),
+                     "' is not one of fp16, bf16, int8, fp8-e4m3, int4, fp4-e2m1"));
+  }
+  c.kv_host_tier_format = tier_track->format;
   c.grpc.listen = absl::GetFlag(FLAGS_grpc_listen);
   if (c.grpc.listen.empty()) c.grpc.listen = default_grpc_listen;
   c.grpc.cert_file = absl::GetFlag(FLAGS_grpc_cert);

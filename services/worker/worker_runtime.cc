@@ -47,6 +47,8 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(const Worke
   options.kv_cache_fraction = config.kv_cache_fraction;
   options.max_batch_tokens = config.max_batch_tokens;
   options.prefix_caching = config.prefix_caching;
+  options.host_tier_bytes = int64_t(config.kv_host_tier_mb) << 20;
+  options.host_tier_format = config.kv_host_tier_format;
   ASSIGN_OR_RETURN(rt->engine_, Engine::Create(config.model_dir, options, *std::move(backend)));
   rt->model_name_ = config.model_name.empty() ? BaseName(config.model_dir) : config.model_name;
   WorkerRuntime* self = rt.get();
@@ -188,6 +190,18 @@ absl::Status WorkerRuntime::Serve(moqt::RequestHandler* handler,
                             [this] { return double(engine_->pool().num_pages()); });
   metrics_.AddCallbackGauge("kvcast_prefix_cache_chunks", "chunks held by the prefix cache",
                             [this] { return double(engine_->prefix_cache().num_chunks()); });
+  if (HostKvTier* tier = engine_->host_tier()) {
+    using Stats = HostKvTier::Stats;
+    const std::pair<const char*, uint64_t Stats::*> kTier[] = {
+        {"bytes", &Stats::bytes},         {"chunks", &Stats::chunks},
+        {"hits", &Stats::hits},           {"demotions", &Stats::demotions},
+        {"evictions", &Stats::evictions}, {"corrupt", &Stats::corrupt}};
+    for (const auto& [what, field] : kTier) {
+      metrics_.AddCallbackGauge(absl::StrCat("kvcast_kv_host_tier_", what),
+                                absl::StrCat("host KV tier: ", what),
+                                [tier, field = field] { return double(tier->stats().*field); });
+    }
+  }
   metrics_.AddCallbackGauge("kvcast_queue_depth", "requests waiting for the batch",
                             [this] { return double(engine_->num_waiting()); });
   metrics_.AddCallbackGauge("kvcast_running", "sequences in the batch",

@@ -55,6 +55,8 @@ struct WorkerConfig {
   int max_batch_tokens = 256;
   int chunk_tokens = 128;
   bool prefix_caching = true;
+  int kv_host_tier_mb = 0;                        // tier 1: evicted chunks in host memory
+  KvFormat kv_host_tier_format = KvFormat::kFp16;  // their track
   services::GrpcServerOptions grpc;
   std::string metrics_listen;
   std::string scheduler;       // HOST:PORT; empty: do not register

@@ -75,6 +75,7 @@ cancelled, and the process exits, before the kubelet's SIGKILL.
 {{- end }}
 - --backend={{ $v.backend }}
 - --kv_cache_mb={{ int $v.kvCacheMB }}
+- --kv_host_tier_mb={{ int ($v.kvHostTierMB | default 0) }}
 - --scheduler={{ include "kvcast.schedulerAddress" .root }}
 - --advertise_host=$(KVCAST_ADVERTISE_HOST)
 - --moqt_listen={{ include "kvcast.listen" (dict "root" .root "port" $v.ports.moqt) }}

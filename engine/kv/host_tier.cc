@@ -1,0 +1,89 @@
+// HostKvTier: see host_tier.h.
+#include "engine/kv/host_tier.h"
+
+#include "absl/strings/str_cat.h"
+#include "xxhash.h"
+
+namespace kvcast {
+
+HostKvTier::HostKvTier(KvPagePool* pool, Backend* backend, int chunk_tokens, KvFormat format,
+                       uint64_t budget_bytes)
+    : pool_(pool),
+      backend_(backend),
+      chunk_tokens_(chunk_tokens),
+      codec_(pool->layout(), format),
+      budget_(budget_bytes) {}
+
+std::vector<int32_t> HostKvTier::Slots(absl::Span<const int32_t> pages) const {
+  return SlotsOf(pages, pool_->layout().page_tokens, 0, chunk_tokens_);
+}
+
+void HostKvTier::Demote(const Hash128& hash, absl::Span<const int32_t> pages,
+                        std::vector<Hash128>* dropped) {
+  if (chunk_bytes() > budget_) return;
+  {
+    absl::MutexLock lock(&mu_);
+    if (auto it = entries_.find(hash); it != entries_.end()) {
+      lru_.splice(lru_.begin(), lru_, it->second.lru);
+      return;
+    }
+  }
+  std::vector<uint8_t> bytes(chunk_bytes());
+  codec_.Encode(backend_, *pool_, Slots(pages), bytes.data());
+  const uint64_t checksum = XXH3_64bits(bytes.data(), bytes.size());
+  absl::MutexLock lock(&mu_);
+  if (entries_.contains(hash)) return;  // demoted meanwhile by another thread
+  while (stats_.bytes + bytes.size() > budget_ && !lru_.empty()) {
+    const Hash128 oldest = lru_.back();
+    Drop(oldest);
+    ++stats_.evictions;
+    dropped->push_back(oldest);
+  }
+  stats_.bytes += bytes.size();
+  ++stats_.chunks;
+  ++stats_.demotions;
+  lru_.push_front(hash);
+  entries_.emplace(hash, Entry{std::move(bytes), checksum, lru_.begin()});
+}
+
+bool HostKvTier::Contains(const Hash128& hash) const {
+  absl::MutexLock lock(&mu_);
+  return entries_.contains(hash);
+}
+
+absl::Status HostKvTier::Promote(const Hash128& hash, absl::Span<const int32_t> pages) {
+  absl::MutexLock lock(&mu_);
+  auto it = entries_.find(hash);
+  if (it == entries_.end()) return absl::NotFoundError("chunk not in the host tier");
+  const Entry& e = it->second;
+  if (XXH3_64bits(e.bytes.data(), e.bytes.size()) != e.checksum) {
+    Drop(hash);
+    ++stats_.corrupt;
+    return absl::DataLossError("host tier: a chunk's bytes no longer match their checksum");
+  }
+  codec_.Decode(backend_, e.bytes.data(), Slots(pages), pool_);
+  lru_.splice(lru_.begin(), lru_, it->second.lru);
+  ++stats_.hits;
+  return absl::OkStatus();
+}
+
+HostKvTier::Stats HostKvTier::stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+void HostKvTier::CorruptForTest(const Hash128& hash) {
+  absl::MutexLock lock(&mu_);
+  if (auto it = entries_.find(hash); it != entries_.end()) it->second.bytes[0] ^= 0x40;
+}
+
+void HostKvTier::Drop(const Hash128& hash) {
+  auto it = entries_.find(hash);
+  if (it == entries_.end()) return;
+  stats_.bytes -= it->second.bytes.size();
+  --stats_.chunks;
+  lru_.erase(it->second.lru);
+  entries_.erase(it);
+}
+
+}  // namespace kvcast
