@@ -48,8 +48,15 @@ Engine::Engine(const EngineOptions& options, std::unique_ptr<Backend> backend)
 
 Engine::~Engine() {
   for (auto& seq : running_) Release(seq.get());
-  absl::MutexLock lock(&mu_);
-  for (auto& seq : waiting_) Release(seq.get());  // prefilled ones hold pages
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& seq : waiting_) Release(seq.get());  // prefilled ones hold pages
+  }
+  if (disk_tier_ != nullptr) {  // keep every cached chunk for the next start
+    prefix_cache_->SetObserver(nullptr);  // its owner may be going away
+    prefix_cache_->Reclaim(1 << 30);
+    host_tier_->FlushToDisk();
+  }
 }
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
@@ -91,6 +98,16 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
                                                  options.chunk_tokens, options.host_tier_format,
                                                  uint64_t(options.host_tier_bytes));
     e->prefix_cache_->SetHostTier(e->host_tier_.get());
+  }
+  if (!options.disk_tier_dir.empty() && options.disk_tier_bytes > 0) {
+    if (e->host_tier_ == nullptr) {
+      return absl::InvalidArgumentError("engine: the disk KV tier needs a host tier above it");
+    }
+    DiskKvTier::Shape shape{e->model_->fingerprint(), options.host_tier_format,
+                            options.chunk_tokens, layout, e->host_tier_->chunk_bytes()};
+    ASSIGN_OR_RETURN(e->disk_tier_, DiskKvTier::Open(options.disk_tier_dir, shape,
+                                                     uint64_t(options.disk_tier_bytes)));
+    e->host_tier_->SetDiskTier(e->disk_tier_.get());
   }
   e->prefix_seed_ = PrefixSeed(e->model_->fingerprint());
   return e;

@@ -56,6 +56,13 @@ struct EngineOptions {
   // host memory in this format, within this budget (0: no tier).
   int64_t host_tier_bytes = 0;
   KvFormat host_tier_format = KvFormat::kFp16;
+  // Tier 2 (engine/kv/disk_tier.h), below the host tier (which it needs):
+  // chunks the host tier pushes out are written to files in this directory
+  // within this budget, and found again by an engine started on it later
+  // (empty / 0: no tier). At destruction every cached chunk is written
+  // there.
+  std::string disk_tier_dir;
+  int64_t disk_tier_bytes = 0;
 };
 
 struct GenerationParams {
@@ -143,6 +150,7 @@ class Engine {
   KvPagePool& pool() { return *pool_; }
   PrefixCache& prefix_cache() { return *prefix_cache_; }
   HostKvTier* host_tier() { return host_tier_.get(); }  // null without one
+  DiskKvTier* disk_tier() { return disk_tier_.get(); }  // null without one
   const Hash128& prefix_seed() const { return prefix_seed_; }
   // The chain seed of a tenant's chunks (PrefixSeed(fingerprint, tenant));
   // prefix_seed() for "".
@@ -178,7 +186,8 @@ class Engine {
   std::unique_ptr<Transformer> model_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<KvPagePool> pool_;
-  std::unique_ptr<HostKvTier> host_tier_;  // before the cache, which uses it
+  std::unique_ptr<DiskKvTier> disk_tier_;  // the tiers before the cache, which uses them
+  std::unique_ptr<HostKvTier> host_tier_;
   std::unique_ptr<PrefixCache> prefix_cache_;
   Hash128 prefix_seed_;
   std::vector<std::unique_ptr<Sequence>> running_;  // compute thread only

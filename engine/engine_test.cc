@@ -159,6 +159,37 @@ TEST(Engine, EvictedChunksComeBackFromTheHostTier) {
   EXPECT_EQ(e->pool().free_pages(), free_at_start);
 }
 
+// A restarted engine finds the chunks its predecessor wrote to the disk
+// tier and reuses them.
+TEST(Engine, ARestartedEngineReusesItsDiskTier) {
+  EngineOptions o;
+  o.host_tier_bytes = 64 << 20;
+  o.disk_tier_dir = testing::TempDir() + "/engine_disk_tier";
+  o.disk_tier_bytes = 64 << 20;
+  auto shared = Tokens(300, 8);
+  auto other = shared;
+  other.resize(280);
+  {
+    auto e = MakeEngine(o);
+    *e->Submit(shared, Greedy(4));
+    RunToCompletion(e.get());
+  }  // a graceful stop writes every cached chunk to disk
+  auto e = MakeEngine(o);
+  EXPECT_EQ(e->disk_tier()->stats().chunks, 2u);
+  uint64_t id = *e->Submit(other, Greedy(4));
+  auto r = RunToCompletion(e.get());
+  EXPECT_EQ(r[id].cached, 256);
+  EXPECT_EQ(e->disk_tier()->stats().hits, 2u);
+  auto fresh = MakeEngine();
+  uint64_t fid = *fresh->Submit(other, Greedy(4));
+  EXPECT_EQ(RunToCompletion(fresh.get())[fid].tokens, r[id].tokens);
+  // A disk tier needs the host tier above it.
+  EngineOptions no_host = o;
+  no_host.host_tier_bytes = 0;
+  EXPECT_EQ(Engine::Create(TinyModelDir(), no_host, NewCpuBackend()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(Engine, PrefixCachingOffReusesNothing) {
   EngineOptions o;
   o.prefix_caching = false;

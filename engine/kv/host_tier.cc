@@ -20,7 +20,6 @@ std::vector<int32_t> HostKvTier::Slots(absl::Span<const int32_t> pages) const {
 
 void HostKvTier::Demote(const Hash128& hash, absl::Span<const int32_t> pages,
                         std::vector<Hash128>* dropped) {
-  if (chunk_bytes() > budget_) return;
   {
     absl::MutexLock lock(&mu_);
     if (auto it = entries_.find(hash); it != entries_.end()) {
@@ -28,16 +27,25 @@ void HostKvTier::Demote(const Hash128& hash, absl::Span<const int32_t> pages,
       return;
     }
   }
+  if (chunk_bytes() > budget_ && disk_ == nullptr) return;
   std::vector<uint8_t> bytes(chunk_bytes());
   codec_.Encode(backend_, *pool_, Slots(pages), bytes.data());
   const uint64_t checksum = XXH3_64bits(bytes.data(), bytes.size());
+  if (chunk_bytes() > budget_) {  // too big for host memory: straight to disk
+    disk_->Put(hash, bytes, checksum, dropped);
+    return;
+  }
   absl::MutexLock lock(&mu_);
   if (entries_.contains(hash)) return;  // demoted meanwhile by another thread
   while (stats_.bytes + bytes.size() > budget_ && !lru_.empty()) {
     const Hash128 oldest = lru_.back();
+    if (disk_ != nullptr) {
+      const Entry& e = entries_.at(oldest);
+      disk_->Put(oldest, e.bytes, e.checksum, dropped);
+    }
     Drop(oldest);
     ++stats_.evictions;
-    dropped->push_back(oldest);
+    if (disk_ == nullptr || !disk_->Contains(oldest)) dropped->push_back(oldest);
   }
   stats_.bytes += bytes.size();
   ++stats_.chunks;
@@ -47,14 +55,33 @@ void HostKvTier::Demote(const Hash128& hash, absl::Span<const int32_t> pages,
 }
 
 bool HostKvTier::Contains(const Hash128& hash) const {
+  {
+    absl::MutexLock lock(&mu_);
+    if (entries_.contains(hash)) return true;
+  }
+  return disk_ != nullptr && disk_->Contains(hash);
+}
+
+void HostKvTier::FlushToDisk() {
+  if (disk_ == nullptr) return;
   absl::MutexLock lock(&mu_);
-  return entries_.contains(hash);
+  std::vector<Hash128> dropped;
+  for (auto it = lru_.rbegin(); it != lru_.rend(); ++it) {
+    const Entry& e = entries_.at(*it);
+    disk_->Put(*it, e.bytes, e.checksum, &dropped);
+  }
 }
 
 absl::Status HostKvTier::Promote(const Hash128& hash, absl::Span<const int32_t> pages) {
   absl::MutexLock lock(&mu_);
   auto it = entries_.find(hash);
-  if (it == entries_.end()) return absl::NotFoundError("chunk not in the host tier");
+  if (it == entries_.end()) {
+    if (disk_ == nullptr) return absl::NotFoundError("chunk not in the host tier");
+    absl::StatusOr<std::vector<uint8_t>> bytes = disk_->Get(hash);
+    if (!bytes.ok()) return bytes.status();
+    codec_.Decode(backend_, bytes->data(), Slots(pages), pool_);
+    return absl::OkStatus();
+  }
   const Entry& e = it->second;
   if (XXH3_64bits(e.bytes.data(), e.bytes.size()) != e.checksum) {
     Drop(hash);

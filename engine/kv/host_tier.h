@@ -6,6 +6,9 @@
 // them again. Each entry keeps its chunk hash and a checksum (XXH3 of its
 // bytes, checked on the way back: corrupted memory never lands as KV).
 //
+// With a disk tier below (disk_tier.h), a chunk the budget pushes out is
+// written there instead of dropped, and Promote reads it back from there.
+//
 // Thread safety: all methods may be called from any thread. Demote and
 // Promote use the backend's KV transfer ops (kernels/backend.h), on pages
 // the compute ops are not using.
@@ -21,6 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "engine/kv/disk_tier.h"
 #include "engine/kv/kv_page_pool.h"
 #include "engine/kv/prefix_hash.h"
 #include "engine/kv/token_codec.h"
@@ -45,17 +49,26 @@ class HostKvTier {
   HostKvTier(KvPagePool* pool, Backend* backend, int chunk_tokens, KvFormat format,
              uint64_t budget_bytes);
 
+  // Chunks pushed out go to `disk` (borrowed; null: dropped); set before use.
+  void SetDiskTier(DiskKvTier* disk) { disk_ = disk; }
+  DiskKvTier* disk_tier() const { return disk_; }
+  // Writes every chunk held here to the disk tier (oldest first), e.g. at a
+  // graceful shutdown, so that a restarted worker finds them.
+  void FlushToDisk();
+
   // Copies the chunk whose KV `pages` hold (its first token at slot 0 of
   // pages[0]) into the tier; one already here is only marked recently used.
-  // Chunks dropped to stay within the budget are appended to `dropped`. A
-  // budget smaller than one chunk holds nothing.
+  // Chunks that leave every tier below the pool to stay within the budgets
+  // are appended to `dropped`. A budget smaller than one chunk holds
+  // nothing.
   void Demote(const Hash128& hash, absl::Span<const int32_t> pages,
               std::vector<Hash128>* dropped);
+  // Whether this tier or the disk tier below holds the chunk.
   bool Contains(const Hash128& hash) const;
   // Writes the chunk's KV into `pages` (the caller's, chunk_tokens tokens
-  // from slot 0 of pages[0]). NotFound if the tier does not hold it;
-  // DataLoss if its bytes no longer match their checksum (it is dropped).
-  // The chunk stays in the tier.
+  // from slot 0 of pages[0]), from host memory or else from disk. NotFound
+  // if neither holds it; DataLoss if its bytes no longer match their
+  // checksum (it is dropped). The chunk stays where it was.
   absl::Status Promote(const Hash128& hash, absl::Span<const int32_t> pages);
 
   size_t chunk_bytes() const { return codec_.token_bytes() * chunk_tokens_; }
@@ -79,6 +92,7 @@ class HostKvTier {
   const int chunk_tokens_;
   const TokenCodec codec_;
   const uint64_t budget_;
+  DiskKvTier* disk_ = nullptr;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<Hash128, Entry> entries_ ABSL_GUARDED_BY(mu_);
   std::list<Hash128> lru_ ABSL_GUARDED_BY(mu_);

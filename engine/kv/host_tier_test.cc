@@ -1,13 +1,19 @@
-// The host KV tier: a chunk demoted and promoted back holds the same KV
-// (through its format), the budget drops the least recently used chunk, a
-// corrupted chunk is refused, and with the prefix cache eviction goes to
-// the tier first while KV events report only what left both.
+// The host and disk KV tiers: a chunk demoted and promoted back holds the
+// same KV (through its format), budgets drop the least recently used chunk
+// (host to disk, disk to nothing), a corrupted chunk is refused, chunk
+// files survive a restart and are refused by another model, and with the
+// prefix cache eviction goes to the tiers first while KV events report
+// only what left them all.
 #include "engine/kv/host_tier.h"
 
+#include <cstdio>
+#include <filesystem>
 #include <numeric>
 
 #include "engine/kv/prefix_cache.h"
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "xxhash.h"
 
 namespace kvcast {
 namespace {
@@ -147,6 +153,99 @@ TEST_F(HostTierTest, ThePrefixCacheDemotesOnEvictionAndPromotesOnReuse) {
   EXPECT_TRUE(cache.Acquire(chain, 2).empty());
   EXPECT_EQ(evicted, 1);
   EXPECT_EQ(pool_->free_pages(), 8);
+}
+
+// ---- the disk tier below -------------------------------------------------------
+
+class DiskTierTest : public HostTierTest {
+ protected:
+  DiskKvTier::Shape Shape(KvFormat format = KvFormat::kFp16) {
+    HostKvTier probe(pool_.get(), be_.get(), kChunk, format, 1);
+    return DiskKvTier::Shape{Hash128{7, 8}, format, kChunk, kLayout, probe.chunk_bytes()};
+  }
+  std::string Dir() {
+    return absl::StrCat(testing::TempDir(), "/disk_tier_",
+                        testing::UnitTest::GetInstance()->current_test_info()->name());
+  }
+};
+
+TEST_F(DiskTierTest, ChunksPushedOutOfHostMemoryComeBackFromDiskAfterARestart) {
+  const auto chain = Chain(3);
+  auto pages = *pool_->Allocate(2);
+  const std::vector<float> want = Read(pages);
+  {
+    auto disk = *DiskKvTier::Open(Dir(), Shape(), 1 << 20);
+    HostKvTier host(pool_.get(), be_.get(), kChunk, KvFormat::kFp16, 1);  // holds nothing
+    host.SetDiskTier(disk.get());
+    std::vector<Hash128> dropped;
+    host.Demote(chain[0], pages, &dropped);  // too big for host memory: to disk
+    EXPECT_TRUE(dropped.empty());
+    EXPECT_TRUE(host.Contains(chain[0]));
+    EXPECT_EQ(disk->stats().writes, 1u);
+  }
+  auto disk = *DiskKvTier::Open(Dir(), Shape(), 1 << 20);  // a restarted worker
+  EXPECT_EQ(disk->Chunks(), std::vector<Hash128>{chain[0]});
+  HostKvTier host(pool_.get(), be_.get(), kChunk, KvFormat::kFp16, 1 << 20);
+  host.SetDiskTier(disk.get());
+  auto dst = *pool_->Allocate(2);
+  ASSERT_TRUE(host.Promote(chain[0], dst).ok());
+  EXPECT_EQ(Read(dst), want);
+  EXPECT_EQ(disk->stats().hits, 1u);
+  // Another model's worker on the same directory uses nothing and deletes it.
+  DiskKvTier::Shape other = Shape();
+  other.model_fingerprint = Hash128{9, 9};
+  auto foreign = *DiskKvTier::Open(Dir(), other, 1 << 20);
+  EXPECT_TRUE(foreign->Chunks().empty());
+  EXPECT_EQ(foreign->stats().rejected, 1u);
+}
+
+TEST_F(DiskTierTest, HostEvictionsSpillToDiskWithinItsBudget) {
+  const auto chain = Chain(3);
+  auto pages = *pool_->Allocate(2);
+  const DiskKvTier::Shape shape = Shape();
+  auto disk = *DiskKvTier::Open(Dir(), shape, 2 * shape.chunk_bytes);
+  HostKvTier host(pool_.get(), be_.get(), kChunk, KvFormat::kFp16, shape.chunk_bytes);
+  host.SetDiskTier(disk.get());
+  std::vector<Hash128> dropped;
+  for (const Hash128& h : chain) host.Demote(h, pages, &dropped);
+  // Host: chain[2]; disk: chain[0], chain[1]; nothing lost yet.
+  EXPECT_TRUE(dropped.empty());
+  EXPECT_EQ(host.stats().chunks, 1u);
+  EXPECT_EQ(disk->stats().chunks, 2u);
+  host.Demote(Chain(4)[3], pages, &dropped);  // pushes chain[2] down, chain[0] off the disk
+  EXPECT_EQ(dropped, std::vector<Hash128>{chain[0]});
+  EXPECT_FALSE(host.Contains(chain[0]));
+  EXPECT_EQ(disk->stats().evictions, 1u);
+}
+
+TEST_F(DiskTierTest, AChangedFileIsRefusedAndDeleted) {
+  const Hash128 h = Chain(1)[0];
+  auto pages = *pool_->Allocate(2);
+  auto disk = *DiskKvTier::Open(Dir(), Shape(), 1 << 20);
+  std::vector<uint8_t> payload(Shape().chunk_bytes, 3);
+  std::vector<Hash128> dropped;
+  disk->Put(h, payload, XXH3_64bits(payload.data(), payload.size()), &dropped);
+  const std::string path = absl::StrCat(Dir(), "/", h.ToHex(), ".kvchunk");
+  {
+    std::FILE* f = std::fopen(path.c_str(), "r+b");
+    ASSERT_NE(f, nullptr);
+    std::fseek(f, -1, SEEK_END);
+    std::fputc(4, f);
+    std::fclose(f);
+  }
+  EXPECT_EQ(disk->Get(h).status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_FALSE(disk->Contains(h));
+  EXPECT_FALSE(std::filesystem::exists(path));
+  // A truncated file is dropped when the directory is opened.
+  disk->Put(h, payload, XXH3_64bits(payload.data(), payload.size()), &dropped);
+  std::filesystem::resize_file(path, 100);
+  auto reopened = *DiskKvTier::Open(Dir(), Shape(), 1 << 20);
+  EXPECT_FALSE(reopened->Contains(h));
+  EXPECT_EQ(reopened->stats().rejected, 1u);
+  // A chunk of the wrong size is not written at all.
+  std::vector<uint8_t> small(10);
+  reopened->Put(h, small, 0, &dropped);
+  EXPECT_FALSE(reopened->Contains(h));
 }
 
 }  // namespace

@@ -47,6 +47,10 @@ ABSL_FLAG(bool, prefix_caching, true, "cache and reuse prompt chunks (false: for
 ABSL_FLAG(int, kv_host_tier_mb, 0,
           "host KV tier: chunks the page pool evicts are kept in this much host memory and "
           "brought back when a prompt reuses them (0: off)");
+ABSL_FLAG(std::string, kv_disk_tier_dir, "",
+          "disk KV tier: chunks the host tier pushes out are written here (one file each, "
+          "checked on read) and found again after a restart (needs --kv_host_tier_mb)");
+ABSL_FLAG(int, kv_disk_tier_mb, 0, "disk KV tier budget in MiB (0: off)");
 ABSL_FLAG(std::string, kv_host_tier_track, "fp16",
           "the host tier's format: fp16, bf16, int8, fp8-e4m3, int4 or fp4-e2m1 (fewer bytes, "
           "more chunks, less exact)");
@@ -89,6 +93,13 @@ absl::StatusOr<WorkerConfig> WorkerConfigFromFlags(v1::WorkerRole role,
                      "' is not one of fp16, bf16, int8, fp8-e4m3, int4, fp4-e2m1"));
   }
   c.kv_host_tier_format = tier_track->format;
+  c.kv_disk_tier_dir = absl::GetFlag(FLAGS_kv_disk_tier_dir);
+  c.kv_disk_tier_mb = absl::GetFlag(FLAGS_kv_disk_tier_mb);
+  if (c.kv_disk_tier_mb < 0) return absl::InvalidArgumentError("--kv_disk_tier_mb must be >= 0");
+  if (c.kv_disk_tier_mb > 0 && (c.kv_disk_tier_dir.empty() || c.kv_host_tier_mb == 0)) {
+    return absl::InvalidArgumentError(
+        "--kv_disk_tier_mb needs --kv_disk_tier_dir and a host tier (--kv_host_tier_mb)");
+  }
   c.grpc.listen = absl::GetFlag(FLAGS_grpc_listen);
   if (c.grpc.listen.empty()) c.grpc.listen = default_grpc_listen;
   c.grpc.cert_file = absl::GetFlag(FLAGS_grpc_cert);

@@ -14,6 +14,18 @@
 namespace kvcast::worker {
 namespace {
 
+// kvcast_kv_<tier>_tier_<field> gauges of a KV tier's stats.
+template <typename Stats>
+void ExportTier(services::MetricsRegistry* metrics, const std::string& tier,
+                std::function<Stats()> stats,
+                std::vector<std::pair<std::string, uint64_t Stats::*>> fields) {
+  for (const auto& [what, field] : fields) {
+    metrics->AddCallbackGauge(absl::StrCat("kvcast_kv_", tier, "_tier_", what),
+                              absl::StrCat(tier, " KV tier: ", what),
+                              [stats, field = field] { return double(stats().*field); });
+  }
+}
+
 std::string BaseName(const std::string& dir) {
   std::string d = dir;
   while (d.size() > 1 && d.back() == '/') d.pop_back();
@@ -49,6 +61,8 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(const Worke
   options.prefix_caching = config.prefix_caching;
   options.host_tier_bytes = int64_t(config.kv_host_tier_mb) << 20;
   options.host_tier_format = config.kv_host_tier_format;
+  options.disk_tier_dir = config.kv_disk_tier_dir;
+  options.disk_tier_bytes = int64_t(config.kv_disk_tier_mb) << 20;
   ASSIGN_OR_RETURN(rt->engine_, Engine::Create(config.model_dir, options, *std::move(backend)));
   rt->model_name_ = config.model_name.empty() ? BaseName(config.model_dir) : config.model_name;
   WorkerRuntime* self = rt.get();
@@ -65,6 +79,12 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(const Worke
     }
     self->pending_.back().add_chunk_hashes(HashBytes16(h));
   });
+  if (DiskKvTier* disk = rt->engine_->disk_tier()) {
+    // What a previous run left on disk: in the registration snapshot, so the
+    // router sends those prefixes here again.
+    absl::MutexLock lock(&rt->kv_mu_);
+    for (const Hash128& h : disk->Chunks()) rt->held_.insert(h);
+  }
   ASSIGN_OR_RETURN(rt->loop_thread_, quic::LoopThread::Start());
   rt->compute_ = std::thread([self] { self->ComputeLoop(); });
   return rt;
@@ -191,16 +211,18 @@ absl::Status WorkerRuntime::Serve(moqt::RequestHandler* handler,
   metrics_.AddCallbackGauge("kvcast_prefix_cache_chunks", "chunks held by the prefix cache",
                             [this] { return double(engine_->prefix_cache().num_chunks()); });
   if (HostKvTier* tier = engine_->host_tier()) {
-    using Stats = HostKvTier::Stats;
-    const std::pair<const char*, uint64_t Stats::*> kTier[] = {
-        {"bytes", &Stats::bytes},         {"chunks", &Stats::chunks},
-        {"hits", &Stats::hits},           {"demotions", &Stats::demotions},
-        {"evictions", &Stats::evictions}, {"corrupt", &Stats::corrupt}};
-    for (const auto& [what, field] : kTier) {
-      metrics_.AddCallbackGauge(absl::StrCat("kvcast_kv_host_tier_", what),
-                                absl::StrCat("host KV tier: ", what),
-                                [tier, field = field] { return double(tier->stats().*field); });
-    }
+    using S = HostKvTier::Stats;
+    ExportTier<S>(&metrics_, "host", [tier] { return tier->stats(); },
+                  {{"bytes", &S::bytes}, {"chunks", &S::chunks}, {"hits", &S::hits},
+                   {"demotions", &S::demotions}, {"evictions", &S::evictions},
+                   {"corrupt", &S::corrupt}});
+  }
+  if (DiskKvTier* disk = engine_->disk_tier()) {
+    using S = DiskKvTier::Stats;
+    ExportTier<S>(&metrics_, "disk", [disk] { return disk->stats(); },
+                  {{"bytes", &S::bytes}, {"chunks", &S::chunks}, {"hits", &S::hits},
+                   {"writes", &S::writes}, {"evictions", &S::evictions},
+                   {"rejected", &S::rejected}});
   }
   metrics_.AddCallbackGauge("kvcast_queue_depth", "requests waiting for the batch",
                             [this] { return double(engine_->num_waiting()); });
