@@ -3,6 +3,8 @@
 //   pool       still in the page pool (tier 0)
 //   host-fp16  evicted to the host tier in fp16, promoted back (tier 1)
 //   host-int8  the same with the tier in int8
+//   disk-fp16  evicted through the host tier (too small to hold it) to the
+//              disk tier (files in --disk_dir), read back (tier 2)
 //   recompute  not cached anywhere (prefix caching off)
 // Each case: a fresh engine, the prefix prompt run once (untimed), the
 // pool's chunks evicted for the host cases, then a prompt sharing that
@@ -13,6 +15,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
@@ -28,6 +31,7 @@ ABSL_FLAG(std::string, backend, "cpu", "cpu (Q8 weights), cpu-bf16, cpu-f32 or c
 ABSL_FLAG(int, prefix, 2048, "tokens of the shared prefix (a multiple of 128 is all reusable)");
 ABSL_FLAG(int, tail, 32, "new tokens after the prefix");
 ABSL_FLAG(int, runs, 3, "timed runs per case (median reported)");
+ABSL_FLAG(std::string, disk_dir, "/tmp/kv_tier_bench", "the disk tier's directory (emptied)");
 
 namespace kvcast {
 namespace {
@@ -40,6 +44,7 @@ struct Case {
   int64_t host_tier_bytes;
   KvFormat format;
   bool evict;
+  bool disk = false;
 };
 
 // Seconds from Submit to the first token; `cached` gets the prompt tokens reused.
@@ -69,6 +74,7 @@ absl::Status Main() {
       {"pool", true, 0, KvFormat::kFp16, false},
       {"host-fp16", true, 1ll << 30, KvFormat::kFp16, true},
       {"host-int8", true, 1ll << 30, KvFormat::kInt8, true},
+      {"disk-fp16", true, 1, KvFormat::kFp16, true, true},
       {"recompute", false, 0, KvFormat::kFp16, false},
   };
   struct Row {
@@ -85,6 +91,11 @@ absl::Status Main() {
       o.host_tier_bytes = c.host_tier_bytes;
       o.host_tier_format = c.format;
       o.kv_cache_bytes = 512ll << 20;
+      if (c.disk) {
+        std::filesystem::remove_all(absl::GetFlag(FLAGS_disk_dir));
+        o.disk_tier_dir = absl::GetFlag(FLAGS_disk_dir);
+        o.disk_tier_bytes = 4ll << 30;
+      }
       ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, NewBackend(absl::GetFlag(FLAGS_backend)));
       ASSIGN_OR_RETURN(auto engine, Engine::Create(model, o, std::move(backend)));
       std::mt19937 rng(7 + run);
