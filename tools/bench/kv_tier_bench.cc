@@ -10,6 +10,12 @@
 // pool's chunks evicted for the host cases, then a prompt sharing that
 // prefix plus a short new tail timed from Submit to its first token.
 //
+// --replay N: instead, a shared-prefix workload whose working set is larger
+// than the page pool: N requests, one after another, each one of
+// --replay_prefixes prefixes (uniformly at random) plus a new tail, on a
+// pool of --pool_chunks chunks, with the host tier (big enough for all)
+// on and off: prefix hit rate and TTFT p50 / p90.
+//
 //   bazel build -c opt //tools/bench:kv_tier_bench && bazel-bin/tools/bench/kv_tier_bench \
 //     --model build/models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf [--prefix 2048] [--tail 32]
 #include <algorithm>
@@ -31,6 +37,9 @@ ABSL_FLAG(std::string, backend, "cpu", "cpu (Q8 weights), cpu-bf16, cpu-f32 or c
 ABSL_FLAG(int, prefix, 2048, "tokens of the shared prefix (a multiple of 128 is all reusable)");
 ABSL_FLAG(int, tail, 32, "new tokens after the prefix");
 ABSL_FLAG(int, runs, 3, "timed runs per case (median reported)");
+ABSL_FLAG(int, replay, 0, "requests of the working-set replay (0: the single-prompt cases)");
+ABSL_FLAG(int, replay_prefixes, 16, "distinct prefixes of the replay");
+ABSL_FLAG(int, pool_chunks, 12, "the replay's page pool, in chunks");
 ABSL_FLAG(std::string, disk_dir, "/tmp/kv_tier_bench", "the disk tier's directory (emptied)");
 
 namespace kvcast {
@@ -66,9 +75,53 @@ absl::StatusOr<double> FirstToken(Engine* e, const std::vector<int32_t>& prompt,
   return secs;
 }
 
+double Percentile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, size_t(q * v.size()))];
+}
+
+absl::Status Replay(const std::string& model) {
+  const int requests = absl::GetFlag(FLAGS_replay), prefixes = absl::GetFlag(FLAGS_replay_prefixes);
+  const int prefix_len = absl::GetFlag(FLAGS_prefix), tail_len = absl::GetFlag(FLAGS_tail);
+  std::printf("| host tier | requests | prefix tokens reused | TTFT p50 (s) | TTFT p90 (s) |\n"
+              "|---|---|---|---|---|\n");
+  std::vector<double> p50;
+  for (const bool tier : {false, true}) {
+    EngineOptions o;
+    o.num_pages = absl::GetFlag(FLAGS_pool_chunks) * (o.chunk_tokens / o.page_tokens);
+    o.host_tier_bytes = tier ? 4ll << 30 : 0;
+    ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, NewBackend(absl::GetFlag(FLAGS_backend)));
+    ASSIGN_OR_RETURN(auto engine, Engine::Create(model, o, std::move(backend)));
+    std::mt19937 rng(11);  // the same request sequence both ways
+    std::vector<std::vector<int32_t>> heads(prefixes);
+    for (auto& h : heads) {
+      h.resize(prefix_len);
+      for (int32_t& t : h) t = int32_t(100 + rng() % 20000);
+    }
+    std::vector<double> ttft;
+    int64_t reused = 0, total = 0;
+    for (int r = 0; r < requests; ++r) {
+      std::vector<int32_t> prompt = heads[rng() % prefixes];
+      for (int i = 0; i < tail_len; ++i) prompt.push_back(int32_t(30000 + rng() % 10000));
+      int cached = 0;
+      ASSIGN_OR_RETURN(double secs, FirstToken(engine.get(), prompt, &cached));
+      ttft.push_back(secs);
+      reused += cached;
+      total += prefix_len;
+    }
+    p50.push_back(Percentile(ttft, 0.5));
+    std::printf("| %s | %d | %.0f%% | %.3f | %.3f |\n", tier ? "on" : "off", requests,
+                100.0 * reused / total, p50.back(), Percentile(ttft, 0.9));
+    std::fflush(stdout);
+  }
+  std::printf("\np50 TTFT with the host tier: %.1fx lower\n", p50[0] / p50[1]);
+  return absl::OkStatus();
+}
+
 absl::Status Main() {
   const std::string model = absl::GetFlag(FLAGS_model);
   if (model.empty()) return absl::InvalidArgumentError("--model is required");
+  if (absl::GetFlag(FLAGS_replay) > 0) return Replay(model);
   const int prefix_len = absl::GetFlag(FLAGS_prefix), tail_len = absl::GetFlag(FLAGS_tail);
   const Case cases[] = {
       {"pool", true, 0, KvFormat::kFp16, false},
