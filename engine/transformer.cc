@@ -92,7 +92,9 @@ std::vector<float> RopeInverseFrequencies(const ModelConfig& c) {
   std::vector<float> inv(half);
   for (int i = 0; i < half; ++i) {
     double freq = 1.0 / std::pow(c.rope_theta, double(2 * i) / c.head_dim);
-    if (c.rope_scaling.has_value()) {
+    if (c.rope_scaling.has_value() && c.rope_scaling->rope_type == "linear") {
+      freq /= c.rope_scaling->factor;
+    } else if (c.rope_scaling.has_value()) {
       const RopeScaling& s = *c.rope_scaling;
       const double old_len = s.original_max_position_embeddings;
       const double low_wavelen = old_len / s.low_freq_factor;

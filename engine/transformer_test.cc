@@ -214,6 +214,9 @@ TEST(RopeInverseFrequencies, Llama3ScalingKeepsHighAndDividesLowFrequencies) {
     smoothed |= scaled[i] < plain[i] && scaled[i] > plain[i] / 8.f;
   }
   EXPECT_TRUE(smoothed);
+  c.rope_scaling = RopeScaling{"linear", 4.0};
+  auto linear = RopeInverseFrequencies(c);
+  for (int i = 0; i < 32; ++i) EXPECT_FLOAT_EQ(linear[i], plain[i] / 4.f) << i;
 }
 
 }  // namespace

@@ -66,11 +66,13 @@ void UnpermuteRows(const float* in, int heads, int64_t head_dim, int64_t cols, f
 absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& file) {
   ASSIGN_OR_RETURN(ArchInfo arch, Architecture(file));
   const std::string a = arch.gguf;
+  std::string rope_scaling = "none";
   if (file.Find(a + ".rope.scaling.type") != nullptr) {
-    ASSIGN_OR_RETURN(std::string type, file.GetString(a + ".rope.scaling.type"));
-    if (type != "none") {
+    ASSIGN_OR_RETURN(rope_scaling, file.GetString(a + ".rope.scaling.type"));
+    if (rope_scaling != "none" && rope_scaling != "linear") {
       return absl::InvalidArgumentError(absl::StrCat(
-          file.path(), ": RoPE scaling '", type, "' (", a, ".rope.scaling.type) is not supported"));
+          file.path(), ": RoPE scaling '", rope_scaling, "' (", a,
+          ".rope.scaling.type) is not supported (supported: none, linear)"));
     }
   }
   const GgufTensor* embed = file.FindTensor("token_embd.weight");
@@ -93,6 +95,10 @@ absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& file) {
   ASSIGN_OR_RETURN(j["rms_norm_eps"], file.GetFloat(a + ".attention.layer_norm_rms_epsilon"));
   if (file.Find(a + ".rope.freq_base") != nullptr) {
     ASSIGN_OR_RETURN(j["rope_theta"], file.GetFloat(a + ".rope.freq_base"));
+  }
+  if (rope_scaling == "linear") {  // positions divided by the factor
+    ASSIGN_OR_RETURN(double factor, file.GetFloat(a + ".rope.scaling.factor"));
+    j["rope_scaling"] = {{"rope_type", "linear"}, {"factor", factor}};
   }
   j["tie_word_embeddings"] = file.FindTensor("output.weight") == nullptr;
   j["attention_bias"] = file.FindTensor("blk.0.attn_q.bias") != nullptr;

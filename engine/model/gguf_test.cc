@@ -207,6 +207,22 @@ TEST(GgufModelTest, ConfigFromMetadata) {
   EXPECT_FALSE(GgufModelConfig(**GgufFile::FromBytes(untied, "u.gguf"))->tie_word_embeddings);
 }
 
+TEST(GgufModelTest, LinearRopeScalingIsReadFromMetadata) {
+  GgufWriter w = LlamaFile(false);
+  w.AddString("llama.rope.scaling.type", "linear");
+  w.AddFloat32("llama.rope.scaling.factor", 4.0f);
+  const std::string bytes = w.Build();
+  absl::StatusOr<ModelConfig> config = GgufModelConfig(**GgufFile::FromBytes(bytes, "l.gguf"));
+  ASSERT_TRUE(config.ok()) << config.status();
+  ASSERT_TRUE(config->rope_scaling.has_value());
+  EXPECT_EQ(config->rope_scaling->rope_type, "linear");
+  EXPECT_EQ(config->rope_scaling->factor, 4.0);
+  GgufWriter no_factor = LlamaFile(false);
+  no_factor.AddString("llama.rope.scaling.type", "linear");
+  const std::string missing = no_factor.Build();
+  EXPECT_FALSE(GgufModelConfig(**GgufFile::FromBytes(missing, "m.gguf")).ok());
+}
+
 TEST(GgufModelTest, ConfigErrorsNameFileAndKey) {
   GgufWriter w = LlamaFile(false);
   w.AddString("llama.rope.scaling.type", "yarn");

@@ -119,13 +119,14 @@ absl::StatusOr<std::optional<RopeScaling>> ParseRopeScaling(const FieldReader& t
   std::string type_key = fields.Find("rope_type") != nullptr ? "rope_type" : "type";
   ASSIGN_OR_RETURN(std::string type, fields.OptionalString(type_key));
   if (type.empty()) return fields.Error("rope_type", "is missing");
-  if (type != "llama3") {
+  if (type != "llama3" && type != "linear") {
     return fields.Error(type_key, absl::StrCat("names unsupported rope scaling type '", type,
-                                              "' (supported: llama3)"));
+                                              "' (supported: llama3, linear)"));
   }
   RopeScaling scaling;
   scaling.rope_type = type;
   ASSIGN_OR_RETURN(scaling.factor, fields.RequiredPositiveNumber("factor"));
+  if (type == "linear") return std::optional<RopeScaling>(scaling);
   ASSIGN_OR_RETURN(scaling.low_freq_factor, fields.RequiredPositiveNumber("low_freq_factor"));
   ASSIGN_OR_RETURN(scaling.high_freq_factor, fields.RequiredPositiveNumber("high_freq_factor"));
   ASSIGN_OR_RETURN(scaling.original_max_position_embeddings,
@@ -256,7 +257,9 @@ std::string ModelConfig::ToJson() const {
   out["max_position_embeddings"] = max_position_embeddings;
   out["rms_norm_eps"] = rms_norm_eps;
   out["rope_theta"] = rope_theta;
-  if (rope_scaling) {
+  if (rope_scaling && rope_scaling->rope_type == "linear") {
+    out["rope_scaling"] = {{"rope_type", "linear"}, {"factor", rope_scaling->factor}};
+  } else if (rope_scaling) {
     out["rope_scaling"] = {
         {"rope_type", rope_scaling->rope_type},
         {"factor", rope_scaling->factor},

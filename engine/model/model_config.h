@@ -22,9 +22,11 @@
 
 namespace kvcast {
 
-// Llama 3.1 frequency-dependent RoPE scaling ("rope_type": "llama3").
+// RoPE scaling: "llama3" (Llama 3.1's frequency-dependent scaling) or
+// "linear" (every frequency divided by `factor`: positions interpolated;
+// the other fields unused).
 struct RopeScaling {
-  std::string rope_type;  // Always "llama3" today.
+  std::string rope_type;  // "llama3" or "linear"
   double factor = 1.0;
   double low_freq_factor = 1.0;
   double high_freq_factor = 1.0;

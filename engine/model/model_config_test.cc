@@ -94,7 +94,15 @@ TEST(ModelConfig, RopeScalingVariants) {
   ASSERT_TRUE(Parse(j).ok()) << Parse(j).status();
   EXPECT_EQ(Parse(j)->rope_scaling->factor, 32.0);
 
-  for (const char* type : {"yarn", "linear", "dynamic"}) {
+  j["rope_scaling"] = {{"type", "linear"}, {"factor", 4.0}};
+  ASSERT_TRUE(Parse(j).ok()) << Parse(j).status();
+  EXPECT_EQ(Parse(j)->rope_scaling->rope_type, "linear");
+  EXPECT_EQ(Parse(j)->rope_scaling->factor, 4.0);
+  EXPECT_EQ(ModelConfig::FromJson(Parse(j)->ToJson(), "round trip")->rope_scaling->factor, 4.0);
+  j["rope_scaling"] = {{"rope_type", "linear"}};
+  ExpectInvalid(j, "rope_scaling.factor");
+
+  for (const char* type : {"yarn", "dynamic"}) {
     j["rope_scaling"] = {{"rope_type", type}, {"factor", 4.0}};
     ExpectInvalid(j, "rope_scaling.rope_type");
     EXPECT_THAT(std::string(Parse(j).status().message()), HasSubstr(type));
