@@ -84,7 +84,8 @@ class Relay::Upstream : public TrackConsumer {
   const bool bounded_;
 };
 
-// Forwards one upstream FETCH to one downstream fetch, caching on the way.
+// Forwards one upstream FETCH to one downstream fetch, caching on the way;
+// once accepted, paced like a subscription (a Feed).
 class Relay::FetchForwarder : public TrackConsumer {
  public:
   FetchForwarder(Relay* relay, std::weak_ptr<bool> alive, Fetch request,
@@ -99,26 +100,33 @@ class Relay::FetchForwarder : public TrackConsumer {
     }
     downstream_->Accept(*info);
     accepted_ = true;
-    for (auto& [h, p] : buffered_) {
-      downstream_->OnObject(h, absl::Span<const uint8_t>(
-                                   reinterpret_cast<const uint8_t*>(p.data()), p.size()));
+    if (!alive_.expired()) feed_ = relay_->NewFeed(request_.track, downstream_);
+    for (size_t i = 0; i < buffered_.size(); ++i) {
+      const std::string& p = buffered_[i].second;
+      Forward(buffered_[i].first,
+              absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(p.data()), p.size()),
+              cached_[i]);
     }
     buffered_.clear();
-    if (done_) downstream_->OnDone(*done_);
+    cached_.clear();
+    if (done_) End(*done_);
   }
   void OnObject(const ObjectHeader& header, absl::Span<const uint8_t> payload) override {
+    bool cached = false;
     if (!alive_.expired()) {
-      if (relay_->cache_.Insert(request_.track, header, payload) ==
-          TrackCache::InsertResult::kConflict) {
+      const TrackCache::InsertResult r = relay_->cache_.Insert(request_.track, header, payload);
+      if (r == TrackCache::InsertResult::kConflict) {
         ++relay_->stats_.conflicts;
         return;  // never forward a changed payload
       }
+      cached = r != TrackCache::InsertResult::kTooLarge;
     }
     if (accepted_) {
-      downstream_->OnObject(header, payload);
+      Forward(header, payload, cached);
     } else {
       buffered_.emplace_back(header, std::string(reinterpret_cast<const char*>(payload.data()),
                                                  payload.size()));
+      cached_.push_back(cached);
     }
   }
   void OnDone(const absl::Status& status) override {
@@ -133,7 +141,7 @@ class Relay::FetchForwarder : public TrackConsumer {
       }
     }
     if (accepted_) {
-      downstream_->OnDone(status);
+      End(status);
     } else {
       done_ = status;
       if (!status.ok()) {
@@ -143,13 +151,30 @@ class Relay::FetchForwarder : public TrackConsumer {
   }
 
  private:
+  void Forward(const ObjectHeader& header, absl::Span<const uint8_t> payload, bool cached) {
+    if (feed_ != nullptr && !alive_.expired()) {
+      relay_->Offer(feed_, header, payload, cached);
+    } else {
+      downstream_->OnObject(header, payload);
+    }
+  }
+  void End(const absl::Status& status) {
+    if (feed_ != nullptr && !alive_.expired()) {
+      relay_->EndFeed(feed_, status);
+    } else {
+      downstream_->OnDone(status);
+    }
+  }
+
   Relay* relay_;
   std::weak_ptr<bool> alive_;
   const Fetch request_;
   std::shared_ptr<Downstream> downstream_;
+  std::shared_ptr<Feed> feed_;  // once accepted
   bool accepted_ = false;
   std::optional<absl::Status> done_;
-  std::vector<std::pair<ObjectHeader, std::string>> buffered_;
+  std::vector<std::pair<ObjectHeader, std::string>> buffered_;  // before FETCH_OK
+  std::vector<bool> cached_;                                    // of each buffered object
 };
 
 Relay::Relay(quic::EventLoop* loop, RelayOptions options)

@@ -304,6 +304,41 @@ TEST_F(RelayPacingTest, ASlowSubscriberHoldsAWindowAndDoesNotHoldBackTheOthers) 
   Stop(fast);
 }
 
+// A FETCH the relay forwards upstream is paced the same way.
+TEST_F(RelayPacingTest, AFetchForwardedUpstreamIsPaced) {
+  const FullTrackName fetched = {kNs, "fetched"};
+  harness_->thread()->RunSync([&] { origin_->PublishTrack(fetched, kGroups); });
+  Remote slow;
+  slow.thread->RunSync([&] {
+    quic::TlsOptions tls;
+    tls.ca_file = harness_->certs().ca_cert;
+    tls.server_name = "localhost";
+    slow.client = *MoqtClient::Connect(slow.thread->loop(), "127.0.0.1", harness_->port(), tls,
+                                       quic::TransportOptions{}, SessionOptions{}, &slow.handler);
+  });
+  ASSERT_TRUE(WaitOnLoop(slow.thread.get(), [&] { return slow.handler.ready; }));
+  slow.thread->RunSync([&] {
+    Fetch f;
+    f.track = fetched;
+    f.start = Location{0, 0};
+    f.end = Location{kGroups - 1, 0};
+    ASSERT_TRUE(slow.client->session()->Fetch(f, slow.consumer, [](auto) {}).ok());
+    slow.thread->loop()->Post([] { std::this_thread::sleep_for(std::chrono::milliseconds(400)); });
+  });
+  ASSERT_TRUE(WaitOnLoop(slow.thread.get(), [&] { return slow.consumer->done; }));
+  slow.thread->RunSync([&] {
+    EXPECT_TRUE(slow.consumer->done_status.ok()) << slow.consumer->done_status;
+    ExpectAllObjects(*slow.consumer, kGroups);
+  });
+  harness_->thread()->RunSync([&] {
+    const Relay::Stats& st = harness_->relay()->stats();
+    EXPECT_EQ(st.upstream_fetches, 1u);
+    EXPECT_GT(st.paced_waits, 0u);
+    EXPECT_LE(st.max_queued_bytes, kWindow + kSize + 64);
+  });
+  Stop(slow);
+}
+
 // The same with a cache too small to hold what the slow one is owed: it
 // ends with TOO_FAR_BEHIND naming the cause; it never silently misses
 // objects.
