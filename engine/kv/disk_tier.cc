@@ -90,7 +90,78 @@ bool ReadFile(const std::string& path, Header* h, std::vector<uint8_t>* payload)
 }  // namespace
 
 DiskKvTier::DiskKvTier(std::string dir, const Shape& shape, uint64_t budget)
-    : dir_(std::move(dir)), shape_(shape), budget_(budget) {}
+    : dir_(std::move(dir)), shape_(shape), budget_(budget) {
+  writer_ = std::thread([this] { WriteLoop(); });
+}
+
+DiskKvTier::~DiskKvTier() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  writer_.join();
+}
+
+void DiskKvTier::WriteLoop() {
+  while (true) {
+    Hash128 hash;
+    std::shared_ptr<const std::vector<uint8_t>> bytes;
+    uint64_t checksum = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.Await(absl::Condition(
+          +[](DiskKvTier* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t->mu_) {
+            return t->stop_ || !t->queue_.empty();
+          },
+          this));
+      if (queue_.empty()) return;  // stopped, every write done
+      hash = queue_.front();
+      queue_.pop_front();
+      auto it = entries_.find(hash);
+      if (it == entries_.end() || it->second.pending == nullptr) continue;  // dropped meanwhile
+      bytes = it->second.pending;
+      checksum = it->second.checksum;
+    }
+    const bool ok = WriteFile(hash, *bytes, checksum);
+    absl::MutexLock lock(&mu_);
+    auto it = entries_.find(hash);
+    const bool still_wanted = it != entries_.end() && it->second.pending == bytes;
+    if (ok && still_wanted) {
+      it->second.pending = nullptr;
+      --stats_.pending;
+      ++stats_.writes;
+    } else if (still_wanted) {  // the write failed: the chunk is lost
+      Remove(hash);
+    } else if (ok) {  // dropped while being written: its file must go too
+      std::error_code ec;
+      fs::remove(PathOf(hash), ec);
+    }
+  }
+}
+
+bool DiskKvTier::WriteFile(const Hash128& hash, const std::vector<uint8_t>& payload,
+                           uint64_t checksum) const {
+  Header h;
+  h.model = shape_.model_fingerprint;
+  h.chunk = hash;
+  h.format = uint32_t(shape_.format);
+  h.chunk_tokens = uint32_t(shape_.chunk_tokens);
+  h.layers = uint32_t(shape_.layout.num_layers);
+  h.heads = uint32_t(shape_.layout.num_kv_heads);
+  h.head_dim = uint32_t(shape_.layout.head_dim);
+  h.payload_bytes = payload.size();
+  h.checksum = checksum;
+  const std::vector<uint8_t> head = Encode(h);
+  const std::string path = PathOf(hash), tmp = path + ".tmp";
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  bool ok = f != nullptr && std::fwrite(head.data(), 1, head.size(), f) == head.size() &&
+            std::fwrite(payload.data(), 1, payload.size(), f) == payload.size();
+  if (f != nullptr) ok = (std::fclose(f) == 0) && ok;
+  std::error_code ec;
+  if (ok) fs::rename(tmp, path, ec);
+  if (!ok || ec) fs::remove(tmp, ec);
+  return ok && !ec;
+}
 
 std::string DiskKvTier::PathOf(const Hash128& hash) const {
   return absl::StrCat(dir_, "/", hash.ToHex(), kSuffix);
@@ -172,33 +243,20 @@ void DiskKvTier::Put(const Hash128& hash, const std::vector<uint8_t>& payload,
     ++stats_.evictions;
     dropped->push_back(oldest);
   }
-  Header h;
-  h.model = shape_.model_fingerprint;
-  h.chunk = hash;
-  h.format = uint32_t(shape_.format);
-  h.chunk_tokens = uint32_t(shape_.chunk_tokens);
-  h.layers = uint32_t(shape_.layout.num_layers);
-  h.heads = uint32_t(shape_.layout.num_kv_heads);
-  h.head_dim = uint32_t(shape_.layout.head_dim);
-  h.payload_bytes = payload.size();
-  h.checksum = checksum;
-  const std::vector<uint8_t> head = Encode(h);
-  const std::string path = PathOf(hash), tmp = path + ".tmp";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  bool ok = f != nullptr && std::fwrite(head.data(), 1, head.size(), f) == head.size() &&
-            std::fwrite(payload.data(), 1, payload.size(), f) == payload.size();
-  if (f != nullptr) ok = (std::fclose(f) == 0) && ok;
-  std::error_code ec;
-  if (ok) fs::rename(tmp, path, ec);
-  if (!ok || ec) {
-    fs::remove(tmp, ec);
-    return;
-  }
   lru_.push_front(hash);
-  entries_.emplace(hash, Entry{payload.size(), lru_.begin()});
+  entries_.emplace(hash, Entry{payload.size(), lru_.begin(),
+                               std::make_shared<const std::vector<uint8_t>>(payload), checksum});
   stats_.bytes += payload.size();
   ++stats_.chunks;
-  ++stats_.writes;
+  ++stats_.pending;
+  queue_.push_back(hash);
+}
+
+void DiskKvTier::WaitForWrites() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(
+      +[](DiskKvTier* t) ABSL_EXCLUSIVE_LOCKS_REQUIRED(t->mu_) { return t->stats_.pending == 0; },
+      this));
 }
 
 bool DiskKvTier::Contains(const Hash128& hash) const {
@@ -210,6 +268,16 @@ absl::StatusOr<std::vector<uint8_t>> DiskKvTier::Get(const Hash128& hash) {
   absl::MutexLock lock(&mu_);
   auto it = entries_.find(hash);
   if (it == entries_.end()) return absl::NotFoundError("chunk not in the disk tier");
+  if (const auto& bytes = it->second.pending) {  // not written yet
+    if (XXH3_64bits(bytes->data(), bytes->size()) != it->second.checksum) {
+      Remove(hash);
+      ++stats_.rejected;
+      return absl::DataLossError("disk KV tier: a queued chunk no longer matches its checksum");
+    }
+    lru_.splice(lru_.begin(), lru_, it->second.lru);
+    ++stats_.hits;
+    return *bytes;
+  }
   Header h;
   std::vector<uint8_t> payload;
   if (!ReadFile(PathOf(hash), &h, &payload) || h.chunk != hash ||
@@ -238,8 +306,12 @@ DiskKvTier::Stats DiskKvTier::stats() const {
 void DiskKvTier::Remove(const Hash128& hash) {
   auto it = entries_.find(hash);
   if (it == entries_.end()) return;
-  std::error_code ec;
-  fs::remove(PathOf(hash), ec);
+  if (it->second.pending != nullptr) {
+    --stats_.pending;  // the writer skips it (or deletes the file it was writing)
+  } else {
+    std::error_code ec;
+    fs::remove(PathOf(hash), ec);
+  }
   stats_.bytes -= it->second.bytes;
   --stats_.chunks;
   lru_.erase(it->second.lru);

@@ -14,14 +14,20 @@
 // deletes the file and reads as DataLoss. Files are written to a temporary
 // name and renamed, so a crash never leaves a half-written chunk.
 //
-// Thread safety: all methods may be called from any thread (one lock;
-// file I/O happens under it).
+// Writes happen on a thread of the tier's own, so the thread that evicts
+// never waits for the disk: a chunk is held (and read back) from memory
+// until its file is written. Destruction finishes the queued writes.
+//
+// Thread safety: all methods may be called from any thread.
 #ifndef KVCAST_ENGINE_KV_DISK_TIER_H_
 #define KVCAST_ENGINE_KV_DISK_TIER_H_
 
 #include <cstdint>
+#include <deque>
 #include <list>
+#include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -41,7 +47,8 @@ class DiskKvTier {
     uint64_t bytes = 0;      // payload bytes on disk now
     uint64_t chunks = 0;     // files now
     uint64_t hits = 0;       // reads that returned a chunk
-    uint64_t writes = 0;     // chunks written
+    uint64_t writes = 0;     // chunk files written
+    uint64_t pending = 0;    // chunks waiting for their write
     uint64_t evictions = 0;  // files deleted for the budget
     uint64_t rejected = 0;   // files deleted as stale, foreign or corrupt
   };
@@ -61,12 +68,16 @@ class DiskKvTier {
                                                           const Shape& shape,
                                                           uint64_t budget_bytes);
 
-  // Writes a chunk's payload (with its checksum) unless present; chunks
-  // deleted to stay within the budget are appended to `dropped`. A write
-  // that fails (disk full, I/O error) is skipped: the chunk is just not
-  // kept.
+  ~DiskKvTier();
+
+  // Queues a chunk's payload (with its checksum) for writing unless
+  // present; chunks deleted to stay within the budget are appended to
+  // `dropped`. A write that fails (disk full, I/O error) loses only that
+  // chunk.
   void Put(const Hash128& hash, const std::vector<uint8_t>& payload, uint64_t checksum,
            std::vector<Hash128>* dropped);
+  // Returns once every queued chunk is on disk (or failed).
+  void WaitForWrites();
   bool Contains(const Hash128& hash) const;
   // The chunk's payload, its checksum verified. NotFound; DataLoss for a
   // file that changed (deleted).
@@ -80,9 +91,16 @@ class DiskKvTier {
   DiskKvTier(std::string dir, const Shape& shape, uint64_t budget);
   std::string PathOf(const Hash128& hash) const;
   void Remove(const Hash128& hash) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The writer thread: writes queued chunks until told to stop.
+  void WriteLoop();
+  bool WriteFile(const Hash128& hash, const std::vector<uint8_t>& payload,
+                 uint64_t checksum) const;
   struct Entry {
     uint64_t bytes = 0;
     std::list<Hash128>::iterator lru;  // front = newest
+    // Not on disk yet: the bytes and their checksum.
+    std::shared_ptr<const std::vector<uint8_t>> pending;
+    uint64_t checksum = 0;
   };
 
   const std::string dir_;
@@ -92,6 +110,9 @@ class DiskKvTier {
   absl::flat_hash_map<Hash128, Entry> entries_ ABSL_GUARDED_BY(mu_);
   std::list<Hash128> lru_ ABSL_GUARDED_BY(mu_);
   Stats stats_ ABSL_GUARDED_BY(mu_);
+  std::deque<Hash128> queue_ ABSL_GUARDED_BY(mu_);  // chunks to write
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread writer_;
 };
 
 }  // namespace kvcast

@@ -221,8 +221,8 @@ absl::Status WorkerRuntime::Serve(moqt::RequestHandler* handler,
     using S = DiskKvTier::Stats;
     ExportTier<S>(&metrics_, "disk", [disk] { return disk->stats(); },
                   {{"bytes", &S::bytes}, {"chunks", &S::chunks}, {"hits", &S::hits},
-                   {"writes", &S::writes}, {"evictions", &S::evictions},
-                   {"rejected", &S::rejected}});
+                   {"writes", &S::writes}, {"pending", &S::pending},
+                   {"evictions", &S::evictions}, {"rejected", &S::rejected}});
   }
   metrics_.AddCallbackGauge("kvcast_queue_depth", "requests waiting for the batch",
                             [this] { return double(engine_->num_waiting()); });
