@@ -96,7 +96,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
   if (options.host_tier_bytes > 0) {
     e->host_tier_ = std::make_unique<HostKvTier>(e->pool_.get(), e->backend_.get(),
                                                  options.chunk_tokens, options.host_tier_format,
-                                                 uint64_t(options.host_tier_bytes));
+                                                 uint64_t(options.host_tier_bytes),
+                                                 options.host_tier_policy);
     e->prefix_cache_->SetHostTier(e->host_tier_.get());
   }
   if (!options.disk_tier_dir.empty() && options.disk_tier_bytes > 0) {

@@ -56,6 +56,7 @@ struct EngineOptions {
   // host memory in this format, within this budget (0: no tier).
   int64_t host_tier_bytes = 0;
   KvFormat host_tier_format = KvFormat::kFp16;
+  HostKvTier::Policy host_tier_policy = HostKvTier::Policy::kLru;
   // Tier 2 (engine/kv/disk_tier.h), below the host tier (which it needs):
   // chunks the host tier pushes out are written to files in this directory
   // within this budget, and found again by an engine started on it later

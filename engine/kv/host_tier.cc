@@ -7,12 +7,34 @@
 namespace kvcast {
 
 HostKvTier::HostKvTier(KvPagePool* pool, Backend* backend, int chunk_tokens, KvFormat format,
-                       uint64_t budget_bytes)
+                       uint64_t budget_bytes, Policy policy)
     : pool_(pool),
       backend_(backend),
       chunk_tokens_(chunk_tokens),
       codec_(pool->layout(), format),
-      budget_(budget_bytes) {}
+      budget_(budget_bytes),
+      policy_(policy) {}
+
+void HostKvTier::Touch(Entry& e) {
+  lru_.splice(lru_.begin(), lru_, e.lru);
+  ++e.uses;
+}
+
+Hash128 HostKvTier::Victim() const {
+  if (policy_ == Policy::kLru) return lru_.back();
+  // LFU: the fewest uses, the least recent among those (a scan: a tier
+  // holds thousands of chunks, and this runs once per demotion).
+  Hash128 victim = lru_.back();
+  uint64_t fewest = entries_.at(victim).uses;
+  for (auto it = lru_.rbegin(); it != lru_.rend(); ++it) {
+    const uint64_t uses = entries_.at(*it).uses;
+    if (uses < fewest) {
+      fewest = uses;
+      victim = *it;
+    }
+  }
+  return victim;
+}
 
 std::vector<int32_t> HostKvTier::Slots(absl::Span<const int32_t> pages) const {
   return SlotsOf(pages, pool_->layout().page_tokens, 0, chunk_tokens_);
@@ -23,7 +45,7 @@ void HostKvTier::Demote(const Hash128& hash, absl::Span<const int32_t> pages,
   {
     absl::MutexLock lock(&mu_);
     if (auto it = entries_.find(hash); it != entries_.end()) {
-      lru_.splice(lru_.begin(), lru_, it->second.lru);
+      Touch(it->second);
       return;
     }
   }
@@ -38,20 +60,20 @@ void HostKvTier::Demote(const Hash128& hash, absl::Span<const int32_t> pages,
   absl::MutexLock lock(&mu_);
   if (entries_.contains(hash)) return;  // demoted meanwhile by another thread
   while (stats_.bytes + bytes.size() > budget_ && !lru_.empty()) {
-    const Hash128 oldest = lru_.back();
+    const Hash128 victim = Victim();
     if (disk_ != nullptr) {
-      const Entry& e = entries_.at(oldest);
-      disk_->Put(oldest, e.bytes, e.checksum, dropped);
+      const Entry& e = entries_.at(victim);
+      disk_->Put(victim, e.bytes, e.checksum, dropped);
     }
-    Drop(oldest);
+    Drop(victim);
     ++stats_.evictions;
-    if (disk_ == nullptr || !disk_->Contains(oldest)) dropped->push_back(oldest);
+    if (disk_ == nullptr || !disk_->Contains(victim)) dropped->push_back(victim);
   }
   stats_.bytes += bytes.size();
   ++stats_.chunks;
   ++stats_.demotions;
   lru_.push_front(hash);
-  entries_.emplace(hash, Entry{std::move(bytes), checksum, lru_.begin()});
+  entries_.emplace(hash, Entry{std::move(bytes), checksum, lru_.begin(), 1});
 }
 
 bool HostKvTier::Contains(const Hash128& hash) const {
@@ -89,7 +111,7 @@ absl::Status HostKvTier::Promote(const Hash128& hash, absl::Span<const int32_t> 
     return absl::DataLossError("host tier: a chunk's bytes no longer match their checksum");
   }
   codec_.Decode(backend_, e.bytes.data(), Slots(pages), pool_);
-  lru_.splice(lru_.begin(), lru_, it->second.lru);
+  Touch(it->second);
   ++stats_.hits;
   return absl::OkStatus();
 }

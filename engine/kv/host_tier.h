@@ -1,7 +1,8 @@
 // HostKvTier: tier 1 of a worker's KV cache. Chunks the page pool's
 // prefix cache evicts are copied here, into host memory in a compact track
 // (a KvFormat through TokenCodec: fp16 by default, int8 for half the
-// bytes), within a byte budget, least recently used first out; a later
+// bytes), within a byte budget, least recently used (or least frequently
+// used, ties by recency) first out; a later
 // request for the prefix brings them back into pages instead of computing
 // them again. Each entry keeps its chunk hash and a checksum (XXH3 of its
 // bytes, checked on the way back: corrupted memory never lands as KV).
@@ -34,6 +35,7 @@ namespace kvcast {
 
 class HostKvTier {
  public:
+  enum class Policy { kLru, kLfu };
   struct Stats {
     uint64_t bytes = 0;       // held now
     uint64_t chunks = 0;      // held now
@@ -47,7 +49,7 @@ class HostKvTier {
   // tier; chunks are `chunk_tokens` tokens (a multiple of the pool's
   // page_tokens), kept in `format` within `budget_bytes`.
   HostKvTier(KvPagePool* pool, Backend* backend, int chunk_tokens, KvFormat format,
-             uint64_t budget_bytes);
+             uint64_t budget_bytes, Policy policy = Policy::kLru);
 
   // Chunks pushed out go to `disk` (borrowed; null: dropped); set before use.
   void SetDiskTier(DiskKvTier* disk) { disk_ = disk; }
@@ -83,7 +85,11 @@ class HostKvTier {
     std::vector<uint8_t> bytes;
     uint64_t checksum = 0;
     std::list<Hash128>::iterator lru;  // position in lru_ (front = newest)
+    uint64_t uses = 0;                 // demotions and promotions (LFU)
   };
+  // The chunk the policy sends out next.
+  Hash128 Victim() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Touch(Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::vector<int32_t> Slots(absl::Span<const int32_t> pages) const;
   void Drop(const Hash128& hash) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -92,6 +98,7 @@ class HostKvTier {
   const int chunk_tokens_;
   const TokenCodec codec_;
   const uint64_t budget_;
+  const Policy policy_;
   DiskKvTier* disk_ = nullptr;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<Hash128, Entry> entries_ ABSL_GUARDED_BY(mu_);

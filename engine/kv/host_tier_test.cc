@@ -100,6 +100,26 @@ TEST_F(HostTierTest, TheBudgetDropsTheLeastRecentlyUsedChunk) {
   EXPECT_FALSE(probe.Contains(chain[0]));
 }
 
+// LFU keeps a chunk used often through a run of chunks used once; LRU
+// gives it up.
+TEST_F(HostTierTest, LfuKeepsAPopularChunkThroughAScan) {
+  const auto chain = Chain(4);
+  auto pages = *pool_->Allocate(2);
+  for (HostKvTier::Policy policy : {HostKvTier::Policy::kLru, HostKvTier::Policy::kLfu}) {
+    HostKvTier probe(pool_.get(), be_.get(), kChunk, KvFormat::kFp16, 1);
+    HostKvTier tier(pool_.get(), be_.get(), kChunk, KvFormat::kFp16, 2 * probe.chunk_bytes(),
+                    policy);
+    std::vector<Hash128> dropped;
+    tier.Demote(chain[0], pages, &dropped);
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(tier.Promote(chain[0], pages).ok());
+    tier.Demote(chain[1], pages, &dropped);
+    tier.Demote(chain[2], pages, &dropped);  // one must go
+    tier.Demote(chain[3], pages, &dropped);  // and another
+    EXPECT_EQ(tier.Contains(chain[0]), policy == HostKvTier::Policy::kLfu);
+    EXPECT_TRUE(tier.Contains(chain[3]));
+  }
+}
+
 TEST_F(HostTierTest, ACorruptedChunkIsRefusedAndDropped) {
   HostKvTier tier(pool_.get(), be_.get(), kChunk, KvFormat::kFp16, 1 << 20);
   const Hash128 h = Chain(1)[0];

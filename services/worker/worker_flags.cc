@@ -47,6 +47,9 @@ ABSL_FLAG(bool, prefix_caching, true, "cache and reuse prompt chunks (false: for
 ABSL_FLAG(int, kv_host_tier_mb, 0,
           "host KV tier: chunks the page pool evicts are kept in this much host memory and "
           "brought back when a prompt reuses them (0: off)");
+ABSL_FLAG(std::string, kv_host_tier_policy, "lru",
+          "which chunk the host tier gives up first: lru (least recently used) or lfu (least "
+          "frequently used, ties by recency: keeps popular prefixes through scans)");
 ABSL_FLAG(std::string, kv_disk_tier_dir, "",
           "disk KV tier: chunks the host tier pushes out are written here (one file each, "
           "checked on read) and found again after a restart (needs --kv_host_tier_mb)");
@@ -93,6 +96,12 @@ absl::StatusOr<WorkerConfig> WorkerConfigFromFlags(v1::WorkerRole role,
                      "' is not one of fp16, bf16, int8, fp8-e4m3, int4, fp4-e2m1"));
   }
   c.kv_host_tier_format = tier_track->format;
+  const std::string policy = absl::GetFlag(FLAGS_kv_host_tier_policy);
+  if (policy != "lru" && policy != "lfu") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv_host_tier_policy: '", policy, "' is not lru or lfu"));
+  }
+  c.kv_host_tier_policy = policy == "lfu" ? HostKvTier::Policy::kLfu : HostKvTier::Policy::kLru;
   c.kv_disk_tier_dir = absl::GetFlag(FLAGS_kv_disk_tier_dir);
   c.kv_disk_tier_mb = absl::GetFlag(FLAGS_kv_disk_tier_mb);
   if (c.kv_disk_tier_mb < 0) return absl::InvalidArgumentError("--kv_disk_tier_mb must be >= 0");

@@ -61,6 +61,7 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(const Worke
   options.prefix_caching = config.prefix_caching;
   options.host_tier_bytes = int64_t(config.kv_host_tier_mb) << 20;
   options.host_tier_format = config.kv_host_tier_format;
+  options.host_tier_policy = config.kv_host_tier_policy;
   options.disk_tier_dir = config.kv_disk_tier_dir;
   options.disk_tier_bytes = int64_t(config.kv_disk_tier_mb) << 20;
   ASSIGN_OR_RETURN(rt->engine_, Engine::Create(config.model_dir, options, *std::move(backend)));

@@ -57,6 +57,7 @@ struct WorkerConfig {
   bool prefix_caching = true;
   int kv_host_tier_mb = 0;                        // tier 1: evicted chunks in host memory
   KvFormat kv_host_tier_format = KvFormat::kFp16;  // their track
+  HostKvTier::Policy kv_host_tier_policy = HostKvTier::Policy::kLru;
   std::string kv_disk_tier_dir;                   // tier 2: chunk files, kept across restarts
   int kv_disk_tier_mb = 0;
   services::GrpcServerOptions grpc;

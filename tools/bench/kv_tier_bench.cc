@@ -12,14 +12,16 @@
 //
 // --replay N: instead, a shared-prefix workload whose working set is larger
 // than the page pool: N requests, one after another, each one of
-// --replay_prefixes prefixes (uniformly at random) plus a new tail, on a
-// pool of --pool_chunks chunks, with the host tier (big enough for all)
-// on and off: prefix hit rate and TTFT p50 / p90.
+// --replay_prefixes prefixes (uniformly at random, or Zipf with exponent
+// --zipf) plus a new tail, on a pool of --pool_chunks chunks, with the host
+// tier off, LRU and LFU (--host_tier_mb; 0: big enough for all): prefix hit
+// rate and TTFT p50 / p90.
 //
 //   bazel build -c opt //tools/bench:kv_tier_bench && bazel-bin/tools/bench/kv_tier_bench \
 //     --model build/models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf [--prefix 2048] [--tail 32]
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <random>
@@ -40,6 +42,8 @@ ABSL_FLAG(int, runs, 3, "timed runs per case (median reported)");
 ABSL_FLAG(int, replay, 0, "requests of the working-set replay (0: the single-prompt cases)");
 ABSL_FLAG(int, replay_prefixes, 16, "distinct prefixes of the replay");
 ABSL_FLAG(int, pool_chunks, 12, "the replay's page pool, in chunks");
+ABSL_FLAG(double, zipf, 0, "the replay's prefix popularity: Zipf exponent (0: uniform)");
+ABSL_FLAG(int, host_tier_mb, 0, "the replay's host tier (0: 4 GiB, room for all)");
 ABSL_FLAG(std::string, disk_dir, "/tmp/kv_tier_bench", "the disk tier's directory (emptied)");
 
 namespace kvcast {
@@ -85,11 +89,25 @@ absl::Status Replay(const std::string& model) {
   const int prefix_len = absl::GetFlag(FLAGS_prefix), tail_len = absl::GetFlag(FLAGS_tail);
   std::printf("| host tier | requests | prefix tokens reused | TTFT p50 (s) | TTFT p90 (s) |\n"
               "|---|---|---|---|---|\n");
+  // Prefix k is drawn with weight 1 / (k + 1)^zipf.
+  std::vector<double> weight(prefixes);
+  for (int k = 0; k < prefixes; ++k) weight[k] = std::pow(k + 1.0, -absl::GetFlag(FLAGS_zipf));
   std::vector<double> p50;
-  for (const bool tier : {false, true}) {
+  const int64_t tier_bytes =
+      absl::GetFlag(FLAGS_host_tier_mb) > 0 ? int64_t(absl::GetFlag(FLAGS_host_tier_mb)) << 20
+                                            : 4ll << 30;
+  const struct {
+    const char* name;
+    int64_t bytes;
+    HostKvTier::Policy policy;
+  } configs[] = {{"off", 0, HostKvTier::Policy::kLru},
+                 {"LRU", tier_bytes, HostKvTier::Policy::kLru},
+                 {"LFU", tier_bytes, HostKvTier::Policy::kLfu}};
+  for (const auto& config : configs) {
     EngineOptions o;
     o.num_pages = absl::GetFlag(FLAGS_pool_chunks) * (o.chunk_tokens / o.page_tokens);
-    o.host_tier_bytes = tier ? 4ll << 30 : 0;
+    o.host_tier_bytes = config.bytes;
+    o.host_tier_policy = config.policy;
     ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend, NewBackend(absl::GetFlag(FLAGS_backend)));
     ASSIGN_OR_RETURN(auto engine, Engine::Create(model, o, std::move(backend)));
     std::mt19937 rng(11);  // the same request sequence both ways
@@ -100,8 +118,9 @@ absl::Status Replay(const std::string& model) {
     }
     std::vector<double> ttft;
     int64_t reused = 0, total = 0;
+    std::discrete_distribution<int> pick(weight.begin(), weight.end());
     for (int r = 0; r < requests; ++r) {
-      std::vector<int32_t> prompt = heads[rng() % prefixes];
+      std::vector<int32_t> prompt = heads[pick(rng)];
       for (int i = 0; i < tail_len; ++i) prompt.push_back(int32_t(30000 + rng() % 10000));
       int cached = 0;
       ASSIGN_OR_RETURN(double secs, FirstToken(engine.get(), prompt, &cached));
@@ -110,11 +129,12 @@ absl::Status Replay(const std::string& model) {
       total += prefix_len;
     }
     p50.push_back(Percentile(ttft, 0.5));
-    std::printf("| %s | %d | %.0f%% | %.3f | %.3f |\n", tier ? "on" : "off", requests,
+    std::printf("| %s | %d | %.0f%% | %.3f | %.3f |\n", config.name, requests,
                 100.0 * reused / total, p50.back(), Percentile(ttft, 0.9));
     std::fflush(stdout);
   }
-  std::printf("\np50 TTFT with the host tier: %.1fx lower\n", p50[0] / p50[1]);
+  std::printf("\np50 TTFT with the host tier: %.1fx lower (LRU), %.1fx (LFU)\n",
+              p50[0] / p50[1], p50[0] / p50[2]);
   return absl::OkStatus();
 }
 
