@@ -414,6 +414,36 @@ TEST_F(DisaggregatedTest, AdaptiveBitrateTakesTheBestTrackThatFitsOrComputes) {
   EXPECT_TRUE(d->Stop().ok());
 }
 
+// The KV tier flags in real processes: a decode worker with host and disk
+// tiers serves as usual, writes its cached chunks to disk when stopped, and
+// a worker restarted on the directory finds them.
+TEST_F(DisaggregatedTest, DiskTierChunksOutliveTheDecodeWorker) {
+  const std::string dir = TmpDir() + "/decode_disk_tier";
+  const std::vector<std::string> tiers = {"--kv_host_tier_mb=16", "--kv_disk_tier_dir=" + dir,
+                                          "--kv_disk_tier_mb=64"};
+  auto prompt = Prompt(300, 9);
+  {
+    auto c = Start("tiers", 1, 1, {}, tiers);
+    ASSERT_NE(c, nullptr);
+    Result r = Generate(c->scheduler_address(), prompt, 8);
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    EXPECT_EQ(r.tokens, Reference(prompt, 8));
+    const Process& decode = c->worker(Role::kDecode, 0);
+    EXPECT_EQ(Metric(decode, "kvcast_kv_disk_tier_chunks"), 0) << "nothing evicted yet";
+    EXPECT_TRUE(c->Stop().ok());  // SIGTERM: the cached chunks go to disk
+  }
+  auto c = Start("tiers_again", 1, 1, {}, tiers);
+  ASSERT_NE(c, nullptr);
+  const Process& decode = c->worker(Role::kDecode, 0);
+  EXPECT_GE(Metric(decode, "kvcast_kv_disk_tier_chunks"), 2) << "300 tokens: two full chunks";
+  Result r = Generate(c->scheduler_address(), prompt, 8);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.tokens, Reference(prompt, 8));
+  EXPECT_GE(Metric(decode, "kvcast_kv_disk_tier_hits"), 2) << "the restarted worker reused them";
+  ExpectNoPagesLeaked(decode);
+  EXPECT_TRUE(c->Stop().ok());
+}
+
 TEST_F(DisaggregatedTest, WithoutPrefillWorkersDecodeRecomputes) {
   auto c = Start("no_prefill", 1, 1);
   ASSERT_NE(c, nullptr);
