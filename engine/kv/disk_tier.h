@@ -85,7 +85,6 @@ class DiskKvTier {
   // Every chunk held (for the worker's registration snapshot).
   std::vector<Hash128> Chunks() const;
   Stats stats() const;
-  const std::string& dir() const { return dir_; }
 
  private:
   DiskKvTier(std::string dir, const Shape& shape, uint64_t budget);

@@ -53,7 +53,6 @@ class HostKvTier {
 
   // Chunks pushed out go to `disk` (borrowed; null: dropped); set before use.
   void SetDiskTier(DiskKvTier* disk) { disk_ = disk; }
-  DiskKvTier* disk_tier() const { return disk_; }
   // Writes every chunk held here to the disk tier (oldest first), e.g. at a
   // graceful shutdown, so that a restarted worker finds them.
   void FlushToDisk();
@@ -74,7 +73,6 @@ class HostKvTier {
   absl::Status Promote(const Hash128& hash, absl::Span<const int32_t> pages);
 
   size_t chunk_bytes() const { return codec_.token_bytes() * chunk_tokens_; }
-  KvFormat format() const { return codec_.format(); }
   Stats stats() const;
 
   // For tests: flips one byte of the chunk's stored bytes.

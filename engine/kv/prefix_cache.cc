@@ -60,11 +60,7 @@ std::vector<int32_t> PrefixCache::Acquire(absl::Span<const Hash128> chain,
     }
     // The cache keeps Allocate's reference; the caller gets one more.
     lru_.push_front(chain[i]);
-    auto& e = entries_.emplace(chain[i], Entry{*fresh, lru_.begin()}).first->second;
-    for (int32_t p : e.pages) {
-      pool_->AddRef(p).IgnoreError();
-      pages.push_back(p);
-    }
+    Share(entries_.emplace(chain[i], Entry{*fresh, lru_.begin()}).first->second, &pages);
   }
   return pages;
 }

@@ -45,7 +45,6 @@ class PrefixCache : public PageReclaimer {
   void SetObserver(Observer observer);
   // Evicted chunks go to `tier` (borrowed; null: dropped); set before use.
   void SetHostTier(HostKvTier* tier) { tier_ = tier; }
-  HostKvTier* host_tier() const { return tier_; }
 
   // Walks `chain` from its start and returns the pages of the longest run of
   // cached chunks (chunk_tokens / page_tokens pages each, in order), at most

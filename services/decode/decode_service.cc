@@ -186,14 +186,13 @@ void DecodeService::LandAdaptively(grpc::ServerContext* context, const v1::Decod
                                    const std::function<void()>& keepalive,
                                    const std::function<void(worker::KvLanded)>& add) {
   AbrPlanner planner(abr_ladder_, options_.abr_budget_s, abr_goodput_);
-  auto land = [&](const kvcache::KvCompression& c, int g) -> absl::StatusOr<AbrLanded> {
-    ASSIGN_OR_RETURN(worker::KvLanded l, LandGroups(context, start, c, g, g + 1, [] {}));
-    return AbrLanded{std::move(l.pages), l.tokens, l.bytes, l.first_object, l.done};
+  auto land = [&](const kvcache::KvCompression& c, int g) {
+    return LandGroups(context, start, c, g, g + 1, [] {});
   };
   AbrOutcome outcome = decode::LandAdaptively(
       &planner, first_group, end_group, rt_->engine().options().chunk_tokens, start.kv_tokens(),
       options_.abr_depth, land,
-      [&](AbrLanded l) { add(worker::KvLanded{std::move(l.pages), l.tokens, l.bytes}); },
+      add,
       [&](AbrLanded l) { rt_->engine().pool().ReleaseAll(l.pages).IgnoreError(); },
       [context] { return context->IsCancelled(); }, keepalive);
   for (int t : outcome.tracks) abr_groups_[t]->Increment();

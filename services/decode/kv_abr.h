@@ -26,6 +26,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "services/worker/kv_landed.h"
 #include "transport/kvcache/naming.h"
 
 namespace kvcast::decode {
@@ -69,13 +70,7 @@ class AbrPlanner {
 };
 
 // One group's landing, as the caller's landing function reports it.
-struct AbrLanded {
-  std::vector<int32_t> pages;
-  int tokens = 0;
-  uint64_t bytes = 0;
-  absl::Time first_object = absl::InfiniteFuture();
-  absl::Time done = absl::InfinitePast();
-};
+using AbrLanded = worker::KvLanded;
 // Lands `group` in `compression`, blocking; called from threads of its own.
 using AbrLandFn =
     std::function<absl::StatusOr<AbrLanded>(const kvcache::KvCompression& compression, int group)>;

@@ -16,18 +16,12 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "services/worker/kv_landed.h"
 #include "services/worker/kv_landing.h"
 #include "services/worker/worker_runtime.h"
 
 namespace kvcast::worker {
 
-struct KvLanded {
-  std::vector<int32_t> pages;  // the groups' tokens, first at slot 0 of pages[0]
-  int tokens = 0;
-  uint64_t bytes = 0;
-  absl::Time first_object = absl::InfiniteFuture();  // arrived
-  absl::Time done = absl::InfinitePast();            // the last one landed
-};
 
 struct KvRequest {
   std::string address;  // the publisher's MoQT endpoint (KvSource.moqt_address)

@@ -120,8 +120,7 @@ absl::Status Main() {
       [&](std::function<void()> fn) { thread->RunSync(std::move(fn)); },
       [&](const std::string&) -> absl::StatusOr<moqt::MoqtSession*> { return client->session(); },
       pool.get(), backend.get(), fingerprint};
-  auto land = [&](const kvcache::KvCompression& compression, int first,
-                  int end) -> absl::StatusOr<decode::AbrLanded> {
+  auto land = [&](const kvcache::KvCompression& compression, int first, int end) {
     worker::KvRequest request;
     request.track = kvcache::FullTrackNameOf({model_id, digest, compression});
     request.auth_token = token;
@@ -129,9 +128,7 @@ absl::Status Main() {
     request.num_tokens = tokens;
     request.first_group = first;
     request.end_group = end;
-    ASSIGN_OR_RETURN(worker::KvLanded l,
-                     worker::LandKv(target, request, [] { return false; }, nullptr));
-    return decode::AbrLanded{std::move(l.pages), l.tokens, l.bytes, l.first_object, l.done};
+    return worker::LandKv(target, request, [] { return false; }, nullptr);
   };
 
   std::vector<int32_t> all_pages;  // the landed groups' pages, in token order

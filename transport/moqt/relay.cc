@@ -54,24 +54,23 @@ struct Relay::Feed {
 class Relay::Upstream : public TrackConsumer {
  public:
   // `from_start`: the upstream subscription began at 0/0, so when it ends
-  // normally every group it delivered is complete. `bounded`: it asked for
-  // a range of groups (AbsoluteRange), so its normal end says nothing of
-  // where the track ends (its groups' end markers still complete them).
+  // normally every group it delivered is complete. A range key's
+  // subscription (AbsoluteRange) ending says nothing of where the track
+  // ends (its groups' end markers still complete them).
   Upstream(Relay* relay, TrackKey key, bool from_start)
-      : relay_(relay), key_(std::move(key)), name_(key_.name), from_start_(from_start),
-        bounded_(!key_.open()) {}
+      : relay_(relay), key_(std::move(key)), from_start_(from_start) {}
   void Detach() { relay_ = nullptr; }
   void OnObject(const ObjectHeader& header, absl::Span<const uint8_t> payload) override {
-    if (relay_) relay_->Deliver(name_, header, payload);
+    if (relay_) relay_->Deliver(key_.name, header, payload);
   }
   void OnDone(const absl::Status& status) override {
     if (relay_ == nullptr) return;
     Relay* relay = relay_;
     relay_ = nullptr;
-    if (status.ok() && !bounded_) {
-      relay->cache_.MarkEnded(name_, std::nullopt);
-      std::optional<Location> end = relay->cache_.EndOfTrack(name_);
-      if (from_start_ && end) relay->cache_.MarkComplete(name_, 0, end->group);
+    if (status.ok() && key_.open()) {
+      relay->cache_.MarkEnded(key_.name, std::nullopt);
+      std::optional<Location> end = relay->cache_.EndOfTrack(key_.name);
+      if (from_start_ && end) relay->cache_.MarkComplete(key_.name, 0, end->group);
     }
     relay->EndSubscribers(key_, status);
   }
@@ -79,9 +78,7 @@ class Relay::Upstream : public TrackConsumer {
  private:
   Relay* relay_;
   const TrackKey key_;
-  const FullTrackName& name_;
   const bool from_start_;
-  const bool bounded_;
 };
 
 // Forwards one upstream FETCH to one downstream fetch, caching on the way;
