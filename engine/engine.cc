@@ -19,6 +19,7 @@ struct Engine::Sequence {
   int chunks_published = 0;     // leading full chunks offered to the cache
   int chunks_reported = 0;      // prompt chunks given to on_prompt_chunk (kept on preemption)
   Hash128 seed;                 // chain seed of the sequence's tenant
+  std::vector<Hash128> prompt_chain;  // of the prompt's full chunks, from Submit
   Hash128 last_chunk_hash;      // hash of chunk chunks_published - 1 (or seed)
   std::vector<int32_t> pages;   // one reference held on each
   GenerationParams params;
@@ -191,6 +192,9 @@ absl::StatusOr<uint64_t> Engine::Submit(std::vector<int32_t> prompt,
   }
   auto seq = std::make_unique<Sequence>(0, std::move(prompt), params);
   seq->seed = prefix_seed(params.tenant);
+  if (kv.tokens == 0 && options_.prefix_caching) {
+    seq->prompt_chain = ChunkHashChain(seq->seed, seq->tokens, options_.chunk_tokens);
+  }
   if (kv.tokens > 0) {
     seq->prefilled = true;
     seq->pages = std::move(kv.pages);
@@ -233,9 +237,22 @@ Hash128 Engine::prefix_seed(std::string_view tenant) const {
 }
 
 int64_t Engine::waiting_prompt_tokens() const {
-  absl::MutexLock lock(&mu_);
   int64_t n = 0;
-  for (const auto& s : waiting_) n += std::max(0, s->prompt_len - s->kv_len);
+  std::vector<std::pair<std::vector<Hash128>, int>> not_admitted;  // (chain, max chunks)
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& s : waiting_) {
+      n += std::max(0, s->prompt_len - s->kv_len);
+      if (s->kv_len == 0 && !s->prompt_chain.empty()) {
+        not_admitted.emplace_back(s->prompt_chain, (s->prompt_len - 1) / options_.chunk_tokens);
+      }
+    }
+  }
+  // Their cached prefix is found at admission; count it out already (the
+  // scheduler's router reads this as the work queued here).
+  for (const auto& [chain, max_chunks] : not_admitted) {
+    n -= int64_t(prefix_cache_->Held(chain, max_chunks)) * options_.chunk_tokens;
+  }
   return n;
 }
 
@@ -252,7 +269,9 @@ void Engine::Admit(Sequence* seq) {
   // Reuse cached chunks, but always leave at least one token to compute: the
   // last token's logits are needed, and shared pages are never written.
   std::vector<Hash128> chain =
-      ChunkHashChain(seq->seed, seq->tokens, options_.chunk_tokens);
+      seq->kv_len == 0 && int(seq->tokens.size()) == seq->prompt_len && !seq->prompt_chain.empty()
+          ? seq->prompt_chain
+          : ChunkHashChain(seq->seed, seq->tokens, options_.chunk_tokens);
   int max_chunks =
       options_.prefix_caching ? (int(seq->tokens.size()) - 1) / options_.chunk_tokens : 0;
   seq->pages = prefix_cache_->Acquire(chain, max_chunks);

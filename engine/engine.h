@@ -139,7 +139,7 @@ class Engine {
   void Cancel(uint64_t id);
   bool HasWork() const;
   // Load, for reports (thread-safe): queued and running sequences, and the
-  // prompt tokens of queued sequences whose KV is not computed yet.
+  // prompt tokens of queued sequences whose KV is neither computed nor cached.
   int num_waiting() const;
   int num_running() const;
   int64_t waiting_prompt_tokens() const;

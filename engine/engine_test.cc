@@ -113,6 +113,8 @@ TEST(Engine, SecondRequestReusesCachedChunksAndPagesReturn) {
   auto r1 = RunToCompletion(e.get());
   EXPECT_EQ(r1[first].cached, 0);
   uint64_t second = *e->Submit(other, Greedy(4));
+  // Waiting, it owes only what its cache does not hold (the router reads this).
+  EXPECT_EQ(e->waiting_prompt_tokens(), 290 - 256);
   auto r2 = RunToCompletion(e.get());
   EXPECT_EQ(r2[second].cached, 256);
   // Cached output equals uncached output.
@@ -149,6 +151,8 @@ TEST(Engine, EvictedChunksComeBackFromTheHostTier) {
   EXPECT_EQ(demoted.chunks, 2u);  // 300 tokens: two full chunks
   EXPECT_EQ(demoted.bytes, 2 * e->host_tier()->chunk_bytes());
   uint64_t second = *e->Submit(other, Greedy(4));
+  // Waiting, it owes only what its cache does not hold (the router reads this).
+  EXPECT_EQ(e->waiting_prompt_tokens(), 290 - 256);
   auto r2 = RunToCompletion(e.get());
   EXPECT_EQ(r2[second].cached, 256);
   EXPECT_EQ(e->host_tier()->stats().hits, 2u);

@@ -65,6 +65,18 @@ std::vector<int32_t> PrefixCache::Acquire(absl::Span<const Hash128> chain,
   return pages;
 }
 
+int PrefixCache::Held(absl::Span<const Hash128> chain, int max_chunks) const {
+  int n = 0;
+  for (; n < int(chain.size()) && n < max_chunks; ++n) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (entries_.contains(chain[n])) continue;
+    }
+    if (tier_ == nullptr || !tier_->Contains(chain[n])) break;
+  }
+  return n;
+}
+
 void PrefixCache::Insert(const Hash128& hash, absl::Span<const int32_t> pages) {
   absl::MutexLock lock(&mu_);
   if (entries_.contains(hash)) return;

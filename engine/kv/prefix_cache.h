@@ -55,6 +55,10 @@ class PrefixCache : public PageReclaimer {
   // or no pages are free.
   std::vector<int32_t> Acquire(absl::Span<const Hash128> chain, int max_chunks);
 
+  // How many leading chunks of `chain` (at most `max_chunks`) Acquire would
+  // find in the pool or the host tier now; touches nothing.
+  int Held(absl::Span<const Hash128> chain, int max_chunks) const;
+
   // Stores a finished chunk's pages (the cache takes its own references).
   // A chunk already present is left as it is.
   void Insert(const Hash128& hash, absl::Span<const int32_t> pages);

@@ -334,10 +334,9 @@ grpc::Status GenerationService::Request::Run() {
     }
     struct Releaser {
       WorkerRegistry* r;
-      const Route& route;
-      int n;
-      ~Releaser() { r->Release(route, n); }
-    } releaser{svc_->registry_, *route, n};
+      Route* route;
+      ~Releaser() { r->Release(route); }
+    } releaser{svc_->registry_, &*route};
     if (!t_dispatch_) t_dispatch_ = Clock::now();
     decode_worker_ = route->decode.worker_id;
     // After max_attempts prefill failures the decode worker computes the prompt.
@@ -380,6 +379,7 @@ grpc::Status GenerationService::Request::Run() {
           v1::Prefill::NewStub(route->prefill->channel)->Prefill(pctx.get(), preq, &presp);
       const bool prefill_stalled = pwatch->fired();
       pwatch.reset();
+      svc_->registry_->PrefillAnswered(&*route);
       if (!ps.ok()) {
         dctx->TryCancel();
         stream->Finish().IgnoreError();

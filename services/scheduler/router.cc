@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <tuple>
+#include <vector>
 
 namespace kvcast::scheduler {
 
@@ -10,15 +11,23 @@ std::optional<PrefillPlan> ChoosePrefill(const std::vector<Candidate>& prefill, 
                                          int published_chunks, const RouterOptions& options) {
   const int chunk = options.chunk_tokens;
   const int max_reuse = (prompt_tokens - 1) / chunk;  // the last token is computed
-  std::optional<PrefillPlan> best;
+  std::vector<PrefillPlan> plans;
+  plans.reserve(prefill.size());
+  double least = 0;
   for (const Candidate& c : prefill) {
     auto it = held.find(c.slot);
     const int cached = std::min(it == held.end() ? 0 : it->second, max_reuse);
     const int fetched = std::max(0, std::min(published_chunks, max_reuse) - cached);
     const int computed = prompt_tokens - (cached + fetched) * chunk;
-    const double cost = computed + options.fetch_weight * fetched * chunk +
-                        double(c.backlog_tokens) + options.load_weight * c.active;
-    if (!best || cost < best->cost) best = PrefillPlan{c.slot, cached, fetched, cost};
+    const double work = computed + options.fetch_weight * fetched * chunk;
+    plans.push_back(PrefillPlan{c.slot, cached, fetched, work,
+                                double(c.backlog_tokens) + options.load_weight * c.active});
+    least = plans.size() == 1 ? work : std::min(least, work);
+  }
+  std::optional<PrefillPlan> best;
+  for (PrefillPlan& p : plans) {
+    p.cost += p.work + options.miss_weight * (p.work - least);
+    if (!best || p.cost < best->cost) best = p;
   }
   return best;
 }

@@ -1,14 +1,21 @@
 // Router: cost-based choice of the prefill and decode worker for a request.
 //
-// Prefill cost of worker w, in prompt-token equivalents:
-//     uncached(w) + fetch_weight * fetched(w) + backlog(w) + load_weight * active(w)
+// Prefill cost of worker w, in prompt-token equivalents (time to the first
+// token, in units of one token's compute):
+//     work(w) + miss_weight * (work(w) - least work) + backlog(w)
+//       + load_weight * active(w)
+//     work(w) = uncached(w) + fetch_weight * fetched(w)
 // where uncached(w) is the prompt tokens w must compute given the chunks it
 // holds (PrefixIndex) and those a relay can serve (PublishedPrefixes),
 // fetched(w) the tokens it would fetch instead of computing, backlog(w) the
-// prompt tokens queued on w (reported plus dispatched since), and active(w)
-// its requests in flight. The backlog and load terms make a hot prefix
-// spill onto other workers once queueing on its holder costs more than
-// recomputing it elsewhere (which then holds it too).
+// work queued on w ahead of this prompt, and active(w) its prompts in
+// flight. The backlog term makes a hot prefix spill onto other workers once
+// queueing on its holder costs more than recomputing it elsewhere (which
+// then holds it too). The miss term charges a spill for the work it adds
+// to the cluster (the requests queued behind it wait for that too): without
+// it, a loaded cluster spills everything, every worker recomputes every
+// prefix, and the load grows faster than the spilling relieves it
+// (tools/sim shows the collapse).
 //
 // Decode: prefer workers with free pages for prompt + max_tokens, then the
 // least loaded (running + dispatched sequences), then more free pages;
@@ -31,13 +38,14 @@ struct Candidate {
   WorkerSlot slot = 0;
   int free_pages = 0;
   int page_tokens = 16;
-  int64_t backlog_tokens = 0;  // prompt tokens waiting on the worker
+  int64_t backlog_tokens = 0;  // work (token equivalents) waiting on the worker
   int active = 0;              // requests running or dispatched
 };
 
 struct RouterOptions {
   double fetch_weight = 0.1;    // cost of fetching a token relative to computing it
   double load_weight = 64;      // tokens of cost per request in flight
+  double miss_weight = 4;       // extra charge per token of work above the least
   int chunk_tokens = 128;
 };
 
@@ -45,6 +53,7 @@ struct PrefillPlan {
   WorkerSlot slot = 0;
   int cached_chunks = 0;   // held by the worker itself
   int fetched_chunks = 0;  // to fetch from the published track (beyond cached)
+  double work = 0;         // this prompt's own work(w), token equivalents
   double cost = 0;
 };
 

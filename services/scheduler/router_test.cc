@@ -34,23 +34,28 @@ TEST(RouterTest, NeverReusesTheLastToken) {
 
 TEST(RouterTest, AHotPrefixSpillsWhenItsHolderIsBusy) {
   RouterOptions o;
-  // Worker 1 holds 4 of 5 chunks but has 2000 tokens queued; worker 2 is
-  // idle and recomputing 640 tokens costs less.
-  auto plan = ChoosePrefill({Worker(1, 2000, 4), Worker(2)}, 640, {{1, 4}}, 0, o);
+  // Worker 1 holds 4 of 5 chunks (128 tokens to compute) but has 3000
+  // tokens queued; worker 2 is idle: recomputing 640 tokens there, charged
+  // 512 x (1 + miss_weight 4) more, still ends sooner.
+  auto plan = ChoosePrefill({Worker(1, 3000, 4), Worker(2)}, 640, {{1, 4}}, 0, o);
   ASSERT_TRUE(plan);
   EXPECT_EQ(plan->slot, 2u);
-  // With a light backlog the holder wins.
-  plan = ChoosePrefill({Worker(1, 100, 1), Worker(2)}, 640, {{1, 4}}, 0, o);
+  // 2000 queued would end sooner than 640 computed on an idle worker, but
+  // not by the 2048 tokens of cluster work a spill adds: the holder keeps it.
+  plan = ChoosePrefill({Worker(1, 2000, 4), Worker(2)}, 640, {{1, 4}}, 0, o);
   EXPECT_EQ(plan->slot, 1u);
+  o.miss_weight = 0;  // a greedy router spills it
+  plan = ChoosePrefill({Worker(1, 2000, 4), Worker(2)}, 640, {{1, 4}}, 0, o);
+  EXPECT_EQ(plan->slot, 2u);
 }
 
 TEST(RouterTest, FetchingFromARelayBeatsRecomputing) {
   RouterOptions o;
-  auto plan = ChoosePrefill({Worker(1), Worker(2, 0, 1)}, 1000, {{2, 1}}, 7, o);
+  auto plan = ChoosePrefill({Worker(1), Worker(2, 0, 2)}, 1000, {{2, 1}}, 7, o);
   ASSERT_TRUE(plan);
   // Both can reach 7 chunks (worker 2 holds 1 and fetches 6, worker 1 fetches
-  // 7); worker 1 has nothing in flight... but fetching one more chunk costs
-  // 0.1 * 128 < the 64-token load term.
+  // 7); fetching one more chunk costs 0.1 x 128 x (1 + 4) tokens, less than
+  // worker 2's two requests in flight (2 x 64).
   EXPECT_EQ(plan->slot, 1u);
   EXPECT_EQ(plan->fetched_chunks, 7);
   EXPECT_EQ(plan->cached_chunks, 0);

@@ -1,5 +1,6 @@
 #include "services/scheduler/worker_registry.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "absl/strings/numbers.h"
@@ -171,8 +172,8 @@ Candidate WorkerRegistry::CandidateOf(const Worker& w) const {
   c.slot = w.ref.slot;
   c.free_pages = w.load.free_pages();
   c.page_tokens = w.info.page_tokens();
-  c.backlog_tokens = w.load.queued_tokens() + w.dispatched_tokens;
-  c.active = w.load.running() + w.load.queued() + w.dispatched;
+  c.backlog_tokens = std::max(w.load.queued_tokens(), int64_t(w.dispatched_work));
+  c.active = std::max(w.load.running() + w.load.queued(), w.dispatched);
   return c;
 }
 
@@ -191,6 +192,10 @@ absl::StatusOr<Route> WorkerRegistry::Choose(absl::Span<const Hash128> chain, in
   }
   if (prefill.empty()) prefill = std::move(quiet_prefill);
   if (decode.empty()) decode = std::move(quiet_decode);
+  // Ties go to the longest-registered worker, whatever the map's order.
+  auto by_slot = [](const Candidate& a, const Candidate& b) { return a.slot < b.slot; };
+  std::sort(prefill.begin(), prefill.end(), by_slot);
+  std::sort(decode.begin(), decode.end(), by_slot);
   if (decode.empty()) {
     return absl::UnavailableError("no decode worker is registered with the scheduler");
   }
@@ -204,8 +209,9 @@ absl::StatusOr<Route> WorkerRegistry::Choose(absl::Span<const Hash128> chain, in
     Worker& w = workers_[p->slot];
     route.prefill = w.ref;
     route.prefill_plan = *p;
+    route.prefill_counted = true;
     w.dispatched += 1;
-    w.dispatched_tokens += prompt_tokens;
+    w.dispatched_work += p->work;
   }
   auto d = ChooseDecode(decode, prompt_tokens, max_tokens, held);
   Worker& dw = workers_[d->slot];
@@ -215,16 +221,22 @@ absl::StatusOr<Route> WorkerRegistry::Choose(absl::Span<const Hash128> chain, in
   return route;
 }
 
-void WorkerRegistry::Release(const Route& route, int prompt_tokens) {
+void WorkerRegistry::PrefillAnswered(Route* route) {
+  if (!route->prefill_counted) return;
+  route->prefill_counted = false;
   absl::MutexLock lock(&mu_);
-  if (route.prefill) {
-    auto it = workers_.find(route.prefill->slot);
-    if (it != workers_.end()) {
-      it->second.dispatched -= 1;
-      it->second.dispatched_tokens -= prompt_tokens;
-    }
-  }
-  auto it = workers_.find(route.decode.slot);
+  auto it = workers_.find(route->prefill->slot);
+  if (it == workers_.end()) return;
+  Worker& w = it->second;
+  w.dispatched -= 1;
+  // No drift from rounding: an idle worker owes nothing.
+  w.dispatched_work = w.dispatched == 0 ? 0 : std::max(0.0, w.dispatched_work - route->prefill_plan.work);
+}
+
+void WorkerRegistry::Release(Route* route) {
+  PrefillAnswered(route);
+  absl::MutexLock lock(&mu_);
+  auto it = workers_.find(route->decode.slot);
   if (it != workers_.end()) it->second.dispatched -= 1;
 }
 

@@ -58,6 +58,8 @@ struct Route {
   PublishedPrefixes::Hit reuse;      // the published track to fetch from (groups may be 0)
   WorkerRef decode;
   DecodePlan decode_plan;
+  // Counted on the prefill worker until PrefillAnswered or Release.
+  bool prefill_counted = false;
 };
 
 class WorkerRegistry final : public v1::Registry::Service {
@@ -87,10 +89,19 @@ class WorkerRegistry final : public v1::Registry::Service {
   std::optional<ModelInfo> model() const;
   // Picks workers for a prompt (its chunk hash chain), skipping `exclude`.
   // Unavailable when no decode worker is registered (or all are excluded).
-  // Counts the request as dispatched on both until Release.
+  // Counts the prompt's work on the prefill worker until PrefillAnswered,
+  // and the request on the decode worker until Release.
+  //
+  // A worker's load is the larger of what it last reported and what this
+  // scheduler dispatched to it and has not seen answered: the report lags a
+  // heartbeat behind, the dispatch count misses other schedulers' requests,
+  // and adding them would count the same request twice.
   absl::StatusOr<Route> Choose(absl::Span<const Hash128> chain, int prompt_tokens,
                                int max_tokens, const absl::flat_hash_set<WorkerSlot>& exclude);
-  void Release(const Route& route, int prompt_tokens);
+  // The prefill worker answered (or failed): its share of the route is done.
+  void PrefillAnswered(Route* route);
+  // The request is over on its workers (calls PrefillAnswered if needed).
+  void Release(Route* route);
   // The worker's RPC failed as if it were gone: route nothing to it until it
   // heartbeats again.
   void MarkFailed(WorkerSlot slot);
@@ -111,8 +122,8 @@ class WorkerRegistry final : public v1::Registry::Service {
     v1::WorkerInfo info;
     v1::WorkerLoad load;
     absl::Time last_seen;
-    int dispatched = 0;
-    int64_t dispatched_tokens = 0;
+    int dispatched = 0;             // requests chosen, not yet answered / released
+    double dispatched_work = 0;     // their prefill work (PrefillPlan::work)
     bool suspended = false;
   };
   void Reap();

@@ -1,0 +1,115 @@
+#include "services/scheduler/worker_registry.h"
+
+#include "gtest/gtest.h"
+
+namespace kvcast::scheduler {
+namespace {
+
+constexpr int kChunk = 128;
+
+class WorkerRegistryTest : public testing::Test {
+ protected:
+  WorkerRegistryTest() {
+    WorkerRegistry::Options o;
+    o.make_channel = [](const std::string&) { return nullptr; };
+    registry_ = std::make_unique<WorkerRegistry>(std::move(o));
+    Register("prefill-a", v1::WORKER_ROLE_PREFILL, {});
+    Register("prefill-b", v1::WORKER_ROLE_PREFILL, {});
+    Register("decode", v1::WORKER_ROLE_DECODE, {});
+  }
+
+  void Register(const std::string& id, v1::WorkerRole role, const std::vector<Hash128>& held) {
+    v1::RegisterRequest req;
+    v1::WorkerInfo* info = req.mutable_worker();
+    info->set_worker_id(id);
+    info->set_role(role);
+    info->set_grpc_address(id + ":1");
+    info->set_model_id(Hash128{1, 2}.ToHex());
+    info->set_chunk_tokens(kChunk);
+    info->set_page_tokens(16);
+    req.mutable_load()->set_free_pages(1000);
+    for (const Hash128& h : held) {
+      std::string b(16, '\0');
+      for (int i = 0; i < 8; ++i) {
+        b[i] = char(h.lo >> (8 * i));
+        b[8 + i] = char(h.hi >> (8 * i));
+      }
+      req.add_cached_chunks(b);
+    }
+    v1::RegisterResponse resp;
+    ASSERT_TRUE(registry_->Register(nullptr, &req, &resp).ok());
+  }
+
+  void Report(const std::string& id, int64_t queued_tokens, int queued) {
+    v1::HeartbeatRequest req;
+    req.set_worker_id(id);
+    req.mutable_load()->set_free_pages(1000);
+    req.mutable_load()->set_queued(queued);
+    req.mutable_load()->set_queued_tokens(queued_tokens);
+    v1::HeartbeatResponse resp;
+    ASSERT_TRUE(registry_->Heartbeat(nullptr, &req, &resp).ok());
+  }
+
+  // The prefill worker a fresh 1000-token prompt goes to.
+  Route Cold(uint64_t salt) {
+    std::vector<Hash128> chain;
+    for (int i = 0; i < 7; ++i) chain.push_back(Hash128{salt, uint64_t(i)});
+    auto route = registry_->Choose(chain, 1000, 16, {});
+    EXPECT_TRUE(route.ok() && route->prefill);
+    return *route;
+  }
+
+  std::unique_ptr<WorkerRegistry> registry_;
+};
+
+TEST_F(WorkerRegistryTest, APromptsWorkCountsOnItsPrefillWorkerUntilItAnswers) {
+  Route first = Cold(1);
+  Route second = Cold(2);
+  EXPECT_NE(first.prefill->worker_id, second.prefill->worker_id);
+  EXPECT_DOUBLE_EQ(first.prefill_plan.work, 1000);
+  // The second prefill answered: its worker is free again while the
+  // request still decodes, and takes the next prompt (a tie would go where
+  // the first went).
+  registry_->PrefillAnswered(&second);
+  Route third = Cold(3);
+  EXPECT_EQ(third.prefill->worker_id, second.prefill->worker_id);
+  registry_->Release(&first);
+  registry_->Release(&second);
+  registry_->Release(&third);
+  // Everything released: a tie again.
+  EXPECT_EQ(Cold(4).prefill->worker_id, first.prefill->worker_id);
+}
+
+TEST_F(WorkerRegistryTest, AReportedQueueAndTheDispatchedWorkAreNotAddedUp) {
+  Route first = Cold(1);
+  const std::string x = first.prefill->worker_id;
+  const std::string y = x == "prefill-a" ? "prefill-b" : "prefill-a";
+  // x's heartbeat now reports that same prompt as queued; y has 1500 tokens
+  // queued by another scheduler.
+  Report(x, 1000, 1);
+  Report(y, 1500, 1);
+  // x: 1000 + max(1000, 1000) = 2000 < y: 1000 + 1500 (counting x's prompt
+  // twice would give 3000).
+  EXPECT_EQ(Cold(2).prefill->worker_id, x);
+}
+
+TEST_F(WorkerRegistryTest, TheHolderOfAPrefixKeepsItUnderModerateLoad) {
+  std::vector<Hash128> chain;
+  for (int i = 0; i < 7; ++i) chain.push_back(Hash128{9, uint64_t(i)});
+  Register("prefill-b", v1::WORKER_ROLE_PREFILL, chain);  // b restarts holding it
+  Report("prefill-b", 1500, 3);
+  auto route = registry_->Choose(chain, 1000, 16, {});
+  ASSERT_TRUE(route.ok());
+  // b computes 104 tokens after 1500 queued; a would compute 1000 at once,
+  // 896 more tokens of cluster work, charged 5x: b keeps it.
+  EXPECT_EQ(route->prefill->worker_id, "prefill-b");
+  EXPECT_EQ(route->prefill_plan.cached_chunks, 7);
+  // Queued far enough, it spills.
+  Report("prefill-b", 6000, 12);
+  route = registry_->Choose(chain, 1000, 16, {});
+  ASSERT_TRUE(route.ok());
+  EXPECT_EQ(route->prefill->worker_id, "prefill-a");
+}
+
+}  // namespace
+}  // namespace kvcast::scheduler

@@ -1,0 +1,565 @@
+#include "tools/sim/routing_sim.h"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <list>
+#include <memory>
+#include <queue>
+#include <random>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "engine/kv/prefix_hash.h"
+#include "services/scheduler/prefix_index.h"
+#include "services/scheduler/router.h"
+#include "services/scheduler/worker_registry.h"
+
+namespace kvcast::sim {
+namespace {
+
+using scheduler::Candidate;
+using scheduler::WorkerRegistry;
+
+constexpr int kVocab = 49152;
+
+std::string Bytes16(const Hash128& h) {
+  std::string b(16, '\0');
+  for (int i = 0; i < 8; ++i) {
+    b[i] = char(h.lo >> (8 * i));
+    b[8 + i] = char(h.hi >> (8 * i));
+  }
+  return b;
+}
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, size_t(p * double(v.size())))];
+}
+
+struct Request {
+  double arrival = 0;
+  int prompt_tokens = 0;
+  int output_tokens = 0;
+  std::vector<Hash128> chain;
+  int prefill = -1, decode = -1;
+  scheduler::Route route;
+  int cached_chunks = 0, fetched_chunks = 0;
+  int remaining = 0;  // decode tokens still to generate
+  double first_token = -1, end = -1;
+};
+
+std::vector<Request> MakeTrace(const Workload& w, const Cluster& c, double rate) {
+  std::mt19937_64 rng(w.seed);
+  std::uniform_int_distribution<int> sys_len(w.system_tokens_min, w.system_tokens_max);
+  std::uniform_int_distribution<int> user_len(w.user_tokens_min, w.user_tokens_max);
+  std::uniform_int_distribution<int> out_len(w.output_tokens_min, w.output_tokens_max);
+  std::uniform_int_distribution<int32_t> token(0, kVocab - 1);
+  std::exponential_distribution<double> gap(rate);
+  std::vector<std::vector<int32_t>> systems(w.system_prompts);
+  std::vector<double> cdf;
+  double total = 0;
+  for (int k = 0; k < w.system_prompts; ++k) {
+    systems[k].resize(sys_len(rng));
+    for (int32_t& t : systems[k]) t = token(rng);
+    total += 1.0 / std::pow(k + 1, w.zipf);
+    cdf.push_back(total);
+  }
+  std::uniform_real_distribution<double> pick(0, total);
+  std::uniform_real_distribution<double> unit(0, 1);
+  std::vector<int> hot_order(w.system_prompts);
+  for (int k = 0; k < w.system_prompts; ++k) hot_order[k] = k;
+  std::shuffle(hot_order.begin(), hot_order.end(), rng);
+  const Hash128 seed = PrefixSeed(Hash128{1, 2});
+  std::vector<Request> trace(w.requests);
+  double t = 0;
+  std::vector<int32_t> tokens;
+  for (Request& r : trace) {
+    t += gap(rng);
+    r.arrival = t;
+    int s = int(std::lower_bound(cdf.begin(), cdf.end(), pick(rng)) - cdf.begin());
+    if (w.hot_share > 0 && unit(rng) < w.hot_share) {
+      s = hot_order[size_t(t / w.hot_period_s) % hot_order.size()];
+    }
+    tokens = systems[std::min(s, w.system_prompts - 1)];
+    for (int n = user_len(rng); n > 0; --n) tokens.push_back(token(rng));
+    r.prompt_tokens = int(tokens.size());
+    r.output_tokens = out_len(rng);
+    r.chain = ChunkHashChain(seed, tokens, c.chunk_tokens);
+  }
+  return trace;
+}
+
+// A prefill worker's prefix cache: chunks, least recently used first out.
+class LruChunks {
+ public:
+  explicit LruChunks(int capacity) : capacity_(capacity) {}
+  // Leading chunks of `chain` held (at most `max`), marked used if `touch`.
+  int Longest(const std::vector<Hash128>& chain, int max, bool touch) {
+    int n = 0;
+    while (n < max && n < int(chain.size())) {
+      auto it = where_.find(chain[n]);
+      if (it == where_.end()) break;
+      if (touch) order_.splice(order_.end(), order_, it->second);
+      ++n;
+    }
+    return n;
+  }
+  void Insert(const Hash128& h, std::vector<Hash128>* stored, std::vector<Hash128>* evicted) {
+    if (auto it = where_.find(h); it != where_.end()) {
+      order_.splice(order_.end(), order_, it->second);
+      return;
+    }
+    if (int(where_.size()) >= capacity_) {
+      evicted->push_back(order_.front());
+      where_.erase(order_.front());
+      order_.pop_front();
+    }
+    order_.push_back(h);
+    where_[h] = std::prev(order_.end());
+    stored->push_back(h);
+  }
+
+ private:
+  const int capacity_;
+  std::list<Hash128> order_;
+  absl::flat_hash_map<Hash128, std::list<Hash128>::iterator> where_;
+};
+
+struct PrefillWorker {
+  explicit PrefillWorker(int capacity) : cache(capacity) {}
+  std::string id;
+  std::deque<int> queue;
+  int current = -1;
+  double busy_s = 0;
+  LruChunks cache;
+  std::vector<Hash128> stored, evicted;  // since the last heartbeat
+  int outstanding = 0;                   // routed, prefill not answered (baselines)
+};
+
+struct DecodeWorker {
+  std::string id;
+  std::vector<int> running;
+  std::deque<int> waiting;
+  int used_pages = 0;
+  bool stepping = false;
+  double batch_seconds = 0;  // integral of the batch size over time
+  double last_change = 0;
+  int dispatched = 0;        // routed, not ended (baselines)
+};
+
+class Simulation {
+ public:
+  Simulation(Policy policy, const Workload& w, const Cluster& c, const CostModel& m,
+             std::vector<Request> trace)
+      : policy_(policy), w_(w), c_(c), m_(m), reqs_(std::move(trace)) {}
+
+  absl::StatusOr<Result> Run();
+
+ private:
+  enum Kind { kArrival, kPrefillDone, kDecodeJoin, kStepDone, kHeartbeat };
+  struct Event {
+    double t;
+    uint64_t seq;
+    Kind kind;
+    int id;
+    bool operator>(const Event& o) const { return t != o.t ? t > o.t : seq > o.seq; }
+  };
+  void At(double t, Kind k, int id) { events_.push(Event{t, next_seq_++, k, id}); }
+
+  absl::Status Start();
+  absl::Status Route(int r);
+  void StartPrefill(int p);
+  void PrefillDone(int p);
+  void DecodeJoin(int r);
+  void TryAdmit(int d);
+  void StepDone(int d);
+  void Heartbeat(int worker);
+  // Adds the batch size since its last change to the worker's integral.
+  void Integrate(DecodeWorker& dw);
+  int PagesFor(const Request& r) const {
+    return (r.prompt_tokens + r.output_tokens + c_.page_tokens - 1) / c_.page_tokens;
+  }
+  Result Summarize() const;
+
+  const Policy policy_;
+  const Workload w_;
+  const Cluster c_;
+  const CostModel m_;
+  std::vector<Request> reqs_;
+  std::vector<PrefillWorker> prefill_;
+  std::vector<DecodeWorker> decode_;
+  std::unique_ptr<WorkerRegistry> registry_;  // kKvcast
+  absl::flat_hash_map<std::string, int> index_of_;
+  // What the baselines know: KV events and loads as of each heartbeat.
+  scheduler::PrefixIndex index_;
+  std::vector<scheduler::Candidate> decode_view_;
+  absl::flat_hash_set<Hash128> relay_;  // chunks the relay holds
+  int rr_prefill_ = 0, rr_decode_ = 0;
+  std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
+  uint64_t next_seq_ = 0;
+  double now_ = 0;
+  int ended_ = 0;
+};
+
+absl::Status Simulation::Start() {
+  for (int i = 0; i < c_.prefill; ++i) {
+    prefill_.emplace_back(c_.prefill_cache_chunks);
+    prefill_.back().id = absl::StrCat("prefill-", i);
+    index_of_[prefill_.back().id] = i;
+  }
+  for (int i = 0; i < c_.decode; ++i) {
+    decode_.emplace_back();
+    decode_.back().id = absl::StrCat("decode-", i);
+    index_of_[decode_.back().id] = i;
+    Candidate cand;
+    cand.slot = scheduler::WorkerSlot(i);
+    cand.free_pages = c_.decode_pages;
+    cand.page_tokens = c_.page_tokens;
+    decode_view_.push_back(cand);
+  }
+  if (policy_ == Policy::kKvcast) {
+    WorkerRegistry::Options o;
+    o.lease = absl::InfiniteDuration();  // virtual time: no worker goes quiet
+    o.quiet = absl::InfiniteDuration();
+    o.make_channel = [](const std::string&) { return nullptr; };
+    o.router = c_.router;
+    registry_ = std::make_unique<WorkerRegistry>(std::move(o));
+    auto add = [&](const std::string& id, v1::WorkerRole role) -> absl::Status {
+      v1::RegisterRequest req;
+      v1::WorkerInfo* info = req.mutable_worker();
+      info->set_worker_id(id);
+      info->set_role(role);
+      info->set_grpc_address(id);
+      info->set_moqt_address(id);
+      info->set_model_name("sim");
+      info->set_model_id(Hash128{1, 2}.ToHex());
+      info->set_chunk_tokens(c_.chunk_tokens);
+      info->set_page_tokens(c_.page_tokens);
+      info->set_total_pages(c_.decode_pages);
+      info->set_vocab_size(kVocab);
+      info->set_max_sequence_len(1 << 20);
+      req.mutable_load()->set_free_pages(c_.decode_pages);
+      v1::RegisterResponse resp;
+      grpc::Status st = registry_->Register(nullptr, &req, &resp);
+      if (!st.ok()) return absl::InternalError(st.error_message());
+      return absl::OkStatus();
+    };
+    for (const auto& p : prefill_) {
+      if (absl::Status s = add(p.id, v1::WORKER_ROLE_PREFILL); !s.ok()) return s;
+    }
+    for (const auto& d : decode_) {
+      if (absl::Status s = add(d.id, v1::WORKER_ROLE_DECODE); !s.ok()) return s;
+    }
+  }
+  for (int r = 0; r < int(reqs_.size()); ++r) At(reqs_[r].arrival, kArrival, r);
+  const int workers = c_.prefill + c_.decode;
+  for (int i = 0; i < workers; ++i) At(c_.heartbeat_s * i / workers, kHeartbeat, i);
+  return absl::OkStatus();
+}
+
+absl::Status Simulation::Route(int r) {
+  Request& q = reqs_[r];
+  const int max_tokens = q.output_tokens;
+  switch (policy_) {
+    case Policy::kKvcast: {
+      auto route = registry_->Choose(q.chain, q.prompt_tokens, max_tokens, {});
+      if (!route.ok()) return route.status();
+      if (!route->prefill) return absl::InternalError("no prefill worker chosen");
+      q.route = *route;
+      q.prefill = index_of_.at(route->prefill->worker_id);
+      q.decode = index_of_.at(route->decode.worker_id);
+      return absl::OkStatus();
+    }
+    case Policy::kRoundRobin:
+      q.prefill = rr_prefill_++ % c_.prefill;
+      q.decode = rr_decode_++ % c_.decode;
+      break;
+    case Policy::kAffinity: {
+      const auto held = index_.Match(q.chain);
+      int best = 0, best_held = -1;
+      for (int p = 0; p < c_.prefill; ++p) {
+        auto it = held.find(scheduler::WorkerSlot(p));
+        const int h = it == held.end() ? 0 : it->second;
+        if (h > best_held || (h == best_held && prefill_[p].outstanding <
+                                                      prefill_[best].outstanding)) {
+          best = p;
+          best_held = h;
+        }
+      }
+      q.prefill = best;
+      std::vector<Candidate> view = decode_view_;
+      for (Candidate& cand : view) cand.active += decode_[cand.slot].dispatched;
+      q.decode = int(scheduler::ChooseDecode(view, q.prompt_tokens, max_tokens, {})->slot);
+      break;
+    }
+  }
+  prefill_[q.prefill].outstanding += 1;
+  decode_[q.decode].dispatched += 1;
+  return absl::OkStatus();
+}
+
+void Simulation::StartPrefill(int p) {
+  PrefillWorker& pw = prefill_[p];
+  if (pw.current >= 0 || pw.queue.empty()) return;
+  pw.current = pw.queue.front();
+  pw.queue.pop_front();
+  Request& q = reqs_[pw.current];
+  const int max_reuse = (q.prompt_tokens - 1) / c_.chunk_tokens;
+  q.cached_chunks = pw.cache.Longest(q.chain, max_reuse, /*touch=*/true);
+  int published = 0;
+  if (c_.relay) {
+    while (published < max_reuse && relay_.contains(q.chain[published])) ++published;
+  }
+  q.fetched_chunks = std::max(0, published - q.cached_chunks);
+  const int computed = q.prompt_tokens - (q.cached_chunks + q.fetched_chunks) * c_.chunk_tokens;
+  const double s = m_.prefill_overhead_ms / 1e3 + computed / m_.prefill_tokens_per_s +
+                   q.fetched_chunks * c_.chunk_tokens * m_.kv_bytes_per_token /
+                       m_.fetch_bytes_per_s;
+  pw.busy_s += s;
+  At(now_ + s, kPrefillDone, p);
+}
+
+void Simulation::PrefillDone(int p) {
+  PrefillWorker& pw = prefill_[p];
+  const int r = pw.current;
+  pw.current = -1;
+  Request& q = reqs_[r];
+  for (const Hash128& h : q.chain) pw.cache.Insert(h, &pw.stored, &pw.evicted);
+  if (c_.relay) {
+    relay_.insert(q.chain.begin(), q.chain.end());
+    if (registry_) registry_->Published(absl::StrCat("req-", r), pw.id, q.chain);
+  }
+  q.first_token = now_;
+  pw.outstanding -= 1;
+  if (registry_) registry_->PrefillAnswered(&q.route);
+  const double chunk_s =
+      std::min(q.prompt_tokens, c_.chunk_tokens) * m_.kv_bytes_per_token / m_.transfer_bytes_per_s;
+  At(now_ + chunk_s, kDecodeJoin, r);
+  StartPrefill(p);
+}
+
+void Simulation::Integrate(DecodeWorker& dw) {
+  dw.batch_seconds += double(dw.running.size()) * (now_ - dw.last_change);
+  dw.last_change = now_;
+}
+
+void Simulation::DecodeJoin(int r) {
+  Request& q = reqs_[r];
+  q.remaining = q.output_tokens - 1;  // the prefill sampled the first
+  DecodeWorker& dw = decode_[q.decode];
+  dw.waiting.push_back(r);
+  TryAdmit(q.decode);
+}
+
+void Simulation::TryAdmit(int d) {
+  DecodeWorker& dw = decode_[d];
+  while (!dw.waiting.empty() && int(dw.running.size()) < c_.max_batch &&
+         dw.used_pages + PagesFor(reqs_[dw.waiting.front()]) <= c_.decode_pages) {
+    const int r = dw.waiting.front();
+    dw.waiting.pop_front();
+    dw.used_pages += PagesFor(reqs_[r]);
+    Integrate(dw);
+    dw.running.push_back(r);
+  }
+  if (!dw.stepping && !dw.running.empty()) {
+    dw.stepping = true;
+    At(now_ + m_.DecodeStepMs(int(dw.running.size())) / 1e3, kStepDone, d);
+  }
+}
+
+void Simulation::StepDone(int d) {
+  DecodeWorker& dw = decode_[d];
+  dw.stepping = false;
+  std::vector<int> still;
+  for (int r : dw.running) {
+    Request& q = reqs_[r];
+    if (q.remaining > 0) q.remaining -= 1;
+    if (q.remaining > 0) {
+      still.push_back(r);
+      continue;
+    }
+    q.end = now_;
+    ended_ += 1;
+    dw.used_pages -= PagesFor(q);
+    dw.dispatched -= 1;
+    if (registry_) registry_->Release(&q.route);
+  }
+  Integrate(dw);
+  dw.running = std::move(still);
+  TryAdmit(d);
+}
+
+void Simulation::Heartbeat(int worker) {
+  v1::HeartbeatRequest req;
+  v1::WorkerLoad* load = req.mutable_load();
+  if (worker < c_.prefill) {
+    PrefillWorker& pw = prefill_[worker];
+    req.set_worker_id(pw.id);
+    int64_t waiting = 0;  // as the engine counts: tokens its cache does not hold
+    for (int r : pw.queue) {
+      const Request& q = reqs_[r];
+      const int max_reuse = (q.prompt_tokens - 1) / c_.chunk_tokens;
+      waiting += q.prompt_tokens - c_.chunk_tokens * pw.cache.Longest(q.chain, max_reuse, false);
+    }
+    load->set_free_pages(c_.decode_pages);
+    load->set_running(pw.current >= 0 ? 1 : 0);
+    load->set_queued(int(pw.queue.size()));
+    load->set_queued_tokens(waiting);
+    auto event = [&](v1::KvEvent::Kind kind, std::vector<Hash128>* hashes) {
+      if (hashes->empty()) return;
+      v1::KvEvent* e = req.add_events();
+      e->set_kind(kind);
+      for (const Hash128& h : *hashes) e->add_chunk_hashes(Bytes16(h));
+      kind == v1::KvEvent::KIND_STORED ? index_.Stored(worker, *hashes)
+                                       : index_.Evicted(worker, *hashes);
+      hashes->clear();
+    };
+    // A chunk stored and evicted within one period is reported in that order.
+    event(v1::KvEvent::KIND_STORED, &pw.stored);
+    event(v1::KvEvent::KIND_EVICTED, &pw.evicted);
+  } else {
+    DecodeWorker& dw = decode_[worker - c_.prefill];
+    req.set_worker_id(dw.id);
+    load->set_free_pages(c_.decode_pages - dw.used_pages);
+    load->set_running(int(dw.running.size()));
+    load->set_queued(int(dw.waiting.size()));
+    Candidate& view = decode_view_[worker - c_.prefill];
+    view.free_pages = load->free_pages();
+    view.active = load->running() + load->queued();
+  }
+  if (registry_) {
+    v1::HeartbeatResponse resp;
+    registry_->Heartbeat(nullptr, &req, &resp);
+  }
+  if (ended_ < int(reqs_.size())) At(now_ + c_.heartbeat_s, kHeartbeat, worker);
+}
+
+absl::StatusOr<Result> Simulation::Run() {
+  if (absl::Status s = Start(); !s.ok()) return s;
+  while (!events_.empty()) {
+    const Event e = events_.top();
+    events_.pop();
+    now_ = e.t;
+    switch (e.kind) {
+      case kArrival:
+        if (absl::Status s = Route(e.id); !s.ok()) return s;
+        prefill_[reqs_[e.id].prefill].queue.push_back(e.id);
+        StartPrefill(reqs_[e.id].prefill);
+        break;
+      case kPrefillDone:
+        PrefillDone(e.id);
+        break;
+      case kDecodeJoin:
+        DecodeJoin(e.id);
+        break;
+      case kStepDone:
+        StepDone(e.id);
+        break;
+      case kHeartbeat:
+        Heartbeat(e.id);
+        break;
+    }
+  }
+  if (ended_ != int(reqs_.size())) {
+    return absl::InternalError(absl::StrCat(reqs_.size() - ended_, " requests never ended"));
+  }
+  return Summarize();
+}
+
+Result Simulation::Summarize() const {
+  Result res;
+  const size_t first = size_t(w_.warmup_fraction * double(reqs_.size()));
+  std::vector<double> ttft, e2e;
+  double prompt = 0, held = 0, reused = 0, out = 0, t0 = reqs_[first].arrival, t1 = 0;
+  for (size_t i = first; i < reqs_.size(); ++i) {
+    const Request& q = reqs_[i];
+    ttft.push_back((q.first_token - q.arrival) * 1e3);
+    e2e.push_back((q.end - q.arrival) * 1e3);
+    prompt += q.prompt_tokens;
+    held += q.cached_chunks * c_.chunk_tokens;
+    reused += (q.cached_chunks + q.fetched_chunks) * c_.chunk_tokens;
+    out += q.output_tokens;
+    t1 = std::max(t1, q.end);
+  }
+  res.requests = int(ttft.size());
+  res.hit_rate = held / prompt;
+  res.reuse_rate = reused / prompt;
+  res.ttft_p50_ms = Percentile(ttft, 0.5);
+  res.ttft_p90_ms = Percentile(ttft, 0.9);
+  res.ttft_p99_ms = Percentile(ttft, 0.99);
+  res.e2e_p50_ms = Percentile(e2e, 0.5);
+  res.output_tokens_per_s = out / std::max(1e-9, t1 - t0);
+  res.simulated_s = now_;
+  auto balance = [](const std::vector<double>& v) {
+    double sum = 0, mx = 0;
+    for (double x : v) {
+      sum += x;
+      mx = std::max(mx, x);
+    }
+    return sum > 0 ? mx / (sum / double(v.size())) : 1.0;
+  };
+  std::vector<double> batch, busy;
+  for (const DecodeWorker& d : decode_) batch.push_back(d.batch_seconds);
+  for (const PrefillWorker& p : prefill_) busy.push_back(p.busy_s);
+  res.decode_balance = balance(batch);
+  res.prefill_balance = balance(busy);
+  return res;
+}
+
+}  // namespace
+
+const char* PolicyName(Policy p) {
+  switch (p) {
+    case Policy::kKvcast:
+      return "kvcast";
+    case Policy::kRoundRobin:
+      return "round-robin";
+    case Policy::kAffinity:
+      return "affinity";
+  }
+  return "?";
+}
+
+double CostModel::DecodeStepMs(int batch) const {
+  const auto& p = decode_step_ms;
+  if (p.size() == 1) return p[0].second;
+  size_t i = 1;
+  while (i + 1 < p.size() && batch > p[i].first) ++i;
+  const double slope = (p[i].second - p[i - 1].second) / double(p[i].first - p[i - 1].first);
+  return std::max(p[0].second, p[i - 1].second + slope * (batch - p[i - 1].first));
+}
+
+double DefaultRate(const Workload& w, const Cluster& c, const CostModel& m, double utilization) {
+  // With its system prompt reused, a request computes its own tokens plus,
+  // on average, half a chunk of the system prompt's partial last chunk.
+  const double own = 0.5 * (w.user_tokens_min + w.user_tokens_max) + 0.5 * c.chunk_tokens;
+  const double per_request = m.prefill_overhead_ms / 1e3 + own / m.prefill_tokens_per_s;
+  return utilization * c.prefill / per_request;
+}
+
+absl::StatusOr<Result> Simulate(Policy policy, const Workload& workload, const Cluster& cluster,
+                                const CostModel& model) {
+  if (workload.requests < 10 || workload.system_prompts < 1 || cluster.prefill < 1 ||
+      cluster.decode < 1 || cluster.chunk_tokens < 1 || cluster.page_tokens < 1 ||
+      workload.system_tokens_min < 1 || workload.system_tokens_max < workload.system_tokens_min ||
+      workload.user_tokens_min < 1 || workload.user_tokens_max < workload.user_tokens_min ||
+      workload.output_tokens_min < 1 || workload.output_tokens_max < workload.output_tokens_min ||
+      model.decode_step_ms.empty()) {
+    return absl::InvalidArgumentError("routing simulation: inconsistent workload or cluster");
+  }
+  const int longest = workload.system_tokens_max + workload.user_tokens_max;
+  if ((longest + workload.output_tokens_max) / cluster.page_tokens + 1 > cluster.decode_pages) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("routing simulation: a request of ", longest + workload.output_tokens_max,
+                     " tokens does not fit in a decode worker's ", cluster.decode_pages, " pages"));
+  }
+  const double rate =
+      workload.rate > 0 ? workload.rate : DefaultRate(workload, cluster, model, 0.7);
+  Simulation sim(policy, workload, cluster, model, MakeTrace(workload, cluster, rate));
+  return sim.Run();
+}
+
+}  // namespace kvcast::sim

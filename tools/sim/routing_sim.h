@@ -1,0 +1,106 @@
+// Routing simulator: a discrete-event model of a kvcast cluster (prefill
+// workers with a prefix cache, decode workers with continuous batching, a
+// relay caching published prefixes) that routes a synthetic shared-prefix
+// trace with the scheduler's real code: the `kvcast` policy is
+// scheduler::WorkerRegistry itself (Register / Heartbeat with load and KV
+// events / Choose / Published / Release), fed on the workers' heartbeat
+// period exactly as the services feed it. The baselines see the same
+// heartbeats:
+//   round-robin  prefill and decode in turn;
+//   affinity     the prefill worker holding the longest prefix
+//                (scheduler::PrefixIndex), fewest outstanding requests on a
+//                tie; decode by scheduler::ChooseDecode.
+//
+// Time is virtual; every cost comes from CostModel (defaults measured on the
+// project's 2-core VM, docs/benchmarks.md). A prefill worker computes one
+// prompt at a time, first come first served: the prompt's chunks it holds
+// are reused, chunks the relay holds are fetched (when `relay`), the rest is
+// computed; its cache is an LRU of `prefill_cache_chunks` chunks. The first
+// token leaves with the prefill (TTFT); the KV crosses to decode while it is
+// computed, so decode starts one chunk's transfer after the prefill ends.
+// A decode worker runs steps of every admitted sequence (step time by batch
+// size, CostModel::decode_step_ms) while pages and `max_batch` allow.
+//
+// Same seed, same trace for every policy. Thread-compatible.
+#ifndef KVCAST_TOOLS_SIM_ROUTING_SIM_H_
+#define KVCAST_TOOLS_SIM_ROUTING_SIM_H_
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "services/scheduler/router.h"
+
+namespace kvcast::sim {
+
+enum class Policy { kKvcast, kRoundRobin, kAffinity };
+const char* PolicyName(Policy p);
+
+struct CostModel {
+  // SmolLM2-135M Q8 on the `cpu` backend, 2 threads (benchmarks.md, "engine").
+  double prefill_tokens_per_s = 415;
+  double prefill_overhead_ms = 2;
+  // (batch, ms per step), linear between points, extrapolated from the last two.
+  std::vector<std::pair<int, double>> decode_step_ms = {{1, 9.5}, {8, 46}, {32, 152}};
+  // SmolLM2 fp16 KV: 30 layers x K,V x 3 heads x 64 x 2 bytes.
+  double kv_bytes_per_token = 23040;
+  double transfer_bytes_per_s = 400e6;  // prefill -> decode (kv_path_bench, fp16, direct)
+  double fetch_bytes_per_s = 300e6;     // relay -> prefill worker (cached FETCH)
+  double DecodeStepMs(int batch) const;
+};
+
+struct Workload {
+  int requests = 20000;
+  double warmup_fraction = 0.1;  // first requests left out of the statistics
+  double rate = 0;               // arrivals per second (Poisson); 0: see DefaultRate
+  int system_prompts = 64;
+  double zipf = 1.0;             // popularity of system prompt k is 1 / (k + 1)^zipf
+  // Hot-prefix skew: every `hot_period_s` another system prompt (a fixed
+  // random order) takes `hot_share` of the arrivals; 0 = off.
+  double hot_share = 0;
+  double hot_period_s = 60;
+  int system_tokens_min = 512, system_tokens_max = 2048;
+  int user_tokens_min = 32, user_tokens_max = 256;
+  int output_tokens_min = 16, output_tokens_max = 128;
+  uint64_t seed = 1;
+};
+
+struct Cluster {
+  int prefill = 8;
+  int decode = 16;
+  int chunk_tokens = 128;
+  int page_tokens = 16;
+  int prefill_cache_chunks = 256;  // per prefill worker
+  int decode_pages = 8192;         // per decode worker
+  int max_batch = 64;
+  double heartbeat_s = 1.0;
+  bool relay = true;
+  scheduler::RouterOptions router;  // the kvcast policy's
+};
+
+// Arrival rate at which the prefill workers would be `utilization` busy if
+// every request reused its system prompt (computing only its own tokens).
+double DefaultRate(const Workload& w, const Cluster& c, const CostModel& m, double utilization);
+
+struct Result {
+  int requests = 0;           // counted (after warm-up)
+  double hit_rate = 0;        // prompt tokens the prefill worker held itself
+  double reuse_rate = 0;      // held or fetched from the relay
+  double ttft_p50_ms = 0, ttft_p90_ms = 0, ttft_p99_ms = 0;
+  double e2e_p50_ms = 0;
+  // max / mean over workers: decode of the time-averaged batch, prefill of
+  // busy time.
+  double decode_balance = 0;
+  double prefill_balance = 0;
+  double output_tokens_per_s = 0;
+  double simulated_s = 0;
+};
+
+absl::StatusOr<Result> Simulate(Policy policy, const Workload& workload, const Cluster& cluster,
+                                const CostModel& model);
+
+}  // namespace kvcast::sim
+
+#endif  // KVCAST_TOOLS_SIM_ROUTING_SIM_H_

@@ -1,0 +1,89 @@
+#include "tools/sim/routing_sim.h"
+
+#include "gtest/gtest.h"
+
+namespace kvcast::sim {
+namespace {
+
+Workload Small() {
+  Workload w;
+  w.requests = 3000;
+  w.system_prompts = 16;
+  return w;
+}
+
+Cluster Cluster4x4() {
+  Cluster c;
+  c.prefill = 4;
+  c.decode = 4;
+  return c;
+}
+
+// The goal, on a small cluster: a system prompt that turns hot has
+// one holder; pure affinity queues its traffic there, the router spills it.
+TEST(RoutingSim, UnderAHotPrefixTheRouterKeepsHitsAndCutsTheTail) {
+  Workload w = Small();
+  w.hot_share = 0.4;
+  w.hot_period_s = 30;
+  const Cluster c = Cluster4x4();
+  const CostModel m;
+  w.rate = DefaultRate(w, c, m, 0.7);
+  auto ours = Simulate(Policy::kKvcast, w, c, m);
+  auto affinity = Simulate(Policy::kAffinity, w, c, m);
+  ASSERT_TRUE(ours.ok()) << ours.status();
+  ASSERT_TRUE(affinity.ok()) << affinity.status();
+  EXPECT_GT(ours->hit_rate, affinity->hit_rate - 0.05);
+  EXPECT_GT(affinity->ttft_p99_ms, 2 * ours->ttft_p99_ms);
+  EXPECT_EQ(ours->requests, 2700);
+}
+
+TEST(RoutingSim, AffinityHitsMoreThanRoundRobinAndRoundRobinBalancesDecode) {
+  Workload w = Small();
+  Cluster c = Cluster4x4();
+  c.prefill_cache_chunks = 64;  // a quarter of the system prompts each
+  const CostModel m;
+  w.rate = DefaultRate(w, c, m, 0.5);
+  auto rr = Simulate(Policy::kRoundRobin, w, c, m);
+  auto affinity = Simulate(Policy::kAffinity, w, c, m);
+  ASSERT_TRUE(rr.ok() && affinity.ok());
+  EXPECT_GT(affinity->hit_rate, rr->hit_rate + 0.1);
+  EXPECT_LT(rr->decode_balance, 1.1);
+  // With the relay, every policy reuses every published prefix.
+  EXPECT_NEAR(rr->reuse_rate, affinity->reuse_rate, 0.01);
+}
+
+TEST(RoutingSim, TheSameSeedGivesTheSameRun) {
+  Workload w = Small();
+  w.requests = 500;
+  auto a = Simulate(Policy::kKvcast, w, Cluster4x4(), CostModel());
+  auto b = Simulate(Policy::kKvcast, w, Cluster4x4(), CostModel());
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->ttft_p99_ms, b->ttft_p99_ms);
+  EXPECT_EQ(a->hit_rate, b->hit_rate);
+  w.seed = 2;
+  auto other = Simulate(Policy::kKvcast, w, Cluster4x4(), CostModel());
+  ASSERT_TRUE(other.ok());
+  EXPECT_NE(a->ttft_p99_ms, other->ttft_p99_ms);
+}
+
+TEST(RoutingSim, DecodeStepTimeInterpolatesItsPoints) {
+  CostModel m;  // 1:9.5, 8:46, 32:152
+  EXPECT_DOUBLE_EQ(m.DecodeStepMs(1), 9.5);
+  EXPECT_DOUBLE_EQ(m.DecodeStepMs(8), 46);
+  EXPECT_NEAR(m.DecodeStepMs(20), 46 + 12 * (106.0 / 24), 1e-9);
+  EXPECT_NEAR(m.DecodeStepMs(64), 152 + 32 * (106.0 / 24), 1e-9);
+}
+
+TEST(RoutingSim, RefusesWhatCannotRun) {
+  Workload w = Small();
+  Cluster c = Cluster4x4();
+  c.decode_pages = 10;  // a 2K-token prompt needs 150
+  EXPECT_EQ(Simulate(Policy::kKvcast, w, c, CostModel()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  w.user_tokens_max = 0;
+  EXPECT_EQ(Simulate(Policy::kKvcast, w, Cluster4x4(), CostModel()).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace kvcast::sim
