@@ -131,10 +131,14 @@ DecodeService::Landed DecodeService::LandPromptKv(grpc::ServerContext* context,
   const int kv_tokens = start.kv_tokens();
   std::vector<int32_t> prompt(start.prompt().begin(), start.prompt().end());
   Landed out;
-  // Chunks this worker holds need not travel.
+  // Chunks this worker holds need not travel. Without a KV source (PD
+  // fusion, or no prefill worker) it computes the prompt after them; the
+  // last token is always computed.
+  const int own = kv_tokens > 0 ? kv_tokens : int(prompt.size());
   std::vector<Hash128> chain = ChunkHashChain(
-      engine.prefix_seed(start.tenant()), absl::MakeConstSpan(prompt).first(kv_tokens), chunk);
-  out.pages = engine.prefix_cache().Acquire(chain, int(chain.size()));
+      engine.prefix_seed(start.tenant()), absl::MakeConstSpan(prompt).first(own), chunk);
+  out.pages = engine.prefix_cache().Acquire(
+      chain, kv_tokens > 0 ? int(chain.size()) : (int(prompt.size()) - 1) / chunk);
   const int own_chunks = int(out.pages.size()) / (chunk / page_tokens);
   out.tokens = out.local_cached = own_chunks * chunk;
   if (out.tokens >= kv_tokens) return out;
@@ -232,7 +236,7 @@ grpc::Status DecodeService::Decode(
   // tells the scheduler this worker is alive (its stall watchdog cancels
   // silent streams; a frozen worker sends nothing).
   auto keepalive = [stream] { stream->Write(v1::DecodeResponse()); };
-  if (start.kv_tokens() > 0) kv = LandPromptKv(context, start, keepalive);
+  kv = LandPromptKv(context, start, keepalive);
   local_cached_tokens_->Increment(kv.local_cached);
 
   std::vector<int32_t> prompt(start.prompt().begin(), start.prompt().end());

@@ -339,7 +339,9 @@ grpc::Status GenerationService::Request::Run() {
     } releaser{svc_->registry_, &*route};
     if (!t_dispatch_) t_dispatch_ = Clock::now();
     decode_worker_ = route->decode.worker_id;
-    // After max_attempts prefill failures the decode worker computes the prompt.
+    if (route->decode_plan.fused && generated_.empty()) svc_->m_.fused->Increment();
+    // Fused, or after max_attempts prefill failures: the decode worker
+    // computes the prompt.
     const bool need_prefill = generated_.empty() && route->prefill.has_value() &&
                               prefill_failures < svc_->options_.max_attempts;
 
@@ -552,6 +554,8 @@ GenerationService::GenerationService(WorkerRegistry* registry,
   m_.rejected = m.AddCounter("kvcast_requests_total", "generation requests by result",
                              {{"result", "rejected"}});
   m_.retries = m.AddCounter("kvcast_retries_total", "worker failures recovered from");
+  m_.fused = m.AddCounter("kvcast_fused_requests_total",
+                          "requests run on their decode worker alone (PD fusion)");
   m_.prefill_stalls = m.AddCounter("kvcast_stalls_total", "worker calls cancelled for no progress",
                                    {{"phase", "prefill"}});
   m_.decode_stalls = m.AddCounter("kvcast_stalls_total", "worker calls cancelled for no progress",
@@ -581,6 +585,12 @@ GenerationService::GenerationService(WorkerRegistry* registry,
   m.AddCallbackGauge("kvcast_workers", "registered workers", [this] {
     return double(registry_->counts().decode);
   }, {{"role", "decode"}});
+  m.AddCallbackGauge("kvcast_prefix_index_chunks", "KV chunks the workers of a role hold",
+                     [this] { return double(registry_->counts().prefill_chunks); },
+                     {{"role", "prefill"}});
+  m.AddCallbackGauge("kvcast_prefix_index_chunks", "KV chunks the workers of a role hold",
+                     [this] { return double(registry_->counts().decode_chunks); },
+                     {{"role", "decode"}});
 }
 
 grpc::Status GenerationService::Run(grpc::ServerContext* context,

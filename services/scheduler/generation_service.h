@@ -94,6 +94,7 @@ class GenerationService final : public v1::Generation::Service {
     services::Counter* failed;
     services::Counter* rejected;
     services::Counter* retries;
+    services::Counter* fused;
     services::Counter* prefill_stalls;
     services::Counter* decode_stalls;
     services::Counter* transfer_failures;

@@ -34,21 +34,30 @@ std::optional<PrefillPlan> ChoosePrefill(const std::vector<Candidate>& prefill, 
 
 std::optional<DecodePlan> ChooseDecode(const std::vector<Candidate>& decode, int prompt_tokens,
                                        int max_tokens,
-                                       const absl::flat_hash_map<WorkerSlot, int>& held) {
+                                       const absl::flat_hash_map<WorkerSlot, int>& held,
+                                       const RouterOptions& options) {
+  const int max_reuse = (prompt_tokens - 1) / options.chunk_tokens;
+  auto held_by = [&](WorkerSlot slot) {
+    auto it = held.find(slot);
+    return it == held.end() ? 0 : std::min(it->second, max_reuse);
+  };
   // Order: has room for the whole sequence, then fewer requests in flight,
-  // then more free pages. A worker without room still takes the request (its
-  // engine queues it until pages free up) when no worker has room.
+  // then more of the prompt held, then more free pages. A worker without
+  // room still takes the request (its engine queues it until pages free up)
+  // when no worker has room.
   auto key = [&](const Candidate& c) {
     const int need = (prompt_tokens + max_tokens + c.page_tokens - 1) / c.page_tokens;
-    return std::make_tuple(c.free_pages >= need ? 0 : 1, c.active, -c.free_pages);
+    return std::make_tuple(c.free_pages >= need ? 0 : 1, c.active, -held_by(c.slot),
+                           -c.free_pages);
   };
   const Candidate* best = nullptr;
   for (const Candidate& c : decode) {
     if (best == nullptr || key(c) < key(*best)) best = &c;
   }
   if (best == nullptr) return std::nullopt;
-  auto it = held.find(best->slot);
-  return DecodePlan{best->slot, it == held.end() ? 0 : it->second};
+  const int cached = held_by(best->slot);
+  return DecodePlan{best->slot, cached,
+                    prompt_tokens - cached * options.chunk_tokens <= options.fuse_tokens};
 }
 
 }  // namespace kvcast::scheduler

@@ -18,8 +18,14 @@
 // (tools/sim shows the collapse).
 //
 // Decode: prefer workers with free pages for prompt + max_tokens, then the
-// least loaded (running + dispatched sequences), then more free pages;
-// chunks it already holds need not be transferred.
+// least loaded (running + dispatched sequences), then the one holding more
+// of the prompt, then more free pages; chunks it already holds need not be
+// transferred.
+//
+// PD fusion: when the chosen decode worker would compute at most
+// `fuse_tokens` of the prompt itself (a short prompt, or a prefix it holds,
+// such as the previous turn of a conversation), the request runs there
+// alone: no prefill call, no KV handoff.
 //
 // Pure functions over a snapshot; thread-safe.
 #ifndef KVCAST_SERVICES_SCHEDULER_ROUTER_H_
@@ -46,6 +52,10 @@ struct RouterOptions {
   double fetch_weight = 0.1;    // cost of fetching a token relative to computing it
   double load_weight = 64;      // tokens of cost per request in flight
   double miss_weight = 4;       // extra charge per token of work above the least
+  // PD fusion threshold in prompt tokens; 0: always disaggregate. 32 is
+  // this CPU's crossover (docs/benchmarks.md, "PD fusion"); on a GPU a short
+  // prefill costs about one decode step and a few hundred fit.
+  int fuse_tokens = 32;
   int chunk_tokens = 128;
 };
 
@@ -67,12 +77,14 @@ std::optional<PrefillPlan> ChoosePrefill(const std::vector<Candidate>& prefill, 
 struct DecodePlan {
   WorkerSlot slot = 0;
   int cached_chunks = 0;
+  bool fused = false;  // the decode worker computes the prompt (PD fusion)
 };
 
 // nullopt only when there is no candidate.
 std::optional<DecodePlan> ChooseDecode(const std::vector<Candidate>& decode, int prompt_tokens,
                                        int max_tokens,
-                                       const absl::flat_hash_map<WorkerSlot, int>& held);
+                                       const absl::flat_hash_map<WorkerSlot, int>& held,
+                                       const RouterOptions& options);
 
 }  // namespace kvcast::scheduler
 

@@ -62,19 +62,38 @@ TEST(RouterTest, FetchingFromARelayBeatsRecomputing) {
   EXPECT_FALSE(ChoosePrefill({}, 10, {}, 0, o));
 }
 
-TEST(RouterTest, DecodeByRoomThenLoadThenFreePages) {
-  // 100 + 60 tokens need 10 pages of 16.
-  auto plan = ChooseDecode({Worker(1, 0, 0, 9), Worker(2, 0, 3, 50), Worker(3, 0, 3, 80)}, 100,
-                           60, {{3, 1}});
+TEST(RouterTest, DecodeByRoomThenLoadThenHeldPrefixThenFreePages) {
+  RouterOptions o;
+  // 200 + 60 tokens need 17 pages of 16.
+  auto plan = ChooseDecode({Worker(1, 0, 0, 16), Worker(2, 0, 3, 90), Worker(3, 0, 3, 80)}, 200,
+                           60, {{3, 1}}, o);
   ASSERT_TRUE(plan);
   EXPECT_EQ(plan->slot, 3u);
   EXPECT_EQ(plan->cached_chunks, 1);
-  plan = ChooseDecode({Worker(1, 0, 5, 500), Worker(2, 0, 2, 20)}, 100, 60, {});
+  EXPECT_FALSE(plan->fused);  // 200 - 128 = 72 tokens to compute > 32
+  plan = ChooseDecode({Worker(2, 0, 3, 90), Worker(3, 0, 3, 80)}, 200, 60, {}, o);
+  EXPECT_EQ(plan->slot, 2u);
+  plan = ChooseDecode({Worker(1, 0, 5, 500), Worker(2, 0, 2, 20)}, 200, 60, {}, o);
   EXPECT_EQ(plan->slot, 2u);
   // Nobody has room: the least loaded still takes it.
-  plan = ChooseDecode({Worker(1, 0, 5, 1), Worker(2, 0, 2, 2)}, 100, 60, {});
+  plan = ChooseDecode({Worker(1, 0, 5, 1), Worker(2, 0, 2, 2)}, 200, 60, {}, o);
   EXPECT_EQ(plan->slot, 2u);
-  EXPECT_FALSE(ChooseDecode({}, 1, 1, {}));
+  EXPECT_FALSE(ChooseDecode({}, 1, 1, {}, o));
+}
+
+TEST(RouterTest, FusesWhenTheDecodeWorkerHasLittleToCompute) {
+  RouterOptions o;
+  o.fuse_tokens = 64;
+  // 300 tokens: holding 2 chunks leaves 44 to compute, 1 chunk 172.
+  auto plan = ChooseDecode({Worker(1)}, 300, 16, {{1, 2}}, o);
+  ASSERT_TRUE(plan);
+  EXPECT_TRUE(plan->fused);
+  EXPECT_FALSE(ChooseDecode({Worker(1)}, 300, 16, {{1, 1}}, o)->fused);
+  EXPECT_TRUE(ChooseDecode({Worker(1)}, 64, 16, {}, o)->fused);  // a short prompt
+  EXPECT_FALSE(ChooseDecode({Worker(1)}, 65, 16, {}, o)->fused);
+  // A held prefix never covers the last token: 256 tokens holding both
+  // chunks still computes 128.
+  EXPECT_FALSE(ChooseDecode({Worker(1)}, 256, 16, {{1, 2}}, o)->fused);
 }
 
 }  // namespace

@@ -47,7 +47,7 @@ void BM_RouteRequest(benchmark::State& state) {
     auto held = f->index.Match(chain);
     auto hit = f->published.Longest(chain);
     auto p = ChoosePrefill(f->workers, 2100, held, hit.groups, options);
-    auto d = ChooseDecode(f->workers, 2100, 256, held);
+    auto d = ChooseDecode(f->workers, 2100, 256, held, RouterOptions());
     benchmark::DoNotOptimize(p);
     benchmark::DoNotOptimize(d);
   }

@@ -74,6 +74,10 @@ ABSL_FLAG(std::string, model, "", "model (.gguf file or HF directory) to read th
 ABSL_FLAG(std::string, kv_compression, "fp16",
           "KV track decode workers subscribe to, or \"abr\": each decode worker picks a track "
           "per 128-token group from the bandwidth it measures (its --kv_abr_* flags)");
+ABSL_FLAG(int, pd_fusion_tokens, kvcast::scheduler::RouterOptions().fuse_tokens,
+          "PD fusion: a request whose decode worker would compute at most this many prompt "
+          "tokens itself (short, or a prefix it holds) runs there, without prefill or KV "
+          "handoff; 0: always disaggregate");
 ABSL_FLAG(bool, prefix_reuse, true,
           "route to cached prefixes and fetch published ones (false: for A/B runs)");
 ABSL_FLAG(double, drain_s, 30, "on SIGTERM: finish in-flight requests for up to this long");
@@ -128,6 +132,10 @@ int main(int argc, char** argv) {
   ro.lease = absl::Seconds(absl::GetFlag(FLAGS_lease_s));
   ro.quiet = absl::Seconds(absl::GetFlag(FLAGS_worker_quiet_s));
   ro.prefix_reuse = absl::GetFlag(FLAGS_prefix_reuse);
+  ro.router.fuse_tokens = absl::GetFlag(FLAGS_pd_fusion_tokens);
+  if (ro.router.fuse_tokens < 0) {
+    return fail(absl::InvalidArgumentError("--pd_fusion_tokens must be >= 0"));
+  }
   ro.make_channel = [creds = *creds,
                      name = absl::GetFlag(FLAGS_worker_tls_name)](const std::string& address) {
     return services::MakeChannel(address, creds, name);

@@ -205,6 +205,12 @@ absl::StatusOr<Route> WorkerRegistry::Choose(absl::Span<const Hash128> chain, in
   if (options_.prefix_reuse) route.reuse = published_.Longest(chain);
   RouterOptions ro = options_.router;
   ro.chunk_tokens = model_->chunk_tokens;
+  auto d = ChooseDecode(decode, prompt_tokens, max_tokens, held, ro);
+  Worker& dw = workers_[d->slot];
+  route.decode = dw.ref;
+  route.decode_plan = *d;
+  dw.dispatched += 1;
+  if (d->fused) return route;
   if (auto p = ChoosePrefill(prefill, prompt_tokens, held, route.reuse.groups, ro)) {
     Worker& w = workers_[p->slot];
     route.prefill = w.ref;
@@ -213,11 +219,6 @@ absl::StatusOr<Route> WorkerRegistry::Choose(absl::Span<const Hash128> chain, in
     w.dispatched += 1;
     w.dispatched_work += p->work;
   }
-  auto d = ChooseDecode(decode, prompt_tokens, max_tokens, held);
-  Worker& dw = workers_[d->slot];
-  route.decode = dw.ref;
-  route.decode_plan = *d;
-  dw.dispatched += 1;
   return route;
 }
 
@@ -259,7 +260,9 @@ WorkerRegistry::Counts WorkerRegistry::counts() const {
   absl::MutexLock lock(&mu_);
   Counts c;
   for (const auto& [slot, w] : workers_) {
-    (w.info.role() == v1::WORKER_ROLE_PREFILL ? c.prefill : c.decode) += 1;
+    const bool prefill = w.info.role() == v1::WORKER_ROLE_PREFILL;
+    (prefill ? c.prefill : c.decode) += 1;
+    (prefill ? c.prefill_chunks : c.decode_chunks) += index_.chunks_of(slot);
   }
   c.index_chunks = index_.num_chunks();
   return c;

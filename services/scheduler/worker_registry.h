@@ -53,7 +53,9 @@ struct WorkerRef {
 };
 
 struct Route {
-  std::optional<WorkerRef> prefill;  // absent: no prefill worker (decode recomputes)
+  // Absent: the decode worker computes the prompt (PD fusion, or no
+  // prefill worker is registered).
+  std::optional<WorkerRef> prefill;
   PrefillPlan prefill_plan;
   PublishedPrefixes::Hit reuse;      // the published track to fetch from (groups may be 0)
   WorkerRef decode;
@@ -112,7 +114,9 @@ class WorkerRegistry final : public v1::Registry::Service {
   struct Counts {
     int prefill = 0;
     int decode = 0;
-    size_t index_chunks = 0;
+    size_t index_chunks = 0;   // distinct chunks held anywhere
+    size_t prefill_chunks = 0;  // chunks held, summed over the prefill workers
+    size_t decode_chunks = 0;   // and over the decode workers
   };
   Counts counts() const;
 

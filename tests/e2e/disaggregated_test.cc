@@ -444,6 +444,41 @@ TEST_F(DisaggregatedTest, DiskTierChunksOutliveTheDecodeWorker) {
   EXPECT_TRUE(c->Stop().ok());
 }
 
+TEST_F(DisaggregatedTest, PdFusionRunsShortAndHeldPromptsOnTheDecodeWorker) {
+  auto c = Start("fusion", 1, 1, {"--pd_fusion_tokens=64"});
+  ASSERT_NE(c, nullptr);
+  // 40 tokens: the decode worker computes them itself, nothing is handed off.
+  auto shortp = Prompt(40, 3);
+  Result r = Generate(c->scheduler_address(), shortp, 12);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.tokens, Reference(shortp, 12));
+  EXPECT_EQ(r.final.prefill_worker(), "");
+  EXPECT_EQ(r.final.timings().transfer_bytes(), 0);
+  // 300 tokens: disaggregated; the decode worker keeps the 2 full chunks.
+  auto first = Prompt(300, 5);
+  r = Generate(c->scheduler_address(), first, 8);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_NE(r.final.prefill_worker(), "");
+  // Once the scheduler heard of the decode worker's copy (a heartbeat), the
+  // next turn of that conversation (24 new tokens) runs there alone.
+  const Process& sched = c->scheduler();
+  for (int i = 0; i < 100 && Metric(sched, "kvcast_prefix_index_chunks", {{"role", "decode"}}) < 2;
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  auto next = first;
+  next.resize(256);
+  for (int i = 0; i < 24; ++i) next.push_back(30 + i);
+  r = Generate(c->scheduler_address(), next, 10);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.tokens, Reference(next, 10));
+  EXPECT_EQ(r.final.prefill_worker(), "");
+  EXPECT_EQ(r.final.usage().cached_prompt_tokens(), 256);
+  EXPECT_EQ(Metric(sched, "kvcast_fused_requests_total"), 2);
+  ExpectNoPagesLeaked(c->worker(Role::kDecode, 0));
+  EXPECT_TRUE(c->Stop().ok());
+}
+
 TEST_F(DisaggregatedTest, WithoutPrefillWorkersDecodeRecomputes) {
   auto c = Start("no_prefill", 1, 1);
   ASSERT_NE(c, nullptr);

@@ -158,8 +158,12 @@ class Checks:
         expect(final.timings.ttft_ms > 0, f"{where}: timings.ttft_ms {final.timings.ttft_ms}")
         expect(final.timings.e2e_ms >= final.timings.ttft_ms,
                f"{where}: e2e_ms {final.timings.e2e_ms} < ttft_ms {final.timings.ttft_ms}")
-        expect(final.prefill_worker and final.decode_worker,
-               f"{where}: workers not named (prefill {final.prefill_worker!r}, decode {final.decode_worker!r})")
+        expect(final.decode_worker, f"{where}: decode worker not named")
+        # Handed off (a prefill worker named, KV bytes landed) or run on the
+        # decode worker alone (PD fusion: neither).
+        expect(bool(final.prefill_worker) == (final.timings.transfer_bytes > 0),
+               f"{where}: prefill worker {final.prefill_worker!r} with "
+               f"{final.timings.transfer_bytes} KV bytes landed")
 
     def ready(self):
         """Health SERVING and one request OK, within READY_TIMEOUT_S."""

@@ -226,6 +226,7 @@ absl::Status Simulation::Start() {
     o.quiet = absl::InfiniteDuration();
     o.make_channel = [](const std::string&) { return nullptr; };
     o.router = c_.router;
+    o.router.fuse_tokens = 0;  // not modelled: every request is disaggregated
     registry_ = std::make_unique<WorkerRegistry>(std::move(o));
     auto add = [&](const std::string& id, v1::WorkerRole role) -> absl::Status {
       v1::RegisterRequest req;
@@ -292,7 +293,8 @@ absl::Status Simulation::Route(int r) {
       q.prefill = best;
       std::vector<Candidate> view = decode_view_;
       for (Candidate& cand : view) cand.active += decode_[cand.slot].dispatched;
-      q.decode = int(scheduler::ChooseDecode(view, q.prompt_tokens, max_tokens, {})->slot);
+      q.decode = int(
+          scheduler::ChooseDecode(view, q.prompt_tokens, max_tokens, {}, c_.router)->slot);
       break;
     }
   }
