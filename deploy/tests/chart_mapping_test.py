@@ -241,6 +241,7 @@ class TlsSecrets(unittest.TestCase):
             text = subprocess.run(["openssl", "x509", "-in", "tls.crt", "-noout", "-text"], cwd=tmp,
                                   capture_output=True, text=True, check=True).stdout
         self.assertIn("DNS:kv-kvcast-scheduler.llm.svc", text)
+        self.assertIn("DNS:kv-kvcast-scheduler-peers.llm.svc", text)
         self.assertIn("DNS:kvcast-worker", text)
         # Off: workers register on the public port, in plaintext.
         off = kvtest.objects(kvtest.render({"tls": {"internal": {"enabled": False}}}))
@@ -248,7 +249,7 @@ class TlsSecrets(unittest.TestCase):
         for role in WORKERS:
             self.assertNotIn("grpc_cert", flags(the(off, "Deployment", role)))
             self.assertEqual(flags(the(off, "Deployment", role))["scheduler"],
-                             "kv-kvcast-scheduler.llm.svc:50051")
+                             "kv-kvcast-scheduler-peers.llm.svc:50051")
 
     def test_moqt_authorization_key_everywhere_by_default(self):
         for values, secret_name in (("defaults", "kv-kvcast-moqt-auth"),
@@ -325,15 +326,23 @@ def the_secret(o, name):
 
 
 class Wiring(unittest.TestCase):
-    def test_workers_register_with_the_scheduler_service(self):
+    def test_workers_register_with_every_scheduler_replica(self):
         for name in kvtest.VALUE_SETS:
             o = objs(name)
             svc = the(o, "Service", "scheduler")
+            peers = the(o, "Service", "scheduler-peers")
+            # Headless, listing replicas before they are ready (a scheduler is
+            # ready once workers registered), selecting the scheduler pods.
+            self.assertEqual(peers["spec"]["clusterIP"], "None")
+            self.assertTrue(peers["spec"]["publishNotReadyAddresses"])
+            self.assertEqual(peers["spec"]["selector"], svc["spec"]["selector"])
             # The internal (mutual TLS) port: on in every value set.
             internal = {p["name"]: p["port"] for p in svc["spec"]["ports"]}["internal"]
+            (port,) = peers["spec"]["ports"]
+            self.assertEqual((port["port"], port["targetPort"]), (internal, "internal"))
             for role in WORKERS:
                 self.assertEqual(flags(the(o, "Deployment", role))["scheduler"],
-                                 f"{svc['metadata']['name']}.llm.svc:{internal}", (name, role))
+                                 f"{peers['metadata']['name']}.llm.svc:{internal}", (name, role))
 
     def test_workers_use_the_relay_service_when_there_is_one(self):
         o = objs("defaults")
@@ -431,9 +440,13 @@ class Metrics(unittest.TestCase):
         self.assertEqual(sm["apiVersion"], "monitoring.coreos.com/v1")
         self.assertEqual(sm["metadata"]["labels"]["release"], "prometheus")
         self.assertEqual(sm["spec"]["endpoints"][0]["port"], "metrics")
+        self.assertEqual(sm["spec"]["selector"]["matchExpressions"],
+                         [{"key": "app.kubernetes.io/component", "operator": "NotIn",
+                           "values": ["scheduler-peers"]}])
         for svc in find(o, "Service"):
             self.assertTrue(sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items())
-            self.assertIn("metrics", [p["name"] for p in svc["spec"]["ports"]])
+            if svc["metadata"]["labels"]["app.kubernetes.io/component"] != "scheduler-peers":
+                self.assertIn("metrics", [p["name"] for p in svc["spec"]["ports"]])
         self.assertEqual(find(objs("defaults"), "ServiceMonitor"), [])
 
 

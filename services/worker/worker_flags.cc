@@ -23,7 +23,9 @@ ABSL_FLAG(std::string, grpc_key, "", "gRPC server key (PEM)");
 ABSL_FLAG(std::string, grpc_ca, "", "CA (PEM): require client certificates on gRPC, and verify "
           "the scheduler with it");
 ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9090", "HTTP HOST:PORT of /metrics; empty: off");
-ABSL_FLAG(std::string, scheduler, "", "scheduler HOST:PORT to register with; empty: do not");
+ABSL_FLAG(std::string, scheduler, "",
+          "scheduler HOST:PORT[,HOST:PORT...] to register with: every address a HOST resolves "
+          "to is a replica (re-resolved every 5 s); empty: do not register");
 ABSL_FLAG(std::string, advertise_host, "127.0.0.1", "host the scheduler and peers reach us at");
 ABSL_FLAG(std::string, moqt_listen, "0.0.0.0:4433", "MoQT/QUIC HOST:PORT (UDP)");
 ABSL_FLAG(std::string, relay, "", "MoQT relay HOST:PORT; empty: peers connect directly");

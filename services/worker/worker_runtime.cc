@@ -33,15 +33,6 @@ std::string BaseName(const std::string& dir) {
   return slash == std::string::npos ? d : d.substr(slash + 1);
 }
 
-std::string HashBytes16(const Hash128& h) {
-  std::string b(16, '\0');
-  for (int i = 0; i < 8; ++i) {
-    b[i] = char(h.lo >> (8 * i));
-    b[8 + i] = char(h.hi >> (8 * i));
-  }
-  return b;
-}
-
 }  // namespace
 
 WorkerRuntime::WorkerRuntime(const WorkerConfig& config) : config_(config) {}
@@ -67,24 +58,14 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(const Worke
   ASSIGN_OR_RETURN(rt->engine_, Engine::Create(config.model_dir, options, *std::move(backend)));
   rt->model_name_ = config.model_name.empty() ? BaseName(config.model_dir) : config.model_name;
   WorkerRuntime* self = rt.get();
-  rt->engine_->prefix_cache().SetObserver([self](PrefixCache::Event e, const Hash128& h) {
-    absl::MutexLock lock(&self->kv_mu_);
-    const bool stored = e == PrefixCache::Event::kStored;
-    if (stored ? !self->held_.insert(h).second : self->held_.erase(h) == 0) return;
-    const auto kind = stored ? v1::KvEvent::KIND_STORED : v1::KvEvent::KIND_EVICTED;
-    if (self->pending_.empty() || self->pending_.back().kind() != kind) {
-      self->pending_.emplace_back();
-      self->pending_.back().set_kind(kind);
-      self->pending_.back().set_tier(self->config_.backend == "cuda" ? v1::KV_TIER_GPU
-                                                                     : v1::KV_TIER_HOST);
-    }
-    self->pending_.back().add_chunk_hashes(HashBytes16(h));
+  const v1::KvTier tier = config.backend == "cuda" ? v1::KV_TIER_GPU : v1::KV_TIER_HOST;
+  rt->engine_->prefix_cache().SetObserver([self, tier](PrefixCache::Event e, const Hash128& h) {
+    self->links_.Record(e == PrefixCache::Event::kStored, h, tier);
   });
   if (DiskKvTier* disk = rt->engine_->disk_tier()) {
     // What a previous run left on disk: in the registration snapshot, so the
     // router sends those prefixes here again.
-    absl::MutexLock lock(&rt->kv_mu_);
-    for (const Hash128& h : disk->Chunks()) rt->held_.insert(h);
+    for (const Hash128& h : disk->Chunks()) rt->links_.Record(true, h, v1::KV_TIER_DISK);
   }
   ASSIGN_OR_RETURN(rt->loop_thread_, quic::LoopThread::Start());
   rt->compute_ = std::thread([self] { self->ComputeLoop(); });
@@ -235,7 +216,22 @@ absl::Status WorkerRuntime::Serve(moqt::RequestHandler* handler,
                               "1 while the MoQT session to --relay is up, else 0",
                               [this] { return relay_up_.load() ? 1.0 : 0.0; });
   }
-  if (!config_.scheduler.empty()) registry_ = std::thread([this] { RegistryLoop(); });
+  if (!config_.scheduler.empty()) {
+    auto creds = services::ClientCredentials(config_.grpc_client_cert, config_.grpc_client_key,
+                                            config_.grpc_client_ca);
+    if (!creds.ok()) return creds.status();
+    SchedulerLinks::Options o;
+    o.scheduler = config_.scheduler;
+    o.creds = *creds;
+    o.heartbeat = config_.heartbeat;
+    o.worker_id = worker_id_;
+    o.info = [this] { return Info(); };
+    o.load = [this] { return Load(); };
+    RETURN_IF_ERROR(links_.Start(std::move(o)));
+    metrics_.AddCallbackGauge("kvcast_scheduler_replicas_registered",
+                              "scheduler replicas this worker is registered with",
+                              [this] { return double(links_.registered()); });
+  }
   return absl::OkStatus();
 }
 
@@ -327,74 +323,8 @@ v1::WorkerInfo WorkerRuntime::Info() const {
   return info;
 }
 
-void WorkerRuntime::RegistryLoop() {
-  auto creds = services::ClientCredentials(config_.grpc_client_cert, config_.grpc_client_key,
-                                          config_.grpc_client_ca);
-  if (!creds.ok()) {
-    std::fprintf(stderr, "kvcast worker: cannot call the scheduler: %s\n",
-                 creds.status().ToString().c_str());
-    return;
-  }
-  auto channel = services::MakeChannel(config_.scheduler, *creds);
-  auto stub = v1::Registry::NewStub(channel);
-  bool registered = false;
-  absl::Duration interval = config_.heartbeat;
-  std::string last_error;
-  do {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    grpc::Status st;
-    if (!registered) {
-      v1::RegisterRequest req;
-      *req.mutable_worker() = Info();
-      *req.mutable_load() = Load();
-      {
-        absl::MutexLock lock(&kv_mu_);
-        for (const Hash128& h : held_) req.add_cached_chunks(HashBytes16(h));
-        pending_.clear();  // the snapshot supersedes them
-      }
-      v1::RegisterResponse resp;
-      st = stub->Register(&ctx, req, &resp);
-      if (st.ok()) {
-        registered = true;
-        interval = std::min(config_.heartbeat, absl::Seconds(resp.lease_s() / 3));
-        std::fprintf(stderr, "kvcast worker %s: registered with %s\n", worker_id_.c_str(),
-                     config_.scheduler.c_str());
-      }
-    } else {
-      v1::HeartbeatRequest req;
-      req.set_worker_id(worker_id_);
-      *req.mutable_load() = Load();
-      std::vector<v1::KvEvent> events;
-      {
-        absl::MutexLock lock(&kv_mu_);
-        events.swap(pending_);
-      }
-      for (auto& e : events) *req.add_events() = std::move(e);
-      v1::HeartbeatResponse resp;
-      st = stub->Heartbeat(&ctx, req, &resp);
-      // Events of a failed heartbeat are lost: register again with a snapshot.
-      if (!st.ok() || resp.reregister()) registered = false;
-    }
-    if (!st.ok() && st.error_message() != last_error) {
-      std::fprintf(stderr, "kvcast worker: scheduler %s: %s (retrying)\n",
-                   config_.scheduler.c_str(), st.error_message().c_str());
-    }
-    last_error = st.ok() ? "" : st.error_message();
-  } while (!registry_stop_.WaitForNotificationWithTimeout(interval));
-  if (registered) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
-    v1::DeregisterRequest req;
-    req.set_worker_id(worker_id_);
-    v1::DeregisterResponse resp;
-    stub->Deregister(&ctx, req, &resp);
-  }
-}
-
 void WorkerRuntime::Shutdown(absl::Duration grace) {
-  if (!registry_stop_.HasBeenNotified()) registry_stop_.Notify();
-  if (registry_.joinable()) registry_.join();
+  links_.Stop();  // deregisters
   if (grpc_) grpc_->Shutdown(grace);
   // Close the MoQT sessions while their handler (owned by the caller) is
   // still alive: closing calls it.

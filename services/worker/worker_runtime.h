@@ -6,16 +6,17 @@
 //  - the MoQT side on one event-loop thread: a MoqtServer on --moqt_listen
 //    and, with --relay, a client session to the relay (reconnected when it
 //    drops), both served by the role's RequestHandler;
-//  - registration with the scheduler (--scheduler): Register with a snapshot
-//    of the chunk hashes the prefix cache holds, then a Heartbeat every
-//    lease/3 carrying the load and the KV events (stored / evicted) since
-//    the last one; any failure re-registers with a fresh snapshot;
+//  - registration with every scheduler replica (--scheduler,
+//    scheduler_links.h): Register with a snapshot of the chunk hashes the
+//    prefix cache holds, then a Heartbeat every lease/3 carrying the load
+//    and the KV events (stored / evicted) since the last one; any failure
+//    re-registers with a fresh snapshot;
 //  - the gRPC server (role services + grpc.health.v1) and the /metrics
 //    endpoint.
 //
 // Threads: gRPC handler threads call Submit/Cancel/Post; the compute thread
 // runs the engine; the loop thread owns every MoQT object; the registry
-// thread talks to the scheduler.
+// threads talk to the scheduler replicas.
 #ifndef KVCAST_SERVICES_WORKER_WORKER_RUNTIME_H_
 #define KVCAST_SERVICES_WORKER_WORKER_RUNTIME_H_
 
@@ -38,6 +39,7 @@
 #include "services/common/grpc_server.h"
 #include "services/common/metrics.h"
 #include "services/common/metrics_server.h"
+#include "services/worker/scheduler_links.h"
 #include "transport/moqt/authorization.h"
 #include "transport/moqt/moqt_endpoint.h"
 #include "transport/quic/event_loop.h"
@@ -62,7 +64,7 @@ struct WorkerConfig {
   int kv_disk_tier_mb = 0;
   services::GrpcServerOptions grpc;
   std::string metrics_listen;
-  std::string scheduler;       // HOST:PORT; empty: do not register
+  std::string scheduler;       // HOST:PORT[,...] (scheduler_links.h); empty: do not register
   std::string advertise_host;  // how the scheduler and peers reach us
   std::string moqt_listen;     // HOST:PORT (UDP)
   std::string relay;           // HOST:PORT; empty: peers connect directly
@@ -127,7 +129,6 @@ class WorkerRuntime {
  private:
   explicit WorkerRuntime(const WorkerConfig& config);
   void ComputeLoop();
-  void RegistryLoop();
   v1::WorkerLoad Load() const;
   v1::WorkerInfo Info() const;
   // Loop thread: (re)connects to the relay (every 250 ms while it is down)
@@ -159,12 +160,8 @@ class WorkerRuntime {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::thread compute_;
 
-  // KV events for the scheduler.
-  absl::Mutex kv_mu_;
-  absl::flat_hash_set<Hash128> held_ ABSL_GUARDED_BY(kv_mu_);
-  std::vector<v1::KvEvent> pending_ ABSL_GUARDED_BY(kv_mu_);
-  std::thread registry_;
-  absl::Notification registry_stop_;
+  // Registration and KV events, with every scheduler replica.
+  SchedulerLinks links_;
 };
 
 }  // namespace kvcast::worker

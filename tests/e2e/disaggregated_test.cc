@@ -13,6 +13,8 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "engine/engine.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -129,8 +131,10 @@ class DisaggregatedTest : public ::testing::Test {
   }
   std::unique_ptr<LocalCluster> Start(const std::string& name, int prefill, int decode,
                                       std::vector<std::string> scheduler_flags = {},
-                                      std::vector<std::string> decode_flags = {}) {
+                                      std::vector<std::string> decode_flags = {},
+                                      int schedulers = 1) {
     ClusterOptions o;
+    o.num_schedulers = schedulers;
     o.model_dir = ModelDir();
     o.work_dir = TmpDir() + "/" + name;
     o.num_prefill = prefill;
@@ -477,6 +481,97 @@ TEST_F(DisaggregatedTest, PdFusionRunsShortAndHeldPromptsOnTheDecodeWorker) {
   EXPECT_EQ(Metric(sched, "kvcast_fused_requests_total"), 2);
   ExpectNoPagesLeaked(c->worker(Role::kDecode, 0));
   EXPECT_TRUE(c->Stop().ok());
+}
+
+// Two scheduler replicas, every worker registered with both, a steady load
+// spread over them; one replica is killed with SIGKILL. Its requests in
+// flight end with UNAVAILABLE (none hangs), and only they; the other
+// replica serves on.
+TEST_F(DisaggregatedTest, AKilledSchedulerReplicaLosesOnlyItsRequestsInFlight) {
+  auto c = Start("replicas", 1, 1, {}, {}, /*schedulers=*/2);
+  ASSERT_NE(c, nullptr);
+  std::shared_ptr<grpc::Channel> channels[2] = {
+      grpc::CreateChannel(c->scheduler(0).grpc_address, grpc::InsecureChannelCredentials()),
+      grpc::CreateChannel(c->scheduler(1).grpc_address, grpc::InsecureChannelCredentials())};
+  absl::Mutex mu;
+  bool killed = false;
+  int unanswered_on_0 = 0;  // calls to replica 0 whose Final was not read yet
+  int unanswered_at_kill = -1;
+  int errors_on_0 = 0, ok_on_1_after_kill = 0, other_failures = 0;
+  std::string first_error;
+  std::atomic<bool> stop{false};
+  auto client = [&](int k) {
+    for (int i = 0; !stop.load(); ++i) {
+      int replica = 0;
+      {
+        absl::MutexLock lock(&mu);
+        replica = killed ? 1 : (i + k) % 2;
+        if (replica == 0) ++unanswered_on_0;
+      }
+      auto stub = v1::Generation::NewStub(channels[replica]);
+      v1::GenerateRequest req;
+      auto prompt = Prompt(150 + 10 * k, 1000 * k + i);
+      *req.mutable_token_ids()->mutable_ids() = {prompt.begin(), prompt.end()};
+      req.set_max_tokens(64);
+      req.set_ignore_eos(true);
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+      auto reader = stub->Generate(&ctx, req);
+      v1::GenerateResponse resp;
+      bool answered = false;
+      while (reader->Read(&resp)) {
+        if (resp.has_final() && replica == 0) {
+          absl::MutexLock lock(&mu);
+          --unanswered_on_0;
+          answered = true;
+          // Read after the kill, it was sent before: not in flight then.
+          if (killed) --unanswered_at_kill;
+        }
+      }
+      grpc::Status st = reader->Finish();
+      absl::MutexLock lock(&mu);
+      if (replica == 0 && !answered) {
+        --unanswered_on_0;
+        if (st.error_code() == grpc::UNAVAILABLE) {
+          ++errors_on_0;
+          continue;
+        }
+      }
+      if (!st.ok()) {
+        ++other_failures;
+        if (first_error.empty()) first_error = absl::StrCat(st.error_code(), ": ", st.error_message());
+      } else if (replica == 1 && killed) {
+        ++ok_on_1_after_kill;
+      }
+    }
+  };
+  std::vector<std::thread> clients;
+  for (int k = 0; k < 4; ++k) clients.emplace_back(client, k);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));
+  // Kill at a moment with calls in flight to replica 0.
+  for (int i = 0; i < 5000 && !killed; ++i) {
+    {
+      absl::MutexLock lock(&mu);
+      if (unanswered_on_0 >= 2) {
+        ASSERT_TRUE(c->Kill(Role::kScheduler, 0, SIGKILL).ok());
+        killed = true;
+        unanswered_at_kill = unanswered_on_0;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(2000));
+  stop = true;
+  for (auto& t : clients) t.join();  // every call has ended: none hung
+  absl::MutexLock lock(&mu);
+  std::printf("replica 0 killed with %d calls unanswered: %d ended UNAVAILABLE; replica 1 then "
+              "served %d\n", unanswered_at_kill, errors_on_0, ok_on_1_after_kill);
+  EXPECT_GE(unanswered_at_kill, 1) << "the kill should land under load";
+  EXPECT_EQ(errors_on_0, unanswered_at_kill);
+  EXPECT_EQ(other_failures, 0) << first_error;
+  EXPECT_GE(ok_on_1_after_kill, 4) << "the other replica serves on";
+  ExpectNoPagesLeaked(c->worker(Role::kDecode, 0));
+  ExpectNoPagesLeaked(c->worker(Role::kPrefill, 0));
 }
 
 TEST_F(DisaggregatedTest, WithoutPrefillWorkersDecodeRecomputes) {

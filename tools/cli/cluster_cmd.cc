@@ -49,8 +49,8 @@ absl::Status InstallSignalPipe() {
 
 absl::Status ValidateClusterUp(const cluster::ClusterOptions& o) {
   if (o.model_dir.empty()) return absl::InvalidArgumentError("--model DIR is required");
-  if (o.num_prefill < 1 || o.num_decode < 1) {
-    return absl::InvalidArgumentError("--prefill and --decode must be at least 1");
+  if (o.num_prefill < 1 || o.num_decode < 1 || o.num_schedulers < 1) {
+    return absl::InvalidArgumentError("--prefill, --decode and --schedulers must be at least 1");
   }
   if (o.scheduler_port < 0 || o.scheduler_port > 65535) {
     return absl::InvalidArgumentError("--scheduler_port must be in [0, 65535]");

@@ -69,6 +69,9 @@ ABSL_FLAG(bool, ids, false, "print token ids instead of text");
 // cluster up
 ABSL_FLAG(int, prefill, 1, "prefill workers");
 ABSL_FLAG(int, decode, 1, "decode workers");
+ABSL_FLAG(int, schedulers, 1,
+          "scheduler replicas (cluster up): every worker registers with each; the first "
+          "takes --scheduler_port");
 ABSL_FLAG(bool, relay, true, "run a MoQT relay (false: KV moves worker to worker)");
 ABSL_FLAG(std::string, work_dir, "build/cluster", "logs and certificates");
 ABSL_FLAG(int, scheduler_port, 50051, "scheduler gRPC port (0: a free one)");
@@ -218,6 +221,7 @@ int ClusterUpCommand() {
   o.model_dir = absl::GetFlag(FLAGS_model);
   o.num_prefill = absl::GetFlag(FLAGS_prefill);
   o.num_decode = absl::GetFlag(FLAGS_decode);
+  o.num_schedulers = absl::GetFlag(FLAGS_schedulers);
   o.relay = absl::GetFlag(FLAGS_relay);
   o.work_dir = absl::GetFlag(FLAGS_work_dir);
   o.scheduler_port = absl::GetFlag(FLAGS_scheduler_port);

@@ -40,8 +40,9 @@ absl::StatusOr<std::string> LocalCluster::FindBinary(const std::string& name,
 
 absl::StatusOr<std::unique_ptr<LocalCluster>> LocalCluster::Start(const ClusterOptions& options) {
   if (options.model_dir.empty()) return absl::InvalidArgumentError("ClusterOptions.model_dir is required");
-  if (options.num_prefill < 1 || options.num_decode < 1) {
-    return absl::InvalidArgumentError("a cluster needs at least one prefill and one decode worker");
+  if (options.num_prefill < 1 || options.num_decode < 1 || options.num_schedulers < 1) {
+    return absl::InvalidArgumentError(
+        "a cluster needs at least one scheduler, one prefill and one decode worker");
   }
   if (options.scheduler_port < 0 || options.scheduler_port > 65535 || options.http_port < -1 ||
       options.http_port > 65535 || options.kv_cache_mb < 1) {
@@ -119,49 +120,56 @@ absl::Status LocalCluster::Launch() {
     p->moqt_address = relay_address;
   }
 
-  std::string scheduler_address = absl::StrCat("127.0.0.1:", options_.scheduler_port);
-  if (options_.scheduler_port == 0) {
-    ASSIGN_OR_RETURN(scheduler_address, pick(SOCK_STREAM));
-  }
-  ASSIGN_OR_RETURN(std::string scheduler_metrics, pick(SOCK_STREAM));
-  // Workers register on an internal port with mutual TLS; the public API
-  // (scheduler_address, HTTP) stays plaintext.
-  ASSIGN_OR_RETURN(std::string scheduler_internal, pick(SOCK_STREAM));
-  std::string scheduler_http;
-  if (options_.http_port > 0) scheduler_http = absl::StrCat("127.0.0.1:", options_.http_port);
-  if (options_.http_port == 0) {
-    ASSIGN_OR_RETURN(scheduler_http, pick(SOCK_STREAM));
-  }
-  {
-    std::vector<std::string> args = {"--grpc_listen=" + scheduler_address,
-                                     "--metrics_listen=" + scheduler_metrics,
-                                     "--http_listen=" + scheduler_http,
+  std::vector<std::string> internal_addresses;
+  for (int r = 0; r < options_.num_schedulers; ++r) {
+    std::string address = absl::StrCat("127.0.0.1:", options_.scheduler_port);
+    if (r > 0 || options_.scheduler_port == 0) {
+      ASSIGN_OR_RETURN(address, pick(SOCK_STREAM));
+    }
+    ASSIGN_OR_RETURN(std::string metrics, pick(SOCK_STREAM));
+    // Workers register on an internal port with mutual TLS; the public API
+    // (address, HTTP) stays plaintext.
+    ASSIGN_OR_RETURN(std::string internal, pick(SOCK_STREAM));
+    std::string http;
+    if (r == 0 && options_.http_port > 0) http = absl::StrCat("127.0.0.1:", options_.http_port);
+    if (r > 0 || options_.http_port == 0) {
+      ASSIGN_OR_RETURN(http, pick(SOCK_STREAM));
+    }
+    if (options_.http_port < 0) http.clear();
+    std::vector<std::string> args = {"--grpc_listen=" + address,
+                                     "--metrics_listen=" + metrics,
+                                     "--http_listen=" + http,
                                      "--http_cert=" + (options_.http_tls ? certs.server_cert : ""),
                                      "--http_key=" + (options_.http_tls ? certs.server_key : ""),
-                                     "--internal_grpc_listen=" + scheduler_internal,
+                                     "--internal_grpc_listen=" + internal,
                                      "--internal_grpc_cert=" + certs.server_cert,
                                      "--internal_grpc_key=" + certs.server_key,
                                      "--internal_grpc_ca=" + certs.ca_cert,
                                      "--moqt_auth_key_file=" + certs.moqt_auth_key,
                                      "--model=" + options_.model_dir};
     args.insert(args.end(), options_.scheduler_flags.begin(), options_.scheduler_flags.end());
-    ASSIGN_OR_RETURN(Process * p, Spawn(Role::kScheduler, 0, scheduler_bin, std::move(args)));
-    p->grpc_address = scheduler_address;
-    p->metrics_address = scheduler_metrics;
-    p->http_address = scheduler_http;
-    scheduler_index_ = processes_.size() - 1;
+    ASSIGN_OR_RETURN(Process * p, Spawn(Role::kScheduler, r, scheduler_bin, std::move(args)));
+    p->grpc_address = address;
+    p->metrics_address = metrics;
+    p->http_address = http;
+    internal_addresses.push_back(internal);
   }
+  const std::string scheduler_internal = absl::StrJoin(internal_addresses, ",");
   // Workers start once the scheduler answers, so their first Register
   // does not land in gRPC's reconnect backoff.
   const absl::Time deadline = absl::Now() + options_.start_timeout;
-  while (!HttpGet(scheduler_metrics, "/metrics", absl::Seconds(1)).ok()) {
-    RETURN_IF_ERROR(CheckChildren());
-    if (absl::Now() > deadline) {
-      return absl::DeadlineExceededError(absl::StrCat("the scheduler's /metrics (", scheduler_metrics,
-                                                      ") did not answer; its log:\n",
-                                                      LogTail(scheduler())));
+  for (int r = 0; r < options_.num_schedulers; ++r) {
+    const Process& sched = scheduler(r);
+    while (!HttpGet(sched.metrics_address, "/metrics", absl::Seconds(1)).ok()) {
+      RETURN_IF_ERROR(CheckChildren());
+      if (absl::Now() > deadline) {
+        return absl::DeadlineExceededError(absl::StrCat(sched.name, "'s /metrics (",
+                                                        sched.metrics_address,
+                                                        ") did not answer; its log:\n",
+                                                        LogTail(sched)));
+      }
+      absl::SleepFor(absl::Milliseconds(50));
     }
-    absl::SleepFor(absl::Milliseconds(50));
   }
 
   for (Role role : {Role::kPrefill, Role::kDecode}) {
@@ -197,8 +205,9 @@ absl::StatusOr<Process*> LocalCluster::Spawn(Role role, int index, const std::st
   auto p = std::make_unique<Process>();
   p->role = role;
   p->index = index;
-  p->name = role == Role::kPrefill || role == Role::kDecode ? absl::StrCat(RoleName(role), "-", index)
-                                                            : RoleName(role);
+  p->name = role == Role::kPrefill || role == Role::kDecode || index > 0
+                ? absl::StrCat(RoleName(role), "-", index)
+                : RoleName(role);
   p->log_path = absl::StrCat(work_dir_, "/logs/", p->name, ".log");
   args.insert(args.begin(), binary);
   ASSIGN_OR_RETURN(p->pid, SpawnProcess(args, p->log_path));
@@ -209,26 +218,31 @@ absl::StatusOr<Process*> LocalCluster::Spawn(Role role, int index, const std::st
 
 absl::Status LocalCluster::WaitForWorkers(int num_prefill, int num_decode, absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
-  std::string last = "no scrape yet";
-  for (;;) {
-    RETURN_IF_ERROR(CheckChildren());
-    auto text = HttpGet(scheduler_metrics_address(), "/metrics", absl::Seconds(1));
-    if (text.ok()) {
-      auto p = ScrapeMetric(*text, "kvcast_workers", {{"role", "prefill"}});
-      auto d = ScrapeMetric(*text, "kvcast_workers", {{"role", "decode"}});
-      if (p.ok() && d.ok() && *p == num_prefill && *d == num_decode) return absl::OkStatus();
-      last = absl::StrCat("prefill ", p.ok() ? absl::StrCat(*p) : p.status().ToString(), ", decode ",
-                          d.ok() ? absl::StrCat(*d) : d.status().ToString());
-    } else {
-      last = text.status().ToString();
+  for (const auto& sched : processes_) {
+    if (sched->role != Role::kScheduler || Reap(sched.get(), false)) continue;
+    std::string last = "no scrape yet";
+    for (;;) {
+      RETURN_IF_ERROR(CheckChildren());
+      auto text = HttpGet(sched->metrics_address, "/metrics", absl::Seconds(1));
+      if (text.ok()) {
+        auto p = ScrapeMetric(*text, "kvcast_workers", {{"role", "prefill"}});
+        auto d = ScrapeMetric(*text, "kvcast_workers", {{"role", "decode"}});
+        if (p.ok() && d.ok() && *p == num_prefill && *d == num_decode) break;
+        last = absl::StrCat("prefill ", p.ok() ? absl::StrCat(*p) : p.status().ToString(),
+                            ", decode ", d.ok() ? absl::StrCat(*d) : d.status().ToString());
+      } else {
+        last = text.status().ToString();
+      }
+      if (absl::Now() > deadline) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            "waited ", absl::FormatDuration(timeout), " for ", num_prefill, " prefill + ",
+            num_decode, " decode workers; ", sched->name, " reports ", last, "; its log:\n",
+            LogTail(*sched)));
+      }
+      absl::SleepFor(absl::Milliseconds(100));
     }
-    if (absl::Now() > deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "waited ", absl::FormatDuration(timeout), " for ", num_prefill, " prefill + ", num_decode,
-          " decode workers; the scheduler reports ", last, "; scheduler log:\n", LogTail(scheduler())));
-    }
-    absl::SleepFor(absl::Milliseconds(100));
   }
+  return absl::OkStatus();
 }
 
 bool LocalCluster::Reap(Process* p, bool block) {
@@ -279,6 +293,15 @@ const Process& LocalCluster::worker(Role role, int index) const {
   const Process* p = (role == Role::kPrefill || role == Role::kDecode) ? Find(role, index) : nullptr;
   if (p == nullptr) {
     std::fprintf(stderr, "LocalCluster::worker: no %s worker %d\n", RoleName(role), index);
+    std::abort();
+  }
+  return *p;
+}
+
+const Process& LocalCluster::scheduler(int replica) const {
+  const Process* p = Find(Role::kScheduler, replica);
+  if (p == nullptr) {
+    std::fprintf(stderr, "LocalCluster::scheduler: no replica %d\n", replica);
     std::abort();
   }
   return *p;

@@ -17,10 +17,11 @@
 // kvcast-scheduler and N kvcast-prefill + M kvcast-decode workers (the
 // relay with --subscribe_wait_ms=2000; relay_flags may override). Each child
 // runs in its own process group with stdin from /dev/null and stdout+stderr
-// appended to work_dir/logs/NAME.log (NAME: relay, scheduler, prefill-I,
-// decode-I), and gets SIGKILL if the thread that started it exits (so a
-// crashed test leaves no servers behind). Start() returns once the
-// scheduler's /metrics reports the expected kvcast_workers{role=...} counts.
+// appended to work_dir/logs/NAME.log (NAME: relay, scheduler, scheduler-I
+// for replicas I > 0, prefill-I, decode-I), and gets SIGKILL if the thread
+// that started it exits (so a crashed test leaves no servers behind).
+// Start() returns once every scheduler's /metrics reports the expected
+// kvcast_workers{role=...} counts.
 //
 // Thread safety: none; use one LocalCluster from one thread. Children are
 // spawned with fork+exec of prepared argv, so Start() is safe in a
@@ -48,6 +49,9 @@ struct ClusterOptions {
   std::string model_dir;  // required: the workers' --model (and the scheduler's tokenizer)
   int num_prefill = 1;    // >= 1
   int num_decode = 1;     // >= 1
+  // Scheduler replicas (>= 1); every worker registers with each of them.
+  // Replica 0 takes scheduler_port and http_port; the others free ports.
+  int num_schedulers = 1;
   bool relay = true;      // false: workers move KV peer to peer
   // Created if missing. Empty: a new directory under $TEST_TMPDIR or /tmp.
   std::string work_dir;
@@ -110,7 +114,8 @@ class LocalCluster {
   const std::string& work_dir() const { return work_dir_; }
   std::string ca_cert() const;  // PEM of the dev CA (verifies QUIC peers)
 
-  const Process& scheduler() const { return *processes_[scheduler_index_]; }
+  const Process& scheduler() const { return *Find(Role::kScheduler, 0); }
+  const Process& scheduler(int replica) const;  // aborts if out of range
   const Process& worker(Role role, int index) const;  // kPrefill or kDecode; aborts if out of range
   const Process* relay() const;  // nullptr without a relay
   int num_workers(Role role) const;
@@ -126,8 +131,9 @@ class LocalCluster {
   // is appended to). FAILED_PRECONDITION while it is still running;
   // INVALID_ARGUMENT for an unknown role/index; the spawn error.
   absl::Status Restart(Role role, int index);
-  // Waits until the scheduler's /metrics shows exactly these worker counts
-  // (e.g. after Kill, once the lease expires). Errors as for Start().
+  // Waits until every running scheduler's /metrics shows exactly these
+  // worker counts (e.g. after Kill, once the lease expires). Errors as for
+  // Start().
   absl::Status WaitForWorkers(int num_prefill, int num_decode, absl::Duration timeout);
   // The last `max_bytes` of a process's log.
   static std::string LogTail(const Process& p, size_t max_bytes = 2000);
@@ -150,7 +156,6 @@ class LocalCluster {
   ClusterOptions options_;
   std::string work_dir_;
   std::vector<std::unique_ptr<Process>> processes_;
-  size_t scheduler_index_ = 0;
   bool stopped_ = false;
 };
 

@@ -85,11 +85,17 @@ app.kubernetes.io/component: {{ .role }}
 {{- printf "%s.%s.svc" (include "kvcast.componentName" .) .root.Release.Namespace }}
 {{- end }}
 
-{{/* HOST:PORT workers register and heartbeat with (--scheduler): the
-internal port with tls.internal, else the public one. */}}
+{{/* The scheduler's headless peers Service: one address per replica. */}}
+{{- define "kvcast.schedulerPeersName" -}}
+{{- printf "%s-peers" (include "kvcast.componentName" (dict "root" . "role" "scheduler")) }}
+{{- end }}
+
+{{/* HOST:PORT workers register and heartbeat with (--scheduler): the peers
+Service, which resolves to every replica; the internal port with
+tls.internal, else the public one. */}}
 {{- define "kvcast.schedulerAddress" -}}
 {{- $p := .Values.scheduler.ports }}
-{{- printf "%s:%d" (include "kvcast.serviceHost" (dict "root" . "role" "scheduler")) (int (ternary $p.internal $p.grpc .Values.tls.internal.enabled)) }}
+{{- printf "%s.%s.svc:%d" (include "kvcast.schedulerPeersName" .) .Release.Namespace (int (ternary $p.internal $p.grpc .Values.tls.internal.enabled)) }}
 {{- end }}
 
 {{/* HOST:PORT of the MoQT relay Service (--relay). */}}
