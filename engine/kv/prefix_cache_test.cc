@@ -95,5 +95,16 @@ TEST_F(PrefixCacheTest, EvictsLeastRecentlyUsedUnreferencedChunksOnDemand) {
   EXPECT_EQ(pool_->free_pages(), 8);
 }
 
+TEST(PrefixHash, WireBytesAreLoThenHiLittleEndian) {
+  const Hash128 h{0x0807060504030201ull, 0x100f0e0d0c0b0a09ull};
+  const std::string b = HashToBytes(h);
+  ASSERT_EQ(b.size(), 16u);
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(uint8_t(b[i]), i + 1);
+  Hash128 back;
+  ASSERT_TRUE(HashFromBytes(b, &back));
+  EXPECT_EQ(back, h);
+  EXPECT_FALSE(HashFromBytes(b.substr(1), &back));
+}
+
 }  // namespace
 }  // namespace kvcast

@@ -19,6 +19,25 @@ void AppendHash(std::string* out, const Hash128& h) {
 
 }  // namespace
 
+std::string HashToBytes(const Hash128& h) {
+  std::string b(16, '\0');
+  for (int i = 0; i < 8; ++i) {
+    b[i] = char(h.lo >> (8 * i));
+    b[8 + i] = char(h.hi >> (8 * i));
+  }
+  return b;
+}
+
+bool HashFromBytes(std::string_view b, Hash128* h) {
+  if (b.size() != 16) return false;
+  h->lo = h->hi = 0;
+  for (int i = 0; i < 8; ++i) {
+    h->lo |= uint64_t(uint8_t(b[i])) << (8 * i);
+    h->hi |= uint64_t(uint8_t(b[8 + i])) << (8 * i);
+  }
+  return true;
+}
+
 std::string Hash128::ToHex() const { return absl::StrFormat("%016x%016x", hi, lo); }
 
 Hash128 HashBytes(const void* data, size_t size) {

@@ -34,6 +34,11 @@ struct Hash128 {
   std::string ToHex() const;
 };
 
+// The 16-byte wire form of a hash (KV events, registration snapshots): lo
+// then hi, each little-endian. FromBytes: false unless exactly 16 bytes.
+std::string HashToBytes(const Hash128& h);
+bool HashFromBytes(std::string_view bytes, Hash128* h);
+
 // XXH3-128 of raw bytes.
 Hash128 HashBytes(const void* data, size_t size);
 

@@ -9,22 +9,12 @@
 namespace kvcast::scheduler {
 namespace {
 
-bool HashOfBytes(const std::string& b, Hash128* h) {
-  if (b.size() != 16) return false;
-  h->lo = h->hi = 0;
-  for (int i = 0; i < 8; ++i) {
-    h->lo |= uint64_t(uint8_t(b[i])) << (8 * i);
-    h->hi |= uint64_t(uint8_t(b[8 + i])) << (8 * i);
-  }
-  return true;
-}
-
 std::vector<Hash128> HashesOf(const google::protobuf::RepeatedPtrField<std::string>& bytes) {
   std::vector<Hash128> out;
   out.reserve(bytes.size());
   for (const std::string& b : bytes) {
     Hash128 h;
-    if (HashOfBytes(b, &h)) out.push_back(h);
+    if (HashFromBytes(b, &h)) out.push_back(h);
   }
   return out;
 }

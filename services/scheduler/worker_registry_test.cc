@@ -28,14 +28,7 @@ class WorkerRegistryTest : public testing::Test {
     info->set_chunk_tokens(kChunk);
     info->set_page_tokens(16);
     req.mutable_load()->set_free_pages(1000);
-    for (const Hash128& h : held) {
-      std::string b(16, '\0');
-      for (int i = 0; i < 8; ++i) {
-        b[i] = char(h.lo >> (8 * i));
-        b[8 + i] = char(h.hi >> (8 * i));
-      }
-      req.add_cached_chunks(b);
-    }
+    for (const Hash128& h : held) req.add_cached_chunks(HashToBytes(h));
     v1::RegisterResponse resp;
     ASSERT_TRUE(registry_->Register(nullptr, &req, &resp).ok());
   }

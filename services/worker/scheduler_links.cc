@@ -17,15 +17,6 @@
 namespace kvcast::worker {
 namespace {
 
-std::string HashBytes16(const Hash128& h) {
-  std::string b(16, '\0');
-  for (int i = 0; i < 8; ++i) {
-    b[i] = char(h.lo >> (8 * i));
-    b[8 + i] = char(h.hi >> (8 * i));
-  }
-  return b;
-}
-
 bool IsAddress(const std::string& host) {
   unsigned char buf[16];
   return inet_pton(AF_INET, host.c_str(), buf) == 1 || inet_pton(AF_INET6, host.c_str(), buf) == 1;
@@ -102,7 +93,7 @@ void SchedulerLinks::Record(bool stored, const Hash128& hash, v1::KvTier tier) {
       events.back().set_kind(kind);
       events.back().set_tier(tier);
     }
-    events.back().add_chunk_hashes(HashBytes16(hash));
+    events.back().add_chunk_hashes(HashToBytes(hash));
   }
 }
 
@@ -180,7 +171,7 @@ void SchedulerLinks::Run(Link* link) {
       {
         // The snapshot and the start of this replica's event queue at once.
         absl::MutexLock lock(&mu_);
-        for (const Hash128& h : held_) req.add_cached_chunks(HashBytes16(h));
+        for (const Hash128& h : held_) req.add_cached_chunks(HashToBytes(h));
         pending_[link->address].clear();
       }
       v1::RegisterResponse resp;

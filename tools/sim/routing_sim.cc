@@ -24,15 +24,6 @@ using scheduler::WorkerRegistry;
 
 constexpr int kVocab = 49152;
 
-std::string Bytes16(const Hash128& h) {
-  std::string b(16, '\0');
-  for (int i = 0; i < 8; ++i) {
-    b[i] = char(h.lo >> (8 * i));
-    b[8 + i] = char(h.hi >> (8 * i));
-  }
-  return b;
-}
-
 double Percentile(std::vector<double> v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -414,7 +405,7 @@ void Simulation::Heartbeat(int worker) {
       if (hashes->empty()) return;
       v1::KvEvent* e = req.add_events();
       e->set_kind(kind);
-      for (const Hash128& h : *hashes) e->add_chunk_hashes(Bytes16(h));
+      for (const Hash128& h : *hashes) e->add_chunk_hashes(HashToBytes(h));
       kind == v1::KvEvent::KIND_STORED ? index_.Stored(worker, *hashes)
                                        : index_.Evicted(worker, *hashes);
       hashes->clear();
