@@ -66,6 +66,16 @@ class Replicas(unittest.TestCase):
         got = {r: the(o, "Deployment", r)["spec"]["replicas"] for r in kvtest.ROLES}
         self.assertEqual(got, want)
 
+    def test_scheduler_replicas(self):
+        o = kvtest.objects(kvtest.render({"scheduler": {"replicas": 3}}))
+        self.assertEqual(the(o, "Deployment", "scheduler")["spec"]["replicas"], 3)
+        # A drain keeps all but one up; the workers find every replica.
+        self.assertEqual(the(o, "PodDisruptionBudget", "scheduler")["spec"]["maxUnavailable"], 1)
+        peers = the(o, "Service", "scheduler-peers")
+        for role in WORKERS:
+            self.assertTrue(flags(the(o, "Deployment", role))["scheduler"].startswith(
+                peers["metadata"]["name"] + "."), role)
+
     def test_hpa_owns_replicas(self):
         o = objs("full")
         for role in kvtest.ROLES:

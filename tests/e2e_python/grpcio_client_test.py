@@ -246,7 +246,9 @@ class Checks:
         barrier = threading.Barrier(n, timeout=30)
 
         def flood(i):
-            req = self.request(ids=self.ids(1000, salt=200 + i), max_tokens=200, tenant="flood")
+            # Long enough (a second or more on the tiny model) to be seen in
+            # flight: 200 tokens could end between two polls of the metric.
+            req = self.request(ids=self.ids(1000, salt=200 + i), max_tokens=1040, tenant="flood")
             barrier.wait()
             try:
                 self.stream(req, timeout=90)

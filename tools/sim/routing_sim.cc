@@ -525,6 +525,24 @@ double CostModel::DecodeStepMs(int batch) const {
   return std::max(p[0].second, p[i - 1].second + slope * (batch - p[i - 1].first));
 }
 
+absl::Status CostModel::ForTrack(const std::string& track) {
+  struct Row {
+    const char* name;
+    double bytes_vs_fp16, live_mib_s, cached_mib_s;
+  };
+  static constexpr Row kRows[] = {
+      {"fp16", 1.0, 205, 566}, {"int8", 0.508, 198, 432}, {"ac", 81.2 / 128, 52, 78}};
+  for (const Row& r : kRows) {
+    if (track != r.name) continue;
+    kv_bytes_per_token = 23040 * r.bytes_vs_fp16;
+    transfer_bytes_per_s = r.live_mib_s * (1 << 20);
+    fetch_bytes_per_s = r.cached_mib_s * (1 << 20);
+    return absl::OkStatus();
+  }
+  return absl::NotFoundError(absl::StrCat("no measured costs for track \"", track,
+                                          "\" (fp16, int8, ac)"));
+}
+
 double DefaultRate(const Workload& w, const Cluster& c, const CostModel& m, double utilization) {
   // With its system prompt reused, a request computes its own tokens plus,
   // on average, half a chunk of the system prompt's partial last chunk.

@@ -44,11 +44,16 @@ struct CostModel {
   double prefill_overhead_ms = 2;
   // (batch, ms per step), linear between points, extrapolated from the last two.
   std::vector<std::pair<int, double>> decode_step_ms = {{1, 9.5}, {8, 46}, {32, 152}};
-  // SmolLM2 fp16 KV: 30 layers x K,V x 3 heads x 64 x 2 bytes.
-  double kv_bytes_per_token = 23040;
-  double transfer_bytes_per_s = 400e6;  // prefill -> decode (kv_path_bench, fp16, direct)
-  double fetch_bytes_per_s = 300e6;     // relay -> prefill worker (cached FETCH)
+  // The KV track's, by default fp16 (see ForTrack).
+  double kv_bytes_per_token = 23040;    // SmolLM2: 30 layers x K,V x 3 heads x 64 x 2 B
+  double transfer_bytes_per_s = 215e6;  // prefill -> relay -> decode, live
+  double fetch_bytes_per_s = 593e6;     // relay cache -> prefill worker
   double DecodeStepMs(int batch) const;
+  // The KV costs of a track ("fp16", "int8", "ac") for SmolLM2: its bytes
+  // per token relative to fp16 and kv_path_bench's measured rates through
+  // the relay, live and from its cache (docs/benchmarks.md, 1024 tokens).
+  // Others: NotFound.
+  absl::Status ForTrack(const std::string& track);
 };
 
 struct Workload {

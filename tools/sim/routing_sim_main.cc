@@ -39,9 +39,11 @@ ABSL_FLAG(int, max_batch, 64, "sequences a decode worker steps at once");
 ABSL_FLAG(bool, relay, true, "prefixes published earlier can be fetched from the relay");
 ABSL_FLAG(double, prefill_tokens_per_s, 415, "prefill rate of one worker");
 ABSL_FLAG(std::string, decode_step_ms, "1:9.5,8:46,32:152", "BATCH:MS points of a decode step");
-ABSL_FLAG(double, kv_bytes_per_token, 23040, "KV bytes per token on the wire");
-ABSL_FLAG(double, transfer_mb_s, 400, "prefill -> decode KV rate, MB/s");
-ABSL_FLAG(double, fetch_mb_s, 300, "relay -> prefill KV rate, MB/s");
+ABSL_FLAG(std::string, track, "fp16",
+          "KV track (fp16, int8, ac): its bytes per token and measured transfer rates");
+ABSL_FLAG(double, kv_bytes_per_token, 0, "KV bytes per token on the wire (0: the track's)");
+ABSL_FLAG(double, transfer_mb_s, 0, "prefill -> decode KV rate, MB/s (0: the track's)");
+ABSL_FLAG(double, fetch_mb_s, 0, "relay -> prefill KV rate, MB/s (0: the track's)");
 ABSL_FLAG(uint64_t, seed, 1, "trace seed");
 ABSL_FLAG(double, load_weight, kvcast::scheduler::RouterOptions().load_weight,
           "kvcast router: tokens of cost per request in flight");
@@ -61,9 +63,16 @@ int Fail(const std::string& message) {
 int Main() {
   CostModel model;
   model.prefill_tokens_per_s = absl::GetFlag(FLAGS_prefill_tokens_per_s);
-  model.kv_bytes_per_token = absl::GetFlag(FLAGS_kv_bytes_per_token);
-  model.transfer_bytes_per_s = absl::GetFlag(FLAGS_transfer_mb_s) * 1e6;
-  model.fetch_bytes_per_s = absl::GetFlag(FLAGS_fetch_mb_s) * 1e6;
+  if (absl::Status s = model.ForTrack(absl::GetFlag(FLAGS_track)); !s.ok()) {
+    return Fail(std::string(s.message()));
+  }
+  if (absl::GetFlag(FLAGS_kv_bytes_per_token) > 0) {
+    model.kv_bytes_per_token = absl::GetFlag(FLAGS_kv_bytes_per_token);
+  }
+  if (absl::GetFlag(FLAGS_transfer_mb_s) > 0) {
+    model.transfer_bytes_per_s = absl::GetFlag(FLAGS_transfer_mb_s) * 1e6;
+  }
+  if (absl::GetFlag(FLAGS_fetch_mb_s) > 0) model.fetch_bytes_per_s = absl::GetFlag(FLAGS_fetch_mb_s) * 1e6;
   model.decode_step_ms.clear();
   for (absl::string_view point : absl::StrSplit(absl::GetFlag(FLAGS_decode_step_ms), ',')) {
     std::pair<std::string, std::string> bm = absl::StrSplit(point, ':');
@@ -123,7 +132,8 @@ int Main() {
       std::printf("; one hot prompt takes %.0f%%, another every %.0f s", 100 * wc.hot_share,
                   wc.hot_period_s);
     }
-    std::printf("), relay %s\n\n", c.relay ? "on" : "off");
+    std::printf("), relay %s, track %s\n\n", c.relay ? "on" : "off",
+                absl::GetFlag(FLAGS_track).c_str());
     std::printf("| policy | hit rate | reuse (hit + relay) | TTFT p50 ms | TTFT p90 ms | "
                 "TTFT p99 ms | e2e p50 ms | decode max/mean | prefill max/mean | output tok/s |\n"
                 "|---|---|---|---|---|---|---|---|---|---|\n");

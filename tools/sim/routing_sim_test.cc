@@ -74,6 +74,16 @@ TEST(RoutingSim, DecodeStepTimeInterpolatesItsPoints) {
   EXPECT_NEAR(m.DecodeStepMs(64), 152 + 32 * (106.0 / 24), 1e-9);
 }
 
+TEST(RoutingSim, TracksCarryTheirMeasuredCosts) {
+  CostModel m;
+  ASSERT_TRUE(m.ForTrack("int8").ok());
+  EXPECT_NEAR(m.kv_bytes_per_token, 23040 * 0.508, 1);
+  const double int8_live = m.transfer_bytes_per_s;
+  ASSERT_TRUE(m.ForTrack("ac").ok());
+  EXPECT_LT(m.transfer_bytes_per_s, int8_live);  // its coder is the limit on this CPU
+  EXPECT_EQ(m.ForTrack("zip").code(), absl::StatusCode::kNotFound);
+}
+
 TEST(RoutingSim, RefusesWhatCannotRun) {
   Workload w = Small();
   Cluster c = Cluster4x4();
