@@ -352,6 +352,29 @@ class OpenAiFrontend::Impl {
       }
       return ex->Respond(200, "application/json", Dump(Json{{"object", "list"}, {"data", data}}));
     }
+    // Parsing, chat-template rendering and tokenization take time that grows
+    // with the request (a long prompt: milliseconds): off the I/O thread,
+    // whose other connections' writes would wait for it.
+    auto shared = std::make_shared<HttpRequest>(std::move(req));
+    auto work = [this, chat, shared, ex, authorization, served] {
+      Generate(chat, *shared, ex, authorization, served);
+    };
+    if (work_ == nullptr) {
+      work();
+    } else if (!work_->Post(std::move(work))) {
+      errors_->Increment();
+      SendError(ex.get(), {503, "the server is overloaded (requests waiting to be tokenized)",
+                           "service_unavailable"});
+    }
+  }
+
+ private:
+  void Generate(bool chat, const HttpRequest& req, std::shared_ptr<HttpExchange> ex,
+                const std::string& authorization, std::optional<ServedModel> served) {
+    auto fail = [&](ApiError e) {
+      errors_->Increment();
+      SendError(ex.get(), e);
+    };
     CompletionRequest creq;
     if (auto e = ParseRequest(chat ? Endpoint::kChat : Endpoint::kCompletions, req.body, &creq)) {
       return fail(*e);
@@ -390,7 +413,6 @@ class OpenAiFrontend::Impl {
     job->Start(stub_.get(), std::move(calls), authorization);
   }
 
- private:
   std::optional<ApiError> Tokenize(const CompletionRequest& req, const ServedModel& served,
                                    std::vector<std::vector<int32_t>>* out) const {
     if (req.endpoint == Endpoint::kChat) {
@@ -446,6 +468,12 @@ class OpenAiFrontend::Impl {
   const int64_t start_time_ = UnixNow();
   std::vector<services::Counter*> requests_;
   services::Counter* errors_;
+  // Last: destroyed (its queue run, its threads joined) before the rest.
+  // Null with work_threads 0.
+  std::unique_ptr<services::WorkPool> work_ =
+      options_.work_threads > 0
+          ? std::make_unique<services::WorkPool>(options_.work_threads, options_.max_waiting)
+          : nullptr;
 };
 
 OpenAiFrontend::OpenAiFrontend(std::shared_ptr<grpc::Channel> generation,

@@ -6,7 +6,9 @@
 //   POST /v1/chat/completions  messages rendered with the model's chat template
 //   GET  /metrics              the scheduler's Prometheus text
 //
-// Each request becomes kvcast.v1.Generation calls (one per prompt) on
+// A /v1 request is parsed, rendered and tokenized on work threads of its
+// own (FrontendOptions::work_threads), never on the HTTP I/O threads. Each
+// request becomes kvcast.v1.Generation calls (one per prompt) on
 // `generation` (the scheduler's in-process channel, so routing, admission,
 // retries and metrics are the gRPC path's), made with gRPC's callback API:
 // no thread waits per request. Tokens stream out as Server-Sent Events as
@@ -30,6 +32,7 @@
 #include "services/common/api_keys.h"
 #include "services/common/http_server.h"
 #include "services/common/metrics.h"
+#include "services/common/work_pool.h"
 #include "services/openai/openai_protocol.h"
 
 namespace kvcast::openai {
@@ -55,6 +58,12 @@ struct FrontendHooks {
 
 struct FrontendOptions {
   int max_tokens_limit = 4096;  // the scheduler's; caps chat's default max_tokens
+  // Threads that parse, render and tokenize /v1 requests, off the HTTP I/O
+  // threads (0: on them, where a long prompt's tokenization delays the
+  // thread's other connections), and how many requests may wait for them
+  // before a 503.
+  int work_threads = 2;
+  size_t max_waiting = 4096;
 };
 
 class OpenAiFrontend {

@@ -2,6 +2,7 @@
 // Serves kvcast.v1.Generation to clients and kvcast.v1.Registry to workers,
 // grpc.health.v1 on the same port, Prometheus /metrics, and (--http_listen)
 // the OpenAI-compatible HTTP API (docs/openai-api.md).
+#include <algorithm>
 #include <cstdio>
 
 #include "absl/flags/flag.h"
@@ -37,6 +38,8 @@ ABSL_FLAG(std::string, metrics_listen, "0.0.0.0:9090", "HTTP HOST:PORT of /metri
 ABSL_FLAG(std::string, http_listen, "",
           "HOST:PORT of the OpenAI-compatible HTTP API (e.g. 0.0.0.0:8000); empty: off");
 ABSL_FLAG(int, http_threads, 2, "I/O threads of the HTTP API");
+ABSL_FLAG(int, http_work_threads, 2,
+          "threads that parse, render and tokenize HTTP API requests (0: on the I/O threads)");
 ABSL_FLAG(std::string, http_cert, "",
           "certificate chain (PEM) of the HTTP API: HTTPS (TLS 1.2+); empty: plaintext, e.g. "
           "behind a gateway that terminates TLS");
@@ -228,6 +231,7 @@ int main(int argc, char** argv) {
     }
     openai::FrontendOptions fo;
     fo.max_tokens_limit = go.max_tokens_limit;
+    fo.work_threads = std::max(0, absl::GetFlag(FLAGS_http_work_threads));
     frontend = std::make_unique<openai::OpenAiFrontend>(
         (*server)->server()->InProcessChannel(grpc::ChannelArguments()), http_tokenizer,
         &api_keys, &metrics, std::move(hooks), fo);

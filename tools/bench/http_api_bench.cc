@@ -17,6 +17,15 @@
 //     streaming completion (N tokens, ignore_eos) read only up to its first
 //     token; the server must have --max_queue above --connections. Closing
 //     them cancels every request.
+//   http_api_bench interference --http HOST:PORT [--seconds 5] [--long_prompt_kb 256]
+//     Reads one streaming completion event by event: --seconds undisturbed,
+//     then --seconds while 2 other connections post completions with a
+//     --long_prompt_kb text prompt back to back (each tokenized by the
+//     server, then refused as longer than the context). Reports the gaps
+//     between the stream's events in both phases: what a long prompt's
+//     tokenization costs the other connections. Against a stream that
+//     yields a token every few ms (scheduler_bench --hold_s
+//     --token_interval_ms 10, with --model for the tokenizer).
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <poll.h>
@@ -25,9 +34,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -48,6 +59,8 @@ ABSL_FLAG(int, prompt_tokens, 256, "ttft: prompt length");
 ABSL_FLAG(int, max_tokens, 1, "ttft: tokens per request");
 ABSL_FLAG(int, connections, 2000, "connections: how many to hold");
 ABSL_FLAG(int, pid, 0, "connections: the scheduler's process id (for VmRSS)");
+ABSL_FLAG(int, seconds, 5, "interference: seconds per phase");
+ABSL_FLAG(int, long_prompt_kb, 256, "interference: size of the long text prompts");
 ABSL_FLAG(int, stream_tokens, 0,
           "connections: > 0: each connection holds a streaming completion of this many "
           "tokens (read up to its first token, then left unread) instead of idling");
@@ -256,6 +269,80 @@ int Connections() {
   return alive == n ? 0 : 1;
 }
 
+int Interference() {
+  const std::string http = absl::GetFlag(FLAGS_http);
+  const auto phase_len = std::chrono::seconds(absl::GetFlag(FLAGS_seconds));
+  const std::string body = R"({"prompt":[1,2,3,4,5],"max_tokens":4000,"ignore_eos":true,"stream":true})";
+  const std::string post = absl::StrCat("POST /v1/completions HTTP/1.1\r\nHost: bench\r\n",
+                                        "Content-Length: ", body.size(), "\r\n\r\n", body);
+  int fd = Connect(http);
+  std::string buf;
+  if (fd < 0 || !SendAll(fd, post) || !ReadUntil(fd, &buf, "\r\n\r\n")) {
+    std::fprintf(stderr, "interference: the stream did not start\n");
+    return 1;
+  }
+  std::atomic<int> phase{0};  // 0 quiet, 1 flood, 2 done
+  std::vector<double> gaps[2];
+  std::thread reader([&] {
+    auto last = Clock::now();
+    bool first = true;
+    while (phase.load() < 2) {
+      pollfd p{fd, POLLIN, 0};
+      if (poll(&p, 1, 100) <= 0) continue;
+      char tmp[16384];
+      ssize_t n = recv(fd, tmp, sizeof(tmp), 0);
+      if (n <= 0) break;
+      buf.append(tmp, size_t(n));
+      for (size_t at; (at = buf.find("\n\n")) != std::string::npos;) {
+        buf.erase(0, at + 2);
+        const auto now = Clock::now();
+        if (!first) gaps[std::min(phase.load(), 1)].push_back(Ms(now - last));
+        first = false;
+        last = now;
+      }
+    }
+  });
+  std::this_thread::sleep_for(phase_len);
+  phase = 1;
+  std::string text;
+  while (int(text.size()) < absl::GetFlag(FLAGS_long_prompt_kb) * 1024) text += "hello world, ";
+  const std::string long_body = absl::StrCat(R"({"prompt":")", text, R"(","max_tokens":1})");
+  const std::string long_post =
+      absl::StrCat("POST /v1/completions HTTP/1.1\r\nHost: bench\r\nContent-Length: ",
+                   long_body.size(), "\r\n\r\n", long_body);
+  std::atomic<int> long_done{0};
+  std::vector<std::thread> flood;
+  for (int k = 0; k < 2; ++k) {
+    flood.emplace_back([&] {
+      int f = Connect(http);
+      std::string b;
+      while (f >= 0 && phase.load() == 1 && SendAll(f, long_post) && ReadUntil(f, &b, "}}")) {
+        b.clear();
+        ++long_done;
+      }
+      if (f >= 0) close(f);
+    });
+  }
+  std::this_thread::sleep_for(phase_len);
+  phase = 2;
+  for (auto& t : flood) t.join();
+  reader.join();
+  close(fd);
+  auto line = [](const char* name, std::vector<double> g) {
+    if (g.empty()) return std::printf("| %s | no events |\n", name);
+    std::sort(g.begin(), g.end());
+    auto q = [&](double f) { return g[std::min(g.size() - 1, size_t(f * g.size()))]; };
+    return std::printf("| %s | %zu | %.1f | %.1f | %.1f |\n", name, g.size(), q(0.5), q(0.99),
+                       g.back());
+  };
+  std::printf("| phase | events | gap p50 ms | gap p99 ms | gap max ms |\n|---|---|---|---|---|\n");
+  line("quiet", gaps[0]);
+  line("long prompts", gaps[1]);
+  std::printf("%d long prompts (%d KiB each) in %lld s\n", long_done.load(),
+              absl::GetFlag(FLAGS_long_prompt_kb), (long long)phase_len.count());
+  return gaps[1].empty() ? 1 : 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -263,6 +350,9 @@ int main(int argc, char** argv) {
   const std::string mode = args.size() > 1 ? args[1] : "";
   if (mode == "ttft") return Ttft();
   if (mode == "connections") return Connections();
-  std::fprintf(stderr, "usage: http_api_bench ttft|connections [flags] (see the source's header)\n");
+  if (mode == "interference") return Interference();
+  std::fprintf(stderr,
+               "usage: http_api_bench ttft|connections|interference [flags] (see the source's "
+               "header)\n");
   return 2;
 }
