@@ -119,7 +119,7 @@ class OpenAiFrontendTest : public ::testing::Test {
     };
     frontend_ = std::make_unique<OpenAiFrontend>(
         grpc_->InProcessChannel(grpc::ChannelArguments()), &tokenizer_, &keys_,
-        &metrics_, hooks, FrontendOptions());
+        &metrics_, hooks, Options());
     services::HttpServer::Options o;
     o.listen = "127.0.0.1:0";
     auto s = services::HttpServer::Start(
@@ -133,6 +133,7 @@ class OpenAiFrontendTest : public ::testing::Test {
     http_.reset();
     grpc_->Shutdown();
   }
+  virtual FrontendOptions Options() const { return FrontendOptions(); }
 
   // One request on a new connection; the whole response.
   std::string Call(const std::string& request, const std::string& until) {
@@ -151,6 +152,26 @@ class OpenAiFrontendTest : public ::testing::Test {
   std::unique_ptr<OpenAiFrontend> frontend_;
   std::unique_ptr<services::HttpServer> http_;
 };
+
+// No room to wait for the work threads: /v1 requests are refused at once,
+// with a Retry-After; what needs no tokenizing is still answered.
+class OverloadedFrontendTest : public OpenAiFrontendTest {
+  FrontendOptions Options() const override {
+    FrontendOptions o;
+    o.work_threads = 1;
+    o.max_waiting = 0;
+    return o;
+  }
+};
+
+TEST_F(OverloadedFrontendTest, RequestsBeyondTheWorkQueueGet503) {
+  std::string r = Call(PostJson("/v1/completions", R"({"prompt":[1,7],"max_tokens":5})"), "}}");
+  EXPECT_THAT(r, StartsWith("HTTP/1.1 503"));
+  EXPECT_THAT(r, HasSubstr("Retry-After: 1"));
+  EXPECT_THAT(r, HasSubstr("waiting to be tokenized"));
+  EXPECT_THAT(Call("GET /v1/models HTTP/1.1\r\nHost: t\r\n\r\n", "]}"),
+              StartsWith("HTTP/1.1 200 OK"));
+}
 
 TEST_F(OpenAiFrontendTest, UnaryCompletionJoinsTheDeltas) {
   std::string r = Call(PostJson("/v1/completions", R"({"prompt":[1,7],"max_tokens":5,"seed":3})"),
