@@ -344,6 +344,8 @@ grpc::Status GenerationService::Request::Run() {
     // computes the prompt.
     const bool need_prefill = generated_.empty() && route->prefill.has_value() &&
                               prefill_failures < svc_->options_.max_attempts;
+    // A prefill worker chosen but not called owes nothing.
+    if (!need_prefill) svc_->registry_->PrefillAnswered(&*route);
 
     // 1. Decode first: it allocates and subscribes while the prefill runs.
     auto dctx = WorkerContext();
