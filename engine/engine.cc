@@ -194,6 +194,9 @@ absl::StatusOr<uint64_t> Engine::Submit(std::vector<int32_t> prompt,
   seq->seed = prefix_seed(params.tenant);
   if (kv.tokens == 0 && options_.prefix_caching) {
     seq->prompt_chain = ChunkHashChain(seq->seed, seq->tokens, options_.chunk_tokens);
+    // Its prefix comes up from the host / disk tier now, on the caller's
+    // thread, while the compute thread runs others: not at admission.
+    prefix_cache_->Prefetch(seq->prompt_chain, (seq->prompt_len - 1) / options_.chunk_tokens);
   }
   if (kv.tokens > 0) {
     seq->prefilled = true;

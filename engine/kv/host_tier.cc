@@ -41,7 +41,7 @@ std::vector<int32_t> HostKvTier::Slots(absl::Span<const int32_t> pages) const {
 }
 
 void HostKvTier::Demote(const Hash128& hash, absl::Span<const int32_t> pages,
-                        std::vector<Hash128>* dropped) {
+                        std::vector<Hash128>* dropped, std::vector<Hash128>* spilled) {
   {
     absl::MutexLock lock(&mu_);
     if (auto it = entries_.find(hash); it != entries_.end()) {
@@ -67,7 +67,11 @@ void HostKvTier::Demote(const Hash128& hash, absl::Span<const int32_t> pages,
     }
     Drop(victim);
     ++stats_.evictions;
-    if (disk_ == nullptr || !disk_->Contains(victim)) dropped->push_back(victim);
+    if (disk_ == nullptr || !disk_->Contains(victim)) {
+      dropped->push_back(victim);
+    } else if (spilled != nullptr) {
+      spilled->push_back(victim);
+    }
   }
   stats_.bytes += bytes.size();
   ++stats_.chunks;
@@ -76,12 +80,14 @@ void HostKvTier::Demote(const Hash128& hash, absl::Span<const int32_t> pages,
   entries_.emplace(hash, Entry{std::move(bytes), checksum, lru_.begin(), 1});
 }
 
-bool HostKvTier::Contains(const Hash128& hash) const {
+bool HostKvTier::Contains(const Hash128& hash) const { return Locate(hash) != Where::kNone; }
+
+HostKvTier::Where HostKvTier::Locate(const Hash128& hash) const {
   {
     absl::MutexLock lock(&mu_);
-    if (entries_.contains(hash)) return true;
+    if (entries_.contains(hash)) return Where::kHost;
   }
-  return disk_ != nullptr && disk_->Contains(hash);
+  return disk_ != nullptr && disk_->Contains(hash) ? Where::kDisk : Where::kNone;
 }
 
 void HostKvTier::FlushToDisk() {

@@ -62,10 +62,15 @@ class HostKvTier {
   // Chunks that leave every tier below the pool to stay within the budgets
   // are appended to `dropped`. A budget smaller than one chunk holds
   // nothing.
+  // Chunks moved from host memory to the disk tier to make room go to
+  // `spilled` (when given).
   void Demote(const Hash128& hash, absl::Span<const int32_t> pages,
-              std::vector<Hash128>* dropped);
+              std::vector<Hash128>* dropped, std::vector<Hash128>* spilled = nullptr);
   // Whether this tier or the disk tier below holds the chunk.
   bool Contains(const Hash128& hash) const;
+  // Where the chunk is: host memory (first), the disk tier, or neither.
+  enum class Where { kNone, kHost, kDisk };
+  Where Locate(const Hash128& hash) const;
   // Writes the chunk's KV into `pages` (the caller's, chunk_tokens tokens
   // from slot 0 of pages[0]), from host memory or else from disk. NotFound
   // if neither holds it; DataLoss if its bytes no longer match their

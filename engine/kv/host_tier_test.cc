@@ -137,9 +137,9 @@ TEST_F(HostTierTest, ThePrefixCacheDemotesOnEvictionAndPromotesOnReuse) {
   HostKvTier tier(pool_.get(), be_.get(), kChunk, KvFormat::kFp16, 1 << 20);
   PrefixCache cache(pool_.get(), kChunk);
   cache.SetHostTier(&tier);
-  int stored = 0, evicted = 0;
+  int stored = 0, in_host = 0, evicted = 0;
   cache.SetObserver([&](PrefixCache::Event e, const Hash128&) {
-    (e == PrefixCache::Event::kStored ? stored : evicted)++;
+    (e == PrefixCache::Event::kStored ? stored : e == PrefixCache::Event::kInHost ? in_host : evicted)++;
   });
   const auto chain = Chain(2);
   std::vector<std::vector<float>> want;
@@ -149,11 +149,12 @@ TEST_F(HostTierTest, ThePrefixCacheDemotesOnEvictionAndPromotesOnReuse) {
     cache.Insert(h, pages);
     ASSERT_TRUE(pool_->ReleaseAll(pages).ok());
   }
-  // Taking the whole pool evicts both chunks: into the tier, not reported.
+  // Taking the whole pool evicts both chunks: into the tier, reported as such.
   auto all = *pool_->Allocate(8);
   EXPECT_EQ(cache.num_chunks(), 0);
   EXPECT_EQ(tier.stats().chunks, 2u);
   EXPECT_EQ(evicted, 0);
+  EXPECT_EQ(in_host, 2);
   // A chain reaching them while the pool is full stops: no pages to promote into.
   EXPECT_TRUE(cache.Acquire(chain, 2).empty());
   ASSERT_TRUE(pool_->ReleaseAll(all).ok());
@@ -165,10 +166,11 @@ TEST_F(HostTierTest, ThePrefixCacheDemotesOnEvictionAndPromotesOnReuse) {
   EXPECT_EQ(tier.stats().hits, 2u);
   for (int32_t p : got) EXPECT_EQ(pool_->RefCount(p), 2) << "the cache's and ours";
   ASSERT_TRUE(pool_->ReleaseAll(got).ok());
-  EXPECT_EQ(stored, 2);
+  EXPECT_EQ(stored, 4) << "inserted, then promoted back";
   EXPECT_EQ(evicted, 0);
   // A corrupted copy: the chunk is gone from both tiers once the pool drops it.
   cache.Reclaim(1 << 30);
+  EXPECT_EQ(in_host, 4);
   tier.CorruptForTest(chain[0]);
   EXPECT_TRUE(cache.Acquire(chain, 2).empty());
   EXPECT_EQ(evicted, 1);
@@ -226,15 +228,19 @@ TEST_F(DiskTierTest, HostEvictionsSpillToDiskWithinItsBudget) {
   auto disk = *DiskKvTier::Open(Dir(), shape, 2 * shape.chunk_bytes);
   HostKvTier host(pool_.get(), be_.get(), kChunk, KvFormat::kFp16, shape.chunk_bytes);
   host.SetDiskTier(disk.get());
-  std::vector<Hash128> dropped;
-  for (const Hash128& h : chain) host.Demote(h, pages, &dropped);
+  std::vector<Hash128> dropped, spilled;
+  for (const Hash128& h : chain) host.Demote(h, pages, &dropped, &spilled);
   // Host: chain[2]; disk: chain[0], chain[1]; nothing lost yet.
   EXPECT_TRUE(dropped.empty());
+  EXPECT_EQ(spilled, (std::vector<Hash128>{chain[0], chain[1]}));
   EXPECT_EQ(host.stats().chunks, 1u);
   EXPECT_EQ(disk->stats().chunks, 2u);
+  EXPECT_EQ(host.Locate(chain[2]), HostKvTier::Where::kHost);
+  EXPECT_EQ(host.Locate(chain[1]), HostKvTier::Where::kDisk);
   host.Demote(Chain(4)[3], pages, &dropped);  // pushes chain[2] down, chain[0] off the disk
   EXPECT_EQ(dropped, std::vector<Hash128>{chain[0]});
   EXPECT_FALSE(host.Contains(chain[0]));
+  EXPECT_EQ(host.Locate(chain[0]), HostKvTier::Where::kNone);
   EXPECT_EQ(disk->stats().evictions, 1u);
 }
 

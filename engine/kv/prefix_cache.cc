@@ -49,7 +49,7 @@ std::vector<int32_t> PrefixCache::Acquire(absl::Span<const Hash128> chain,
     if (!tier_->Promote(chain[i], *fresh).ok()) {  // corrupt: the tier dropped it
       pool_->ReleaseAll(*fresh).IgnoreError();
       absl::MutexLock lock(&mu_);
-      if (!entries_.contains(chain[i])) Evicted(chain[i]);
+      if (!entries_.contains(chain[i])) Left(chain[i]);
       break;
     }
     absl::MutexLock lock(&mu_);
@@ -61,8 +61,14 @@ std::vector<int32_t> PrefixCache::Acquire(absl::Span<const Hash128> chain,
     // The cache keeps Allocate's reference; the caller gets one more.
     lru_.push_front(chain[i]);
     Share(entries_.emplace(chain[i], Entry{*fresh, lru_.begin()}).first->second, &pages);
+    if (observer_) observer_(Event::kStored, chain[i]);
   }
   return pages;
+}
+
+void PrefixCache::Prefetch(absl::Span<const Hash128> chain, int max_chunks) {
+  if (tier_ == nullptr) return;
+  pool_->ReleaseAll(Acquire(chain, max_chunks)).IgnoreError();
 }
 
 int PrefixCache::Held(absl::Span<const Hash128> chain, int max_chunks) const {
@@ -97,24 +103,34 @@ int PrefixCache::Reclaim(int wanted) {
     bool unshared = true;
     for (int32_t p : e->second.pages) unshared &= pool_->RefCount(p) == 1;
     if (!unshared) continue;
-    std::vector<Hash128> dropped;
-    if (tier_ != nullptr) tier_->Demote(*it, e->second.pages, &dropped);
+    std::vector<Hash128> dropped, spilled;
+    if (tier_ != nullptr) tier_->Demote(*it, e->second.pages, &dropped, &spilled);
     pool_->ReleaseAll(e->second.pages).IgnoreError();
     freed += int(e->second.pages.size());
     const Hash128 hash = *it;
     entries_.erase(e);
     it = lru_.erase(it);
-    Evicted(hash);
+    Left(hash);
+    for (const Hash128& h : spilled) {
+      if (!entries_.contains(h) && observer_) observer_(Event::kOnDisk, h);
+    }
     for (const Hash128& h : dropped) {
-      if (!entries_.contains(h)) Evicted(h);
+      if (!entries_.contains(h)) Left(h);
     }
   }
   return freed;
 }
 
-void PrefixCache::Evicted(const Hash128& hash) {
-  if (tier_ != nullptr && tier_->Contains(hash)) return;
-  if (observer_) observer_(Event::kEvicted, hash);
+void PrefixCache::Left(const Hash128& hash) {
+  if (!observer_) return;
+  switch (tier_ == nullptr ? HostKvTier::Where::kNone : tier_->Locate(hash)) {
+    case HostKvTier::Where::kHost:
+      return observer_(Event::kInHost, hash);
+    case HostKvTier::Where::kDisk:
+      return observer_(Event::kOnDisk, hash);
+    case HostKvTier::Where::kNone:
+      return observer_(Event::kEvicted, hash);
+  }
 }
 
 int PrefixCache::num_chunks() const {

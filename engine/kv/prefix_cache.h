@@ -4,12 +4,14 @@
 // The cache holds one reference on each page it stores; a sequence that
 // reuses a chunk takes its own. Entries whose pages nobody else references
 // are evicted least-recently-used first when the pool asks for pages.
-// An observer hears of every chunk stored and evicted (the KV events that
-// feed the scheduler's prefix index).
+// An observer hears where every chunk goes (the KV events that feed the
+// scheduler's prefix index): kStored when it enters the pool.
 //
 // With a host tier (host_tier.h), an evicted chunk is first copied there
-// and Acquire brings it back into fresh pages (a promotion) when a chain
-// reaches it; the observer hears kEvicted only when a chunk leaves both.
+// and Acquire brings it back into fresh pages (a promotion, kStored again)
+// when a chain reaches it; the observer hears kInHost / kOnDisk when it
+// leaves the pool for host memory or the disk tier (also when the host tier
+// pushes it down to disk), and kEvicted only when it leaves every tier.
 //
 // Thread safety: all methods may be called from any thread; the observer is
 // called with the cache's lock held and must not call back into the cache.
@@ -33,7 +35,7 @@ namespace kvcast {
 
 class PrefixCache : public PageReclaimer {
  public:
-  enum class Event { kStored, kEvicted };
+  enum class Event { kStored, kInHost, kOnDisk, kEvicted };
   using Observer = std::function<void(Event, const Hash128&)>;
 
   // `pool` is borrowed and must outlive the cache; the cache registers itself
@@ -54,6 +56,12 @@ class PrefixCache : public PageReclaimer {
   // evict others) and cached again; the walk stops where neither has one,
   // or no pages are free.
   std::vector<int32_t> Acquire(absl::Span<const Hash128> chain, int max_chunks);
+
+  // Promotes the leading chunks of `chain` (at most `max_chunks`) that wait
+  // in the host or disk tier into the pool now, so that a later Acquire
+  // finds them there (a request's prefix while it waits for admission).
+  // Holds no references: they are ordinary cached chunks afterwards.
+  void Prefetch(absl::Span<const Hash128> chain, int max_chunks);
 
   // How many leading chunks of `chain` (at most `max_chunks`) Acquire would
   // find in the pool or the host tier now; touches nothing.
@@ -77,7 +85,8 @@ class PrefixCache : public PageReclaimer {
   // Under mu_: takes a reference for the caller on each page of `e`.
   void Share(Entry& e, std::vector<int32_t>* pages) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A chunk left tier 0: reported unless the host tier still holds it.
-  void Evicted(const Hash128& hash) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A chunk left the pool: reports where it is now.
+  void Left(const Hash128& hash) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   KvPagePool* const pool_;
   const int chunk_tokens_;

@@ -4,11 +4,12 @@
 
 namespace kvcast::scheduler {
 
-void PrefixIndex::Stored(WorkerSlot w, absl::Span<const Hash128> chunks) {
+void PrefixIndex::Stored(WorkerSlot w, absl::Span<const Hash128> chunks, Tier tier) {
   auto& mine = by_worker_[w];
   for (const Hash128& h : chunks) {
-    if (!mine.insert(h).second) continue;
-    holders_[h].push_back(w);
+    auto [it, added] = mine.try_emplace(h, tier);
+    it->second = tier;
+    if (added) holders_[h].push_back(w);
   }
 }
 
@@ -25,17 +26,36 @@ void PrefixIndex::Evicted(WorkerSlot w, absl::Span<const Hash128> chunks) {
   }
 }
 
-void PrefixIndex::Replace(WorkerSlot w, absl::Span<const Hash128> snapshot) {
+void PrefixIndex::Replace(WorkerSlot w, absl::Span<const Hash128> snapshot,
+                          absl::Span<const Tier> tiers) {
   RemoveWorker(w);
-  Stored(w, snapshot);
+  for (size_t i = 0; i < snapshot.size(); ++i) {
+    Stored(w, snapshot.subspan(i, 1), i < tiers.size() ? tiers[i] : Tier::kPool);
+  }
 }
 
 void PrefixIndex::RemoveWorker(WorkerSlot w) {
   auto it = by_worker_.find(w);
   if (it == by_worker_.end()) return;
-  std::vector<Hash128> held(it->second.begin(), it->second.end());
+  std::vector<Hash128> held;
+  held.reserve(it->second.size());
+  for (const auto& [h, tier] : it->second) held.push_back(h);
   Evicted(w, held);
   by_worker_.erase(w);
+}
+
+PrefixIndex::BelowPool PrefixIndex::Below(WorkerSlot w, absl::Span<const Hash128> chain,
+                                          int n) const {
+  BelowPool out;
+  auto it = by_worker_.find(w);
+  if (it == by_worker_.end()) return out;
+  for (int i = 0; i < n && i < int(chain.size()); ++i) {
+    auto c = it->second.find(chain[i]);
+    if (c == it->second.end()) continue;
+    out.host += c->second == Tier::kHost;
+    out.disk += c->second == Tier::kDisk;
+  }
+  return out;
 }
 
 size_t PrefixIndex::chunks_of(WorkerSlot w) const {

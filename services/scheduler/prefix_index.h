@@ -24,13 +24,27 @@ namespace kvcast::scheduler {
 
 using WorkerSlot = uint32_t;  // the registry's dense id of a worker
 
+// Where on its worker a chunk is: the page pool, or a tier below it that a
+// reuse must first promote from (kv_events' KvTier).
+enum class Tier : uint8_t { kPool = 0, kHost = 1, kDisk = 2 };
+
 class PrefixIndex {
  public:
-  void Stored(WorkerSlot w, absl::Span<const Hash128> chunks);
+  // Held at `tier` from now on (a chunk already held just changes tier).
+  void Stored(WorkerSlot w, absl::Span<const Hash128> chunks, Tier tier = Tier::kPool);
   void Evicted(WorkerSlot w, absl::Span<const Hash128> chunks);
-  // The worker holds exactly `snapshot` from now on.
-  void Replace(WorkerSlot w, absl::Span<const Hash128> snapshot);
+  // The worker holds exactly `snapshot` from now on, at `tiers` (parallel;
+  // missing entries: kPool).
+  void Replace(WorkerSlot w, absl::Span<const Hash128> snapshot,
+               absl::Span<const Tier> tiers = {});
   void RemoveWorker(WorkerSlot w);
+
+  // Of chain[0, n), the chunks `w` holds below its pool.
+  struct BelowPool {
+    int host = 0;
+    int disk = 0;
+  };
+  BelowPool Below(WorkerSlot w, absl::Span<const Hash128> chain, int n) const;
 
   // Per worker holding chunk 0 of `chain`: how many leading chunks it holds
   // (at most chain.size()). Workers holding none are absent.
@@ -41,7 +55,7 @@ class PrefixIndex {
 
  private:
   absl::flat_hash_map<Hash128, absl::InlinedVector<WorkerSlot, 2>> holders_;
-  absl::flat_hash_map<WorkerSlot, absl::flat_hash_set<Hash128>> by_worker_;
+  absl::flat_hash_map<WorkerSlot, absl::flat_hash_map<Hash128, Tier>> by_worker_;
 };
 
 // Where prefixes published by earlier requests can be fetched over MoQT

@@ -31,6 +31,25 @@ TEST(PrefixIndexTest, MatchCountsUnbrokenRunsPerWorker) {
   EXPECT_EQ(index.num_chunks(), 5u);
 }
 
+TEST(PrefixIndexTest, ChunksBelowThePoolAreCountedAndMoveBetweenTiers) {
+  PrefixIndex index;
+  auto chain = Chain(40, 4);
+  index.Stored(1, chain);
+  index.Stored(1, {chain[1]}, Tier::kHost);  // demoted: still held
+  index.Stored(1, {chain[2]}, Tier::kDisk);
+  EXPECT_EQ(index.Match(chain)[1], 4);
+  auto b = index.Below(1, chain, 4);
+  EXPECT_EQ(b.host, 1);
+  EXPECT_EQ(b.disk, 1);
+  EXPECT_EQ(index.Below(1, chain, 2).disk, 0) << "only the first n count";
+  index.Stored(1, {chain[1], chain[2]});  // promoted back
+  b = index.Below(1, chain, 4);
+  EXPECT_EQ(b.host + b.disk, 0);
+  index.Replace(2, chain, {Tier::kPool, Tier::kDisk});
+  EXPECT_EQ(index.Below(2, chain, 4).disk, 1) << "missing tiers: the pool";
+  EXPECT_EQ(index.chunks_of(1), 4u);
+}
+
 TEST(PrefixIndexTest, EvictionAndSnapshotsAndRemoval) {
   PrefixIndex index;
   auto chain = Chain(7, 4);

@@ -6,9 +6,11 @@
 
 namespace kvcast::scheduler {
 
-std::optional<PrefillPlan> ChoosePrefill(const std::vector<Candidate>& prefill, int prompt_tokens,
-                                         const absl::flat_hash_map<WorkerSlot, int>& held,
-                                         int published_chunks, const RouterOptions& options) {
+std::optional<PrefillPlan> ChoosePrefill(
+    const std::vector<Candidate>& prefill, int prompt_tokens,
+    const absl::flat_hash_map<WorkerSlot, int>& held, int published_chunks,
+    const RouterOptions& options,
+    const absl::flat_hash_map<WorkerSlot, PrefixIndex::BelowPool>& below) {
   const int chunk = options.chunk_tokens;
   const int max_reuse = (prompt_tokens - 1) / chunk;  // the last token is computed
   std::vector<PrefillPlan> plans;
@@ -19,7 +21,11 @@ std::optional<PrefillPlan> ChoosePrefill(const std::vector<Candidate>& prefill, 
     const int cached = std::min(it == held.end() ? 0 : it->second, max_reuse);
     const int fetched = std::max(0, std::min(published_chunks, max_reuse) - cached);
     const int computed = prompt_tokens - (cached + fetched) * chunk;
-    const double work = computed + options.fetch_weight * fetched * chunk;
+    double work = computed + options.fetch_weight * fetched * chunk;
+    if (auto b = below.find(c.slot); b != below.end()) {
+      work += chunk * (options.host_weight * std::min(b->second.host, cached) +
+                       options.disk_weight * std::min(b->second.disk, cached));
+    }
     plans.push_back(PrefillPlan{c.slot, cached, fetched, work,
                                 double(c.backlog_tokens) + options.load_weight * c.active});
     least = plans.size() == 1 ? work : std::min(least, work);

@@ -5,9 +5,12 @@
 //     work(w) + miss_weight * (work(w) - least work) + backlog(w)
 //       + load_weight * active(w)
 //     work(w) = uncached(w) + fetch_weight * fetched(w)
+//               + host_weight * in_host(w) + disk_weight * on_disk(w)
 // where uncached(w) is the prompt tokens w must compute given the chunks it
 // holds (PrefixIndex) and those a relay can serve (PublishedPrefixes),
-// fetched(w) the tokens it would fetch instead of computing, backlog(w) the
+// fetched(w) the tokens it would fetch instead of computing, in_host(w) and
+// on_disk(w) the reused tokens it holds below its page pool (promoted back
+// before use), backlog(w) the
 // work queued on w ahead of this prompt, and active(w) its prompts in
 // flight. The backlog term makes a hot prefix spill onto other workers once
 // queueing on its holder costs more than recomputing it elsewhere (which
@@ -50,6 +53,12 @@ struct Candidate {
 
 struct RouterOptions {
   double fetch_weight = 0.1;    // cost of fetching a token relative to computing it
+  // Promoting a token's KV from the host / disk tier relative to computing
+  // it: kv_tier_bench on the 2-core CPU (a 2K prefix: +20 / +22 ms over the
+  // pool, against 8.4 s of compute). On a GPU compute is far faster and
+  // these weigh more (--router_host_weight, --router_disk_weight).
+  double host_weight = 0.0024;
+  double disk_weight = 0.0026;
   double load_weight = 64;      // tokens of cost per request in flight
   double miss_weight = 4;       // extra charge per token of work above the least
   // PD fusion threshold in prompt tokens; 0: always disaggregate. 32 is
@@ -68,11 +77,15 @@ struct PrefillPlan {
 };
 
 // `held` = PrefixIndex::Match of the prompt's chain; `published_chunks` =
-// PublishedPrefixes::Longest(...).groups. nullopt when no candidate.
-// Reuse never covers the whole prompt: the last token is always computed.
-std::optional<PrefillPlan> ChoosePrefill(const std::vector<Candidate>& prefill, int prompt_tokens,
-                                         const absl::flat_hash_map<WorkerSlot, int>& held,
-                                         int published_chunks, const RouterOptions& options);
+// PublishedPrefixes::Longest(...).groups; `below` = PrefixIndex::Below of
+// each holder's reusable run (absent: all in the pool). nullopt when no
+// candidate. Reuse never covers the whole prompt: the last token is always
+// computed.
+std::optional<PrefillPlan> ChoosePrefill(
+    const std::vector<Candidate>& prefill, int prompt_tokens,
+    const absl::flat_hash_map<WorkerSlot, int>& held, int published_chunks,
+    const RouterOptions& options,
+    const absl::flat_hash_map<WorkerSlot, PrefixIndex::BelowPool>& below = {});
 
 struct DecodePlan {
   WorkerSlot slot = 0;

@@ -49,6 +49,25 @@ TEST(RouterTest, AHotPrefixSpillsWhenItsHolderIsBusy) {
   EXPECT_EQ(plan->slot, 2u);
 }
 
+TEST(RouterTest, ChunksInThePoolBeatTheSameChunksOnDisk) {
+  RouterOptions o;
+  // Both hold 4 of 5 chunks; worker 1's are on disk.
+  absl::flat_hash_map<WorkerSlot, PrefixIndex::BelowPool> below;
+  below[1] = {0, 4};
+  auto plan = ChoosePrefill({Worker(1), Worker(2)}, 640, {{1, 4}, {2, 4}}, 0, o, below);
+  ASSERT_TRUE(plan);
+  EXPECT_EQ(plan->slot, 2u);
+  EXPECT_DOUBLE_EQ(plan->work, 128);
+  // Alone, the disk holder still beats recomputing: 128 + 512 x 0.0026.
+  plan = ChoosePrefill({Worker(1), Worker(3)}, 640, {{1, 4}}, 0, o, below);
+  EXPECT_EQ(plan->slot, 1u);
+  EXPECT_NEAR(plan->work, 128 + 512 * o.disk_weight, 1e-9);
+  // Where promoting costs more than computing (a weight above 1), recompute.
+  o.disk_weight = 2;
+  plan = ChoosePrefill({Worker(1), Worker(3)}, 640, {{1, 4}}, 0, o, below);
+  EXPECT_EQ(plan->slot, 3u);
+}
+
 TEST(RouterTest, FetchingFromARelayBeatsRecomputing) {
   RouterOptions o;
   auto plan = ChoosePrefill({Worker(1), Worker(2, 0, 2)}, 1000, {{2, 1}}, 7, o);

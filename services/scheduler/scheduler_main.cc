@@ -81,6 +81,11 @@ ABSL_FLAG(int, pd_fusion_tokens, kvcast::scheduler::RouterOptions().fuse_tokens,
           "PD fusion: a request whose decode worker would compute at most this many prompt "
           "tokens itself (short, or a prefix it holds) runs there, without prefill or KV "
           "handoff; 0: always disaggregate");
+ABSL_FLAG(double, router_host_weight, kvcast::scheduler::RouterOptions().host_weight,
+          "router: cost of promoting a token's KV from a worker's host tier, relative to "
+          "computing it (the default is this project's 2-core CPU; GPUs: higher)");
+ABSL_FLAG(double, router_disk_weight, kvcast::scheduler::RouterOptions().disk_weight,
+          "router: the same from a worker's disk tier");
 ABSL_FLAG(bool, prefix_reuse, true,
           "route to cached prefixes and fetch published ones (false: for A/B runs)");
 ABSL_FLAG(double, drain_s, 30, "on SIGTERM: finish in-flight requests for up to this long");
@@ -136,6 +141,12 @@ int main(int argc, char** argv) {
   ro.quiet = absl::Seconds(absl::GetFlag(FLAGS_worker_quiet_s));
   ro.prefix_reuse = absl::GetFlag(FLAGS_prefix_reuse);
   ro.router.fuse_tokens = absl::GetFlag(FLAGS_pd_fusion_tokens);
+  ro.router.host_weight = absl::GetFlag(FLAGS_router_host_weight);
+  ro.router.disk_weight = absl::GetFlag(FLAGS_router_disk_weight);
+  if (!(ro.router.host_weight >= 0) || !(ro.router.disk_weight >= 0)) {
+    return fail(absl::InvalidArgumentError(
+        "--router_host_weight and --router_disk_weight must be >= 0"));
+  }
   if (ro.router.fuse_tokens < 0) {
     return fail(absl::InvalidArgumentError("--pd_fusion_tokens must be >= 0"));
   }

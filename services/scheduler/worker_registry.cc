@@ -9,6 +9,17 @@
 namespace kvcast::scheduler {
 namespace {
 
+Tier TierOf(int tier) {
+  switch (tier) {
+    case v1::KV_TIER_HOST:
+      return Tier::kHost;
+    case v1::KV_TIER_DISK:
+      return Tier::kDisk;
+    default:
+      return Tier::kPool;
+  }
+}
+
 std::vector<Hash128> HashesOf(const google::protobuf::RepeatedPtrField<std::string>& bytes) {
   std::vector<Hash128> out;
   out.reserve(bytes.size());
@@ -109,7 +120,9 @@ grpc::Status WorkerRegistry::Register(grpc::ServerContext*, const v1::RegisterRe
   w.load = request->load();
   w.last_seen = absl::Now();
   by_id_[info.worker_id()] = slot;
-  index_.Replace(slot, HashesOf(request->cached_chunks()));
+  std::vector<Tier> tiers;
+  for (int t : request->cached_chunk_tiers()) tiers.push_back(TierOf(t));
+  index_.Replace(slot, HashesOf(request->cached_chunks()), tiers);
   std::fprintf(stderr, "kvcast-scheduler: %s worker %s registered (%d chunks cached)\n",
                info.role() == v1::WORKER_ROLE_PREFILL ? "prefill" : "decode",
                info.worker_id().c_str(), request->cached_chunks_size());
@@ -132,7 +145,7 @@ grpc::Status WorkerRegistry::Heartbeat(grpc::ServerContext*, const v1::Heartbeat
   for (const v1::KvEvent& e : request->events()) {
     std::vector<Hash128> hashes = HashesOf(e.chunk_hashes());
     if (e.kind() == v1::KvEvent::KIND_STORED) {
-      index_.Stored(it->second, hashes);
+      index_.Stored(it->second, hashes, TierOf(e.tier()));
     } else if (e.kind() == v1::KvEvent::KIND_EVICTED) {
       index_.Evicted(it->second, hashes);
     }
@@ -201,7 +214,14 @@ absl::StatusOr<Route> WorkerRegistry::Choose(absl::Span<const Hash128> chain, in
   route.decode_plan = *d;
   dw.dispatched += 1;
   if (d->fused) return route;
-  if (auto p = ChoosePrefill(prefill, prompt_tokens, held, route.reuse.groups, ro)) {
+  // The reusable part each holder keeps below its pool, to promote first.
+  absl::flat_hash_map<WorkerSlot, PrefixIndex::BelowPool> below;
+  const int max_reuse = (prompt_tokens - 1) / ro.chunk_tokens;
+  for (const auto& [slot, run] : held) {
+    const PrefixIndex::BelowPool b = index_.Below(slot, chain, std::min(run, max_reuse));
+    if (b.host + b.disk > 0) below[slot] = b;
+  }
+  if (auto p = ChoosePrefill(prefill, prompt_tokens, held, route.reuse.groups, ro, below)) {
     Worker& w = workers_[p->slot];
     route.prefill = w.ref;
     route.prefill_plan = *p;

@@ -18,7 +18,8 @@ class WorkerRegistryTest : public testing::Test {
     Register("decode", v1::WORKER_ROLE_DECODE, {});
   }
 
-  void Register(const std::string& id, v1::WorkerRole role, const std::vector<Hash128>& held) {
+  void Register(const std::string& id, v1::WorkerRole role, const std::vector<Hash128>& held,
+                v1::KvTier tier = v1::KV_TIER_GPU) {
     v1::RegisterRequest req;
     v1::WorkerInfo* info = req.mutable_worker();
     info->set_worker_id(id);
@@ -28,7 +29,10 @@ class WorkerRegistryTest : public testing::Test {
     info->set_chunk_tokens(kChunk);
     info->set_page_tokens(16);
     req.mutable_load()->set_free_pages(1000);
-    for (const Hash128& h : held) req.add_cached_chunks(HashToBytes(h));
+    for (const Hash128& h : held) {
+      req.add_cached_chunks(HashToBytes(h));
+      req.add_cached_chunk_tiers(tier);
+    }
     v1::RegisterResponse resp;
     ASSERT_TRUE(registry_->Register(nullptr, &req, &resp).ok());
   }
@@ -99,6 +103,30 @@ TEST_F(WorkerRegistryTest, TheHolderOfAPrefixKeepsItUnderModerateLoad) {
   EXPECT_EQ(route->prefill_plan.cached_chunks, 7);
   // Queued far enough, it spills.
   Report("prefill-b", 6000, 12);
+  route = registry_->Choose(chain, 1000, 16, {});
+  ASSERT_TRUE(route.ok());
+  EXPECT_EQ(route->prefill->worker_id, "prefill-a");
+}
+
+TEST_F(WorkerRegistryTest, AHolderInItsPoolBeatsOneThatMustPromoteFromDisk) {
+  std::vector<Hash128> chain;
+  for (int i = 0; i < 7; ++i) chain.push_back(Hash128{11, uint64_t(i)});
+  Register("prefill-a", v1::WORKER_ROLE_PREFILL, chain, v1::KV_TIER_DISK);
+  Register("prefill-b", v1::WORKER_ROLE_PREFILL, chain, v1::KV_TIER_GPU);
+  auto route = registry_->Choose(chain, 1000, 16, {});
+  ASSERT_TRUE(route.ok());
+  EXPECT_EQ(route->prefill->worker_id, "prefill-b");
+  // a's chunks come up to its pool (a heartbeat's KV event): a tie, and a
+  // was registered first.
+  v1::HeartbeatRequest hb;
+  hb.set_worker_id("prefill-a");
+  v1::KvEvent* e = hb.add_events();
+  e->set_kind(v1::KvEvent::KIND_STORED);
+  e->set_tier(v1::KV_TIER_GPU);
+  for (const Hash128& h : chain) e->add_chunk_hashes(HashToBytes(h));
+  v1::HeartbeatResponse resp;
+  ASSERT_TRUE(registry_->Heartbeat(nullptr, &hb, &resp).ok());
+  registry_->Release(&*route);
   route = registry_->Choose(chain, 1000, 16, {});
   ASSERT_TRUE(route.ok());
   EXPECT_EQ(route->prefill->worker_id, "prefill-a");

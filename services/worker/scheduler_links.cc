@@ -85,7 +85,13 @@ absl::StatusOr<std::vector<std::string>> ResolveReplicas(const SchedulerTarget& 
 
 void SchedulerLinks::Record(bool stored, const Hash128& hash, v1::KvTier tier) {
   absl::MutexLock lock(&mu_);
-  if (stored ? !held_.insert(hash).second : held_.erase(hash) == 0) return;
+  if (stored) {
+    auto [it, added] = held_.try_emplace(hash, tier);
+    if (!added && it->second == tier) return;
+    it->second = tier;
+  } else if (held_.erase(hash) == 0) {
+    return;
+  }
   const auto kind = stored ? v1::KvEvent::KIND_STORED : v1::KvEvent::KIND_EVICTED;
   for (auto& [address, events] : pending_) {
     if (events.empty() || events.back().kind() != kind || events.back().tier() != tier) {
@@ -171,7 +177,10 @@ void SchedulerLinks::Run(Link* link) {
       {
         // The snapshot and the start of this replica's event queue at once.
         absl::MutexLock lock(&mu_);
-        for (const Hash128& h : held_) req.add_cached_chunks(HashToBytes(h));
+        for (const auto& [h, tier] : held_) {
+          req.add_cached_chunks(HashToBytes(h));
+          req.add_cached_chunk_tiers(tier);
+        }
         pending_[link->address].clear();
       }
       v1::RegisterResponse resp;

@@ -67,8 +67,9 @@ class SchedulerLinks {
   SchedulerLinks(const SchedulerLinks&) = delete;
   SchedulerLinks& operator=(const SchedulerLinks&) = delete;
 
-  // The worker now holds (`stored`) or no longer holds a chunk. Before
-  // Start it only builds the snapshot.
+  // The worker now holds a chunk at `tier` (`stored`; a chunk moving between
+  // tiers is stored again) or no longer holds it anywhere. Before Start it
+  // only builds the snapshot.
   void Record(bool stored, const Hash128& hash, v1::KvTier tier);
   // Resolves the targets once (an unparsable flag is an error; a name that
   // does not resolve yet is retried) and starts the links.
@@ -91,7 +92,7 @@ class SchedulerLinks {
   Options options_;
   std::vector<SchedulerTarget> targets_;
   absl::Mutex mu_;
-  absl::flat_hash_set<Hash128> held_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<Hash128, v1::KvTier> held_ ABSL_GUARDED_BY(mu_);
   // Per registered replica: the events since its last heartbeat.
   absl::flat_hash_map<std::string, std::vector<v1::KvEvent>> pending_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::unique_ptr<Link>> links_;  // resolver thread (and Stop)

@@ -58,9 +58,17 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(const Worke
   ASSIGN_OR_RETURN(rt->engine_, Engine::Create(config.model_dir, options, *std::move(backend)));
   rt->model_name_ = config.model_name.empty() ? BaseName(config.model_dir) : config.model_name;
   WorkerRuntime* self = rt.get();
-  const v1::KvTier tier = config.backend == "cuda" ? v1::KV_TIER_GPU : v1::KV_TIER_HOST;
-  rt->engine_->prefix_cache().SetObserver([self, tier](PrefixCache::Event e, const Hash128& h) {
-    self->links_.Record(e == PrefixCache::Event::kStored, h, tier);
+  rt->engine_->prefix_cache().SetObserver([self](PrefixCache::Event e, const Hash128& h) {
+    switch (e) {
+      case PrefixCache::Event::kStored:
+        return self->links_.Record(true, h, v1::KV_TIER_GPU);  // the pool, whatever the backend
+      case PrefixCache::Event::kInHost:
+        return self->links_.Record(true, h, v1::KV_TIER_HOST);
+      case PrefixCache::Event::kOnDisk:
+        return self->links_.Record(true, h, v1::KV_TIER_DISK);
+      case PrefixCache::Event::kEvicted:
+        return self->links_.Record(false, h, v1::KV_TIER_UNSPECIFIED);
+    }
   });
   if (DiskKvTier* disk = rt->engine_->disk_tier()) {
     // What a previous run left on disk: in the registration snapshot, so the
