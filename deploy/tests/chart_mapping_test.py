@@ -434,6 +434,36 @@ class Model(unittest.TestCase):
         self.assertNotIn("model", [v["name"] for v in pod(d)["volumes"]])
 
 
+class DiskTier(unittest.TestCase):
+    def test_off_by_default(self):
+        d = the(objs("defaults"), "Deployment", "decode")
+        self.assertNotIn("kv_disk_tier_mb", flags(d))
+        self.assertNotIn("kv-tier", [v["name"] for v in pod(d)["volumes"]])
+
+    def test_empty_dir_and_host_path(self):
+        for volume, key in (("emptyDir", "emptyDir"), ("hostPath", "hostPath")):
+            o = kvtest.objects(kvtest.render({"decode": {
+                "kvHostTierMB": 1024, "kvDiskTier": {"mb": 8192, "volume": volume}}}))
+            d = the(o, "Deployment", "decode")
+            f = flags(d)
+            self.assertEqual((f["kv_disk_tier_dir"], f["kv_disk_tier_mb"]),
+                             ("/var/lib/kvcast/kv-tier", "8192"))
+            (vol,) = [v for v in pod(d)["volumes"] if v["name"] == "kv-tier"]
+            self.assertIn(key, vol)
+            if key == "emptyDir":
+                self.assertEqual(vol["emptyDir"]["sizeLimit"], "8256Mi")
+            else:
+                self.assertEqual(vol["hostPath"], {"path": "/var/lib/kvcast/kv-tier",
+                                                   "type": "DirectoryOrCreate"})
+            mounts = {m["name"]: m["mountPath"] for m in container(d)["volumeMounts"]}
+            self.assertEqual(mounts["kv-tier"], "/var/lib/kvcast/kv-tier")
+            self.assertNotIn("kv_disk_tier_mb", flags(the(o, "Deployment", "prefill")))
+
+    def test_needs_the_host_tier(self):
+        with self.assertRaisesRegex(Exception, "decode.kvDiskTier.mb needs decode.kvHostTierMB"):
+            kvtest.render({"decode": {"kvDiskTier": {"mb": 10}}})
+
+
 class Metrics(unittest.TestCase):
     def test_scrape_annotations_name_the_metrics_port(self):
         o = objs("defaults")

@@ -44,11 +44,14 @@ import urllib.request
 import kvtest
 from kvtest import container, find
 
-# Values of the rehearsal: the CPU backend (the only one this build has) and
-# KV pools that fit a test machine; everything else is values.yaml's.
+# Values of the rehearsal: the CPU backend (the only one this build has),
+# KV pools that fit a test machine and, on decode, the KV tiers; everything
+# else is values.yaml's.
 VALUES = {
     "prefill": {"backend": "cpu", "kvCacheMB": 64},
-    "decode": {"backend": "cpu", "kvCacheMB": 64},
+    # The decode worker with both KV tiers below its pool (the disk tier on
+    # its emptyDir).
+    "decode": {"backend": "cpu", "kvCacheMB": 64, "kvHostTierMB": 16, "kvDiskTier": {"mb": 64}},
 }
 # Image path of each binary -> its place in this test's runfiles.
 BINARIES = {

@@ -76,6 +76,10 @@ cancelled, and the process exits, before the kubelet's SIGKILL.
 - --backend={{ $v.backend }}
 - --kv_cache_mb={{ int $v.kvCacheMB }}
 - --kv_host_tier_mb={{ int ($v.kvHostTierMB | default 0) }}
+{{- if include "kvcast.diskTier" . }}
+- --kv_disk_tier_dir=/var/lib/kvcast/kv-tier
+- --kv_disk_tier_mb={{ int $v.kvDiskTier.mb }}
+{{- end }}
 - --scheduler={{ include "kvcast.schedulerAddress" .root }}
 - --advertise_host=$(KVCAST_ADVERTISE_HOST)
 - --moqt_listen={{ include "kvcast.listen" (dict "root" .root "port" $v.ports.moqt) }}

@@ -85,9 +85,19 @@ readinessProbe:
 {{- toYaml $res }}
 {{- end }}
 
+{{/* "true" when a worker role has a disk KV tier (kvDiskTier.mb > 0). */}}
+{{- define "kvcast.diskTier" -}}
+{{- $d := (index .root.Values .role).kvDiskTier }}
+{{- if and $d (gt (int $d.mb) 0) }}true{{ end }}
+{{- end }}
+
 {{- define "kvcast.volumeMounts" -}}
 - name: tmp
   mountPath: /tmp
+{{- if include "kvcast.diskTier" . }}
+- name: kv-tier
+  mountPath: /var/lib/kvcast/kv-tier
+{{- end }}
 {{- if include "kvcast.mountsModel" . }}
 - name: model
   mountPath: {{ .root.Values.model.mountPath }}
@@ -130,6 +140,18 @@ readinessProbe:
 {{- $m := .root.Values.model }}
 - name: tmp
   emptyDir: {}
+{{- if include "kvcast.diskTier" . }}
+{{- $d := (index .root.Values .role).kvDiskTier }}
+- name: kv-tier
+  {{- if eq $d.volume "hostPath" }}
+  hostPath:
+    path: {{ $d.hostPath }}
+    type: DirectoryOrCreate
+  {{- else }}
+  emptyDir:
+    sizeLimit: {{ printf "%dMi" (add (int $d.mb) 64) }}
+  {{- end }}
+{{- end }}
 {{- if include "kvcast.mountsModel" . }}
 - name: model
   {{- if eq $m.source "pvc" }}
