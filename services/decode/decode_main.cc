@@ -5,6 +5,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
 #include "services/common/shutdown.h"
 #include "services/decode/decode_service.h"
@@ -29,6 +30,10 @@ class NoRequests : public kvcast::moqt::RequestHandler {};
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  // Debian's Abseil is built with its debug checks: every Mutex operation
+  // would feed the deadlock detector's graph (7% of the scheduler's CPU per
+  // request, docs/benchmarks.md). Tests keep it; the servers do not.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   using namespace kvcast;
   auto fail = [](const absl::Status& s) {
     std::fprintf(stderr, "kvcast-decode: %s\n", s.ToString().c_str());

@@ -4,6 +4,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/synchronization/mutex.h"
 #include "services/common/shutdown.h"
 #include "services/prefill/prefill_service.h"
 
@@ -12,6 +13,10 @@ ABSL_FLAG(double, drain_s, 20, "on SIGTERM: finish in-flight requests for up to 
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  // Debian's Abseil is built with its debug checks: every Mutex operation
+  // would feed the deadlock detector's graph (7% of the scheduler's CPU per
+  // request, docs/benchmarks.md). Tests keep it; the servers do not.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   using namespace kvcast;
   auto fail = [](const absl::Status& s) {
     std::fprintf(stderr, "kvcast-prefill: %s\n", s.ToString().c_str());

@@ -7,6 +7,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/strings/str_cat.h"
 #include "engine/chat/chat_template.h"
 #include "engine/tokenizer/tokenizer.h"
@@ -92,6 +93,10 @@ ABSL_FLAG(double, drain_s, 30, "on SIGTERM: finish in-flight requests for up to 
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  // Debian's Abseil is built with its debug checks: every Mutex operation
+  // would feed the deadlock detector's graph (7% of the scheduler's CPU per
+  // request, docs/benchmarks.md). Tests keep it; the servers do not.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   using namespace kvcast;
   auto fail = [](const absl::Status& s) {
     std::fprintf(stderr, "kvcast-scheduler: %s\n", s.ToString().c_str());

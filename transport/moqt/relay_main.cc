@@ -15,6 +15,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "services/common/grpc_server.h"
 #include "services/common/metrics_server.h"
@@ -214,5 +215,9 @@ int Main() {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  // Debian's Abseil is built with its debug checks: every Mutex operation
+  // would feed the deadlock detector's graph (7% of the scheduler's CPU per
+  // request, docs/benchmarks.md). Tests keep it; the servers do not.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   return kvcast::moqt::Main();
 }
