@@ -175,7 +175,9 @@ class Relay::FetchForwarder : public TrackConsumer {
 };
 
 Relay::Relay(quic::EventLoop* loop, RelayOptions options)
-    : loop_(loop), options_(options), cache_(options.cache_bytes) {}
+    : loop_(loop), options_(options), cache_(options.cache_bytes) {
+  cache_.SetSpill(options.spill);
+}
 
 Relay::~Relay() {
   for (auto& p : parked_) {

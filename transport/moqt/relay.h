@@ -52,6 +52,9 @@ struct RelayOptions {
   // keeps only the locations of the objects it owes (their payloads are in
   // the cache) and sends them as the queue drains to half.
   uint64_t send_window_bytes = 8ull << 20;
+  // The cache's disk tier (borrowed; null: none): complete groups evicted
+  // from memory go there and come back on a lookup (group_spill.h).
+  GroupSpill* spill = nullptr;
 };
 
 class Relay : public RequestHandler {

@@ -11,7 +11,10 @@
 
 #include <atomic>
 #include <cstdio>
+#include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -20,6 +23,7 @@
 #include "services/common/grpc_server.h"
 #include "services/common/metrics_server.h"
 #include "services/common/moqt_auth_metrics.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "transport/moqt/moqt_endpoint.h"
 #include "transport/moqt/relay.h"
@@ -37,6 +41,10 @@ ABSL_FLAG(std::string, auth_key_file, "",
 ABSL_FLAG(bool, insecure, false,
           "development only: serve MoQT requests without an AUTHORIZATION TOKEN");
 ABSL_FLAG(int64_t, cache_mb, 1024, "object cache budget in MiB");
+ABSL_FLAG(std::string, spill_dir, "",
+          "directory of the cache's disk tier: complete groups evicted from memory go there "
+          "and are served again, also after a restart; empty: none");
+ABSL_FLAG(int64_t, spill_mb, 0, "disk tier budget in MiB (with --spill_dir)");
 ABSL_FLAG(int64_t, send_window_kb, 8192,
           "per downstream request: KiB its send queue may hold before objects wait in the "
           "cache for it (a slow subscriber costs about this much)");
@@ -107,6 +115,21 @@ int Main() {
   relay_options.cache_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_cache_mb)) << 20;
   relay_options.send_window_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_send_window_kb)) << 10;
   relay_options.subscribe_wait = absl::Milliseconds(absl::GetFlag(FLAGS_subscribe_wait_ms));
+  std::unique_ptr<GroupSpill> spill;
+  if (!absl::GetFlag(FLAGS_spill_dir).empty() || absl::GetFlag(FLAGS_spill_mb) != 0) {
+    if (absl::GetFlag(FLAGS_spill_dir).empty() || absl::GetFlag(FLAGS_spill_mb) <= 0) {
+      return Fail(absl::InvalidArgumentError("--spill_dir and a positive --spill_mb go together"));
+    }
+    auto opened = GroupSpill::Open(absl::GetFlag(FLAGS_spill_dir),
+                                   static_cast<uint64_t>(absl::GetFlag(FLAGS_spill_mb)) << 20);
+    if (!opened.ok()) return Fail(opened.status());
+    spill = std::move(*opened);
+    const GroupSpill::Stats s = spill->stats();
+    std::fprintf(stderr, "kvcast-relay: spill %s: %llu groups (%llu bytes) from before, %llu rejected\n",
+                 absl::GetFlag(FLAGS_spill_dir).c_str(), (unsigned long long)s.groups,
+                 (unsigned long long)s.bytes, (unsigned long long)s.rejected);
+    relay_options.spill = spill.get();
+  }
 
   Relay relay(loop->get(), relay_options);
   auto server = MoqtServer::Create(loop->get(), addr->first, addr->second, tls, transport,
@@ -173,6 +196,16 @@ int Main() {
                              on_loop([srv] { return double(srv->num_sessions()); }));
     metrics.AddCallbackGauge("kvcast_relay_cache_bytes", "object cache size",
                              on_loop([r] { return double(r->cache().bytes()); }));
+    if (GroupSpill* sp = spill.get()) {
+      using S = GroupSpill::Stats;
+      for (const auto& [what, field] : std::vector<std::pair<std::string, uint64_t S::*>>{
+               {"bytes", &S::bytes}, {"groups", &S::groups}, {"writes", &S::writes},
+               {"reads", &S::reads}, {"evictions", &S::evictions}, {"rejected", &S::rejected}}) {
+        metrics.AddCallbackGauge(absl::StrCat("kvcast_relay_spill_", what),
+                                 absl::StrCat("cache disk tier: ", what),
+                                 [sp, field = field] { return double(sp->stats().*field); });
+      }
+    }
     metrics.AddCallbackGauge("kvcast_relay_cache_tracks", "tracks in the cache",
                              on_loop([r] { return double(r->cache().num_tracks()); }));
     metrics.AddCallbackGauge("kvcast_relay_served_from_cache", "requests answered from cache",

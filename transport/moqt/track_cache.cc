@@ -1,10 +1,24 @@
 #include "transport/moqt/track_cache.h"
 
 #include <cstring>
+#include <utility>
+#include <vector>
 
 namespace kvcast::moqt {
 
 void TrackCache::Touch(Group& group) { lru_.splice(lru_.end(), lru_, group.lru); }
+
+void TrackCache::SetSpill(GroupSpill* spill) {
+  spill_ = spill;
+  if (spill_ == nullptr) return;
+  for (const GroupSpill::Entry& e : spill_->Entries()) {
+    Track& track = tracks_[e.track];
+    track.spilled.insert(e.group);
+    const Location last{e.group, e.last_object};
+    if (!track.largest || *track.largest < last) track.largest = last;
+    if (e.ends_track) track.end = last;
+  }
+}
 
 void TrackCache::EvictFor(const FullTrackName& keep_track, uint64_t keep_group) {
   auto it = lru_.begin();
@@ -16,10 +30,44 @@ void TrackCache::EvictFor(const FullTrackName& keep_track, uint64_t keep_group) 
     auto track = tracks_.find(it->first);
     auto group = track->second.groups.find(it->second);
     bytes_ -= group->second.bytes;
+    if (spill_ != nullptr && group->second.complete) {
+      std::vector<SpilledObject> objects;
+      for (auto& [id, obj] : group->second.objects) {
+        objects.push_back(SpilledObject{obj.header, std::move(obj.payload)});
+      }
+      const auto& end = track->second.end;
+      spill_->Put(it->first, it->second, std::move(objects), end && end->group == it->second);
+      track->second.spilled.insert(it->second);
+    }
     track->second.groups.erase(group);
     ++evicted_groups_;
     it = lru_.erase(it);
-    if (track->second.groups.empty() && !track->second.end) tracks_.erase(track);
+    if (track->second.groups.empty() && track->second.spilled.empty() && !track->second.end) {
+      tracks_.erase(track);
+    }
+  }
+}
+
+void TrackCache::Restore(const FullTrackName& name, Track& track, uint64_t first,
+                         uint64_t last) {
+  if (spill_ == nullptr) return;
+  for (auto g = track.spilled.lower_bound(first); g != track.spilled.end() && *g <= last;) {
+    const uint64_t id = *g;
+    g = track.spilled.erase(g);
+    std::optional<std::vector<SpilledObject>> objects = spill_->Take(name, id);
+    if (!objects) continue;  // unreadable: gone (a later request fetches it upstream)
+    Group& group = track.groups[id];
+    group.lru = lru_.insert(lru_.end(), {name, id});
+    group.complete = true;
+    for (SpilledObject& o : *objects) {
+      const uint64_t cost = Cost(o.payload.size());
+      Object& obj = group.objects[o.header.object];
+      obj.header = std::move(o.header);
+      obj.payload = std::move(o.payload);
+      group.bytes += cost;
+      bytes_ += cost;
+    }
+    EvictFor(name, id);
   }
 }
 
@@ -29,6 +77,7 @@ TrackCache::InsertResult TrackCache::Insert(const FullTrackName& name,
   uint64_t cost = Cost(payload.size());
   if (cost > budget_) return InsertResult::kTooLarge;
   Track& track = tracks_[name];
+  if (track.spilled.count(header.group)) Restore(name, track, header.group, header.group);
   auto [git, new_group] = track.groups.try_emplace(header.group);
   Group& group = git->second;
   if (new_group) group.lru = lru_.insert(lru_.end(), {name, header.group});
@@ -97,15 +146,16 @@ bool TrackCache::malformed(const FullTrackName& name) const {
   return it != tracks_.end() && it->second.malformed;
 }
 
-bool TrackCache::Covers(const FullTrackName& name, Location start, Location end) const {
+bool TrackCache::Covers(const FullTrackName& name, Location start, Location end) {
   auto it = tracks_.find(name);
   if (it == tracks_.end()) return false;
-  const Track& track = it->second;
+  Track& track = it->second;
   uint64_t last = end.group;
   if (track.end) {
     if (start.group > track.end->group) return true;  // nothing exists there
     last = std::min(last, track.end->group);
   }
+  Restore(name, track, start.group, last);
   for (uint64_t g = start.group; g <= last; ++g) {
     auto group = track.groups.find(g);
     if (group == track.groups.end()) return false;
@@ -127,6 +177,7 @@ void TrackCache::ForEach(
   auto it = tracks_.find(name);
   if (it == tracks_.end()) return;
   Track& track = it->second;
+  Restore(name, track, start.group, end.group);
   for (auto g = track.groups.lower_bound(start.group);
        g != track.groups.end() && g->first <= end.group; ++g) {
     Touch(g->second);

@@ -6,6 +6,10 @@
 // different payload is refused (kConflict) and the track is marked
 // malformed, as draft-14 requires of relays.
 //
+// With a spill (group_spill.h), an evicted group that is complete goes to
+// disk instead of away, and comes back into memory when a lookup reaches
+// it; a spill opened on an earlier run's directory serves its groups.
+//
 // Thread safety: none (one loop thread).
 #ifndef KVCAST_TRANSPORT_MOQT_TRACK_CACHE_H_
 #define KVCAST_TRANSPORT_MOQT_TRACK_CACHE_H_
@@ -15,9 +19,11 @@
 #include <list>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "absl/types/span.h"
+#include "transport/moqt/group_spill.h"
 #include "transport/moqt/messages.h"
 
 namespace kvcast::moqt {
@@ -25,6 +31,10 @@ namespace kvcast::moqt {
 class TrackCache {
  public:
   explicit TrackCache(uint64_t budget_bytes) : budget_(budget_bytes) {}
+  // `spill` is borrowed (null: none); set before use. Learns the tracks and
+  // groups the spill already holds.
+  void SetSpill(GroupSpill* spill);
+  GroupSpill* spill() const { return spill_; }
 
   enum class InsertResult { kInserted, kDuplicate, kConflict, kTooLarge };
   // Stores one object. An kEndOfGroup status completes its group; kEndOfTrack
@@ -45,7 +55,8 @@ class TrackCache {
   bool malformed(const FullTrackName& track) const;
   // True if every object in [start, end] (inclusive, by location) that
   // exists is cached: all groups in range complete, or past the end of track.
-  bool Covers(const FullTrackName& track, Location start, Location end) const;
+  // Brings spilled groups of the range back into memory.
+  bool Covers(const FullTrackName& track, Location start, Location end);
   // Calls `fn` for cached objects in [start, end] in ascending order and
   // refreshes their groups in the LRU. `fn` must not modify the cache.
   void ForEach(const FullTrackName& track, Location start, Location end,
@@ -69,6 +80,7 @@ class TrackCache {
   };
   struct Track {
     std::map<uint64_t, Group> groups;
+    std::set<uint64_t> spilled;  // complete groups in the spill, not in memory
     std::optional<Location> largest;
     std::optional<Location> end;  // end of track
     bool malformed = false;
@@ -77,8 +89,11 @@ class TrackCache {
   static uint64_t Cost(size_t payload) { return payload + 64; }
   void Touch(Group& group);
   void EvictFor(const FullTrackName& keep_track, uint64_t keep_group);
+  // Moves the track's spilled groups in [first, last] back into memory.
+  void Restore(const FullTrackName& name, Track& track, uint64_t first, uint64_t last);
 
   uint64_t budget_;
+  GroupSpill* spill_ = nullptr;
   uint64_t bytes_ = 0;
   uint64_t evicted_groups_ = 0;
   std::map<FullTrackName, Track> tracks_;
