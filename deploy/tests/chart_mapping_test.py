@@ -459,6 +459,15 @@ class DiskTier(unittest.TestCase):
             self.assertEqual(mounts["kv-tier"], "/var/lib/kvcast/kv-tier")
             self.assertNotIn("kv_disk_tier_mb", flags(the(o, "Deployment", "prefill")))
 
+    def test_relay_spill(self):
+        o = kvtest.objects(kvtest.render({"relay": {"kvDiskTier": {"mb": 2048}}}))
+        d = the(o, "Deployment", "relay")
+        f = flags(d)
+        self.assertEqual((f["spill_dir"], f["spill_mb"]), ("/var/lib/kvcast/kv-tier", "2048"))
+        (vol,) = [v for v in pod(d)["volumes"] if v["name"] == "kv-tier"]
+        self.assertEqual(vol["emptyDir"]["sizeLimit"], "2112Mi")
+        self.assertNotIn("spill_mb", flags(the(objs("defaults"), "Deployment", "relay")))
+
     def test_needs_the_host_tier(self):
         with self.assertRaisesRegex(Exception, "decode.kvDiskTier.mb needs decode.kvHostTierMB"):
             kvtest.render({"decode": {"kvDiskTier": {"mb": 10}}})

@@ -45,13 +45,15 @@ import kvtest
 from kvtest import container, find
 
 # Values of the rehearsal: the CPU backend (the only one this build has),
-# KV pools that fit a test machine and, on decode, the KV tiers; everything
+# KV pools that fit a test machine and, on decode and the relay, disk KV
+# tiers; everything
 # else is values.yaml's.
 VALUES = {
     "prefill": {"backend": "cpu", "kvCacheMB": 64},
     # The decode worker with both KV tiers below its pool (the disk tier on
     # its emptyDir).
     "decode": {"backend": "cpu", "kvCacheMB": 64, "kvHostTierMB": 16, "kvDiskTier": {"mb": 64}},
+    "relay": {"kvDiskTier": {"mb": 64}},
 }
 # Image path of each binary -> its place in this test's runfiles.
 BINARIES = {

@@ -1,5 +1,7 @@
 #include "transport/moqt/group_spill.h"
 
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -278,6 +280,11 @@ void GroupSpill::WaitForWrites() {
 }
 
 void GroupSpill::Writer() {
+  // Signals are the owning process's to handle (the relay waits for SIGTERM
+  // on a signalfd): never deliver one to this thread.
+  sigset_t all;
+  sigfillset(&all);
+  pthread_sigmask(SIG_BLOCK, &all, nullptr);
   for (;;) {
     std::pair<std::string, std::shared_ptr<const std::string>> job;
     {

@@ -105,6 +105,10 @@ cancelled, and the process exits, before the kubelet's SIGKILL.
 - --auth_key_file={{ include "kvcast.moqtAuthKeyFile" . }}
 - --cache_mb={{ int $v.cacheMB }}
 - --send_window_kb={{ int $v.sendWindowKB }}
+{{- if include "kvcast.diskTier" . }}
+- --spill_dir=/var/lib/kvcast/kv-tier
+- --spill_mb={{ int $v.kvDiskTier.mb }}
+{{- end }}
 - --subscribe_wait_ms={{ int $v.subscribeWaitMs }}
 - --idle_timeout_s={{ int $v.idleTimeoutSeconds }}
 {{- end }}

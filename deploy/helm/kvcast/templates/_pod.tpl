@@ -85,7 +85,8 @@ readinessProbe:
 {{- toYaml $res }}
 {{- end }}
 
-{{/* "true" when a worker role has a disk KV tier (kvDiskTier.mb > 0). */}}
+{{/* "true" when a role has a disk KV tier (kvDiskTier.mb > 0): the
+workers' below their host tier, the relay's below its cache. */}}
 {{- define "kvcast.diskTier" -}}
 {{- $d := (index .root.Values .role).kvDiskTier }}
 {{- if and $d (gt (int $d.mb) 0) }}true{{ end }}

@@ -21,7 +21,7 @@ with a message that names the values involved.
 {{- end }}
 {{- $_ := set $seen $key (printf "%s.ports.%s" $role $kind) }}
 {{- end }}
-{{- if and $v.kvDiskTier (gt (int $v.kvDiskTier.mb) 0) (eq (int ($v.kvHostTierMB | default 0)) 0) }}
+{{- if and (ne $role "relay") $v.kvDiskTier (gt (int $v.kvDiskTier.mb) 0) (eq (int ($v.kvHostTierMB | default 0)) 0) }}
 {{- fail (printf "kvcast: %s.kvDiskTier.mb needs %s.kvHostTierMB > 0: the disk tier holds what the host tier pushes out" $role $role) }}
 {{- end }}
 {{- $a := $v.autoscaling }}
