@@ -194,9 +194,6 @@ absl::StatusOr<uint64_t> Engine::Submit(std::vector<int32_t> prompt,
   seq->seed = prefix_seed(params.tenant);
   if (kv.tokens == 0 && options_.prefix_caching) {
     seq->prompt_chain = ChunkHashChain(seq->seed, seq->tokens, options_.chunk_tokens);
-    // Its prefix comes up from the host / disk tier now, on the caller's
-    // thread, while the compute thread runs others: not at admission.
-    prefix_cache_->Prefetch(seq->prompt_chain, (seq->prompt_len - 1) / options_.chunk_tokens);
   }
   if (kv.tokens > 0) {
     seq->prefilled = true;
@@ -213,6 +210,12 @@ absl::StatusOr<uint64_t> Engine::Submit(std::vector<int32_t> prompt,
   const uint64_t id = seq->id;
   waiting_.push_back(std::move(seq));
   return id;
+}
+
+void Engine::Prefetch(const std::vector<int32_t>& prompt, std::string_view tenant) {
+  if (host_tier_ == nullptr || !options_.prefix_caching || prompt.empty()) return;
+  prefix_cache_->Prefetch(ChunkHashChain(prefix_seed(tenant), prompt, options_.chunk_tokens),
+                          (int(prompt.size()) - 1) / options_.chunk_tokens);
 }
 
 void Engine::Cancel(uint64_t id) {

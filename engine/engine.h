@@ -120,6 +120,12 @@ class Engine {
       std::unique_ptr<Backend> backend);
   ~Engine();
 
+  // Brings the prompt's reusable prefix up from the host / disk tier into
+  // the page pool now (no-op without tiers). Call it on the request's own
+  // thread before Submit: the copy then overlaps the compute thread's work
+  // instead of delaying the request's admission.
+  void Prefetch(const std::vector<int32_t>& prompt, std::string_view tenant = "");
+
   // Queues a request. InvalidArgument for an empty prompt, out-of-vocabulary
   // ids, bad sampling parameters or a prompt the model cannot hold.
   absl::StatusOr<uint64_t> Submit(std::vector<int32_t> prompt,

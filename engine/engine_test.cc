@@ -150,8 +150,9 @@ TEST(Engine, EvictedChunksComeBackFromTheHostTier) {
   const HostKvTier::Stats demoted = e->host_tier()->stats();
   EXPECT_EQ(demoted.chunks, 2u);  // 300 tokens: two full chunks
   EXPECT_EQ(demoted.bytes, 2 * e->host_tier()->chunk_bytes());
+  e->Prefetch(other);
   uint64_t second = *e->Submit(other, Greedy(4));
-  // Submitting it brought its prefix up at once (before any step).
+  // Prefetch brought its prefix up at once (before any step).
   EXPECT_EQ(e->prefix_cache().num_chunks(), 2);
   EXPECT_EQ(e->host_tier()->stats().hits, 2u);
   // Waiting, it owes only what its cache does not hold (the router reads this).

@@ -66,6 +66,18 @@ std::vector<int32_t> PrefixCache::Acquire(absl::Span<const Hash128> chain,
   return pages;
 }
 
+void PrefixCache::Pin(absl::Span<const Hash128> chunks) {
+  absl::MutexLock lock(&mu_);
+  pinned_.insert(chunks.begin(), chunks.end());
+}
+
+int PrefixCache::num_pinned() const {
+  absl::MutexLock lock(&mu_);
+  int n = 0;
+  for (const Hash128& h : pinned_) n += entries_.contains(h);
+  return n;
+}
+
 void PrefixCache::Prefetch(absl::Span<const Hash128> chain, int max_chunks) {
   if (tier_ == nullptr) return;
   pool_->ReleaseAll(Acquire(chain, max_chunks)).IgnoreError();
@@ -99,6 +111,7 @@ int PrefixCache::Reclaim(int wanted) {
   int freed = 0;
   for (auto it = lru_.end(); it != lru_.begin() && freed < wanted;) {
     --it;
+    if (pinned_.contains(*it)) continue;
     auto e = entries_.find(*it);
     bool unshared = true;
     for (int32_t p : e->second.pages) unshared &= pool_->RefCount(p) == 1;

@@ -25,6 +25,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "engine/kv/host_tier.h"
@@ -63,6 +64,11 @@ class PrefixCache : public PageReclaimer {
   // Holds no references: they are ordinary cached chunks afterwards.
   void Prefetch(absl::Span<const Hash128> chain, int max_chunks);
 
+  // Chunks never reclaimed from the pool (an operator's system prompts):
+  // present ones stay, absent ones stay once inserted.
+  void Pin(absl::Span<const Hash128> chunks);
+  int num_pinned() const;  // pinned chunks in the pool now
+
   // How many leading chunks of `chain` (at most `max_chunks`) Acquire would
   // find in the pool or the host tier now; touches nothing.
   int Held(absl::Span<const Hash128> chain, int max_chunks) const;
@@ -94,6 +100,7 @@ class PrefixCache : public PageReclaimer {
   mutable absl::Mutex mu_;
   absl::flat_hash_map<Hash128, Entry> entries_ ABSL_GUARDED_BY(mu_);
   std::list<Hash128> lru_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<Hash128> pinned_ ABSL_GUARDED_BY(mu_);
   Observer observer_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -95,6 +95,20 @@ TEST_F(PrefixCacheTest, EvictsLeastRecentlyUsedUnreferencedChunksOnDemand) {
   EXPECT_EQ(pool_->free_pages(), 8);
 }
 
+TEST_F(PrefixCacheTest, PinnedChunksAreNeverReclaimed) {
+  auto pinned = Chain(0, 2), other = Chain(1000, 1);
+  cache_->Pin({pinned[0], pinned[1]});
+  Store(pinned);
+  Store(other);
+  EXPECT_EQ(cache_->num_pinned(), 2);
+  cache_->Reclaim(1 << 30);  // the pool wants every page back
+  EXPECT_EQ(cache_->num_chunks(), 2) << "only the unpinned chunk went";
+  EXPECT_EQ(pool_->free_pages(), 8 - 2 * 2);
+  auto got = cache_->Acquire(pinned, 2);
+  EXPECT_EQ(got.size(), 4u);
+  ASSERT_TRUE(pool_->ReleaseAll(got).ok());
+}
+
 TEST(PrefixHash, WireBytesAreLoThenHiLittleEndian) {
   const Hash128 h{0x0807060504030201ull, 0x100f0e0d0c0b0a09ull};
   const std::string b = HashToBytes(h);

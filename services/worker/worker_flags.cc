@@ -56,6 +56,9 @@ ABSL_FLAG(std::string, kv_disk_tier_dir, "",
           "disk KV tier: chunks the host tier pushes out are written here (one file each, "
           "checked on read) and found again after a restart (needs --kv_host_tier_mb)");
 ABSL_FLAG(int, kv_disk_tier_mb, 0, "disk KV tier budget in MiB (0: off)");
+ABSL_FLAG(std::string, kv_pin_prompts, "",
+          "file of prompts, one per line (e.g. system prompts), computed at start; their full "
+          "chunks stay in the page pool, never evicted");
 ABSL_FLAG(std::string, kv_host_tier_track, "fp16",
           "the host tier's format: fp16, bf16, int8, fp8-e4m3, int4 or fp4-e2m1 (fewer bytes, "
           "more chunks, less exact)");
@@ -106,6 +109,7 @@ absl::StatusOr<WorkerConfig> WorkerConfigFromFlags(v1::WorkerRole role,
   c.kv_host_tier_policy = policy == "lfu" ? HostKvTier::Policy::kLfu : HostKvTier::Policy::kLru;
   c.kv_disk_tier_dir = absl::GetFlag(FLAGS_kv_disk_tier_dir);
   c.kv_disk_tier_mb = absl::GetFlag(FLAGS_kv_disk_tier_mb);
+  c.kv_pin_prompts = absl::GetFlag(FLAGS_kv_pin_prompts);
   if (c.kv_disk_tier_mb < 0) return absl::InvalidArgumentError("--kv_disk_tier_mb must be >= 0");
   if (c.kv_disk_tier_mb > 0 && (c.kv_disk_tier_dir.empty() || c.kv_host_tier_mb == 0)) {
     return absl::InvalidArgumentError(

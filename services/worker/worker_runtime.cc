@@ -3,10 +3,13 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "common/status_macros.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "services/common/moqt_auth_metrics.h"
 #include "transport/kvcache/naming.h"
 #include "transport/moqt/tools/tool_flags.h"
@@ -92,6 +95,9 @@ WorkerRuntime::~WorkerRuntime() {
 absl::StatusOr<uint64_t> WorkerRuntime::Submit(std::vector<int32_t> prompt,
                                                const GenerationParams& params, PrefilledKv kv,
                                                EventCallback on_event) {
+  // On this (the request's) thread, before the lock the compute thread's
+  // callbacks take: the prefix's promotion overlaps the running batch.
+  if (kv.tokens == 0) engine_->Prefetch(prompt, params.tenant);
   absl::MutexLock lock(&mu_);
   if (stop_) {
     ReleasePages(kv);
@@ -100,6 +106,45 @@ absl::StatusOr<uint64_t> WorkerRuntime::Submit(std::vector<int32_t> prompt,
   ASSIGN_OR_RETURN(uint64_t id, engine_->Submit(std::move(prompt), params, std::move(kv)));
   callbacks_[id] = std::move(on_event);
   return id;
+}
+
+absl::Status WorkerRuntime::PinPrompts() {
+  std::ifstream in(config_.kv_pin_prompts);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat("--kv_pin_prompts: cannot read ", config_.kv_pin_prompts));
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, LoadTokenizer(config_.model_dir));
+  const int chunk = config_.chunk_tokens;
+  int prompts = 0, chunks = 0, line_no = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++line_no;
+    if (line.empty()) continue;
+    ASSIGN_OR_RETURN(std::vector<int32_t> ids, tokenizer->Encode(line, /*add_bos=*/true));
+    const std::vector<Hash128> chain = ChunkHashChain(engine_->prefix_seed(""), ids, chunk);
+    if (chain.empty()) {
+      std::fprintf(stderr, "kvcast worker: --kv_pin_prompts line %d: %zu tokens, less than a "
+                   "chunk (%d): nothing to pin\n", line_no, ids.size(), chunk);
+      continue;
+    }
+    engine_->prefix_cache().Pin(chain);
+    absl::Notification done;
+    GenerationParams params;
+    params.max_tokens = 1;
+    params.ignore_eos = true;
+    RETURN_IF_ERROR(Submit(std::move(ids), params, PrefilledKv(), [&](const SequenceEvent& ev) {
+                      if (ev.finish != FinishReason::kNone) done.Notify();
+                    }).status());
+    done.WaitForNotification();
+    ++prompts;
+    chunks += int(chain.size());
+  }
+  if (engine_->prefix_cache().num_pinned() != chunks) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "--kv_pin_prompts: ", chunks, " chunks to pin, ", engine_->prefix_cache().num_pinned(),
+        " in the page pool: raise --kv_cache_mb"));
+  }
+  std::fprintf(stderr, "kvcast worker: pinned %d chunks of %d prompts\n", chunks, prompts);
+  return absl::OkStatus();
 }
 
 void WorkerRuntime::ReleasePages(PrefilledKv& kv) {
@@ -224,6 +269,9 @@ absl::Status WorkerRuntime::Serve(moqt::RequestHandler* handler,
                               "1 while the MoQT session to --relay is up, else 0",
                               [this] { return relay_up_.load() ? 1.0 : 0.0; });
   }
+  if (!config_.kv_pin_prompts.empty()) RETURN_IF_ERROR(PinPrompts());
+  metrics_.AddCallbackGauge("kvcast_kv_pinned_chunks", "chunks pinned in the page pool",
+                            [this] { return double(engine_->prefix_cache().num_pinned()); });
   if (!config_.scheduler.empty()) {
     auto creds = services::ClientCredentials(config_.grpc_client_cert, config_.grpc_client_key,
                                             config_.grpc_client_ca);

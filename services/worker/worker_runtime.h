@@ -62,6 +62,9 @@ struct WorkerConfig {
   HostKvTier::Policy kv_host_tier_policy = HostKvTier::Policy::kLru;
   std::string kv_disk_tier_dir;                   // tier 2: chunk files, kept across restarts
   int kv_disk_tier_mb = 0;
+  // Prompts (one per line, tokenized as a completion prompt) computed at
+  // start whose full chunks stay in the page pool, never evicted.
+  std::string kv_pin_prompts;
   services::GrpcServerOptions grpc;
   std::string metrics_listen;
   std::string scheduler;       // HOST:PORT[,...] (scheduler_links.h); empty: do not register
@@ -129,6 +132,8 @@ class WorkerRuntime {
  private:
   explicit WorkerRuntime(const WorkerConfig& config);
   void ComputeLoop();
+  // --kv_pin_prompts: computes and pins them (compute thread running).
+  absl::Status PinPrompts();
   v1::WorkerLoad Load() const;
   v1::WorkerInfo Info() const;
   // Loop thread: (re)connects to the relay (every 250 ms while it is down)

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <future>
 #include <map>
 #include <string>
@@ -572,6 +573,27 @@ TEST_F(DisaggregatedTest, AKilledSchedulerReplicaLosesOnlyItsRequestsInFlight) {
   EXPECT_GE(ok_on_1_after_kill, 4) << "the other replica serves on";
   ExpectNoPagesLeaked(c->worker(Role::kDecode, 0));
   ExpectNoPagesLeaked(c->worker(Role::kPrefill, 0));
+}
+
+TEST_F(DisaggregatedTest, PinnedPromptsAreComputedAtStartAndKept) {
+  const std::string pins = TmpDir() + "/pins.txt";
+  {
+    std::ofstream f(pins);
+    std::string system;
+    for (int i = 0; i < 120; ++i) system += "the system prompt says hello ";
+    f << system << "\n\nshort\n";  // the short one is under a chunk: nothing to pin
+  }
+  auto c = Start("pins", 1, 1, {}, {"--kv_pin_prompts=" + pins});
+  ASSERT_NE(c, nullptr);
+  const Process& decode = c->worker(Role::kDecode, 0);
+  const double pinned = Metric(decode, "kvcast_kv_pinned_chunks");
+  EXPECT_GE(pinned, 2) << "the long prompt's full chunks";
+  // Requests come and go; the pinned chunks stay.
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(Generate(c->scheduler_address(), Prompt(300, 90 + i), 8).status.ok());
+  }
+  EXPECT_EQ(Metric(decode, "kvcast_kv_pinned_chunks"), pinned);
+  EXPECT_TRUE(c->Stop().ok());
 }
 
 TEST_F(DisaggregatedTest, WithoutPrefillWorkersDecodeRecomputes) {
