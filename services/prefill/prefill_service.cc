@@ -129,6 +129,9 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
   const std::string digest =
       kvcache::PromptDigest(engine.prefix_seed(request->tenant()), tokens, chunk).ToHex();
   response->set_prompt_digest(digest);
+  // Its full chunks, reported to every scheduler replica once published.
+  const std::vector<Hash128> chain =
+      ChunkHashChain(engine.prefix_seed(request->tenant()), tokens, chunk);
 
   GenerationParams params;
   params.max_tokens = 1;
@@ -176,6 +179,9 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
       Publisher* pub = publisher_.get();
       rt_->loop()->RunAfter(retain_, [pub, digest] { pub->DropPrompt(digest); });
     });
+    // Every scheduler replica, not only the caller, may send a later prompt
+    // sharing it here to be fetched.
+    if (status.ok()) rt_->ReportPublished(digest, chain);
   };
 
   // Reuse a published prefix the scheduler named, beyond what we hold.

@@ -148,6 +148,8 @@ grpc::Status WorkerRegistry::Heartbeat(grpc::ServerContext*, const v1::Heartbeat
       index_.Stored(it->second, hashes, TierOf(e.tier()));
     } else if (e.kind() == v1::KvEvent::KIND_EVICTED) {
       index_.Evicted(it->second, hashes);
+    } else if (e.kind() == v1::KvEvent::KIND_PUBLISHED && !e.prompt_digest().empty()) {
+      published_.Add(e.prompt_digest(), w.ref.moqt_address, hashes);
     }
   }
   return grpc::Status::OK;

@@ -103,6 +103,16 @@ void SchedulerLinks::Record(bool stored, const Hash128& hash, v1::KvTier tier) {
   }
 }
 
+void SchedulerLinks::Published(const std::string& prompt_digest,
+                               absl::Span<const Hash128> chain) {
+  v1::KvEvent e;
+  e.set_kind(v1::KvEvent::KIND_PUBLISHED);
+  e.set_prompt_digest(prompt_digest);
+  for (const Hash128& h : chain) e.add_chunk_hashes(HashToBytes(h));
+  absl::MutexLock lock(&mu_);
+  for (auto& [address, events] : pending_) events.push_back(e);
+}
+
 absl::Status SchedulerLinks::Start(Options options) {
   auto targets = ParseSchedulerTargets(options.scheduler);
   if (!targets.ok()) return targets.status();

@@ -71,6 +71,9 @@ class SchedulerLinks {
   // tiers is stored again) or no longer holds it anywhere. Before Start it
   // only builds the snapshot.
   void Record(bool stored, const Hash128& hash, v1::KvTier tier);
+  // A prompt this worker published (its chain, in order): sent to every
+  // registered replica with the next heartbeat (a hint: not in snapshots).
+  void Published(const std::string& prompt_digest, absl::Span<const Hash128> chain);
   // Resolves the targets once (an unparsable flag is an error; a name that
   // does not resolve yet is retried) and starts the links.
   absl::Status Start(Options options);

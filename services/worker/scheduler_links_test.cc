@@ -74,6 +74,43 @@ TEST(SchedulerLinksTest, EveryReplicaGetsTheSnapshotAndTheEvents) {
   for (Replica* r : {&a, &b}) EXPECT_EQ(r->registry->counts().prefill, 0) << "deregistered";
 }
 
+TEST(SchedulerLinksTest, APublishedPromptReachesEveryReplica) {
+  Replica a, b;
+  SchedulerLinks links;
+  SchedulerLinks::Options o;
+  o.scheduler = a.address() + "," + b.address();
+  o.creds = grpc::InsecureChannelCredentials();
+  o.heartbeat = absl::Milliseconds(50);
+  o.worker_id = "w1";
+  o.info = Info;
+  o.load = [] { return v1::WorkerLoad(); };
+  ASSERT_TRUE(links.Start(o).ok());
+  ASSERT_TRUE(Eventually([&] { return links.registered() == 2; }));
+  std::vector<Hash128> chain;
+  for (int i = 0; i < 3; ++i) chain.push_back(Hash128{31, uint64_t(i)});
+  links.Published(std::string(32, 'd'), chain);
+  for (Replica* r : {&a, &b}) {
+    // A decode worker, so that the replica routes.
+    v1::RegisterRequest req;
+    *req.mutable_worker() = Info();
+    req.mutable_worker()->set_worker_id("d1");
+    req.mutable_worker()->set_role(v1::WORKER_ROLE_DECODE);
+    v1::RegisterResponse resp;
+    ASSERT_TRUE(r->registry->Register(nullptr, &req, &resp).ok());
+    // A longer prompt sharing the 3 chunks: the replica knows where to fetch them.
+    std::vector<Hash128> longer = chain;
+    longer.push_back(Hash128{99, 9});
+    EXPECT_TRUE(Eventually([&] {
+      auto route = r->registry->Choose(longer, 5 * 128, 4, {});
+      bool hit = route.ok() && route->reuse.groups == 3 &&
+                 route->reuse.prompt_digest == std::string(32, 'd');
+      if (route.ok()) r->registry->Release(&*route);
+      return hit;
+    }));
+  }
+  links.Stop();
+}
+
 TEST(SchedulerLinksTest, AReplicaThatComesBackGetsAFreshSnapshot) {
   auto a = std::make_unique<Replica>();
   const std::string address = a->address();

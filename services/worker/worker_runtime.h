@@ -118,6 +118,12 @@ class WorkerRuntime {
   // Loop thread: the relay session, or null.
   moqt::MoqtSession* relay_session() const;
 
+  // A prompt this worker published (prefill): every scheduler replica
+  // learns it with the next heartbeat.
+  void ReportPublished(const std::string& prompt_digest, absl::Span<const Hash128> chain) {
+    links_.Published(prompt_digest, chain);
+  }
+
   services::MetricsRegistry& metrics() { return metrics_; }
   const std::string& model_name() const { return model_name_; }
   // Engine steps run so far (any thread): a liveness signal of the compute.
