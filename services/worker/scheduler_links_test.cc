@@ -36,6 +36,17 @@ v1::WorkerInfo Info() {
   return info;
 }
 
+SchedulerLinks::Options OptionsFor(const std::string& scheduler) {
+  SchedulerLinks::Options o;
+  o.scheduler = scheduler;
+  o.creds = grpc::InsecureChannelCredentials();
+  o.heartbeat = absl::Milliseconds(50);
+  o.worker_id = "w1";
+  o.info = Info;
+  o.load = [] { return v1::WorkerLoad(); };
+  return o;
+}
+
 // Polls `done` for up to 10 s.
 bool Eventually(const std::function<bool()>& done) {
   for (int i = 0; i < 200; ++i) {
@@ -49,14 +60,7 @@ TEST(SchedulerLinksTest, EveryReplicaGetsTheSnapshotAndTheEvents) {
   Replica a, b;
   SchedulerLinks links;
   links.Record(true, Hash128{7, 0}, v1::KV_TIER_DISK);  // held before registering
-  SchedulerLinks::Options o;
-  o.scheduler = a.address() + "," + b.address();
-  o.creds = grpc::InsecureChannelCredentials();
-  o.heartbeat = absl::Milliseconds(50);
-  o.worker_id = "w1";
-  o.info = Info;
-  o.load = [] { return v1::WorkerLoad(); };
-  ASSERT_TRUE(links.Start(o).ok());
+  ASSERT_TRUE(links.Start(OptionsFor(a.address() + "," + b.address())).ok());
   ASSERT_TRUE(Eventually([&] { return links.registered() == 2; }));
   for (Replica* r : {&a, &b}) {
     EXPECT_EQ(r->registry->counts().prefill, 1);
@@ -77,14 +81,7 @@ TEST(SchedulerLinksTest, EveryReplicaGetsTheSnapshotAndTheEvents) {
 TEST(SchedulerLinksTest, APublishedPromptReachesEveryReplica) {
   Replica a, b;
   SchedulerLinks links;
-  SchedulerLinks::Options o;
-  o.scheduler = a.address() + "," + b.address();
-  o.creds = grpc::InsecureChannelCredentials();
-  o.heartbeat = absl::Milliseconds(50);
-  o.worker_id = "w1";
-  o.info = Info;
-  o.load = [] { return v1::WorkerLoad(); };
-  ASSERT_TRUE(links.Start(o).ok());
+  ASSERT_TRUE(links.Start(OptionsFor(a.address() + "," + b.address())).ok());
   ASSERT_TRUE(Eventually([&] { return links.registered() == 2; }));
   std::vector<Hash128> chain;
   for (int i = 0; i < 3; ++i) chain.push_back(Hash128{31, uint64_t(i)});
@@ -115,14 +112,7 @@ TEST(SchedulerLinksTest, AReplicaThatComesBackGetsAFreshSnapshot) {
   auto a = std::make_unique<Replica>();
   const std::string address = a->address();
   SchedulerLinks links;
-  SchedulerLinks::Options o;
-  o.scheduler = address;
-  o.creds = grpc::InsecureChannelCredentials();
-  o.heartbeat = absl::Milliseconds(50);
-  o.worker_id = "w1";
-  o.info = Info;
-  o.load = [] { return v1::WorkerLoad(); };
-  ASSERT_TRUE(links.Start(o).ok());
+  ASSERT_TRUE(links.Start(OptionsFor(address)).ok());
   ASSERT_TRUE(Eventually([&] { return links.registered() == 1; }));
   // The replica restarts (an empty registry on the same port) while the
   // worker stores a chunk: the new one learns it from the registration.

@@ -42,6 +42,7 @@
 #include "engine/kv/token_codec.h"
 #include "transport/moqt/moqt_endpoint.h"
 #include "transport/moqt/relay.h"
+#include "tools/bench/moqt_peers.h"
 #include "tools/devcert/devcert.h"
 
 ABSL_FLAG(std::string, tokens, "1024,4096", "prompt lengths (tokens)");
@@ -68,23 +69,8 @@ struct Loop {
 
 // The prefill side: a publisher serving its own port and connected to the
 // relay as a client (`upstream`).
-class Publisher : public KvPublisher {
- public:
-  using KvPublisher::KvPublisher;
-  void OnSessionReady(moqt::MoqtSession* session) override {
-    if (upstream == nullptr || session != upstream->session()) return;
-    SetUpstream(session);
-    ready.Notify();
-  }
-  std::unique_ptr<moqt::MoqtClient> upstream;
-  absl::Notification ready;
-};
-
-class Ready : public moqt::RequestHandler {
- public:
-  void OnSessionReady(moqt::MoqtSession*) override { ready.Notify(); }
-  absl::Notification ready;
-};
+using Publisher = bench::UpstreamPublisher;
+using bench::Ready;
 
 // Counts a subscription's payload bytes.
 class Counter : public moqt::TrackConsumer {

@@ -43,6 +43,7 @@
 #include "transport/kvcache/publisher.h"
 #include "transport/moqt/moqt_endpoint.h"
 #include "transport/moqt/relay.h"
+#include "tools/bench/moqt_peers.h"
 
 ABSL_FLAG(std::string, model, "", "a .gguf file or an HF directory");
 ABSL_FLAG(std::string, backend, "cpu", "cpu (Q8 weights), cpu-bf16, cpu-f32 or cuda");
@@ -94,23 +95,8 @@ absl::StatusOr<double> FirstToken(Engine* e, const std::vector<int32_t>& prompt,
 // the relay's cache into its pages and computes the tail. Seconds from the
 // SUBSCRIBE to B's first token, median of `runs` (the relay's cache is
 // filled by one untimed landing first).
-class Ready : public moqt::RequestHandler {
- public:
-  void OnSessionReady(moqt::MoqtSession*) override { ready.Notify(); }
-  absl::Notification ready;
-};
-
-class UpstreamPublisher : public kvcache::KvPublisher {
- public:
-  using KvPublisher::KvPublisher;
-  void OnSessionReady(moqt::MoqtSession* session) override {
-    if (upstream == nullptr || session != upstream->session()) return;
-    SetUpstream(session);
-    ready.Notify();
-  }
-  std::unique_ptr<moqt::MoqtClient> upstream;
-  absl::Notification ready;
-};
+using bench::Ready;
+using bench::UpstreamPublisher;
 
 absl::StatusOr<double> RelayTtft(const std::string& model, const std::vector<int32_t>& prefix,
                                  const std::vector<int32_t>& prompt, int runs) {

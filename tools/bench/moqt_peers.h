@@ -1,0 +1,37 @@
+// MoQT peers the KV benchmarks share: a KV publisher that announces its
+// prompts to a relay it connected to, and a handler that notes its session
+// is ready.
+#ifndef KVCAST_TOOLS_BENCH_MOQT_PEERS_H_
+#define KVCAST_TOOLS_BENCH_MOQT_PEERS_H_
+
+#include <memory>
+
+#include "absl/synchronization/notification.h"
+#include "transport/kvcache/publisher.h"
+#include "transport/moqt/moqt_endpoint.h"
+
+namespace kvcast::bench {
+
+// A prefill side: serves its own port (when given one) and announces to the
+// relay it reaches through `upstream` once that session is ready.
+class UpstreamPublisher : public kvcache::KvPublisher {
+ public:
+  using KvPublisher::KvPublisher;
+  void OnSessionReady(moqt::MoqtSession* session) override {
+    if (upstream == nullptr || session != upstream->session()) return;
+    SetUpstream(session);
+    ready.Notify();
+  }
+  std::unique_ptr<moqt::MoqtClient> upstream;
+  absl::Notification ready;
+};
+
+class Ready : public moqt::RequestHandler {
+ public:
+  void OnSessionReady(moqt::MoqtSession*) override { ready.Notify(); }
+  absl::Notification ready;
+};
+
+}  // namespace kvcast::bench
+
+#endif  // KVCAST_TOOLS_BENCH_MOQT_PEERS_H_
