@@ -109,12 +109,6 @@ quic::TransportOptions Transport() {
   return t;
 }
 
-quic::TlsOptions ClientTls(const devcert::DevCertPaths& certs) {
-  quic::TlsOptions tls;
-  tls.ca_file = certs.ca_cert;
-  tls.server_name = "localhost";
-  return tls;
-}
 
 // ---- TLS 1.3 over TCP, the baseline ------------------------------------------
 
@@ -214,21 +208,13 @@ double TlsTcpSeconds(uint64_t bytes, const devcert::DevCertPaths& certs) {
 // ---- the MoQT cases ------------------------------------------------------------
 
 // Development certificates in a fresh temporary directory.
-devcert::DevCertPaths Certs() {
-  char dir[] = "/tmp/kv_path_bench.XXXXXX";
-  if (mkdtemp(dir) == nullptr) {
-    std::perror("kv_path_bench: mkdtemp");
+bench::LoopbackCerts Certs() {
+  absl::StatusOr<bench::LoopbackCerts> certs = bench::MakeLoopbackCerts("/tmp/kv_path_bench");
+  if (!certs.ok()) {
+    std::fprintf(stderr, "kv_path_bench: %s\n", certs.status().ToString().c_str());
     std::exit(1);
   }
-  devcert::DevCertOptions options;
-  options.out_dir = dir;
-  options.names = {"localhost", "127.0.0.1"};
-  options.reuse_ca = false;
-  if (absl::Status st = devcert::WriteDevCertificates(options); !st.ok()) {
-    std::fprintf(stderr, "kv_path_bench: %s\n", st.ToString().c_str());
-    std::exit(1);
-  }
-  return devcert::PathsIn(dir);
+  return *std::move(certs);
 }
 
 struct Bench {
@@ -236,7 +222,7 @@ struct Bench {
   std::unique_ptr<Backend> prefill_backend = NewCpuBackend(), decode_backend = NewCpuBackend();
   std::unique_ptr<KvPagePool> prefill_pool, decode_pool;
   std::vector<int32_t> prompt_pages;  // the prefill side's KV, shared by every prompt
-  devcert::DevCertPaths certs = Certs();
+  bench::LoopbackCerts certs = Certs();
   Loop prefill, relay_loop, decode, fan;
   std::unique_ptr<Publisher> publisher;
   std::unique_ptr<moqt::MoqtServer> publisher_server, relay_server;
@@ -267,9 +253,7 @@ struct Bench {
       std::fill_n(decode_pool->v_cache(l), size_t(pages) * layout.page_floats(), 0.f);
     }
     prompt_pages = *prefill_pool->Allocate(pages);
-    quic::TlsOptions server_tls;
-    server_tls.cert_file = certs.server_cert;
-    server_tls.key_file = certs.server_key;
+    const quic::TlsOptions server_tls = certs.Server();
     relay_loop.Run([&] {
       moqt::RelayOptions options;
       options.cache_bytes = 3ull << 30;
@@ -287,18 +271,18 @@ struct Bench {
                                                    server_tls, Transport(),
                                                    moqt::SessionOptions{}, publisher.get());
       publisher->upstream = *moqt::MoqtClient::Connect(prefill.thread->loop(), "127.0.0.1",
-                                            relay_server->port(), ClientTls(certs),
+                                            relay_server->port(), certs.Client(),
                                             Transport(), moqt::SessionOptions{},
                                             publisher.get());
     });
     publisher->ready.WaitForNotification();
     decode.Run([&] {
       direct = *moqt::MoqtClient::Connect(decode.thread->loop(), "127.0.0.1",
-                                          publisher_server->port(), ClientTls(certs),
+                                          publisher_server->port(), certs.Client(),
                                           Transport(), moqt::SessionOptions{},
                                           &direct_ready);
       via_relay = *moqt::MoqtClient::Connect(decode.thread->loop(), "127.0.0.1",
-                                             relay_server->port(), ClientTls(certs),
+                                             relay_server->port(), certs.Client(),
                                              Transport(), moqt::SessionOptions{},
                                              &relay_ready);
     });
@@ -388,7 +372,7 @@ struct Bench {
       for (int i = 0; i < n; ++i) {
         ready[i] = std::make_unique<Ready>();
         clients[i] = *moqt::MoqtClient::Connect(fan.thread->loop(), "127.0.0.1",
-                                                relay_server->port(), ClientTls(certs),
+                                                relay_server->port(), certs.Client(),
                                                 Transport(), moqt::SessionOptions{},
                                                 ready[i].get());
       }
@@ -474,7 +458,7 @@ int Main() {
       const double direct = Want("direct") ? b.Land(b.direct.get(), track, tokens) : 0;
       const double live = Want("relay") ? b.Land(b.via_relay.get(), track, tokens) : 0;
       const double cached = Want("cached") ? b.Land(b.via_relay.get(), track, tokens) : 0;
-      const double tls = Want("tls") ? TlsTcpSeconds(bytes, b.certs) : 0;
+      const double tls = Want("tls") ? TlsTcpSeconds(bytes, b.certs.paths) : 0;
       auto rate = [&](double secs) {
         return secs > 0 ? absl::StrFormat("%.0f", MiBps(bytes, secs)) : std::string("-");
       };

@@ -37,7 +37,6 @@
 #include "common/status_macros.h"
 #include "engine/engine.h"
 #include "kernels/backend.h"
-#include "tools/devcert/devcert.h"
 #include "transport/kvcache/lander.h"
 #include "transport/kvcache/naming.h"
 #include "transport/kvcache/publisher.h"
@@ -117,19 +116,9 @@ absl::StatusOr<double> RelayTtft(const std::string& model, const std::vector<int
   if (int(pages.size()) * a->pool().layout().page_tokens != tokens) {
     return absl::InternalError("the prefix is not in worker A's cache");
   }
-  char dir[] = "/tmp/kv_tier_bench_certs.XXXXXX";
-  if (mkdtemp(dir) == nullptr) return absl::InternalError("mkdtemp");
-  devcert::DevCertOptions certs_options;
-  certs_options.out_dir = dir;
-  certs_options.names = {"localhost", "127.0.0.1"};
-  certs_options.reuse_ca = false;
-  RETURN_IF_ERROR(devcert::WriteDevCertificates(certs_options));
-  const devcert::DevCertPaths certs = devcert::PathsIn(dir);
-  quic::TlsOptions server_tls, client_tls;
-  server_tls.cert_file = certs.server_cert;
-  server_tls.key_file = certs.server_key;
-  client_tls.ca_file = certs.ca_cert;
-  client_tls.server_name = "localhost";
+  ASSIGN_OR_RETURN(const bench::LoopbackCerts certs,
+                   bench::MakeLoopbackCerts("/tmp/kv_tier_bench_certs"));
+  const quic::TlsOptions server_tls = certs.Server(), client_tls = certs.Client();
   auto relay_loop = *quic::LoopThread::Start();
   auto a_loop = *quic::LoopThread::Start();
   auto b_loop = *quic::LoopThread::Start();
@@ -230,7 +219,7 @@ absl::StatusOr<double> RelayTtft(const std::string& model, const std::vector<int
     relay.reset();
   });
   RETURN_IF_ERROR(a->pool().ReleaseAll(pages));
-  std::filesystem::remove_all(dir);
+  std::filesystem::remove_all(certs.dir);
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];
 }

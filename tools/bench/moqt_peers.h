@@ -1,12 +1,15 @@
 // MoQT peers the KV benchmarks share: a KV publisher that announces its
-// prompts to a relay it connected to, and a handler that notes its session
-// is ready.
+// prompts to a relay it connected to, a handler that notes its session is
+// ready, and development certificates for loopback QUIC.
 #ifndef KVCAST_TOOLS_BENCH_MOQT_PEERS_H_
 #define KVCAST_TOOLS_BENCH_MOQT_PEERS_H_
 
 #include <memory>
+#include <string>
 
+#include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
+#include "tools/devcert/devcert.h"
 #include "transport/kvcache/publisher.h"
 #include "transport/moqt/moqt_endpoint.h"
 
@@ -31,6 +34,17 @@ class Ready : public moqt::RequestHandler {
   void OnSessionReady(moqt::MoqtSession*) override { ready.Notify(); }
   absl::Notification ready;
 };
+
+// Development certificates for 127.0.0.1 / localhost in a new directory
+// `prefix`.XXXXXX (the caller removes it), and the TLS options a loopback
+// server and client use with them.
+struct LoopbackCerts {
+  std::string dir;
+  devcert::DevCertPaths paths;
+  quic::TlsOptions Server() const;
+  quic::TlsOptions Client() const;
+};
+absl::StatusOr<LoopbackCerts> MakeLoopbackCerts(const std::string& prefix);
 
 }  // namespace kvcast::bench
 
