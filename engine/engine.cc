@@ -82,6 +82,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
     return tok.status();
   }
   KvLayout layout = e->model_->kv_layout(options.page_tokens);
+  layout.fp16_values = options.kv_fp16_values;
   int pages = options.num_pages;
   if (pages <= 0) {
     const int64_t page_bytes =

@@ -283,7 +283,8 @@ absl::StatusOr<const float*> Transformer::ForwardLogits(absl::Span<const Forward
     backend_->Linear(h, T, H, L.qkv, qkv_dim, L.qkv_bias ? L.qkv_bias.f32() : nullptr, q);
     backend_->Rope(q, T, qkv_dim, nh, hd, dev_pos, inv_freq_->f32());
     backend_->Rope(k, T, qkv_dim, nkv, hd, dev_pos, inv_freq_->f32());
-    backend_->WriteKv(k, v, T, qkv_dim, dev_slots, nkv, hd, pool->k_cache(l), pool->v_cache(l));
+    backend_->WriteKv(k, v, T, qkv_dim, dev_slots, nkv, hd, pool->layout().fp16_values,
+                      pool->k_cache(l), pool->v_cache(l));
     backend_->PagedAttention(q, qkv_dim, seqs.data(), int(seqs.size()), shape, pool->k_cache(l),
                              pool->v_cache(l), w.attn->f32());
     backend_->Linear(w.attn->f32(), T, nh * hd, L.o, H, nullptr, h);

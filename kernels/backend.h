@@ -153,10 +153,13 @@ class Backend {
   // out[i] = silu(gate_up[r, i]) * gate_up[r, dim + i] for rows of 2 * dim.
   virtual void SwiGlu(const float* gate_up, int rows, int dim, float* out) = 0;
   // Writes k, v [num_tokens, num_kv_heads, head_dim] (token rows `stride`
-  // floats apart) into slots[t] of the layer's caches (layout above).
+  // floats apart) into slots[t] of the layer's caches (layout above). With
+  // `fp16_values` each value is stored rounded to the nearest fp16 (ties to
+  // even, overflow to infinity: FloatToHalf), i.e. exactly what the fp16 KV
+  // track and the fp16 host tier carry.
   virtual void WriteKv(const float* k, const float* v, int num_tokens,
                        int stride, const int32_t* slots, int num_kv_heads,
-                       int head_dim, float* k_cache, float* v_cache) = 0;
+                       int head_dim, bool fp16_values, float* k_cache, float* v_cache) = 0;
   // OK when PagedAttention takes heads of this shape, else InvalidArgument
   // saying what it takes; Transformer::Load asks, so a model a backend
   // cannot run fails at load rather than in a pass.

@@ -55,9 +55,10 @@ void ProfilingBackend::SwiGlu(const float* gate_up, int rows, int dim, float* ou
 }
 void ProfilingBackend::WriteKv(const float* k, const float* v, int num_tokens, int stride,
                                const int32_t* slots, int num_kv_heads, int head_dim,
-                               float* k_cache, float* v_cache) {
+                               bool fp16_values, float* k_cache, float* v_cache) {
   Time("WriteKv", [&] {
-    inner_->WriteKv(k, v, num_tokens, stride, slots, num_kv_heads, head_dim, k_cache, v_cache);
+    inner_->WriteKv(k, v, num_tokens, stride, slots, num_kv_heads, head_dim, fp16_values, k_cache,
+                    v_cache);
   });
 }
 void ProfilingBackend::PagedAttention(const float* q, int q_stride, const AttentionSeq* seqs,

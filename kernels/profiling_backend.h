@@ -54,7 +54,8 @@ class ProfilingBackend : public Backend {
             const int32_t* positions, const float* inv_freq) override;
   void SwiGlu(const float* gate_up, int rows, int dim, float* out) override;
   void WriteKv(const float* k, const float* v, int num_tokens, int stride, const int32_t* slots,
-               int num_kv_heads, int head_dim, float* k_cache, float* v_cache) override;
+               int num_kv_heads, int head_dim, bool fp16_values, float* k_cache,
+               float* v_cache) override;
   absl::Status SupportsAttention(int num_heads, int num_kv_heads, int head_dim) const override {
     return inner_->SupportsAttention(num_heads, num_kv_heads, head_dim);
   }

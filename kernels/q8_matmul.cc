@@ -3,13 +3,17 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <string>
 #include <vector>
 
 #include "kernels/internal/q8_kernels.h"
 
 namespace kvcast {
 
-using q8_internal::ActiveQ8Kernels;
+using q8_internal::kPanelBlockBytes;
+using q8_internal::kPanelRows;
+using q8_internal::Q8Kernels;
+using q8_internal::Q8Rows;
 using q8_internal::QuantizeBlock;
 
 namespace q8_internal {
@@ -26,31 +30,52 @@ const Q8Kernels& ActiveQ8Kernels() {
 
 }  // namespace q8_internal
 
-size_t Q8ScalesOffset(int64_t n, int64_t k) { return (size_t(n * k) + 63) / 64 * 64; }
+namespace {
+
+int64_t Panels(int64_t n) { return (n + kPanelRows - 1) / kPanelRows; }
+
+}  // namespace
+
+size_t Q8ScalesOffset(int64_t n, int64_t k) {
+  return size_t(Panels(n) * (k / kQ8Block)) * kPanelBlockBytes;
+}
 
 size_t Q8MatrixBytes(int64_t n, int64_t k) {
-  return Q8ScalesOffset(n, k) + size_t(n * k / kQ8Block) * sizeof(float);
+  return Q8ScalesOffset(n, k) + size_t(Panels(n) * (k / kQ8Block)) * kPanelRows * sizeof(float);
 }
 
 void QuantizeQ8Matrix(const float* w, int64_t n, int64_t k, void* out) {
-  auto* q = static_cast<int8_t*>(out);
-  auto* scales = reinterpret_cast<float*>(static_cast<char*>(out) + Q8ScalesOffset(n, k));
-  const int64_t blocks = n * k / kQ8Block;
+  auto* q = static_cast<uint8_t*>(out);
+  auto* scales = reinterpret_cast<float*>(q + Q8ScalesOffset(n, k));
+  const int64_t blocks = k / kQ8Block;
 #pragma omp parallel for schedule(static)
-  for (int64_t b = 0; b < blocks; ++b) {
-    scales[b] = QuantizeBlock(w + b * kQ8Block, q + b * kQ8Block);
+  for (int64_t p = 0; p < Panels(n); ++p) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      uint8_t* dst = q + (p * blocks + b) * kPanelBlockBytes;
+      float* sdst = scales + (p * blocks + b) * kPanelRows;
+      for (int i = 0; i < kPanelRows; ++i) {
+        const int64_t row = p * kPanelRows + i;
+        int8_t block[kQ8Block] = {};
+        sdst[i] = row < n ? QuantizeBlock(w + row * k + b * kQ8Block, block) : 0.0f;
+        for (int e = 0; e < kQ8Block; ++e) dst[(e / 4) * 64 + i * 4 + e % 4] = uint8_t(block[e] + 128);
+      }
+    }
   }
 }
 
 void DequantizeQ8Rows(const void* w, int64_t n, int64_t k, const int32_t* rows, int num_rows,
                       float* out) {
-  const auto* q = static_cast<const int8_t*>(w);
-  const auto* scales =
-      reinterpret_cast<const float*>(static_cast<const char*>(w) + Q8ScalesOffset(n, k));
-  for (int i = 0; i < num_rows; ++i) {
-    const int64_t base = int64_t(rows[i]) * k;
-    for (int64_t e = 0; e < k; ++e) {
-      out[i * k + e] = scales[(base + e) / kQ8Block] * float(q[base + e]);
+  const auto* q = static_cast<const uint8_t*>(w);
+  const auto* scales = reinterpret_cast<const float*>(q + Q8ScalesOffset(n, k));
+  const int64_t blocks = k / kQ8Block;
+  for (int r = 0; r < num_rows; ++r) {
+    const int64_t p = rows[r] / kPanelRows, i = rows[r] % kPanelRows;
+    for (int64_t b = 0; b < blocks; ++b) {
+      const uint8_t* src = q + (p * blocks + b) * kPanelBlockBytes + i * 4;
+      const float scale = scales[(p * blocks + b) * kPanelRows + i];
+      for (int e = 0; e < kQ8Block; ++e) {
+        out[r * k + b * kQ8Block + e] = scale * float(int(src[(e / 4) * 64 + e % 4]) - 128);
+      }
     }
   }
 }
@@ -59,30 +84,48 @@ void Q8Linear(const float* x, int m, int64_t k, const void* w, int64_t n, float*
   const int64_t blocks = k / kQ8Block;
   thread_local std::vector<int8_t> xq;
   thread_local std::vector<float> xs;
+  thread_local std::vector<int32_t> xc;
   xq.resize(size_t(m) * k);
   xs.resize(size_t(m) * blocks);
-  for (int64_t b = 0; b < m * blocks; ++b) {
-    xs[b] = QuantizeBlock(x + b * kQ8Block, xq.data() + b * kQ8Block);
+  xc.resize(size_t(m) * blocks);
+  // The buffers are this thread's: the OpenMP team gets their addresses.
+  int8_t* const q = xq.data();
+  float* const s = xs.data();
+  int32_t* const c = xc.data();
+  const Q8Kernels& vec = q8_internal::ActiveQ8Kernels();
+#pragma omp parallel for schedule(static) if (int64_t(m) * k >= (1 << 14))
+  for (int r = 0; r < m; ++r) {
+    vec.quantize(x + r * k, blocks, q + r * k, s + r * blocks, c + r * blocks);
   }
-  const auto* wq = static_cast<const int8_t*>(w);
-  const auto* ws =
-      reinterpret_cast<const float*>(static_cast<const char*>(w) + Q8ScalesOffset(n, k));
-  const q8_internal::DotFn dot = ActiveQ8Kernels().dot;
-  // Tiles of weight rows stay in cache while every activation row passes.
-  constexpr int64_t kTile = 32;
-  const int64_t tiles = (n + kTile - 1) / kTile;
-  const int8_t* xq_data = xq.data();
-  const float* xs_data = xs.data();
+  const Q8Rows all{q, s, c, blocks};
+  const auto* wq = static_cast<const uint8_t*>(w);
+  const auto* ws = reinterpret_cast<const float*>(wq + Q8ScalesOffset(n, k));
+  const Q8Kernels* amx = q8_internal::AmxQ8Kernels();
+  // AMX takes the rows in whole groups of 16, the vector kernel the rest.
+  const int m_amx = amx != nullptr ? m / amx->row_multiple * amx->row_multiple : 0;
+  const Q8Rows rest{all.q + int64_t(m_amx) * k, all.s + m_amx * blocks, all.c + m_amx * blocks,
+                    blocks};
+  // Tiles of weight panels stay in cache while every activation row passes.
+  constexpr int64_t kTilePanels = 2;
+  const int64_t panels = Panels(n), tiles = (panels + kTilePanels - 1) / kTilePanels;
 #pragma omp parallel for schedule(static) if (int64_t(m) * n * k > (1 << 16))
   for (int64_t t = 0; t < tiles; ++t) {
-    const int64_t j0 = t * kTile, nj = std::min(kTile, n - j0);
-    for (int r = 0; r < m; r += 4) {
-      dot(xq_data + r * k, xs_data + r * blocks, std::min(4, m - r), wq + j0 * k,
-          ws + j0 * blocks, nj, blocks, y + int64_t(r) * n + j0, n);
+    const int64_t p0 = t * kTilePanels, np = std::min(kTilePanels, panels - p0);
+    const int64_t cols = std::min(n - p0 * kPanelRows, np * kPanelRows);
+    const uint8_t* wt = wq + p0 * blocks * kPanelBlockBytes;
+    const float* wst = ws + p0 * blocks * kPanelRows;
+    if (m_amx > 0) amx->dot(all, m_amx, wt, wst, np, cols, y + p0 * kPanelRows, n);
+    if (m > m_amx) {
+      vec.dot(rest, m - m_amx, wt, wst, np, cols, y + int64_t(m_amx) * n + p0 * kPanelRows, n);
     }
   }
 }
 
-std::string_view Q8KernelName() { return ActiveQ8Kernels().name; }
+std::string_view Q8KernelName() {
+  static const std::string name =
+      std::string(q8_internal::ActiveQ8Kernels().name) +
+      (q8_internal::AmxQ8Kernels() != nullptr ? "+amx" : "");
+  return name;
+}
 
 }  // namespace kvcast

@@ -3,22 +3,25 @@
 // backend's own layout), and the matrix product against it.
 //
 // Layout of a Q8 matrix (Q8MatrixBytes(n, k) bytes, 64-byte aligned by the
-// caller): int8 q[n * k] (row r at r * k), then float scale[n * k / 32]
-// starting at the next multiple of 64 bytes. Block b of row r holds
-// x[r, 32b .. 32b + 31] ~= scale[r * k / 32 + b] * q[...], where scale =
-// absmax / 127 and q = round-to-nearest-even(x / scale) (0 for an all-zero
-// block), so |q| <= 127.
+// caller): rows are grouped in panels of 16 (the last padded with zero
+// rows), P = ceil(n / 16) panels, B = k / 32 blocks. Byte
+// ((p * B + b) * 8 + j) * 64 + 4 * i + t holds q[16p + i, 32b + 4j + t] + 128
+// as uint8 (i < 16, j < 8, t < 4: four bytes of k for each of the panel's 16
+// rows, the layout the AVX-512 lanes and the AMX tile unit read); then, at
+// Q8ScalesOffset = P * B * 512, float scale[(p * B + b) * 16 + i]. Block b of
+// row r holds x[r, 32b .. 32b + 31] ~= scale * q, where scale = absmax / 127
+// and q = round-to-nearest-even(x / scale) (0 for an all-zero block), so
+// |q| <= 127.
 //
 // Q8Linear computes y = x W^T the way llama.cpp's Q8_0 x Q8_0 dot does:
 // each 32-value block of each activation row is quantized the same way, the
-// integer block dot products are exact, and each is added as
-// fma(scale_x * scale_w, float(int partial sum), acc) into eight lanes (the
-// integer partial sums of values 4j..4j+3 of a block go to lane j) of one
-// of two accumulators (even blocks, odd blocks: two independent FMA chains),
-// which are added lane by lane and summed in a fixed tree at the end. Every implementation (scalar,
-// AVX2, AVX-VNNI, AVX-512 VNNI, chosen at run time) follows this exact sequence, so the
-// result is bit-identical across them, across thread counts, and for a row
-// whatever the other rows of its batch are (batch-invariant).
+// integer block dot product is exact, and each block is added in order as
+// acc = fma(scale_x * scale_w, float(integer block dot), acc), starting from
+// acc = 0. Every implementation (scalar, AVX2, AVX-VNNI, AVX-512 VNNI, and
+// AMX for groups of 16 activation rows, chosen at run time) follows this
+// exact sequence, so the result is bit-identical across them, across thread
+// counts, and for a row whatever the other rows of its batch are
+// (batch-invariant). KVCAST_Q8_AMX=0 in the environment keeps AMX unused.
 //
 // Requires k % 32 == 0 (Q8Supported). Thread safety: stateless; Q8Linear
 // runs on the calling thread plus an OpenMP team, and may be called from
@@ -47,7 +50,8 @@ void DequantizeQ8Rows(const void* w, int64_t n, int64_t k, const int32_t* rows, 
 // y[m, n] = x[m, k] W^T for the Q8 matrix `w` [n, k]; y rows are n apart.
 void Q8Linear(const float* x, int m, int64_t k, const void* w, int64_t n, float* y);
 
-// "avx512-vnni", "avx-vnni", "avx2" or "scalar": the kernel Q8Linear uses on this CPU.
+// "avx512-vnni", "avx-vnni", "avx2" or "scalar", with "+amx" when AMX takes
+// groups of 16 rows: the kernels Q8Linear uses on this CPU.
 std::string_view Q8KernelName();
 
 }  // namespace kvcast

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -113,44 +114,101 @@ TEST(Q8MatmulTest, CloseToFloatProduct) {
 // Every kernel this CPU runs gives the scalar reference's bits, for every
 // row count; and a row's result does not depend on its batch.
 TEST(Q8MatmulTest, KernelsBitIdenticalAndBatchInvariant) {
-  const int64_t k = 288, n = 45;  // 9 blocks: an odd count
-  const int m = 7;
+  const int64_t k = 288, n = 45;  // 9 blocks; the last panel has 13 rows
+  const int m = 37;               // two AMX groups of 16 and 5 more
+  const int64_t blocks = k / 32, panels = (n + 15) / 16;
   auto x = Random(m * k, 6, 3.0f);
   for (int e = 0; e < 32; ++e) x[e] = (e % 2 ? 1e4f : -1e4f);  // extreme block
-  const auto w = Random(n * k, 7);
+  for (int e = 64; e < 96; ++e) x[k + e] = -1e3f;              // all at -127
+  auto w = Random(n * k, 7);
+  for (int e = 0; e < 32; ++e) w[3 * k + e] = 2.0f;  // all at +127: 255 stored
   const auto q = Quantize(w, n, k);
-  const auto xq = Quantize(x, m, k);
-  const auto* wq = reinterpret_cast<const int8_t*>(q.data());
+  // Activations quantized as Q8Linear does.
+  std::vector<int8_t> xq(m * k);
+  std::vector<float> xs(m * blocks);
+  std::vector<int32_t> xc(m * blocks);
+  for (int64_t b = 0; b < m * blocks; ++b) {
+    xs[b] = q8_internal::QuantizeBlock(x.data() + b * 32, xq.data() + b * 32);
+    xc[b] = 0;
+    for (int e = 0; e < 32; ++e) xc[b] += 128 * xq[b * 32 + e];
+  }
+  const auto* wq = reinterpret_cast<const uint8_t*>(q.data());
   const auto* ws = reinterpret_cast<const float*>(q.data() + Q8ScalesOffset(n, k));
-  const auto* xqi = reinterpret_cast<const int8_t*>(xq.data());
-  const auto* xs = reinterpret_cast<const float*>(xq.data() + Q8ScalesOffset(m, k));
   auto run = [&](const Q8Kernels& kern, int rows_per_call) {
-    std::vector<float> y(m * n);
-    for (int r = 0; r < m; r += rows_per_call) {
-      kern.dot(xqi + r * k, xs + r * (k / 32), std::min(rows_per_call, m - r), wq, ws, n, k / 32,
-               y.data() + r * n, n);
+    std::vector<float> y(m * n, -1.0f);
+    for (int r = 0; r + kern.row_multiple <= m; r += rows_per_call) {
+      const int rows = std::min(rows_per_call, (m - r) / kern.row_multiple * kern.row_multiple);
+      const q8_internal::Q8Rows rx{xq.data() + r * k, xs.data() + r * blocks,
+                                   xc.data() + r * blocks, blocks};
+      kern.dot(rx, rows, wq, ws, panels, n, y.data() + r * n, n);
     }
     return y;
   };
   const auto want = run(q8_internal::ScalarQ8Kernels(), 1);
+  // Every activation quantizer gives the reference's bytes, scales and
+  // corrections (ties to even, clamping, an infinite and a zero block).
+  auto odd = x;
+  odd[2 * k + 40] = 2.5f * (odd[2 * k + 41] = 1.0f);
+  for (int e = 96; e < 128; ++e) odd[2 * k + e] = 0.0f;
+  odd[3 * k + 7] = std::numeric_limits<float>::infinity();
+  for (int e = 0; e < 32; ++e) odd[4 * k + e] = 127.0f * (e % 3) - 127.0f + 0.5f * (e % 2);
+  std::vector<int8_t> q_ref(m * k), q_got(m * k);
+  std::vector<float> s_ref(m * blocks), s_got(m * blocks);
+  std::vector<int32_t> c_ref(m * blocks), c_got(m * blocks);
+  q8_internal::QuantizeBlocksScalar(odd.data(), m * blocks, q_ref.data(), s_ref.data(),
+                                    c_ref.data());
+  for (const Q8Kernels* kern :
+       {q8_internal::Avx2Q8Kernels(), q8_internal::AvxVnniQ8Kernels(),
+        q8_internal::Avx512VnniQ8Kernels()}) {
+    if (kern == nullptr) continue;
+    kern->quantize(odd.data(), m * blocks, q_got.data(), s_got.data(), c_got.data());
+    EXPECT_EQ(q_got, q_ref) << kern->name;
+    EXPECT_EQ(0, std::memcmp(s_got.data(), s_ref.data(), s_ref.size() * sizeof(float)))
+        << kern->name;
+    EXPECT_EQ(c_got, c_ref) << kern->name;
+  }
   std::vector<const Q8Kernels*> kernels = {&q8_internal::ScalarQ8Kernels()};
   if (auto* a = q8_internal::Avx2Q8Kernels()) kernels.push_back(a);
   if (auto* v = q8_internal::AvxVnniQ8Kernels()) kernels.push_back(v);
   if (auto* v = q8_internal::Avx512VnniQ8Kernels()) kernels.push_back(v);
+  if (auto* a = q8_internal::AmxQ8Kernels()) kernels.push_back(a);
   for (const Q8Kernels* kern : kernels) {
-    for (int rows : {1, 2, 3, 4}) {
+    for (int rows : {1, 2, 3, 4, 5, 16, 32, 37}) {
+      if (rows % kern->row_multiple != 0) continue;
       const auto got = run(*kern, rows);
-      ASSERT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float)))
+      const int covered = m / kern->row_multiple * kern->row_multiple;
+      ASSERT_EQ(0, std::memcmp(got.data(), want.data(), covered * n * sizeof(float)))
           << kern->name << " rows " << rows;
     }
   }
-  // Q8Linear: one row alone equals that row inside the batch of 7.
+  // Q8Linear (AMX for the first 32 rows where the CPU has it): one row
+  // alone equals that row inside the batch of 37, and the reference.
   std::vector<float> all(m * n), one(n);
   Q8Linear(x.data(), m, k, q.data(), n, all.data());
   EXPECT_EQ(0, std::memcmp(all.data(), want.data(), all.size() * sizeof(float)));
-  Q8Linear(x.data() + 5 * k, 1, k, q.data(), n, one.data());
-  EXPECT_EQ(0, std::memcmp(one.data(), all.data() + 5 * n, n * sizeof(float)));
+  for (int r : {1, 5, 36}) {
+    Q8Linear(x.data() + r * k, 1, k, q.data(), n, one.data());
+    EXPECT_EQ(0, std::memcmp(one.data(), all.data() + r * n, n * sizeof(float))) << "row " << r;
+  }
   EXPECT_FALSE(Q8KernelName().empty());
+}
+
+// SmolLM2's shapes: a prompt's rows computed in one call (AMX for groups of
+// 16 where the CPU has it) equal the same rows computed in other splits.
+TEST(Q8MatmulTest, ModelShapesAreBatchInvariant) {
+  const int m = 151;
+  for (auto [k, n] : {std::pair<int64_t, int64_t>{576, 192}, {576, 3072}, {1536, 576}}) {
+    const auto x = Random(m * k, 8), w = Random(n * k, 9, 0.05f);
+    const auto q = Quantize(w, n, k);
+    std::vector<float> all(m * n);
+    Q8Linear(x.data(), m, k, q.data(), n, all.data());
+    for (auto [r0, rows] : {std::pair<int, int>{128, 23}, {0, 1}, {150, 1}, {7, 33}, {16, 16}}) {
+      std::vector<float> part(rows * n);
+      Q8Linear(x.data() + r0 * k, rows, k, q.data(), n, part.data());
+      ASSERT_EQ(0, std::memcmp(part.data(), all.data() + r0 * n, part.size() * sizeof(float)))
+          << "k " << k << " n " << n << " rows " << r0 << ".." << r0 + rows;
+    }
+  }
 }
 
 }  // namespace

@@ -30,6 +30,10 @@ struct KvLayout {
   int num_kv_heads = 0;
   int head_dim = 0;
   int page_tokens = 16;
+  // Values are stored rounded to fp16 (Backend::WriteKv's fp16_values): the
+  // pages then hold exactly what the fp16 track and host tier carry, so KV
+  // that crossed them equals KV computed in place.
+  bool fp16_values = false;
 
   size_t token_floats() const { return size_t(num_kv_heads) * head_dim; }
   size_t page_floats() const { return token_floats() * page_tokens; }

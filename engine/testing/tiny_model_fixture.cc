@@ -22,7 +22,7 @@ std::string TinyModelDir(const TinyModelOptions& options) {
       options.arch, "|", options.dtype, "|", options.vocab_size, "|", options.hidden_size, "|",
       options.intermediate_size, "|", options.num_layers, "|", options.num_heads, "|",
       options.num_kv_heads, "|", options.max_position_embeddings, "|", options.rope_theta, "|",
-      options.llama3_rope_scaling, "|", options.tie_embeddings, "|", options.shards, "|",
+      options.llama3_rope_scaling, "|", options.linear_rope_factor, "|", options.tie_embeddings, "|", options.shards, "|",
       options.seed);
   std::string dir = absl::StrCat(tmp ? tmp : "/tmp", "/tiny_", HashBytes(key.data(), key.size()).ToHex());
   if (std::FILE* f = std::fopen((dir + "/config.json").c_str(), "r")) {

@@ -210,14 +210,23 @@ class CpuBackend : public Backend {
   }
 
   void WriteKv(const float* k, const float* v, int num_tokens, int stride,
-               const int32_t* slots, int num_kv_heads, int head_dim,
+               const int32_t* slots, int num_kv_heads, int head_dim, bool fp16_values,
                float* k_cache, float* v_cache) override {
     const size_t row = size_t(num_kv_heads) * head_dim;
     for (int t = 0; t < num_tokens; ++t) {
-      std::memcpy(k_cache + size_t(slots[t]) * row, k + size_t(t) * stride,
-                  row * sizeof(float));
-      std::memcpy(v_cache + size_t(slots[t]) * row, v + size_t(t) * stride,
-                  row * sizeof(float));
+      float* kd = k_cache + size_t(slots[t]) * row;
+      float* vd = v_cache + size_t(slots[t]) * row;
+      const float* ks = k + size_t(t) * stride;
+      const float* vs = v + size_t(t) * stride;
+      if (fp16_values) {
+        for (size_t i = 0; i < row; ++i) {
+          kd[i] = HalfToFloat(FloatToHalf(ks[i]));
+          vd[i] = HalfToFloat(FloatToHalf(vs[i]));
+        }
+      } else {
+        std::memcpy(kd, ks, row * sizeof(float));
+        std::memcpy(vd, vs, row * sizeof(float));
+      }
     }
   }
 

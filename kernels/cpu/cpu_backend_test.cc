@@ -173,8 +173,8 @@ TEST(CpuBackend, PagedAttentionMatchesDenseCausalAttention) {
     std::vector<float> kc(num_pages * s.page_tokens * row, NAN), vc(kc.size(), NAN);
     std::vector<int32_t> slots(ctx);
     for (int t = 0; t < ctx; ++t) slots[t] = pages[t / 4] * 4 + t % 4;
-    be->WriteKv(k.data(), v.data(), ctx, row, slots.data(), s.num_kv_heads, hd, kc.data(),
-                vc.data());
+    be->WriteKv(k.data(), v.data(), ctx, row, slots.data(), s.num_kv_heads, hd,
+                /*fp16_values=*/false, kc.data(), vc.data());
     AttentionSeq seq{0, nq, ctx, pages.data()};
     std::vector<float> out(nq * s.num_heads * hd);
     be->PagedAttention(q.data(), s.num_heads * hd, &seq, 1, s, kc.data(), vc.data(), out.data());
@@ -197,6 +197,33 @@ TEST(CpuBackend, PagedAttentionMatchesDenseCausalAttention) {
           ASSERT_NEAR(out[(j * 4 + h) * hd + d], ref, 2e-5) << "q" << j << " h" << h;
         }
       }
+    }
+  }
+}
+
+TEST(CpuBackend, WriteKvStoresFp16ValuesWhenAsked) {
+  auto be = NewCpuBackend();
+  const int nkv = 2, hd = 4, row = nkv * hd, stride = 3 * row;
+  std::vector<float> kv(2 * stride);
+  for (size_t i = 0; i < kv.size(); ++i) kv[i] = 0.1f * float(i) + 1e-3f;
+  kv[1] = 70000.f;   // beyond fp16: infinity
+  kv[2] = 1e-8f;     // below fp16's smallest subnormal: zero
+  const int32_t slots[] = {2, 0};
+  for (bool fp16 : {false, true}) {
+    std::vector<float> kc(3 * row, -7.f), vc(3 * row, -7.f);
+    be->WriteKv(kv.data(), kv.data() + row, 2, stride, slots, nkv, hd, fp16, kc.data(), vc.data());
+    for (int t = 0; t < 2; ++t) {
+      for (int i = 0; i < row; ++i) {
+        const float k = kv[t * stride + i], v = kv[t * stride + row + i];
+        EXPECT_EQ(kc[slots[t] * row + i], fp16 ? HalfToFloat(FloatToHalf(k)) : k);
+        EXPECT_EQ(vc[slots[t] * row + i], fp16 ? HalfToFloat(FloatToHalf(v)) : v);
+      }
+    }
+    EXPECT_EQ(kc[row], -7.f);  // slot 1 untouched
+    if (fp16) {
+      EXPECT_TRUE(std::isinf(kc[2 * row + 1]));
+      EXPECT_EQ(kc[2 * row + 2], 0.f);
+      EXPECT_NE(kc[2 * row + 3], kv[3]);  // 0.301 is not an fp16 value
     }
   }
 }

@@ -284,10 +284,11 @@ class CudaBackend : public Backend {
   }
 
   void WriteKv(const float* k, const float* v, int num_tokens, int stride, const int32_t* slots,
-               int num_kv_heads, int head_dim, float* k_cache, float* v_cache) override {
+               int num_kv_heads, int head_dim, bool fp16_values, float* k_cache,
+               float* v_cache) override {
     Bind();
-    Check(cuda::LaunchWriteKv(k, v, num_tokens, stride, slots, num_kv_heads, head_dim, k_cache,
-                              v_cache, compute_),
+    Check(cuda::LaunchWriteKv(k, v, num_tokens, stride, slots, num_kv_heads, head_dim,
+                              fp16_values, k_cache, v_cache, compute_),
           "WriteKv");
   }
 

@@ -66,13 +66,13 @@ __global__ void SwiGluKernel(const float* gate_up, int rows, int dim, float* out
 
 // One block per token: its K row and V row into the token's slot.
 __global__ void WriteKvKernel(const float* k, const float* v, int stride, const int32_t* slots,
-                              int row, float* k_cache, float* v_cache) {
+                              int row, bool fp16_values, float* k_cache, float* v_cache) {
   const float* ks = k + size_t(blockIdx.x) * stride;
   const float* vs = v + size_t(blockIdx.x) * stride;
   const size_t at = size_t(slots[blockIdx.x]) * row;
   for (int i = threadIdx.x; i < row; i += blockDim.x) {
-    k_cache[at + i] = ks[i];
-    v_cache[at + i] = vs[i];
+    k_cache[at + i] = fp16_values ? __half2float(__float2half_rn(ks[i])) : ks[i];
+    v_cache[at + i] = fp16_values ? __half2float(__float2half_rn(vs[i])) : vs[i];
   }
 }
 
@@ -124,11 +124,11 @@ cudaError_t LaunchSwiGlu(const float* gate_up, int rows, int dim, float* out,
 }
 
 cudaError_t LaunchWriteKv(const float* k, const float* v, int num_tokens, int stride,
-                          const int32_t* slots, int num_kv_heads, int head_dim, float* k_cache,
-                          float* v_cache, cudaStream_t stream) {
+                          const int32_t* slots, int num_kv_heads, int head_dim, bool fp16_values,
+                          float* k_cache, float* v_cache, cudaStream_t stream) {
   if (num_tokens == 0) return cudaSuccess;
-  WriteKvKernel<<<num_tokens, kThreads, 0, stream>>>(k, v, stride, slots,
-                                                     num_kv_heads * head_dim, k_cache, v_cache);
+  WriteKvKernel<<<num_tokens, kThreads, 0, stream>>>(
+      k, v, stride, slots, num_kv_heads * head_dim, fp16_values, k_cache, v_cache);
   return cudaGetLastError();
 }
 

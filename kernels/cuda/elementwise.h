@@ -36,10 +36,11 @@ cudaError_t LaunchSwiGlu(const float* gate_up, int rows, int dim, float* out,
 
 // k_cache[slots[t]] = k[t], v_cache[slots[t]] = v[t]: rows of
 // num_kv_heads * head_dim floats, source rows `stride` floats apart, caches
-// [slot][num_kv_heads][head_dim].
+// [slot][num_kv_heads][head_dim]; with fp16_values each value rounded to
+// the nearest fp16 first (ties to even).
 cudaError_t LaunchWriteKv(const float* k, const float* v, int num_tokens, int stride,
-                          const int32_t* slots, int num_kv_heads, int head_dim, float* k_cache,
-                          float* v_cache, cudaStream_t stream);
+                          const int32_t* slots, int num_kv_heads, int head_dim, bool fp16_values,
+                          float* k_cache, float* v_cache, cudaStream_t stream);
 
 // out[i] = half(x[i]) (round to nearest even), n values.
 cudaError_t LaunchCastToHalf(const float* x, size_t n, bool bf16, uint16_t* out,

@@ -1,8 +1,8 @@
 // Internal to //kernels:q8_matmul (and its test and benchmark): the block
 // quantizer and the dot-product kernels behind q8_matmul.h, in a scalar
-// version and AVX2 / AVX-VNNI / AVX-512 VNNI versions picked at run time. All produce
-// bit-identical results (see the arithmetic in q8_matmul.h); the test checks
-// that on random and extreme inputs.
+// version and AVX2 / AVX-VNNI / AVX-512 VNNI / AMX versions picked at run
+// time. All produce bit-identical results (see the arithmetic in
+// q8_matmul.h); the test checks that on random and extreme inputs.
 #ifndef KVCAST_KERNELS_INTERNAL_Q8_KERNELS_H_
 #define KVCAST_KERNELS_INTERNAL_Q8_KERNELS_H_
 
@@ -11,33 +11,53 @@
 namespace kvcast {
 namespace q8_internal {
 
+constexpr int kPanelRows = 16;     // weight rows interleaved in one panel
+constexpr int kPanelBlockBytes = 512;  // one block (32 values) of a panel's 16 rows
+
 // Quantizes one block of 32 floats; returns its scale.
 float QuantizeBlock(const float* x, int8_t* q);
 
-// out[r * out_stride + j] = dot(x row r, w row j) for r < rows (1..4) and
-// j < n. x rows: `blocks` blocks each, row r at xq + r * blocks * 32 and
-// xs + r * blocks; w rows likewise, row j at wq + j * blocks * 32.
-using DotFn = void (*)(const int8_t* xq, const float* xs, int rows, const int8_t* wq,
-                       const float* ws, int64_t n, int64_t blocks, float* out,
-                       int64_t out_stride);
+// Quantizes `blocks` consecutive blocks of 32 floats as QuantizeBlock does,
+// with each block's scale in s[b] and its correction (Q8Rows::c) in c[b].
+using QuantizeFn = void (*)(const float* x, int64_t blocks, int8_t* q, float* s, int32_t* c);
+void QuantizeBlocksScalar(const float* x, int64_t blocks, int8_t* q, float* s, int32_t* c);
+
+// Quantized activation rows: row r has q[r * blocks * 32 ...] (int8, the
+// block layout of QuantizeBlock), s[r * blocks + b] (the block scales) and
+// c[r * blocks + b] = 128 * (sum of the block's q), the correction that
+// turns a dot product against the stored bytes (q_w + 128) into one
+// against q_w.
+struct Q8Rows {
+  const int8_t* q;
+  const float* s;
+  const int32_t* c;
+  int64_t blocks;
+};
+
+// out[r * out_stride + j] = dot(x row r, weight row j) for r < rows and
+// j < cols, where the weight rows are the panels at `w` (panel p's block b
+// at w + (p * blocks + b) * 512, its scales at ws + (p * blocks + b) * 16)
+// and 16 * (panels - 1) < cols <= 16 * panels.
+using DotFn = void (*)(const Q8Rows& x, int rows, const uint8_t* w, const float* ws,
+                       int64_t panels, int64_t cols, float* out, int64_t out_stride);
 
 struct Q8Kernels {
   const char* name;
   DotFn dot;
+  QuantizeFn quantize;
+  // Rows a call of `dot` must be given: 1 (any count) or 16 (a multiple).
+  int row_multiple;
 };
 
 const Q8Kernels& ScalarQ8Kernels();
-// nullptr when the CPU lacks the instructions.
+// nullptr when the CPU (or, for AMX, the kernel) lacks the instructions.
 const Q8Kernels* Avx2Q8Kernels();
 const Q8Kernels* AvxVnniQ8Kernels();
 const Q8Kernels* Avx512VnniQ8Kernels();
-// The fastest of the above this CPU runs.
+const Q8Kernels* AmxQ8Kernels();
+// The fastest of the above this CPU runs for any row count (AMX is used
+// beside it, for groups of 16 rows).
 const Q8Kernels& ActiveQ8Kernels();
-
-// The fixed reduction of the eight lanes.
-inline float SumLanes(const float* a) {
-  return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
-}
 
 }  // namespace q8_internal
 }  // namespace kvcast

@@ -18,34 +18,44 @@ float QuantizeBlock(const float* x, int8_t* q) {
   return scale;
 }
 
+void QuantizeBlocksScalar(const float* x, int64_t blocks, int8_t* q, float* s, int32_t* c) {
+  for (int64_t b = 0; b < blocks; ++b) {
+    s[b] = QuantizeBlock(x + b * 32, q + b * 32);
+    int32_t sum = 0;
+    for (int e = 0; e < 32; ++e) sum += q[b * 32 + e];
+    c[b] = 128 * sum;
+  }
+}
+
 namespace {
 
-void DotScalar(const int8_t* xq, const float* xs, int rows, const int8_t* wq, const float* ws,
-               int64_t n, int64_t blocks, float* out, int64_t out_stride) {
-  for (int64_t j = 0; j < n; ++j) {
+void DotScalar(const Q8Rows& x, int rows, const uint8_t* w, const float* ws, int64_t panels,
+               int64_t cols, float* out, int64_t out_stride) {
+  const int64_t blocks = x.blocks;
+  for (int64_t j = 0; j < cols; ++j) {
+    const int64_t p = j / kPanelRows, i = j % kPanelRows;
     for (int r = 0; r < rows; ++r) {
-      float acc[2][8] = {};  // Even blocks, odd blocks.
+      float acc = 0.0f;
       for (int64_t b = 0; b < blocks; ++b) {
-        const int8_t* x = xq + (r * blocks + b) * 32;
-        const int8_t* w = wq + (j * blocks + b) * 32;
-        const float s = xs[r * blocks + b] * ws[j * blocks + b];
-        for (int lane = 0; lane < 8; ++lane) {
-          int32_t sum = 0;
-          for (int e = 4 * lane; e < 4 * lane + 4; ++e) sum += int32_t(x[e]) * int32_t(w[e]);
-          acc[b % 2][lane] = std::fma(s, float(sum), acc[b % 2][lane]);
+        const int8_t* xb = x.q + (r * blocks + b) * 32;
+        const uint8_t* wb = w + (p * blocks + b) * kPanelBlockBytes + i * 4;
+        int32_t sum = 0;
+        for (int e = 0; e < 32; ++e) {
+          sum += int32_t(xb[e]) * (int32_t(wb[(e / 4) * 64 + e % 4]) - 128);
         }
+        const float s = x.s[r * blocks + b] * ws[(p * blocks + b) * kPanelRows + i];
+        acc = std::fma(s, float(sum), acc);
       }
-      float lanes[8];
-      for (int lane = 0; lane < 8; ++lane) lanes[lane] = acc[0][lane] + acc[1][lane];
-      out[r * out_stride + j] = SumLanes(lanes);
+      out[r * out_stride + j] = acc;
     }
   }
+  (void)panels;
 }
 
 }  // namespace
 
 const Q8Kernels& ScalarQ8Kernels() {
-  static const Q8Kernels kernels{"scalar", &DotScalar};
+  static const Q8Kernels kernels{"scalar", &DotScalar, &QuantizeBlocksScalar, 1};
   return kernels;
 }
 

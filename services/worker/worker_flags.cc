@@ -46,6 +46,10 @@ ABSL_FLAG(std::string, moqt_auth_key_file, "",
           "serves only requests whose token the scheduler signed with them; required unless "
           "--insecure (`kvcast-devcert` writes one)");
 ABSL_FLAG(bool, prefix_caching, true, "cache and reuse prompt chunks (false: for A/B runs)");
+ABSL_FLAG(std::string, kv_cache_precision, "fp16",
+          "fp16: KV values are stored rounded to fp16, exactly what the fp16 track and host tier "
+          "carry, so a greedy request gives the same tokens whichever worker computed, sent or "
+          "cached its prefix; fp32: float32 KV (as HF's float32 reference)");
 ABSL_FLAG(int, kv_host_tier_mb, 0,
           "host KV tier: chunks the page pool evicts are kept in this much host memory and "
           "brought back when a prompt reuses them (0: off)");
@@ -91,6 +95,12 @@ absl::StatusOr<WorkerConfig> WorkerConfigFromFlags(v1::WorkerRole role,
   c.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
   c.chunk_tokens = absl::GetFlag(FLAGS_chunk_tokens);
   c.prefix_caching = absl::GetFlag(FLAGS_prefix_caching);
+  const std::string precision = absl::GetFlag(FLAGS_kv_cache_precision);
+  if (precision != "fp16" && precision != "fp32") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv_cache_precision: '", precision, "' is not fp16 or fp32"));
+  }
+  c.kv_fp16_values = precision == "fp16";
   c.kv_host_tier_mb = absl::GetFlag(FLAGS_kv_host_tier_mb);
   if (c.kv_host_tier_mb < 0) return absl::InvalidArgumentError("--kv_host_tier_mb must be >= 0");
   absl::StatusOr<kvcache::KvCompression> tier_track =

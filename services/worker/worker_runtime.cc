@@ -53,6 +53,7 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(const Worke
   options.kv_cache_fraction = config.kv_cache_fraction;
   options.max_batch_tokens = config.max_batch_tokens;
   options.prefix_caching = config.prefix_caching;
+  options.kv_fp16_values = config.kv_fp16_values;
   options.host_tier_bytes = int64_t(config.kv_host_tier_mb) << 20;
   options.host_tier_format = config.kv_host_tier_format;
   options.host_tier_policy = config.kv_host_tier_policy;

@@ -57,6 +57,7 @@ struct WorkerConfig {
   int max_batch_tokens = 256;
   int chunk_tokens = 128;
   bool prefix_caching = true;
+  bool kv_fp16_values = true;  // --kv_cache_precision fp16 (EngineOptions::kv_fp16_values)
   int kv_host_tier_mb = 0;                        // tier 1: evicted chunks in host memory
   KvFormat kv_host_tier_format = KvFormat::kFp16;  // their track
   HostKvTier::Policy kv_host_tier_policy = HostKvTier::Policy::kLru;

@@ -116,6 +116,10 @@ absl::StatusOr<TinyModelOptions> ParseOptions(const json& j, const std::string& 
            GetNumber(j, "max_position_embeddings", path, &o.max_position_embeddings),
            GetNumber(j, "rope_theta", path, &o.rope_theta),
            flag("llama3_rope_scaling", &o.llama3_rope_scaling),
+           // Optional: files written before linear scaling was a variant.
+           j.contains("linear_rope_factor")
+               ? GetNumber(j, "linear_rope_factor", path, &o.linear_rope_factor)
+               : absl::OkStatus(),
            flag("tie_embeddings", &o.tie_embeddings),
            GetNumber(j, "shards", path, &o.shards),
            GetNumber(j, "seed", path, &o.seed),
@@ -315,22 +319,26 @@ TEST_P(GoldenLogitsTest, EngineGreedyTokensMatchTransformers) {
 
 INSTANTIATE_TEST_SUITE_P(Variants, GoldenLogitsTest,
                          testing::Values("llama_bf16", "qwen2_f16_tied_sharded", "mistral_f32",
-                                         "llama_f32_llama3rope"));
+                                         "llama_f32_llama3rope", "llama_f32_linearrope"));
 
-// The comparison can fail for the right reason: the same checkpoint without
-// Llama-3 rope scaling (identical weights, only the rotary frequencies
-// differ) must miss the golden logits by far more than the tolerance.
+// The comparison can fail for the right reason: the same checkpoints
+// without their rope scaling (Llama-3's, linear; identical weights, only the
+// rotary frequencies differ) must miss the golden logits by far more than
+// the tolerance.
 TEST(GoldenLogits, RopeScalingMutantIsDetected) {
-  absl::StatusOr<Golden> g = ReadGolden("tests/data/golden_llama_f32_llama3rope.json");
-  ASSERT_TRUE(g.ok()) << g.status();
-  ASSERT_TRUE(g->options.llama3_rope_scaling);
-  TinyModelOptions mutant = g->options;
-  mutant.llama3_rope_scaling = false;
-  std::vector<float> got = ForwardAll(mutant, g->tokens);
-  ASSERT_EQ(got.size(), g->logits.size());
-  LogitDiff d = Compare(got, g->logits, g->vocab);
-  std::printf("[rope mutant] max |kvcast - HF| = %.3g\n", d.max_abs);
-  EXPECT_GT(d.max_abs, 10 * kLogitTol);
+  for (const char* variant : {"llama_f32_llama3rope", "llama_f32_linearrope"}) {
+    absl::StatusOr<Golden> g = ReadGolden(absl::StrCat("tests/data/golden_", variant, ".json"));
+    ASSERT_TRUE(g.ok()) << g.status();
+    ASSERT_TRUE(g->options.llama3_rope_scaling || g->options.linear_rope_factor > 0) << variant;
+    TinyModelOptions mutant = g->options;
+    mutant.llama3_rope_scaling = false;
+    mutant.linear_rope_factor = 0;
+    std::vector<float> got = ForwardAll(mutant, g->tokens);
+    ASSERT_EQ(got.size(), g->logits.size());
+    LogitDiff d = Compare(got, g->logits, g->vocab);
+    std::printf("[%s rope mutant] max |kvcast - HF| = %.3g\n", variant, d.max_abs);
+    EXPECT_GT(d.max_abs, 10 * kLogitTol) << variant;
+  }
 }
 
 // A single logit off by a little more than the tolerance is caught.

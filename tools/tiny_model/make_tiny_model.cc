@@ -19,6 +19,7 @@ ABSL_FLAG(int, num_kv_heads, 2, "Key/value heads.");
 ABSL_FLAG(int, max_position_embeddings, 2048, "Maximum positions.");
 ABSL_FLAG(double, rope_theta, 10000.0, "RoPE base.");
 ABSL_FLAG(bool, llama3_rope_scaling, false, "Add Llama-3.1 rope_scaling (factor 8).");
+ABSL_FLAG(double, linear_rope_factor, 0.0, "> 0: add linear rope_scaling with this factor.");
 ABSL_FLAG(bool, tie_embeddings, false, "Tie lm_head to the embeddings.");
 ABSL_FLAG(std::string, dtype, "bf16", "f32 | f16 | bf16");
 ABSL_FLAG(int, shards, 1, "Number of safetensors shards.");
@@ -42,6 +43,7 @@ int main(int argc, char** argv) {
   o.max_position_embeddings = absl::GetFlag(FLAGS_max_position_embeddings);
   o.rope_theta = absl::GetFlag(FLAGS_rope_theta);
   o.llama3_rope_scaling = absl::GetFlag(FLAGS_llama3_rope_scaling);
+  o.linear_rope_factor = absl::GetFlag(FLAGS_linear_rope_factor);
   o.tie_embeddings = absl::GetFlag(FLAGS_tie_embeddings);
   o.dtype = absl::GetFlag(FLAGS_dtype);
   o.shards = absl::GetFlag(FLAGS_shards);

@@ -188,7 +188,11 @@ ModelConfig MakeConfig(const TinyModelOptions& o, DType dtype, const TokenizerFi
   c.max_position_embeddings = o.max_position_embeddings;
   c.rms_norm_eps = 1e-5;
   c.rope_theta = o.rope_theta;
-  if (o.llama3_rope_scaling) c.rope_scaling = RopeScaling{"llama3", 8.0, 1.0, 4.0, 512};
+  if (o.llama3_rope_scaling) {
+    c.rope_scaling = RopeScaling{"llama3", 8.0, 1.0, 4.0, 512};
+  } else if (o.linear_rope_factor > 0) {
+    c.rope_scaling = RopeScaling{"linear", o.linear_rope_factor};
+  }
   c.tie_word_embeddings = o.tie_embeddings;
   c.attention_bias = o.arch == "qwen2";
   c.torch_dtype = TorchDtype(dtype);

@@ -48,6 +48,8 @@ struct TinyModelOptions {
   // Adds {"rope_type": "llama3", "factor": 8, "low_freq_factor": 1,
   // "high_freq_factor": 4, "original_max_position_embeddings": 512}.
   bool llama3_rope_scaling = false;
+  // > 0 (and llama3_rope_scaling off): {"rope_type": "linear", "factor": F}.
+  double linear_rope_factor = 0.0;
   bool tie_embeddings = false;
   std::string dtype = "bf16";  // f32 | f16 | bf16
   int shards = 1;
