@@ -54,13 +54,24 @@ struct RowArgs {
   float scale;
   float* scores;  // scratch[visible]
   float* out;
+  bool prefetch;  // the group's first query head, first row: K/V come from memory
 };
+
+constexpr int kAhead = 8;  // keys prefetched ahead of the one in use
 
 KVCAST_AVX2 void RowAvx2(const RowArgs& a) {
   const int hd = a.hd;
   float max_score = -INFINITY;
   for (int t = 0; t < a.visible; ++t) {
     const float* k = a.keys[t];
+    if (a.prefetch && t + kAhead < a.visible) {
+      // The keys' and values' rows are 4-line runs scattered over pages:
+      // ask for them ahead (the values for the pass after this one).
+      for (int l = 0; l < hd; l += 16) {
+        _mm_prefetch(reinterpret_cast<const char*>(a.keys[t + kAhead] + l), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(a.values[t + kAhead] + l), _MM_HINT_T1);
+      }
+    }
     __m256 acc = _mm256_setzero_ps();
     for (int d = 0; d < hd; d += 8) {
       acc = _mm256_fmadd_ps(_mm256_loadu_ps(a.q + d), _mm256_loadu_ps(k + d), acc);
@@ -156,6 +167,7 @@ void CpuPagedAttention(const float* q, int q_stride, const AttentionSeq* seqs, i
       a.visible = seq.context_len - seq.num_queries + j + 1;
       const size_t row = size_t(seq.query_offset + j);
       for (int h = g * group; h < (g + 1) * group; ++h) {
+        a.prefetch = h == g * group && j == 0;
         a.q = q + row * q_stride + size_t(h) * hd;
         a.out = out + row * out_stride + size_t(h) * hd;
         vector ? RowAvx2(a) : RowScalar(a);
