@@ -82,11 +82,14 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
     return tok.status();
   }
   KvLayout layout = e->model_->kv_layout(options.page_tokens);
-  layout.fp16_values = options.kv_fp16_values;
+  if (options.kv_fp16_values) {
+    layout.storage =
+        e->backend_->SupportsHalfKvPages() ? KvStorage::kF16 : KvStorage::kF32Fp16Values;
+  }
   int pages = options.num_pages;
   if (pages <= 0) {
     const int64_t page_bytes =
-        int64_t(layout.page_floats()) * 2 * layout.num_layers * sizeof(float);
+        int64_t(layout.page_bytes()) * 2 * layout.num_layers;
     int64_t bytes = options.kv_cache_bytes;
     if (options.kv_cache_fraction > 0) {
       bytes = int64_t(options.kv_cache_fraction * double(e->backend_->AvailableMemory()));

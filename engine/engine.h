@@ -52,11 +52,13 @@ struct EngineOptions {
   int max_batch_tokens = 256;  // tokens per forward pass
   int max_running = 64;        // sequences decoded together
   bool prefix_caching = true;  // false: no chunk is cached or reused (for A/B measurements)
-  // KV stored rounded to fp16 (KvLayout::fp16_values). The workers set it
-  // (--kv_cache_precision fp16, the default) so that a prompt's KV is the
-  // same bits whether it was computed here, landed over the fp16 track or
-  // promoted from the fp16 host tier: a greedy request then gives the same
-  // tokens on every route. Off: float32 KV (HF's float32 reference).
+  // KV kept as fp16 values (KvLayout::storage: fp16 pages, 2 bytes a
+  // value, where the backend has them, else float32 rounded to fp16). The
+  // workers set it (--kv_cache_precision fp16, the default): half the KV
+  // memory and attention traffic, and a prompt's KV is the same bits whether
+  // it was computed here, landed over the fp16 track or promoted from the
+  // fp16 host tier, so a greedy request gives the same tokens on every
+  // route. Off: float32 KV (HF's float32 reference).
   bool kv_fp16_values = false;
   // Tier 1 (engine/kv/host_tier.h): chunks evicted from the pool are kept in
   // host memory in this format, within this budget (0: no tier).

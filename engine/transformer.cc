@@ -267,7 +267,8 @@ absl::StatusOr<const float*> Transformer::ForwardLogits(absl::Span<const Forward
   float* const x = w.x->f32();
   float* const h = w.h->f32();
 
-  const AttentionShape shape{nh, nkv, hd, page_tokens, 1.f / std::sqrt(float(hd))};
+  const AttentionShape shape{nh, nkv, hd, page_tokens, 1.f / std::sqrt(float(hd)),
+                             pool->layout().storage};
   const float eps = float(c.rms_norm_eps);
   backend_->Embedding(static_cast<const int32_t*>(w.ids->data()), T, embed_, H, x);
   backend_->RmsNorm(x, layers_[0].input_norm.f32(), T, H, eps, h);
@@ -283,10 +284,10 @@ absl::StatusOr<const float*> Transformer::ForwardLogits(absl::Span<const Forward
     backend_->Linear(h, T, H, L.qkv, qkv_dim, L.qkv_bias ? L.qkv_bias.f32() : nullptr, q);
     backend_->Rope(q, T, qkv_dim, nh, hd, dev_pos, inv_freq_->f32());
     backend_->Rope(k, T, qkv_dim, nkv, hd, dev_pos, inv_freq_->f32());
-    backend_->WriteKv(k, v, T, qkv_dim, dev_slots, nkv, hd, pool->layout().fp16_values,
-                      pool->k_cache(l), pool->v_cache(l));
-    backend_->PagedAttention(q, qkv_dim, seqs.data(), int(seqs.size()), shape, pool->k_cache(l),
-                             pool->v_cache(l), w.attn->f32());
+    backend_->WriteKv(k, v, T, qkv_dim, dev_slots, nkv, hd, shape.storage, pool->k_pages(l),
+                      pool->v_pages(l));
+    backend_->PagedAttention(q, qkv_dim, seqs.data(), int(seqs.size()), shape, pool->k_pages(l),
+                             pool->v_pages(l), w.attn->f32());
     backend_->Linear(w.attn->f32(), T, nh * hd, L.o, H, nullptr, h);
     backend_->AddRmsNorm(x, h, L.post_norm.f32(), T, H, eps, h);
     backend_->Linear(h, T, H, L.gate_up, 2 * I, nullptr, w.gate_up->f32());

@@ -71,16 +71,25 @@ class Weight {
   size_t rows_ = 0, cols_ = 0;
 };
 
+// How KV values are kept in the page caches: float32; float32 holding
+// values rounded to fp16 (FloatToHalf: ties to even, overflow to infinity);
+// or the fp16 bits themselves, 2 bytes a value (where
+// Backend::SupportsHalfKvPages()). The last two hold the same values.
+enum class KvStorage { kF32, kF32Fp16Values, kF16 };
+inline size_t KvValueBytes(KvStorage s) { return s == KvStorage::kF16 ? 2 : 4; }
+
 // KV caches as the transfer ops address them: `num_arrays` arrays, array a
-// at base + a * array_floats, each laid out like one layer's K (or V) cache
-// [slot][num_heads][head_dim]. A pool's every layer, K then V per layer
-// (the wire order), is {k_cache(0), 2 * num_layers, layer_floats, ...}.
+// `array_values` values after array a - 1, each laid out like one layer's K
+// (or V) cache [slot][num_heads][head_dim], values as `storage` keeps them.
+// A pool's every layer, K then V per layer (the wire order), is
+// {pages of layer 0's K, 2 * num_layers, layer_values, ...}.
 struct KvArrays {
-  float* base = nullptr;
+  void* base = nullptr;
   int num_arrays = 1;
-  size_t array_floats = 0;
+  size_t array_values = 0;
   int num_heads = 0;
   int head_dim = 0;
+  KvStorage storage = KvStorage::kF32;
 };
 
 // One sequence's slice of an attention call. Its `num_queries` query rows
@@ -102,6 +111,7 @@ struct AttentionShape {
   int head_dim = 0;
   int page_tokens = 0;
   float scale = 0.f;     // usually 1/sqrt(head_dim)
+  KvStorage storage = KvStorage::kF32;  // how the caches keep K/V
 };
 
 class Backend {
@@ -153,25 +163,27 @@ class Backend {
   // out[i] = silu(gate_up[r, i]) * gate_up[r, dim + i] for rows of 2 * dim.
   virtual void SwiGlu(const float* gate_up, int rows, int dim, float* out) = 0;
   // Writes k, v [num_tokens, num_kv_heads, head_dim] (token rows `stride`
-  // floats apart) into slots[t] of the layer's caches (layout above). With
-  // `fp16_values` each value is stored rounded to the nearest fp16 (ties to
-  // even, overflow to infinity: FloatToHalf), i.e. exactly what the fp16 KV
-  // track and the fp16 host tier carry.
+  // floats apart) into slots[t] of the layer's caches (layout above), kept
+  // as `storage` says: with fp16 values (kF32Fp16Values, kF16) the caches
+  // hold exactly what the fp16 KV track and the fp16 host tier carry.
   virtual void WriteKv(const float* k, const float* v, int num_tokens,
                        int stride, const int32_t* slots, int num_kv_heads,
-                       int head_dim, bool fp16_values, float* k_cache, float* v_cache) = 0;
+                       int head_dim, KvStorage storage, void* k_cache, void* v_cache) = 0;
+  // Whether the caches may keep fp16 bits (KvStorage::kF16) in WriteKv,
+  // PagedAttention, EncodeKv and DecodeKv.
+  virtual bool SupportsHalfKvPages() const { return false; }
   // OK when PagedAttention takes heads of this shape, else InvalidArgument
   // saying what it takes; Transformer::Load asks, so a model a backend
   // cannot run fails at load rather than in a pass.
   virtual absl::Status SupportsAttention(int num_heads, int num_kv_heads, int head_dim) const = 0;
   // out [total_queries, num_heads, head_dim] = causal softmax(q k^T * scale) v
   // for every sequence in `seqs` (host memory; their page tables, backend
-  // memory, lie in one array), reading K/V through the page tables; q rows
-  // are `q_stride` floats apart.
+  // memory, lie in one array), reading K/V through the page tables (kept as
+  // shape.storage says); q rows are `q_stride` floats apart.
   virtual void PagedAttention(const float* q, int q_stride,
                               const AttentionSeq* seqs,
                               int num_seqs, const AttentionShape& shape,
-                              const float* k_cache, const float* v_cache,
+                              const void* k_cache, const void* v_cache,
                               float* out) = 0;
 
   // tokens[j] (host memory) = the token TokenPicker picks from row

@@ -55,15 +55,15 @@ void ProfilingBackend::SwiGlu(const float* gate_up, int rows, int dim, float* ou
 }
 void ProfilingBackend::WriteKv(const float* k, const float* v, int num_tokens, int stride,
                                const int32_t* slots, int num_kv_heads, int head_dim,
-                               bool fp16_values, float* k_cache, float* v_cache) {
+                               KvStorage storage, void* k_cache, void* v_cache) {
   Time("WriteKv", [&] {
-    inner_->WriteKv(k, v, num_tokens, stride, slots, num_kv_heads, head_dim, fp16_values, k_cache,
+    inner_->WriteKv(k, v, num_tokens, stride, slots, num_kv_heads, head_dim, storage, k_cache,
                     v_cache);
   });
 }
 void ProfilingBackend::PagedAttention(const float* q, int q_stride, const AttentionSeq* seqs,
                                       int num_seqs, const AttentionShape& shape,
-                                      const float* k_cache, const float* v_cache, float* out) {
+                                      const void* k_cache, const void* v_cache, float* out) {
   Time("PagedAttention", [&] {
     inner_->PagedAttention(q, q_stride, seqs, num_seqs, shape, k_cache, v_cache, out);
   });

@@ -54,13 +54,14 @@ class ProfilingBackend : public Backend {
             const int32_t* positions, const float* inv_freq) override;
   void SwiGlu(const float* gate_up, int rows, int dim, float* out) override;
   void WriteKv(const float* k, const float* v, int num_tokens, int stride, const int32_t* slots,
-               int num_kv_heads, int head_dim, bool fp16_values, float* k_cache,
-               float* v_cache) override;
+               int num_kv_heads, int head_dim, KvStorage storage, void* k_cache,
+               void* v_cache) override;
+  bool SupportsHalfKvPages() const override { return inner_->SupportsHalfKvPages(); }
   absl::Status SupportsAttention(int num_heads, int num_kv_heads, int head_dim) const override {
     return inner_->SupportsAttention(num_heads, num_kv_heads, head_dim);
   }
   void PagedAttention(const float* q, int q_stride, const AttentionSeq* seqs, int num_seqs,
-                      const AttentionShape& shape, const float* k_cache, const float* v_cache,
+                      const AttentionShape& shape, const void* k_cache, const void* v_cache,
                       float* out) override;
   absl::Status SampleTokens(const float* logits, int vocab, const TokenSampling* params, int num,
                             int32_t* tokens) override;

@@ -26,7 +26,7 @@ class HostTierTest : public testing::Test {
   HostTierTest()
       : be_(NewCpuBackend()), pool_(*KvPagePool::Create(be_.get(), kLayout, 8)) {
     // Multiples of 1/8 below 64: exact in fp16, so a round trip is exact.
-    const size_t n = pool_->layer_floats();
+    const size_t n = pool_->layer_values();
     for (int l = 0; l < kLayout.num_layers; ++l) {
       for (size_t i = 0; i < n; ++i) {
         const uint32_t x = uint32_t(i * 2 + l) * 2654435761u;

@@ -1,5 +1,7 @@
 #include "engine/kv/kv_page_pool.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -14,7 +16,7 @@ absl::StatusOr<std::unique_ptr<KvPagePool>> KvPagePool::Create(
         "kv page pool: invalid layout or page count (num_pages=", num_pages,
         ", page_tokens=", layout.page_tokens, ")"));
   }
-  size_t bytes = layout.page_floats() * num_pages * 2 * layout.num_layers * sizeof(float);
+  size_t bytes = layout.page_bytes() * num_pages * 2 * layout.num_layers;
   auto buf = backend->Allocate(bytes);
   if (!buf.ok()) return buf.status();
   return std::unique_ptr<KvPagePool>(new KvPagePool(layout, num_pages, std::move(*buf)));
@@ -25,11 +27,19 @@ KvPagePool::KvPagePool(const KvLayout& layout, int num_pages,
     : layout_(layout),
       num_pages_(num_pages),
       storage_(std::move(buf)),
-      base_(storage_->f32()),
+      base_(static_cast<uint8_t*>(storage_->data())),
       refcount_(num_pages, 0) {
   free_list_.reserve(num_pages);
   // Highest id at the back so pages are handed out in increasing order.
   for (int p = num_pages - 1; p >= 0; --p) free_list_.push_back(p);
+}
+
+float* KvPagePool::Floats(void* pages) const {
+  if (layout_.storage == KvStorage::kF16) {
+    std::fprintf(stderr, "KvPagePool: k_cache/v_cache on a pool of fp16 pages\n");
+    std::abort();
+  }
+  return static_cast<float*>(pages);
 }
 
 void KvPagePool::SetReclaimer(PageReclaimer* reclaimer) {

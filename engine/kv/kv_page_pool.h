@@ -1,7 +1,8 @@
 // KvPagePool: the paged KV memory of one model replica.
 //
 // All K and V of all layers live in one backend allocation laid out
-// [layer][K|V][page][page_tokens][num_kv_heads][head_dim]; a page id names
+// [layer][K|V][page][page_tokens][num_kv_heads][head_dim], values kept as
+// layout.storage says (float32, or fp16 bits); a page id names
 // the same page in every layer. Pages are reference counted: Allocate() hands
 // out pages with one reference, AddRef() shares them (prefix cache, several
 // sequences), Release() drops one and returns the page to the free list when
@@ -30,13 +31,15 @@ struct KvLayout {
   int num_kv_heads = 0;
   int head_dim = 0;
   int page_tokens = 16;
-  // Values are stored rounded to fp16 (Backend::WriteKv's fp16_values): the
-  // pages then hold exactly what the fp16 track and host tier carry, so KV
-  // that crossed them equals KV computed in place.
-  bool fp16_values = false;
+  // How values are kept (KvStorage): with fp16 values (kF32Fp16Values, or
+  // kF16: 2 bytes a value, where the backend supports it) the pages hold
+  // exactly what the fp16 track and host tier carry, so KV that crossed
+  // them equals KV computed in place.
+  KvStorage storage = KvStorage::kF32;
 
   size_t token_floats() const { return size_t(num_kv_heads) * head_dim; }
   size_t page_floats() const { return token_floats() * page_tokens; }
+  size_t page_bytes() const { return page_floats() * KvValueBytes(storage); }
 };
 
 // Gives pages back to the pool on request; implemented by the prefix cache.
@@ -73,19 +76,25 @@ class KvPagePool {
   int free_pages() const;
   const KvLayout& layout() const { return layout_; }
 
-  // Layer caches, laid out [num_pages][page_tokens][num_kv_heads][head_dim].
-  float* k_cache(int layer) const { return base_ + size_t(2 * layer) * layer_floats(); }
-  float* v_cache(int layer) const { return base_ + size_t(2 * layer + 1) * layer_floats(); }
-  // Floats of one layer's K (or V) array: v_cache(l) - k_cache(l).
-  size_t layer_floats() const { return layout_.page_floats() * num_pages_; }
+  // Layer caches, laid out [num_pages][page_tokens][num_kv_heads][head_dim],
+  // values as layout().storage keeps them.
+  void* k_pages(int layer) const { return base_ + size_t(2 * layer) * layer_bytes(); }
+  void* v_pages(int layer) const { return base_ + size_t(2 * layer + 1) * layer_bytes(); }
+  // The same as floats, for a pool that keeps float32 (aborts on kF16).
+  float* k_cache(int layer) const { return Floats(k_pages(layer)); }
+  float* v_cache(int layer) const { return Floats(v_pages(layer)); }
+  // Values of one layer's K (or V) array, and their bytes.
+  size_t layer_values() const { return layout_.page_floats() * num_pages_; }
+  size_t layer_bytes() const { return layout_.page_bytes() * num_pages_; }
 
  private:
   KvPagePool(const KvLayout& layout, int num_pages, std::unique_ptr<DeviceBuffer> buf);
+  float* Floats(void* pages) const;
 
   const KvLayout layout_;
   const int num_pages_;
   const std::unique_ptr<DeviceBuffer> storage_;
-  float* const base_;
+  uint8_t* const base_;
   mutable absl::Mutex mu_;
   std::vector<int32_t> free_list_ ABSL_GUARDED_BY(mu_);
   std::vector<int32_t> refcount_ ABSL_GUARDED_BY(mu_);

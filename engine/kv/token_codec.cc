@@ -15,8 +15,8 @@ TokenCodec::TokenCodec(const KvLayout& layout, KvFormat format)
       row_bytes_(KvRowBytes(format, layout.num_kv_heads, layout.head_dim, block_)) {}
 
 KvArrays TokenCodec::Arrays(const KvPagePool& pool) const {
-  return KvArrays{pool.k_cache(0), 2 * layout_.num_layers, pool.layer_floats(),
-                  layout_.num_kv_heads, layout_.head_dim};
+  return KvArrays{pool.k_pages(0), 2 * layout_.num_layers, pool.layer_values(),
+                  layout_.num_kv_heads, layout_.head_dim, pool.layout().storage};
 }
 
 void TokenCodec::Encode(Backend* backend, const KvPagePool& pool,

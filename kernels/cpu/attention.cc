@@ -6,15 +6,18 @@
 #include <cmath>
 #include <vector>
 
+#include "engine/model/dtype.h"
+
 namespace kvcast {
 namespace {
 
-#define KVCAST_AVX2 __attribute__((target("avx2,fma")))
+#define KVCAST_AVX2 __attribute__((target("avx2,fma,f16c")))
 
 bool HasAvx2() {
   static const bool has = [] {
     __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
   }();
   return has;
 }
@@ -45,11 +48,21 @@ KVCAST_AVX2 inline float HorizontalSum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// One query row against `visible` keys of one KV head: out[hd].
+// Eight K/V values as floats, from float32 or fp16 pages.
+KVCAST_AVX2 inline __m256 Load8(const float* p) { return _mm256_loadu_ps(p); }
+KVCAST_AVX2 inline __m256 Load8(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline float ToFloat(float x) { return x; }
+inline float ToFloat(uint16_t x) { return HalfToFloat(x); }
+
+// One query row against `visible` keys of one KV head: out[hd]. T is how
+// the pages keep values (float, or uint16_t fp16 bits).
+template <typename T>
 struct RowArgs {
   const float* q;
-  const float* const* keys;    // keys[t]: token t's key for this head
-  const float* const* values;  // likewise
+  const T* const* keys;    // keys[t]: token t's key for this head
+  const T* const* values;  // likewise
   int visible, hd;
   float scale;
   float* scores;  // scratch[visible]
@@ -59,22 +72,23 @@ struct RowArgs {
 
 constexpr int kAhead = 8;  // keys prefetched ahead of the one in use
 
-KVCAST_AVX2 void RowAvx2(const RowArgs& a) {
+template <typename T>
+KVCAST_AVX2 void RowAvx2(const RowArgs<T>& a) {
   const int hd = a.hd;
   float max_score = -INFINITY;
   for (int t = 0; t < a.visible; ++t) {
-    const float* k = a.keys[t];
+    const T* k = a.keys[t];
     if (a.prefetch && t + kAhead < a.visible) {
       // The keys' and values' rows are 4-line runs scattered over pages:
       // ask for them ahead (the values for the pass after this one).
-      for (int l = 0; l < hd; l += 16) {
+      for (int l = 0; l < hd; l += 64 / int(sizeof(T))) {
         _mm_prefetch(reinterpret_cast<const char*>(a.keys[t + kAhead] + l), _MM_HINT_T0);
         _mm_prefetch(reinterpret_cast<const char*>(a.values[t + kAhead] + l), _MM_HINT_T1);
       }
     }
     __m256 acc = _mm256_setzero_ps();
     for (int d = 0; d < hd; d += 8) {
-      acc = _mm256_fmadd_ps(_mm256_loadu_ps(a.q + d), _mm256_loadu_ps(k + d), acc);
+      acc = _mm256_fmadd_ps(_mm256_loadu_ps(a.q + d), Load8(k + d), acc);
     }
     const float sc = HorizontalSum(acc) * a.scale;
     a.scores[t] = sc;
@@ -96,20 +110,21 @@ KVCAST_AVX2 void RowAvx2(const RowArgs& a) {
   const int vecs = hd / 8;
   for (int i = 0; i < vecs; ++i) acc[i] = _mm256_setzero_ps();
   for (int t2 = 0; t2 < a.visible; ++t2) {
-    const float* v = a.values[t2];
+    const T* v = a.values[t2];
     const __m256 p = _mm256_set1_ps(a.scores[t2]);
-    for (int i = 0; i < vecs; ++i) acc[i] = _mm256_fmadd_ps(p, _mm256_loadu_ps(v + 8 * i), acc[i]);
+    for (int i = 0; i < vecs; ++i) acc[i] = _mm256_fmadd_ps(p, Load8(v + 8 * i), acc[i]);
   }
   const __m256 vinv = _mm256_set1_ps(inv);
   for (int i = 0; i < vecs; ++i) _mm256_storeu_ps(a.out + 8 * i, _mm256_mul_ps(acc[i], vinv));
 }
 
-void RowScalar(const RowArgs& a) {
+template <typename T>
+void RowScalar(const RowArgs<T>& a) {
   float max_score = -INFINITY;
   for (int t = 0; t < a.visible; ++t) {
-    const float* k = a.keys[t];
+    const T* k = a.keys[t];
     float dot = 0;
-    for (int d = 0; d < a.hd; ++d) dot += a.q[d] * k[d];
+    for (int d = 0; d < a.hd; ++d) dot += a.q[d] * ToFloat(k[d]);
     a.scores[t] = dot * a.scale;
     max_score = std::max(max_score, a.scores[t]);
   }
@@ -118,8 +133,8 @@ void RowScalar(const RowArgs& a) {
   const float inv = 1.0f / denom;
   std::fill(a.out, a.out + a.hd, 0.0f);
   for (int t = 0; t < a.visible; ++t) {
-    const float* v = a.values[t];
-    for (int d = 0; d < a.hd; ++d) a.out[d] += a.scores[t] * v[d];
+    const T* v = a.values[t];
+    for (int d = 0; d < a.hd; ++d) a.out[d] += a.scores[t] * ToFloat(v[d]);
   }
   for (int d = 0; d < a.hd; ++d) a.out[d] *= inv;
 }
@@ -128,9 +143,12 @@ void RowScalar(const RowArgs& a) {
 
 bool CpuAttentionVectorized() { return HasAvx2(); }
 
-void CpuPagedAttention(const float* q, int q_stride, const AttentionSeq* seqs, int num_seqs,
-                       const AttentionShape& s, const float* k_cache, const float* v_cache,
-                       float* out, bool parallel) {
+namespace {
+
+template <typename T>
+void PagedAttention(const float* q, int q_stride, const AttentionSeq* seqs, int num_seqs,
+                    const AttentionShape& s, const T* k_cache, const T* v_cache, float* out,
+                    bool parallel) {
   const int group = s.num_heads / s.num_kv_heads;
   const int hd = s.head_dim;
   const size_t token_row = size_t(s.num_kv_heads) * hd;
@@ -144,7 +162,7 @@ void CpuPagedAttention(const float* q, int q_stride, const AttentionSeq* seqs, i
     const AttentionSeq& seq = seqs[task / s.num_kv_heads];
     const int g = task % s.num_kv_heads;
     thread_local std::vector<float> scores;
-    thread_local std::vector<const float*> keys, values;
+    thread_local std::vector<const T*> keys, values;
     const int ctx = seq.context_len;
     scores.resize(size_t(ctx));
     keys.resize(size_t(ctx));
@@ -157,7 +175,7 @@ void CpuPagedAttention(const float* q, int q_stride, const AttentionSeq* seqs, i
         values[t] = v_cache + slot * token_row + size_t(g) * hd;
       }
     }
-    RowArgs a;
+    RowArgs<T> a;
     a.keys = keys.data();
     a.values = values.data();
     a.hd = hd;
@@ -173,6 +191,20 @@ void CpuPagedAttention(const float* q, int q_stride, const AttentionSeq* seqs, i
         vector ? RowAvx2(a) : RowScalar(a);
       }
     }
+  }
+}
+
+}  // namespace
+
+void CpuPagedAttention(const float* q, int q_stride, const AttentionSeq* seqs, int num_seqs,
+                       const AttentionShape& s, const void* k_cache, const void* v_cache,
+                       float* out, bool parallel) {
+  if (s.storage == KvStorage::kF16) {
+    PagedAttention(q, q_stride, seqs, num_seqs, s, static_cast<const uint16_t*>(k_cache),
+                   static_cast<const uint16_t*>(v_cache), out, parallel);
+  } else {
+    PagedAttention(q, q_stride, seqs, num_seqs, s, static_cast<const float*>(k_cache),
+                   static_cast<const float*>(v_cache), out, parallel);
   }
 }
 

@@ -7,8 +7,9 @@
 // A query row's scores are dot products against the keys read in place
 // from their pages (no gather), softmax uses a vectorized exp (relative
 // error < 2e-7), and the output accumulates probability-weighted values.
-// AVX2+FMA when the CPU has it and head_dim % 8 == 0, portable loops
-// otherwise. A row's result does not depend on the other rows or sequences
+// AVX2+FMA (+F16C for fp16 pages) when the CPU has it and head_dim % 8 ==
+// 0, portable loops otherwise. The first query head of each KV group
+// prefetches the keys and values 8 tokens ahead. A row's result does not depend on the other rows or sequences
 // of the call. Thread safety: stateless; scratch is per thread.
 #ifndef KVCAST_KERNELS_CPU_ATTENTION_H_
 #define KVCAST_KERNELS_CPU_ATTENTION_H_
@@ -17,8 +18,10 @@
 
 namespace kvcast {
 
+// K/V as s.storage keeps them: float32, or fp16 bits (KvStorage::kF16,
+// widened with F16C).
 void CpuPagedAttention(const float* q, int q_stride, const AttentionSeq* seqs, int num_seqs,
-                       const AttentionShape& s, const float* k_cache, const float* v_cache,
+                       const AttentionShape& s, const void* k_cache, const void* v_cache,
                        float* out, bool parallel = true);
 
 // Whether the vectorized path runs on this CPU (for tests and benchmarks).

@@ -210,46 +210,86 @@ class CpuBackend : public Backend {
   }
 
   void WriteKv(const float* k, const float* v, int num_tokens, int stride,
-               const int32_t* slots, int num_kv_heads, int head_dim, bool fp16_values,
-               float* k_cache, float* v_cache) override {
+               const int32_t* slots, int num_kv_heads, int head_dim, KvStorage storage,
+               void* k_cache, void* v_cache) override {
     const size_t row = size_t(num_kv_heads) * head_dim;
+    const size_t row_bytes = row * KvValueBytes(storage);
+    thread_local std::vector<uint8_t> half;
+    half.resize(row * 2);
     for (int t = 0; t < num_tokens; ++t) {
-      float* kd = k_cache + size_t(slots[t]) * row;
-      float* vd = v_cache + size_t(slots[t]) * row;
-      const float* ks = k + size_t(t) * stride;
-      const float* vs = v + size_t(t) * stride;
-      if (fp16_values) {
-        for (size_t i = 0; i < row; ++i) {
-          kd[i] = HalfToFloat(FloatToHalf(ks[i]));
-          vd[i] = HalfToFloat(FloatToHalf(vs[i]));
+      for (auto [src, cache] : {std::pair{k, k_cache}, std::pair{v, v_cache}}) {
+        const float* from = src + size_t(t) * stride;
+        auto* to = static_cast<uint8_t*>(cache) + size_t(slots[t]) * row_bytes;
+        switch (storage) {
+          case KvStorage::kF32:
+            std::memcpy(to, from, row_bytes);
+            break;
+          case KvStorage::kF16:
+            EncodeKvRow(KvFormat::kFp16, from, num_kv_heads, head_dim, head_dim, to);
+            break;
+          case KvStorage::kF32Fp16Values:
+            EncodeKvRow(KvFormat::kFp16, from, num_kv_heads, head_dim, head_dim, half.data());
+            DecodeKvRow(KvFormat::kFp16, half.data(), num_kv_heads, head_dim, head_dim,
+                        reinterpret_cast<float*>(to));
+            break;
         }
-      } else {
-        std::memcpy(kd, ks, row * sizeof(float));
-        std::memcpy(vd, vs, row * sizeof(float));
       }
     }
   }
+  bool SupportsHalfKvPages() const override { return true; }
 
+  // Rows of fp16 pages go to the wire as they are for the fp16 format, and
+  // through float32 for the others.
   void EncodeKv(KvFormat format, int block, const KvArrays& src, const int32_t* slots,
                 int num_tokens, uint8_t* out, size_t out_stride) override {
     const size_t row = size_t(src.num_heads) * src.head_dim;
+    const size_t value_bytes = KvValueBytes(src.storage);
     const size_t row_bytes = KvRowBytes(format, src.num_heads, src.head_dim, block);
+    thread_local std::vector<float> widened;
+    widened.resize(row);
     for (int t = 0; t < num_tokens; ++t) {
       for (int a = 0; a < src.num_arrays; ++a) {
-        EncodeKvRow(format, src.base + a * src.array_floats + size_t(slots[t]) * row,
-                    src.num_heads, src.head_dim, block, out + t * out_stride + a * row_bytes);
+        const auto* from = static_cast<const uint8_t*>(src.base) +
+                           (a * src.array_values + size_t(slots[t]) * row) * value_bytes;
+        uint8_t* to = out + t * out_stride + a * row_bytes;
+        if (src.storage != KvStorage::kF16) {
+          EncodeKvRow(format, reinterpret_cast<const float*>(from), src.num_heads, src.head_dim,
+                      block, to);
+        } else if (format == KvFormat::kFp16) {
+          std::memcpy(to, from, row_bytes);
+        } else {
+          DecodeKvRow(KvFormat::kFp16, from, src.num_heads, src.head_dim, src.head_dim,
+                      widened.data());
+          EncodeKvRow(format, widened.data(), src.num_heads, src.head_dim, block, to);
+        }
       }
     }
   }
 
+  // Into fp16 pages, a format other than fp16 is rounded to fp16 on the
+  // way (through float32).
   void DecodeKv(KvFormat format, int block, const uint8_t* in, size_t in_stride,
                 const int32_t* slots, int num_tokens, const KvArrays& dst) override {
     const size_t row = size_t(dst.num_heads) * dst.head_dim;
+    const size_t value_bytes = KvValueBytes(dst.storage);
     const size_t row_bytes = KvRowBytes(format, dst.num_heads, dst.head_dim, block);
+    thread_local std::vector<float> widened;
+    widened.resize(row);
     for (int t = 0; t < num_tokens; ++t) {
       for (int a = 0; a < dst.num_arrays; ++a) {
-        DecodeKvRow(format, in + t * in_stride + a * row_bytes, dst.num_heads, dst.head_dim,
-                    block, dst.base + a * dst.array_floats + size_t(slots[t]) * row);
+        const uint8_t* from = in + t * in_stride + a * row_bytes;
+        auto* to = static_cast<uint8_t*>(dst.base) +
+                   (a * dst.array_values + size_t(slots[t]) * row) * value_bytes;
+        if (dst.storage != KvStorage::kF16) {
+          DecodeKvRow(format, from, dst.num_heads, dst.head_dim, block,
+                      reinterpret_cast<float*>(to));
+        } else if (format == KvFormat::kFp16) {
+          std::memcpy(to, from, row_bytes);
+        } else {
+          DecodeKvRow(format, from, dst.num_heads, dst.head_dim, block, widened.data());
+          EncodeKvRow(KvFormat::kFp16, widened.data(), dst.num_heads, dst.head_dim,
+                      dst.head_dim, to);
+        }
       }
     }
   }
@@ -272,13 +312,10 @@ class CpuBackend : public Backend {
                      ") a multiple of KV heads (", num_kv_heads, "); got head_dim ", head_dim));
   }
 
-  // Per sequence and KV head: gather the context's K and V out of the pages
-  // into contiguous rows, then scores = Q K^T and out = softmax(scores) V as
-  // BLAS calls for every query head of the group (GQA), causal mask applied
-  // between the two.
+  // kernels/cpu/attention.h, reading K/V in place from the pages.
   void PagedAttention(const float* q, int q_stride, const AttentionSeq* seqs,
                       int num_seqs, const AttentionShape& s,
-                      const float* k_cache, const float* v_cache,
+                      const void* k_cache, const void* v_cache,
                       float* out) override {
     // Float32 weights run their GEMMs on OpenBLAS's threads; OpenMP stays off.
     CpuPagedAttention(q, q_stride, seqs, num_seqs, s, k_cache, v_cache, out,

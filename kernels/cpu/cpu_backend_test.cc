@@ -9,6 +9,7 @@
 #include "engine/model/dtype.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
+#include "kernels/kv_codec.h"
 
 namespace kvcast {
 namespace {
@@ -174,7 +175,7 @@ TEST(CpuBackend, PagedAttentionMatchesDenseCausalAttention) {
     std::vector<int32_t> slots(ctx);
     for (int t = 0; t < ctx; ++t) slots[t] = pages[t / 4] * 4 + t % 4;
     be->WriteKv(k.data(), v.data(), ctx, row, slots.data(), s.num_kv_heads, hd,
-                /*fp16_values=*/false, kc.data(), vc.data());
+                KvStorage::kF32, kc.data(), vc.data());
     AttentionSeq seq{0, nq, ctx, pages.data()};
     std::vector<float> out(nq * s.num_heads * hd);
     be->PagedAttention(q.data(), s.num_heads * hd, &seq, 1, s, kc.data(), vc.data(), out.data());
@@ -201,29 +202,91 @@ TEST(CpuBackend, PagedAttentionMatchesDenseCausalAttention) {
   }
 }
 
-TEST(CpuBackend, WriteKvStoresFp16ValuesWhenAsked) {
+TEST(CpuBackend, WriteKvKeepsFp16ValuesWhenAsked) {
   auto be = NewCpuBackend();
-  const int nkv = 2, hd = 4, row = nkv * hd, stride = 3 * row;
+  ASSERT_TRUE(be->SupportsHalfKvPages());
+  const int nkv = 2, hd = 8, row = nkv * hd, stride = 3 * row;
   std::vector<float> kv(2 * stride);
   for (size_t i = 0; i < kv.size(); ++i) kv[i] = 0.1f * float(i) + 1e-3f;
   kv[1] = 70000.f;   // beyond fp16: infinity
   kv[2] = 1e-8f;     // below fp16's smallest subnormal: zero
   const int32_t slots[] = {2, 0};
-  for (bool fp16 : {false, true}) {
+  for (KvStorage storage : {KvStorage::kF32, KvStorage::kF32Fp16Values, KvStorage::kF16}) {
+    SCOPED_TRACE(int(storage));
     std::vector<float> kc(3 * row, -7.f), vc(3 * row, -7.f);
-    be->WriteKv(kv.data(), kv.data() + row, 2, stride, slots, nkv, hd, fp16, kc.data(), vc.data());
+    std::vector<uint16_t> kh(3 * row, 0xffff), vh(3 * row, 0xffff);
+    const bool half = storage == KvStorage::kF16;
+    be->WriteKv(kv.data(), kv.data() + row, 2, stride, slots, nkv, hd, storage,
+                half ? static_cast<void*>(kh.data()) : kc.data(),
+                half ? static_cast<void*>(vh.data()) : vc.data());
+    auto at = [&](const std::vector<float>& f, const std::vector<uint16_t>& h, int i) {
+      return half ? HalfToFloat(h[i]) : f[i];
+    };
     for (int t = 0; t < 2; ++t) {
       for (int i = 0; i < row; ++i) {
         const float k = kv[t * stride + i], v = kv[t * stride + row + i];
-        EXPECT_EQ(kc[slots[t] * row + i], fp16 ? HalfToFloat(FloatToHalf(k)) : k);
-        EXPECT_EQ(vc[slots[t] * row + i], fp16 ? HalfToFloat(FloatToHalf(v)) : v);
+        const bool exact = storage == KvStorage::kF32;
+        EXPECT_EQ(at(kc, kh, slots[t] * row + i), exact ? k : HalfToFloat(FloatToHalf(k)));
+        EXPECT_EQ(at(vc, vh, slots[t] * row + i), exact ? v : HalfToFloat(FloatToHalf(v)));
       }
     }
-    EXPECT_EQ(kc[row], -7.f);  // slot 1 untouched
-    if (fp16) {
-      EXPECT_TRUE(std::isinf(kc[2 * row + 1]));
-      EXPECT_EQ(kc[2 * row + 2], 0.f);
-      EXPECT_NE(kc[2 * row + 3], kv[3]);  // 0.301 is not an fp16 value
+    EXPECT_TRUE(half ? kh[row] == 0xffff : kc[row] == -7.f);  // slot 1 untouched
+    if (storage != KvStorage::kF32) {
+      EXPECT_TRUE(std::isinf(at(kc, kh, 2 * row + 1)));
+      EXPECT_EQ(at(kc, kh, 2 * row + 2), 0.f);
+      EXPECT_NE(at(kc, kh, 2 * row + 3), kv[3]);  // 0.301 is not an fp16 value
+    }
+  }
+}
+
+// fp16 pages give the attention of float32 pages holding the same values,
+// and cross the transfer ops as the same bytes.
+TEST(CpuBackend, HalfPagesAttendAndTransferLikeFloatPages) {
+  auto be = NewCpuBackend();
+  const int hd = 64, nkv = 2, nh = 4, ctx = 37, row = nkv * hd, pages = 4, page_tokens = 16;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> d(0.f, 1.f);
+  std::vector<float> kv(2 * ctx * row), q(nh * hd);
+  for (float& x : kv) x = d(rng);
+  for (float& x : q) x = 3 * d(rng);
+  std::vector<int32_t> slots(ctx), table = {3, 0, 2};
+  for (int t = 0; t < ctx; ++t) slots[t] = table[t / page_tokens] * page_tokens + t % page_tokens;
+  const size_t values = size_t(pages) * page_tokens * row;
+  std::vector<float> kf(values), vf(values);
+  std::vector<uint16_t> kh(values), vh(values);
+  be->WriteKv(kv.data(), kv.data() + row, ctx, 2 * row, slots.data(), nkv, hd,
+              KvStorage::kF32Fp16Values, kf.data(), vf.data());
+  be->WriteKv(kv.data(), kv.data() + row, ctx, 2 * row, slots.data(), nkv, hd, KvStorage::kF16,
+              kh.data(), vh.data());
+  AttentionSeq seq{0, 1, ctx, table.data()};
+  AttentionShape s{nh, nkv, hd, page_tokens, 0.125f, KvStorage::kF32Fp16Values};
+  std::vector<float> want(nh * hd), got(nh * hd);
+  be->PagedAttention(q.data(), nh * hd, &seq, 1, s, kf.data(), vf.data(), want.data());
+  s.storage = KvStorage::kF16;
+  be->PagedAttention(q.data(), nh * hd, &seq, 1, s, kh.data(), vh.data(), got.data());
+  EXPECT_EQ(got, want);
+  // Every format from fp16 pages equals the same format from float pages,
+  // and decoding into fp16 pages gives the fp16 of the float decode.
+  for (KvFormat f : {KvFormat::kFp16, KvFormat::kInt8, KvFormat::kInt4}) {
+    SCOPED_TRACE(int(f));
+    const size_t row_bytes = KvRowBytes(f, nkv, hd, hd);
+    std::vector<uint8_t> from_f(ctx * row_bytes), from_h(ctx * row_bytes);
+    be->EncodeKv(f, hd, KvArrays{kf.data(), 1, values, nkv, hd, KvStorage::kF32Fp16Values},
+                 slots.data(), ctx, from_f.data(), row_bytes);
+    be->EncodeKv(f, hd, KvArrays{kh.data(), 1, values, nkv, hd, KvStorage::kF16}, slots.data(),
+                 ctx, from_h.data(), row_bytes);
+    EXPECT_EQ(from_h, from_f);
+    std::vector<float> back_f(values);
+    std::vector<uint16_t> back_h(values);
+    be->DecodeKv(f, hd, from_f.data(), row_bytes, slots.data(), ctx,
+                 KvArrays{back_f.data(), 1, values, nkv, hd, KvStorage::kF32});
+    be->DecodeKv(f, hd, from_f.data(), row_bytes, slots.data(), ctx,
+                 KvArrays{back_h.data(), 1, values, nkv, hd, KvStorage::kF16});
+    for (int t = 0; t < ctx; ++t) {
+      for (int i = 0; i < row; ++i) {
+        const size_t at = size_t(slots[t]) * row + i;
+        ASSERT_EQ(back_h[at], FloatToHalf(back_f[at])) << "token " << t << " value " << i;
+      }
     }
   }
 }

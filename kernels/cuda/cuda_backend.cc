@@ -284,11 +284,16 @@ class CudaBackend : public Backend {
   }
 
   void WriteKv(const float* k, const float* v, int num_tokens, int stride, const int32_t* slots,
-               int num_kv_heads, int head_dim, bool fp16_values, float* k_cache,
-               float* v_cache) override {
+               int num_kv_heads, int head_dim, KvStorage storage, void* k_cache,
+               void* v_cache) override {
     Bind();
+    // Float32 pages only (SupportsHalfKvPages is false): fp16 values rounded.
+    if (!Check(storage == KvStorage::kF16 ? cudaErrorNotSupported : cudaSuccess, "WriteKv")) {
+      return;
+    }
     Check(cuda::LaunchWriteKv(k, v, num_tokens, stride, slots, num_kv_heads, head_dim,
-                              fp16_values, k_cache, v_cache, compute_),
+                              storage == KvStorage::kF32Fp16Values, static_cast<float*>(k_cache),
+                              static_cast<float*>(v_cache), compute_),
           "WriteKv");
   }
 
@@ -301,7 +306,7 @@ class CudaBackend : public Backend {
   }
 
   void PagedAttention(const float* q, int q_stride, const AttentionSeq* seqs, int num_seqs,
-                      const AttentionShape& s, const float* k_cache, const float* v_cache,
+                      const AttentionShape& s, const void* k_cache, const void* v_cache,
                       float* out) override {
     Bind();
     if (num_seqs == 0) return;
@@ -335,8 +340,8 @@ class CudaBackend : public Backend {
     }
     p.q = q;
     p.q_stride = q_stride;
-    p.k_cache = k_cache;
-    p.v_cache = v_cache;
+    p.k_cache = static_cast<const float*>(k_cache);
+    p.v_cache = static_cast<const float*>(v_cache);
     p.page_tables = tables;
     p.seqs = static_cast<const cuda::AttentionSeqDesc*>(dev_descs);
     p.num_seqs = num_seqs;
@@ -369,7 +374,7 @@ class CudaBackend : public Backend {
     auto* dev_bytes = static_cast<uint8_t*>(transfer_bytes_.Get(bytes, &e));
     const int32_t* dev_slots = UploadSlots(slots, num_tokens, &e);
     if (!Check(e, "EncodeKv")) return;
-    Check(cuda::LaunchEncodeKv(format, layout, src.base, dev_slots, num_tokens, dev_bytes,
+    Check(cuda::LaunchEncodeKv(format, layout, static_cast<const float*>(src.base), dev_slots, num_tokens, dev_bytes,
                                out_stride, transfer_),
           "EncodeKv");
     Check(cudaMemcpyAsync(out, dev_bytes, bytes, cudaMemcpyDeviceToHost, transfer_), "EncodeKv");
@@ -389,7 +394,7 @@ class CudaBackend : public Backend {
     if (!Check(e, "DecodeKv")) return;
     Check(cudaMemcpyAsync(dev_bytes, in, bytes, cudaMemcpyHostToDevice, transfer_), "DecodeKv");
     Check(cuda::LaunchDecodeKv(format, layout, dev_bytes, in_stride, dev_slots, num_tokens,
-                               dst.base, transfer_),
+                               static_cast<float*>(dst.base), transfer_),
           "DecodeKv");
     Check(cudaStreamSynchronize(transfer_), "DecodeKv");
   }
@@ -442,7 +447,7 @@ class CudaBackend : public Backend {
   }
 
   static cuda::KvRowsLayout RowsLayout(KvFormat format, int block, const KvArrays& a) {
-    return cuda::KvRowsLayout{a.num_arrays, a.array_floats, a.num_heads, a.head_dim, block,
+    return cuda::KvRowsLayout{a.num_arrays, a.array_values, a.num_heads, a.head_dim, block,
                               KvRowBytes(format, a.num_heads, a.head_dim, block)};
   }
 

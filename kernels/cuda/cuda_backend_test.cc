@@ -209,17 +209,17 @@ TEST_F(CudaBackendTest, RopeSwiGluAndWriteKv) {
   const int nkv = 2, slots_n = 40;
   const std::vector<int32_t> slots = {39, 3, 20, 0};
   const auto kv = Random(slots.size() * 2 * stride, 11);
-  for (bool fp16_values : {false, true}) {
+  for (KvStorage storage : {KvStorage::kF32, KvStorage::kF32Fp16Values}) {
     std::vector<float> kc(size_t(slots_n) * nkv * hd, -7.f), vc = kc;
-    cpu_->WriteKv(kv.data(), kv.data() + nkv * hd, 4, stride, slots.data(), nkv, hd, fp16_values,
+    cpu_->WriteKv(kv.data(), kv.data() + nkv * hd, 4, stride, slots.data(), nkv, hd, storage,
                   kc.data(), vc.data());
     auto d_kv = Up(kv), d_slots = Up(slots);
     auto d_kc = Up(std::vector<float>(kc.size(), -7.f));
     auto d_vc = Up(std::vector<float>(kc.size(), -7.f));
-    gpu_->WriteKv(F(d_kv), F(d_kv) + nkv * hd, 4, stride, I(d_slots), nkv, hd, fp16_values,
+    gpu_->WriteKv(F(d_kv), F(d_kv) + nkv * hd, 4, stride, I(d_slots), nkv, hd, storage,
                   F(d_kc), F(d_vc));
-    EXPECT_EQ(Down(*d_kc, kc.size()), kc) << "fp16_values " << fp16_values;
-    EXPECT_EQ(Down(*d_vc, vc.size()), vc) << "fp16_values " << fp16_values;
+    EXPECT_EQ(Down(*d_kc, kc.size()), kc) << "storage " << int(storage);
+    EXPECT_EQ(Down(*d_vc, vc.size()), vc) << "storage " << int(storage);
   }
 }
 

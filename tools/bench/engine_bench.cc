@@ -28,6 +28,8 @@ ABSL_FLAG(int, decode_steps, 32, "decode steps measured");
 ABSL_FLAG(std::string, batches, "1,8", "decode batch sizes");
 ABSL_FLAG(bool, ops, false, "print each op's share of the time after every row");
 ABSL_FLAG(std::string, backend, "cpu", "cpu (Q8 weights), cpu-bf16, cpu-f32 (float32 weights) or cuda");
+ABSL_FLAG(std::string, kv_cache_precision, "fp16",
+          "fp16 (as the workers keep KV: fp16 pages where the backend has them) or fp32");
 
 namespace kvcast {
 namespace {
@@ -58,8 +60,15 @@ absl::Status Run() {
   const int max_batch = *std::max_element(batches.begin(), batches.end());
   const int page_tokens = 16;
   const int pages_per_seq = (prompt_len + steps + page_tokens) / page_tokens;
-  ASSIGN_OR_RETURN(auto pool, KvPagePool::Create(&prof, model->kv_layout(page_tokens),
-                                                 pages_per_seq * max_batch));
+  KvLayout layout = model->kv_layout(page_tokens);
+  const std::string precision = absl::GetFlag(FLAGS_kv_cache_precision);
+  if (precision != "fp16" && precision != "fp32") {
+    return absl::InvalidArgumentError("--kv_cache_precision: fp16 or fp32");
+  }
+  if (precision == "fp16") {
+    layout.storage = prof.SupportsHalfKvPages() ? KvStorage::kF16 : KvStorage::kF32Fp16Values;
+  }
+  ASSIGN_OR_RETURN(auto pool, KvPagePool::Create(&prof, layout, pages_per_seq * max_batch));
   std::vector<std::vector<int32_t>> tables(max_batch);
   for (auto& t : tables) { ASSIGN_OR_RETURN(t, pool->Allocate(pages_per_seq)); }
   std::vector<int32_t> prompt(prompt_len);

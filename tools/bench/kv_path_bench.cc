@@ -26,6 +26,7 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstring>
 #include <thread>
 
 #include "absl/flags/flag.h"
@@ -35,6 +36,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "engine/model/dtype.h"
 #include "kernels/backend.h"
 #include "transport/kvcache/lander.h"
 #include "transport/kvcache/naming.h"
@@ -51,6 +53,9 @@ ABSL_FLAG(std::string, fanout, "1,4,16", "subscriber counts for the fan-out case
 ABSL_FLAG(int, fanout_tokens, 1024, "prompt length of the fan-out case");
 ABSL_FLAG(int, layers, 32, "layers (Llama-3-8B: 32)");
 ABSL_FLAG(int, relay_window_kb, 8192, "the relay's send window per downstream request");
+ABSL_FLAG(std::string, kv_cache_precision, "fp16",
+          "how both sides' pages keep KV: fp16 (the workers' default: the fp16 track is a copy) "
+          "or fp32");
 ABSL_FLAG(int, max_udp_payload, 0,
           "QUIC datagrams up to this size (0: 1452; quic::TransportOptions::max_udp_payload)");
 ABSL_FLAG(std::string, cases, "direct,relay,cached,tls,fanout",
@@ -232,6 +237,8 @@ struct Bench {
   int prompts = 0;
 
   Bench(int layers, int max_tokens) : layout{layers, 8, 128, 16} {
+    // As the workers keep KV (fp16 pages by default).
+    if (absl::GetFlag(FLAGS_kv_cache_precision) == "fp16") layout.storage = KvStorage::kF16;
     const int pages = (max_tokens + layout.page_tokens - 1) / layout.page_tokens;
     prefill_pool = *KvPagePool::Create(prefill_backend.get(), layout, pages);
     decode_pool = *KvPagePool::Create(decode_backend.get(), layout, pages);
@@ -242,15 +249,21 @@ struct Bench {
       x ^= x << 5;
       return float(x) * 0x1p-30f - 2.f;
     };
+    const bool half = layout.storage == KvStorage::kF16;
     for (int l = 0; l < layout.num_layers; ++l) {
-      for (size_t i = 0; i < size_t(pages) * layout.page_floats(); ++i) {
-        prefill_pool->k_cache(l)[i] = next();
-        prefill_pool->v_cache(l)[i] = next();
+      for (void* pages_of : {prefill_pool->k_pages(l), prefill_pool->v_pages(l)}) {
+        for (size_t i = 0; i < prefill_pool->layer_values(); ++i) {
+          if (half) {
+            static_cast<uint16_t*>(pages_of)[i] = FloatToHalf(next());
+          } else {
+            static_cast<float*>(pages_of)[i] = next();
+          }
+        }
       }
     }
     for (int l = 0; l < layout.num_layers; ++l) {  // no first-touch faults in the timed runs
-      std::fill_n(decode_pool->k_cache(l), size_t(pages) * layout.page_floats(), 0.f);
-      std::fill_n(decode_pool->v_cache(l), size_t(pages) * layout.page_floats(), 0.f);
+      std::memset(decode_pool->k_pages(l), 0, decode_pool->layer_bytes());
+      std::memset(decode_pool->v_pages(l), 0, decode_pool->layer_bytes());
     }
     prompt_pages = *prefill_pool->Allocate(pages);
     const quic::TlsOptions server_tls = certs.Server();
