@@ -43,6 +43,29 @@ TEST(StreamSendBufferTest, SendAckCycleKeepsBytesUntilAcked) {
   EXPECT_EQ(b.held(), 0u);
 }
 
+// A large acknowledged chunk's memory serves the next large append (no
+// fresh pages per object), and holds the new bytes, not the old ones.
+TEST(StreamSendBufferTest, AcknowledgedLargeChunksAreReused) {
+  const std::string first(128 << 10, 'a'), second(100 << 10, 'b');
+  StreamSendBuffer b;
+  b.Append(Bytes(first));
+  ngtcp2_vec vec;
+  bool all = false;
+  ASSERT_EQ(b.PeekUnsent(&vec, 1, &all), 1u);
+  const uint8_t* memory = vec.base;
+  b.MarkSent(first.size());
+  b.MarkAcked(first.size());
+  EXPECT_EQ(b.held(), 0u);
+  StreamSendBuffer other;  // another stream on the same thread
+  other.Append(Bytes(second));
+  ASSERT_EQ(other.PeekUnsent(&vec, 1, &all), 1u);
+  EXPECT_EQ(vec.base, memory);
+  EXPECT_EQ(Unsent(other), second);
+  // Small chunks are not kept: a small append gets its own memory.
+  other.Append(Bytes("tail"));
+  EXPECT_EQ(Unsent(other), second + "tail");
+}
+
 TEST(StreamSendBufferTest, PeekLimitsVecsAndReportsPartial) {
   StreamSendBuffer b;
   std::string big(70 << 10, 'x');  // Each beyond the coalescing limit.
