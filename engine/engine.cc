@@ -82,10 +82,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(
     return tok.status();
   }
   KvLayout layout = e->model_->kv_layout(options.page_tokens);
-  if (options.kv_fp16_values) {
-    layout.storage =
-        e->backend_->SupportsHalfKvPages() ? KvStorage::kF16 : KvStorage::kF32Fp16Values;
-  }
+  if (options.kv_fp16_values) layout.storage = e->backend_->Fp16KvStorage();
   int pages = options.num_pages;
   if (pages <= 0) {
     const int64_t page_bytes =

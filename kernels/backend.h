@@ -172,6 +172,10 @@ class Backend {
   // Whether the caches may keep fp16 bits (KvStorage::kF16) in WriteKv,
   // PagedAttention, EncodeKv and DecodeKv.
   virtual bool SupportsHalfKvPages() const { return false; }
+  // How this backend keeps fp16 KV values: fp16 pages where it can.
+  KvStorage Fp16KvStorage() const {
+    return SupportsHalfKvPages() ? KvStorage::kF16 : KvStorage::kF32Fp16Values;
+  }
   // OK when PagedAttention takes heads of this shape, else InvalidArgument
   // saying what it takes; Transformer::Load asks, so a model a backend
   // cannot run fails at load rather than in a pass.

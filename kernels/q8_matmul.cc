@@ -12,6 +12,7 @@ namespace kvcast {
 
 using q8_internal::kPanelBlockBytes;
 using q8_internal::kPanelRows;
+using q8_internal::PanelByte;
 using q8_internal::Q8Kernels;
 using q8_internal::Q8Rows;
 using q8_internal::QuantizeBlock;
@@ -57,7 +58,7 @@ void QuantizeQ8Matrix(const float* w, int64_t n, int64_t k, void* out) {
         const int64_t row = p * kPanelRows + i;
         int8_t block[kQ8Block] = {};
         sdst[i] = row < n ? QuantizeBlock(w + row * k + b * kQ8Block, block) : 0.0f;
-        for (int e = 0; e < kQ8Block; ++e) dst[(e / 4) * 64 + i * 4 + e % 4] = uint8_t(block[e] + 128);
+        for (int e = 0; e < kQ8Block; ++e) dst[PanelByte(i, e)] = uint8_t(block[e] + 128);
       }
     }
   }
@@ -71,10 +72,10 @@ void DequantizeQ8Rows(const void* w, int64_t n, int64_t k, const int32_t* rows, 
   for (int r = 0; r < num_rows; ++r) {
     const int64_t p = rows[r] / kPanelRows, i = rows[r] % kPanelRows;
     for (int64_t b = 0; b < blocks; ++b) {
-      const uint8_t* src = q + (p * blocks + b) * kPanelBlockBytes + i * 4;
+      const uint8_t* src = q + (p * blocks + b) * kPanelBlockBytes;
       const float scale = scales[(p * blocks + b) * kPanelRows + i];
       for (int e = 0; e < kQ8Block; ++e) {
-        out[r * k + b * kQ8Block + e] = scale * float(int(src[(e / 4) * 64 + e % 4]) - 128);
+        out[r * k + b * kQ8Block + e] = scale * float(int(src[PanelByte(int(i), e)]) - 128);
       }
     }
   }

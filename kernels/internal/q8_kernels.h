@@ -13,6 +13,8 @@ namespace q8_internal {
 
 constexpr int kPanelRows = 16;     // weight rows interleaved in one panel
 constexpr int kPanelBlockBytes = 512;  // one block (32 values) of a panel's 16 rows
+// Where value e (< 32) of panel row i (< 16) sits in its panel block.
+constexpr int PanelByte(int i, int e) { return (e / 4) * 64 + i * 4 + e % 4; }
 
 // Quantizes one block of 32 floats; returns its scale.
 float QuantizeBlock(const float* x, int8_t* q);

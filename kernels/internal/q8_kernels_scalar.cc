@@ -38,10 +38,10 @@ void DotScalar(const Q8Rows& x, int rows, const uint8_t* w, const float* ws, int
       float acc = 0.0f;
       for (int64_t b = 0; b < blocks; ++b) {
         const int8_t* xb = x.q + (r * blocks + b) * 32;
-        const uint8_t* wb = w + (p * blocks + b) * kPanelBlockBytes + i * 4;
+        const uint8_t* wb = w + (p * blocks + b) * kPanelBlockBytes;
         int32_t sum = 0;
         for (int e = 0; e < 32; ++e) {
-          sum += int32_t(xb[e]) * (int32_t(wb[(e / 4) * 64 + e % 4]) - 128);
+          sum += int32_t(xb[e]) * (int32_t(wb[PanelByte(int(i), e)]) - 128);
         }
         const float s = x.s[r * blocks + b] * ws[(p * blocks + b) * kPanelRows + i];
         acc = std::fma(s, float(sum), acc);

@@ -65,9 +65,7 @@ absl::Status Run() {
   if (precision != "fp16" && precision != "fp32") {
     return absl::InvalidArgumentError("--kv_cache_precision: fp16 or fp32");
   }
-  if (precision == "fp16") {
-    layout.storage = prof.SupportsHalfKvPages() ? KvStorage::kF16 : KvStorage::kF32Fp16Values;
-  }
+  if (precision == "fp16") layout.storage = prof.Fp16KvStorage();
   ASSIGN_OR_RETURN(auto pool, KvPagePool::Create(&prof, layout, pages_per_seq * max_batch));
   std::vector<std::vector<int32_t>> tables(max_batch);
   for (auto& t : tables) { ASSIGN_OR_RETURN(t, pool->Allocate(pages_per_seq)); }

@@ -510,5 +510,11 @@ int Main() {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  const std::string precision = absl::GetFlag(FLAGS_kv_cache_precision);
+  if (precision != "fp16" && precision != "fp32") {
+    std::fprintf(stderr, "kv_path_bench: --kv_cache_precision: '%s' is not fp16 or fp32\n",
+                 precision.c_str());
+    return 2;
+  }
   return kvcast::kvcache::Main();
 }
