@@ -31,6 +31,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "transport/kvcache/ac/internal/encode_kernels.h"
 #include "transport/kvcache/ac/internal/unit_kernels.h"
 #include "transport/kvcache/ac/rans.h"
 
@@ -80,11 +81,12 @@ class AcGroupEncoder {
   void Encode(const float* kv, int tokens, std::vector<std::vector<uint8_t>>* objects);
 
  private:
-  void ChooseSteps(const float* kv, int tokens);
-  void Quantize(const float* kv, int tokens);
-  void ChooseModesAndTables(int tokens);
-  // Appends every token's section to its object.
-  void EncodeTokens(int tokens, std::vector<std::vector<uint8_t>>* objects);
+  // Steps and shifts of units [lo, hi).
+  void ChooseSteps(const float* kv, int tokens, int lo, int hi);
+  // Unit u of every token, from the floats to its rANS symbols (the
+  // unit's modes and tables on the way), prefetching lines of `next`.
+  void EncodeUnit(const float* kv, int tokens, int u, internal::LinePrefetch* next);
+  void ChooseTables(int u);
   void AppendHeader(int tokens, std::vector<uint8_t>* out) const;
   // Whether token t codes unit u against token t - 1 (same step).
   bool SameShift(int t, int u) const {
@@ -94,23 +96,26 @@ class AcGroupEncoder {
 
   const AcShape shape_;
   const AcPolicy policy_;
+  const internal::EncoderKernels kernels_;
   std::vector<float> steps_;         // per unit (NaN: non-finite input)
   std::vector<uint8_t> shifts_;      // tokens x units: token step = unit step / 2^shift
-  // Unit-major (unit, token, channel): the passes after quantization walk
-  // one unit of every token, so its tokens' codes should be adjacent.
-  size_t CodeIndex(int t, int u, int tokens) const {
-    return (size_t(u) * tokens + t) * shape_.head_dim;
-  }
-  std::vector<int16_t> codes_;       // CodeIndex order
-  std::vector<uint16_t> symbols_;    // CodeIndex order: table index (internal/unit_kernels.h)
   std::vector<uint16_t> masks_;      // per unit x block of 16 channels: delta channels
   std::vector<uint16_t> freqs_[2];   // per unit x kMaxSymbols, raw / delta tables
   std::vector<int> nsym_[2];         // per unit (0: table unused)
-  std::vector<uint32_t> fc_;         // per unit x (raw, delta) x kMaxSymbols (rans.h)
+  // Scratch for one unit of every token (or a chunk of units), kept
+  // between groups: a group is coded unit by unit, from the last (rANS
+  // codes backwards), each unit through every pass while it is in cache.
+  std::vector<float> tok_amax_;      // tokens x chunk units
+  std::vector<float> inv_;           // per token: 1 / its step
+  std::vector<uint8_t> same_;        // per token: SameShift
+  std::vector<int16_t> codes_;       // tokens x head_dim
+  std::vector<uint16_t> symbols_;    // tokens x head_dim: table index (encode_kernels.h)
+  std::vector<uint32_t> raw_cost_, delta_cost_;  // per channel
+  std::vector<uint32_t> counts_;     // (raw, delta) x kMaxSymbols
+  std::vector<uint32_t> fc_;         // the unit's tables: (raw, delta) x kMaxSymbols (rans.h)
   std::vector<double> rcp_;
-  std::vector<uint8_t> words_;       // scratch: every token's word stream, built backwards
-  const internal::EncodeUnitFn encode_unit_;
-  const internal::EncoderPasses passes_;
+  std::vector<uint8_t> words_;       // every token's word stream, built backwards
+  std::vector<internal::EncodeStream> streams_;  // per token
 };
 
 class AcGroupDecoder {

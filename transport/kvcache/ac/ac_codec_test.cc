@@ -5,6 +5,7 @@
 #include <limits>
 #include <random>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "transport/kvcache/ac/testing/synthetic_kv.h"
 
@@ -110,6 +111,134 @@ TEST(AcCodec, SimdKernelsEqualScalar) {
       ASSERT_EQ(0, std::memcmp(simd_out.data(), scalar_out.data(), simd_out.size() * 4));
     }
   }
+}
+
+// Inputs that take the encoder's every path: zero units, tokens of zeros
+// (shift 15), non-finite units, subnormal and huge magnitudes, rounding
+// ties, jumps that need escapes in both modes, lone outliers.
+std::vector<float> AwkwardKv(const AcShape& s, int tokens, uint32_t seed) {
+  std::vector<float> kv = SyntheticKv(s, tokens, seed, /*sink=*/seed % 2 == 0);
+  std::mt19937 rng(seed);
+  const int n = s.token_floats(), d = s.head_dim, units = s.num_units();
+  for (int u = 0; u < units; ++u) {
+    const int kind = (u + seed) % 9;
+    for (int t = 0; t < tokens; ++t) {
+      float* x = kv.data() + size_t(t) * n + size_t(u) * d;
+      for (int c = 0; c < d; ++c) {
+        switch (kind) {
+          case 0: x[c] = 0.f; break;                                  // a unit of zeros
+          case 1: if (t % 3 == 1) x[c] = 0.f; break;                  // tokens of zeros
+          case 2: x[c] *= 1e-39f; break;                              // subnormal
+          case 3: x[c] *= 1e37f; break;                               // huge
+          case 4: x[c] = float(int(rng() % 9) - 4) * 0.5f; break;     // rounding ties
+          case 5: x[c] = (t + c) % 2 ? 1.f : -1.f; break;             // jumps: delta escapes
+          case 6: x[c] = c == 3 ? 1000.f : x[c] * 0.001f * float(1 << (t % 20)); break;
+          case 7: if (t == tokens / 2 && c == d - 1) x[c] = (seed % 3 == 0 ? NAN : INFINITY); break;
+          default: break;
+        }
+      }
+    }
+  }
+  return kv;
+}
+
+// As SimdKernelsEqualScalar, on the awkward inputs and odd token counts.
+TEST(AcCodec, SimdKernelsEqualScalarOnAwkwardInputs) {
+  if (!internal::SimdKernelsAvailable()) GTEST_SKIP() << "no AVX-512 (F, BW, VBMI2) here";
+  const AcShape s{2, 3, 48};
+  for (const AcPolicy* p : {&AcNearLossless(), &AcLow()}) {
+    for (int tokens : {1, 2, 3, 17, 64, 129}) {
+      for (uint32_t seed : {10u, 11u, 12u}) {
+        const auto kv = AwkwardKv(s, tokens, seed + tokens);
+        std::vector<std::vector<uint8_t>> simd, scalar;
+        AcGroupEncoder(s, *p).Encode(kv.data(), tokens, &simd);
+        internal::ForceScalarKernels(true);
+        AcGroupEncoder(s, *p).Encode(kv.data(), tokens, &scalar);
+        internal::ForceScalarKernels(false);
+        ASSERT_EQ(simd, scalar) << tokens << " tokens, seed " << seed;
+      }
+    }
+  }
+}
+
+// A token 2^k times quieter than its unit's loudest gets a step 2^k finer;
+// near the bottom of float32 that step would have no finite reciprocal
+// (and 0 * inf is NaN). A unit that small codes as zeros; one just above
+// it keeps its values, on both kernel sets.
+TEST(AcCodec, TinyUnitsAndFineTokenSteps) {
+  const AcShape s{1, 1, 16};
+  std::vector<float> kv(4 * 32, 0.f);
+  for (int c = 0; c < 16; ++c) {
+    kv[c] = 1e-38f;                     // K: below 2^-100 a level: zeros
+    kv[32 + c] = c % 2 ? 3e-42f : 0.f;
+    kv[16 + c] = 1e-27f;                // V: step 3.9e-30
+    kv[48 + c] = c % 2 ? 3e-32f : 0.f;  // shift 15: a token step of 1.2e-34
+    kv[80 + c] = c % 3 ? -2e-31f * c : 0.f;
+  }
+  std::vector<std::vector<uint8_t>> objects[2];
+  for (bool scalar : {false, true}) {
+    internal::ForceScalarKernels(scalar);
+    AcGroupEncoder(s, AcNearLossless()).Encode(kv.data(), 4, &objects[scalar]);
+  }
+  internal::ForceScalarKernels(false);
+  EXPECT_EQ(objects[0], objects[1]);
+  const auto out = DecodeAll(s, objects[0]);
+  for (int t = 0; t < 4; ++t) {
+    float token_amax = 0;  // half the token's step is below token_amax / 255
+    for (int c = 0; c < 16; ++c) token_amax = std::max(token_amax, std::fabs(kv[t * 32 + 16 + c]));
+    for (int c = 0; c < 16; ++c) {
+      EXPECT_EQ(out[t * 32 + c], 0.f) << t << " " << c;
+      const float x = kv[t * 32 + 16 + c], y = out[t * 32 + 16 + c];
+      if (x == 0.f) EXPECT_EQ(y, 0.f) << t << " " << c;
+      EXPECT_LE(std::fabs(y - x), token_amax / 255) << t << " " << c;
+    }
+  }
+}
+
+// FNV-1a over every object's bytes, lengths included.
+uint64_t Digest(const std::vector<std::vector<uint8_t>>& objects) {
+  uint64_t h = 1469598103934665603ull;
+  auto mix = [&](uint8_t b) { h = (h ^ b) * 1099511628211ull; };
+  for (const auto& o : objects) {
+    for (int k = 0; k < 4; ++k) mix(uint8_t(o.size() >> (8 * k)));
+    for (uint8_t b : o) mix(b);
+  }
+  return h;
+}
+
+// The encoder's bytes are part of the format's history (decoders elsewhere
+// are tested against them): these digests were taken before the encoder
+// was rewritten for speed, and both kernel sets must still give them. The
+// cases with subnormal units changed once since, on purpose: a unit below
+// 2^-100 a level now codes as zeros (TinyUnitsAndFineTokenSteps).
+TEST_P(AcCodecKernels, BytesMatchTheReferenceDigests) {
+  struct Case {
+    AcShape shape;
+    int tokens;
+    uint32_t seed;
+    bool plain = false;  // SyntheticKv as it is
+  };
+  const Case cases[] = {{{3, 2, 32}, 1, 1},  {{3, 2, 32}, 2, 2},   {{3, 2, 32}, 3, 3},
+                        {{2, 1, 16}, 17, 4}, {{1, 3, 64}, 77, 5},  {{3, 2, 32}, 128, 6},
+                        {{2, 2, 48}, 130, 7}, {{4, 3, 16}, 9, 8},  {{1, 1, 128}, 64, 9},
+                        {{2, 4, 128}, 128, 2, true}, {{3, 3, 64}, 128, 2, true}};
+  std::string got;
+  for (const Case& c : cases) {
+    const auto kv = c.plain ? SyntheticKv(c.shape, c.tokens, c.seed, false)
+                            : AwkwardKv(c.shape, c.tokens, c.seed);
+    for (const AcPolicy* p : {&AcNearLossless(), &AcLow()}) {
+      std::vector<std::vector<uint8_t>> objects;
+      AcGroupEncoder(c.shape, *p).Encode(kv.data(), c.tokens, &objects);
+      got += absl::StrCat(absl::Hex(Digest(objects)), " ");
+      DecodeAll(c.shape, objects);
+    }
+  }
+  EXPECT_EQ(got,
+            "19c8dae52d86da79 8e1a1259926b4fd1 6f59b3a9bd0bedd2 d16a620156fe92da 166d515c01aa4b1a "
+            "6c8e0ea3e6538ceb ec2b400e7794867 d23a5ffdacd8971d a9756d896ab26aff 986f917b6930561c "
+            "130799b2536ce4d4 8a2826962fb441b5 c443b9087900142b ca360d2de0845ad9 e5e02f45c6511119 "
+            "661041114d03ee3f 9c51b42c661c8000 a19b1544e0df8139 ed2b06df9bb35758 4c47695fae8c33be "
+            "a5d8bd0c2e2a09b4 641909d9fa45f57f ");
 }
 
 TEST_P(AcCodecKernels, EscapesCarryLargeResiduals) {

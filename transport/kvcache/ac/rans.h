@@ -21,8 +21,8 @@
 // x / f is floor(x * rcp + 2^-14) in double: exact for x < 2^32, f <= 2^12
 // (the error of the product is below 2^-20 and a non-integer quotient is at
 // least 2^-12 from the next integer). The AVX-512 encoder divides in float
-// and corrects the quotient once instead (internal/unit_kernels.cc); both
-// are exact, so both write the same bytes.
+// (rcp14 and a Newton step) and corrects the quotient once instead
+// (internal/encode_kernels.cc); both are exact, so both write the same bytes.
 //
 // Thread safety: pure functions on their arguments.
 #ifndef KVCAST_TRANSPORT_KVCACHE_AC_RANS_H_
@@ -48,6 +48,8 @@ inline constexpr double kDivisionNudge = 0x1p-14;
 // rest in proportion (the rounding surplus goes to the most frequent
 // symbol). Symbols with count 0 get 0.
 std::vector<uint16_t> NormalizeFrequencies(absl::Span<const uint32_t> counts);
+// The same into freqs[0, counts.size()).
+void NormalizeFrequencies(absl::Span<const uint32_t> counts, uint16_t* freqs);
 
 // False unless 1 <= freqs.size() <= kMaxSymbols and the frequencies sum to
 // kProbScale. Entries of symbols past freqs.size() are left alone.

@@ -1,5 +1,6 @@
 #include "transport/kvcache/ac/rans.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -22,6 +23,62 @@ TEST(NormalizeFrequencies, SumsToTheScaleAndKeepsEverySeenSymbol) {
   }
   // 256 symbols of one count each: 16 slots each.
   EXPECT_EQ(NormalizeFrequencies(std::vector<uint32_t>(256, 1))[7], 16);
+}
+
+// The frequencies by definition (floor(count * M / total) with a 64-bit
+// division per symbol): the encoder's bytes depend on them.
+std::vector<uint16_t> ReferenceFrequencies(const std::vector<uint32_t>& counts) {
+  std::vector<uint16_t> freqs(counts.size(), 0);
+  uint64_t total = 0;
+  for (uint32_t c : counts) total += c;
+  if (total == 0) return freqs;
+  int32_t sum = 0;
+  for (size_t s = 0; s < counts.size(); ++s) {
+    if (counts[s] == 0) continue;
+    freqs[s] = static_cast<uint16_t>(std::max<uint64_t>(1, uint64_t(counts[s]) * kProbScale / total));
+    sum += freqs[s];
+  }
+  int32_t diff = int32_t(kProbScale) - sum;
+  while (diff != 0) {
+    const size_t top = std::max_element(freqs.begin(), freqs.end()) - freqs.begin();
+    if (diff > 0) {
+      freqs[top] += diff;
+      diff = 0;
+    } else {
+      const int32_t take = std::min<int32_t>(-diff, freqs[top] - 1);
+      freqs[top] -= take;
+      diff += take;
+      if (take == 0) break;
+    }
+  }
+  return freqs;
+}
+
+TEST(NormalizeFrequencies, MatchesTheReferenceExactly) {
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 20000; ++trial) {
+    const int n = 1 + rng() % kMaxSymbols;
+    std::vector<uint32_t> counts(n);
+    const uint32_t range = trial % 4 == 0 ? 4 : trial % 4 == 1 ? 1000 : trial % 4 == 2 ? 1u << 22 : 40;
+    for (auto& c : counts) c = rng() % 2 == 0 ? 0 : rng() % range;
+    // Quotients that are exact integers (total a power of two, counts that
+    // divide it) and counts past 2^20 (their product with M needs 64 bits).
+    if (trial % 7 == 0) std::fill(counts.begin(), counts.end(), 1u << (rng() % 12));
+    if (trial % 11 == 0) counts[rng() % n] = (1u << 20) + rng() % (1u << 24);
+    counts[rng() % n] |= 1;
+    std::vector<uint16_t> got(n, 9);
+    NormalizeFrequencies(counts, got.data());
+    ASSERT_EQ(got, ReferenceFrequencies(counts)) << trial;
+  }
+}
+
+// A group of 8192 tokens x 128 channels has units of 2^20 values: counts
+// that large must not wrap (they once did, in 32 bits).
+TEST(NormalizeFrequencies, LargeCountsStayProportional) {
+  EXPECT_EQ(NormalizeFrequencies(std::vector<uint32_t>{3u << 20, 1u << 20}),
+            (std::vector<uint16_t>{3072, 1024}));
+  EXPECT_EQ(NormalizeFrequencies(std::vector<uint32_t>{0, 1u << 30, 1u << 30}),
+            (std::vector<uint16_t>{0, 2048, 2048}));
 }
 
 TEST(RansTables, RejectFrequenciesThatDoNotSumToTheScale) {

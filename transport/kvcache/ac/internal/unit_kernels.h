@@ -1,12 +1,12 @@
-// The ac codec's inner loops: one unit (head_dim values: one layer's K or V
-// of one KV head) of one token through rANS, scalar and AVX-512. Both give
-// the same bytes and floats (ac_codec_test compares them).
+// The ac decoder's inner loops: one unit (head_dim values: one layer's K or
+// V of one KV head) of a few tokens through rANS, scalar and AVX-512. Both
+// give the same floats (ac_codec_test compares them). The encoder's:
+// encode_kernels.h.
 //
 // Channel modes come as one 16-bit mask per block of 16 channels (bit j:
 // channel 16 b + j is a delta channel), which is also the header's byte
 // layout read little-endian. Tables: the unit's raw then delta table, as
-// rans.h lays them out (encoder fc/rcp: 2 x kMaxSymbols; decoder slots:
-// 2 x kProbScale).
+// rans.h lays them out (decoder slots: 2 x kProbScale).
 #ifndef KVCAST_TRANSPORT_KVCACHE_AC_INTERNAL_UNIT_KERNELS_H_
 #define KVCAST_TRANSPORT_KVCACHE_AC_INTERNAL_UNIT_KERNELS_H_
 
@@ -20,6 +20,7 @@ namespace kvcast::kvcache::ac::internal {
 inline constexpr uint32_t kEscape = kMaxSymbols - 1;  // z >= 255; z - 255 follows as a varint
 inline constexpr int32_t kMaxCode = 1 << 24;           // |q| a decoder accepts
 inline constexpr uint32_t kMaxEscape = 4u * kMaxCode;  // largest z - 255 a decoder accepts
+inline constexpr int kMaxShift = 15;  // a token's step is the unit's over 2^shift
 
 // Kernels take up to this many tokens per call: independent rANS chains
 // in flight hide the latency of each one's gathers and multiplies.
@@ -46,49 +47,15 @@ using DecodeUnitFn = const char* (*)(DecodeCursor* const* curs, int count, const
                                      const uint16_t* masks, const bool* same, int32_t* prev,
                                      const float* steps, int d, float* const* outs);
 
-// One token's rANS stream being encoded (backwards).
-struct EncodeStream {
-  uint32_t state[kLanes];
-  uint8_t* w;                     // the word stream starts here; it grows down
-  std::vector<uint32_t> escapes;  // z - 255 of escapes, in reverse symbol order
-};
-// The inputs of one unit of one token: symbols sym[0, d) as `symbolize`
-// makes them; an escape's z is recomputed from the codes q and q_prev (the
-// previous token's; read only for delta-coded values).
-struct EncodeUnitInput {
-  const uint16_t* sym;
-  const int16_t* q;
-  const int16_t* q_prev;
-};
-// Encodes one unit of `count` (1 .. kMaxTokensPerCall) tokens, each into its
-// stream (several independent rANS chains in flight).
-using EncodeUnitFn = void (*)(EncodeStream* const* streams, const EncodeUnitInput* in, int count,
-                              const uint32_t* fc, const double* rcp, int d);
-
-// The encoder's passes over one unit of one token (d % 16 == 0).
-struct EncoderPasses {
-  // Largest |x[c]|; NaN if any x[c] is not finite.
-  float (*abs_max)(const float* x, int d);
-  // q[c] = round-half-even(clamp(x[c] * inv, -32767, 32767)).
-  void (*quantize)(const float* x, int d, float inv, int16_t* q);
-  // raw[c] += |q[c]|; delta[c] += |q[c] - prev[c]|.
-  void (*mode_costs)(const int16_t* q, const int16_t* prev, int d, uint32_t* raw, uint32_t* delta);
-  // sym[c] = min(z, 255) + (256 if delta-coded), z the zigzagged residual:
-  // q[c] - prev[c] where bit c of masks is set, q[c] elsewhere (masks null:
-  // everywhere; prev is then not read). The index into a unit's tables.
-  void (*symbolize)(const int16_t* q, const int16_t* prev, const uint16_t* masks, int d,
-                    uint16_t* sym);
-};
-
 // AVX-512 (F, BW, VBMI2) kernels when the CPU has them and scalar ones are
 // not forced; scalar otherwise.
+// (The encoder's kernels: encode_kernels.h.)
 DecodeUnitFn SelectDecodeUnit();
-EncodeUnitFn SelectEncodeUnit();
-EncoderPasses SelectEncoderPasses();
 bool SimdKernelsAvailable();
 // For tests and benchmarks: encoders and decoders made after this call
 // use the scalar kernels (true) or the best available (false).
 void ForceScalarKernels(bool force);
+bool ScalarKernelsForced();
 
 bool GetVarint(const uint8_t** p, const uint8_t* end, uint32_t* v);
 

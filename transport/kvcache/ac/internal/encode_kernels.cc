@@ -1,0 +1,284 @@
+// The ac encoder's unit passes: see encode_kernels.h.
+#include "transport/kvcache/ac/internal/encode_kernels.h"
+
+// GCC 12's avx512fintrin.h trips -W(maybe-)uninitialized on its own
+// _mm512_undefined operands (a known false positive of those headers).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+
+#include "transport/kvcache/ac/internal/unit_kernels.h"
+
+namespace kvcast::kvcache::ac::internal {
+namespace {
+
+inline uint32_t ZigZag(int32_t r) { return (uint32_t(r) << 1) ^ uint32_t(r >> 31); }
+
+// Adds the unit's symbols to counts (2 x kMaxSymbols) with 8 interleaved
+// sub-histograms: an increment waits for the last store to its counter
+// (store forwarding, ~5 cycles), and neighbouring channels often share a
+// symbol (delta channels' small residuals), so one histogram would make
+// a chain of them. Each increment is a load and a read-modify-write, about
+// half a cycle a symbol when the chains are broken.
+void CountSymbols(const uint16_t* sym, size_t n, uint32_t* counts) {
+  constexpr int kTable = 2 * kMaxSymbols, kSub = 8;
+  uint32_t sub[kSub][kTable] = {};
+  size_t i = 0;
+  for (; i + kSub <= n; i += kSub) {
+#pragma GCC unroll 8
+    for (int k = 0; k < kSub; ++k) ++sub[k][sym[i + k]];
+  }
+  for (; i < n; ++i) ++sub[0][sym[i]];
+  for (int s = 0; s < kTable; ++s) {
+    uint32_t sum = 0;
+    for (int k = 0; k < kSub; ++k) sum += sub[k][s];
+    counts[s] += sum;
+  }
+}
+
+// ---- scalar (the reference) ---------------------------------------------------
+
+float AbsMaxScalar(const float* x, int d) {
+  float m = 0, probe = 0;
+  for (int c = 0; c < d; ++c) {
+    m = std::max(m, std::fabs(x[c]));
+    probe += x[c] * 0.f;  // NaN once any x is inf or NaN
+  }
+  return probe == 0 ? m : std::numeric_limits<float>::quiet_NaN();
+}
+
+void QuantizeScalar(const float* x, size_t stride, const float* inv, const uint8_t* same,
+                    int tokens, int d, int16_t* q, uint32_t* raw, uint32_t* delta) {
+  constexpr float kRound = 12582912.f;  // 1.5 * 2^23: adding it rounds half to even
+  for (int t = 0; t < tokens; ++t) {
+    const float* xt = x + t * stride;
+    int16_t* qt = q + size_t(t) * d;
+    for (int c = 0; c < d; ++c) {
+      const float v = std::clamp(xt[c] * inv[t], -32767.f, 32767.f);
+      qt[c] = int16_t((v + kRound) - kRound);
+    }
+    if (!same[t]) continue;
+    for (int c = 0; c < d; ++c) {
+      raw[c] += std::abs(int32_t(qt[c]));
+      delta[c] += std::abs(int32_t(qt[c]) - qt[c - d]);
+    }
+  }
+}
+
+void SymbolizeScalar(const int16_t* q, const uint8_t* same, const uint16_t* masks, int tokens,
+                     int d, uint16_t* sym, uint32_t* counts, EncodeStream* streams) {
+  for (int t = 0; t < tokens; ++t) {
+    const int16_t* qt = q + size_t(t) * d;
+    uint16_t* st = sym + size_t(t) * d;
+    for (int c = d - 1; c >= 0; --c) {
+      const bool delta = same[t] && ((masks[c / 16] >> (c % 16)) & 1);
+      const uint32_t z = ZigZag(delta ? int32_t(qt[c]) - qt[c - d] : qt[c]);
+      if (z >= kEscape) streams[t].escapes.push_back(z - kEscape);
+      st[c] = uint16_t(std::min(z, kEscape) + (delta ? kMaxSymbols : 0));
+      ++counts[st[c]];
+    }
+  }
+}
+
+void EncodeScalar(EncodeStream* streams, const uint16_t* sym, int tokens, int d,
+                  const uint32_t* fc, const double* rcp, LinePrefetch* /*pf*/) {
+  for (int t = 0; t < tokens; ++t) {
+    EncodeStream& st = streams[t];
+    const uint16_t* s = sym + size_t(t) * d;
+    for (int c = d - 1; c >= 0; --c) RansEncode(&st.state[c % kLanes], fc[s[c]], rcp[s[c]], &st.w);
+  }
+}
+
+// ---- AVX-512 -------------------------------------------------------------------
+
+#define KVCAST_AVX512 __attribute__((target("avx512f,avx512bw,avx512vbmi2,bmi2,popcnt")))
+
+KVCAST_AVX512 float AbsMaxAvx512(const float* x, int d) {
+  __m512 m = _mm512_setzero_ps();
+  __mmask16 finite = 0xffff;
+  const __m512 big = _mm512_set1_ps(std::numeric_limits<float>::max());
+  for (int c = 0; c < d; c += 16) {
+    const __m512 a = _mm512_abs_ps(_mm512_loadu_ps(x + c));
+    finite &= _mm512_cmp_ps_mask(a, big, _CMP_LE_OQ);
+    m = _mm512_max_ps(m, a);
+  }
+  return finite == 0xffff ? _mm512_reduce_max_ps(m) : std::numeric_limits<float>::quiet_NaN();
+}
+
+KVCAST_AVX512 void QuantizeAvx512(const float* x, size_t stride, const float* inv,
+                                  const uint8_t* same, int tokens, int d, int16_t* q,
+                                  uint32_t* raw, uint32_t* delta) {
+  const __m512 lo = _mm512_set1_ps(-32767.f), hi = _mm512_set1_ps(32767.f);
+  for (int t = 0; t < tokens; ++t) {
+    const float* xt = x + t * stride;
+    int16_t* qt = q + size_t(t) * d;
+    const __m512 vinv = _mm512_set1_ps(inv[t]);
+    const bool costs = same[t];
+    for (int c = 0; c < d; c += 16) {
+      const __m512 v = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_loadu_ps(xt + c), vinv), lo), hi);
+      // cvtps rounds half to even (the default MXCSR mode), as the scalar code.
+      const __m512i a = _mm512_cvtps_epi32(v);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(qt + c), _mm512_cvtepi32_epi16(a));
+      if (!costs) continue;
+      const __m512i b = _mm512_cvtepi16_epi32(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qt + c - d)));
+      _mm512_storeu_si512(raw + c, _mm512_add_epi32(_mm512_loadu_si512(raw + c), _mm512_abs_epi32(a)));
+      _mm512_storeu_si512(delta + c, _mm512_add_epi32(_mm512_loadu_si512(delta + c),
+                                                      _mm512_abs_epi32(_mm512_sub_epi32(a, b))));
+    }
+  }
+}
+
+KVCAST_AVX512 void SymbolizeAvx512(const int16_t* q, const uint8_t* same, const uint16_t* masks,
+                                   int tokens, int d, uint16_t* sym, uint32_t* counts,
+                                   EncodeStream* streams) {
+  const __m512i kEsc = _mm512_set1_epi32(kEscape);
+  const __m512i kSyms = _mm512_set1_epi32(kMaxSymbols);
+  for (int t = 0; t < tokens; ++t) {
+    const int16_t* qt = q + size_t(t) * d;
+    uint16_t* st = sym + size_t(t) * d;
+    // From the last block down, so that escapes come out in coding order.
+    for (int c = d - 16; c >= 0; c -= 16) {
+      const __mmask16 dm = same[t] ? masks[c / 16] : 0;
+      __m512i r = _mm512_cvtepi16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qt + c)));
+      if (dm) {
+        r = _mm512_mask_sub_epi32(r, dm, r,
+                                  _mm512_cvtepi16_epi32(_mm256_loadu_si256(
+                                      reinterpret_cast<const __m256i*>(qt + c - d))));
+      }
+      const __m512i z = _mm512_xor_si512(_mm512_slli_epi32(r, 1), _mm512_srai_epi32(r, 31));
+      if (const __mmask16 esc = _mm512_cmpge_epu32_mask(z, kEsc)) {
+        // z - 255 of the escapes from the last lane down: lanes reversed,
+        // then compressed in a register and stored contiguously.
+        const __m512i zr = _mm512_permutexvar_epi32(
+            _mm512_set_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), z);
+        const int count = _mm_popcnt_u32(esc);
+        std::vector<uint32_t>& out = streams[t].escapes;
+        const size_t at = out.size();
+        out.resize(at + count);
+        _mm512_mask_storeu_epi32(out.data() + at, (1u << count) - 1,
+                                 _mm512_maskz_compress_epi32(_mm512_cmpge_epu32_mask(zr, kEsc),
+                                                             _mm512_sub_epi32(zr, kEsc)));
+      }
+      const __m512i s = _mm512_min_epu32(z, kEsc);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(st + c),
+                          _mm512_cvtepi32_epi16(_mm512_mask_add_epi32(s, dm, s, kSyms)));
+    }
+  }
+  CountSymbols(sym, size_t(tokens) * d, counts);
+}
+
+// floor(x / f) and x mod f for x < f 2^20, f = 1 .. 4096. A float quotient
+// from rcp14 and one Newton step is within 2^-21.9 of x / f relatively
+// (rcp14's 2^-14 squares away; four roundings of 2^-24 remain), so under
+// 0.27 from it for quotients below 2^20. Lowered by 0.3 and truncated (to
+// 0 when negative) it is floor(x / f) or one less, which one correction
+// fixes. Exact, so the bytes are the scalar coder's (its double reciprocal
+// is exact too).
+KVCAST_AVX512 __attribute__((always_inline)) inline __m512i DivideAvx512(__m512i x, __m512i f,
+                                                                        __m512i* rem) {
+  const __m512 ff = _mm512_cvtepi32_ps(f);
+  const __m512 r0 = _mm512_rcp14_ps(ff);
+  const __m512 r1 = _mm512_mul_ps(r0, _mm512_fnmadd_ps(ff, r0, _mm512_set1_ps(2.f)));
+  __m512i quot = _mm512_cvttps_epi32(
+      _mm512_fmsub_ps(_mm512_cvtepu32_ps(x), r1, _mm512_set1_ps(0.3f)));
+  __m512i m = _mm512_sub_epi32(x, _mm512_mullo_epi32(quot, f));  // in [0, 2f)
+  const __mmask16 high = _mm512_cmpge_epu32_mask(m, f);
+  quot = _mm512_mask_sub_epi32(quot, high, quot, _mm512_set1_epi32(-1));
+  *rem = _mm512_mask_sub_epi32(m, high, m, f);
+  return quot;
+}
+
+// One block of 16 symbols (table entries `entry`) into the lanes x of a
+// stream whose words end at *w.
+KVCAST_AVX512 __attribute__((always_inline)) inline void EncodeBlockAvx512(__m512i* x,
+                                                                          __m512i entry,
+                                                                          uint8_t** w) {
+  const __m512i f = _mm512_srli_epi32(entry, 16);
+  __m512i v = *x;
+  // x >= f 2^20, as x / 2^20 >= f (also for f = 4096, which never needs it).
+  const __mmask16 need = _mm512_cmpge_epu32_mask(_mm512_srli_epi32(v, 20), f);
+  // Branch-free (most blocks emit words): compress in a register, then a
+  // contiguous masked store of `count` words (a compressing store to memory
+  // is microcoded and slow; an empty mask stores nothing).
+  const int count = _mm_popcnt_u32(need);
+  *w -= 2 * count;
+  _mm512_mask_storeu_epi16(*w, (1u << count) - 1,
+                           _mm512_maskz_compress_epi16(_pdep_u32(need, 0x55555555), v));
+  v = _mm512_mask_srli_epi32(v, need, v, 16);
+  __m512i rem;
+  const __m512i quot = DivideAvx512(v, f, &rem);
+  *x = _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(quot, kProbBits), rem),
+                        _mm512_and_si512(entry, _mm512_set1_epi32(0xffff)));
+}
+
+// N tokens' chains side by side (independent gathers and divisions in
+// flight), states in registers.
+template <int N>
+KVCAST_AVX512 void EncodeTokensAvx512(EncodeStream* streams, const uint16_t* sym, int d,
+                                      const uint32_t* fc, LinePrefetch* prefetch) {
+  __m512i x[N];
+  uint8_t* w[N];
+  LinePrefetch pf = *prefetch;  // in registers
+#pragma GCC unroll 8
+  for (int k = 0; k < N; ++k) {
+    x[k] = _mm512_loadu_si512(streams[k].state);
+    w[k] = streams[k].w;
+  }
+  for (int c = d - 16; c >= 0; c -= 16) {
+#pragma GCC unroll 8
+    for (int k = 0; k < N; ++k) {
+      const __m512i idx = _mm512_cvtepu16_epi32(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sym + size_t(k) * d + c)));
+      EncodeBlockAvx512(&x[k], _mm512_i32gather_epi32(idx, fc, 4), &w[k]);
+      pf.Next();
+    }
+  }
+  *prefetch = pf;
+#pragma GCC unroll 8
+  for (int k = 0; k < N; ++k) {
+    _mm512_storeu_si512(streams[k].state, x[k]);
+    streams[k].w = w[k];
+  }
+}
+
+KVCAST_AVX512 void EncodeAvx512(EncodeStream* streams, const uint16_t* sym, int tokens, int d,
+                                const uint32_t* fc, const double* /*rcp*/, LinePrefetch* pf) {
+  constexpr int kBatch = 8;
+  int t = 0;
+  for (; t + kBatch <= tokens; t += kBatch) {
+    EncodeTokensAvx512<kBatch>(streams + t, sym + size_t(t) * d, d, fc, pf);
+  }
+  for (; t + 2 <= tokens; t += 2) EncodeTokensAvx512<2>(streams + t, sym + size_t(t) * d, d, fc, pf);
+  if (t < tokens) EncodeTokensAvx512<1>(streams + t, sym + size_t(t) * d, d, fc, pf);
+}
+
+KVCAST_AVX512 void DivideForTestAvx512(const uint32_t* x, const uint32_t* f, uint32_t* quot,
+                                       uint32_t* rem) {
+  __m512i r;
+  _mm512_storeu_si512(quot, DivideAvx512(_mm512_loadu_si512(x), _mm512_loadu_si512(f), &r));
+  _mm512_storeu_si512(rem, r);
+}
+
+bool UseSimd() { return SimdKernelsAvailable() && !ScalarKernelsForced(); }
+
+}  // namespace
+
+EncoderKernels SelectEncoderKernels() {
+  if (UseSimd()) return {AbsMaxAvx512, QuantizeAvx512, SymbolizeAvx512, EncodeAvx512};
+  return {AbsMaxScalar, QuantizeScalar, SymbolizeScalar, EncodeScalar};
+}
+
+bool SimdDivideForTest(const uint32_t* x, const uint32_t* f, uint32_t* quot, uint32_t* rem) {
+  if (!SimdKernelsAvailable()) return false;
+  DivideForTestAvx512(x, f, quot, rem);
+  return true;
+}
+
+}  // namespace kvcast::kvcache::ac::internal

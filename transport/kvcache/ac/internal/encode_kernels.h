@@ -1,0 +1,85 @@
+// The ac encoder's inner loops, scalar and AVX-512: each pass takes one
+// unit (head_dim channels: one layer's K or V of one KV head) of every
+// token of the group, so that the unit's floats, codes and symbols stay in
+// cache from the first pass to the last. Both kernel sets give the same
+// bytes (ac_codec_test and encode_kernels_test compare them).
+//
+// Layouts: a unit's codes and symbols are token-major (token t's d
+// channels at t * d); channel modes are one 16-bit mask per block of 16
+// channels (bit j: channel 16 b + j is a delta channel); tables as rans.h
+// lays them out (the raw then the delta table, kMaxSymbols entries each).
+#ifndef KVCAST_TRANSPORT_KVCACHE_AC_INTERNAL_ENCODE_KERNELS_H_
+#define KVCAST_TRANSPORT_KVCACHE_AC_INTERNAL_ENCODE_KERNELS_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "transport/kvcache/ac/internal/unit_kernels.h"
+#include "transport/kvcache/ac/rans.h"
+
+namespace kvcast::kvcache::ac::internal {
+
+// One token's rANS stream being encoded (backwards).
+struct EncodeStream {
+  uint32_t state[kLanes];
+  uint8_t* w;                     // the word stream starts here; it grows down
+  std::vector<uint32_t> escapes;  // z - 255 of escapes, in reverse symbol order
+};
+
+// Cache lines a kernel prefetches (into L2) as it goes, one per block of
+// symbols coded until `left` runs out: the floats of units coded later, so
+// that memory is read under the rANS arithmetic rather than in a pass of
+// its own (in one burst, prefetches would wait on full miss queues).
+// Lines come in runs of run_lines, stride bytes apart.
+struct LinePrefetch {
+  const char* run = nullptr;
+  size_t stride = 0;
+  uint32_t run_lines = 1, line = 0;
+  size_t left = 0;
+  void Next() {
+    if (left == 0) return;
+    --left;
+    __builtin_prefetch(run + size_t(line) * 64, 0, 2);
+    if (++line == run_lines) {
+      line = 0;
+      run += stride;
+    }
+  }
+};
+
+struct EncoderKernels {
+  // Largest |x[c]| of d values; NaN if any is not finite.
+  float (*abs_max)(const float* x, int d);
+  // Codes of one unit: token t's d values at x + t * stride become
+  // q[t * d + c] = round-half-even(clamp(x * inv[t], -32767, 32767)). For
+  // every token t with same[t] (t > 0 and the step of token t - 1), adds
+  // |q_t[c]| to raw[c] and |q_t[c] - q_{t-1}[c]| to delta[c].
+  void (*quantize)(const float* x, size_t stride, const float* inv, const uint8_t* same,
+                   int tokens, int d, int16_t* q, uint32_t* raw, uint32_t* delta);
+  // Symbols of one unit: sym[t * d + c] = min(z, 255) + (256 if delta-coded),
+  // z the zigzagged residual, q_t[c] - q_{t-1}[c] for a delta channel
+  // (masks) of a token with same[t], q_t[c] otherwise: the index into the
+  // unit's tables. Adds each symbol to counts (2 x kMaxSymbols) and appends
+  // token t's escapes (z - 255) to streams[t].escapes from the last channel
+  // to the first, the order the rANS coder meets them.
+  void (*symbolize)(const int16_t* q, const uint8_t* same, const uint16_t* masks, int tokens,
+                    int d, uint16_t* sym, uint32_t* counts, EncodeStream* streams);
+  // rANS-codes one unit of every token: symbols sym + t * d into streams[t]
+  // (backwards: from the last channel). Tables fc and rcp (rans.h). May
+  // prefetch lines of *pf (the scalar kernel does not).
+  void (*encode)(EncodeStream* streams, const uint16_t* sym, int tokens, int d,
+                 const uint32_t* fc, const double* rcp, LinePrefetch* pf);
+};
+
+// AVX-512 kernels when unit_kernels.h's SimdKernelsAvailable() and scalar
+// kernels are not forced (ForceScalarKernels); scalar otherwise.
+EncoderKernels SelectEncoderKernels();
+
+// For tests: x / f for x < f 2^20 (f = 1 .. 4096) as the AVX-512 encoder
+// divides, 16 at a time (false without AVX-512).
+bool SimdDivideForTest(const uint32_t* x, const uint32_t* f, uint32_t* quot, uint32_t* rem);
+
+}  // namespace kvcast::kvcache::ac::internal
+
+#endif  // KVCAST_TRANSPORT_KVCACHE_AC_INTERNAL_ENCODE_KERNELS_H_
