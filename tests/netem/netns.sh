@@ -31,7 +31,13 @@
 #   works and a backend (below) works; otherwise sets
 #   NETEM_UNAVAILABLE_REASON and returns 1.
 #
-# Backends (NETEM_BACKEND=auto|tc|userspace, default auto):
+# netem_set_rate MBPS
+#   tbf backend only: shapes both directions of the link to MBPS Mbit/s
+#   with the kernel's token bucket (sch_tbf: a 50 ms queue, the burst one
+#   millisecond's worth); 0 removes the shaping. Call it as often as the
+#   test wants the bandwidth to step.
+#
+# Backends (NETEM_BACKEND=auto|tc|userspace|tbf, default auto):
 #   tc         one veth pair with `tc qdisc add dev ... root netem loss L%
 #              delay D ms` on both ends. Needs the kernel's sch_netem.
 #   userspace  for kernels without sch_netem (CONFIG_NET_SCH_NETEM unset):
@@ -43,6 +49,11 @@
 #              tens of microseconds per frame: fine for tests, not for
 #              throughput measurements. As with netem, a GSO packet (up to
 #              64 KiB) is lost or delayed as a whole.
+#   tbf        one veth pair and nothing else: no loss, no delay (LOSS_PCT
+#              and DELAY_MS must be 0), rate set by netem_set_rate. The
+#              kernel shapes at line rate, so this is the backend for
+#              throughput measurements (the forwarder tops out far below
+#              1 Gbit/s). Needs the kernel's sch_tbf. Never picked by auto.
 #   auto       tc if sch_netem works, else userspace.
 # NETEM_RATE_FILE (userspace only; set it with NETEM_BACKEND=userspace): a
 #   file holding the link's rate in Mbit/s each way, which the forwarder
@@ -97,6 +108,7 @@ _netem_probe() {
   [ -n "${_NETEM_PROBED:-}" ] && return "$_NETEM_PROBED"
   _NETEM_TC_OK=0
   _NETEM_USERSPACE_OK=0
+  _NETEM_TBF_OK=0
   local probe="netem-probe-$$-$RANDOM"
   if ! _netem_ip netns add "$probe" >/dev/null 2>&1; then
     NETEM_UNAVAILABLE_REASON="'ip netns add' failed (not permitted here?)"
@@ -111,6 +123,10 @@ _netem_probe() {
   fi
   if _netem_tc_in "$probe" qdisc add dev lo root netem delay 1ms >/dev/null 2>&1; then
     _NETEM_TC_OK=1
+  fi
+  if _netem_tc_in "$probe" qdisc replace dev lo root tbf rate 1mbit burst 16kb latency 50ms \
+    >/dev/null 2>&1; then
+    _NETEM_TBF_OK=1
   fi
   local py
   py=$(_netem_python)
@@ -132,6 +148,7 @@ _netem_pick_backend() {
   case "${NETEM_BACKEND:-auto}" in
     tc) [ "$_NETEM_TC_OK" = 1 ] && echo tc ;;
     userspace) [ "$_NETEM_USERSPACE_OK" = 1 ] && echo userspace ;;
+    tbf) [ "$_NETEM_TBF_OK" = 1 ] && echo tbf ;;
     *)
       if [ "$_NETEM_TC_OK" = 1 ]; then
         echo tc
@@ -161,6 +178,7 @@ netem_available() {
     local missing=()
     [ "$_NETEM_TC_OK" = 1 ] || missing+=("tc: the kernel has no sch_netem")
     [ "$_NETEM_USERSPACE_OK" = 1 ] || missing+=("userspace: python3 AF_PACKET unusable")
+    [ "$_NETEM_TBF_OK" = 1 ] || missing+=("tbf: the kernel has no sch_tbf")
     NETEM_UNAVAILABLE_REASON="no usable backend for NETEM_BACKEND=${NETEM_BACKEND:-auto} ($(IFS=';'; echo "${missing[*]}"))"
     return 1
   fi
@@ -319,6 +337,10 @@ netem_setup() {
   fi
   local backend
   backend=$(_netem_pick_backend)
+  if [ "$backend" = tbf ] && { [ "$loss" != 0 ] || [ "$delay" != 0 ]; }; then
+    _netem_log "the tbf backend has no loss or delay: LOSS_PCT and DELAY_MS must be 0"
+    return 2
+  fi
   local ns_a="$prefix-a" ns_b="$prefix-b" ns_m="$prefix-m"
   local existing
   existing=$(_netem_ip netns list | awk '{print $1}')
@@ -344,7 +366,7 @@ netem_setup() {
     _netem_ip netns add "$ns" || { _netem_log "ip netns add $ns failed"; return 1; }
     _netem_ip netns exec "$ns" ip link set lo up || return 1
   done
-  if [ "$backend" = tc ]; then
+  if [ "$backend" != userspace ]; then
     _netem_ip link add "$ifc" netns "$ns_a" type veth peer name "$ifc" netns "$ns_b" || {
       _netem_log "creating the veth pair failed"
       return 1
@@ -389,7 +411,7 @@ netem_setup() {
         return 1
       }
     done
-  else
+  elif [ "$backend" = userspace ]; then
     local py ready log
     py=$(_netem_python)
     ready=$(mktemp -u "${TMPDIR:-/tmp}/netem-ready.XXXXXX")
@@ -415,6 +437,28 @@ netem_setup() {
   fi
   _netem_log "$ns_a ($NETEM_ADDR_A) <-> $ns_b ($NETEM_ADDR_B): loss ${loss}%, delay ${delay} ms each way, backend $backend"
   return 0
+}
+
+netem_set_rate() {
+  local mbps=$1 ns
+  if [ "${NETEM_ACTIVE_BACKEND:-}" != tbf ]; then
+    _netem_log "netem_set_rate needs the tbf backend (NETEM_BACKEND=tbf)"
+    return 2
+  fi
+  if ! [[ "$mbps" =~ ^[0-9]+$ ]]; then
+    _netem_log "bad rate '$mbps' (whole Mbit/s)"
+    return 2
+  fi
+  for ns in "$NETEM_NS_A" "$NETEM_NS_B"; do
+    if [ "$mbps" = 0 ]; then
+      _netem_tc_in "$ns" qdisc del dev "$NETEM_IF" root >/dev/null 2>&1 || true
+    else
+      # burst: 1 ms at the rate, at least 64 KiB (one GSO packet)
+      local burst=$(( mbps * 125 > 65536 ? mbps * 125 : 65536 ))
+      _netem_tc_in "$ns" qdisc replace dev "$NETEM_IF" root tbf rate "${mbps}mbit" \
+        burst "$burst" latency 50ms || return 1
+    fi
+  done
 }
 
 netem_run_a() {

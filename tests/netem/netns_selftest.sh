@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Self-test of tests/netem/netns.sh: a 2% loss, 20 ms (each way) link must
-# show an RTT >= 40 ms and < 200 ms and a plausible loss rate, and the
+# show an RTT >= 40 ms and < 200 ms and a plausible loss rate, a tbf link
+# must move TCP at the rate netem_set_rate gives it, and the
 # namespaces must be gone afterwards, also when the test shell exits with an
 # error or is killed with SIGTERM. Skips when namespaces are not permitted.
 set -euo pipefail
@@ -53,6 +54,41 @@ kill "$server_pid" 2>/dev/null || true
 wait "$server_pid" 2>/dev/null || true
 netem_cleanup
 [ -z "$(ours_left "$prefix")" ] || fail "namespaces left after netem_cleanup: $(ours_left "$prefix")"
+
+# ---- tbf: the kernel shapes the rate, and netem_set_rate steps it -----------------
+# 4 MB over TCP at 50 Mbit/s takes >= 0.64 s; at 400 Mbit/s well under that.
+tcp_seconds() {  # MB: seconds to move MB megabytes from a to b over TCP
+  NETEM_RUN_TIMEOUT=60 netem_run_b "$PY" -c '
+import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(1); s.settimeout(30)
+c, _ = s.accept(); c.settimeout(30)
+while c.recv(1 << 16): pass' "$NETEM_ADDR_B" "$port" &
+  local server=$!
+  sleep 0.5
+  NETEM_RUN_TIMEOUT=60 netem_run_a "$PY" -c '
+import socket, sys, time
+c = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=30)
+buf = bytes(1 << 16); n = int(float(sys.argv[3]) * 1e6) // len(buf); t = time.monotonic()
+for _ in range(n): c.sendall(buf)
+c.shutdown(socket.SHUT_WR); c.recv(1)
+print("%.3f" % (time.monotonic() - t))' "$NETEM_ADDR_B" "$port" "$1"
+  wait "$server"
+}
+if NETEM_BACKEND=tbf netem_setup "${prefix}r" 0 0; then
+  netem_set_rate 50
+  slow=$(tcp_seconds 4)
+  netem_set_rate 400
+  fast=$(tcp_seconds 4)
+  echo "tbf: 4 MB in $slow s at 50 Mbit/s, $fast s at 400 Mbit/s"
+  awk -v s="$slow" 'BEGIN {exit !(s >= 0.6 && s < 3)}' || fail "50 Mbit/s link moved 4 MB in $slow s"
+  awk -v s="$slow" -v f="$fast" 'BEGIN {exit !(f * 3 < s)}' || fail "stepping to 400 Mbit/s: $fast s"
+  netem_set_rate 0
+  netem_cleanup
+  [ -z "$(ours_left "${prefix}r")" ] || fail "namespaces left: $(ours_left "${prefix}r")"
+else
+  echo "note: tbf backend unavailable here ($NETEM_UNAVAILABLE_REASON); not checked"
+fi
 
 # ---- the trap cleans up on error exit and on SIGTERM ------------------------------
 rc=0

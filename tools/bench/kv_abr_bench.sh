@@ -15,6 +15,10 @@
 #   bazel build -c opt //tools/bench:kv_abr_bench //transport/kvcache:kvcast-kvpub \
 #     //tools/tiny_model:make_tiny_model //transport/moqt:kvcast-moqt
 # Usage: tools/bench/kv_abr_bench.sh [PROMPT_TOKENS [HIGH_MBPS [LOW_MBPS [BUDGET_MS]]]]
+# Environment: LAYERS (default 8; 32 is Llama-3-8B's 128 KiB of fp16 per
+# token); SHAPER=userspace (default: the forwarder, 1 ms each way, good to a
+# few hundred Mbit/s) or tbf (the kernel's token bucket on a plain veth, no
+# added delay: for 1 Gbit/s).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -22,16 +26,29 @@ TOKENS=${1:-2048}
 HIGH=${2:-200}
 LOW=${3:-20}
 BUDGET_MS=${4:-2500}
+LAYERS=${LAYERS:-8}
+SHAPER=${SHAPER:-userspace}
 WORK=${TMPDIR:-/tmp}/kvcast-kv-abr-bench
 rm -rf "$WORK"
 mkdir -p "$WORK"
 source tests/netem/netns.sh
-export NETEM_BACKEND=userspace NETEM_RATE_FILE=$WORK/rate
-echo 0 > "$NETEM_RATE_FILE"
-netem_setup "kvabr$$" 0 1
+case "$SHAPER" in
+  userspace)
+    export NETEM_BACKEND=userspace NETEM_RATE_FILE=$WORK/rate
+    set_rate() { echo "$1" > "$NETEM_RATE_FILE"; }
+    set_rate 0
+    netem_setup "kvabr$$" 0 1
+    ;;
+  tbf)
+    export NETEM_BACKEND=tbf
+    netem_setup "kvabr$$" 0 0
+    set_rate() { netem_set_rate "$1"; }
+    ;;
+  *) echo "SHAPER must be userspace or tbf" >&2; exit 2 ;;
+esac
 
 bazel-bin/tools/tiny_model/make_tiny_model --out "$WORK/model" --hidden_size 1024 \
-  --intermediate_size 2048 --num_layers 8 --num_heads 8 --num_kv_heads 8 \
+  --intermediate_size 2048 --num_layers "$LAYERS" --num_heads 8 --num_kv_heads 8 \
   --max_position_embeddings 4096 --vocab_size 1024 >/dev/null
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
   -keyout "$WORK/key.pem" -out "$WORK/cert.pem" -days 7 -subj /CN=kvpub \
@@ -44,8 +61,18 @@ netem_run_a "$ROOT/bazel-bin/transport/kvcache/kvcast-kvpub" --model "$WORK/mode
   --auth_key_file "$WORK/auth.key" --dump "$WORK/exact.f32" --linger_s 600 \
   >"$WORK/kvpub.json" 2>"$WORK/kvpub.err" &
 PUB=$!
-for _ in $(seq 1 600); do [ -s "$WORK/kvpub.json" ] && break; sleep 0.2; done
+# Prefill takes a while (32 layers x 4K tokens: minutes on 2 cores): wait
+# while kvcast-kvpub lives, at most 20 minutes, saying so every 30 s.
+for i in $(seq 1 6000); do
+  [ -s "$WORK/kvpub.json" ] && break
+  kill -0 "$PUB" 2>/dev/null || break
+  (( i % 150 == 0 )) && echo "kvcast-kvpub: prefilling $TOKENS tokens ($((i / 5)) s)" >&2
+  sleep 0.2
+done
 [ -s "$WORK/kvpub.json" ] || { echo "kvcast-kvpub did not start:" >&2; cat "$WORK/kvpub.err" >&2; exit 1; }
+# Write the exact-KV dump out now (1 GiB for 32 layers x 4K tokens), so
+# that its writeback does not land in the first measured run.
+sync
 # A read token for exactly the prompt's namespace (its root holds '/').
 NS=$(python3 - "$WORK/kvpub.json" <<'PY'
 import json, sys
@@ -57,8 +84,8 @@ TOKEN=$(bazel-bin/transport/moqt/kvcast-moqt token --auth_key_file "$WORK/auth.k
   --ns "$NS" --ops read --ns_sep '|' --ttl_s 3600)
 
 step_link() {  # HIGH now, LOW from 1 s, HIGH from 2 s
-  echo "$HIGH" > "$NETEM_RATE_FILE"
-  (sleep 1; echo "$LOW" > "$NETEM_RATE_FILE"; sleep 1; echo "$HIGH" > "$NETEM_RATE_FILE") &
+  set_rate "$HIGH"
+  (sleep 1; set_rate "$LOW"; sleep 1; set_rate "$HIGH") &
   STEPPER=$!
 }
 run() {  # $1: label, rest: kv_abr_bench flags
@@ -67,7 +94,7 @@ run() {  # $1: label, rest: kv_abr_bench flags
     --info "$WORK/kvpub.json" --insecure --auth_token "$TOKEN" --dump "$WORK/exact.f32" \
     "${@:2}" >"$WORK/$1.json" 2>"$WORK/$1.err" || { cat "$WORK/$1.err" >&2; exit 1; }
   wait "$STEPPER" 2>/dev/null || true
-  echo 0 > "$NETEM_RATE_FILE"
+  set_rate 0
   sleep 0.5
 }
 run fp16 --track fp16
@@ -76,10 +103,10 @@ run abr --abr --budget_ms "$BUDGET_MS" --initial_mbps "$HIGH"
 run abr-depth2 --abr --depth 2 --budget_ms "$BUDGET_MS" --initial_mbps "$HIGH"
 kill "$PUB" 2>/dev/null || true
 
-python3 - "$WORK" "$TOKENS" "$HIGH" "$LOW" "$BUDGET_MS" <<'PY'
+python3 - "$WORK" "$TOKENS" "$HIGH" "$LOW" "$BUDGET_MS" "$LAYERS" "$SHAPER" <<'PY'
 import collections, json, sys
-work, tokens, high, low, budget = sys.argv[1:6]
-print(f"{tokens}-token prompt, 32 KiB/token in fp16; link {high} Mbit/s, {low} from 1 s, "
+work, tokens, high, low, budget, layers, shaper = sys.argv[1:8]
+print(f"{tokens}-token prompt, {layers} layers: {4 * int(layers)} KiB/token in fp16; {shaper} link {high} Mbit/s, {low} from 1 s, "
       f"{high} from 2 s; ABR budget {budget} ms")
 print("| run | seconds | MB moved | groups landed | tracks per group | max abs err per track |")
 print("|---|---|---|---|---|---|")
