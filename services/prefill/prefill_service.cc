@@ -28,6 +28,8 @@ class PrefillService::Publisher : public kvcache::KvPublisher {
     // A decode worker asking this port directly (no relay, or the relay
     // down) may subscribe before the prefill call begins the prompt.
     SetSubscribeWait(rt->loop(), absl::Seconds(2));
+    // The next ac group is coded while this one is sent.
+    CodeAcInBackground(rt->loop());
   }
   void OnSessionReady(moqt::MoqtSession* session) override {
     if (session == rt_->relay_session()) {

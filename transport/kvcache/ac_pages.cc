@@ -13,16 +13,26 @@ AcPageCodec::AcPageCodec(const KvLayout& layout)
 void AcPageCodec::Encode(const ac::AcPolicy& policy, Backend* backend, const KvPagePool& pool,
                          absl::Span<const int32_t> slots,
                          std::vector<std::vector<uint8_t>>* objects) {
-  const size_t values = slots.size() * size_t(shape_.token_floats());
-  half_.resize(values * 2);
+  Gather(backend, pool, slots, &half_);
+  EncodeGathered(policy, half_.data(), int(slots.size()), objects);
+}
+
+void AcPageCodec::Gather(Backend* backend, const KvPagePool& pool, absl::Span<const int32_t> slots,
+                         std::vector<uint8_t>* half) const {
+  half->resize(slots.size() * size_t(shape_.token_floats()) * 2);
+  fp16_.Encode(backend, pool, slots, half->data());
+}
+
+void AcPageCodec::EncodeGathered(const ac::AcPolicy& policy, const uint8_t* half, int tokens,
+                                 std::vector<std::vector<uint8_t>>* objects) {
+  const size_t values = size_t(tokens) * shape_.token_floats();
   floats_.resize(values);
-  fp16_.Encode(backend, pool, slots, half_.data());
   // fp16 has no scales: the whole group is one row of values / head_dim heads.
-  DecodeKvRow(KvFormat::kFp16, half_.data(), int(values / shape_.head_dim), shape_.head_dim,
+  DecodeKvRow(KvFormat::kFp16, half, int(values / shape_.head_dim), shape_.head_dim,
               shape_.head_dim, floats_.data());
   auto& encoder = encoders_[&policy];
   if (!encoder) encoder = std::make_unique<ac::AcGroupEncoder>(shape_, policy);
-  encoder->Encode(floats_.data(), int(slots.size()), objects);
+  encoder->Encode(floats_.data(), tokens, objects);
 }
 
 absl::Status AcPageCodec::Decode(Backend* backend,

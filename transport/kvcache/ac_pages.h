@@ -31,9 +31,17 @@ class AcPageCodec {
   absl::Status Supported() const { return ac::ValidateShape(shape_); }
 
   // (*objects)[t] = object t of the group whose tokens sit at `slots` (the
-  // whole group, in order).
+  // whole group, in order): Gather, then EncodeGathered.
   void Encode(const ac::AcPolicy& policy, Backend* backend, const KvPagePool& pool,
               absl::Span<const int32_t> slots, std::vector<std::vector<uint8_t>>* objects);
+  // The two halves of Encode. Gather reads the tokens at `slots` through
+  // the backend as fp16 token payloads into *half (the thread that owns the
+  // pool); EncodeGathered codes such payloads of `tokens` tokens and touches
+  // neither pool nor backend (any thread, one at a time per codec).
+  void Gather(Backend* backend, const KvPagePool& pool, absl::Span<const int32_t> slots,
+              std::vector<uint8_t>* half) const;
+  void EncodeGathered(const ac::AcPolicy& policy, const uint8_t* half, int tokens,
+                      std::vector<std::vector<uint8_t>>* objects);
 
   // Decodes a whole group, objects[t] = object t's payload, into `slots` of
   // `pool`. The errors of ac::AcGroupDecoder::DecodeGroup; nothing is

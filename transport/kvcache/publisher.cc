@@ -146,7 +146,9 @@ void KvPublisher::DropPrompt(const std::string& digest) {
   if (it == prompts_.end()) return;
   EndSubscribers(it->second, absl::CancelledError("prompt dropped by its publisher"));
   Release(it->second);
-  if (std::get<0>(ac_key_) == digest) ac_key_ = {};
+  ac_groups_.erase(std::remove_if(ac_groups_.begin(), ac_groups_.end(),
+                                  [&](const auto& g) { return std::get<0>(g.first) == digest; }),
+                   ac_groups_.end());
   prompts_.erase(it);
   if (upstream_ != nullptr) upstream_->PublishNamespaceDone(NamespaceOf(model_id_, digest));
 }
@@ -213,16 +215,85 @@ void KvPublisher::Pump(Prompt& p, const std::shared_ptr<Outlet>& o) {
       });
       return;
     }
+    if (ac_thread_ && o->compression.ac && !AcReady(p, o)) return;
     const Outlet::Piece piece = o->pending.front();
     o->pending.pop_front();
     SendChunk(p, piece.group, o->compression, {o->downstream}, piece.lo, piece.hi);
     stats_.max_queued_bytes = std::max<uint64_t>(stats_.max_queued_bytes, d.queued_bytes());
+    if (ac_thread_ && o->compression.ac) CodeAhead();
   }
   if (!o->pending.empty() || !o->done || d.cancelled()) return;
   const absl::Status status = *o->done;
   o->done.reset();
   p.outlets.erase(std::remove(p.outlets.begin(), p.outlets.end(), o), p.outlets.end());
   d.OnDone(status);
+}
+
+void KvPublisher::CodeAcInBackground(quic::EventLoop* loop) {
+  ac_thread_ = std::make_unique<AcEncodeThread>(pool_->layout(), loop);
+}
+
+const KvPublisher::AcObjects* KvPublisher::CachedAc(const AcKey& key) const {
+  for (const auto& [k, objects] : ac_groups_) {
+    if (k == key) return &objects;
+  }
+  return nullptr;
+}
+
+const KvPublisher::AcObjects& KvPublisher::CacheAc(AcKey key, AcObjects objects) {
+  if (ac_groups_.size() >= kAcCachedGroups) ac_groups_.pop_front();
+  ac_groups_.emplace_back(std::move(key), std::move(objects));
+  return ac_groups_.back().second;
+}
+
+bool KvPublisher::AcReady(Prompt& p, const std::shared_ptr<Outlet>& o) {
+  const Outlet::Piece& piece = o->pending.front();
+  if (piece.lo >= uint64_t(tokens_in(p, piece.group))) return true;  // the marker alone
+  const AcKey key = AcKeyOf(p, piece.group, *o);
+  if (CachedAc(key) != nullptr) return true;
+  if (!ac_thread_->busy()) StartAc(p, piece.group, key);
+  ac_waiters_.emplace_back(p.digest, o);
+  return false;
+}
+
+void KvPublisher::StartAc(const Prompt& p, int group, const AcKey& key) {
+  const int n = tokens_in(p, group);
+  std::vector<uint8_t> half;
+  ac_.Gather(backend_, *pool_, SlotsOf(p.chunk_pages[group], pool_->layout().page_tokens, 0, n),
+             &half);
+  ac_thread_->Submit(*std::get<2>(key), std::move(half), n, [this, key](AcObjects objects) {
+    ++stats_.encodes;
+    ++stats_.encodes_ahead;
+    if (prompts_.count(std::get<0>(key))) CacheAc(key, std::move(objects));
+    auto waiters = std::move(ac_waiters_);
+    ac_waiters_.clear();
+    for (auto& [digest, weak] : waiters) {
+      auto it = prompts_.find(digest);
+      if (auto o = weak.lock(); o != nullptr && it != prompts_.end()) Pump(it->second, o);
+    }
+    CodeAhead();
+  });
+}
+
+void KvPublisher::CodeAhead() {
+  if (ac_thread_->busy()) return;
+  for (auto& [digest, p] : prompts_) {
+    for (const auto& o : p.outlets) {
+      if (!o->compression.ac) continue;
+      // The group being sent and the next one, no further: coding more
+      // would push groups still being sent out of the cache.
+      int groups = 0, last = -1;
+      for (const Outlet::Piece& piece : o->pending) {
+        if (piece.group != last && ++groups > 2) break;
+        last = piece.group;
+        if (piece.lo >= uint64_t(tokens_in(p, piece.group))) continue;
+        const AcKey key = AcKeyOf(p, piece.group, *o);
+        if (CachedAc(key) != nullptr) continue;
+        StartAc(p, piece.group, key);
+        return;
+      }
+    }
+  }
 }
 
 std::optional<Location> KvPublisher::Largest(const Prompt& p) const {
@@ -270,14 +341,16 @@ void KvPublisher::SendChunk(const Prompt& p, int group, const KvCompression& com
   const int count = int(hi >= uint64_t(n) ? n : hi + 1) - first;
   std::vector<absl::Span<const uint8_t>> payloads;
   if (count > 0 && compression.ac) {
-    auto key = std::make_tuple(p.digest, group, &*compression.ac);
-    if (key != ac_key_) {  // a group goes out in pieces: encode it once
+    const AcKey key{p.digest, group, &*compression.ac};
+    const AcObjects* objects = CachedAc(key);
+    if (objects == nullptr) {  // a group goes out in pieces: encode it once
+      AcObjects fresh;
       ac_.Encode(*compression.ac, backend_, *pool_,
-                 SlotsOf(p.chunk_pages[group], page_tokens, 0, n), &ac_objects_);
-      ac_key_ = key;
+                 SlotsOf(p.chunk_pages[group], page_tokens, 0, n), &fresh);
       ++stats_.encodes;
+      objects = &CacheAc(key, std::move(fresh));
     }
-    for (int i = first; i < first + count; ++i) payloads.emplace_back(ac_objects_[i]);
+    for (int i = first; i < first + count; ++i) payloads.emplace_back((*objects)[i]);
   } else if (count > 0) {
     TokenCodec codec(pool_->layout(), compression.format);
     const size_t bytes = count * codec.token_bytes();

@@ -45,6 +45,7 @@
 #include "engine/kv/kv_page_pool.h"
 #include "engine/kv/prefix_hash.h"
 #include "kernels/backend.h"
+#include "transport/kvcache/ac_encode_thread.h"
 #include "transport/kvcache/ac_pages.h"
 #include "transport/kvcache/naming.h"
 #include "transport/moqt/authorization.h"
@@ -81,6 +82,13 @@ class KvPublisher : public moqt::RequestHandler {
     subscribe_wait_ = wait;
   }
 
+  // ac groups are coded on a thread of the publisher's own (AcEncodeThread)
+  // instead of the loop thread, and the next group some request will need
+  // is coded while the loop sends this one. `loop`: the sessions' loop
+  // (borrowed). Without this call a group is coded on the loop thread when
+  // its first piece goes out.
+  void CodeAcInBackground(quic::EventLoop* loop);
+
   // Bytes a request's send queue may hold before the publisher waits for
   // it to drain to half (default 8 MiB; at least 1).
   void SetSendWindow(size_t bytes) { send_window_ = std::max<size_t>(1, bytes); }
@@ -108,6 +116,7 @@ class KvPublisher : public moqt::RequestHandler {
     uint64_t objects_sent = 0;
     uint64_t bytes_sent = 0;   // encoded payload bytes
     uint64_t encodes = 0;  // pieces encoded (ac tracks: whole groups, once for all pieces)
+    uint64_t encodes_ahead = 0;  // of those, ac groups coded on the background thread
     uint64_t rejected = 0;     // refused requests
     uint64_t paced_waits = 0;  // times a request's queue was full and sending waited
     uint64_t max_queued_bytes = 0;  // the most any request's send queue held after a piece
@@ -185,9 +194,27 @@ class KvPublisher : public moqt::RequestHandler {
 
   KvPagePool* const pool_;
   Backend* const backend_;
-  AcPageCodec ac_;                                // the ac tracks' codec
-  std::vector<std::vector<uint8_t>> ac_objects_;  // the group SendChunk encoded last:
-  std::tuple<std::string, int, const ac::AcPolicy*> ac_key_;  // (prompt, group, policy)
+  using AcObjects = std::vector<std::vector<uint8_t>>;
+  using AcKey = std::tuple<std::string, int, const ac::AcPolicy*>;  // (prompt, group, policy)
+  AcKey AcKeyOf(const Prompt& p, int group, const Outlet& o) const {
+    return {p.digest, group, &*o.compression.ac};
+  }
+  // The ac groups coded last, newest at the back (a group goes out in
+  // pieces, maybe to several requests): at most kAcCachedGroups.
+  static constexpr size_t kAcCachedGroups = 3;
+  const AcObjects* CachedAc(const AcKey& key) const;
+  const AcObjects& CacheAc(AcKey key, AcObjects objects);
+  // Background coding (CodeAcInBackground). AcReady: whether the objects of
+  // `o`'s next piece are coded; if not, their group is being coded or
+  // waits its turn, and `o` is pumped again when a group comes back.
+  bool AcReady(Prompt& p, const std::shared_ptr<Outlet>& o);
+  void StartAc(const Prompt& p, int group, const AcKey& key);
+  // Starts coding the first group some request's pending pieces need.
+  void CodeAhead();
+  AcPageCodec ac_;  // the ac tracks' codec (loop thread)
+  std::deque<std::pair<AcKey, AcObjects>> ac_groups_;
+  std::unique_ptr<AcEncodeThread> ac_thread_;
+  std::vector<std::pair<std::string, std::weak_ptr<Outlet>>> ac_waiters_;  // (prompt, request)
   size_t send_window_ = 8 << 20;
   const std::string model_id_;
   const int chunk_tokens_;

@@ -258,6 +258,46 @@ TEST_F(KvOverMoqt, LiveChunksInAnyOrderLandForEveryCompression) {
   EXPECT_EQ(dst_.pool->free_pages(), dst_.pool->num_pages());
 }
 
+// With CodeAcInBackground the ac groups are coded on the publisher's own
+// thread, each exactly once per track although two requests of each track
+// (a subscription, a fetch of part of it) take them piece by piece; the
+// objects are the same as the loop thread's. Through the relay the fetch's
+// copy of a group often arrives before the subscription's: the relay must
+// still give the subscriber every object (it once dropped the second copy
+// as a duplicate, and the subscription lost those groups).
+TEST_F(KvOverMoqt, AcGroupsCodedInTheBackgroundLandTheSame) {
+  const int tokens = 5 * kChunk - 7;
+  const auto pages = Pages(tokens);
+  h_.thread()->RunSync([&] {
+    publisher_->CodeAcInBackground(h_.loop());
+    ASSERT_TRUE(publisher_->BeginPrompt(Digest(3), tokens).ok());
+  });
+  for (int g = 0; g < 5; ++g) Ready(Digest(3), pages, g);
+  h_.thread()->RunSync([&] { ASSERT_TRUE(publisher_->EndPrompt(Digest(3), absl::OkStatus()).ok()); });
+  moqt::MoqtClient* client = h_.Connect(&decode_);
+  const ac::AcPolicy* const kAc[] = {&ac::AcNearLossless(), &ac::AcLow()};
+  std::vector<std::unique_ptr<Landing>> landings;
+  for (const ac::AcPolicy* p : kAc) {
+    const auto track = FullTrackNameOf({ModelId(kModel), Digest(3), KvCompression(p)});
+    landings.push_back(Subscribe(client->session(), track, tokens, 0, 5));
+    landings.push_back(Subscribe(client->session(), track, tokens, 1, 3, /*fetch=*/true));
+  }
+  for (size_t i = 0; i < landings.size(); ++i) {
+    Landing& l = *landings[i];
+    ASSERT_TRUE(WaitDone(l)) << i;
+    ASSERT_TRUE(l.result.ok()) << i << ": " << l.result.status();
+    if (i % 2 == 0) ExpectLandedAc(*kAc[i / 2], pages, l.pages, tokens);
+    ReleaseLanded(l);
+  }
+  h_.thread()->RunSync([&] {
+    EXPECT_EQ(publisher_->stats().encodes_ahead, publisher_->stats().encodes);
+    EXPECT_GE(publisher_->stats().encodes, 2u * 5);
+    EXPECT_LE(publisher_->stats().encodes, 2u * 5 + 2);  // the fetch may miss the cache once
+    publisher_->DropPrompt(Digest(3));
+  });
+  ASSERT_TRUE(src_.pool->ReleaseAll(pages).ok());
+}
+
 TEST_F(KvOverMoqt, RelayServesADroppedPromptFromItsCache) {
   const int tokens = 64;
   const auto pages = Pages(tokens);

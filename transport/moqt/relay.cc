@@ -45,6 +45,14 @@ struct Relay::Track {
 struct Relay::Feed {
   std::shared_ptr<Downstream> d;
   FullTrackName name;
+  // A live subscription with an absolute filter takes objects from `from`
+  // on, up to group end_group; other filters take whatever comes live.
+  bool ranged = false;
+  Location from;
+  uint64_t end_group = UINT64_MAX;
+  bool Wants(const ObjectHeader& h) const {
+    return !ranged || (!(Location{h.group, h.object} < from) && h.group <= end_group);
+  }
   // Objects owed, in order; a normal object's payload is in the cache.
   std::deque<ObjectHeader> owed;
   std::optional<absl::Status> end;  // OnDone once nothing is owed
@@ -117,6 +125,11 @@ class Relay::FetchForwarder : public TrackConsumer {
         return;  // never forward a changed payload
       }
       cached = r != TrackCache::InsertResult::kTooLarge;
+      // First here: live subscribers of the same groups get it from us (their
+      // own upstream's copy will be a duplicate).
+      if (r != TrackCache::InsertResult::kDuplicate) {
+        relay_->OfferNew(request_.track, header, payload, cached, /*ranged_only=*/true);
+      }
     }
     if (accepted_) {
       Forward(header, payload, cached);
@@ -297,12 +310,18 @@ void Relay::Deliver(const FullTrackName& name, const ObjectHeader& header,
                                              " arrived again with a different payload")));
     return;
   }
+  OfferNew(name, header, payload, result != TrackCache::InsertResult::kTooLarge,
+           /*ranged_only=*/false);
+}
+
+void Relay::OfferNew(const FullTrackName& name, const ObjectHeader& header,
+                     absl::Span<const uint8_t> payload, bool cached, bool ranged_only) {
   std::vector<std::shared_ptr<Feed>> subscribers;  // a callback may change the lists
   for (const TrackKey& key : KeysOf(name)) {
-    const auto& mine = tracks_.at(key)->subscribers;
-    subscribers.insert(subscribers.end(), mine.begin(), mine.end());
+    for (const auto& f : tracks_.at(key)->subscribers) {
+      if ((f->ranged || !ranged_only) && f->Wants(header)) subscribers.push_back(f);
+    }
   }
-  const bool cached = result != TrackCache::InsertResult::kTooLarge;
   for (auto& f : subscribers) Offer(f, header, payload, cached);
 }
 
@@ -457,6 +476,14 @@ void Relay::AttachLive(const TrackKey& key, const Subscribe& request,
     largest = track.upstream_largest;
   }
   std::shared_ptr<Feed> f = NewFeed(name, std::move(d));
+  if (request.filter_type == FilterType::kAbsoluteStart ||
+      request.filter_type == FilterType::kAbsoluteRange) {
+    f->ranged = true;
+    f->from = request.start.value_or(Location{});
+    if (request.filter_type == FilterType::kAbsoluteRange) {
+      f->end_group = request.end_group.value_or(UINT64_MAX);
+    }
+  }
   AcceptAndReplay(request, largest, *f);
   track.subscribers.push_back(f);
   if (track.pushed && !track.forwarding && track.upstream_session) {

@@ -161,6 +161,14 @@ class Relay : public RequestHandler {
   void ServeFromCache(const Subscribe& request, const std::shared_ptr<Downstream>& d);
   void Deliver(const FullTrackName& name, const ObjectHeader& header,
                absl::Span<const uint8_t> payload);
+  // Offers an object the cache just got for the first time (from a live
+  // upstream subscription or a fetch) to the live subscribers of its track
+  // that want it; `ranged_only`: only those with an absolute filter (a
+  // fetched object may lie before where another filter starts). A later
+  // copy is a duplicate and goes nowhere, so whichever upstream brings an
+  // object first delivers it.
+  void OfferNew(const FullTrackName& name, const ObjectHeader& header,
+                absl::Span<const uint8_t> payload, bool cached, bool ranged_only);
   // The tracks (upstream subscriptions) of one name, in key order.
   std::vector<TrackKey> KeysOf(const FullTrackName& name) const;
   void EndSubscribers(const TrackKey& key, const absl::Status& status);

@@ -59,6 +59,9 @@ ABSL_FLAG(std::string, relay, "", "relay address HOST:PORT");
 ABSL_FLAG(std::string, listen, "", "also serve the tracks on this UDP HOST:PORT");
 ABSL_FLAG(std::string, auth_key_file, "",
           "MoQT authorization keys: sign the PUBLISH_NAMESPACE token; --listen requires tokens");
+ABSL_FLAG(bool, ac_encode_thread, true,
+          "code the ac tracks' groups on a thread of their own while the loop sends "
+          "(false: on the loop thread, as each group's first piece goes out)");
 ABSL_FLAG(double, linger_s, 30, "serve this many seconds after announcing, then exit");
 ABSL_FLAG(double, connect_timeout_s, 10,
           "give up if the relay has not accepted the namespace by then");
@@ -256,6 +259,7 @@ absl::Status Main() {
   RelayPublisher publisher(pool.get(), backend.get(), model->fingerprint(), chunk, on_announced,
                            on_closed);
   publisher.SetAnnounceAuthority(authority);
+  if (absl::GetFlag(FLAGS_ac_encode_thread)) publisher.CodeAcInBackground(loop.get());
   // The whole prompt is computed: hand every chunk over, then end it (the
   // publisher holds its own page references).
   RETURN_IF_ERROR(publisher.BeginPrompt(digest, n));
