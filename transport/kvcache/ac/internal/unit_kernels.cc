@@ -98,9 +98,16 @@ KVCAST_AVX512 __attribute__((always_inline)) inline const char* DecodeBlockAvx51
   *x = v;
   __m512i z = _mm512_srli_epi32(e, 24);
   if (const __mmask16 esc = _mm512_cmpeq_epi32_mask(z, _mm512_set1_epi32(kEscape))) {
+    // Only the escaped lanes, in order; most escapes are one-byte varints
+    // (a residual below 383), read inline.
     _mm512_store_si512(lanes, z);
-    for (int j = 0; j < 16; ++j) {
-      if (((esc >> j) & 1) && !ReadEscape(cur, &lanes[j])) return "bad escape";
+    for (uint32_t m = esc; m != 0; m &= m - 1) {
+      const int j = __builtin_ctz(m);
+      if (cur->esc < cur->end && *cur->esc < 0x80) {
+        lanes[j] = kEscape + *cur->esc++;
+      } else if (!ReadEscape(cur, &lanes[j])) {
+        return "bad escape";
+      }
     }
     z = _mm512_load_si512(lanes);
   }
