@@ -2,6 +2,7 @@
 // awkward inputs (ac_codec_test compares whole groups' bytes).
 #include "transport/kvcache/ac/internal/encode_kernels.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -176,7 +177,8 @@ TEST(EncodeKernels, RansEncode) {
 // The AVX-512 coder's float division, for every divisor at the quotients'
 // edges (multiples of f, one below, f - 1 above) up to x < f 2^20.
 TEST(EncodeKernels, FloatDivisionIsExact) {
-  uint32_t x[16], f[16], quot[16], rem[16];
+  uint32_t x[16] = {}, f[16], quot[16], rem[16];
+  std::fill(f, f + 16, 1u);  // lanes past n keep valid divisors
   if (!SimdDivideForTest(x, f, quot, rem)) GTEST_SKIP() << "no AVX-512";
   std::mt19937 rng(5);
   int n = 0;
