@@ -249,7 +249,7 @@ const KvPublisher::AcObjects& KvPublisher::CacheAc(AcKey key, AcObjects objects)
 bool KvPublisher::AcReady(Prompt& p, const std::shared_ptr<Outlet>& o) {
   const Outlet::Piece& piece = o->pending.front();
   if (piece.lo >= uint64_t(tokens_in(p, piece.group))) return true;  // the marker alone
-  const AcKey key = AcKeyOf(p, piece.group, *o);
+  const AcKey key = AcKeyOf(p, piece.group, o->compression);
   if (CachedAc(key) != nullptr) return true;
   if (!ac_thread_->busy()) StartAc(p, piece.group, key);
   ac_waiters_.emplace_back(p.digest, o);
@@ -287,7 +287,7 @@ void KvPublisher::CodeAhead() {
         if (piece.group != last && ++groups > 2) break;
         last = piece.group;
         if (piece.lo >= uint64_t(tokens_in(p, piece.group))) continue;
-        const AcKey key = AcKeyOf(p, piece.group, *o);
+        const AcKey key = AcKeyOf(p, piece.group, o->compression);
         if (CachedAc(key) != nullptr) continue;
         StartAc(p, piece.group, key);
         return;
@@ -341,7 +341,7 @@ void KvPublisher::SendChunk(const Prompt& p, int group, const KvCompression& com
   const int count = int(hi >= uint64_t(n) ? n : hi + 1) - first;
   std::vector<absl::Span<const uint8_t>> payloads;
   if (count > 0 && compression.ac) {
-    const AcKey key{p.digest, group, &*compression.ac};
+    const AcKey key = AcKeyOf(p, group, compression);
     const AcObjects* objects = CachedAc(key);
     if (objects == nullptr) {  // a group goes out in pieces: encode it once
       AcObjects fresh;

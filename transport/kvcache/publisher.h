@@ -196,8 +196,8 @@ class KvPublisher : public moqt::RequestHandler {
   Backend* const backend_;
   using AcObjects = std::vector<std::vector<uint8_t>>;
   using AcKey = std::tuple<std::string, int, const ac::AcPolicy*>;  // (prompt, group, policy)
-  AcKey AcKeyOf(const Prompt& p, int group, const Outlet& o) const {
-    return {p.digest, group, &*o.compression.ac};
+  static AcKey AcKeyOf(const Prompt& p, int group, const KvCompression& compression) {
+    return {p.digest, group, &*compression.ac};
   }
   // The ac groups coded last, newest at the back (a group goes out in
   // pieces, maybe to several requests): at most kAcCachedGroups.

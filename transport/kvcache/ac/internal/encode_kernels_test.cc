@@ -66,9 +66,8 @@ TEST(EncodeKernels, QuantizeAndModeCosts) {
     for (float& v : x) v = Awkward(rng);
     for (int t = 0; t < tokens; ++t) {
       // 1 and 2 keep the ties; huge factors clamp (x * inv may be inf);
-      // tiny ones round to 0. (Not inv = inf, from a step that underflows:
-      // then 0 * inv is NaN, which the scalar kernel makes 0 and the
-      // AVX-512 one -32767, as they always have.)
+      // tiny ones round to 0. (Never inv = inf: the encoder's token steps
+      // are at least 2^-115, ac_encoder.cc.)
       const float pick[] = {1.f, 2.f, 1e30f, 1e-30f, 127.f / 3.f, 3e38f};
       inv[t] = pick[rng() % 6];
       same[t] = t > 0 && rng() % 4 != 0;
