@@ -14,7 +14,7 @@ KvLandingTarget TargetOf(WorkerRuntime* rt) {
   Engine& engine = rt->engine();
   return {[rt](std::function<void()> fn) { rt->RunSync(std::move(fn)); },
           [rt](const std::string& address) { return rt->SessionFor(address); }, &engine.pool(),
-          engine.backend(), engine.model().fingerprint()};
+          engine.backend(), engine.model().fingerprint(), rt->ac_thread()};
 }
 
 absl::StatusOr<KvLanded> LandKv(const KvLandingTarget& t, const KvRequest& r,
@@ -41,7 +41,8 @@ absl::StatusOr<KvLanded> LandKv(const KvLandingTarget& t, const KvRequest& r,
     }
     auto landing = KvLanding::Start(
         *session, t.pool, t.backend, t.fingerprint, r.track,
-        kvcache::LandingSpec{r.chunk_tokens, r.num_tokens, r.first_group, r.end_group, fresh},
+        kvcache::LandingSpec{r.chunk_tokens, r.num_tokens, r.first_group, r.end_group, fresh,
+                             t.ac_thread},
         r.mode, r.auth_token, [state](absl::StatusOr<std::vector<int32_t>> result) {
           state->result = std::move(result);
           state->done.Notify();

@@ -43,8 +43,10 @@ struct KvLandingTarget {
   KvPagePool* pool = nullptr;
   Backend* backend = nullptr;
   Hash128 fingerprint{0, 0};  // the model's
+  // Loop thread's: where ac groups decode (LandingSpec.ac_thread); null: on the loop.
+  kvcache::AcCodecThread* ac_thread = nullptr;
 };
-// A worker's: its engine's pool and model, its loop, SessionFor.
+// A worker's: its engine's pool and model, its loop, SessionFor, its ac thread.
 KvLandingTarget TargetOf(WorkerRuntime* rt);
 
 // Allocates the pages of groups [first_group, end_group) and lands them.

@@ -80,6 +80,8 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(const Worke
     for (const Hash128& h : disk->Chunks()) rt->links_.Record(true, h, v1::KV_TIER_DISK);
   }
   ASSIGN_OR_RETURN(rt->loop_thread_, quic::LoopThread::Start());
+  rt->ac_thread_ = std::make_unique<kvcache::AcCodecThread>(rt->engine_->pool().layout(),
+                                                            rt->loop_thread_->loop());
   rt->compute_ = std::thread([self] { self->ComputeLoop(); });
   return rt;
 }
@@ -391,6 +393,7 @@ void WorkerRuntime::Shutdown(absl::Duration grace) {
       direct_.clear();
       relay_client_.reset();
       moqt_server_.reset();
+      ac_thread_.reset();  // after the sessions: their landings are gone
     });
   }
 }

@@ -40,6 +40,7 @@
 #include "services/common/metrics.h"
 #include "services/common/metrics_server.h"
 #include "services/worker/scheduler_links.h"
+#include "transport/kvcache/ac_codec_thread.h"
 #include "transport/moqt/authorization.h"
 #include "transport/moqt/moqt_endpoint.h"
 #include "transport/quic/event_loop.h"
@@ -118,6 +119,8 @@ class WorkerRuntime {
   absl::StatusOr<moqt::MoqtSession*> SessionFor(const std::string& address);
   // Loop thread: the relay session, or null.
   moqt::MoqtSession* relay_session() const;
+  // Loop thread: where the ac groups landing here decode (LandingSpec.ac_thread).
+  kvcache::AcCodecThread* ac_thread() const { return ac_thread_.get(); }
 
   // A prompt this worker published (prefill): every scheduler replica
   // learns it with the next heartbeat.
@@ -155,6 +158,7 @@ class WorkerRuntime {
   std::unique_ptr<Engine> engine_;
   services::MetricsRegistry metrics_;
   std::unique_ptr<quic::LoopThread> loop_thread_;
+  std::unique_ptr<kvcache::AcCodecThread> ac_thread_;   // loop thread (until Shutdown)
   moqt::RequestHandler* handler_ = nullptr;
   std::unique_ptr<moqt::MoqtServer> moqt_server_;        // loop thread
   std::unique_ptr<moqt::MoqtClient> relay_client_;       // loop thread

@@ -9,7 +9,8 @@
 //       --budget_ms 4000 --initial_mbps 200) [--dump exact.f32]
 //
 // Prints one JSON line: mode, seconds (first request to the last group
-// landed), bytes, tokens, per group {group, track, bytes, seconds}, and
+// landed), bytes, tokens, per group {group, track, bytes, seconds, at (when
+// it landed, since the first request)}, and
 // with --dump the largest |landed - exact| per track.
 #include <cmath>
 #include <cstdio>
@@ -32,6 +33,7 @@
 #include "nlohmann/json.hpp"
 #include "services/decode/kv_abr.h"
 #include "services/worker/land_kv.h"
+#include "transport/kvcache/ac_codec_thread.h"
 #include "transport/kvcache/naming.h"
 #include "engine/kv/token_codec.h"
 #include "transport/moqt/codec.h"
@@ -51,6 +53,11 @@ ABSL_FLAG(double, initial_mbps, 200, "--abr: goodput assumed before the first gr
 ABSL_FLAG(int, depth, 1,
           "--abr: groups in flight (1 as the decode worker does; 2 requests the next group while "
           "one lands, straight from a publisher)");
+ABSL_FLAG(bool, ac_decode_thread, true,
+          "decode ac groups on a thread of their own, as the workers do (false: on the loop)");
+ABSL_FLAG(std::string, ready_file, "",
+          "created when the session is up and the pages are ready, just before the first "
+          "request (a script times the link's steps from it)");
 ABSL_FLAG(std::string, dump, "", "kvcast-kvpub's exact KV (float32): report landed errors");
 
 namespace kvcast {
@@ -69,6 +76,7 @@ struct Group {
   std::string track;
   uint64_t bytes;
   double seconds;  // since the previous group landed (or the start)
+  double at;       // when it landed, since the start
 };
 
 absl::Status Main() {
@@ -101,6 +109,10 @@ absl::Status Main() {
     std::memset(pool->v_pages(l), 0, pool->layer_bytes());
   }
   ASSIGN_OR_RETURN(auto thread, quic::LoopThread::Start());
+  std::unique_ptr<kvcache::AcCodecThread> ac_thread;
+  if (absl::GetFlag(FLAGS_ac_decode_thread)) {
+    ac_thread = std::make_unique<kvcache::AcCodecThread>(layout, thread->loop());
+  }
   Handler handler;
   std::unique_ptr<moqt::MoqtClient> client;
   absl::Status connected;
@@ -127,7 +139,7 @@ absl::Status Main() {
   const worker::KvLandingTarget target{
       [&](std::function<void()> fn) { thread->RunSync(std::move(fn)); },
       [&](const std::string&) -> absl::StatusOr<moqt::MoqtSession*> { return client->session(); },
-      pool.get(), backend.get(), fingerprint};
+      pool.get(), backend.get(), fingerprint, ac_thread.get()};
   auto land = [&](const kvcache::KvCompression& compression, int first, int end) {
     worker::KvRequest request;
     request.track = kvcache::FullTrackNameOf({model_id, digest, compression});
@@ -141,6 +153,9 @@ absl::Status Main() {
 
   std::vector<int32_t> all_pages;  // the landed groups' pages, in token order
   std::vector<Group> log;
+  if (const std::string ready = absl::GetFlag(FLAGS_ready_file); !ready.empty()) {
+    if (!std::ofstream(ready)) return absl::UnavailableError(absl::StrCat("cannot create ", ready));
+  }
   const auto t0 = Clock::now();
   auto since = [&](Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); };
   int landed_groups = 0;
@@ -148,7 +163,7 @@ absl::Status Main() {
     ASSIGN_OR_RETURN(auto compression, kvcache::CompressionOfTrackName(absl::GetFlag(FLAGS_track)));
     ASSIGN_OR_RETURN(auto r, land(compression, 0, groups));
     all_pages = std::move(r.pages);
-    log.push_back({0, absl::GetFlag(FLAGS_track), r.bytes, since(t0)});
+    log.push_back({0, absl::GetFlag(FLAGS_track), r.bytes, since(t0), since(t0)});
     landed_groups = groups;
   } else {
     ASSIGN_OR_RETURN(auto ladder, decode::ParseAbrLadder(absl::GetFlag(FLAGS_ladder), fp16_token_bytes));
@@ -162,7 +177,7 @@ absl::Status Main() {
         [&](const kvcache::KvCompression& c, int group) { return land(c, group, group + 1); },
         [&](decode::AbrLanded l) {
           all_pages.insert(all_pages.end(), l.pages.begin(), l.pages.end());
-          log.push_back({g++, "", l.bytes, since(last)});
+          log.push_back({g++, "", l.bytes, since(last), since(t0)});
           last = Clock::now();
         },
         [&](decode::AbrLanded l) { (void)pool->ReleaseAll(l.pages); }, [] { return false; },
@@ -186,7 +201,7 @@ absl::Status Main() {
   out["groups"] = groups;
   for (const Group& g : log) {
     out["per_group"].push_back({{"group", g.group}, {"track", g.track}, {"bytes", g.bytes},
-                                {"seconds", g.seconds}});
+                                {"seconds", g.seconds}, {"at", g.at}});
   }
   // Landed vs exact, per track (the dump: [token][layer][K, V][heads * head_dim]).
   if (const std::string dump = absl::GetFlag(FLAGS_dump); !dump.empty()) {
@@ -214,7 +229,10 @@ absl::Status Main() {
     out["max_abs_err"] = worst;
   }
   std::printf("%s\n", out.dump().c_str());
-  thread->RunSync([&] { client.reset(); });
+  thread->RunSync([&] {
+    client.reset();
+    ac_thread.reset();
+  });
   return absl::OkStatus();
 }
 

@@ -16,7 +16,10 @@
 #     //tools/tiny_model:make_tiny_model //transport/moqt:kvcast-moqt
 # Usage: tools/bench/kv_abr_bench.sh [PROMPT_TOKENS [HIGH_MBPS [LOW_MBPS [BUDGET_MS]]]]
 # Environment: LAYERS (default 8; 32 is Llama-3-8B's 128 KiB of fp16 per
-# token); SHAPER=userspace (default: the forwarder, 1 ms each way, good to a
+# token); BUDGETS (more ABR budgets in ms, each run against the same
+# prefill after BUDGET_MS's); BENCH_FLAGS (more kv_abr_bench flags for
+# every run, e.g. --ac_decode_thread=false); REPEAT (runs of each row,
+# labels .1, .2, ...; default 1); SHAPER=userspace (default: the forwarder, 1 ms each way, good to a
 # few hundred Mbit/s) or tbf (the kernel's token bucket on a plain veth, no
 # added delay: for 1 Gbit/s).
 set -euo pipefail
@@ -83,34 +86,48 @@ PY
 TOKEN=$(bazel-bin/transport/moqt/kvcast-moqt token --auth_key_file "$WORK/auth.key" \
   --ns "$NS" --ops read --ns_sep '|' --ttl_s 3600)
 
-step_link() {  # HIGH now, LOW from 1 s, HIGH from 2 s
+# The link runs at HIGH; once the tool says it is about to send its first
+# request (its --ready_file, polled every 5 ms for at most 60 s), LOW from
+# 1 s, HIGH again from 2 s.
+step_link() {
+  rm -f "$WORK/ready"
   set_rate "$HIGH"
-  (sleep 1; set_rate "$LOW"; sleep 1; set_rate "$HIGH") &
+  (for _ in $(seq 1 12000); do [ -e "$WORK/ready" ] && break; sleep 0.005; done
+   sleep 1; set_rate "$LOW"; sleep 1; set_rate "$HIGH") &
   STEPPER=$!
 }
 run() {  # $1: label, rest: kv_abr_bench flags
   step_link
   netem_run_b "$ROOT/bazel-bin/tools/bench/kv_abr_bench" --connect "$NETEM_ADDR_A:4500" \
     --info "$WORK/kvpub.json" --insecure --auth_token "$TOKEN" --dump "$WORK/exact.f32" \
-    "${@:2}" >"$WORK/$1.json" 2>"$WORK/$1.err" || { cat "$WORK/$1.err" >&2; exit 1; }
+    --ready_file "$WORK/ready" "${@:2}" ${BENCH_FLAGS:-} >"$WORK/$1.json" 2>"$WORK/$1.err" \
+    || { cat "$WORK/$1.err" >&2; exit 1; }
   wait "$STEPPER" 2>/dev/null || true
   set_rate 0
   sleep 0.5
 }
-run fp16 --track fp16
-run int8 --track int8
-run abr --abr --budget_ms "$BUDGET_MS" --initial_mbps "$HIGH"
-run abr-depth2 --abr --depth 2 --budget_ms "$BUDGET_MS" --initial_mbps "$HIGH"
+LABELS=""
+for rep in $(seq 1 "${REPEAT:-1}"); do
+  r=$([ "${REPEAT:-1}" = 1 ] || echo ".$rep")
+  run "fp16$r" --track fp16
+  run "int8$r" --track int8
+  LABELS="$LABELS fp16$r int8$r"
+  for budget in "$BUDGET_MS" ${BUDGETS:-}; do
+    run "abr-$budget$r" --abr --budget_ms "$budget" --initial_mbps "$HIGH"
+    run "abr-depth2-$budget$r" --abr --depth 2 --budget_ms "$budget" --initial_mbps "$HIGH"
+    LABELS="$LABELS abr-$budget$r abr-depth2-$budget$r"
+  done
+done
 kill "$PUB" 2>/dev/null || true
 
-python3 - "$WORK" "$TOKENS" "$HIGH" "$LOW" "$BUDGET_MS" "$LAYERS" "$SHAPER" <<'PY'
+python3 - "$WORK" "$TOKENS" "$HIGH" "$LOW" "$LAYERS" "$SHAPER" $LABELS <<'PY'
 import collections, json, sys
-work, tokens, high, low, budget, layers, shaper = sys.argv[1:8]
+work, tokens, high, low, layers, shaper = sys.argv[1:7]
 print(f"{tokens}-token prompt, {layers} layers: {4 * int(layers)} KiB/token in fp16; {shaper} link {high} Mbit/s, {low} from 1 s, "
-      f"{high} from 2 s; ABR budget {budget} ms")
-print("| run | seconds | MB moved | groups landed | tracks per group | max abs err per track |")
-print("|---|---|---|---|---|---|")
-for label in ("fp16", "int8", "abr", "abr-depth2"):
+      f"{high} from 2 s; abr-BUDGET_MS: one group at a time, abr-depth2-BUDGET_MS: the next group in flight")
+print("| run | seconds | MB moved | groups landed | tracks per group | landed in 0-1 s / 1-2 s (low) / after 2 s | max abs err per track |")
+print("|---|---|---|---|---|---|---|")
+for label in sys.argv[7:]:
     d = json.loads(open(f"{work}/{label}.json").read().strip().splitlines()[-1])
     tracks = [g["track"] for g in d.get("per_group", [])]
     runs, prev = [], None
@@ -121,5 +138,10 @@ for label in ("fp16", "int8", "abr", "abr-depth2"):
             runs.append([t, 1])
     seq = ", ".join(f"{t} x{n}" for t, n in runs) if label.startswith("abr") else label + " (one request)"
     err = ", ".join(f"{k} {v:.3g}" for k, v in d.get("max_abs_err", {}).items())
-    print(f"| {label} | {d['seconds']:.2f} | {d['bytes'] / 1e6:.1f} | {d['groups_landed']}/{d['groups']} | {seq} | {err} |")
+    phases = []
+    for lo, hi in ((0, 1), (1, 2), (2, 1e9)):
+        count = collections.Counter(g["track"] for g in d.get("per_group", []) if lo <= g["at"] < hi)
+        phases.append(" ".join(f"{t} x{n}" for t, n in count.items()) or "-")
+    phase = " / ".join(phases) if label.startswith("abr") else "-"
+    print(f"| {label} | {d['seconds']:.2f} | {d['bytes'] / 1e6:.1f} | {d['groups_landed']}/{d['groups']} | {seq} | {phase} | {err} |")
 PY

@@ -16,11 +16,16 @@
 // Each side (prefill, relay, decode, fan-out clients) has a loop thread of
 // its own; MiB/s counts the track's encoded bytes. Time runs from
 // SUBSCRIBE to the last token landed: encoding on demand, the transport,
-// decoding into the decode side's pages. tls-tcp moves bytes only.
+// decoding into the decode side's pages. tls-tcp moves bytes only. CPU
+// ms/MiB: what every thread of the process (publisher, relay, decode side,
+// or the TLS pair) spent on the case, per MiB moved: with both cores busy,
+// rate ~= 2 cores / CPU per byte, so the ratio of two cases' CPU per MiB
+// bounds the ratio of their rates.
 #include <arpa/inet.h>
 #include <gnutls/gnutls.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -58,6 +63,9 @@ ABSL_FLAG(std::string, kv_cache_precision, "fp16",
           "or fp32");
 ABSL_FLAG(int, max_udp_payload, 0,
           "QUIC datagrams up to this size (0: 1452; quic::TransportOptions::max_udp_payload)");
+ABSL_FLAG(bool, ac_threads, true,
+          "ac groups coded and decoded on threads of their own, as the workers do "
+          "(KvPublisher::CodeAcInBackground, LandingSpec.ac_thread); false: on the loops");
 ABSL_FLAG(std::string, cases, "direct,relay,cached,tls,fanout",
           "the cases to run (others print -), e.g. direct alone under perf");
 
@@ -233,6 +241,7 @@ struct Bench {
   std::unique_ptr<moqt::MoqtServer> publisher_server, relay_server;
   std::unique_ptr<moqt::Relay> relay;
   std::unique_ptr<moqt::MoqtClient> direct, via_relay;
+  std::unique_ptr<AcCodecThread> decode_ac;  // decode loop's; null without --ac_threads
   Ready direct_ready, relay_ready;
   int prompts = 0;
 
@@ -280,6 +289,7 @@ struct Bench {
     prefill.Run([&] {
       publisher = std::make_unique<Publisher>(prefill_pool.get(), prefill_backend.get(), kModel,
                                               kChunk);
+      if (absl::GetFlag(FLAGS_ac_threads)) publisher->CodeAcInBackground(prefill.thread->loop());
       publisher_server = *moqt::MoqtServer::Create(prefill.thread->loop(), "127.0.0.1", 0,
                                                    server_tls, Transport(),
                                                    moqt::SessionOptions{}, publisher.get());
@@ -290,6 +300,9 @@ struct Bench {
     });
     publisher->ready.WaitForNotification();
     decode.Run([&] {
+      if (absl::GetFlag(FLAGS_ac_threads)) {
+        decode_ac = std::make_unique<AcCodecThread>(layout, decode.thread->loop());
+      }
       direct = *moqt::MoqtClient::Connect(decode.thread->loop(), "127.0.0.1",
                                           publisher_server->port(), certs.Client(),
                                           Transport(), moqt::SessionOptions{},
@@ -307,6 +320,7 @@ struct Bench {
     decode.Run([&] {
       direct.reset();
       via_relay.reset();
+      decode_ac.reset();
     });
     prefill.Run([&] {
       publisher->upstream.reset();
@@ -347,7 +361,8 @@ struct Bench {
     decode.Run([&] {
       auto lander = KvLander::Create(
           decode_pool.get(), decode_backend.get(), kModel, track,
-          LandingSpec{kChunk, tokens, 0, groups, *decode_pool->Allocate((tokens + 15) / 16)},
+          LandingSpec{kChunk, tokens, 0, groups, *decode_pool->Allocate((tokens + 15) / 16),
+                      decode_ac.get()},
           [&, pool = decode_pool.get()](absl::StatusOr<std::vector<int32_t>> r) {
             result = r.status();
             if (r.ok()) (void)pool->ReleaseAll(*r);
@@ -435,6 +450,25 @@ uint64_t TrackBytes(Bench& b, const KvCompression& c, const std::string& digest,
 
 double MiBps(uint64_t bytes, double secs) { return bytes / secs / (1 << 20); }
 
+// Seconds of CPU (user + system) every thread of this process has used.
+double ProcessCpuSeconds() {
+  rusage u;
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
+
+// A case's wall seconds and the CPU seconds the whole process spent in it.
+struct Cost {
+  double secs = 0, cpu = 0;
+};
+template <typename F>
+Cost Measure(bool want, F run) {
+  if (!want) return {};
+  const double cpu0 = ProcessCpuSeconds();
+  const double secs = run();
+  return {secs, ProcessCpuSeconds() - cpu0};
+}
+
 bool Want(absl::string_view name) {
   for (absl::string_view c : absl::StrSplit(absl::GetFlag(FLAGS_cases), ',')) {
     if (c == name) return true;
@@ -461,27 +495,36 @@ int Main() {
   Bench b(absl::GetFlag(FLAGS_layers), max_tokens);
 
   std::printf("| tokens | track | MiB | direct MiB/s | relay live MiB/s | relay cached MiB/s | "
-              "tls-tcp MiB/s | direct / tls-tcp | live / direct |\n"
-              "|---|---|---|---|---|---|---|---|---|\n");
+              "tls-tcp MiB/s | direct / tls-tcp | live / direct | CPU ms/MiB: direct, live, "
+              "tls-tcp |\n|---|---|---|---|---|---|---|---|---|---|\n");
   for (int tokens : token_counts) {
     for (const KvCompression& c : tracks) {
       const std::string digest = b.NewPrompt(tokens);
       const auto track = FullTrackNameOf({ModelId(kModel), digest, c});
       const uint64_t bytes = TrackBytes(b, c, digest, tokens);
-      const double direct = Want("direct") ? b.Land(b.direct.get(), track, tokens) : 0;
-      const double live = Want("relay") ? b.Land(b.via_relay.get(), track, tokens) : 0;
+      const Cost direct_cost =
+          Measure(Want("direct"), [&] { return b.Land(b.direct.get(), track, tokens); });
+      const Cost live_cost =
+          Measure(Want("relay"), [&] { return b.Land(b.via_relay.get(), track, tokens); });
       const double cached = Want("cached") ? b.Land(b.via_relay.get(), track, tokens) : 0;
-      const double tls = Want("tls") ? TlsTcpSeconds(bytes, b.certs.paths) : 0;
+      const Cost tls_cost =
+          Measure(Want("tls"), [&] { return TlsTcpSeconds(bytes, b.certs.paths); });
+      const double direct = direct_cost.secs, live = live_cost.secs, tls = tls_cost.secs;
+      auto cpu = [&](const Cost& c) {
+        return c.secs > 0 ? absl::StrFormat("%.1f", c.cpu * 1e3 / (bytes / double(1 << 20)))
+                          : std::string("-");
+      };
       auto rate = [&](double secs) {
         return secs > 0 ? absl::StrFormat("%.0f", MiBps(bytes, secs)) : std::string("-");
       };
       auto ratio = [](double num, double den) {
         return num > 0 && den > 0 ? absl::StrFormat("%.2fx", num / den) : std::string("-");
       };
-      std::printf("| %d | %s | %.1f | %s | %s | %s | %s | %s | %s |\n", tokens,
+      std::printf("| %d | %s | %.1f | %s | %s | %s | %s | %s | %s | %s, %s, %s |\n", tokens,
                   TrackNameOf(c).c_str(), bytes / double(1 << 20), rate(direct).c_str(),
                   rate(live).c_str(), rate(cached).c_str(), rate(tls).c_str(),
-                  ratio(tls, direct).c_str(), ratio(direct, live).c_str());
+                  ratio(tls, direct).c_str(), ratio(direct, live).c_str(),
+                  cpu(direct_cost).c_str(), cpu(live_cost).c_str(), cpu(tls_cost).c_str());
       std::fflush(stdout);
     }
   }

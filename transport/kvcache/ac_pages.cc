@@ -41,15 +41,26 @@ absl::Status AcPageCodec::Decode(Backend* backend,
   if (objects.size() != slots.size()) {
     return absl::InvalidArgumentError("ac group: one object per slot");
   }
-  const size_t values = slots.size() * size_t(shape_.token_floats());
+  if (absl::Status s = DecodeToHalf(objects, &half_); !s.ok()) return s;
+  Scatter(backend, half_.data(), slots, pool);
+  return absl::OkStatus();
+}
+
+absl::Status AcPageCodec::DecodeToHalf(absl::Span<const absl::Span<const uint8_t>> objects,
+                                       std::vector<uint8_t>* half) {
+  const size_t values = objects.size() * size_t(shape_.token_floats());
   floats_.resize(values);
-  half_.resize(values * 2);
   if (!decoder_) decoder_ = std::make_unique<ac::AcGroupDecoder>(shape_);
   if (absl::Status s = decoder_->DecodeGroup(objects, floats_.data()); !s.ok()) return s;
+  half->resize(values * 2);
   EncodeKvRow(KvFormat::kFp16, floats_.data(), int(values / shape_.head_dim), shape_.head_dim,
-              shape_.head_dim, half_.data());
-  fp16_.Decode(backend, half_.data(), slots, pool);
+              shape_.head_dim, half->data());
   return absl::OkStatus();
+}
+
+void AcPageCodec::Scatter(Backend* backend, const uint8_t* half, absl::Span<const int32_t> slots,
+                          KvPagePool* pool) const {
+  fp16_.Decode(backend, half, slots, pool);
 }
 
 }  // namespace kvcast::kvcache

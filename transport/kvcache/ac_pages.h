@@ -48,6 +48,14 @@ class AcPageCodec {
   // written on error.
   absl::Status Decode(Backend* backend, absl::Span<const absl::Span<const uint8_t>> objects,
                       absl::Span<const int32_t> slots, KvPagePool* pool);
+  // The two halves of Decode. DecodeToHalf decodes a group's objects into
+  // fp16 token payloads in *half and touches neither pool nor backend (any
+  // thread, one at a time per codec; same errors as Decode); Scatter writes
+  // such payloads into `slots` through the backend (the pool's thread).
+  absl::Status DecodeToHalf(absl::Span<const absl::Span<const uint8_t>> objects,
+                            std::vector<uint8_t>* half);
+  void Scatter(Backend* backend, const uint8_t* half, absl::Span<const int32_t> slots,
+               KvPagePool* pool) const;
 
  private:
   const KvLayout layout_;

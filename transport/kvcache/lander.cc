@@ -128,6 +128,16 @@ absl::Status KvLander::LandAc(const moqt::ObjectHeader& h, absl::Span<const uint
   ++landed_count_;
   if (++g.received < tokens) return absl::OkStatus();
   // The group is complete: decode it into its pages.
+  if (spec_.ac_thread != nullptr) {
+    ++ac_decoding_;
+    spec_.ac_thread->SubmitDecode(
+        std::move(g.objects),
+        [self = shared_from_this(), group = h.group](auto half) {
+          self->AcDecoded(group, std::move(half));
+        });
+    ac_groups_.erase(h.group);
+    return absl::OkStatus();
+  }
   const std::vector<absl::Span<const uint8_t>> spans(g.objects.begin(), g.objects.end());
   absl::Status s = ac_->Decode(
       backend_, spans,
@@ -138,6 +148,29 @@ absl::Status KvLander::LandAc(const moqt::ObjectHeader& h, absl::Span<const uint
     return absl::Status(s.code(), absl::StrCat("KV group ", h.group, ": ", s.message()));
   }
   return absl::OkStatus();
+}
+
+void KvLander::AcDecoded(uint64_t group, absl::StatusOr<std::vector<uint8_t>> half) {
+  --ac_decoding_;
+  if (finished_) return;
+  if (!half.ok()) {
+    Finish(absl::Status(half.status().code(),
+                        absl::StrCat("KV group ", group, ": ", half.status().message())));
+    return;
+  }
+  const int group_first = int(group) * spec_.chunk_tokens;
+  const int tokens = std::min(spec_.chunk_tokens, spec_.num_tokens - group_first);
+  ac_->Scatter(backend_, half->data(),
+               SlotsOf(spec_.pages, pool_->layout().page_tokens, group_first - first_token_, tokens),
+               pool_);
+  ++flushes_;
+  FinishIfComplete();
+}
+
+void KvLander::FinishIfComplete() {
+  if (landed_count_ != tokens_wanted() || ac_decoding_ > 0 || finished_) return;
+  Flush();
+  Finish(std::move(spec_.pages));
 }
 
 void KvLander::Flush() {
@@ -158,14 +191,12 @@ void KvLander::OnObject(const moqt::ObjectHeader& header, absl::Span<const uint8
     Finish(st);
     return;
   }
-  if (landed_count_ == tokens_wanted()) {
-    Flush();
-    Finish(std::move(spec_.pages));
-  }
+  FinishIfComplete();
 }
 
 void KvLander::OnDone(const absl::Status& status) {
-  if (finished_) return;
+  // Every token came: the groups still decoding finish the landing.
+  if (finished_ || landed_count_ == tokens_wanted()) return;
   const int missing = tokens_wanted() - landed_count_;
   if (status.ok()) {
     Finish(absl::DataLossError(absl::StrCat("KV track ended with ", missing, " of ",

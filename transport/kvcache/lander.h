@@ -9,7 +9,10 @@
 // land in their slots with one Backend::DecodeKv call, for every layer, when
 // the buffer is full, a group's end marker arrives, or the last token does.
 // An ac track's objects wait until their group is complete, which then
-// decodes whole (ac_pages.h).
+// decodes whole (ac_pages.h): on the spec's AcCodecThread when it has one,
+// so that the loop keeps receiving meanwhile, else on the loop thread. A
+// group decoding there holds a reference to the lander, so the landing
+// finishes even if the session has let go of it meanwhile.
 // Groups and objects may arrive in any order; a duplicate is ignored.
 // When every token has landed, `done` gets the pages (ownership passes to
 // the caller). On the first bad object or failure, nothing of it is written,
@@ -38,6 +41,7 @@
 #include "engine/kv/kv_page_pool.h"
 #include "engine/kv/prefix_hash.h"
 #include "kernels/backend.h"
+#include "transport/kvcache/ac_codec_thread.h"
 #include "transport/kvcache/ac_pages.h"
 #include "engine/kv/token_codec.h"
 #include "transport/moqt/track_consumer.h"
@@ -50,9 +54,11 @@ struct LandingSpec {
   int first_group = 0;  // groups [first_group, end_group) land here
   int end_group = 0;
   std::vector<int32_t> pages;  // owned by the lander from Create on
+  // Borrowed, on the session's loop (null: ac groups decode on the loop).
+  AcCodecThread* ac_thread = nullptr;
 };
 
-class KvLander : public moqt::TrackConsumer {
+class KvLander : public moqt::TrackConsumer, public std::enable_shared_from_this<KvLander> {
  public:
   using DoneCallback = std::function<void(absl::StatusOr<std::vector<int32_t>>)>;
 
@@ -70,7 +76,7 @@ class KvLander : public moqt::TrackConsumer {
 
   int tokens_landed() const { return landed_count_; }  // received, staged or in pages
   int tokens_wanted() const { return end_token_ - first_token_; }
-  int flushes() const { return flushes_; }  // DecodeKv calls so far
+  int flushes() const { return flushes_; }  // DecodeKv calls (or ac groups decoded) so far
 
   // moqt::TrackConsumer
   void OnObject(const moqt::ObjectHeader& header, absl::Span<const uint8_t> payload) override;
@@ -84,8 +90,12 @@ class KvLander : public moqt::TrackConsumer {
   // decodes into its pages.
   absl::Status LandAc(const moqt::ObjectHeader& header, absl::Span<const uint8_t> payload,
                       int index);
+  // An ac group decoded on the spec's thread: into its pages, or the error.
+  void AcDecoded(uint64_t group, absl::StatusOr<std::vector<uint8_t>> half);
   // Decodes the staged tokens into their pages.
   void Flush();
+  // Every token landed and no group still decoding: done gets the pages.
+  void FinishIfComplete();
   void Finish(absl::StatusOr<std::vector<int32_t>> result);
 
   KvPagePool* const pool_;
@@ -97,6 +107,7 @@ class KvLander : public moqt::TrackConsumer {
     int received = 0;
   };
   std::map<uint64_t, AcGroup> ac_groups_;  // incomplete ac groups
+  int ac_decoding_ = 0;                    // groups on spec_.ac_thread (each holds a reference)
   LandingSpec spec_;  // spec_.pages are ours until Finish
   const int first_token_;
   const int end_token_;

@@ -7,9 +7,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <chrono>
 #include <random>
+#include <thread>
 
 #include "transport/kvcache/naming.h"
+#include "transport/quic/event_loop.h"
 
 namespace kvcast::kvcache {
 namespace {
@@ -46,10 +49,12 @@ class LanderTest : public ::testing::Test {
   }
   // Creates a lander for groups [first, end) of a `tokens`-token sequence.
   std::shared_ptr<KvLander> Make(int tokens, int first, int end,
-                                 KvCompression f = KvFormat::kFp16) {
+                                 KvCompression f = KvFormat::kFp16,
+                                 AcCodecThread* ac_thread = nullptr) {
     const int n = std::min(end * kChunk, tokens) - first * kChunk;
     LandingSpec spec{kChunk, tokens, first, end,
-                     *pool_->Allocate((n + layout_.page_tokens - 1) / layout_.page_tokens)};
+                     *pool_->Allocate((n + layout_.page_tokens - 1) / layout_.page_tokens),
+                     ac_thread};
     pages_ = spec.pages;
     auto lander = KvLander::Create(pool_.get(), backend_.get(), kModel, Track(f),
                                    std::move(spec), [this](auto r) {
@@ -262,6 +267,110 @@ TEST_F(LanderTest, AcGroupsDecodeWholeWhenComplete) {
   EXPECT_EQ(result_.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(result_.status().message().find("KV group 1"), std::string::npos) << result_.status();
   EXPECT_EQ(pool_->free_pages(), free_before);  // the pages went back
+}
+
+// With an AcCodecThread a complete group decodes there and lands when it
+// comes back to the loop: the same pages as on the loop, the same errors,
+// and a lander dropped while a group decodes just releases its pages.
+TEST_F(LanderTest, AcGroupsDecodedOnTheCodecThreadLandTheSame) {
+  const ac::AcShape shape{layout_.num_layers, layout_.num_kv_heads, layout_.head_dim};
+  const int tokens = 12, n = shape.token_floats();  // groups of 8 and 4
+  std::vector<float> kv(size_t(tokens) * n);
+  for (size_t i = 0; i < kv.size(); ++i) kv[i] = std::cos(0.23f * i) * (1 + i % 5);
+  std::vector<std::vector<uint8_t>> groups[2];
+  ac::AcGroupEncoder(shape, ac::AcNearLossless()).Encode(kv.data(), 8, &groups[0]);
+  ac::AcGroupEncoder(shape, ac::AcNearLossless()).Encode(kv.data() + 8 * n, 4, &groups[1]);
+  const KvCompression track(&ac::AcNearLossless());
+  auto send_all = [&](KvLander& lander, int damaged_token) {
+    for (int g : {1, 0}) {
+      for (size_t t = 0; t < groups[g].size(); ++t) {
+        auto object = groups[g][t];
+        if (g * 8 + int(t) == damaged_token) object.pop_back();
+        Send(lander, g, t, object);
+      }
+    }
+  };
+  // On the loop: what the pages must hold.
+  auto lander = Make(tokens, 0, 2, track);
+  send_all(*lander, -1);
+  ASSERT_TRUE(result_.ok()) << result_.status();
+  const std::vector<int32_t> reference = *result_;
+  auto loop = quic::LoopThread::Start();
+  ASSERT_TRUE(loop.ok()) << loop.status();
+  auto codec_thread = std::make_unique<AcCodecThread>(layout_, (*loop)->loop());
+  auto wait_done = [&](int calls) {
+    for (int i = 0; i < 500 && done_calls_ < calls; ++i) {
+      (*loop)->RunSync([] {});
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    (*loop)->RunSync([] {});
+    return done_calls_ == calls;
+  };
+
+  (*loop)->RunSync([&] {
+    lander = Make(tokens, 0, 2, track, codec_thread.get());
+    send_all(*lander, -1);
+    // The decodes come back through this loop, busy with this task: the
+    // groups are still out and the track ending changes nothing.
+    lander->OnDone(absl::OkStatus());
+    EXPECT_EQ(done_calls_, 1);
+    EXPECT_EQ(lander->flushes(), 0);
+  });
+  ASSERT_TRUE(wait_done(2));
+  ASSERT_TRUE(result_.ok()) << result_.status();
+  EXPECT_EQ(lander->flushes(), 2);
+  const int row = layout_.token_floats();
+  for (int l = 0; l < layout_.num_layers; ++l) {
+    for (int t = 0; t < tokens; ++t) {
+      const size_t a = size_t(SlotsOf(reference, layout_.page_tokens, t, 1)[0]) * row;
+      const size_t b = size_t(SlotsOf(*result_, layout_.page_tokens, t, 1)[0]) * row;
+      ASSERT_TRUE(std::equal(pool_->k_cache(l) + a, pool_->k_cache(l) + a + row,
+                             pool_->k_cache(l) + b));
+      ASSERT_TRUE(std::equal(pool_->v_cache(l) + a, pool_->v_cache(l) + a + row,
+                             pool_->v_cache(l) + b));
+    }
+  }
+  ASSERT_TRUE(pool_->ReleaseAll(*result_).ok());
+  ASSERT_TRUE(pool_->ReleaseAll(reference).ok());
+
+  const int free_before = pool_->free_pages();
+  (*loop)->RunSync([&] {
+    lander = Make(tokens, 0, 2, track, codec_thread.get());
+    send_all(*lander, 9);  // group 1's second token
+  });
+  ASSERT_TRUE(wait_done(3));
+  EXPECT_EQ(result_.status().code(), absl::StatusCode::kDataLoss) << result_.status();
+  EXPECT_NE(result_.status().message().find("KV group 1"), std::string::npos) << result_.status();
+  EXPECT_EQ(pool_->free_pages(), free_before);
+
+  // Let go of while its groups decode (as a session does once the track
+  // ends): the decodes keep it, and it lands.
+  std::weak_ptr<KvLander> weak;
+  (*loop)->RunSync([&] {
+    lander = Make(tokens, 0, 2, track, codec_thread.get());
+    weak = lander;
+    send_all(*lander, -1);
+    lander.reset();
+  });
+  ASSERT_TRUE(wait_done(4));
+  ASSERT_TRUE(result_.ok()) << result_.status();
+  ASSERT_TRUE(pool_->ReleaseAll(*result_).ok());
+  (*loop)->RunSync([] {});
+  EXPECT_TRUE(weak.expired());
+  // Aborted while decoding: done says so at once and the pages go back;
+  // the decodes, when they return, write nothing.
+  (*loop)->RunSync([&] {
+    lander = Make(tokens, 0, 2, track, codec_thread.get());
+    send_all(*lander, -1);
+    lander->Abort(absl::CancelledError("client went away"));
+    EXPECT_EQ(pool_->free_pages(), free_before);
+  });
+  EXPECT_EQ(done_calls_, 5);
+  EXPECT_EQ(result_.status().code(), absl::StatusCode::kCancelled);
+  codec_thread.reset();  // waits for the job running; the rest is dropped
+  (*loop)->RunSync([] {});
+  EXPECT_EQ(done_calls_, 5);
+  EXPECT_EQ(pool_->free_pages(), free_before);
 }
 
 }  // namespace

@@ -230,7 +230,7 @@ void KvPublisher::Pump(Prompt& p, const std::shared_ptr<Outlet>& o) {
 }
 
 void KvPublisher::CodeAcInBackground(quic::EventLoop* loop) {
-  ac_thread_ = std::make_unique<AcEncodeThread>(pool_->layout(), loop);
+  ac_thread_ = std::make_unique<AcCodecThread>(pool_->layout(), loop);
 }
 
 const KvPublisher::AcObjects* KvPublisher::CachedAc(const AcKey& key) const {
@@ -261,7 +261,7 @@ void KvPublisher::StartAc(const Prompt& p, int group, const AcKey& key) {
   std::vector<uint8_t> half;
   ac_.Gather(backend_, *pool_, SlotsOf(p.chunk_pages[group], pool_->layout().page_tokens, 0, n),
              &half);
-  ac_thread_->Submit(*std::get<2>(key), std::move(half), n, [this, key](AcObjects objects) {
+  ac_thread_->SubmitEncode(*std::get<2>(key), std::move(half), n, [this, key](AcObjects objects) {
     ++stats_.encodes;
     ++stats_.encodes_ahead;
     if (prompts_.count(std::get<0>(key))) CacheAc(key, std::move(objects));

@@ -45,7 +45,7 @@
 #include "engine/kv/kv_page_pool.h"
 #include "engine/kv/prefix_hash.h"
 #include "kernels/backend.h"
-#include "transport/kvcache/ac_encode_thread.h"
+#include "transport/kvcache/ac_codec_thread.h"
 #include "transport/kvcache/ac_pages.h"
 #include "transport/kvcache/naming.h"
 #include "transport/moqt/authorization.h"
@@ -82,7 +82,7 @@ class KvPublisher : public moqt::RequestHandler {
     subscribe_wait_ = wait;
   }
 
-  // ac groups are coded on a thread of the publisher's own (AcEncodeThread)
+  // ac groups are coded on a thread of the publisher's own (AcCodecThread)
   // instead of the loop thread, and the next group some request will need
   // is coded while the loop sends this one. `loop`: the sessions' loop
   // (borrowed). Without this call a group is coded on the loop thread when
@@ -213,7 +213,7 @@ class KvPublisher : public moqt::RequestHandler {
   void CodeAhead();
   AcPageCodec ac_;  // the ac tracks' codec (loop thread)
   std::deque<std::pair<AcKey, AcObjects>> ac_groups_;
-  std::unique_ptr<AcEncodeThread> ac_thread_;
+  std::unique_ptr<AcCodecThread> ac_thread_;
   std::vector<std::pair<std::string, std::weak_ptr<Outlet>>> ac_waiters_;  // (prompt, request)
   size_t send_window_ = 8 << 20;
   const std::string model_id_;

@@ -1,0 +1,86 @@
+// Background coding of ac groups: see ac_codec_thread.h.
+#include "transport/kvcache/ac_codec_thread.h"
+
+#include <utility>
+
+namespace kvcast::kvcache {
+
+AcCodecThread::AcCodecThread(const KvLayout& layout, quic::EventLoop* loop)
+    : loop_(loop), codec_(layout), thread_([this] { Run(); }) {}
+
+AcCodecThread::~AcCodecThread() {
+  *alive_ = false;  // completions posted from now on are dropped
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  cv_.notify_one();
+  thread_.join();
+}
+
+void AcCodecThread::SubmitEncode(const ac::AcPolicy& policy, std::vector<uint8_t> half,
+                                 int tokens, Encoded done) {
+  auto job = std::make_unique<Job>();
+  job->policy = &policy;
+  job->half = std::move(half);
+  job->tokens = tokens;
+  job->encoded = std::move(done);
+  Push(std::move(job));
+}
+
+void AcCodecThread::SubmitDecode(Objects objects, Decoded done) {
+  auto job = std::make_unique<Job>();
+  job->objects = std::move(objects);
+  job->decoded = std::move(done);
+  Push(std::move(job));
+}
+
+void AcCodecThread::Push(std::unique_ptr<Job> job) {
+  ++pending_;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    jobs_.push_back(std::move(job));
+  }
+  cv_.notify_one();
+}
+
+std::function<void()> AcCodecThread::Work(Job& job) {
+  if (job.policy != nullptr) {
+    auto objects = std::make_shared<Objects>();
+    codec_.EncodeGathered(*job.policy, job.half.data(), job.tokens, objects.get());
+    return [objects, done = std::move(job.encoded)] { done(std::move(*objects)); };
+  }
+  const std::vector<absl::Span<const uint8_t>> spans(job.objects.begin(), job.objects.end());
+  auto half = std::make_shared<std::vector<uint8_t>>();
+  absl::Status s = codec_.DecodeToHalf(spans, half.get());
+  return [half, s = std::move(s), done = std::move(job.decoded)] {
+    if (s.ok()) {
+      done(std::move(*half));
+    } else {
+      done(s);
+    }
+  };
+}
+
+void AcCodecThread::Run() {
+  for (;;) {
+    std::unique_ptr<Job> job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !jobs_.empty(); });
+      if (stop_) return;
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
+    }
+    std::function<void()> complete = Work(*job);
+    // The loop owns pending_ and the callbacks; `alive` outlives this object.
+    loop_->Post([this, alive = std::weak_ptr<bool>(alive_), complete = std::move(complete)] {
+      auto a = alive.lock();
+      if (!a || !*a) return;
+      --pending_;
+      complete();
+    });
+  }
+}
+
+}  // namespace kvcast::kvcache

@@ -1,0 +1,88 @@
+// AcCodecThread: codes and decodes the ac tracks' groups on a thread of its
+// own, off a session's loop thread.
+//  - A publisher's loop keeps sending one group while the next is coded
+//    (coding a Llama-3-8B-shaped group takes ~15 ms of a core; on the loop
+//    thread the link sat idle meanwhile). The caller gathers a group's fp16
+//    token payloads on the loop thread (AcPageCodec::Gather: the pages and
+//    backend stay the loop's) and hands them over; the objects come back on
+//    the loop.
+//  - A lander's loop keeps receiving, and acknowledging, while a complete
+//    group decodes (on the loop thread no ACK left for the ~15 ms a group
+//    takes, so the sender, whose window a fast link fills in a millisecond,
+//    stood idle); the fp16 payloads come back on the loop, which writes them
+//    into the pages (AcPageCodec::Scatter).
+// Jobs run one at a time, in the order submitted.
+//
+// Thread safety: Submit*, busy() and the destructor on the loop thread (the
+// destructor waits for the job running; completions not delivered by then
+// are dropped).
+#ifndef KVCAST_TRANSPORT_KVCACHE_AC_CODEC_THREAD_H_
+#define KVCAST_TRANSPORT_KVCACHE_AC_CODEC_THREAD_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/kv/kv_page_pool.h"
+#include "transport/kvcache/ac/ac_codec.h"
+#include "transport/kvcache/ac_pages.h"
+#include "transport/quic/event_loop.h"
+
+namespace kvcast::kvcache {
+
+class AcCodecThread {
+ public:
+  using Objects = std::vector<std::vector<uint8_t>>;
+  using Encoded = std::function<void(Objects objects)>;
+  using Decoded = std::function<void(absl::StatusOr<std::vector<uint8_t>> half)>;
+
+  // `loop` (borrowed) receives the completions; `layout` is the pool's.
+  AcCodecThread(const KvLayout& layout, quic::EventLoop* loop);
+  ~AcCodecThread();
+
+  // Codes `half` (the fp16 payloads of `tokens` tokens, AcPageCodec::Gather)
+  // in `policy` (which outlives the job); `done` then runs on the loop with
+  // the group's objects.
+  void SubmitEncode(const ac::AcPolicy& policy, std::vector<uint8_t> half, int tokens,
+                    Encoded done);
+  // Decodes a whole group, objects[t] = token t's object; `done` then runs
+  // on the loop with the fp16 payloads (AcPageCodec::Scatter them) or the
+  // decoder's error.
+  void SubmitDecode(Objects objects, Decoded done);
+  // A job was submitted whose `done` has not run yet.
+  bool busy() const { return pending_ > 0; }
+
+ private:
+  struct Job {
+    const ac::AcPolicy* policy = nullptr;  // encode; decode when null
+    std::vector<uint8_t> half;
+    int tokens = 0;
+    Objects objects;
+    Encoded encoded;
+    Decoded decoded;
+  };
+  void Push(std::unique_ptr<Job> job);
+  void Run();
+  // On the thread: the job's result, as the completion to post to the loop.
+  std::function<void()> Work(Job& job);
+
+  quic::EventLoop* const loop_;
+  AcPageCodec codec_;  // the thread's own
+  int pending_ = 0;    // loop thread's view
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Job>> jobs_;  // guarded by mu_
+  bool stop_ = false;                      // guarded by mu_
+  std::thread thread_;
+};
+
+}  // namespace kvcast::kvcache
+
+#endif  // KVCAST_TRANSPORT_KVCACHE_AC_CODEC_THREAD_H_
