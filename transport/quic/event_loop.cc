@@ -1,7 +1,8 @@
 // EventLoop on Linux: one epoll set; an eventfd wakes the loop for Post() and
-// Stop(); one timerfd (absolute CLOCK_MONOTONIC, nanosecond resolution) is
-// armed for the earliest timer, so pacing delays of a few microseconds are
-// honoured without spinning.
+// Stop(); the wait for events ends when the earliest timer is due, with
+// epoll_pwait2's nanosecond timeout (or, on kernels before 5.11, a timerfd
+// armed with the absolute CLOCK_MONOTONIC deadline), so pacing delays of a
+// few microseconds are honoured without spinning.
 #include "transport/quic/event_loop.h"
 
 #include <sys/epoll.h>
@@ -10,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -56,9 +58,7 @@ class EpollEventLoop : public EventLoop {
       if (stop_.load()) break;
       RunDueTimers();
       if (stop_.load()) break;
-      ArmTimerFd();
-      int timeout_ms = HasPostedTasks() ? 0 : -1;
-      int n = epoll_wait(epoll_fd_, events, 64, timeout_ms);
+      int n = Wait(events, 64);
       if (n < 0) {
         if (errno == EINTR) continue;
         break;  // Only EBADF/EINVAL: the loop itself is broken.
@@ -235,6 +235,32 @@ class EpollEventLoop : public EventLoop {
     }
   }
 
+  // Waits for events until the earliest timer is due (not at all when
+  // tasks are posted). epoll_pwait2 takes the timeout in nanoseconds, so a
+  // timer costs no system call of its own; where the kernel lacks it
+  // (before Linux 5.11) the timerfd carries the deadline instead.
+  int Wait(epoll_event* events, int max_events) {
+    const bool tasks = HasPostedTasks();
+    if (use_pwait2_) {
+      timespec ts{0, 0};
+      const timespec* timeout = &ts;
+      if (!tasks) {
+        if (timers_.empty()) {
+          timeout = nullptr;
+        } else {
+          const int64_t wait = std::max<int64_t>(0, timers_.begin()->first.first - MonotonicNanos());
+          ts.tv_sec = wait / 1000000000;
+          ts.tv_nsec = wait % 1000000000;
+        }
+      }
+      const int n = epoll_pwait2(epoll_fd_, events, max_events, timeout, nullptr);
+      if (n >= 0 || errno != ENOSYS) return n;
+      use_pwait2_ = false;
+    }
+    ArmTimerFd();
+    return epoll_wait(epoll_fd_, events, max_events, tasks ? 0 : -1);
+  }
+
   // Re-arms only when the earliest deadline moved earlier (or nothing is
   // armed): a deadline that moved later costs one early wake-up instead of
   // a timerfd_settime per event, which matters when QUIC pacing reschedules
@@ -254,6 +280,7 @@ class EpollEventLoop : public EventLoop {
   const int epoll_fd_;
   const int wake_fd_;
   const int timer_fd_;
+  bool use_pwait2_ = true;  // loop thread: false once the kernel said ENOSYS
   std::atomic<bool> stop_{false};
   std::atomic<std::thread::id> loop_thread_{};
 
