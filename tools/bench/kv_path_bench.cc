@@ -534,15 +534,22 @@ int Main() {
   const uint64_t fan_bytes = TrackBytes(b, fan_track, b.NewPrompt(fan_tokens), fan_tokens);
   std::printf("\nLive fan-out through the relay, %s, %d tokens (%.1f MiB):\n\n"
               "| subscribers | seconds | delivered MiB/s | publisher sent (copies) | "
-              "vs 1 subscriber x N |\n|---|---|---|---|---|\n",
+              "vs 1 subscriber x N | CPU ms per MiB delivered | cores busy |\n"
+              "|---|---|---|---|---|---|---|\n",
               TrackNameOf(fan_track).c_str(), fan_tokens, fan_bytes / double(1 << 20));
   double one = 0;
   for (int n : fanouts) {
-    const auto [secs, sent] = b.FanOut(n, fan_track, fan_tokens, fan_bytes);
-    const double rate = MiBps(fan_bytes * n, secs);
+    uint64_t sent = 0;
+    const Cost cost = Measure(true, [&] {
+      const auto [secs, publisher_sent] = b.FanOut(n, fan_track, fan_tokens, fan_bytes);
+      sent = publisher_sent;
+      return secs;
+    });
+    const double rate = MiBps(fan_bytes * n, cost.secs);
     if (one == 0) one = rate / n;
-    std::printf("| %d | %.3f | %.0f | %.2f | %.2fx |\n", n, secs, rate, double(sent) / fan_bytes,
-                rate / (one * n));
+    std::printf("| %d | %.3f | %.0f | %.2f | %.2fx | %.2f | %.2f |\n", n, cost.secs, rate,
+                double(sent) / fan_bytes, rate / (one * n),
+                cost.cpu * 1e3 / (double(fan_bytes) * n / (1 << 20)), cost.cpu / cost.secs);
     std::fflush(stdout);
   }
   return 0;
