@@ -68,7 +68,8 @@ AcGroupDecoder::AcGroupDecoder(const AcShape& shape)
   steps_.resize(units);
   masks_.resize(size_t(units) * shape.head_dim / 16);
   for (int m = 0; m < 2; ++m) nsym_[m].resize(units);
-  slots_.resize(size_t(units) * 2 * kProbScale);
+  freqs_.resize(size_t(units) * 2 * kMaxSymbols);
+  unit_slots_.resize(2 * kProbScale);
   prev_.resize(shape.token_floats());
   prev_shift_.resize(units);
 }
@@ -91,7 +92,6 @@ absl::Status AcGroupDecoder::ParseHeader(const uint8_t** p, const uint8_t* end) 
   }
   if (tokens == 0) return Corrupt("a group of 0 tokens");
   const int d = shape_.head_dim;
-  uint16_t freqs[kMaxSymbols];
   for (int u = 0; u < shape_.num_units(); ++u) {
     if (!GetLe(p, end, &steps_[u])) return Corrupt("truncated group header");
     for (int b = 0; b < d / 16; ++b) {
@@ -101,13 +101,13 @@ absl::Status AcGroupDecoder::ParseHeader(const uint8_t** p, const uint8_t* end) 
       uint32_t nsym;
       if (!GetVarint(p, end, &nsym) || nsym > kMaxSymbols) return Corrupt("bad table size");
       nsym_[m][u] = int(nsym);
+      uint16_t* freqs = &freqs_[(size_t(u) * 2 + m) * kMaxSymbols];
       for (uint32_t s = 0; s < nsym; ++s) {
         uint32_t f;
         if (!GetVarint(p, end, &f) || f > kProbScale) return Corrupt("bad table frequency");
         freqs[s] = uint16_t(f);
       }
-      if (nsym > 0 && !BuildDecodeTable(absl::MakeConstSpan(freqs, nsym),
-                                        &slots_[(size_t(u) * 2 + m) * kProbScale])) {
+      if (nsym > 0 && !ValidFrequencies(absl::MakeConstSpan(freqs, nsym))) {
         return Corrupt(absl::StrCat("unit ", u, ": frequencies do not sum to ", kProbScale));
       }
     }
@@ -115,6 +115,14 @@ absl::Status AcGroupDecoder::ParseHeader(const uint8_t** p, const uint8_t* end) 
   }
   tokens_ = tokens;
   return absl::OkStatus();
+}
+
+void AcGroupDecoder::BuildTables(int u, uint32_t* slots) const {
+  for (int m = 0; m < 2; ++m) {
+    if (nsym_[m][u] == 0) continue;
+    BuildDecodeTable(absl::MakeConstSpan(&freqs_[(size_t(u) * 2 + m) * kMaxSymbols], nsym_[m][u]),
+                     slots + m * kProbScale);
+  }
 }
 
 absl::Status AcGroupDecoder::OpenToken(const uint8_t* p, const uint8_t* end, Cursor* cur) const {
@@ -138,8 +146,8 @@ absl::Status AcGroupDecoder::OpenToken(const uint8_t* p, const uint8_t* end, Cur
   return absl::OkStatus();
 }
 
-absl::Status AcGroupDecoder::DecodeUnit(int t, int count, int u, Cursor* curs, float* out,
-                                        size_t out_stride) {
+absl::Status AcGroupDecoder::DecodeUnit(int t, int count, int u, Cursor* curs,
+                                        const uint32_t* slots, float* out, size_t out_stride) {
   const int d = shape_.head_dim;
   const uint16_t* masks = &masks_[size_t(u) * d / 16];
   const bool has_delta = std::any_of(masks, masks + d / 16, [](uint16_t m) { return m != 0; });
@@ -159,11 +167,22 @@ absl::Status AcGroupDecoder::DecodeUnit(int t, int count, int u, Cursor* curs, f
     steps[k] = std::ldexp(steps_[u], -shift);
     outs[k] = out + k * out_stride + size_t(u) * d;
   }
-  if (const char* why = decode_unit_(cursors, count, &slots_[size_t(u) * 2 * kProbScale], masks,
+  if (const char* why = decode_unit_(cursors, count, slots, masks,
                                      same, &prev_[size_t(u) * d], steps, d, outs)) {
     return Corrupt(why);
   }
   return absl::OkStatus();
+}
+
+void AcGroupDecoder::Prefetch(const Cursor& cur, float* out) const {
+  const int d = shape_.head_dim;
+  // A unit takes at most about a byte a value from the word stream (ac's
+  // unit take under 6 bits a value) and a little from the escapes.
+  for (ptrdiff_t at = 0; at < d; at += 64) {
+    __builtin_prefetch(cur.w + std::min(at, cur.words_end - cur.w), 0, 3);
+  }
+  __builtin_prefetch(cur.esc, 0, 3);
+  for (int c = 0; c < d; c += 16) __builtin_prefetch(out + c, 1, 3);
 }
 
 absl::Status AcGroupDecoder::CloseToken(const Cursor& cur) const {
@@ -187,6 +206,8 @@ absl::Status AcGroupDecoder::Decode(int object_id, absl::Span<const uint8_t> pay
   if (object_id == 0) {
     tokens_ = 0;
     if (absl::Status s = ParseHeader(&p, end); !s.ok()) return s;
+    slots_.resize(size_t(shape_.num_units()) * 2 * kProbScale);
+    for (int u = 0; u < shape_.num_units(); ++u) BuildTables(u, &slots_[size_t(u) * 2 * kProbScale]);
   } else if (object_id >= tokens_) {
     return absl::InvalidArgumentError(
         absl::StrCat("ac object ", object_id, " past the group's ", tokens_, " tokens"));
@@ -194,7 +215,8 @@ absl::Status AcGroupDecoder::Decode(int object_id, absl::Span<const uint8_t> pay
   Cursor cur;
   if (absl::Status s = OpenToken(p, end, &cur); !s.ok()) return s;
   for (int u = 0; u < shape_.num_units(); ++u) {
-    if (absl::Status s = DecodeUnit(object_id, 1, u, &cur, out, 0); !s.ok()) return s;
+    const uint32_t* slots = &slots_[size_t(u) * 2 * kProbScale];
+    if (absl::Status s = DecodeUnit(object_id, 1, u, &cur, slots, out, 0); !s.ok()) return s;
   }
   if (absl::Status s = CloseToken(cur); !s.ok()) return s;
   next_ = object_id + 1;
@@ -220,11 +242,23 @@ absl::Status AcGroupDecoder::DecodeGroup(absl::Span<const absl::Span<const uint8
   }
   // Unit by unit over all tokens, so that each unit's tables stay in
   // cache, a few tokens at a time (independent rANS chains in flight).
+  // Every call reads and writes other tokens' lines, out of cache (each
+  // token's stream and values lie apart): it prefetches those of the
+  // tokens kPrefetchAhead later (of the next unit past the last token).
   const size_t n = shape_.token_floats();
-  for (int u = 0; u < shape_.num_units(); ++u) {
+  const int units = shape_.num_units(), d = shape_.head_dim;
+  for (int u = 0; u < units; ++u) {
+    BuildTables(u, unit_slots_.data());
     for (int t = 0; t < tokens_; t += internal::kMaxTokensPerCall) {
       const int count = std::min(internal::kMaxTokensPerCall, tokens_ - t);
-      if (absl::Status s = DecodeUnit(t, count, u, &cursors[t], out + t * n, n); !s.ok()) return s;
+      for (int k = t + kPrefetchAhead; k < t + kPrefetchAhead + count; ++k) {
+        const int pu = u + k / tokens_, pt = k % tokens_;
+        if (pu < units) Prefetch(cursors[pt], out + pt * n + size_t(pu) * d);
+      }
+      if (absl::Status s = DecodeUnit(t, count, u, &cursors[t], unit_slots_.data(), out + t * n, n);
+          !s.ok()) {
+        return s;
+      }
     }
   }
   for (const Cursor& c : cursors) {

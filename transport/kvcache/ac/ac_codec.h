@@ -144,12 +144,21 @@ class AcGroupDecoder {
     const uint8_t* shifts;
   };
   absl::Status ParseHeader(const uint8_t** p, const uint8_t* end);
+  // Unit u's decoder tables (raw, then delta if it has one) into
+  // slots[0, 2 kProbScale), from the frequencies ParseHeader checked.
+  void BuildTables(int u, uint32_t* slots) const;
   absl::Status OpenToken(const uint8_t* p, const uint8_t* end, Cursor* cur) const;
   // Unit u of tokens t .. t+count-1 (count <= internal::kMaxTokensPerCall)
   // from cursors curs[0, count) into token k's values at out + k *
-  // out_stride. A unit's tokens decode in order.
-  absl::Status DecodeUnit(int t, int count, int u, Cursor* curs, float* out, size_t out_stride);
+  // out_stride, with the unit's tables `slots`. A unit's tokens decode in
+  // order.
+  absl::Status DecodeUnit(int t, int count, int u, Cursor* curs, const uint32_t* slots, float* out,
+                          size_t out_stride);
+  // Prefetches the lines a token's next unit reads (from cursor cur) and
+  // writes (its values at out).
+  void Prefetch(const Cursor& cur, float* out) const;
   absl::Status CloseToken(const Cursor& cur) const;
+  static constexpr int kPrefetchAhead = 16;  // tokens
 
   const AcShape shape_;
   int tokens_ = 0;
@@ -158,7 +167,14 @@ class AcGroupDecoder {
   std::vector<float> steps_;
   std::vector<uint16_t> masks_;  // as the encoder's
   std::vector<int> nsym_[2];
-  std::vector<uint32_t> slots_;  // per unit x (raw, delta) x kProbScale (rans.h)
+  std::vector<uint16_t> freqs_;  // per unit x (raw, delta) x kMaxSymbols
+  // Decode's tables: per unit x (raw, delta) x kProbScale (rans.h), built
+  // from object 0. DecodeGroup builds one unit's at a time into
+  // unit_slots_ instead, where they stay in cache while it is decoded
+  // (every unit's at once were 16 MB on Llama-3-8B's shape, written to
+  // memory and read back).
+  std::vector<uint32_t> slots_;
+  std::vector<uint32_t> unit_slots_;
   std::vector<int32_t> prev_;  // the previous token's codes
   std::vector<uint8_t> prev_shift_;  // and step shifts
 };

@@ -69,6 +69,10 @@ bool ForEachSymbol(absl::Span<const uint16_t> freqs, Visit visit) {
 
 }  // namespace
 
+bool ValidFrequencies(absl::Span<const uint16_t> freqs) {
+  return ForEachSymbol(freqs, [](size_t, uint32_t, uint32_t) {});
+}
+
 bool BuildEncodeTable(absl::Span<const uint16_t> freqs, uint32_t* fc, double* rcp) {
   // 1.0 / f for every f, once (a division per entry was a visible cost).
   static const std::array<double, kProbScale + 1> kReciprocals = [] {

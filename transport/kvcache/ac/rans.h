@@ -53,6 +53,7 @@ void NormalizeFrequencies(absl::Span<const uint32_t> counts, uint16_t* freqs);
 
 // False unless 1 <= freqs.size() <= kMaxSymbols and the frequencies sum to
 // kProbScale. Entries of symbols past freqs.size() are left alone.
+bool ValidFrequencies(absl::Span<const uint16_t> freqs);
 bool BuildEncodeTable(absl::Span<const uint16_t> freqs, uint32_t* fc, double* rcp);
 bool BuildDecodeTable(absl::Span<const uint16_t> freqs, uint32_t* slot);
 

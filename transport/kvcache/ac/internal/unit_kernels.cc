@@ -59,6 +59,41 @@ const char* DecodeUnitScalar(DecodeCursor* const* curs, int count, const uint32_
 
 #define KVCAST_AVX512 __attribute__((target("avx512f,avx512bw,avx512vbmi2,bmi2,popcnt")))
 
+// The renormalization of the lanes `need` of v: each takes the next word
+// of the stream, in lane order.
+KVCAST_AVX512 __attribute__((always_inline)) inline __m512i RefillAvx512(DecodeCursor* cur,
+                                                                        __m512i v,
+                                                                        __mmask16 need) {
+  const int count = _mm_popcnt_u32(need);
+  const ptrdiff_t left = cur->words_end - cur->w;
+  if (left >= 2 * count) {
+    // The words' load waits only on the previous block's count, not on
+    // this block's states (an expanding load from memory would): 16 words
+    // when the stream has them, else the `count` it has.
+    const __m256i raw = left >= 32
+        ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(cur->w))
+        : _mm512_castsi512_si256(_mm512_maskz_loadu_epi16((1u << count) - 1, cur->w));
+    cur->w += 2 * count;
+    return _mm512_mask_or_epi32(v, need, _mm512_slli_epi32(v, 16),
+                                _mm512_maskz_expand_epi32(need, _mm512_cvtepu16_epi32(raw)));
+  }
+  // The stream runs out in this block: lane by lane, as the scalar code.
+  alignas(64) uint32_t lanes[16];
+  _mm512_store_si512(lanes, v);
+  for (int j = 0; j < 16; ++j) {
+    if (!((need >> j) & 1)) continue;
+    if (cur->words_end - cur->w >= 2) {
+      uint16_t word;
+      std::memcpy(&word, cur->w, 2);
+      lanes[j] = (lanes[j] << 16) | word;
+      cur->w += 2;
+    } else {
+      cur->overrun = true;
+    }
+  }
+  return _mm512_load_si512(lanes);
+}
+
 // One block of 16 values of one token: the rANS step on the lanes x,
 // then the codes (into *q, from *prev_q for delta lanes dm).
 KVCAST_AVX512 __attribute__((always_inline)) inline const char* DecodeBlockAvx512(DecodeCursor* cur, __m512i* x,
@@ -72,44 +107,25 @@ KVCAST_AVX512 __attribute__((always_inline)) inline const char* DecodeBlockAvx51
   const __m512i f = _mm512_add_epi32(_mm512_and_si512(_mm512_srli_epi32(e, 12), k4095), k1);
   __m512i v = _mm512_add_epi32(_mm512_mullo_epi32(f, _mm512_srli_epi32(*x, kProbBits)),
                                _mm512_sub_epi32(slot, _mm512_and_si512(e, k4095)));
-  alignas(64) uint32_t lanes[16];
   if (const __mmask16 need = _mm512_cmplt_epu32_mask(v, _mm512_set1_epi32(kStateLow))) {
-    const int count = _mm_popcnt_u32(need);
-    if (cur->words_end - cur->w >= 2 * count) {
-      const __m512i words = _mm512_maskz_expandloadu_epi16(_pdep_u32(need, 0x55555555), cur->w);
-      v = _mm512_mask_or_epi32(v, need, _mm512_slli_epi32(v, 16), words);
-      cur->w += 2 * count;
-    } else {  // the stream runs out in this block: lane by lane, as the scalar code
-      _mm512_store_si512(lanes, v);
-      for (int j = 0; j < 16; ++j) {
-        if (!((need >> j) & 1)) continue;
-        if (cur->words_end - cur->w >= 2) {
-          uint16_t word;
-          std::memcpy(&word, cur->w, 2);
-          lanes[j] = (lanes[j] << 16) | word;
-          cur->w += 2;
-        } else {
-          cur->overrun = true;
-        }
-      }
-      v = _mm512_load_si512(lanes);
-    }
+    v = RefillAvx512(cur, v, need);
   }
   *x = v;
   __m512i z = _mm512_srli_epi32(e, 24);
   if (const __mmask16 esc = _mm512_cmpeq_epi32_mask(z, _mm512_set1_epi32(kEscape))) {
     // Only the escaped lanes, in order; most escapes are one-byte varints
-    // (a residual below 383), read inline.
-    _mm512_store_si512(lanes, z);
+    // (a residual below 383), read inline. Each goes into its lane by a
+    // masked broadcast: lanes stored and reloaded as a vector would stall
+    // on store forwarding (the load spans several narrower stores).
     for (uint32_t m = esc; m != 0; m &= m - 1) {
-      const int j = __builtin_ctz(m);
+      uint32_t zj;
       if (cur->esc < cur->end && *cur->esc < 0x80) {
-        lanes[j] = kEscape + *cur->esc++;
-      } else if (!ReadEscape(cur, &lanes[j])) {
+        zj = kEscape + *cur->esc++;
+      } else if (!ReadEscape(cur, &zj)) {
         return "bad escape";
       }
+      z = _mm512_mask_set1_epi32(z, __mmask16(m & -m), int(zj));
     }
-    z = _mm512_load_si512(lanes);
   }
   const __m512i r = _mm512_xor_si512(
       _mm512_srli_epi32(z, 1), _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_and_si512(z, k1)));
@@ -120,16 +136,20 @@ KVCAST_AVX512 __attribute__((always_inline)) inline const char* DecodeBlockAvx51
   return nullptr;
 }
 
+// N tokens' chains side by side (independent gathers and multiplies in
+// flight), states in registers.
 template <int N>
 KVCAST_AVX512 const char* DecodeTokensAvx512(DecodeCursor* const* curs, const uint32_t* slots,
                                              const uint16_t* masks, const bool* same,
                                              int32_t* prev, const float* steps, int d,
                                              float* const* outs) {
   __m512i x[N];
+#pragma GCC unroll 8
   for (int k = 0; k < N; ++k) x[k] = _mm512_loadu_si512(curs[k]->state);
   for (int b = 0; b < d / 16; ++b) {
     // q carries the previous token's codes into each token's block.
     __m512i q = _mm512_loadu_si512(prev + b * 16);
+#pragma GCC unroll 8
     for (int k = 0; k < N; ++k) {
       if (const char* why = DecodeBlockAvx512(curs[k], &x[k], slots, same[k] ? masks[b] : 0, &q)) {
         return why;
@@ -139,20 +159,35 @@ KVCAST_AVX512 const char* DecodeTokensAvx512(DecodeCursor* const* curs, const ui
     }
     _mm512_storeu_si512(prev + b * 16, q);
   }
+#pragma GCC unroll 8
   for (int k = 0; k < N; ++k) _mm512_storeu_si512(curs[k]->state, x[k]);
   return nullptr;
 }
 
+// Tokens in order, up to 8 at a time (prev carries the codes from one
+// call to the next).
 KVCAST_AVX512 const char* DecodeUnitAvx512(DecodeCursor* const* curs, int count,
                                            const uint32_t* slots, const uint16_t* masks,
                                            const bool* same, int32_t* prev, const float* steps,
                                            int d, float* const* outs) {
-  switch (count) {
-    case 1: return DecodeTokensAvx512<1>(curs, slots, masks, same, prev, steps, d, outs);
-    case 2: return DecodeTokensAvx512<2>(curs, slots, masks, same, prev, steps, d, outs);
-    case 3: return DecodeTokensAvx512<3>(curs, slots, masks, same, prev, steps, d, outs);
-    default: return DecodeTokensAvx512<4>(curs, slots, masks, same, prev, steps, d, outs);
+  for (int k = 0; k < count;) {
+    const char* why;
+    if (count - k >= 8) {
+      why = DecodeTokensAvx512<8>(curs + k, slots, masks, same + k, prev, steps + k, d, outs + k);
+      k += 8;
+    } else if (count - k >= 4) {
+      why = DecodeTokensAvx512<4>(curs + k, slots, masks, same + k, prev, steps + k, d, outs + k);
+      k += 4;
+    } else if (count - k >= 2) {
+      why = DecodeTokensAvx512<2>(curs + k, slots, masks, same + k, prev, steps + k, d, outs + k);
+      k += 2;
+    } else {
+      why = DecodeTokensAvx512<1>(curs + k, slots, masks, same + k, prev, steps + k, d, outs + k);
+      k += 1;
+    }
+    if (why) return why;
   }
+  return nullptr;
 }
 
 }  // namespace

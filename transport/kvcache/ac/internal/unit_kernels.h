@@ -24,7 +24,7 @@ inline constexpr int kMaxShift = 15;  // a token's step is the unit's over 2^shi
 
 // Kernels take up to this many tokens per call: independent rANS chains
 // in flight hide the latency of each one's gathers and multiplies.
-inline constexpr int kMaxTokensPerCall = 4;
+inline constexpr int kMaxTokensPerCall = 8;
 
 // Where one token's section is being read.
 struct DecodeCursor {
