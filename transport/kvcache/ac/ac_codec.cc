@@ -26,6 +26,12 @@ bool GetLe(const uint8_t** p, const uint8_t* end, T* v) {
   return true;
 }
 
+// 2^-shift, exact: a step times it rounds as ldexp(step, -shift) does
+// (a libm call per token and unit was a visible cost).
+constexpr float kInversePowersOfTwo[kMaxShift + 1] = {
+    0x1p0f, 0x1p-1f, 0x1p-2f, 0x1p-3f, 0x1p-4f, 0x1p-5f, 0x1p-6f, 0x1p-7f,
+    0x1p-8f, 0x1p-9f, 0x1p-10f, 0x1p-11f, 0x1p-12f, 0x1p-13f, 0x1p-14f, 0x1p-15f};
+
 absl::Status Corrupt(const std::string& what) {
   return absl::DataLossError(absl::StrCat("ac object: ", what));
 }
@@ -63,7 +69,9 @@ const AcPolicy* AcPolicyOf(std::string_view track) {
 // ---- decoder -----------------------------------------------------------------
 
 AcGroupDecoder::AcGroupDecoder(const AcShape& shape)
-    : shape_(shape), decode_unit_(internal::SelectDecodeUnit()) {
+    : shape_(shape),
+      decode_unit_(internal::SelectDecodeUnit()),
+      build_table_(internal::SelectBuildTable()) {
   const int units = shape.num_units();
   steps_.resize(units);
   masks_.resize(size_t(units) * shape.head_dim / 16);
@@ -120,8 +128,7 @@ absl::Status AcGroupDecoder::ParseHeader(const uint8_t** p, const uint8_t* end) 
 void AcGroupDecoder::BuildTables(int u, uint32_t* slots) const {
   for (int m = 0; m < 2; ++m) {
     if (nsym_[m][u] == 0) continue;
-    BuildDecodeTable(absl::MakeConstSpan(&freqs_[(size_t(u) * 2 + m) * kMaxSymbols], nsym_[m][u]),
-                     slots + m * kProbScale);
+    build_table_(&freqs_[(size_t(u) * 2 + m) * kMaxSymbols], nsym_[m][u], slots + m * kProbScale);
   }
 }
 
@@ -164,7 +171,7 @@ absl::Status AcGroupDecoder::DecodeUnit(int t, int count, int u, Cursor* curs,
       return Corrupt(absl::StrCat("unit ", u, " has no delta table"));
     }
     cursors[k] = &curs[k];
-    steps[k] = std::ldexp(steps_[u], -shift);
+    steps[k] = steps_[u] * kInversePowersOfTwo[shift];
     outs[k] = out + k * out_stride + size_t(u) * d;
   }
   if (const char* why = decode_unit_(cursors, count, slots, masks,
@@ -174,7 +181,8 @@ absl::Status AcGroupDecoder::DecodeUnit(int t, int count, int u, Cursor* curs,
   return absl::OkStatus();
 }
 
-void AcGroupDecoder::Prefetch(const Cursor& cur, float* out) const {
+void AcGroupDecoder::Prefetch(const Cursor& cur, int u, float* out) const {
+  __builtin_prefetch(cur.shifts + u, 0, 3);
   const int d = shape_.head_dim;
   // A unit takes at most about a byte a value from the word stream (ac's
   // unit take under 6 bits a value) and a little from the escapes.
@@ -253,7 +261,7 @@ absl::Status AcGroupDecoder::DecodeGroup(absl::Span<const absl::Span<const uint8
       const int count = std::min(internal::kMaxTokensPerCall, tokens_ - t);
       for (int k = t + kPrefetchAhead; k < t + kPrefetchAhead + count; ++k) {
         const int pu = u + k / tokens_, pt = k % tokens_;
-        if (pu < units) Prefetch(cursors[pt], out + pt * n + size_t(pu) * d);
+        if (pu < units) Prefetch(cursors[pt], pu, out + pt * n + size_t(pu) * d);
       }
       if (absl::Status s = DecodeUnit(t, count, u, &cursors[t], unit_slots_.data(), out + t * n, n);
           !s.ok()) {

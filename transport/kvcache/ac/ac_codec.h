@@ -154,9 +154,9 @@ class AcGroupDecoder {
   // order.
   absl::Status DecodeUnit(int t, int count, int u, Cursor* curs, const uint32_t* slots, float* out,
                           size_t out_stride);
-  // Prefetches the lines a token's next unit reads (from cursor cur) and
-  // writes (its values at out).
-  void Prefetch(const Cursor& cur, float* out) const;
+  // Prefetches the lines a token's unit u reads (its step shift, and from
+  // cursor cur) and writes (its values at out).
+  void Prefetch(const Cursor& cur, int u, float* out) const;
   absl::Status CloseToken(const Cursor& cur) const;
   static constexpr int kPrefetchAhead = 16;  // tokens
 
@@ -164,6 +164,7 @@ class AcGroupDecoder {
   int tokens_ = 0;
   int next_ = 0;  // the object expected next
   const internal::DecodeUnitFn decode_unit_;
+  const internal::BuildTableFn build_table_;
   std::vector<float> steps_;
   std::vector<uint16_t> masks_;  // as the encoder's
   std::vector<int> nsym_[2];

@@ -161,6 +161,44 @@ TEST(AcCodec, SimdKernelsEqualScalarOnAwkwardInputs) {
   }
 }
 
+// The AVX-512 decoder against the scalar one on the awkward inputs: token
+// counts around its 8 / 4 / 2 / 1-token calls, tiny and huge units, and
+// damaged objects (the same error, message included).
+TEST(AcCodec, SimdDecoderEqualsScalarOnAwkwardInputs) {
+  if (!internal::SimdKernelsAvailable()) GTEST_SKIP() << "no AVX-512 (F, BW, VBMI2) here";
+  for (const AcShape& s : {AcShape{2, 3, 48}, AcShape{3, 1, 16}, AcShape{1, 2, 512}}) {
+    for (const AcPolicy* p : {&AcNearLossless(), &AcLow()}) {
+      for (int tokens : {1, 2, 3, 7, 9, 15, 17, 129}) {
+        const uint32_t seed = 20u + tokens + s.head_dim;
+        const auto kv = AwkwardKv(s, tokens, seed);
+        std::vector<std::vector<uint8_t>> objects;
+        AcGroupEncoder(s, *p).Encode(kv.data(), tokens, &objects);
+        std::mt19937 rng(seed);
+        auto damaged = objects;
+        auto& victim = damaged[rng() % tokens];
+        if (rng() % 2) {
+          victim.resize(victim.size() - 1 - rng() % 8);
+        } else {
+          victim[victim.size() - 1 - rng() % std::min<size_t>(victim.size(), 64)] ^= 0x5a;
+        }
+        std::vector<float> out[2];
+        absl::Status status[2];
+        for (int scalar : {0, 1}) {
+          internal::ForceScalarKernels(scalar);
+          out[scalar] = DecodeAll(s, objects);
+          std::vector<float> all(size_t(tokens) * s.token_floats());
+          const std::vector<absl::Span<const uint8_t>> spans(damaged.begin(), damaged.end());
+          status[scalar] = AcGroupDecoder(s).DecodeGroup(spans, all.data());
+        }
+        internal::ForceScalarKernels(false);
+        ASSERT_EQ(0, std::memcmp(out[0].data(), out[1].data(), out[0].size() * 4))
+            << s.head_dim << " x " << tokens << " tokens";
+        EXPECT_EQ(status[0], status[1]) << s.head_dim << " x " << tokens << " tokens";
+      }
+    }
+  }
+}
+
 // A token 2^k times quieter than its unit's loudest gets a step 2^k finer;
 // near the bottom of float32 that step would have no finite reciprocal
 // (and 0 * inf is NaN). A unit that small codes as zeros; one just above

@@ -47,10 +47,15 @@ using DecodeUnitFn = const char* (*)(DecodeCursor* const* curs, int count, const
                                      const uint16_t* masks, const bool* same, int32_t* prev,
                                      const float* steps, int d, float* const* outs);
 
+// A decoder table (rans.h) into slots[0, kProbScale) from nsym frequencies
+// that ValidFrequencies accepts (the scalar kernel is BuildDecodeTable).
+using BuildTableFn = void (*)(const uint16_t* freqs, int nsym, uint32_t* slots);
+
 // AVX-512 (F, BW, VBMI2) kernels when the CPU has them and scalar ones are
 // not forced; scalar otherwise.
 // (The encoder's kernels: encode_kernels.h.)
 DecodeUnitFn SelectDecodeUnit();
+BuildTableFn SelectBuildTable();
 bool SimdKernelsAvailable();
 // For tests and benchmarks: encoders and decoders made after this call
 // use the scalar kernels (true) or the best available (false).
