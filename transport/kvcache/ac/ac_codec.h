@@ -149,15 +149,17 @@ class AcGroupDecoder {
   void BuildTables(int u, uint32_t* slots) const;
   absl::Status OpenToken(const uint8_t* p, const uint8_t* end, Cursor* cur) const;
   // Unit u of tokens t .. t+count-1 (count <= internal::kMaxTokensPerCall)
-  // from cursors curs[0, count) into token k's values at out + k *
+  // from cursors curs[0, count) into token k's d values at out + k *
   // out_stride, with the unit's tables `slots`. A unit's tokens decode in
   // order.
   absl::Status DecodeUnit(int t, int count, int u, Cursor* curs, const uint32_t* slots, float* out,
                           size_t out_stride);
-  // Prefetches the lines a token's unit u reads (its step shift, and from
-  // cursor cur) and writes (its values at out).
-  void Prefetch(const Cursor& cur, int u, float* out) const;
+  // Prefetches the lines a token's units [u0, u1) read: the step shifts
+  // and, from cursor cur, the words and escapes.
+  void Prefetch(const Cursor& cur, int u0, int u1) const;
   absl::Status CloseToken(const Cursor& cur) const;
+  // DecodeGroup's run of units whose tables it keeps (256 KB: in L2).
+  static constexpr int kRunUnits = 8;
   static constexpr int kPrefetchAhead = 16;  // tokens
 
   const AcShape shape_;
@@ -170,12 +172,12 @@ class AcGroupDecoder {
   std::vector<int> nsym_[2];
   std::vector<uint16_t> freqs_;  // per unit x (raw, delta) x kMaxSymbols
   // Decode's tables: per unit x (raw, delta) x kProbScale (rans.h), built
-  // from object 0. DecodeGroup builds one unit's at a time into
-  // unit_slots_ instead, where they stay in cache while it is decoded
+  // from object 0. DecodeGroup builds kRunUnits units' at a time into
+  // run_slots_ instead, where they stay in cache while they are decoded
   // (every unit's at once were 16 MB on Llama-3-8B's shape, written to
   // memory and read back).
   std::vector<uint32_t> slots_;
-  std::vector<uint32_t> unit_slots_;
+  std::vector<uint32_t> run_slots_;
   std::vector<int32_t> prev_;  // the previous token's codes
   std::vector<uint8_t> prev_shift_;  // and step shifts
 };
