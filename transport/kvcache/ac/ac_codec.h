@@ -132,8 +132,9 @@ class AcGroupDecoder {
 
   // Decodes a whole group, objects[t] = object t's payload, into out[0,
   // T * token_floats()): the same result and errors as Decode of each in
-  // order, faster (unit by unit over all tokens, so each unit's tables stay
-  // in cache). InvalidArgument when objects.size() is not the header's T.
+  // order, faster (a run of units over all tokens at a time, so that the
+  // run's tables stay in cache). InvalidArgument when objects.size() is not
+  // the header's T.
   absl::Status DecodeGroup(absl::Span<const absl::Span<const uint8_t>> objects, float* out);
 
   int tokens_in_group() const { return tokens_; }  // from object 0's header (0 before)
