@@ -2,6 +2,8 @@
 // the ratios compare like with like (issue 19). Llama-3-8B-shaped KV (32
 // layers, 8 KV heads x 128), per track and prompt length:
 //   direct   KvPublisher -> KvLander over MoQT (QUIC + TLS 1.3)
+//   direct2  the same over two connections, each landing half of the
+//            groups on a decode loop of its own (the publisher keeps one)
 //   relay    KvPublisher -> Relay -> KvLander, live (nothing cached yet)
 //   cached   Relay -> KvLander, the same track again (from the relay cache)
 //   tls-tcp  the same bytes on one TLS 1.3 TCP stream (GnuTLS, AES-128-GCM
@@ -66,7 +68,7 @@ ABSL_FLAG(int, max_udp_payload, 0,
 ABSL_FLAG(bool, ac_threads, true,
           "ac groups coded and decoded on threads of their own, as the workers do "
           "(KvPublisher::CodeAcInBackground, LandingSpec.ac_thread); false: on the loops");
-ABSL_FLAG(std::string, cases, "direct,relay,cached,tls,fanout",
+ABSL_FLAG(std::string, cases, "direct,direct2,relay,cached,tls,fanout",
           "the cases to run (others print -), e.g. direct alone under perf");
 
 namespace kvcast::kvcache {
@@ -232,17 +234,19 @@ bench::LoopbackCerts Certs() {
 
 struct Bench {
   KvLayout layout;
-  std::unique_ptr<Backend> prefill_backend = NewCpuBackend(), decode_backend = NewCpuBackend();
-  std::unique_ptr<KvPagePool> prefill_pool, decode_pool;
+  std::unique_ptr<Backend> prefill_backend = NewCpuBackend(), decode_backend = NewCpuBackend(),
+                           decode2_backend = NewCpuBackend();
+  std::unique_ptr<KvPagePool> prefill_pool, decode_pool, decode2_pool;
   std::vector<int32_t> prompt_pages;  // the prefill side's KV, shared by every prompt
   bench::LoopbackCerts certs = Certs();
-  Loop prefill, relay_loop, decode, fan;
+  Loop prefill, relay_loop, decode, decode2, fan;
   std::unique_ptr<Publisher> publisher;
   std::unique_ptr<moqt::MoqtServer> publisher_server, relay_server;
   std::unique_ptr<moqt::Relay> relay;
-  std::unique_ptr<moqt::MoqtClient> direct, via_relay;
-  std::unique_ptr<AcCodecThread> decode_ac;  // decode loop's; null without --ac_threads
-  Ready direct_ready, relay_ready;
+  std::unique_ptr<moqt::MoqtClient> direct, via_relay, direct2;  // direct2: decode2's
+  // The decode loops' ac threads; null without --ac_threads.
+  std::unique_ptr<AcCodecThread> decode_ac, decode2_ac;
+  Ready direct_ready, relay_ready, direct2_ready;
   int prompts = 0;
 
   Bench(int layers, int max_tokens) : layout{layers, 8, 128, 16} {
@@ -251,6 +255,7 @@ struct Bench {
     const int pages = (max_tokens + layout.page_tokens - 1) / layout.page_tokens;
     prefill_pool = *KvPagePool::Create(prefill_backend.get(), layout, pages);
     decode_pool = *KvPagePool::Create(decode_backend.get(), layout, pages);
+    decode2_pool = *KvPagePool::Create(decode2_backend.get(), layout, pages);
     uint32_t x = 1;  // xorshift: values in [-2, 2)
     auto next = [&x] {
       x ^= x << 13;
@@ -271,8 +276,10 @@ struct Bench {
       }
     }
     for (int l = 0; l < layout.num_layers; ++l) {  // no first-touch faults in the timed runs
-      std::memset(decode_pool->k_pages(l), 0, decode_pool->layer_bytes());
-      std::memset(decode_pool->v_pages(l), 0, decode_pool->layer_bytes());
+      for (KvPagePool* p : {decode_pool.get(), decode2_pool.get()}) {
+        std::memset(p->k_pages(l), 0, p->layer_bytes());
+        std::memset(p->v_pages(l), 0, p->layer_bytes());
+      }
     }
     prompt_pages = *prefill_pool->Allocate(pages);
     const quic::TlsOptions server_tls = certs.Server();
@@ -312,8 +319,18 @@ struct Bench {
                                              Transport(), moqt::SessionOptions{},
                                              &relay_ready);
     });
+    decode2.Run([&] {
+      if (absl::GetFlag(FLAGS_ac_threads)) {
+        decode2_ac = std::make_unique<AcCodecThread>(layout, decode2.thread->loop());
+      }
+      direct2 = *moqt::MoqtClient::Connect(decode2.thread->loop(), "127.0.0.1",
+                                           publisher_server->port(), certs.Client(),
+                                           Transport(), moqt::SessionOptions{},
+                                           &direct2_ready);
+    });
     direct_ready.ready.WaitForNotification();
     relay_ready.ready.WaitForNotification();
+    direct2_ready.ready.WaitForNotification();
   }
 
   ~Bench() {
@@ -321,6 +338,10 @@ struct Bench {
       direct.reset();
       via_relay.reset();
       decode_ac.reset();
+    });
+    decode2.Run([&] {
+      direct2.reset();
+      decode2_ac.reset();
     });
     prefill.Run([&] {
       publisher->upstream.reset();
@@ -352,35 +373,74 @@ struct Bench {
     return digest;
   }
 
+  // One decode side: a loop, its pool, its ac thread.
+  struct Side {
+    Loop* loop;
+    KvPagePool* pool;
+    Backend* backend;
+    AcCodecThread* ac;
+  };
+  Side Decode1() { return {&decode, decode_pool.get(), decode_backend.get(), decode_ac.get()}; }
+  Side Decode2() { return {&decode2, decode2_pool.get(), decode2_backend.get(), decode2_ac.get()}; }
+
+  // Subscribes to groups [first, end) of `track` through `client` (on
+  // `side`'s loop) into `side`'s pages; `done` is notified when they landed.
+  void StartLanding(const Side& side, moqt::MoqtClient* client, const moqt::FullTrackName& track,
+                    int tokens, int first, int end, absl::Notification* done,
+                    absl::Status* result) {
+    side.loop->Run([&] {
+      const int n = std::min(end * kChunk, tokens) - first * kChunk;
+      auto lander = KvLander::Create(
+          side.pool, side.backend, kModel, track,
+          LandingSpec{kChunk, tokens, first, end, *side.pool->Allocate((n + 15) / 16), side.ac},
+          [done, result, pool = side.pool](absl::StatusOr<std::vector<int32_t>> r) {
+            *result = r.status();
+            if (r.ok()) (void)pool->ReleaseAll(*r);
+            done->Notify();
+          });
+      moqt::Subscribe s;
+      s.track = track;
+      s.filter_type = moqt::FilterType::kAbsoluteRange;
+      s.start = moqt::Location{uint64_t(first), 0};
+      s.end_group = end - 1;
+      (void)client->session()->Subscribe(s, *lander, [](auto) {});
+    });
+  }
+
+  static void Check(const moqt::FullTrackName& track, const absl::Status& result) {
+    if (result.ok()) return;
+    std::fprintf(stderr, "kv_path_bench: %s: %s\n", moqt::ToString(track).c_str(),
+                 result.ToString().c_str());
+    std::exit(1);
+  }
+
   // Lands the whole track through `client`'s session; seconds.
   double Land(moqt::MoqtClient* client, const moqt::FullTrackName& track, int tokens) {
     absl::Notification done;
     absl::Status result;
-    const int groups = (tokens + kChunk - 1) / kChunk;
     const absl::Time start = absl::Now();
-    decode.Run([&] {
-      auto lander = KvLander::Create(
-          decode_pool.get(), decode_backend.get(), kModel, track,
-          LandingSpec{kChunk, tokens, 0, groups, *decode_pool->Allocate((tokens + 15) / 16),
-                      decode_ac.get()},
-          [&, pool = decode_pool.get()](absl::StatusOr<std::vector<int32_t>> r) {
-            result = r.status();
-            if (r.ok()) (void)pool->ReleaseAll(*r);
-            done.Notify();
-          });
-      moqt::Subscribe s;
-      s.track = track;
-      s.filter_type = moqt::FilterType::kAbsoluteStart;
-      s.start = moqt::Location{0, 0};
-      (void)client->session()->Subscribe(s, *lander, [](auto) {});
-    });
+    StartLanding(Decode1(), client, track, tokens, 0, (tokens + kChunk - 1) / kChunk, &done,
+                 &result);
     done.WaitForNotification();
     const double secs = absl::ToDoubleSeconds(absl::Now() - start);
-    if (!result.ok()) {
-      std::fprintf(stderr, "kv_path_bench: %s: %s\n", moqt::ToString(track).c_str(),
-                   result.ToString().c_str());
-      std::exit(1);
-    }
+    Check(track, result);
+    return secs;
+  }
+
+  // Lands the whole track over two connections to the publisher, each on a
+  // decode loop of its own with half of the groups; seconds.
+  double LandSplit(const moqt::FullTrackName& track, int tokens) {
+    absl::Notification done[2];
+    absl::Status result[2];
+    const int groups = (tokens + kChunk - 1) / kChunk, half = (groups + 1) / 2;
+    const absl::Time start = absl::Now();
+    StartLanding(Decode1(), direct.get(), track, tokens, 0, half, &done[0], &result[0]);
+    StartLanding(Decode2(), direct2.get(), track, tokens, half, groups, &done[1], &result[1]);
+    done[0].WaitForNotification();
+    done[1].WaitForNotification();
+    const double secs = absl::ToDoubleSeconds(absl::Now() - start);
+    Check(track, result[0]);
+    Check(track, result[1]);
     return secs;
   }
 
@@ -494,9 +554,10 @@ int Main() {
   gnutls_global_init();
   Bench b(absl::GetFlag(FLAGS_layers), max_tokens);
 
-  std::printf("| tokens | track | MiB | direct MiB/s | relay live MiB/s | relay cached MiB/s | "
-              "tls-tcp MiB/s | direct / tls-tcp | live / direct | CPU ms/MiB: direct, live, "
-              "tls-tcp |\n|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("| tokens | track | MiB | direct MiB/s | direct, 2 connections MiB/s | relay live "
+              "MiB/s | relay cached MiB/s | tls-tcp MiB/s | direct / tls-tcp | live / direct | "
+              "CPU ms/MiB: direct, 2 connections, live, tls-tcp |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (int tokens : token_counts) {
     for (const KvCompression& c : tracks) {
       const std::string digest = b.NewPrompt(tokens);
@@ -504,6 +565,7 @@ int Main() {
       const uint64_t bytes = TrackBytes(b, c, digest, tokens);
       const Cost direct_cost =
           Measure(Want("direct"), [&] { return b.Land(b.direct.get(), track, tokens); });
+      const Cost split_cost = Measure(Want("direct2"), [&] { return b.LandSplit(track, tokens); });
       const Cost live_cost =
           Measure(Want("relay"), [&] { return b.Land(b.via_relay.get(), track, tokens); });
       const double cached = Want("cached") ? b.Land(b.via_relay.get(), track, tokens) : 0;
@@ -520,11 +582,12 @@ int Main() {
       auto ratio = [](double num, double den) {
         return num > 0 && den > 0 ? absl::StrFormat("%.2fx", num / den) : std::string("-");
       };
-      std::printf("| %d | %s | %.1f | %s | %s | %s | %s | %s | %s | %s, %s, %s |\n", tokens,
-                  TrackNameOf(c).c_str(), bytes / double(1 << 20), rate(direct).c_str(),
-                  rate(live).c_str(), rate(cached).c_str(), rate(tls).c_str(),
-                  ratio(tls, direct).c_str(), ratio(direct, live).c_str(),
-                  cpu(direct_cost).c_str(), cpu(live_cost).c_str(), cpu(tls_cost).c_str());
+      std::printf("| %d | %s | %.1f | %s | %s | %s | %s | %s | %s | %s | %s, %s, %s, %s |\n",
+                  tokens, TrackNameOf(c).c_str(), bytes / double(1 << 20), rate(direct).c_str(),
+                  rate(split_cost.secs).c_str(), rate(live).c_str(), rate(cached).c_str(),
+                  rate(tls).c_str(), ratio(tls, direct).c_str(), ratio(direct, live).c_str(),
+                  cpu(direct_cost).c_str(), cpu(split_cost).c_str(), cpu(live_cost).c_str(),
+                  cpu(tls_cost).c_str());
       std::fflush(stdout);
     }
   }
