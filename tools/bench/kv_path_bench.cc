@@ -306,27 +306,24 @@ struct Bench {
                                             publisher.get());
     });
     publisher->ready.WaitForNotification();
+    // A decode side's client of `port` and its ac thread (--ac_threads).
+    auto connect = [&](Loop& side, uint16_t port, Ready* ready) {
+      return *moqt::MoqtClient::Connect(side.thread->loop(), "127.0.0.1", port, certs.Client(),
+                                        Transport(), moqt::SessionOptions{}, ready);
+    };
+    auto ac_thread = [&](Loop& side) {
+      return absl::GetFlag(FLAGS_ac_threads)
+                 ? std::make_unique<AcCodecThread>(layout, side.thread->loop())
+                 : nullptr;
+    };
     decode.Run([&] {
-      if (absl::GetFlag(FLAGS_ac_threads)) {
-        decode_ac = std::make_unique<AcCodecThread>(layout, decode.thread->loop());
-      }
-      direct = *moqt::MoqtClient::Connect(decode.thread->loop(), "127.0.0.1",
-                                          publisher_server->port(), certs.Client(),
-                                          Transport(), moqt::SessionOptions{},
-                                          &direct_ready);
-      via_relay = *moqt::MoqtClient::Connect(decode.thread->loop(), "127.0.0.1",
-                                             relay_server->port(), certs.Client(),
-                                             Transport(), moqt::SessionOptions{},
-                                             &relay_ready);
+      decode_ac = ac_thread(decode);
+      direct = connect(decode, publisher_server->port(), &direct_ready);
+      via_relay = connect(decode, relay_server->port(), &relay_ready);
     });
     decode2.Run([&] {
-      if (absl::GetFlag(FLAGS_ac_threads)) {
-        decode2_ac = std::make_unique<AcCodecThread>(layout, decode2.thread->loop());
-      }
-      direct2 = *moqt::MoqtClient::Connect(decode2.thread->loop(), "127.0.0.1",
-                                           publisher_server->port(), certs.Client(),
-                                           Transport(), moqt::SessionOptions{},
-                                           &direct2_ready);
+      decode2_ac = ac_thread(decode2);
+      direct2 = connect(decode2, publisher_server->port(), &direct2_ready);
     });
     direct_ready.ready.WaitForNotification();
     relay_ready.ready.WaitForNotification();

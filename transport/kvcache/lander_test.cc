@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <chrono>
 #include <random>
@@ -63,6 +64,22 @@ class LanderTest : public ::testing::Test {
                                    });
     EXPECT_TRUE(lander.ok()) << lander.status();
     return *lander;
+  }
+  ac::AcShape AcShapeOf() const {
+    return {layout_.num_layers, layout_.num_kv_heads, layout_.head_dim};
+  }
+  // 12 tokens of synthetic KV (*kv) coded in `policy` as groups of 8 and 4.
+  std::array<std::vector<std::vector<uint8_t>>, 2> AcGroups(const ac::AcPolicy& policy,
+                                                            float freq, int period,
+                                                            std::vector<float>* kv) const {
+    const ac::AcShape shape = AcShapeOf();
+    const int n = shape.token_floats();
+    kv->resize(size_t(12) * n);
+    for (size_t i = 0; i < kv->size(); ++i) (*kv)[i] = std::sin(freq * i) * (1 + i % period);
+    std::array<std::vector<std::vector<uint8_t>>, 2> groups;
+    ac::AcGroupEncoder(shape, policy).Encode(kv->data(), 8, &groups[0]);
+    ac::AcGroupEncoder(shape, policy).Encode(kv->data() + 8 * n, 4, &groups[1]);
+    return groups;
   }
   void Send(KvLander& lander, uint64_t group, uint64_t object, absl::Span<const uint8_t> p) {
     moqt::ObjectHeader h;
@@ -221,13 +238,10 @@ TEST_F(LanderTest, TrackEndingEarlyIsDataLossAndAbortReleases) {
 // An ac track: objects wait for their group, which decodes whole (in any
 // group order, duplicates ignored); a damaged group fails the landing.
 TEST_F(LanderTest, AcGroupsDecodeWholeWhenComplete) {
-  const ac::AcShape shape{layout_.num_layers, layout_.num_kv_heads, layout_.head_dim};
-  const int tokens = 12, n = shape.token_floats();  // groups of 8 and 4
-  std::vector<float> kv(size_t(tokens) * n);
-  for (size_t i = 0; i < kv.size(); ++i) kv[i] = std::sin(0.37f * i) * (1 + i % 7);
-  std::vector<std::vector<uint8_t>> groups[2];
-  ac::AcGroupEncoder(shape, ac::AcLow()).Encode(kv.data(), 8, &groups[0]);
-  ac::AcGroupEncoder(shape, ac::AcLow()).Encode(kv.data() + 8 * n, 4, &groups[1]);
+  const ac::AcShape shape = AcShapeOf();
+  const int tokens = 12, n = shape.token_floats();
+  std::vector<float> kv;
+  const auto groups = AcGroups(ac::AcLow(), 0.37f, 7, &kv);
   const KvCompression track(&ac::AcLow());
   auto lander = Make(tokens, 0, 2, track);
   for (int t = 0; t < 4; ++t) Send(*lander, 1, t, groups[1][t]);
@@ -270,16 +284,13 @@ TEST_F(LanderTest, AcGroupsDecodeWholeWhenComplete) {
 }
 
 // With an AcCodecThread a complete group decodes there and lands when it
-// comes back to the loop: the same pages as on the loop, the same errors,
-// and a lander dropped while a group decodes just releases its pages.
+// comes back to the loop: the same pages as on the loop, the same errors;
+// a lander the session lets go of while its groups decode still lands, and
+// one aborted meanwhile releases its pages at once.
 TEST_F(LanderTest, AcGroupsDecodedOnTheCodecThreadLandTheSame) {
-  const ac::AcShape shape{layout_.num_layers, layout_.num_kv_heads, layout_.head_dim};
-  const int tokens = 12, n = shape.token_floats();  // groups of 8 and 4
-  std::vector<float> kv(size_t(tokens) * n);
-  for (size_t i = 0; i < kv.size(); ++i) kv[i] = std::cos(0.23f * i) * (1 + i % 5);
-  std::vector<std::vector<uint8_t>> groups[2];
-  ac::AcGroupEncoder(shape, ac::AcNearLossless()).Encode(kv.data(), 8, &groups[0]);
-  ac::AcGroupEncoder(shape, ac::AcNearLossless()).Encode(kv.data() + 8 * n, 4, &groups[1]);
+  const int tokens = 12;
+  std::vector<float> kv;
+  const auto groups = AcGroups(ac::AcNearLossless(), 0.23f, 5, &kv);
   const KvCompression track(&ac::AcNearLossless());
   auto send_all = [&](KvLander& lander, int damaged_token) {
     for (int g : {1, 0}) {
