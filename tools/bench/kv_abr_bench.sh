@@ -1,27 +1,32 @@
 #!/usr/bin/env bash
 # Adaptive bitrate across a link whose bandwidth steps (issue 18). Two
 # network namespaces joined by the userspace forwarder of tests/netem
-# (NETEM_RATE_FILE shapes each direction); in one, kvcast-kvpub prefills a
-# prompt on a random model with Llama-like heads (8 layers, 8 KV heads x
-# 128: 32 KiB of fp16 KV per token) and serves its tracks on its MoQT port;
-# in the other, kv_abr_bench lands the prompt's KV over QUIC + TLS with a
-# MoQT authorization token: in fp16, in int8, and by adaptive bitrate
-# (ladder fp16,ac,ac-lo, a time budget), one group at a time as the decode
-# worker does and with the next group requested while one lands. For each run the link starts
-# at HIGH Mbit/s, drops to LOW at 1 s and comes back at 2 s. Prints a
-# markdown row per run (seconds, bytes, tracks per group, largest error
-# against the exact KV per track) and keeps the JSON in $WORK. Needs root
-# (ip netns) and the binaries built:
+# (NETEM_RATE_FILE shapes each direction) or by a veth shaped with tbf; in
+# one, kvcast-kvpub prefills a prompt on a random model with Llama-like
+# heads (8 layers, 8 KV heads x 128: 32 KiB of fp16 KV per token) and
+# serves its tracks on its MoQT port; in the other, kv_abr_bench lands the
+# prompt's KV over QUIC + TLS with a MoQT authorization token: in fp16, in
+# int8, and by adaptive bitrate (ladder fp16,ac,ac-lo, a time budget), one
+# group at a time and with the next group requested while one lands (the
+# decode workers' default). For each run the link starts at HIGH Mbit/s,
+# drops to LOW 1 s after the tool's first request and comes back 1 s
+# later. Prints a markdown row per run (seconds, bytes, tracks per group,
+# tracks landed in each phase of the link, largest error against the exact
+# KV per track) and keeps the JSON in $WORK. Needs root (ip netns) and the
+# binaries built:
 #   bazel build -c opt //tools/bench:kv_abr_bench //transport/kvcache:kvcast-kvpub \
 #     //tools/tiny_model:make_tiny_model //transport/moqt:kvcast-moqt
 # Usage: tools/bench/kv_abr_bench.sh [PROMPT_TOKENS [HIGH_MBPS [LOW_MBPS [BUDGET_MS]]]]
-# Environment: LAYERS (default 8; 32 is Llama-3-8B's 128 KiB of fp16 per
-# token); BUDGETS (more ABR budgets in ms, each run against the same
-# prefill after BUDGET_MS's); BENCH_FLAGS (more kv_abr_bench flags for
-# every run, e.g. --ac_decode_thread=false); REPEAT (runs of each row,
-# labels .1, .2, ...; default 1); SHAPER=userspace (default: the forwarder, 1 ms each way, good to a
-# few hundred Mbit/s) or tbf (the kernel's token bucket on a plain veth, no
-# added delay: for 1 Gbit/s).
+# Environment:
+#   LAYERS       default 8; 32 is Llama-3-8B's 128 KiB of fp16 per token
+#   BUDGETS      more ABR budgets in ms, each run after BUDGET_MS's against
+#                the same prefill
+#   BENCH_FLAGS  more kv_abr_bench flags for every run, e.g.
+#                --ac_decode_thread=false
+#   REPEAT       runs of each row (labels .1, .2, ...); default 1
+#   SHAPER       userspace (default: the forwarder, 1 ms each way, good to a
+#                few hundred Mbit/s) or tbf (the kernel's token bucket on a
+#                plain veth, no added delay: for 1 Gbit/s)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
