@@ -501,12 +501,35 @@ absl::Status InStream::OnFetchHeader(uint64_t request_id) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// One payload buffer per loop thread, handed from object to object. A
+// fresh string per object grew by doubling (copying as it went) into new
+// memory that the allocator took from the kernel and gave back after each
+// object (payloads of 128 KiB and more are mmap'ed): page faults and
+// zeroing on every object of every receiving session.
+thread_local std::string spare_payload;
+
+// Objects up to this size are reserved whole on their first fragment; a
+// larger one (the peer says how large) grows as its bytes arrive.
+constexpr uint64_t kReserveLimit = 1 << 20;
+// The spare buffer kept is at most this large (one huge object does not
+// pin its memory).
+constexpr size_t kSpareLimit = 4 << 20;
+
+}  // namespace
+
 absl::Status InStream::OnObject(const ObjectHeader& header,
                                 absl::Span<const uint8_t> fragment, bool last) {
   OutRequest* target = Target();
   if (target != nullptr) target->last_data = absl::Now();
+  if (payload_.empty()) {
+    if (payload_.capacity() < spare_payload.capacity()) payload_.swap(spare_payload);
+    payload_.reserve(size_t(std::min<uint64_t>(header.payload_length, kReserveLimit)));
+  }
   payload_.append(reinterpret_cast<const char*>(fragment.data()), fragment.size());
   if (!last) return absl::OkStatus();
+  // Moved out: the consumer may end this stream (and destroy this object).
   std::string payload = std::move(payload_);
   payload_.clear();
   if (target == nullptr) {
@@ -525,6 +548,10 @@ absl::Status InStream::OnObject(const ObjectHeader& header,
   ++session_->stats.objects_received;
   session_->stats.bytes_received += payload.size();
   if (target->consumer) target->consumer->OnObject(header, AsBytes(payload));
+  if (payload.capacity() > spare_payload.capacity() && payload.capacity() <= kSpareLimit) {
+    payload.clear();
+    spare_payload.swap(payload);
+  }
   return absl::OkStatus();
 }
 
