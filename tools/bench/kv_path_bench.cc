@@ -60,6 +60,8 @@ ABSL_FLAG(std::string, fanout, "1,4,16", "subscriber counts for the fan-out case
 ABSL_FLAG(int, fanout_tokens, 1024, "prompt length of the fan-out case");
 ABSL_FLAG(int, layers, 32, "layers (Llama-3-8B: 32)");
 ABSL_FLAG(int, relay_window_kb, 8192, "the relay's send window per downstream request");
+ABSL_FLAG(int, relay_cache_mb, 3072,
+          "the relay's cache budget (the cached case needs a whole track to fit)");
 ABSL_FLAG(std::string, kv_cache_precision, "fp16",
           "how both sides' pages keep KV: fp16 (the workers' default: the fp16 track is a copy) "
           "or fp32");
@@ -285,7 +287,7 @@ struct Bench {
     const quic::TlsOptions server_tls = certs.Server();
     relay_loop.Run([&] {
       moqt::RelayOptions options;
-      options.cache_bytes = 3ull << 30;
+      options.cache_bytes = uint64_t(absl::GetFlag(FLAGS_relay_cache_mb)) << 20;
       options.send_window_bytes = uint64_t(absl::GetFlag(FLAGS_relay_window_kb)) << 10;
       options.subscribe_wait = absl::Seconds(10);
       relay = std::make_unique<moqt::Relay>(relay_loop.thread->loop(), options);
