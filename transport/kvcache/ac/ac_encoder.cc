@@ -143,7 +143,7 @@ void AcGroupEncoder::ChooseTables(int u) {
     nsym_[m][u] = nsym;
     if (nsym == 0) continue;
     uint16_t* f = freqs_[m].data() + size_t(u) * kMaxSymbols;
-    NormalizeFrequencies(absl::MakeConstSpan(counts, nsym), f);
+    kernels_.normalize(counts, nsym, f);
     BuildEncodeTable(absl::MakeConstSpan(f, nsym), &fc_[m * kMaxSymbols], &rcp_[m * kMaxSymbols]);
   }
 }

@@ -65,6 +65,9 @@ struct EncoderKernels {
   // to the first, the order the rANS coder meets them.
   void (*symbolize)(const int16_t* q, const uint8_t* same, const uint16_t* masks, int tokens,
                     int d, uint16_t* sym, uint32_t* counts, EncodeStream* streams);
+  // A table's frequencies from its n symbols' counts (n <= kMaxSymbols):
+  // NormalizeFrequencies (rans.h).
+  void (*normalize)(const uint32_t* counts, int n, uint16_t* freqs);
   // rANS-codes one unit of every token: symbols sym + t * d into streams[t]
   // (backwards: from the last channel). Tables fc and rcp (rans.h). May
   // prefetch lines of *pf (the scalar kernel does not).

@@ -124,6 +124,33 @@ TEST(EncodeKernels, SymbolizeCountsAndEscapes) {
   }
 }
 
+TEST(EncodeKernels, NormalizeFrequencies) {
+  Kernels k;
+  if (!GetKernels(&k)) GTEST_SKIP() << "no AVX-512";
+  std::mt19937 rng(6);
+  for (int trial = 0; trial < 3000; ++trial) {
+    const int n = trial % 9 == 0 ? 1 + rng() % 3 : 1 + rng() % kMaxSymbols;
+    std::vector<uint32_t> counts(n);
+    for (uint32_t& c : counts) {
+      switch (trial % 6) {
+        case 0: c = 1; break;                                           // surplus taken back
+        case 1: c = rng() % 3 == 0 ? 0 : 1 + rng() % 5; break;          // zeros among few
+        case 2: c = rng() % 40 == 0 ? 1u << 30 : rng() % 2; break;       // one or two giants
+        case 3: c = uint32_t(rng()); break;                             // totals past 2^32
+        default: c = rng() % 4 == 0 ? 0 : uint32_t(std::exp2(rng() % 200 / 10.0)); break;
+      }
+    }
+    counts[rng() % n] |= 1;  // not all zero
+    std::vector<uint16_t> f[2];
+    const EncoderKernels* ks[2] = {&k.scalar, &k.simd};
+    for (int s = 0; s < 2; ++s) {
+      f[s].assign(n + 1, 77);  // the entry past n is left alone
+      ks[s]->normalize(counts.data(), n, f[s].data());
+    }
+    ASSERT_EQ(f[0], f[1]) << "trial " << trial;
+  }
+}
+
 TEST(EncodeKernels, RansEncode) {
   Kernels k;
   if (!GetKernels(&k)) GTEST_SKIP() << "no AVX-512";
