@@ -218,15 +218,21 @@ void AcGroupEncoder::Encode(const float* kv, int tokens,
     internal::EncodeStream& st = streams_[t];
     std::vector<uint8_t>& out = (*objects)[t];
     const uint8_t* const end = words_.data() + stream_bytes * (t + 1);
-    const size_t start = out.size();
-    out.resize(start + units + 4 * kLanes + 5 + (end - st.w) + 5 * st.escapes.size());
+    out.reserve(out.size() + units + 4 * kLanes + 5 + (end - st.w) + 5 * st.escapes.size());
+    size_t start = out.size();
+    out.resize(start + units + 4 * kLanes + 5);
     uint8_t* p = out.data() + start;
     std::memcpy(p, shifts_.data() + size_t(t) * units, units);
     p += units;
     for (uint32_t x : st.state) p = PutLe<uint32_t>(x, p);
     p = PutVarint(uint32_t((end - st.w) / 2), p);
-    std::memcpy(p, st.w, end - st.w);
-    p += end - st.w;
+    out.resize(p - out.data());
+    // The words by insert, not resize and copy: resize would first zero
+    // them (2-3% of encode time on SmolLM2's shape).
+    out.insert(out.end(), static_cast<const uint8_t*>(st.w), end);
+    start = out.size();
+    out.resize(start + 5 * st.escapes.size());
+    p = out.data() + start;
     for (auto it = st.escapes.rbegin(); it != st.escapes.rend(); ++it) p = PutVarint(*it, p);
     out.resize(p - out.data());
   }
