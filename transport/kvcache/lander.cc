@@ -117,10 +117,22 @@ absl::Status KvLander::Land(const moqt::ObjectHeader& h, absl::Span<const uint8_
   return absl::OkStatus();
 }
 
+int KvLander::TokensIn(uint64_t group) const {
+  return std::min(spec_.chunk_tokens, spec_.num_tokens - int(group) * spec_.chunk_tokens);
+}
+
+std::vector<int32_t> KvLander::GroupSlots(uint64_t group) const {
+  return SlotsOf(spec_.pages, pool_->layout().page_tokens,
+                 int(group) * spec_.chunk_tokens - first_token_, TokensIn(group));
+}
+
+absl::Status KvLander::GroupError(uint64_t group, const absl::Status& s) {
+  return absl::Status(s.code(), absl::StrCat("KV group ", group, ": ", s.message()));
+}
+
 absl::Status KvLander::LandAc(const moqt::ObjectHeader& h, absl::Span<const uint8_t> payload,
                               int index) {
-  const int group_first = int(h.group) * spec_.chunk_tokens;
-  const int tokens = std::min(spec_.chunk_tokens, spec_.num_tokens - group_first);
+  const int tokens = TokensIn(h.group);
   AcGroup& g = ac_groups_[h.group];
   if (g.objects.empty()) g.objects.resize(tokens);
   g.objects[h.object].assign(payload.begin(), payload.end());
@@ -139,30 +151,20 @@ absl::Status KvLander::LandAc(const moqt::ObjectHeader& h, absl::Span<const uint
     return absl::OkStatus();
   }
   const std::vector<absl::Span<const uint8_t>> spans(g.objects.begin(), g.objects.end());
-  absl::Status s = ac_->Decode(
-      backend_, spans,
-      SlotsOf(spec_.pages, pool_->layout().page_tokens, group_first - first_token_, tokens), pool_);
+  absl::Status s = ac_->Decode(backend_, spans, GroupSlots(h.group), pool_);
   ac_groups_.erase(h.group);
   ++flushes_;
-  if (!s.ok()) {
-    return absl::Status(s.code(), absl::StrCat("KV group ", h.group, ": ", s.message()));
-  }
-  return absl::OkStatus();
+  return s.ok() ? s : GroupError(h.group, s);
 }
 
 void KvLander::AcDecoded(uint64_t group, absl::StatusOr<std::vector<uint8_t>> half) {
   --ac_decoding_;
   if (finished_) return;
   if (!half.ok()) {
-    Finish(absl::Status(half.status().code(),
-                        absl::StrCat("KV group ", group, ": ", half.status().message())));
+    Finish(GroupError(group, half.status()));
     return;
   }
-  const int group_first = int(group) * spec_.chunk_tokens;
-  const int tokens = std::min(spec_.chunk_tokens, spec_.num_tokens - group_first);
-  ac_->Scatter(backend_, half->data(),
-               SlotsOf(spec_.pages, pool_->layout().page_tokens, group_first - first_token_, tokens),
-               pool_);
+  ac_->Scatter(backend_, half->data(), GroupSlots(group), pool_);
   ++flushes_;
   FinishIfComplete();
 }

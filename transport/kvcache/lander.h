@@ -90,6 +90,9 @@ class KvLander : public moqt::TrackConsumer, public std::enable_shared_from_this
   // decodes into its pages.
   absl::Status LandAc(const moqt::ObjectHeader& header, absl::Span<const uint8_t> payload,
                       int index);
+  int TokensIn(uint64_t group) const;                   // of the sequence's group
+  std::vector<int32_t> GroupSlots(uint64_t group) const;  // its tokens' page slots
+  static absl::Status GroupError(uint64_t group, const absl::Status& s);  // names the group
   // An ac group decoded on the spec's thread: into its pages, or the error.
   void AcDecoded(uint64_t group, absl::StatusOr<std::vector<uint8_t>> half);
   // Decodes the staged tokens into their pages.
