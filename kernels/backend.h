@@ -210,6 +210,11 @@ class Backend {
                         const int32_t* slots, int num_tokens, const KvArrays& dst) = 0;
   // Host memory for EncodeKv / DecodeKv buffers (page-locked on a GPU).
   virtual absl::StatusOr<std::unique_ptr<DeviceBuffer>> AllocateStaging(size_t bytes) = 0;
+  // True when the pages are host memory (the CPU backend): an EncodeKv /
+  // DecodeKv call of one token costs what its share of a larger call does,
+  // so callers code a few tokens at a time while their bytes are in cache.
+  // A device backend wants many tokens per call (one DMA).
+  virtual bool KvPagesInHostMemory() const { return false; }
 };
 
 // How the CPU backend keeps matrices: float32 (OpenBLAS GEMMs; exact, the

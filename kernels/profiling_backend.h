@@ -57,6 +57,7 @@ class ProfilingBackend : public Backend {
                int num_kv_heads, int head_dim, KvStorage storage, void* k_cache,
                void* v_cache) override;
   bool SupportsHalfKvPages() const override { return inner_->SupportsHalfKvPages(); }
+  bool KvPagesInHostMemory() const override { return inner_->KvPagesInHostMemory(); }
   absl::Status SupportsAttention(int num_heads, int num_kv_heads, int head_dim) const override {
     return inner_->SupportsAttention(num_heads, num_kv_heads, head_dim);
   }

@@ -47,7 +47,7 @@ absl::StatusOr<std::shared_ptr<KvLander>> KvLander::Create(
     // An ac group decodes whole: its objects wait in memory until it is complete.
     ac = std::make_unique<AcPageCodec>(pool->layout());
     if (absl::Status s = ac->Supported(); !s.ok()) return fail(s);
-  } else {
+  } else if (!backend->KvPagesInHostMemory()) {
     // Staging for one group: objects are copied into it as they arrive and
     // land (one backend call for every layer) when the group is complete.
     const size_t token_bytes = TokenCodec(pool->layout(), compression.format).token_bytes();
@@ -108,11 +108,16 @@ absl::Status KvLander::Land(const moqt::ObjectHeader& h, absl::Span<const uint8_
   }
   if (landed_[index]) return absl::OkStatus();  // duplicate: first copy stands
   const int32_t slot = SlotsOf(spec_.pages, pool_->layout().page_tokens, index, 1)[0];
+  landed_[index] = true;
+  ++landed_count_;
+  if (staging_ == nullptr) {  // host pages: straight in, while the bytes are in cache
+    codec_.Decode(backend_, payload.data(), {&slot, 1}, pool_);
+    ++flushes_;
+    return absl::OkStatus();
+  }
   std::memcpy(static_cast<uint8_t*>(staging_->data()) + staged_slots_.size() * payload.size(),
               payload.data(), payload.size());
   staged_slots_.push_back(slot);
-  landed_[index] = true;
-  ++landed_count_;
   if (staged_slots_.size() == size_t(spec_.chunk_tokens)) Flush();
   return absl::OkStatus();
 }

@@ -4,10 +4,12 @@
 // A lander owns the pages of a run of whole groups [first_group, end_group)
 // of a sequence of num_tokens tokens: tokens [first_group * chunk_tokens,
 // min(end_group * chunk_tokens, num_tokens)), first token at slot 0 of
-// pages[0]. Each object is checked, then copied into a staging buffer of one
-// group (Backend::AllocateStaging: page-locked on a GPU); the staged tokens
-// land in their slots with one Backend::DecodeKv call, for every layer, when
-// the buffer is full, a group's end marker arrives, or the last token does.
+// pages[0]. Each object is checked, then lands in its slot: on host pages
+// (Backend::KvPagesInHostMemory) at once, with a DecodeKv call of its own;
+// on a device, through a staging buffer of one group
+// (Backend::AllocateStaging: page-locked), whose tokens land with one
+// DecodeKv call, for every layer, when the buffer is full, a group's end
+// marker arrives, or the last token does.
 // An ac track's objects wait until their group is complete, which then
 // decodes whole (ac_pages.h): on the spec's AcCodecThread when it has one,
 // so that the loop keeps receiving meanwhile, else on the loop thread. A
@@ -118,7 +120,8 @@ class KvLander : public moqt::TrackConsumer, public std::enable_shared_from_this
   std::vector<bool> landed_;
   int landed_count_ = 0;
   bool finished_ = false;
-  const std::unique_ptr<DeviceBuffer> staging_;  // chunk_tokens payloads (fixed-size tracks)
+  // chunk_tokens payloads (fixed-size tracks on a device; null on host pages)
+  const std::unique_ptr<DeviceBuffer> staging_;
   std::vector<int32_t> staged_slots_;             // slot of each staged payload
   int flushes_ = 0;
 };

@@ -12,6 +12,7 @@
 #include <random>
 #include <thread>
 
+#include "kernels/profiling_backend.h"
 #include "transport/kvcache/naming.h"
 #include "transport/quic/event_loop.h"
 
@@ -22,10 +23,19 @@ const Hash128 kModel{11, 22};
 constexpr int kChunk = 8;
 constexpr float kSentinel = -12345.f;
 
+// The CPU backend as a device backend would present it: its pages are not
+// host memory to the lander, which stages each group.
+class StagingCpuBackend : public ProfilingBackend {
+ public:
+  using ProfilingBackend::ProfilingBackend;
+  bool KvPagesInHostMemory() const override { return false; }
+};
+
 class LanderTest : public ::testing::Test {
  protected:
   void SetUp() override {
     backend_ = NewCpuBackend();
+    lander_backend_ = backend_.get();
     pool_ = *KvPagePool::Create(backend_.get(), layout_, 16);
     for (int l = 0; l < layout_.num_layers; ++l) {
       std::fill_n(pool_->k_cache(l), 16 * layout_.page_floats(), kSentinel);
@@ -57,7 +67,7 @@ class LanderTest : public ::testing::Test {
                      *pool_->Allocate((n + layout_.page_tokens - 1) / layout_.page_tokens),
                      ac_thread};
     pages_ = spec.pages;
-    auto lander = KvLander::Create(pool_.get(), backend_.get(), kModel, Track(f),
+    auto lander = KvLander::Create(pool_.get(), lander_backend_, kModel, Track(f),
                                    std::move(spec), [this](auto r) {
                                      ++done_calls_;
                                      result_ = std::move(r);
@@ -94,6 +104,7 @@ class LanderTest : public ::testing::Test {
 
   KvLayout layout_{2, 2, 16, 4};
   std::unique_ptr<Backend> backend_;
+  Backend* lander_backend_ = nullptr;  // backend_, or a wrapper of it
   std::unique_ptr<KvPagePool> pool_;
   std::vector<int32_t> pages_;
   int done_calls_ = 0;
@@ -119,10 +130,29 @@ TEST_F(LanderTest, OutOfOrderGroupsLandInTheirSlotsAndHandOverThePages) {
   EXPECT_EQ(pool_->RefCount(pages_[0]), 1);  // ours now
 }
 
-// Tokens are staged and land a group at a time (one DecodeKv for every
-// layer): a full group, a group closed by its end marker, and the last,
-// partial group when its final token arrives.
+// On host pages each token lands as it arrives, with a DecodeKv call of
+// its own (no staging copy).
+TEST_F(LanderTest, OnHostPagesEachTokenLandsOnArrival) {
+  ASSERT_TRUE(backend_->KvPagesInHostMemory());
+  auto lander = Make(12, 0, 2);
+  TokenCodec codec(layout_, KvFormat::kFp16);
+  Send(*lander, 1, 2, Payload(codec, 10));
+  EXPECT_EQ(lander->flushes(), 1);
+  const int slot = pages_[10 / 4] * 4 + 10 % 4;
+  EXPECT_EQ(pool_->k_cache(0)[size_t(slot) * 32], 10.f);
+  EXPECT_TRUE(Untouched(pages_[0]));
+  for (int t = 0; t < 12; ++t) Send(*lander, t / kChunk, t % kChunk, Payload(codec, t));
+  EXPECT_EQ(lander->flushes(), 12) << "the duplicate of token 10 lands nothing";
+  ASSERT_EQ(done_calls_, 1);
+  ASSERT_TRUE(result_.ok()) << result_.status();
+}
+
+// On a device, tokens are staged and land a group at a time (one DecodeKv
+// for every layer): a full group, a group closed by its end marker, and
+// the last, partial group when its final token arrives.
 TEST_F(LanderTest, StagedTokensLandPerGroupOnFullEndMarkerOrLastToken) {
+  StagingCpuBackend staging(backend_.get());
+  lander_backend_ = &staging;
   const int tokens = 19;
   auto lander = Make(tokens, 0, 3);
   TokenCodec codec(layout_, KvFormat::kFp16);

@@ -11,6 +11,12 @@ namespace kvcast::kvcache {
 using moqt::Downstream;
 using moqt::Location;
 
+namespace {
+// Fixed-size tracks on host pages encode this much at a time, so that a
+// batch is still in cache when its objects are copied out.
+constexpr size_t kHostEncodeBytes = size_t{256} << 10;
+}  // namespace
+
 KvPublisher::KvPublisher(KvPagePool* pool, Backend* backend, const Hash128& model_fingerprint,
                          int chunk_tokens)
     : pool_(pool),
@@ -339,7 +345,14 @@ void KvPublisher::SendChunk(const Prompt& p, int group, const KvCompression& com
   const int page_tokens = pool_->layout().page_tokens;
   const int first = int(std::min<uint64_t>(lo, n));
   const int count = int(hi >= uint64_t(n) ? n : hi + 1) - first;
-  std::vector<absl::Span<const uint8_t>> payloads;
+  moqt::ObjectHeader h;
+  h.group = group;
+  auto send = [&](int object, absl::Span<const uint8_t> payload) {
+    h.object = object;
+    for (const auto& d : to) d->OnObject(h, payload);
+    stats_.objects_sent += to.size();
+    stats_.bytes_sent += to.size() * payload.size();
+  };
   if (count > 0 && compression.ac) {
     const AcKey key = AcKeyOf(p, group, compression);
     const AcObjects* objects = CachedAc(key);
@@ -350,12 +363,17 @@ void KvPublisher::SendChunk(const Prompt& p, int group, const KvCompression& com
       ++stats_.encodes;
       objects = &CacheAc(key, std::move(fresh));
     }
-    for (int i = first; i < first + count; ++i) payloads.emplace_back((*objects)[i]);
+    for (int i = first; i < first + count; ++i) send(i, (*objects)[i]);
   } else if (count > 0) {
-    TokenCodec codec(pool_->layout(), compression.format);
-    const size_t bytes = count * codec.token_bytes();
-    if (!scratch_ || scratch_->size() < bytes) {
-      auto staging = backend_->AllocateStaging(bytes);
+    const TokenCodec codec(pool_->layout(), compression.format);
+    const size_t token_bytes = codec.token_bytes();
+    // Host pages: a few tokens at a time, each batch sent while it is in
+    // cache; a device: the whole piece in one call (one DMA).
+    const int batch = backend_->KvPagesInHostMemory()
+                          ? std::clamp(int(kHostEncodeBytes / token_bytes), 1, count)
+                          : count;
+    if (!scratch_ || scratch_->size() < batch * token_bytes) {
+      auto staging = backend_->AllocateStaging(batch * token_bytes);
       if (!staging.ok()) {
         // Pinned memory ran out; the subscribers see the track end with it.
         for (const auto& d : to) d->OnDone(staging.status());
@@ -363,21 +381,13 @@ void KvPublisher::SendChunk(const Prompt& p, int group, const KvCompression& com
       }
       scratch_ = *std::move(staging);
     }
-    codec.Encode(backend_, *pool_, SlotsOf(p.chunk_pages[group], page_tokens, first, count),
-                 static_cast<uint8_t*>(scratch_->data()));
+    auto* scratch = static_cast<uint8_t*>(scratch_->data());
     ++stats_.encodes;
-    for (int i = 0; i < count; ++i) {
-      payloads.emplace_back(static_cast<const uint8_t*>(scratch_->data()) + i * codec.token_bytes(),
-                            codec.token_bytes());
+    for (int b = first; b < first + count; b += batch) {
+      const int m = std::min(batch, first + count - b);
+      codec.Encode(backend_, *pool_, SlotsOf(p.chunk_pages[group], page_tokens, b, m), scratch);
+      for (int i = 0; i < m; ++i) send(b + i, {scratch + i * token_bytes, token_bytes});
     }
-  }
-  moqt::ObjectHeader h;
-  h.group = group;
-  for (int i = 0; i < count; ++i) {
-    h.object = first + i;
-    for (const auto& d : to) d->OnObject(h, payloads[i]);
-    stats_.objects_sent += to.size();
-    stats_.bytes_sent += to.size() * payloads[i].size();
   }
   if (hi < uint64_t(n) || lo > uint64_t(n)) return;
   h.object = n;  // marks the group complete (caches) and finishes its stream

@@ -227,7 +227,7 @@ class KvPublisher : public moqt::RequestHandler {
   std::map<std::string, std::vector<std::pair<moqt::Subscribe, std::shared_ptr<moqt::Downstream>>>>
       parked_;
   std::map<std::string, Prompt> prompts_;
-  std::unique_ptr<DeviceBuffer> scratch_;  // encoded chunk; Backend::AllocateStaging
+  std::unique_ptr<DeviceBuffer> scratch_;  // encoded tokens; Backend::AllocateStaging
   Stats stats_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // for session callbacks
 };

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <set>
 #include <thread>
 
 #include "transport/moqt/testing/moqt_test_util.h"
@@ -450,6 +451,34 @@ TEST(TrackCacheTest, EvictsLeastRecentlyUsedGroupsWithinBudget) {
   EXPECT_EQ(cache.evicted_groups(), 2u);  // groups 0 and 1 went first
   EXPECT_FALSE(cache.Covers(kTrack, {0, 0}, {0, 2}));
   EXPECT_TRUE(cache.Covers(kTrack, {4, 0}, {4, 2}));
+}
+
+// A full cache writes new objects into the memory of evicted ones, and
+// counts the spare buffers within its budget.
+TEST(TrackCacheTest, EvictedPayloadMemoryIsReusedWithinTheBudget) {
+  constexpr size_t kSize = 8192;
+  TrackCache cache(7 * (kSize + 64));  // seven objects, spares included
+  std::set<const uint8_t*> group0;
+  for (uint64_t g = 0; g < 6; ++g) {
+    for (uint64_t o = 0; o < 3; ++o) {
+      ObjectHeader h;
+      h.group = g;
+      h.object = o;
+      const std::string p = Bytes(g, o, kSize);
+      ASSERT_EQ(cache.Insert(kTrack, h, AsSpan(p)), TrackCache::InsertResult::kInserted);
+      EXPECT_LE(cache.bytes() + cache.spare_bytes(), cache.budget()) << g << "/" << o;
+      std::string seen;
+      cache.ForEach(kTrack, {g, o}, {g, o}, [&](const ObjectHeader&, absl::Span<const uint8_t> d) {
+        seen.assign(reinterpret_cast<const char*>(d.data()), d.size());
+        if (g == 0) group0.insert(d.data());
+        // Object 2/1 evicts group 0; two of its buffers take the next two.
+        if ((g == 2 && o == 2) || (g == 3 && o == 0)) EXPECT_EQ(group0.count(d.data()), 1u);
+      });
+      EXPECT_EQ(seen, p);
+    }
+  }
+  EXPECT_EQ(cache.evicted_groups(), 4u);
+  EXPECT_TRUE(cache.Covers(kTrack, {5, 0}, {5, 2}));
 }
 
 TEST(TrackCacheTest, CoversNeedsCompleteGroupsOrTheEndOfTrack) {

@@ -22,7 +22,13 @@ void TrackCache::SetSpill(GroupSpill* spill) {
 
 void TrackCache::EvictFor(const FullTrackName& keep_track, uint64_t keep_group) {
   auto it = lru_.begin();
-  while (bytes_ > budget_ && it != lru_.end()) {
+  while (bytes_ + spare_bytes_ > budget_) {
+    if (!spare_.empty()) {  // spare buffers go first
+      spare_bytes_ -= spare_.back().capacity();
+      spare_.pop_back();
+      continue;
+    }
+    if (it == lru_.end()) break;
     if (it->second == keep_group && it->first == keep_track) {
       ++it;
       continue;
@@ -38,6 +44,12 @@ void TrackCache::EvictFor(const FullTrackName& keep_track, uint64_t keep_group) 
       const auto& end = track->second.end;
       spill_->Put(it->first, it->second, std::move(objects), end && end->group == it->second);
       track->second.spilled.insert(it->second);
+    } else {
+      for (auto& [id, obj] : group->second.objects) {
+        if (obj.payload.capacity() < kMinSpare) continue;
+        spare_bytes_ += obj.payload.capacity();
+        spare_.push_back(std::move(obj.payload));
+      }
     }
     track->second.groups.erase(group);
     ++evicted_groups_;
@@ -46,6 +58,20 @@ void TrackCache::EvictFor(const FullTrackName& keep_track, uint64_t keep_group) 
       tracks_.erase(track);
     }
   }
+}
+
+std::string TrackCache::TakeSpare(size_t size) {
+  // Objects of a track are alike in size: the newest few spares will do.
+  for (size_t i = 0; i < spare_.size() && i < 4; ++i) {
+    std::string& s = spare_[spare_.size() - 1 - i];
+    if (s.capacity() < size) continue;
+    std::string out = std::move(s);
+    if (&s != &spare_.back()) s = std::move(spare_.back());
+    spare_.pop_back();
+    spare_bytes_ -= out.capacity();
+    return out;
+  }
+  return {};
 }
 
 void TrackCache::Restore(const FullTrackName& name, Track& track, uint64_t first,
@@ -95,6 +121,7 @@ TrackCache::InsertResult TrackCache::Insert(const FullTrackName& name,
   Object& obj = group.objects[header.object];
   obj.header = header;
   obj.header.payload_length = payload.size();
+  if (payload.size() >= kMinSpare) obj.payload = TakeSpare(payload.size());
   obj.payload.assign(reinterpret_cast<const char*>(payload.data()), payload.size());
   group.bytes += cost;
   bytes_ += cost;

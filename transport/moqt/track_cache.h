@@ -6,6 +6,11 @@
 // different payload is refused (kConflict) and the track is marked
 // malformed, as draft-14 requires of relays.
 //
+// An evicted object's memory (from kMinSpare bytes) is kept as a spare
+// buffer for the next insert, while the cache is within its budget with
+// the spares counted: a full cache reuses memory instead of asking the
+// system for pages that must be cleared first.
+//
 // With a spill (group_spill.h), an evicted group that is complete goes to
 // disk instead of away, and comes back into memory when a lookup reaches
 // it; a spill opened on an earlier run's directory serves its groups.
@@ -21,6 +26,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/types/span.h"
 #include "transport/moqt/group_spill.h"
@@ -62,7 +68,8 @@ class TrackCache {
   void ForEach(const FullTrackName& track, Location start, Location end,
                const std::function<void(const ObjectHeader&, absl::Span<const uint8_t>)>& fn);
 
-  uint64_t bytes() const { return bytes_; }
+  uint64_t bytes() const { return bytes_; }  // cached objects (payloads and headers)
+  uint64_t spare_bytes() const { return spare_bytes_; }  // spare buffers, within the budget too
   uint64_t budget() const { return budget_; }
   uint64_t evicted_groups() const { return evicted_groups_; }
   size_t num_tracks() const { return tracks_.size(); }
@@ -85,10 +92,16 @@ class TrackCache {
     std::optional<Location> end;  // end of track
     bool malformed = false;
   };
+  // Smallest payload buffer worth keeping for reuse.
+  static constexpr size_t kMinSpare = 4096;
   // Bytes charged to the budget: the payload plus a fixed header estimate.
   static uint64_t Cost(size_t payload) { return payload + 64; }
   void Touch(Group& group);
+  // Frees spares, then evicts least recently used groups other than the
+  // kept one, until the objects and the spares fit the budget.
   void EvictFor(const FullTrackName& keep_track, uint64_t keep_group);
+  // A spare buffer of at least `size` bytes' capacity, or an empty string.
+  std::string TakeSpare(size_t size);
   // Moves the track's spilled groups in [first, last] back into memory.
   void Restore(const FullTrackName& name, Track& track, uint64_t first, uint64_t last);
 
@@ -96,6 +109,8 @@ class TrackCache {
   GroupSpill* spill_ = nullptr;
   uint64_t bytes_ = 0;
   uint64_t evicted_groups_ = 0;
+  std::vector<std::string> spare_;  // evicted payloads' memory, for reuse
+  uint64_t spare_bytes_ = 0;        // their capacity
   std::map<FullTrackName, Track> tracks_;
   // Least recently used group first.
   std::list<std::pair<FullTrackName, uint64_t>> lru_;
