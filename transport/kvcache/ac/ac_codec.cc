@@ -16,6 +16,7 @@ namespace kvcast::kvcache::ac {
 namespace {
 
 using internal::GetVarint;
+using internal::kInversePowersOfTwo;
 using internal::kMaxShift;
 
 template <typename T>
@@ -25,12 +26,6 @@ bool GetLe(const uint8_t** p, const uint8_t* end, T* v) {
   *p += sizeof(T);
   return true;
 }
-
-// 2^-shift, exact: a step times it rounds as ldexp(step, -shift) does
-// (a libm call per token and unit was a visible cost).
-constexpr float kInversePowersOfTwo[kMaxShift + 1] = {
-    0x1p0f, 0x1p-1f, 0x1p-2f, 0x1p-3f, 0x1p-4f, 0x1p-5f, 0x1p-6f, 0x1p-7f,
-    0x1p-8f, 0x1p-9f, 0x1p-10f, 0x1p-11f, 0x1p-12f, 0x1p-13f, 0x1p-14f, 0x1p-15f};
 
 absl::Status Corrupt(const std::string& what) {
   return absl::DataLossError(absl::StrCat("ac object: ", what));

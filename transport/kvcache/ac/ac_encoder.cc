@@ -19,6 +19,7 @@
 namespace kvcast::kvcache::ac {
 namespace {
 
+using internal::kInversePowersOfTwo;
 using internal::kMaxShift;
 
 // Floats per token of the units whose steps are chosen together: their
@@ -95,9 +96,17 @@ void AcGroupEncoder::ChooseSteps(const float* kv, int tokens, int lo, int hi) {
     // gets a step 2^k times finer (the attention sink's small V, say).
     for (int t = 0; t < tokens; ++t) {
       const float a = tok_amax_[size_t(t) * m + k];
-      int e = kMaxShift + 1;  // floor(log2(ratio)) + 1, from frexp
-      if (a > 0) std::frexp(amax[k] / a, &e);
-      shifts_[size_t(t) * units + u] = uint8_t(std::clamp(e - 1, 0, kMaxShift));
+      // floor(log2(ratio)), ratio >= 1: its exponent (a float's bits,
+      // not frexp, a call per token and unit); infinite ratios take the
+      // finest step, as zero tokens do.
+      int e = kMaxShift;
+      if (a > 0) {
+        const float ratio = amax[k] / a;
+        uint32_t bits;
+        std::memcpy(&bits, &ratio, sizeof(bits));
+        e = int(bits >> 23) - 127;
+      }
+      shifts_[size_t(t) * units + u] = uint8_t(std::clamp(e, 0, kMaxShift));
     }
   }
 }
@@ -117,7 +126,7 @@ void AcGroupEncoder::EncodeUnit(const float* kv, int tokens, int u,
     for (int t = 0; t < tokens; ++t) {
       // step >= 2^-100 (ChooseSteps), so the token step is >= 2^-115: a
       // normal float with a finite reciprocal.
-      inv_[t] = 1.f / std::ldexp(step, -shifts_[size_t(t) * units + u]);
+      inv_[t] = 1.f / (step * kInversePowersOfTwo[shifts_[size_t(t) * units + u]]);
     }
     kernels_.quantize(kv + size_t(u) * d, n, inv_.data(), same_.data(), tokens, d, codes_.data(),
                       raw_cost_.data(), delta_cost_.data());

@@ -21,6 +21,11 @@ inline constexpr uint32_t kEscape = kMaxSymbols - 1;  // z >= 255; z - 255 follo
 inline constexpr int32_t kMaxCode = 1 << 24;           // |q| a decoder accepts
 inline constexpr uint32_t kMaxEscape = 4u * kMaxCode;  // largest z - 255 a decoder accepts
 inline constexpr int kMaxShift = 15;  // a token's step is the unit's over 2^shift
+// 2^-shift, exact: a step times it rounds as ldexp(step, -shift) does
+// (a libm call per token and unit was a visible cost on both sides).
+inline constexpr float kInversePowersOfTwo[kMaxShift + 1] = {
+    0x1p0f, 0x1p-1f, 0x1p-2f, 0x1p-3f, 0x1p-4f, 0x1p-5f, 0x1p-6f, 0x1p-7f,
+    0x1p-8f, 0x1p-9f, 0x1p-10f, 0x1p-11f, 0x1p-12f, 0x1p-13f, 0x1p-14f, 0x1p-15f};
 
 // Kernels take up to this many tokens per call: independent rANS chains
 // in flight hide the latency of each one's gathers and multiplies.
