@@ -32,14 +32,7 @@ constexpr float kMinStep = 0x1p-100f;
 // The header and token sections are written through a pointer into a
 // vector sized for the most they can take, then cut to what was written
 // (a push_back a byte was a visible cost).
-uint8_t* PutVarint(uint32_t v, uint8_t* p) {
-  while (v >= 0x80) {
-    *p++ = uint8_t(v) | 0x80;
-    v >>= 7;
-  }
-  *p++ = uint8_t(v);
-  return p;
-}
+using internal::PutVarint;
 
 template <typename T>
 uint8_t* PutLe(T v, uint8_t* p) {
@@ -242,7 +235,7 @@ void AcGroupEncoder::Encode(const float* kv, int tokens,
     start = out.size();
     out.resize(start + 5 * st.escapes.size());
     p = out.data() + start;
-    for (auto it = st.escapes.rbegin(); it != st.escapes.rend(); ++it) p = PutVarint(*it, p);
+    p = kernels_.put_escapes(st.escapes.data(), st.escapes.size(), p);
     out.resize(p - out.data());
   }
 }

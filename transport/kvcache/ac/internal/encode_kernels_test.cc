@@ -128,6 +128,37 @@ TEST(EncodeKernels, SymbolizeCountsAndEscapes) {
   }
 }
 
+// Escapes' varints, last first: the same bytes from both kernels, which
+// GetVarint reads back; batches with values of 2^14 and more included.
+TEST(EncodeKernels, PutEscapes) {
+  Kernels k;
+  if (!GetKernels(&k)) GTEST_SKIP() << "no AVX-512";
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 400; ++trial) {
+    const size_t n = rng() % 70;
+    std::vector<uint32_t> esc(n);
+    for (uint32_t& v : esc) {
+      const int r = rng() % 16;
+      v = r == 0 ? rng() % kMaxEscape : r < 8 ? rng() % 0x80 : r < 15 ? rng() % 0x4000 : 0x4000 + rng() % 100;
+      if (trial % 5 == 0) v = rng() % 0x4000;  // whole batches on the fast path
+    }
+    std::vector<uint8_t> out[2];
+    const EncoderKernels* ks[2] = {&k.scalar, &k.simd};
+    for (int s = 0; s < 2; ++s) {
+      out[s].assign(5 * n + 64, 0xee);
+      out[s].resize(ks[s]->put_escapes(esc.data(), n, out[s].data()) - out[s].data());
+    }
+    ASSERT_EQ(out[0], out[1]) << "trial " << trial;
+    const uint8_t* p = out[1].data();
+    for (size_t i = n; i-- > 0;) {
+      uint32_t v;
+      ASSERT_TRUE(GetVarint(&p, out[1].data() + out[1].size(), &v));
+      ASSERT_EQ(v, esc[i]) << "trial " << trial << ", escape " << i;
+    }
+    EXPECT_EQ(p, out[1].data() + out[1].size());
+  }
+}
+
 TEST(EncodeKernels, NormalizeFrequencies) {
   Kernels k;
   if (!GetKernels(&k)) GTEST_SKIP() << "no AVX-512";
