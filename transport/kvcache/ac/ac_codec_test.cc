@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "transport/kvcache/ac/internal/unit_kernels.h"
 #include "transport/kvcache/ac/testing/synthetic_kv.h"
 
 namespace kvcast::kvcache::ac {
@@ -96,7 +97,7 @@ INSTANTIATE_TEST_SUITE_P(ScalarAndBest, AcCodecKernels, testing::Bool());
 // The AVX-512 kernels (where the CPU has them) give the scalar kernels'
 // bytes and floats exactly, also for escapes and both operating points.
 TEST(AcCodec, SimdKernelsEqualScalar) {
-  if (!internal::SimdKernelsAvailable()) GTEST_SKIP() << "no AVX-512 (F, BW, VBMI2) here";
+  if (!internal::SimdKernelsAvailable()) GTEST_SKIP() << "no AVX-512 (F, BW, VBMI, VBMI2) here";
   for (const AcPolicy* p : {&AcNearLossless(), &AcLow()}) {
     for (int tokens : {1, 50, 128}) {
       const auto kv = MakeKv(kShape, tokens, 40 + tokens);
@@ -144,7 +145,7 @@ std::vector<float> AwkwardKv(const AcShape& s, int tokens, uint32_t seed) {
 
 // As SimdKernelsEqualScalar, on the awkward inputs and odd token counts.
 TEST(AcCodec, SimdKernelsEqualScalarOnAwkwardInputs) {
-  if (!internal::SimdKernelsAvailable()) GTEST_SKIP() << "no AVX-512 (F, BW, VBMI2) here";
+  if (!internal::SimdKernelsAvailable()) GTEST_SKIP() << "no AVX-512 (F, BW, VBMI, VBMI2) here";
   const AcShape s{2, 3, 48};
   for (const AcPolicy* p : {&AcNearLossless(), &AcLow()}) {
     for (int tokens : {1, 2, 3, 17, 64, 129}) {
@@ -165,7 +166,7 @@ TEST(AcCodec, SimdKernelsEqualScalarOnAwkwardInputs) {
 // counts around its 8 / 4 / 2 / 1-token calls, tiny and huge units, and
 // damaged objects (the same error, message included).
 TEST(AcCodec, SimdDecoderEqualsScalarOnAwkwardInputs) {
-  if (!internal::SimdKernelsAvailable()) GTEST_SKIP() << "no AVX-512 (F, BW, VBMI2) here";
+  if (!internal::SimdKernelsAvailable()) GTEST_SKIP() << "no AVX-512 (F, BW, VBMI, VBMI2) here";
   for (const AcShape& s : {AcShape{2, 3, 48}, AcShape{3, 1, 16}, AcShape{1, 2, 512}}) {
     for (const AcPolicy* p : {&AcNearLossless(), &AcLow()}) {
       for (int tokens : {1, 2, 3, 7, 9, 15, 17, 129}) {
@@ -291,6 +292,51 @@ TEST_P(AcCodecKernels, EscapesCarryLargeResiduals) {
   std::vector<std::vector<uint8_t>> objects;
   enc.Encode(kv.data(), 64, &objects);
   ExpectWithinHalfStep(s, AcNearLossless(), kv, DecodeAll(s, objects), 64);
+}
+
+// Escapes whose varints take three or five bytes (longer than the encoder
+// writes, still valid: the same values) decode alike on both kernel sets:
+// the SIMD decoder's fast path for one- and two-byte escapes must step
+// aside for them.
+TEST(AcCodec, LongEscapeVarintsDecodeAlike) {
+  const AcShape s{1, 1, 16};
+  std::vector<float> kv(64 * 32);
+  for (int t = 0; t < 64; ++t) {  // every other token jumps: many escapes
+    for (int i = 0; i < 32; ++i) kv[t * 32 + i] = 0.01f * (i + 1) * (t % 2 ? t : -t);
+  }
+  std::vector<std::vector<uint8_t>> objects;
+  AcGroupEncoder(s, AcNearLossless()).Encode(kv.data(), 64, &objects);
+  const std::vector<float> want = DecodeAll(s, objects);
+  int rewritten = 0;
+  for (size_t t = 1; t < objects.size(); ++t) {  // object 0 also holds the group header
+    std::vector<uint8_t>& o = objects[t];
+    // Its section: a shift per unit, 16 states, the word count, the words,
+    // then the escapes' varints to the end.
+    const uint8_t* p = o.data() + s.num_units() + 4 * 16;
+    uint32_t words = 0;
+    ASSERT_TRUE(internal::GetVarint(&p, o.data() + o.size(), &words));
+    p += 2 * size_t(words);
+    std::vector<uint8_t> longer(static_cast<const uint8_t*>(o.data()), p);
+    const uint8_t* const end = o.data() + o.size();
+    for (int i = 0; p < end; ++i) {
+      uint32_t v = 0;
+      ASSERT_TRUE(internal::GetVarint(&p, end, &v));
+      const int len = i % 2 ? 3 : 5;  // 7 bits a byte, high bits continue
+      for (int b = 0; b < len; ++b) {
+        longer.push_back(uint8_t((v >> (7 * b)) & 0x7f) | (b + 1 < len ? 0x80 : 0));
+      }
+      ++rewritten;
+    }
+    o = std::move(longer);
+  }
+  ASSERT_GT(rewritten, 100);
+  for (bool scalar : {false, true}) {
+    internal::ForceScalarKernels(scalar);
+    const std::vector<float> got = DecodeAll(s, objects);
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float)))
+        << (scalar ? "scalar" : "best") << " kernels";
+  }
+  internal::ForceScalarKernels(false);
 }
 
 TEST(AcCodec, NonFiniteUnitsDecodeToNanAndZerosToZeros) {

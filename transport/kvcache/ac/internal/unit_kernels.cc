@@ -61,7 +61,8 @@ void BuildTableScalar(const uint16_t* freqs, int nsym, uint32_t* slots) {
   BuildDecodeTable(absl::MakeConstSpan(freqs, nsym), slots);
 }
 
-#define KVCAST_AVX512 __attribute__((target("avx512f,avx512bw,avx512vbmi2,bmi2,popcnt")))
+#define KVCAST_AVX512 \
+  __attribute__((target("avx512f,avx512bw,avx512vbmi,avx512vbmi2,bmi2,popcnt")))
 
 // The renormalization of the lanes `need` of v: each takes the next word
 // of the stream, in lane order.
@@ -98,6 +99,43 @@ KVCAST_AVX512 __attribute__((always_inline)) inline __m512i RefillAvx512(DecodeC
   return _mm512_load_si512(lanes);
 }
 
+// The escapes of the lanes `esc` (z = 255 + each lane's varint, in lane
+// order) into z at once, when each of them is one or two bytes long and
+// all are in the section (almost always); false (nothing read) otherwise.
+// The varints' ends are the bytes without a high bit: the first ends at
+// the first of them, the next starts after it, and so on; each start's
+// byte and the one after it, picked by byte permutes, make the value.
+KVCAST_AVX512 __attribute__((always_inline)) inline bool ReadEscapesAvx512(DecodeCursor* cur,
+                                                                          __mmask16 esc,
+                                                                          __m512i* z) {
+  const ptrdiff_t avail = cur->end - cur->esc;
+  const uint64_t loaded = avail >= 64 ? ~0ull : (1ull << avail) - 1;
+  const __m512i bytes = _mm512_maskz_loadu_epi8(loaded, cur->esc);
+  const uint64_t cont = _mm512_movepi8_mask(bytes) & loaded;
+  const uint64_t ends = ~cont & loaded;
+  const uint64_t last = _pdep_u64(1ull << (_mm_popcnt_u32(esc) - 1), ends);
+  if (last == 0 || last > (1ull << 62)) return false;  // not all in the section
+  const uint64_t region = (last << 1) - 1;
+  if (cont & (cont << 1) & region) return false;  // a varint of three bytes or more
+  const uint64_t starts = ((ends << 1) | 1) & region;
+  const __m512i iota = _mm512_set_epi8(
+      63, 62, 61, 60, 59, 58, 57, 56, 55, 54, 53, 52, 51, 50, 49, 48, 47, 46, 45, 44, 43, 42,
+      41, 40, 39, 38, 37, 36, 35, 34, 33, 32, 31, 30, 29, 28, 27, 26, 25, 24, 23, 22, 21, 20,
+      19, 18, 17, 16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+  const __m512i at = _mm512_maskz_compress_epi8(starts, iota);
+  const __m512i b0 = _mm512_cvtepu8_epi32(
+      _mm512_castsi512_si128(_mm512_permutexvar_epi8(at, bytes)));
+  const __m512i b1 = _mm512_cvtepu8_epi32(_mm512_castsi512_si128(
+      _mm512_permutexvar_epi8(_mm512_add_epi8(at, _mm512_set1_epi8(1)), bytes)));
+  const __m512i low = _mm512_set1_epi32(0x7f);
+  const __mmask16 two = _mm512_cmpgt_epu32_mask(b0, low);
+  __m512i v = _mm512_and_si512(b0, low);
+  v = _mm512_mask_or_epi32(v, two, v, _mm512_slli_epi32(b1, 7));
+  *z = _mm512_mask_expand_epi32(*z, esc, _mm512_add_epi32(v, _mm512_set1_epi32(kEscape)));
+  cur->esc += _mm_popcnt_u64(region);
+  return true;
+}
+
 // One block of 16 values of one token: the rANS step on the lanes x,
 // then the codes (into *q, from *prev_q for delta lanes dm).
 KVCAST_AVX512 __attribute__((always_inline)) inline const char* DecodeBlockAvx512(DecodeCursor* cur, __m512i* x,
@@ -116,9 +154,12 @@ KVCAST_AVX512 __attribute__((always_inline)) inline const char* DecodeBlockAvx51
   }
   *x = v;
   __m512i z = _mm512_srli_epi32(e, 24);
-  if (const __mmask16 esc = _mm512_cmpeq_epi32_mask(z, _mm512_set1_epi32(kEscape))) {
-    // Only the escaped lanes, in order; most escapes are one-byte varints
-    // (a residual below 383), read inline. Each goes into its lane by a
+  const __mmask16 esc = _mm512_cmpeq_epi32_mask(z, _mm512_set1_epi32(kEscape));
+  // A lone escape is read inline below (cheaper than the vector path).
+  if (esc != 0 && ((esc & (esc - 1)) == 0 || !ReadEscapesAvx512(cur, esc, &z))) {
+    // Lane by lane, as the scalar code (also after a long varint, a
+    // damaged or short section); most escapes are one-byte varints (a
+    // residual below 383), read inline. Each goes into its lane by a
     // masked broadcast: lanes stored and reloaded as a vector would stall
     // on store forwarding (the load spans several narrower stores).
     for (uint32_t m = esc; m != 0; m &= m - 1) {
@@ -230,6 +271,7 @@ bool GetVarint(const uint8_t** p, const uint8_t* end, uint32_t* v) {
 
 bool SimdKernelsAvailable() {
   static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                         __builtin_cpu_supports("avx512vbmi") &&
                          __builtin_cpu_supports("avx512vbmi2") && __builtin_cpu_supports("bmi2");
   return ok;
 }

@@ -56,7 +56,7 @@ using DecodeUnitFn = const char* (*)(DecodeCursor* const* curs, int count, const
 // that ValidFrequencies accepts (the scalar kernel is BuildDecodeTable).
 using BuildTableFn = void (*)(const uint16_t* freqs, int nsym, uint32_t* slots);
 
-// AVX-512 (F, BW, VBMI2) kernels when the CPU has them and scalar ones are
+// AVX-512 (F, BW, VBMI, VBMI2) kernels when the CPU has them and scalar ones are
 // not forced; scalar otherwise.
 // (The encoder's kernels: encode_kernels.h.)
 DecodeUnitFn SelectDecodeUnit();
