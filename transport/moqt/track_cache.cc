@@ -62,9 +62,11 @@ void TrackCache::EvictFor(const FullTrackName& keep_track, uint64_t keep_group) 
 
 std::string TrackCache::TakeSpare(size_t size) {
   // Objects of a track are alike in size: the newest few spares will do.
+  // Not one more than twice the size: the budget counts payloads, not
+  // the capacity holding them.
   for (size_t i = 0; i < spare_.size() && i < 4; ++i) {
     std::string& s = spare_[spare_.size() - 1 - i];
-    if (s.capacity() < size) continue;
+    if (s.capacity() < size || s.capacity() > 2 * size) continue;
     std::string out = std::move(s);
     if (&s != &spare_.back()) s = std::move(spare_.back());
     spare_.pop_back();

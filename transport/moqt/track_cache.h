@@ -100,7 +100,7 @@ class TrackCache {
   // Frees spares, then evicts least recently used groups other than the
   // kept one, until the objects and the spares fit the budget.
   void EvictFor(const FullTrackName& keep_track, uint64_t keep_group);
-  // A spare buffer of at least `size` bytes' capacity, or an empty string.
+  // A spare buffer of `size` to 2 `size` bytes' capacity, or an empty string.
   std::string TakeSpare(size_t size);
   // Moves the track's spilled groups in [first, last] back into memory.
   void Restore(const FullTrackName& name, Track& track, uint64_t first, uint64_t last);

@@ -298,16 +298,16 @@ KVCAST_AVX512 void EncodeAvx512(EncodeStream* streams, const uint16_t* sym, int 
 // where the value needs it, packed by a byte compress.
 KVCAST_AVX512 uint8_t* PutEscapesAvx512(const uint32_t* escapes, size_t n, uint8_t* p) {
   const __m512i reverse = _mm512_set_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  const __m512i small = _mm512_set1_epi32(1 << 14), seven = _mm512_set1_epi32(0x7f);
+  const __m512i small = _mm512_set1_epi32(1 << 14), low7 = _mm512_set1_epi32(0x7f);
   while (n >= 16) {
     const __m512i v = _mm512_permutexvar_epi32(reverse, _mm512_loadu_si512(escapes + n - 16));
     if (_mm512_cmpge_epu32_mask(v, small) != 0) {
       for (int i = 0; i < 16; ++i) p = PutVarint(escapes[--n], p);
       continue;
     }
-    const __mmask16 two = _mm512_cmpgt_epu32_mask(v, seven);
-    const __m512i first = _mm512_mask_or_epi32(_mm512_and_si512(v, seven), two,
-                                               _mm512_and_si512(v, seven), _mm512_set1_epi32(0x80));
+    const __mmask16 two = _mm512_cmpgt_epu32_mask(v, low7);
+    const __m512i first = _mm512_mask_or_epi32(_mm512_and_si512(v, low7), two,
+                                               _mm512_and_si512(v, low7), _mm512_set1_epi32(0x80));
     const __m512i pair = _mm512_or_si512(first, _mm512_slli_epi32(_mm512_srli_epi32(v, 7), 8));
     const __mmask64 keep = 0x1111111111111111ull | _pdep_u64(two, 0x2222222222222222ull);
     const int count = 16 + _mm_popcnt_u32(two);
