@@ -97,9 +97,12 @@ TEST(EncodeKernels, SymbolizeCountsAndEscapes) {
   std::mt19937 rng(3);
   for (int trial = 0; trial < 300; ++trial) {
     // The first two units have more than 65535 symbols (the SIMD counters
-    // are 16 bits wide), the first all one symbol.
+    // are 16 bits wide), the first all one symbol; the second has 512
+    // channels, with more escapes per token than the SIMD kernel gathers
+    // at once.
     const bool big = trial < 2;
-    const int d = big ? 128 : 16 * (1 + rng() % 8), tokens = big ? 600 : 1 + rng() % 11;
+    const int d = big ? (trial == 0 ? 128 : 512) : 16 * (1 + rng() % 8);
+    const int tokens = big ? (trial == 0 ? 600 : 150) : 1 + rng() % 11;
     std::vector<int16_t> q(size_t(tokens) * d);
     for (int16_t& v : q) {
       const int r = rng() % 8;
