@@ -44,14 +44,28 @@ void AcCodecThread::Push(std::unique_ptr<Job> job) {
   cv_.notify_one();
 }
 
+std::vector<uint8_t> AcCodecThread::TakeBuffer() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (spare_buffers_.empty()) return {};
+  std::vector<uint8_t> b = std::move(spare_buffers_.back());
+  spare_buffers_.pop_back();
+  return b;
+}
+
+void AcCodecThread::GiveBack(std::vector<uint8_t> buffer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (spare_buffers_.size() < 2) spare_buffers_.push_back(std::move(buffer));
+}
+
 std::function<void()> AcCodecThread::Work(Job& job) {
   if (job.policy != nullptr) {
     auto objects = std::make_shared<Objects>();
     codec_.EncodeGathered(*job.policy, job.half.data(), job.tokens, objects.get());
+    GiveBack(std::move(job.half));
     return [objects, done = std::move(job.encoded)] { done(std::move(*objects)); };
   }
   const std::vector<absl::Span<const uint8_t>> spans(job.objects.begin(), job.objects.end());
-  auto half = std::make_shared<std::vector<uint8_t>>();
+  auto half = std::make_shared<std::vector<uint8_t>>(TakeBuffer());
   absl::Status s = codec_.DecodeToHalf(spans, half.get());
   return [half, s = std::move(s), done = std::move(job.decoded)] {
     if (s.ok()) {

@@ -58,6 +58,14 @@ class AcCodecThread {
   // A job was submitted whose `done` has not run yet.
   bool busy() const { return pending_ > 0; }
 
+  // Buffers for a group's fp16 payloads: TakeBuffer gives one handed back
+  // earlier (an encode job's input, a decode's output once scattered), or
+  // an empty one; GiveBack keeps up to two. A reused buffer of the same
+  // size is neither cleared nor faulted in again (16 MiB a Llama-3-8B
+  // group). Any thread.
+  std::vector<uint8_t> TakeBuffer();
+  void GiveBack(std::vector<uint8_t> buffer);
+
  private:
   struct Job {
     const ac::AcPolicy* policy = nullptr;  // encode; decode when null
@@ -80,6 +88,7 @@ class AcCodecThread {
   std::condition_variable cv_;
   std::deque<std::unique_ptr<Job>> jobs_;  // guarded by mu_
   bool stop_ = false;                      // guarded by mu_
+  std::vector<std::vector<uint8_t>> spare_buffers_;  // guarded by mu_
   std::thread thread_;
 };
 

@@ -170,6 +170,7 @@ void KvLander::AcDecoded(uint64_t group, absl::StatusOr<std::vector<uint8_t>> ha
     return;
   }
   ac_->Scatter(backend_, half->data(), GroupSlots(group), pool_);
+  spec_.ac_thread->GiveBack(*std::move(half));
   ++flushes_;
   FinishIfComplete();
 }

@@ -264,7 +264,7 @@ bool KvPublisher::AcReady(Prompt& p, const std::shared_ptr<Outlet>& o) {
 
 void KvPublisher::StartAc(const Prompt& p, int group, const AcKey& key) {
   const int n = tokens_in(p, group);
-  std::vector<uint8_t> half;
+  std::vector<uint8_t> half = ac_thread_->TakeBuffer();
   ac_.Gather(backend_, *pool_, SlotsOf(p.chunk_pages[group], pool_->layout().page_tokens, 0, n),
              &half);
   ac_thread_->SubmitEncode(*std::get<2>(key), std::move(half), n, [this, key](AcObjects objects) {
