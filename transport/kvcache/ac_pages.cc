@@ -25,14 +25,11 @@ void AcPageCodec::Gather(Backend* backend, const KvPagePool& pool, absl::Span<co
 
 void AcPageCodec::EncodeGathered(const ac::AcPolicy& policy, const uint8_t* half, int tokens,
                                  std::vector<std::vector<uint8_t>>* objects) {
-  const size_t values = size_t(tokens) * shape_.token_floats();
-  floats_.resize(values);
-  // fp16 has no scales: the whole group is one row of values / head_dim heads.
-  DecodeKvRow(KvFormat::kFp16, half, int(values / shape_.head_dim), shape_.head_dim,
-              shape_.head_dim, floats_.data());
   auto& encoder = encoders_[&policy];
   if (!encoder) encoder = std::make_unique<ac::AcGroupEncoder>(shape_, policy);
-  encoder->Encode(floats_.data(), tokens, objects);
+  // fp16 token payloads are the group's values in order, as binary16
+  // (no scales), read without widening them first.
+  encoder->EncodeHalf(reinterpret_cast<const uint16_t*>(half), tokens, objects);
 }
 
 absl::Status AcPageCodec::Decode(Backend* backend,

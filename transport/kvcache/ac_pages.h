@@ -1,7 +1,7 @@
 // The arithmetic-coded tracks ("ac", "ac-lo") between a page pool and
 // objects: a group's tokens are read through the backend as fp16 token
-// payloads (so any backend serves them), widened to float and coded by
-// ac::AcGroupEncoder; landing decodes a whole group with
+// payloads (so any backend serves them) and coded by
+// ac::AcGroupEncoder::EncodeHalf; landing decodes a whole group with
 // ac::AcGroupDecoder and writes it back as fp16. The fp16 step rounds by at
 // most 2^-11 of a value, far inside the tracks' quantization steps.
 //
@@ -64,7 +64,7 @@ class AcPageCodec {
   std::map<const ac::AcPolicy*, std::unique_ptr<ac::AcGroupEncoder>> encoders_;
   std::unique_ptr<ac::AcGroupDecoder> decoder_;
   std::vector<uint8_t> half_;  // fp16 token payloads of a group
-  std::vector<float> floats_;  // the same, widened
+  std::vector<float> floats_;  // a decoded group, before it is narrowed to fp16
 };
 
 }  // namespace kvcast::kvcache

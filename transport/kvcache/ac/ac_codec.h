@@ -79,13 +79,21 @@ class AcGroupEncoder {
   // Encodes `tokens` (1..65535) tokens, token t's token_floats() values at
   // kv + t * token_floats(); (*objects)[t] gets object t's payload.
   void Encode(const float* kv, int tokens, std::vector<std::vector<uint8_t>>* objects);
+  // The same from fp16 values (IEEE binary16 bits), as KV pages hold them:
+  // the bytes Encode gives for their float values, without a float copy.
+  void EncodeHalf(const uint16_t* kv, int tokens, std::vector<std::vector<uint8_t>>* objects);
 
  private:
+  // Encode of float or fp16 (uint16_t) values.
+  template <typename T>
+  void EncodeValues(const T* kv, int tokens, std::vector<std::vector<uint8_t>>* objects);
   // Steps and shifts of units [lo, hi).
-  void ChooseSteps(const float* kv, int tokens, int lo, int hi);
-  // Unit u of every token, from the floats to its rANS symbols (the
+  template <typename T>
+  void ChooseSteps(const T* kv, int tokens, int lo, int hi);
+  // Unit u of every token, from the values to its rANS symbols (the
   // unit's modes and tables on the way), prefetching lines of `next`.
-  void EncodeUnit(const float* kv, int tokens, int u, internal::LinePrefetch* next);
+  template <typename T>
+  void EncodeUnit(const T* kv, int tokens, int u, internal::LinePrefetch* next);
   void ChooseTables(int u);
   void AppendHeader(int tokens, std::vector<uint8_t>* out) const;
   // Whether token t codes unit u against token t - 1 (same step).

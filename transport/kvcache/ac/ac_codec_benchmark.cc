@@ -1,7 +1,8 @@
 // Speed of the ac codec per core: one 128-token group of synthetic KV
 // (testing/synthetic_kv.h) in Llama-3-8B's shape (32 layers, 8 KV heads x
 // 128) and SmolLM2-135M's (30 x 3 x 64), encoded into objects and decoded
-// back; beside it the int8 track's row codec on the same values. Bytes/s
+// back (BM_AcEncodeHalf: from fp16 values, as a worker's pages hold them);
+// beside it the int8 track's row codec on the same values. Bytes/s
 // count fp16-equivalent KV (2 bytes per value), the unit of the issue's
 // goal (>= 1 GB/s each way).
 //
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
+#include "engine/model/dtype.h"
 #include "kernels/kv_codec.h"
 #include "transport/kvcache/ac/ac_codec.h"
 #include "transport/kvcache/ac/testing/synthetic_kv.h"
@@ -41,6 +43,26 @@ void BM_AcEncode(benchmark::State& state) {
   std::vector<std::vector<uint8_t>> objects;
   for (auto _ : state) {
     enc.Encode(Kv(state.range(0)).data(), kTokens, &objects);
+    benchmark::DoNotOptimize(objects.data());
+  }
+  size_t bytes = 0;
+  for (const auto& o : objects) bytes += o.size();
+  SetLabel(state, bytes);
+}
+
+// The same from fp16 values, as a worker's KV pages hold them (its
+// publisher encodes the fp16 token payloads it gathers from the pages).
+void BM_AcEncodeHalf(benchmark::State& state) {
+  const AcShape s = ShapeOf(state.range(0));
+  static std::vector<uint16_t> half[2];
+  std::vector<uint16_t>& kv = half[state.range(0)];
+  if (kv.empty()) {
+    for (float v : Kv(state.range(0))) kv.push_back(FloatToHalf(v));
+  }
+  AcGroupEncoder enc(s, PolicyOf(state.range(1)));
+  std::vector<std::vector<uint8_t>> objects;
+  for (auto _ : state) {
+    enc.EncodeHalf(kv.data(), kTokens, &objects);
     benchmark::DoNotOptimize(objects.data());
   }
   size_t bytes = 0;
@@ -96,6 +118,7 @@ void BM_Int8Rows(benchmark::State& state) {
 // Args: shape (0 Llama-3-8B, 1 SmolLM2), policy (0 ac, 1 ac-lo) or, for
 // int8, direction (0 encode, 1 decode).
 BENCHMARK(BM_AcEncode)->ArgsProduct({{0, 1}, {0, 1}})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_AcEncodeHalf)->ArgsProduct({{0, 1}, {0, 1}})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_AcDecode)->ArgsProduct({{0, 1}, {0, 1}})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Int8Rows)->ArgsProduct({{0, 1}, {0, 1}})->Unit(benchmark::kMillisecond);
 

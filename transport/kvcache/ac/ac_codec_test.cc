@@ -6,6 +6,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "engine/model/dtype.h"
 #include "gtest/gtest.h"
 #include "transport/kvcache/ac/internal/unit_kernels.h"
 #include "transport/kvcache/ac/testing/synthetic_kv.h"
@@ -337,6 +338,40 @@ TEST(AcCodec, LongEscapeVarintsDecodeAlike) {
         << (scalar ? "scalar" : "best") << " kernels";
   }
   internal::ForceScalarKernels(false);
+}
+
+// Encoding fp16 values (as KV pages hold them) gives the bytes of encoding
+// their floats, on both kernel sets: subnormal, infinite and NaN halves
+// included, and a unit of zeros.
+TEST(AcCodec, EncodeHalfGivesTheBytesOfItsFloats) {
+  for (const AcShape& s : {kShape, AcShape{2, 3, 48}}) {
+    for (int trial = 0; trial < 6; ++trial) {
+      const int tokens = 1 + trial * 7;
+      std::mt19937 rng(40 + trial);
+      std::vector<uint16_t> half(size_t(tokens) * s.token_floats());
+      for (uint16_t& h : half) {
+        const int r = rng() % 20;
+        h = r == 0 ? uint16_t(rng() % 0x400)                    // subnormal or zero
+            : r == 1 && trial % 3 == 0 ? uint16_t(0x7c00)       // inf
+            : r == 2 && trial % 3 == 1 ? uint16_t(0x7e01)       // NaN
+            : FloatToHalf(std::normal_distribution<float>(0, 2)(rng));
+        if (rng() % 2) h ^= 0x8000;
+      }
+      std::fill_n(half.begin() + s.head_dim, s.head_dim, 0);  // token 0, unit 1
+      std::vector<float> floats(half.size());
+      for (size_t i = 0; i < half.size(); ++i) floats[i] = HalfToFloat(half[i]);
+      for (bool scalar : {false, true}) {
+        internal::ForceScalarKernels(scalar);
+        for (const AcPolicy* p : {&AcNearLossless(), &AcLow()}) {
+          std::vector<std::vector<uint8_t>> from_floats, from_half;
+          AcGroupEncoder(s, *p).Encode(floats.data(), tokens, &from_floats);
+          AcGroupEncoder(s, *p).EncodeHalf(half.data(), tokens, &from_half);
+          EXPECT_EQ(from_floats, from_half) << "trial " << trial << (scalar ? ", scalar" : "");
+        }
+      }
+      internal::ForceScalarKernels(false);
+    }
+  }
 }
 
 TEST(AcCodec, NonFiniteUnitsDecodeToNanAndZerosToZeros) {

@@ -40,6 +40,20 @@ uint8_t* PutLe(T v, uint8_t* p) {
   return p + sizeof(T);
 }
 
+// The kernel for the values' type.
+float AbsMax(const internal::EncoderKernels& k, const float* x, int d) { return k.abs_max(x, d); }
+float AbsMax(const internal::EncoderKernels& k, const uint16_t* x, int d) {
+  return k.abs_max_half(x, d);
+}
+template <typename... Args>
+void Quantize(const internal::EncoderKernels& k, const float* x, Args... args) {
+  k.quantize(x, args...);
+}
+template <typename... Args>
+void Quantize(const internal::EncoderKernels& k, const uint16_t* x, Args... args) {
+  k.quantize_half(x, args...);
+}
+
 }  // namespace
 
 AcGroupEncoder::AcGroupEncoder(const AcShape& shape, const AcPolicy& policy)
@@ -58,7 +72,8 @@ AcGroupEncoder::AcGroupEncoder(const AcShape& shape, const AcPolicy& policy)
   rcp_.resize(2 * kMaxSymbols);
 }
 
-void AcGroupEncoder::ChooseSteps(const float* kv, int tokens, int lo, int hi) {
+template <typename T>
+void AcGroupEncoder::ChooseSteps(const T* kv, int tokens, int lo, int hi) {
   const int d = shape_.head_dim, units = shape_.num_units(), n = shape_.token_floats();
   const int m = hi - lo;
   tok_amax_.resize(size_t(tokens) * m);
@@ -67,9 +82,9 @@ void AcGroupEncoder::ChooseSteps(const float* kv, int tokens, int lo, int hi) {
   std::fill(amax, amax + m, 0.f);
   std::fill(bad, bad + m, false);
   for (int t = 0; t < tokens; ++t) {
-    const float* x = kv + size_t(t) * n + size_t(lo) * d;
+    const T* x = kv + size_t(t) * n + size_t(lo) * d;
     for (int k = 0; k < m; ++k) {
-      const float a = kernels_.abs_max(x + k * d, d);
+      const float a = AbsMax(kernels_, x + k * d, d);
       bad[k] |= std::isnan(a);
       tok_amax_[size_t(t) * m + k] = a;
       if (!std::isnan(a)) amax[k] = std::max(amax[k], a);
@@ -104,8 +119,8 @@ void AcGroupEncoder::ChooseSteps(const float* kv, int tokens, int lo, int hi) {
   }
 }
 
-void AcGroupEncoder::EncodeUnit(const float* kv, int tokens, int u,
-                                internal::LinePrefetch* next) {
+template <typename T>
+void AcGroupEncoder::EncodeUnit(const T* kv, int tokens, int u, internal::LinePrefetch* next) {
   const int d = shape_.head_dim, units = shape_.num_units(), n = shape_.token_floats();
   for (int t = 0; t < tokens; ++t) same_[t] = SameShift(t, u);
   // Codes, and per channel the sums of |residual| of raw and delta mode
@@ -121,8 +136,8 @@ void AcGroupEncoder::EncodeUnit(const float* kv, int tokens, int u,
       // normal float with a finite reciprocal.
       inv_[t] = 1.f / (step * kInversePowersOfTwo[shifts_[size_t(t) * units + u]]);
     }
-    kernels_.quantize(kv + size_t(u) * d, n, inv_.data(), same_.data(), tokens, d, codes_.data(),
-                      raw_cost_.data(), delta_cost_.data());
+    Quantize(kernels_, kv + size_t(u) * d, size_t(n), inv_.data(), same_.data(), tokens, d,
+             codes_.data(), raw_cost_.data(), delta_cost_.data());
   }
   // Mode per channel: the smaller sum.
   uint16_t* mask = masks_.data() + size_t(u) * d / 16;
@@ -179,6 +194,17 @@ void AcGroupEncoder::AppendHeader(int tokens, std::vector<uint8_t>* out) const {
 
 void AcGroupEncoder::Encode(const float* kv, int tokens,
                             std::vector<std::vector<uint8_t>>* objects) {
+  EncodeValues(kv, tokens, objects);
+}
+
+void AcGroupEncoder::EncodeHalf(const uint16_t* kv, int tokens,
+                                std::vector<std::vector<uint8_t>>* objects) {
+  EncodeValues(kv, tokens, objects);
+}
+
+template <typename T>
+void AcGroupEncoder::EncodeValues(const T* kv, int tokens,
+                                  std::vector<std::vector<uint8_t>>* objects) {
   const int d = shape_.head_dim, units = shape_.num_units(), n = shape_.token_floats();
   // Every token is its own rANS stream, at most 2 bytes a value.
   const size_t stream_bytes = size_t(n) * 2;
@@ -203,8 +229,8 @@ void AcGroupEncoder::Encode(const float* kv, int tokens,
     const int next_lo = std::max(0, lo - chunk);
     internal::LinePrefetch next;
     next.run = reinterpret_cast<const char*>(kv + size_t(next_lo) * d);
-    next.stride = size_t(n) * sizeof(float);
-    next.run_lines = uint32_t((lo - next_lo) * d * sizeof(float) / 64);
+    next.stride = size_t(n) * sizeof(T);
+    next.run_lines = uint32_t((lo - next_lo) * d * sizeof(T) / 64);
     const size_t lines = size_t(next.run_lines) * tokens;
     for (int u = hi - 1; u >= lo; --u) {
       const int i = hi - 1 - u;

@@ -13,6 +13,7 @@
 #include <cstring>
 #include <limits>
 
+#include "engine/model/dtype.h"
 #include "transport/kvcache/ac/internal/unit_kernels.h"
 
 namespace kvcast::kvcache::ac::internal {
@@ -22,23 +23,30 @@ inline uint32_t ZigZag(int32_t r) { return (uint32_t(r) << 1) ^ uint32_t(r >> 31
 
 // ---- scalar (the reference) ---------------------------------------------------
 
-float AbsMaxScalar(const float* x, int d) {
+// The kernels take float or fp16 values; fp16 widens exactly.
+inline float ToFloat(float x) { return x; }
+inline float ToFloat(uint16_t h) { return HalfToFloat(h); }
+
+template <typename T>
+float AbsMaxScalar(const T* x, int d) {
   float m = 0, probe = 0;
   for (int c = 0; c < d; ++c) {
-    m = std::max(m, std::fabs(x[c]));
-    probe += x[c] * 0.f;  // NaN once any x is inf or NaN
+    const float v = ToFloat(x[c]);
+    m = std::max(m, std::fabs(v));
+    probe += v * 0.f;  // NaN once any x is inf or NaN
   }
   return probe == 0 ? m : std::numeric_limits<float>::quiet_NaN();
 }
 
-void QuantizeScalar(const float* x, size_t stride, const float* inv, const uint8_t* same,
+template <typename T>
+void QuantizeScalar(const T* x, size_t stride, const float* inv, const uint8_t* same,
                     int tokens, int d, int16_t* q, uint32_t* raw, uint32_t* delta) {
   constexpr float kRound = 12582912.f;  // 1.5 * 2^23: adding it rounds half to even
   for (int t = 0; t < tokens; ++t) {
-    const float* xt = x + t * stride;
+    const T* xt = x + t * stride;
     int16_t* qt = q + size_t(t) * d;
     for (int c = 0; c < d; ++c) {
-      const float v = std::clamp(xt[c] * inv[t], -32767.f, 32767.f);
+      const float v = std::clamp(ToFloat(xt[c]) * inv[t], -32767.f, 32767.f);
       qt[c] = int16_t((v + kRound) - kRound);
     }
     if (!same[t]) continue;
@@ -86,29 +94,36 @@ void NormalizeScalar(const uint32_t* counts, int n, uint16_t* freqs) {
 
 #define KVCAST_AVX512 __attribute__((target("avx512f,avx512bw,avx512vbmi2,bmi2,popcnt")))
 
-KVCAST_AVX512 float AbsMaxAvx512(const float* x, int d) {
+KVCAST_AVX512 inline __m512 Load16(const float* x) { return _mm512_loadu_ps(x); }
+KVCAST_AVX512 inline __m512 Load16(const uint16_t* x) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x)));
+}
+
+template <typename T>
+KVCAST_AVX512 float AbsMaxAvx512(const T* x, int d) {
   __m512 m = _mm512_setzero_ps();
   __mmask16 finite = 0xffff;
   const __m512 big = _mm512_set1_ps(std::numeric_limits<float>::max());
   for (int c = 0; c < d; c += 16) {
-    const __m512 a = _mm512_abs_ps(_mm512_loadu_ps(x + c));
+    const __m512 a = _mm512_abs_ps(Load16(x + c));
     finite &= _mm512_cmp_ps_mask(a, big, _CMP_LE_OQ);
     m = _mm512_max_ps(m, a);
   }
   return finite == 0xffff ? _mm512_reduce_max_ps(m) : std::numeric_limits<float>::quiet_NaN();
 }
 
-KVCAST_AVX512 void QuantizeAvx512(const float* x, size_t stride, const float* inv,
+template <typename T>
+KVCAST_AVX512 void QuantizeAvx512(const T* x, size_t stride, const float* inv,
                                   const uint8_t* same, int tokens, int d, int16_t* q,
                                   uint32_t* raw, uint32_t* delta) {
   const __m512 lo = _mm512_set1_ps(-32767.f), hi = _mm512_set1_ps(32767.f);
   for (int t = 0; t < tokens; ++t) {
-    const float* xt = x + t * stride;
+    const T* xt = x + t * stride;
     int16_t* qt = q + size_t(t) * d;
     const __m512 vinv = _mm512_set1_ps(inv[t]);
     const bool costs = same[t];
     for (int c = 0; c < d; c += 16) {
-      const __m512 v = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_loadu_ps(xt + c), vinv), lo), hi);
+      const __m512 v = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(Load16(xt + c), vinv), lo), hi);
       // cvtps rounds half to even (the default MXCSR mode), as the scalar code.
       const __m512i a = _mm512_cvtps_epi32(v);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(qt + c), _mm512_cvtepi32_epi16(a));
@@ -399,11 +414,13 @@ bool UseSimd() { return SimdKernelsAvailable() && !ScalarKernelsForced(); }
 
 EncoderKernels SelectEncoderKernels() {
   if (UseSimd()) {
-    return {AbsMaxAvx512,    QuantizeAvx512, SymbolizeAvx512, NormalizeAvx512,
-            EncodeAvx512,    PutEscapesAvx512};
+    return {AbsMaxAvx512<float>,   AbsMaxAvx512<uint16_t>, QuantizeAvx512<float>,
+            QuantizeAvx512<uint16_t>, SymbolizeAvx512,     NormalizeAvx512,
+            EncodeAvx512,          PutEscapesAvx512};
   }
-  return {AbsMaxScalar, QuantizeScalar, SymbolizeScalar, NormalizeScalar, EncodeScalar,
-          PutEscapesScalar};
+  return {AbsMaxScalar<float>,   AbsMaxScalar<uint16_t>, QuantizeScalar<float>,
+          QuantizeScalar<uint16_t>, SymbolizeScalar,     NormalizeScalar,
+          EncodeScalar,          PutEscapesScalar};
 }
 
 bool SimdDivideForTest(const uint32_t* x, const uint32_t* f, uint32_t* quot, uint32_t* rem) {

@@ -71,12 +71,17 @@ inline uint8_t* PutVarint(uint32_t v, uint8_t* p) {
 struct EncoderKernels {
   // Largest |x[c]| of d values; NaN if any is not finite.
   float (*abs_max)(const float* x, int d);
+  // The same of d fp16 values (IEEE binary16 bits), as their floats.
+  float (*abs_max_half)(const uint16_t* x, int d);
   // Codes of one unit: token t's d values at x + t * stride become
   // q[t * d + c] = round-half-even(clamp(x * inv[t], -32767, 32767)). For
   // every token t with same[t] (t > 0 and the step of token t - 1), adds
   // |q_t[c]| to raw[c] and |q_t[c] - q_{t-1}[c]| to delta[c].
   void (*quantize)(const float* x, size_t stride, const float* inv, const uint8_t* same,
                    int tokens, int d, int16_t* q, uint32_t* raw, uint32_t* delta);
+  // The same of fp16 values, as their floats.
+  void (*quantize_half)(const uint16_t* x, size_t stride, const float* inv, const uint8_t* same,
+                        int tokens, int d, int16_t* q, uint32_t* raw, uint32_t* delta);
   // Symbols of one unit: sym[t * d + c] = min(z, 255) + (256 if delta-coded),
   // z the zigzagged residual, q_t[c] - q_{t-1}[c] for a delta channel
   // (masks) of a token with same[t], q_t[c] otherwise: the index into the
