@@ -1,8 +1,6 @@
 // The ac tracks on a page pool: see ac_pages.h.
 #include "transport/kvcache/ac_pages.h"
 
-#include "kernels/kv_codec.h"
-
 namespace kvcast::kvcache {
 
 AcPageCodec::AcPageCodec(const KvLayout& layout)
@@ -45,14 +43,10 @@ absl::Status AcPageCodec::Decode(Backend* backend,
 
 absl::Status AcPageCodec::DecodeToHalf(absl::Span<const absl::Span<const uint8_t>> objects,
                                        std::vector<uint8_t>* half) {
-  const size_t values = objects.size() * size_t(shape_.token_floats());
-  floats_.resize(values);
   if (!decoder_) decoder_ = std::make_unique<ac::AcGroupDecoder>(shape_);
-  if (absl::Status s = decoder_->DecodeGroup(objects, floats_.data()); !s.ok()) return s;
-  half->resize(values * 2);
-  EncodeKvRow(KvFormat::kFp16, floats_.data(), int(values / shape_.head_dim), shape_.head_dim,
-              shape_.head_dim, half->data());
-  return absl::OkStatus();
+  // fp16 token payloads are the group's values in order, as binary16.
+  half->resize(objects.size() * size_t(shape_.token_floats()) * 2);
+  return decoder_->DecodeGroupHalf(objects, reinterpret_cast<uint16_t*>(half->data()));
 }
 
 void AcPageCodec::Scatter(Backend* backend, const uint8_t* half, absl::Span<const int32_t> slots,

@@ -2,8 +2,9 @@
 // objects: a group's tokens are read through the backend as fp16 token
 // payloads (so any backend serves them) and coded by
 // ac::AcGroupEncoder::EncodeHalf; landing decodes a whole group with
-// ac::AcGroupDecoder and writes it back as fp16. The fp16 step rounds by at
-// most 2^-11 of a value, far inside the tracks' quantization steps.
+// ac::AcGroupDecoder::DecodeGroupHalf into fp16 payloads and writes them
+// back. The fp16 step rounds by at most 2^-11 of a value, far inside the
+// tracks' quantization steps.
 //
 // Thread safety: none (scratch buffers are reused); one per loop thread.
 #ifndef KVCAST_TRANSPORT_KVCACHE_AC_PAGES_H_
@@ -64,7 +65,6 @@ class AcPageCodec {
   std::map<const ac::AcPolicy*, std::unique_ptr<ac::AcGroupEncoder>> encoders_;
   std::unique_ptr<ac::AcGroupDecoder> decoder_;
   std::vector<uint8_t> half_;  // fp16 token payloads of a group
-  std::vector<float> floats_;  // a decoded group, before it is narrowed to fp16
 };
 
 }  // namespace kvcast::kvcache

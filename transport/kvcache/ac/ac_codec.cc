@@ -66,6 +66,7 @@ const AcPolicy* AcPolicyOf(std::string_view track) {
 AcGroupDecoder::AcGroupDecoder(const AcShape& shape)
     : shape_(shape),
       decode_unit_(internal::SelectDecodeUnit()),
+      decode_unit_half_(internal::SelectDecodeUnitHalf()),
       build_table_(internal::SelectBuildTable()) {
   const int units = shape.num_units();
   steps_.resize(units);
@@ -148,15 +149,30 @@ absl::Status AcGroupDecoder::OpenToken(const uint8_t* p, const uint8_t* end, Cur
   return absl::OkStatus();
 }
 
+namespace {
+// The kernel for the output's type.
+template <typename... Args>
+const char* RunDecodeUnit(internal::DecodeUnitFn f, internal::DecodeUnitHalfFn, float* const* outs,
+                          Args... args) {
+  return f(args..., outs);
+}
+template <typename... Args>
+const char* RunDecodeUnit(internal::DecodeUnitFn, internal::DecodeUnitHalfFn f,
+                          uint16_t* const* outs, Args... args) {
+  return f(args..., outs);
+}
+}  // namespace
+
+template <typename Out>
 absl::Status AcGroupDecoder::DecodeUnit(int t, int count, int u, Cursor* curs,
-                                        const uint32_t* slots, float* out, size_t out_stride) {
+                                        const uint32_t* slots, Out* out, size_t out_stride) {
   const int d = shape_.head_dim;
   const uint16_t* masks = &masks_[size_t(u) * d / 16];
   const bool has_delta = std::any_of(masks, masks + d / 16, [](uint16_t m) { return m != 0; });
   internal::DecodeCursor* cursors[internal::kMaxTokensPerCall];
   bool same[internal::kMaxTokensPerCall];
   float steps[internal::kMaxTokensPerCall];
-  float* outs[internal::kMaxTokensPerCall];
+  Out* outs[internal::kMaxTokensPerCall];
   for (int k = 0; k < count; ++k) {
     const uint8_t shift = curs[k].shifts[u];
     if (shift > kMaxShift) return Corrupt(absl::StrCat("step shift ", shift));
@@ -169,8 +185,8 @@ absl::Status AcGroupDecoder::DecodeUnit(int t, int count, int u, Cursor* curs,
     steps[k] = steps_[u] * kInversePowersOfTwo[shift];
     outs[k] = out + k * out_stride;
   }
-  if (const char* why = decode_unit_(cursors, count, slots, masks,
-                                     same, &prev_[size_t(u) * d], steps, d, outs)) {
+  if (const char* why = RunDecodeUnit(decode_unit_, decode_unit_half_, outs, cursors, count, slots,
+                                      masks, same, &prev_[size_t(u) * d], steps, d)) {
     return Corrupt(why);
   }
   return absl::OkStatus();
@@ -228,6 +244,17 @@ absl::Status AcGroupDecoder::Decode(int object_id, absl::Span<const uint8_t> pay
 
 absl::Status AcGroupDecoder::DecodeGroup(absl::Span<const absl::Span<const uint8_t>> objects,
                                          float* out) {
+  return DecodeRuns(objects, out);
+}
+
+absl::Status AcGroupDecoder::DecodeGroupHalf(absl::Span<const absl::Span<const uint8_t>> objects,
+                                             uint16_t* out) {
+  return DecodeRuns(objects, out);
+}
+
+template <typename Out>
+absl::Status AcGroupDecoder::DecodeRuns(absl::Span<const absl::Span<const uint8_t>> objects,
+                                        Out* out) {
   next_ = 0;
   tokens_ = 0;
   if (objects.empty()) return absl::InvalidArgumentError("ac group: no objects");

@@ -144,6 +144,11 @@ class AcGroupDecoder {
   // run's tables stay in cache). InvalidArgument when objects.size() is not
   // the header's T.
   absl::Status DecodeGroup(absl::Span<const absl::Span<const uint8_t>> objects, float* out);
+  // The same with each value narrowed to fp16 (IEEE binary16 bits, rounded
+  // to nearest even) as it is stored, as KV pages hold them: FloatToHalf
+  // of DecodeGroup's floats, without a float copy.
+  absl::Status DecodeGroupHalf(absl::Span<const absl::Span<const uint8_t>> objects,
+                               uint16_t* out);
 
   int tokens_in_group() const { return tokens_; }  // from object 0's header (0 before)
 
@@ -161,8 +166,12 @@ class AcGroupDecoder {
   // from cursors curs[0, count) into token k's d values at out + k *
   // out_stride, with the unit's tables `slots`. A unit's tokens decode in
   // order.
-  absl::Status DecodeUnit(int t, int count, int u, Cursor* curs, const uint32_t* slots, float* out,
+  template <typename Out>
+  absl::Status DecodeUnit(int t, int count, int u, Cursor* curs, const uint32_t* slots, Out* out,
                           size_t out_stride);
+  // DecodeGroup into float or fp16 (uint16_t) values.
+  template <typename Out>
+  absl::Status DecodeRuns(absl::Span<const absl::Span<const uint8_t>> objects, Out* out);
   // Prefetches the lines a token's units [u0, u1) read: the step shifts
   // and, from cursor cur, the words and escapes.
   void Prefetch(const Cursor& cur, int u0, int u1) const;
@@ -175,6 +184,7 @@ class AcGroupDecoder {
   int tokens_ = 0;
   int next_ = 0;  // the object expected next
   const internal::DecodeUnitFn decode_unit_;
+  const internal::DecodeUnitHalfFn decode_unit_half_;
   const internal::BuildTableFn build_table_;
   std::vector<float> steps_;
   std::vector<uint16_t> masks_;  // as the encoder's

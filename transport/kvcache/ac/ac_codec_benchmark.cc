@@ -1,7 +1,8 @@
 // Speed of the ac codec per core: one 128-token group of synthetic KV
 // (testing/synthetic_kv.h) in Llama-3-8B's shape (32 layers, 8 KV heads x
 // 128) and SmolLM2-135M's (30 x 3 x 64), encoded into objects and decoded
-// back (BM_AcEncodeHalf: from fp16 values, as a worker's pages hold them);
+// back (BM_AcEncodeHalf, BM_AcDecodeHalf: from and into fp16 values, as a
+// worker's pages hold them);
 // beside it the int8 track's row codec on the same values. Bytes/s
 // count fp16-equivalent KV (2 bytes per value), the unit of the issue's
 // goal (>= 1 GB/s each way).
@@ -87,6 +88,24 @@ void BM_AcDecode(benchmark::State& state) {
   SetLabel(state, bytes);
 }
 
+// The same into fp16 values, as a worker lands them in its pages.
+void BM_AcDecodeHalf(benchmark::State& state) {
+  const AcShape s = ShapeOf(state.range(0));
+  AcGroupEncoder enc(s, PolicyOf(state.range(1)));
+  std::vector<std::vector<uint8_t>> objects;
+  enc.Encode(Kv(state.range(0)).data(), kTokens, &objects);
+  AcGroupDecoder dec(s);
+  std::vector<absl::Span<const uint8_t>> spans(objects.begin(), objects.end());
+  std::vector<uint16_t> out(size_t(kTokens) * s.token_floats());
+  for (auto _ : state) {
+    if (!dec.DecodeGroupHalf(spans, out.data()).ok()) state.SkipWithError("decode failed");
+    benchmark::DoNotOptimize(out.data());
+  }
+  size_t bytes = 0;
+  for (const auto& o : objects) bytes += o.size();
+  SetLabel(state, bytes);
+}
+
 // The int8 track: every row (one layer's K or V of a token) on its own.
 void BM_Int8Rows(benchmark::State& state) {
   const AcShape s = ShapeOf(state.range(0));
@@ -120,6 +139,7 @@ void BM_Int8Rows(benchmark::State& state) {
 BENCHMARK(BM_AcEncode)->ArgsProduct({{0, 1}, {0, 1}})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_AcEncodeHalf)->ArgsProduct({{0, 1}, {0, 1}})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_AcDecode)->ArgsProduct({{0, 1}, {0, 1}})->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_AcDecodeHalf)->ArgsProduct({{0, 1}, {0, 1}})->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Int8Rows)->ArgsProduct({{0, 1}, {0, 1}})->Unit(benchmark::kMillisecond);
 
 }  // namespace

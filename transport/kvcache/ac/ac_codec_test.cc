@@ -374,6 +374,38 @@ TEST(AcCodec, EncodeHalfGivesTheBytesOfItsFloats) {
   }
 }
 
+// Decoding into fp16 gives FloatToHalf of the floats DecodeGroup gives,
+// and the same errors, on both kernel sets (non-finite units, whose
+// values decode to NaN, and damaged groups included).
+TEST(AcCodec, DecodeGroupHalfNarrowsWhatDecodeGroupGives) {
+  for (const AcShape& s : {kShape, AcShape{2, 3, 48}}) {
+    for (int trial = 0; trial < 6; ++trial) {
+      const int tokens = 1 + trial * 7;
+      auto kv = MakeKv(s, tokens, 60 + trial);
+      if (trial % 2) kv[s.head_dim + 3] = std::numeric_limits<float>::infinity();
+      for (size_t i = 0; i < kv.size(); i += 97) kv[i] *= 1e-30f;  // fp16 subnormals and zeros
+      std::vector<std::vector<uint8_t>> objects;
+      AcGroupEncoder(s, trial < 3 ? AcNearLossless() : AcLow()).Encode(kv.data(), tokens, &objects);
+      if (trial == 5) objects[tokens / 2].pop_back();  // damaged: both fail alike
+      const std::vector<absl::Span<const uint8_t>> spans(objects.begin(), objects.end());
+      for (bool scalar : {false, true}) {
+        internal::ForceScalarKernels(scalar);
+        std::vector<float> floats(kv.size());
+        std::vector<uint16_t> half(kv.size());
+        const absl::Status fs = AcGroupDecoder(s).DecodeGroup(spans, floats.data());
+        const absl::Status hs = AcGroupDecoder(s).DecodeGroupHalf(spans, half.data());
+        EXPECT_EQ(fs, hs) << "trial " << trial;
+        if (!fs.ok()) continue;
+        for (size_t i = 0; i < kv.size(); ++i) {
+          ASSERT_EQ(half[i], FloatToHalf(floats[i]))
+              << "trial " << trial << ", value " << i << (scalar ? ", scalar" : "");
+        }
+      }
+      internal::ForceScalarKernels(false);
+    }
+  }
+}
+
 TEST(AcCodec, NonFiniteUnitsDecodeToNanAndZerosToZeros) {
   auto kv = MakeKv(kShape, 4, 9);
   const int d = kShape.head_dim, n = kShape.token_floats();

@@ -12,6 +12,8 @@
 #include <cstdlib>
 #include <limits>
 
+#include "engine/model/dtype.h"
+
 namespace kvcast::kvcache::ac::internal {
 namespace {
 
@@ -27,8 +29,13 @@ inline bool ReadEscape(DecodeCursor* cur, uint32_t* z) {
   return true;
 }
 
+// A decoded value into float or fp16 output.
+inline void Put(float v, float* out) { *out = v; }
+inline void Put(float v, uint16_t* out) { *out = FloatToHalf(v); }
+
+template <typename Out>
 const char* DecodeOneScalar(DecodeCursor* cur, const uint32_t* slots, const uint16_t* masks,
-                            bool same, int32_t* prev, float step, int d, float* out) {
+                            bool same, int32_t* prev, float step, int d, Out* out) {
   for (int b = 0; b < d / 16; ++b) {
     const uint32_t m = same ? masks[b] : 0;
     for (int j = 0; j < 16; ++j) {
@@ -40,15 +47,16 @@ const char* DecodeOneScalar(DecodeCursor* cur, const uint32_t* slots, const uint
       const int64_t q = int64_t(UnZigZag(z)) + (delta ? prev[c] : 0);
       if (q > kMaxCode || q < -kMaxCode) return "a code out of range";
       prev[c] = int32_t(q);
-      out[c] = float(int32_t(q)) * step;
+      Put(float(int32_t(q)) * step, out + c);
     }
   }
   return nullptr;
 }
 
+template <typename Out>
 const char* DecodeUnitScalar(DecodeCursor* const* curs, int count, const uint32_t* slots,
                              const uint16_t* masks, const bool* same, int32_t* prev,
-                             const float* steps, int d, float* const* outs) {
+                             const float* steps, int d, Out* const* outs) {
   for (int k = 0; k < count; ++k) {
     if (const char* why = DecodeOneScalar(curs[k], slots, masks, same[k], prev, steps[k], d, outs[k])) {
       return why;
@@ -183,11 +191,17 @@ KVCAST_AVX512 __attribute__((always_inline)) inline const char* DecodeBlockAvx51
 
 // N tokens' chains side by side (independent gathers and multiplies in
 // flight), states in registers.
-template <int N>
+KVCAST_AVX512 inline void Store16(__m512 v, float* out) { _mm512_storeu_ps(out, v); }
+KVCAST_AVX512 inline void Store16(__m512 v, uint16_t* out) {
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out),
+                      _mm512_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+template <int N, typename Out>
 KVCAST_AVX512 const char* DecodeTokensAvx512(DecodeCursor* const* curs, const uint32_t* slots,
                                              const uint16_t* masks, const bool* same,
                                              int32_t* prev, const float* steps, int d,
-                                             float* const* outs) {
+                                             Out* const* outs) {
   __m512i x[N];
 #pragma GCC unroll 8
   for (int k = 0; k < N; ++k) x[k] = _mm512_loadu_si512(curs[k]->state);
@@ -199,8 +213,7 @@ KVCAST_AVX512 const char* DecodeTokensAvx512(DecodeCursor* const* curs, const ui
       if (const char* why = DecodeBlockAvx512(curs[k], &x[k], slots, same[k] ? masks[b] : 0, &q)) {
         return why;
       }
-      _mm512_storeu_ps(outs[k] + b * 16,
-                       _mm512_mul_ps(_mm512_cvtepi32_ps(q), _mm512_set1_ps(steps[k])));
+      Store16(_mm512_mul_ps(_mm512_cvtepi32_ps(q), _mm512_set1_ps(steps[k])), outs[k] + b * 16);
     }
     _mm512_storeu_si512(prev + b * 16, q);
   }
@@ -211,23 +224,28 @@ KVCAST_AVX512 const char* DecodeTokensAvx512(DecodeCursor* const* curs, const ui
 
 // Tokens in order, up to 8 at a time (prev carries the codes from one
 // call to the next).
+template <typename Out>
 KVCAST_AVX512 const char* DecodeUnitAvx512(DecodeCursor* const* curs, int count,
                                            const uint32_t* slots, const uint16_t* masks,
                                            const bool* same, int32_t* prev, const float* steps,
-                                           int d, float* const* outs) {
+                                           int d, Out* const* outs) {
   for (int k = 0; k < count;) {
     const char* why;
     if (count - k >= 8) {
-      why = DecodeTokensAvx512<8>(curs + k, slots, masks, same + k, prev, steps + k, d, outs + k);
+      why = DecodeTokensAvx512<8, Out>(curs + k, slots, masks, same + k, prev, steps + k, d,
+                                       outs + k);
       k += 8;
     } else if (count - k >= 4) {
-      why = DecodeTokensAvx512<4>(curs + k, slots, masks, same + k, prev, steps + k, d, outs + k);
+      why = DecodeTokensAvx512<4, Out>(curs + k, slots, masks, same + k, prev, steps + k, d,
+                                       outs + k);
       k += 4;
     } else if (count - k >= 2) {
-      why = DecodeTokensAvx512<2>(curs + k, slots, masks, same + k, prev, steps + k, d, outs + k);
+      why = DecodeTokensAvx512<2, Out>(curs + k, slots, masks, same + k, prev, steps + k, d,
+                                       outs + k);
       k += 2;
     } else {
-      why = DecodeTokensAvx512<1>(curs + k, slots, masks, same + k, prev, steps + k, d, outs + k);
+      why = DecodeTokensAvx512<1, Out>(curs + k, slots, masks, same + k, prev, steps + k, d,
+                                       outs + k);
       k += 1;
     }
     if (why) return why;
@@ -285,7 +303,13 @@ BuildTableFn SelectBuildTable() {
 }
 
 DecodeUnitFn SelectDecodeUnit() {
-  return SimdKernelsAvailable() && !g_force_scalar ? DecodeUnitAvx512 : DecodeUnitScalar;
+  return SimdKernelsAvailable() && !g_force_scalar ? DecodeUnitAvx512<float>
+                                                   : DecodeUnitScalar<float>;
+}
+
+DecodeUnitHalfFn SelectDecodeUnitHalf() {
+  return SimdKernelsAvailable() && !g_force_scalar ? DecodeUnitAvx512<uint16_t>
+                                                   : DecodeUnitScalar<uint16_t>;
 }
 
 }  // namespace kvcast::kvcache::ac::internal

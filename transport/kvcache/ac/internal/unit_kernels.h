@@ -51,6 +51,12 @@ struct DecodeCursor {
 using DecodeUnitFn = const char* (*)(DecodeCursor* const* curs, int count, const uint32_t* slots,
                                      const uint16_t* masks, const bool* same, int32_t* prev,
                                      const float* steps, int d, float* const* outs);
+// The same with the values narrowed to fp16 (IEEE binary16 bits, rounded
+// to nearest even, as FloatToHalf) as they are stored.
+using DecodeUnitHalfFn = const char* (*)(DecodeCursor* const* curs, int count,
+                                         const uint32_t* slots, const uint16_t* masks,
+                                         const bool* same, int32_t* prev, const float* steps,
+                                         int d, uint16_t* const* outs);
 
 // A decoder table (rans.h) into slots[0, kProbScale) from nsym frequencies
 // that ValidFrequencies accepts (the scalar kernel is BuildDecodeTable).
@@ -60,6 +66,7 @@ using BuildTableFn = void (*)(const uint16_t* freqs, int nsym, uint32_t* slots);
 // not forced; scalar otherwise.
 // (The encoder's kernels: encode_kernels.h.)
 DecodeUnitFn SelectDecodeUnit();
+DecodeUnitHalfFn SelectDecodeUnitHalf();
 BuildTableFn SelectBuildTable();
 bool SimdKernelsAvailable();
 // For tests and benchmarks: encoders and decoders made after this call
