@@ -8,6 +8,7 @@
 // goal (>= 1 GB/s each way).
 //
 //   bazel run -c opt //transport/kvcache/ac:ac_codec_benchmark
+#include <type_traits>
 #include <vector>
 
 #include "benchmark/benchmark.h"
@@ -71,16 +72,25 @@ void BM_AcEncodeHalf(benchmark::State& state) {
   SetLabel(state, bytes);
 }
 
-void BM_AcDecode(benchmark::State& state) {
+// Decoding into floats (Out = float) or, as a worker lands them in its
+// pages, fp16 values (Out = uint16_t).
+template <typename Out>
+void DecodeBench(benchmark::State& state) {
   const AcShape s = ShapeOf(state.range(0));
   AcGroupEncoder enc(s, PolicyOf(state.range(1)));
   std::vector<std::vector<uint8_t>> objects;
   enc.Encode(Kv(state.range(0)).data(), kTokens, &objects);
   AcGroupDecoder dec(s);
   std::vector<absl::Span<const uint8_t>> spans(objects.begin(), objects.end());
-  std::vector<float> out(size_t(kTokens) * s.token_floats());
+  std::vector<Out> out(size_t(kTokens) * s.token_floats());
   for (auto _ : state) {
-    if (!dec.DecodeGroup(spans, out.data()).ok()) state.SkipWithError("decode failed");
+    absl::Status st;
+    if constexpr (std::is_same_v<Out, float>) {
+      st = dec.DecodeGroup(spans, out.data());
+    } else {
+      st = dec.DecodeGroupHalf(spans, out.data());
+    }
+    if (!st.ok()) state.SkipWithError("decode failed");
     benchmark::DoNotOptimize(out.data());
   }
   size_t bytes = 0;
@@ -88,23 +98,8 @@ void BM_AcDecode(benchmark::State& state) {
   SetLabel(state, bytes);
 }
 
-// The same into fp16 values, as a worker lands them in its pages.
-void BM_AcDecodeHalf(benchmark::State& state) {
-  const AcShape s = ShapeOf(state.range(0));
-  AcGroupEncoder enc(s, PolicyOf(state.range(1)));
-  std::vector<std::vector<uint8_t>> objects;
-  enc.Encode(Kv(state.range(0)).data(), kTokens, &objects);
-  AcGroupDecoder dec(s);
-  std::vector<absl::Span<const uint8_t>> spans(objects.begin(), objects.end());
-  std::vector<uint16_t> out(size_t(kTokens) * s.token_floats());
-  for (auto _ : state) {
-    if (!dec.DecodeGroupHalf(spans, out.data()).ok()) state.SkipWithError("decode failed");
-    benchmark::DoNotOptimize(out.data());
-  }
-  size_t bytes = 0;
-  for (const auto& o : objects) bytes += o.size();
-  SetLabel(state, bytes);
-}
+void BM_AcDecode(benchmark::State& state) { DecodeBench<float>(state); }
+void BM_AcDecodeHalf(benchmark::State& state) { DecodeBench<uint16_t>(state); }
 
 // The int8 track: every row (one layer's K or V of a token) on its own.
 void BM_Int8Rows(benchmark::State& state) {
