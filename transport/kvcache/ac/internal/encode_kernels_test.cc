@@ -8,6 +8,7 @@
 #include <limits>
 #include <random>
 
+#include "engine/model/dtype.h"
 #include "gtest/gtest.h"
 
 namespace kvcast::kvcache::ac::internal {
@@ -51,6 +52,13 @@ TEST(EncodeKernels, AbsMax) {
     if (trial % 5 == 3) std::fill(x.begin(), x.end(), 0.f);
     const float a = k.scalar.abs_max(x.data(), d), b = k.simd.abs_max(x.data(), d);
     ASSERT_TRUE(std::memcmp(&a, &b, 4) == 0 || (std::isnan(a) && std::isnan(b))) << a << " " << b;
+    // The same values as halves (3e38 becomes infinity; subnormal halves
+    // from the small ones), the largest alone sometimes subnormal.
+    std::vector<uint16_t> h(d);
+    for (int c = 0; c < d; ++c) h[c] = FloatToHalf(trial % 7 == 4 ? x[c] * 1e-6f : x[c]);
+    const float ha = k.scalar.abs_max_half(h.data(), d), hb = k.simd.abs_max_half(h.data(), d);
+    ASSERT_TRUE(std::memcmp(&ha, &hb, 4) == 0 || (std::isnan(ha) && std::isnan(hb)))
+        << ha << " " << hb << " d=" << d;
   }
 }
 
