@@ -92,7 +92,7 @@ void NormalizeScalar(const uint32_t* counts, int n, uint16_t* freqs) {
 
 // ---- AVX-512 -------------------------------------------------------------------
 
-#define KVCAST_AVX512 __attribute__((target("avx512f,avx512bw,avx512vbmi2,bmi2,popcnt,sse4.1")))
+#define KVCAST_AVX512 __attribute__((target("avx512f,avx512bw,avx512vbmi2,bmi2,popcnt,sse4.1,f16c")))
 
 KVCAST_AVX512 inline __m512 Load16(const float* x) { return _mm512_loadu_ps(x); }
 KVCAST_AVX512 inline __m512 Load16(const uint16_t* x) {
@@ -133,7 +133,7 @@ KVCAST_AVX512 float AbsMaxAvx512(const uint16_t* x, int d) {
   // The largest of 8 as the smallest of their complements (phminposuw).
   const __m128i least = _mm_minpos_epu16(_mm_xor_si128(l, _mm_set1_epi16(-1)));
   const uint16_t top = uint16_t(~_mm_extract_epi16(least, 0));
-  return top >= 0x7c00 ? std::numeric_limits<float>::quiet_NaN() : HalfToFloat(top);
+  return top >= 0x7c00 ? std::numeric_limits<float>::quiet_NaN() : _cvtsh_ss(top);
 }
 
 // Up to 8 blocks of 16 channels (the unit's, or 128 of them at a time)
@@ -236,7 +236,7 @@ KVCAST_AVX512 void CountSymbols(const uint16_t* sym, size_t n, uint32_t* counts)
 // escapes was 3% of encode time on KV with many).
 class EscapeList {
  public:
-  EscapeList(std::vector<uint32_t>* out, int d) : out_(out), had_(out->size()), d_(d) {}
+  EscapeList(decltype(EncodeStream::escapes)* out, int d) : out_(out), had_(out->size()), d_(d) {}
   ~EscapeList() {
     if (e_ != nullptr) out_->resize(e_ - out_->data());
   }
@@ -250,7 +250,7 @@ class EscapeList {
   void Advance(int n) { e_ += n; }
 
  private:
-  std::vector<uint32_t>* out_;
+  decltype(EncodeStream::escapes)* out_;
   size_t had_;
   int d_;
   uint32_t* e_ = nullptr;
