@@ -185,8 +185,7 @@ void AcGroupEncoder::AppendHeader(int tokens, std::vector<uint8_t>* out) const {
     for (int b = 0; b < d / 16; ++b) p = PutLe<uint16_t>(masks_[size_t(u) * d / 16 + b], p);
     for (int m = 0; m < 2; ++m) {
       p = PutVarint(nsym_[m][u], p);
-      const uint16_t* f = freqs_[m].data() + size_t(u) * kMaxSymbols;
-      for (int s = 0; s < nsym_[m][u]; ++s) p = PutVarint(f[s], p);
+      p = kernels_.put_varints(freqs_[m].data() + size_t(u) * kMaxSymbols, nsym_[m][u], p);
     }
   }
   out->resize(p - out->data());

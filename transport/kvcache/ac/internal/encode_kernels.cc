@@ -86,6 +86,11 @@ uint8_t* PutEscapesScalar(const uint32_t* escapes, size_t n, uint8_t* p) {
   return p;
 }
 
+uint8_t* PutVarintsScalar(const uint16_t* v, size_t n, uint8_t* p) {
+  for (size_t i = 0; i < n; ++i) p = PutVarint(v[i], p);
+  return p;
+}
+
 void NormalizeScalar(const uint32_t* counts, int n, uint16_t* freqs) {
   NormalizeFrequencies(absl::MakeConstSpan(counts, n), freqs);
 }
@@ -435,29 +440,52 @@ KVCAST_AVX512 void EncodeAvx512(EncodeStream* streams, const uint16_t* sym, int 
   if (t < tokens) EncodeTokensAvx512<1>(streams + t, sym + size_t(t) * d, d, fc, pf);
 }
 
+// 16 values below 2^14 (lanes in the order written) as varints at p, 16
+// to 32 bytes: each lane's two bytes side by side, the second kept where
+// the value needs it, packed by a byte compress. Returns the bytes written.
+KVCAST_AVX512 __attribute__((always_inline)) inline int PackSmallVarints(__m512i v, uint8_t* p) {
+  const __m512i low7 = _mm512_set1_epi32(0x7f);
+  const __mmask16 two = _mm512_cmpgt_epu32_mask(v, low7);
+  const __m512i first = _mm512_mask_or_epi32(_mm512_and_si512(v, low7), two,
+                                             _mm512_and_si512(v, low7), _mm512_set1_epi32(0x80));
+  const __m512i pair = _mm512_or_si512(first, _mm512_slli_epi32(_mm512_srli_epi32(v, 7), 8));
+  const __mmask64 keep = 0x1111111111111111ull | _pdep_u64(two, 0x2222222222222222ull);
+  const int count = 16 + _mm_popcnt_u32(two);
+  _mm512_mask_storeu_epi8(p, (1ull << count) - 1, _mm512_maskz_compress_epi8(keep, pair));
+  return count;
+}
+
 // PutEscapesScalar 16 escapes at a time while they are below 2^14 (one or
-// two bytes each): each lane's two bytes side by side, the second kept
-// where the value needs it, packed by a byte compress.
+// two bytes each).
 KVCAST_AVX512 uint8_t* PutEscapesAvx512(const uint32_t* escapes, size_t n, uint8_t* p) {
   const __m512i reverse = _mm512_set_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-  const __m512i small = _mm512_set1_epi32(1 << 14), low7 = _mm512_set1_epi32(0x7f);
+  const __m512i small = _mm512_set1_epi32(1 << 14);
   while (n >= 16) {
     const __m512i v = _mm512_permutexvar_epi32(reverse, _mm512_loadu_si512(escapes + n - 16));
     if (_mm512_cmpge_epu32_mask(v, small) != 0) {
       for (int i = 0; i < 16; ++i) p = PutVarint(escapes[--n], p);
       continue;
     }
-    const __mmask16 two = _mm512_cmpgt_epu32_mask(v, low7);
-    const __m512i first = _mm512_mask_or_epi32(_mm512_and_si512(v, low7), two,
-                                               _mm512_and_si512(v, low7), _mm512_set1_epi32(0x80));
-    const __m512i pair = _mm512_or_si512(first, _mm512_slli_epi32(_mm512_srli_epi32(v, 7), 8));
-    const __mmask64 keep = 0x1111111111111111ull | _pdep_u64(two, 0x2222222222222222ull);
-    const int count = 16 + _mm_popcnt_u32(two);
-    _mm512_mask_storeu_epi8(p, (1ull << count) - 1, _mm512_maskz_compress_epi8(keep, pair));
-    p += count;
+    p += PackSmallVarints(v, p);
     n -= 16;
   }
   return PutEscapesScalar(escapes, n, p);
+}
+
+// PutVarintsScalar 16 values at a time while they are below 2^14 (a
+// table's frequencies always are).
+KVCAST_AVX512 uint8_t* PutVarintsAvx512(const uint16_t* v, size_t n, uint8_t* p) {
+  const __m512i small = _mm512_set1_epi32(1 << 14);
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512i x = _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v + i)));
+    if (_mm512_cmpge_epu32_mask(x, small) != 0) {
+      for (int k = 0; k < 16; ++k) p = PutVarint(v[i + k], p);
+      continue;
+    }
+    p += PackSmallVarints(x, p);
+  }
+  return PutVarintsScalar(v + i, n - i, p);
 }
 
 // Index of the first largest of freqs[0, n) (n >= 1), as std::max_element.
@@ -543,11 +571,11 @@ EncoderKernels SelectEncoderKernels() {
   if (UseSimd()) {
     return {AbsMaxAvx512<float>,   AbsMaxAvx512<uint16_t>, QuantizeAvx512<float>,
             QuantizeAvx512<uint16_t>, SymbolizeAvx512,     NormalizeAvx512,
-            EncodeAvx512,          PutEscapesAvx512};
+            EncodeAvx512,          PutEscapesAvx512,       PutVarintsAvx512};
   }
   return {AbsMaxScalar<float>,   AbsMaxScalar<uint16_t>, QuantizeScalar<float>,
           QuantizeScalar<uint16_t>, SymbolizeScalar,     NormalizeScalar,
-          EncodeScalar,          PutEscapesScalar};
+          EncodeScalar,          PutEscapesScalar,       PutVarintsScalar};
 }
 
 bool SimdDivideForTest(const uint32_t* x, const uint32_t* f, uint32_t* quot, uint32_t* rem) {

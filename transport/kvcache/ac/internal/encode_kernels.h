@@ -126,6 +126,9 @@ struct EncoderKernels {
   // Varints of escapes[n - 1] down to escapes[0] (the order a decoder
   // meets them) at p, which has room for 5 bytes each; returns the end.
   uint8_t* (*put_escapes)(const uint32_t* escapes, size_t n, uint8_t* p);
+  // Varints of v[0] up to v[n - 1] at p, which has room for 2 bytes a
+  // value below 2^14 and 3 for the others; returns the end.
+  uint8_t* (*put_varints)(const uint16_t* v, size_t n, uint8_t* p);
 };
 
 // AVX-512 kernels when unit_kernels.h's SimdKernelsAvailable() and scalar

@@ -170,6 +170,36 @@ TEST(EncodeKernels, PutEscapes) {
   }
 }
 
+// The header's frequencies: varints in order, on the fast path while
+// every value of a batch is below 2^14.
+TEST(EncodeKernels, PutVarints) {
+  Kernels k;
+  if (!GetKernels(&k)) GTEST_SKIP() << "no AVX-512";
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 400; ++trial) {
+    const size_t n = rng() % 300;
+    std::vector<uint16_t> v(n);
+    for (uint16_t& x : v) {
+      const int r = rng() % 16;
+      x = uint16_t(r < 8 ? rng() % 0x80 : r < 15 || trial % 3 == 0 ? rng() % 0x4000 : rng());
+    }
+    std::vector<uint8_t> out[2];
+    const EncoderKernels* ks[2] = {&k.scalar, &k.simd};
+    for (int s = 0; s < 2; ++s) {
+      out[s].assign(3 * n + 64, 0xee);
+      out[s].resize(ks[s]->put_varints(v.data(), n, out[s].data()) - out[s].data());
+    }
+    ASSERT_EQ(out[0], out[1]) << "trial " << trial;
+    const uint8_t* p = out[1].data();
+    for (size_t i = 0; i < n; ++i) {
+      uint32_t x;
+      ASSERT_TRUE(GetVarint(&p, out[1].data() + out[1].size(), &x));
+      ASSERT_EQ(x, v[i]) << "trial " << trial << ", value " << i;
+    }
+    EXPECT_EQ(p, out[1].data() + out[1].size());
+  }
+}
+
 TEST(EncodeKernels, NormalizeFrequencies) {
   Kernels k;
   if (!GetKernels(&k)) GTEST_SKIP() << "no AVX-512";
