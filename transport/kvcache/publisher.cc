@@ -13,8 +13,10 @@ using moqt::Location;
 
 namespace {
 // Fixed-size tracks on host pages encode this much at a time, so that a
-// batch is still in cache when its objects are copied out.
+// batch is still in cache when QUIC packs it into packets.
 constexpr size_t kHostEncodeBytes = size_t{256} << 10;
+// Encoded batches kept for reuse (more in flight are freed once acknowledged).
+constexpr size_t kPooledBatchBytes = size_t{32} << 20;
 }  // namespace
 
 KvPublisher::KvPublisher(KvPagePool* pool, Backend* backend, const Hash128& model_fingerprint,
@@ -338,6 +340,19 @@ bool KvPublisher::Wants(const Subscriber& s, const Prompt& p, int group) const {
          moqt::FilterAccepts(s.request, s.largest_at_subscribe, marker);
 }
 
+absl::StatusOr<std::shared_ptr<DeviceBuffer>> KvPublisher::FreeBatch(size_t bytes) {
+  size_t pooled = 0;
+  for (const auto& b : batches_) {
+    if (b.use_count() == 1 && b->size() >= bytes) return b;
+    pooled += b->size();
+  }
+  absl::StatusOr<std::unique_ptr<DeviceBuffer>> fresh = backend_->AllocateStaging(bytes);
+  if (!fresh.ok()) return fresh.status();
+  std::shared_ptr<DeviceBuffer> b = *std::move(fresh);
+  if (pooled + bytes <= kPooledBatchBytes) batches_.push_back(b);
+  return b;
+}
+
 void KvPublisher::SendChunk(const Prompt& p, int group, const KvCompression& compression,
                             const std::vector<std::shared_ptr<Downstream>>& to, uint64_t lo,
                             uint64_t hi) {
@@ -347,11 +362,12 @@ void KvPublisher::SendChunk(const Prompt& p, int group, const KvCompression& com
   const int count = int(hi >= uint64_t(n) ? n : hi + 1) - first;
   moqt::ObjectHeader h;
   h.group = group;
-  auto send = [&](int object, absl::Span<const uint8_t> payload) {
+  // A payload with an owner goes to every subscriber's streams uncopied.
+  auto send = [&](int object, const quic::SharedBytes& payload) {
     h.object = object;
-    for (const auto& d : to) d->OnObject(h, payload);
+    for (const auto& d : to) d->OnSharedObject(h, payload);
     stats_.objects_sent += to.size();
-    stats_.bytes_sent += to.size() * payload.size();
+    stats_.bytes_sent += to.size() * payload.bytes.size();
   };
   if (count > 0 && compression.ac) {
     const AcKey key = AcKeyOf(p, group, compression);
@@ -363,7 +379,7 @@ void KvPublisher::SendChunk(const Prompt& p, int group, const KvCompression& com
       ++stats_.encodes;
       objects = &CacheAc(key, std::move(fresh));
     }
-    for (int i = first; i < first + count; ++i) send(i, (*objects)[i]);
+    for (int i = first; i < first + count; ++i) send(i, {nullptr, (*objects)[i]});
   } else if (count > 0) {
     const TokenCodec codec(pool_->layout(), compression.format);
     const size_t token_bytes = codec.token_bytes();
@@ -372,21 +388,18 @@ void KvPublisher::SendChunk(const Prompt& p, int group, const KvCompression& com
     const int batch = backend_->KvPagesInHostMemory()
                           ? std::clamp(int(kHostEncodeBytes / token_bytes), 1, count)
                           : count;
-    if (!scratch_ || scratch_->size() < batch * token_bytes) {
-      auto staging = backend_->AllocateStaging(batch * token_bytes);
-      if (!staging.ok()) {
-        // Pinned memory ran out; the subscribers see the track end with it.
-        for (const auto& d : to) d->OnDone(staging.status());
-        return;
-      }
-      scratch_ = *std::move(staging);
-    }
-    auto* scratch = static_cast<uint8_t*>(scratch_->data());
     ++stats_.encodes;
     for (int b = first; b < first + count; b += batch) {
       const int m = std::min(batch, first + count - b);
-      codec.Encode(backend_, *pool_, SlotsOf(p.chunk_pages[group], page_tokens, b, m), scratch);
-      for (int i = 0; i < m; ++i) send(b + i, {scratch + i * token_bytes, token_bytes});
+      absl::StatusOr<std::shared_ptr<DeviceBuffer>> buffer = FreeBatch(m * token_bytes);
+      if (!buffer.ok()) {
+        // Pinned memory ran out; the subscribers see the track end with it.
+        for (const auto& d : to) d->OnDone(buffer.status());
+        return;
+      }
+      auto* encoded = static_cast<uint8_t*>((*buffer)->data());
+      codec.Encode(backend_, *pool_, SlotsOf(p.chunk_pages[group], page_tokens, b, m), encoded);
+      for (int i = 0; i < m; ++i) send(b + i, {*buffer, {encoded + i * token_bytes, token_bytes}});
     }
   }
   if (hi < uint64_t(n) || lo > uint64_t(n)) return;

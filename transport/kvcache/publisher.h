@@ -227,7 +227,13 @@ class KvPublisher : public moqt::RequestHandler {
   std::map<std::string, std::vector<std::pair<moqt::Subscribe, std::shared_ptr<moqt::Downstream>>>>
       parked_;
   std::map<std::string, Prompt> prompts_;
-  std::unique_ptr<DeviceBuffer> scratch_;  // encoded tokens; Backend::AllocateStaging
+  // A staging buffer (Backend::AllocateStaging) of at least `bytes` that no
+  // stream still holds, from batches_ or new.
+  absl::StatusOr<std::shared_ptr<DeviceBuffer>> FreeBatch(size_t bytes);
+  // Encoded tokens. Streams send them from here without a copy, holding a
+  // batch until its bytes are acknowledged; free ones are reused, up to
+  // kPooledBatchBytes of them.
+  std::vector<std::shared_ptr<DeviceBuffer>> batches_;
   Stats stats_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // for session callbacks
 };

@@ -212,6 +212,11 @@ absl::Status SerializeFetchObject(const ObjectHeader& object, absl::Span<const u
   return internal::WriteFetchObject(object, payload, out);
 }
 
+absl::Status SerializeFetchObjectHeader(const ObjectHeader& object,
+                                        absl::Span<const uint8_t> payload, std::string* out) {
+  return internal::WriteFetchObject(object, payload, out, /*with_payload=*/false);
+}
+
 DataStreamParser::DataStreamParser(DataStreamVisitor* visitor, CodecLimits limits)
     : visitor_(visitor), limits_(limits) {}
 

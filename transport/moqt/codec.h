@@ -96,6 +96,10 @@ std::string SerializeFetchHeader(uint64_t request_id);
 absl::Status SerializeFetchObject(const ObjectHeader& object,
                                   absl::Span<const uint8_t> payload,
                                   std::string* out);
+// The fetched object without its payload bytes (which the caller sends
+// right after), as SerializeSubgroupObjectHeader.
+absl::Status SerializeFetchObjectHeader(const ObjectHeader& object,
+                                        absl::Span<const uint8_t> payload, std::string* out);
 
 class DataStreamVisitor {
  public:

@@ -101,8 +101,8 @@ TEST(GroupSpillTest, TheRelayCacheSpillsCompleteGroupsAndServesThemAfterARestart
   auto read = [](TrackCache& cache, uint64_t g) {
     std::vector<SpilledObject> got;
     cache.ForEach(Track(), Location{g, 0}, Location{g, 100},
-                  [&](const ObjectHeader& h, absl::Span<const uint8_t> p) {
-                    got.push_back(SpilledObject{h, std::string(p.begin(), p.end())});
+                  [&](const ObjectHeader& h, const quic::SharedBytes& p) {
+                    got.push_back(SpilledObject{h, std::string(p.bytes.begin(), p.bytes.end())});
                   });
     return got;
   };

@@ -107,10 +107,7 @@ class Relay::FetchForwarder : public TrackConsumer {
     accepted_ = true;
     if (!alive_.expired()) feed_ = relay_->NewFeed(request_.track, downstream_);
     for (size_t i = 0; i < buffered_.size(); ++i) {
-      const std::string& p = buffered_[i].second;
-      Forward(buffered_[i].first,
-              absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(p.data()), p.size()),
-              cached_[i]);
+      Forward(buffered_[i].first, buffered_[i].second, cached_[i]);
     }
     buffered_.clear();
     cached_.clear();
@@ -118,8 +115,10 @@ class Relay::FetchForwarder : public TrackConsumer {
   }
   void OnObject(const ObjectHeader& header, absl::Span<const uint8_t> payload) override {
     bool cached = false;
+    quic::SharedBytes shared{nullptr, payload};
     if (!alive_.expired()) {
-      const TrackCache::InsertResult r = relay_->cache_.Insert(request_.track, header, payload);
+      const TrackCache::InsertResult r =
+          relay_->cache_.Insert(request_.track, header, payload, &shared);
       if (r == TrackCache::InsertResult::kConflict) {
         ++relay_->stats_.conflicts;
         return;  // never forward a changed payload
@@ -128,14 +127,19 @@ class Relay::FetchForwarder : public TrackConsumer {
       // First here: live subscribers of the same groups get it from us (their
       // own upstream's copy will be a duplicate).
       if (r != TrackCache::InsertResult::kDuplicate) {
-        relay_->OfferNew(request_.track, header, payload, cached, /*ranged_only=*/true);
+        relay_->OfferNew(request_.track, header, shared, cached, /*ranged_only=*/true);
       }
     }
     if (accepted_) {
-      Forward(header, payload, cached);
+      Forward(header, shared, cached);
     } else {
-      buffered_.emplace_back(header, std::string(reinterpret_cast<const char*>(payload.data()),
-                                                 payload.size()));
+      if (shared.owner == nullptr) {  // not the cache's: keep a copy
+        auto copy = std::make_shared<std::string>(reinterpret_cast<const char*>(payload.data()),
+                                                  payload.size());
+        shared = {copy, absl::Span<const uint8_t>(
+                            reinterpret_cast<const uint8_t*>(copy->data()), copy->size())};
+      }
+      buffered_.emplace_back(header, std::move(shared));
       cached_.push_back(cached);
     }
   }
@@ -161,11 +165,11 @@ class Relay::FetchForwarder : public TrackConsumer {
   }
 
  private:
-  void Forward(const ObjectHeader& header, absl::Span<const uint8_t> payload, bool cached) {
+  void Forward(const ObjectHeader& header, const quic::SharedBytes& payload, bool cached) {
     if (feed_ != nullptr && !alive_.expired()) {
       relay_->Offer(feed_, header, payload, cached);
     } else {
-      downstream_->OnObject(header, payload);
+      downstream_->OnSharedObject(header, payload);
     }
   }
   void End(const absl::Status& status) {
@@ -183,7 +187,7 @@ class Relay::FetchForwarder : public TrackConsumer {
   std::shared_ptr<Feed> feed_;  // once accepted
   bool accepted_ = false;
   std::optional<absl::Status> done_;
-  std::vector<std::pair<ObjectHeader, std::string>> buffered_;  // before FETCH_OK
+  std::vector<std::pair<ObjectHeader, quic::SharedBytes>> buffered_;  // before FETCH_OK
   std::vector<bool> cached_;                                    // of each buffered object
 };
 
@@ -254,7 +258,8 @@ TrackCache::InsertResult Relay::PublishObject(const FullTrackName& name,
     track = std::make_unique<Track>();
     track->state = Track::State::kLocal;
   }
-  TrackCache::InsertResult result = cache_.Insert(name, header, payload);
+  quic::SharedBytes shared{nullptr, payload};
+  TrackCache::InsertResult result = cache_.Insert(name, header, payload, &shared);
   if (result == TrackCache::InsertResult::kConflict) {
     ++stats_.conflicts;
     return result;
@@ -262,7 +267,7 @@ TrackCache::InsertResult Relay::PublishObject(const FullTrackName& name,
   if (result == TrackCache::InsertResult::kDuplicate) return result;
   auto subscribers = track->subscribers;  // a callback may change the list
   const bool cached = result != TrackCache::InsertResult::kTooLarge;
-  for (auto& f : subscribers) Offer(f, header, payload, cached);
+  for (auto& f : subscribers) Offer(f, header, shared, cached);
   return result;
 }
 
@@ -301,7 +306,8 @@ void Relay::AnnounceTo(MoqtSession* session, std::function<void(absl::Status)> o
 
 void Relay::Deliver(const FullTrackName& name, const ObjectHeader& header,
                     absl::Span<const uint8_t> payload) {
-  TrackCache::InsertResult result = cache_.Insert(name, header, payload);
+  quic::SharedBytes shared{nullptr, payload};
+  TrackCache::InsertResult result = cache_.Insert(name, header, payload, &shared);
   if (result == TrackCache::InsertResult::kDuplicate) return;
   if (result == TrackCache::InsertResult::kConflict) {
     ++stats_.conflicts;
@@ -310,12 +316,12 @@ void Relay::Deliver(const FullTrackName& name, const ObjectHeader& header,
                                              " arrived again with a different payload")));
     return;
   }
-  OfferNew(name, header, payload, result != TrackCache::InsertResult::kTooLarge,
+  OfferNew(name, header, shared, result != TrackCache::InsertResult::kTooLarge,
            /*ranged_only=*/false);
 }
 
 void Relay::OfferNew(const FullTrackName& name, const ObjectHeader& header,
-                     absl::Span<const uint8_t> payload, bool cached, bool ranged_only) {
+                     const quic::SharedBytes& payload, bool cached, bool ranged_only) {
   std::vector<std::shared_ptr<Feed>> subscribers;  // a callback may change the lists
   for (const TrackKey& key : KeysOf(name)) {
     for (const auto& f : tracks_.at(key)->subscribers) {
@@ -343,10 +349,10 @@ std::shared_ptr<Relay::Feed> Relay::NewFeed(const FullTrackName& name,
 }
 
 void Relay::Offer(const std::shared_ptr<Feed>& f, const ObjectHeader& header,
-                  absl::Span<const uint8_t> payload, bool cached) {
+                  const quic::SharedBytes& payload, bool cached) {
   if (f->d->cancelled()) return;
   if (f->owed.empty() && f->d->queued_bytes() < options_.send_window_bytes) {
-    f->d->OnObject(header, payload);
+    f->d->OnSharedObject(header, payload);
     Sent(*f);
     return;
   }
@@ -386,9 +392,9 @@ void Relay::Pump(const std::shared_ptr<Feed>& f) {
     }
     bool found = false;
     const Location at{h.group, h.object};
-    cache_.ForEach(f->name, at, at, [&](const ObjectHeader& c, absl::Span<const uint8_t> p) {
+    cache_.ForEach(f->name, at, at, [&](const ObjectHeader& c, const quic::SharedBytes& p) {
       found = true;
-      d.OnObject(c, p);
+      d.OnSharedObject(c, p);
     });
     Sent(*f);
     if (!found) {
@@ -463,7 +469,7 @@ void Relay::AcceptAndReplay(const Subscribe& request, std::optional<Location> la
   if (largest && (request.filter_type == FilterType::kAbsoluteStart ||
                   request.filter_type == FilterType::kAbsoluteRange)) {
     cache_.ForEach(f.name, request.start.value_or(Location{}), *largest,
-                   [&](const ObjectHeader& h, absl::Span<const uint8_t>) { f.owed.push_back(h); });
+                   [&](const ObjectHeader& h, const quic::SharedBytes&) { f.owed.push_back(h); });
   }
 }
 
@@ -649,7 +655,7 @@ void Relay::OnFetch(MoqtSession* session, const Fetch& request,
   if (local || covered || (publisher == nullptr && cache_.Has(name))) {
     // FETCH_OK names the last object, so find it before sending any.
     std::optional<Location> last;
-    cache_.ForEach(name, start, end, [&](const ObjectHeader& h, absl::Span<const uint8_t>) {
+    cache_.ForEach(name, start, end, [&](const ObjectHeader& h, const quic::SharedBytes&) {
       last = Location{h.group, h.object};
     });
     if (!last) {
@@ -661,7 +667,7 @@ void Relay::OnFetch(MoqtSession* session, const Fetch& request,
     d->Accept(TrackInfo{last, GroupOrder::kAscending, eot && *eot <= *last});
     std::shared_ptr<Feed> f = NewFeed(name, d);
     cache_.ForEach(name, start, *last,
-                   [&](const ObjectHeader& h, absl::Span<const uint8_t>) { f->owed.push_back(h); });
+                   [&](const ObjectHeader& h, const quic::SharedBytes&) { f->owed.push_back(h); });
     EndFeed(f, absl::OkStatus());
     return;
   }

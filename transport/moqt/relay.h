@@ -145,8 +145,9 @@ class Relay : public RequestHandler {
   // A paced sender to `d` of track `name`; forgotten when `d` is cancelled.
   std::shared_ptr<Feed> NewFeed(const FullTrackName& name, std::shared_ptr<Downstream> d);
   // Sends a live object (`cached`: the cache holds it) now, or owes it.
+  // A payload with an owner goes out without a copy.
   void Offer(const std::shared_ptr<Feed>& f, const ObjectHeader& header,
-             absl::Span<const uint8_t> payload, bool cached);
+             const quic::SharedBytes& payload, bool cached);
   void Sent(const Feed& f);  // updates stats_.max_queued_bytes
   // Sends what the feed owes while its queue is under the window, then
   // waits for the queue to drain; ends the request once nothing is owed and
@@ -168,7 +169,7 @@ class Relay : public RequestHandler {
   // copy is a duplicate and goes nowhere, so whichever upstream brings an
   // object first delivers it.
   void OfferNew(const FullTrackName& name, const ObjectHeader& header,
-                absl::Span<const uint8_t> payload, bool cached, bool ranged_only);
+                const quic::SharedBytes& payload, bool cached, bool ranged_only);
   // The tracks (upstream subscriptions) of one name, in key order.
   std::vector<TrackKey> KeysOf(const FullTrackName& name) const;
   void EndSubscribers(const TrackKey& key, const absl::Status& status);

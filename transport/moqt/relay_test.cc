@@ -430,8 +430,8 @@ TEST(TrackCacheTest, ChangedPayloadIsRefusedAndTrackMarkedMalformed) {
   EXPECT_EQ(cache.Insert(kTrack, h, AsSpan(b)), TrackCache::InsertResult::kConflict);
   EXPECT_TRUE(cache.malformed(kTrack));
   std::string seen;
-  cache.ForEach(kTrack, {0, 0}, {9, 9}, [&](const ObjectHeader&, absl::Span<const uint8_t> p) {
-    seen.assign(reinterpret_cast<const char*>(p.data()), p.size());
+  cache.ForEach(kTrack, {0, 0}, {9, 9}, [&](const ObjectHeader&, const quic::SharedBytes& p) {
+    seen.assign(reinterpret_cast<const char*>(p.bytes.data()), p.bytes.size());
   });
   EXPECT_EQ(seen, a);
 }
@@ -468,7 +468,8 @@ TEST(TrackCacheTest, EvictedPayloadMemoryIsReusedWithinTheBudget) {
       ASSERT_EQ(cache.Insert(kTrack, h, AsSpan(p)), TrackCache::InsertResult::kInserted);
       EXPECT_LE(cache.bytes() + cache.spare_bytes(), cache.budget()) << g << "/" << o;
       std::string seen;
-      cache.ForEach(kTrack, {g, o}, {g, o}, [&](const ObjectHeader&, absl::Span<const uint8_t> d) {
+      cache.ForEach(kTrack, {g, o}, {g, o}, [&](const ObjectHeader&, const quic::SharedBytes& s) {
+        const absl::Span<const uint8_t> d = s.bytes;
         seen.assign(reinterpret_cast<const char*>(d.data()), d.size());
         if (g == 0) group0.insert(d.data());
         // Object 2/1 evicts group 0; two of its buffers take the next two.
@@ -479,6 +480,30 @@ TEST(TrackCacheTest, EvictedPayloadMemoryIsReusedWithinTheBudget) {
   }
   EXPECT_EQ(cache.evicted_groups(), 4u);
   EXPECT_TRUE(cache.Covers(kTrack, {5, 0}, {5, 2}));
+}
+
+// A payload a stream still holds (shared) outlives its eviction unchanged,
+// and its memory is not handed to a new object; once let go it is freed.
+TEST(TrackCacheTest, EvictedPayloadAStreamHoldsIsNeitherReusedNorChanged) {
+  constexpr size_t kSize = 8192;
+  TrackCache cache(2 * (kSize + 64));
+  ObjectHeader h;
+  const std::string first = Bytes(0, 0, kSize);
+  quic::SharedBytes held;
+  ASSERT_EQ(cache.Insert(kTrack, h, AsSpan(first), &held), TrackCache::InsertResult::kInserted);
+  ASSERT_EQ(held.bytes.size(), kSize);
+  std::weak_ptr<const void> watch = held.owner;
+  for (uint64_t g = 1; g < 4; ++g) {  // evicts group 0, then reuses what it can
+    h.group = g;
+    const std::string p = Bytes(g, 0, kSize);
+    quic::SharedBytes stored;
+    ASSERT_EQ(cache.Insert(kTrack, h, AsSpan(p), &stored), TrackCache::InsertResult::kInserted);
+    EXPECT_NE(stored.bytes.data(), held.bytes.data()) << g;
+  }
+  EXPECT_FALSE(cache.Covers(kTrack, {0, 0}, {0, 0}));
+  EXPECT_EQ(std::string(held.bytes.begin(), held.bytes.end()), first);
+  held = {};
+  EXPECT_TRUE(watch.expired());
 }
 
 TEST(TrackCacheTest, CoversNeedsCompleteGroupsOrTheEndOfTrack) {

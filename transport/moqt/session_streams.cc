@@ -16,6 +16,10 @@ absl::Span<const uint8_t> AsBytes(const std::string& s) {
 // Objects that wait for a SUBSCRIBE_OK naming their alias, per session.
 constexpr size_t kMaxPendingBytes = 64u << 20;
 
+// Smaller shared payloads are copied: they coalesce with their headers into
+// one chunk, which costs less than a chunk of their own.
+constexpr size_t kMinSharedPayload = 4096;
+
 // QUIC send order of a data stream (lower first), draft-14 "Priorities":
 // subscriber priority, then publisher priority, then group (ascending). The
 // control stream keeps priority 0 and goes before all of them.
@@ -38,6 +42,17 @@ absl::StatusOr<int64_t> SessionImpl::OpenDataStream() {
 void SessionImpl::SendOnStream(int64_t stream, absl::Span<const uint8_t> bytes, bool fin) {
   if (state == State::kClosed || conn == nullptr) return;
   absl::Status s = conn->Send(stream, bytes, fin);
+  if (!s.ok()) CloseWith(s);
+}
+
+void SessionImpl::SendPayloadOnStream(int64_t stream, const quic::SharedBytes& payload,
+                                      bool fin) {
+  if (payload.owner == nullptr || payload.bytes.size() < kMinSharedPayload) {
+    SendOnStream(stream, payload.bytes, fin);
+    return;
+  }
+  if (state == State::kClosed || conn == nullptr) return;
+  absl::Status s = conn->SendShared(stream, payload, fin);
   if (!s.ok()) CloseWith(s);
 }
 
@@ -134,6 +149,11 @@ void DownstreamImpl::Reject(uint64_t error_code, const std::string& reason) {
 
 void DownstreamImpl::OnObject(const ObjectHeader& header,
                               absl::Span<const uint8_t> payload) {
+  OnSharedObject(header, quic::SharedBytes{nullptr, payload});
+}
+
+void DownstreamImpl::OnSharedObject(const ObjectHeader& header,
+                                    const quic::SharedBytes& payload) {
   if (session_ == nullptr || !accepted_ || finished_ || cancelled_) return;
   if (kind_ == Kind::kFetch) {
     SendFetchObject(header, payload);
@@ -146,7 +166,7 @@ void DownstreamImpl::OnObject(const ObjectHeader& header,
 }
 
 void DownstreamImpl::SendSubgroupObject(const ObjectHeader& header,
-                                        absl::Span<const uint8_t> payload) {
+                                        const quic::SharedBytes& payload) {
   SessionImpl& s = *session_;
   auto key = std::make_pair(header.group, header.subgroup);
   auto it = subgroups_.find(key);
@@ -187,18 +207,18 @@ void DownstreamImpl::SendSubgroupObject(const ObjectHeader& header,
   // after its header: one copy fewer than a serialized whole object.
   std::string bytes;
   absl::Status st =
-      SerializeSubgroupObjectHeader(sg.header, sg.last_object, header, payload, &bytes);
+      SerializeSubgroupObjectHeader(sg.header, sg.last_object, header, payload.bytes, &bytes);
   if (!st.ok()) return;
   sg.last_object = header.object;
   ++s.stats.objects_sent;
-  s.stats.bytes_sent += payload.size();
+  s.stats.bytes_sent += payload.bytes.size();
   bool ends = header.status == ObjectStatus::kEndOfGroup ||
               header.status == ObjectStatus::kEndOfTrack;
-  if (payload.empty()) {
+  if (payload.bytes.empty()) {
     s.SendOnStream(sg.stream, bytes, ends);
   } else {
     s.SendOnStream(sg.stream, bytes, false);
-    s.SendOnStream(sg.stream, payload, ends);
+    s.SendPayloadOnStream(sg.stream, payload, ends);
   }
   if (ends && session_ != nullptr) {
     s.stream_owner.erase(sg.stream);
@@ -208,7 +228,7 @@ void DownstreamImpl::SendSubgroupObject(const ObjectHeader& header,
 }
 
 void DownstreamImpl::SendFetchObject(const ObjectHeader& header,
-                                     absl::Span<const uint8_t> payload) {
+                                     const quic::SharedBytes& payload) {
   SessionImpl& s = *session_;
   if (fetch_stream_ < 0) {
     absl::StatusOr<int64_t> stream = s.OpenDataStream();
@@ -224,10 +244,11 @@ void DownstreamImpl::SendFetchObject(const ObjectHeader& header,
     s.SendOnStream(fetch_stream_, SerializeFetchHeader(request_id_), false);
   }
   std::string bytes;
-  if (!SerializeFetchObject(header, payload, &bytes).ok()) return;
+  if (!SerializeFetchObjectHeader(header, payload.bytes, &bytes).ok()) return;
   ++s.stats.objects_sent;
-  s.stats.bytes_sent += payload.size();
+  s.stats.bytes_sent += payload.bytes.size();
   s.SendOnStream(fetch_stream_, bytes, false);
+  s.SendPayloadOnStream(fetch_stream_, payload, false);
 }
 
 void DownstreamImpl::AddDataStream(int64_t stream) {

@@ -8,6 +8,17 @@ namespace kvcast::moqt {
 
 void TrackCache::Touch(Group& group) { lru_.splice(lru_.end(), lru_, group.lru); }
 
+quic::SharedBytes TrackCache::Object::Shared() const {
+  return {payload, absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(payload->data()),
+                                             payload->size())};
+}
+
+void TrackCache::Recycle(std::shared_ptr<std::string> payload) {
+  if (payload.use_count() != 1 || payload->capacity() < kMinSpare) return;
+  spare_bytes_ += payload->capacity();
+  spare_.push_back(std::move(*payload));
+}
+
 void TrackCache::SetSpill(GroupSpill* spill) {
   spill_ = spill;
   if (spill_ == nullptr) return;
@@ -39,17 +50,16 @@ void TrackCache::EvictFor(const FullTrackName& keep_track, uint64_t keep_group) 
     if (spill_ != nullptr && group->second.complete) {
       std::vector<SpilledObject> objects;
       for (auto& [id, obj] : group->second.objects) {
-        objects.push_back(SpilledObject{obj.header, std::move(obj.payload)});
+        // A payload a stream still holds is copied; the stream keeps its own.
+        objects.push_back(SpilledObject{obj.header, obj.payload.use_count() == 1
+                                                        ? std::move(*obj.payload)
+                                                        : *obj.payload});
       }
       const auto& end = track->second.end;
       spill_->Put(it->first, it->second, std::move(objects), end && end->group == it->second);
       track->second.spilled.insert(it->second);
     } else {
-      for (auto& [id, obj] : group->second.objects) {
-        if (obj.payload.capacity() < kMinSpare) continue;
-        spare_bytes_ += obj.payload.capacity();
-        spare_.push_back(std::move(obj.payload));
-      }
+      for (auto& [id, obj] : group->second.objects) Recycle(std::move(obj.payload));
     }
     track->second.groups.erase(group);
     ++evicted_groups_;
@@ -91,7 +101,7 @@ void TrackCache::Restore(const FullTrackName& name, Track& track, uint64_t first
       const uint64_t cost = Cost(o.payload.size());
       Object& obj = group.objects[o.header.object];
       obj.header = std::move(o.header);
-      obj.payload = std::move(o.payload);
+      obj.payload = std::make_shared<std::string>(std::move(o.payload));
       group.bytes += cost;
       bytes_ += cost;
     }
@@ -101,7 +111,8 @@ void TrackCache::Restore(const FullTrackName& name, Track& track, uint64_t first
 
 TrackCache::InsertResult TrackCache::Insert(const FullTrackName& name,
                                             const ObjectHeader& header,
-                                            absl::Span<const uint8_t> payload) {
+                                            absl::Span<const uint8_t> payload,
+                                            quic::SharedBytes* stored) {
   uint64_t cost = Cost(payload.size());
   if (cost > budget_) return InsertResult::kTooLarge;
   Track& track = tracks_[name];
@@ -113,9 +124,9 @@ TrackCache::InsertResult TrackCache::Insert(const FullTrackName& name,
   if (existing != group.objects.end()) {
     const Object& old = existing->second;
     bool same = old.header.status == header.status &&
-                old.payload.size() == payload.size() &&
+                old.payload->size() == payload.size() &&
                 (payload.empty() ||
-                 std::memcmp(old.payload.data(), payload.data(), payload.size()) == 0);
+                 std::memcmp(old.payload->data(), payload.data(), payload.size()) == 0);
     if (same) return InsertResult::kDuplicate;
     track.malformed = true;
     return InsertResult::kConflict;
@@ -123,8 +134,11 @@ TrackCache::InsertResult TrackCache::Insert(const FullTrackName& name,
   Object& obj = group.objects[header.object];
   obj.header = header;
   obj.header.payload_length = payload.size();
-  if (payload.size() >= kMinSpare) obj.payload = TakeSpare(payload.size());
-  obj.payload.assign(reinterpret_cast<const char*>(payload.data()), payload.size());
+  obj.payload = std::make_shared<std::string>(payload.size() >= kMinSpare
+                                                  ? TakeSpare(payload.size())
+                                                  : std::string());
+  obj.payload->assign(reinterpret_cast<const char*>(payload.data()), payload.size());
+  if (stored != nullptr) *stored = obj.Shared();
   group.bytes += cost;
   bytes_ += cost;
   Location loc{header.group, header.object};
@@ -202,7 +216,7 @@ bool TrackCache::Covers(const FullTrackName& name, Location start, Location end)
 
 void TrackCache::ForEach(
     const FullTrackName& name, Location start, Location end,
-    const std::function<void(const ObjectHeader&, absl::Span<const uint8_t>)>& fn) {
+    const std::function<void(const ObjectHeader&, const quic::SharedBytes&)>& fn) {
   auto it = tracks_.find(name);
   if (it == tracks_.end()) return;
   Track& track = it->second;
@@ -213,9 +227,7 @@ void TrackCache::ForEach(
     for (auto& [id, obj] : g->second.objects) {
       Location loc{g->first, id};
       if (loc < start || end < loc) continue;
-      fn(obj.header, absl::Span<const uint8_t>(
-                         reinterpret_cast<const uint8_t*>(obj.payload.data()),
-                         obj.payload.size()));
+      fn(obj.header, obj.Shared());
     }
   }
 }

@@ -6,10 +6,13 @@
 // different payload is refused (kConflict) and the track is marked
 // malformed, as draft-14 requires of relays.
 //
-// An evicted object's memory (from kMinSpare bytes) is kept as a spare
-// buffer for the next insert, while the cache is within its budget with
-// the spares counted: a full cache reuses memory instead of asking the
-// system for pages that must be cleared first.
+// Payloads are shared (quic::SharedBytes): a relay's streams send them
+// from the cache's memory, and an evicted payload that a stream still
+// holds lives until the stream lets go. An evicted object's memory (from
+// kMinSpare bytes) that no stream holds is kept as a spare buffer for the
+// next insert, while the cache is within its budget with the spares
+// counted: a full cache reuses memory instead of asking the system for
+// pages that must be cleared first.
 //
 // With a spill (group_spill.h), an evicted group that is complete goes to
 // disk instead of away, and comes back into memory when a lookup reaches
@@ -23,6 +26,7 @@
 #include <functional>
 #include <list>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -31,6 +35,7 @@
 #include "absl/types/span.h"
 #include "transport/moqt/group_spill.h"
 #include "transport/moqt/messages.h"
+#include "transport/quic/shared_bytes.h"
 
 namespace kvcast::moqt {
 
@@ -45,9 +50,10 @@ class TrackCache {
   enum class InsertResult { kInserted, kDuplicate, kConflict, kTooLarge };
   // Stores one object. An kEndOfGroup status completes its group; kEndOfTrack
   // ends the track there. May evict other groups to stay within the budget
-  // (never the group being written).
+  // (never the group being written). On kInserted, `*stored` (if given)
+  // is the cache's copy of the payload.
   InsertResult Insert(const FullTrackName& track, const ObjectHeader& header,
-                      absl::Span<const uint8_t> payload);
+                      absl::Span<const uint8_t> payload, quic::SharedBytes* stored = nullptr);
   // Marks groups [first, last] complete: every object of them that exists is
   // cached (e.g. after a fetch of that range finished).
   void MarkComplete(const FullTrackName& track, uint64_t first_group, uint64_t last_group);
@@ -66,7 +72,7 @@ class TrackCache {
   // Calls `fn` for cached objects in [start, end] in ascending order and
   // refreshes their groups in the LRU. `fn` must not modify the cache.
   void ForEach(const FullTrackName& track, Location start, Location end,
-               const std::function<void(const ObjectHeader&, absl::Span<const uint8_t>)>& fn);
+               const std::function<void(const ObjectHeader&, const quic::SharedBytes&)>& fn);
 
   uint64_t bytes() const { return bytes_; }  // cached objects (payloads and headers)
   uint64_t spare_bytes() const { return spare_bytes_; }  // spare buffers, within the budget too
@@ -77,7 +83,8 @@ class TrackCache {
  private:
   struct Object {
     ObjectHeader header;
-    std::string payload;
+    std::shared_ptr<std::string> payload;  // never null
+    quic::SharedBytes Shared() const;
   };
   struct Group {
     std::map<uint64_t, Object> objects;
@@ -100,6 +107,9 @@ class TrackCache {
   // Frees spares, then evicts least recently used groups other than the
   // kept one, until the objects and the spares fit the budget.
   void EvictFor(const FullTrackName& keep_track, uint64_t keep_group);
+  // An evicted object's payload: its memory becomes a spare unless a
+  // stream still holds it.
+  void Recycle(std::shared_ptr<std::string> payload);
   // A spare buffer of `size` to 2 `size` bytes' capacity, or an empty string.
   std::string TakeSpare(size_t size);
   // Moves the track's spilled groups in [first, last] back into memory.

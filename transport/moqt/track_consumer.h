@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "transport/moqt/messages.h"
+#include "transport/quic/shared_bytes.h"
 
 namespace kvcast::moqt {
 
@@ -50,6 +51,11 @@ class Downstream : public TrackConsumer {
  public:
   virtual uint64_t request_id() const = 0;
   virtual const FullTrackName& track() const = 0;
+  // As OnObject, but the data streams reference `payload.bytes` (held by
+  // `payload.owner` until QUIC is done with them) instead of copying them:
+  // for large payloads that outlive the call anyway (a relay's cached
+  // object) or go to several subscribers (one encoded batch).
+  virtual void OnSharedObject(const ObjectHeader& header, const quic::SharedBytes& payload) = 0;
   // SUBSCRIBE_OK / FETCH_OK. Objects may be pushed only after Accept.
   virtual void Accept(const TrackInfo& info) = 0;
   // SUBSCRIBE_ERROR / FETCH_ERROR with a RequestErrorCode.

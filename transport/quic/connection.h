@@ -20,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "transport/quic/shared_bytes.h"
 
 namespace kvcast::quic {
 
@@ -82,6 +83,9 @@ class Connection {
                     reinterpret_cast<const uint8_t*>(data.data()), data.size()),
                 fin);
   }
+  // As Send, without copying: the stream holds `data.owner` until QUIC no
+  // longer needs the bytes (acknowledged, reset, or the connection gone).
+  virtual absl::Status SendShared(int64_t stream_id, SharedBytes data, bool fin) = 0;
   // Bytes queued on the stream and not yet handed to QUIC.
   virtual size_t QueuedBytes(int64_t stream_id) const = 0;
   // Orders sending between streams: data of the lowest priority value with

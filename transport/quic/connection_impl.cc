@@ -211,6 +211,18 @@ absl::StatusOr<int64_t> ConnectionImpl::OpenUniStream() {
 
 absl::Status ConnectionImpl::Send(int64_t stream_id,
                                   absl::Span<const uint8_t> data, bool fin) {
+  return Queue(stream_id, fin, [&](StreamSendBuffer& b) { b.Append(data); }, !data.empty());
+}
+
+absl::Status ConnectionImpl::SendShared(int64_t stream_id, SharedBytes data, bool fin) {
+  const bool any = !data.bytes.empty();
+  return Queue(stream_id, fin, [&](StreamSendBuffer& b) { b.AppendShared(std::move(data)); },
+               any);
+}
+
+absl::Status ConnectionImpl::Queue(int64_t stream_id, bool fin,
+                                   absl::FunctionRef<void(StreamSendBuffer&)> append,
+                                   bool any) {
   if (state_ != State::kOpen || pending_close_.has_value()) {
     return absl::FailedPreconditionError("connection is not open");
   }
@@ -227,9 +239,9 @@ absl::Status ConnectionImpl::Send(int64_t stream_id,
     return absl::NotFoundError(
         absl::StrCat("stream ", stream_id, " already finished"));
   }
-  s.send.Append(data);
+  append(s.send);
   s.fin_queued = fin;
-  if (!data.empty() || fin) {
+  if (any || fin) {
     MarkReady(stream_id, s);
     host_->RequestFlush(this);
   }

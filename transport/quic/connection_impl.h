@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "transport/quic/connection.h"
@@ -94,6 +95,7 @@ class ConnectionImpl final : public Connection {
   using Connection::Send;
   absl::Status Send(int64_t stream_id, absl::Span<const uint8_t> data,
                     bool fin) override;
+  absl::Status SendShared(int64_t stream_id, SharedBytes data, bool fin) override;
   size_t QueuedBytes(int64_t stream_id) const override;
   void ResetStream(int64_t stream_id, uint64_t app_error) override;
   void SetStreamPriority(int64_t stream_id, uint64_t priority) override;
@@ -191,6 +193,10 @@ class ConnectionImpl final : public Connection {
   void AfterStreamWrite(int64_t stream_id, Stream& s, ngtcp2_ssize ndatalen,
                         bool fin_offered);
   void MarkReady(int64_t stream_id, Stream& s);
+  // What Send and SendShared share: checks the stream, appends (`any`: bytes
+  // were given), queues FIN, schedules a flush.
+  absl::Status Queue(int64_t stream_id, bool fin,
+                     absl::FunctionRef<void(StreamSendBuffer&)> append, bool any);
   // Drops the front of the ready queue of `priority`.
   void PopReady(uint64_t priority);
   void ApplyPendingResets();

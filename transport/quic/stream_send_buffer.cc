@@ -49,19 +49,35 @@ void StreamSendBuffer::Append(absl::Span<const uint8_t> data) {
   if (data.empty()) return;
   // Small writes join the last chunk while QUIC holds no pointer into it
   // (it is wholly unsent), so vectors can grow without dangling pointers.
-  if (!chunks_.empty()) {
+  if (!chunks_.empty() && chunks_.back().owner == nullptr) {
     size_t last = chunks_.size() - 1;
-    std::vector<uint8_t>& tail = chunks_.back();
+    Chunk& tail = chunks_.back();
     bool untouched = cursor_chunk_ < last ||
                      (cursor_chunk_ == last && cursor_offset_ == 0);
-    if (untouched && tail.size() + data.size() <= kCoalesceLimit) {
-      tail.insert(tail.end(), data.begin(), data.end());
+    if (untouched && tail.size + data.size() <= kCoalesceLimit) {
+      tail.owned.insert(tail.owned.end(), data.begin(), data.end());
+      tail.data = tail.owned.data();
+      tail.size = tail.owned.size();
       queued_ += data.size();
       return;
     }
   }
-  chunks_.push_back(TakeChunk(data));
+  Chunk c;
+  c.owned = TakeChunk(data);
+  c.data = c.owned.data();
+  c.size = c.owned.size();
+  chunks_.push_back(std::move(c));
   queued_ += data.size();
+}
+
+void StreamSendBuffer::AppendShared(SharedBytes data) {
+  if (data.bytes.empty()) return;
+  queued_ += data.bytes.size();
+  Chunk c;
+  c.owner = std::move(data.owner);
+  c.data = data.bytes.data();
+  c.size = data.bytes.size();
+  chunks_.push_back(std::move(c));
 }
 
 size_t StreamSendBuffer::PeekUnsent(ngtcp2_vec* vecs, size_t max,
@@ -70,9 +86,9 @@ size_t StreamSendBuffer::PeekUnsent(ngtcp2_vec* vecs, size_t max,
   size_t chunk = cursor_chunk_;
   size_t offset = cursor_offset_;
   while (count < max && chunk < chunks_.size()) {
-    const std::vector<uint8_t>& c = chunks_[chunk];
-    vecs[count].base = const_cast<uint8_t*>(c.data() + offset);
-    vecs[count].len = c.size() - offset;
+    const Chunk& c = chunks_[chunk];
+    vecs[count].base = const_cast<uint8_t*>(c.data + offset);
+    vecs[count].len = c.size - offset;
     ++count;
     ++chunk;
     offset = 0;
@@ -84,11 +100,11 @@ size_t StreamSendBuffer::PeekUnsent(ngtcp2_vec* vecs, size_t max,
 void StreamSendBuffer::MarkSent(uint64_t n) {
   sent_ += n;
   while (n > 0 && cursor_chunk_ < chunks_.size()) {
-    size_t left = chunks_[cursor_chunk_].size() - cursor_offset_;
+    size_t left = chunks_[cursor_chunk_].size - cursor_offset_;
     size_t take = static_cast<size_t>(std::min<uint64_t>(n, left));
     cursor_offset_ += take;
     n -= take;
-    if (cursor_offset_ == chunks_[cursor_chunk_].size()) {
+    if (cursor_offset_ == chunks_[cursor_chunk_].size) {
       ++cursor_chunk_;
       cursor_offset_ = 0;
     }
@@ -97,9 +113,9 @@ void StreamSendBuffer::MarkSent(uint64_t n) {
 
 void StreamSendBuffer::MarkAcked(uint64_t end) {
   while (!chunks_.empty() && cursor_chunk_ > 0 &&
-         front_offset_ + chunks_.front().size() <= end) {
-    front_offset_ += chunks_.front().size();
-    GiveBack(std::move(chunks_.front()));
+         front_offset_ + chunks_.front().size <= end) {
+    front_offset_ += chunks_.front().size;
+    GiveBack(std::move(chunks_.front().owned));
     chunks_.pop_front();
     --cursor_chunk_;
   }
@@ -109,7 +125,7 @@ void StreamSendBuffer::DropUnsent() {
   if (cursor_chunk_ < chunks_.size()) {
     if (cursor_offset_ > 0) {
       // Keep the sent prefix of the current chunk in place (no realloc).
-      chunks_[cursor_chunk_].resize(cursor_offset_);
+      chunks_[cursor_chunk_].size = cursor_offset_;
       ++cursor_chunk_;
       cursor_offset_ = 0;
     }

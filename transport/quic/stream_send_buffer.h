@@ -1,6 +1,7 @@
 // StreamSendBuffer: the send side of one QUIC stream. Bytes queued by the
-// application are copied in and kept until QUIC acknowledges them: ngtcp2
-// does not copy stream data and retransmits lost frames from this memory.
+// application are copied in (Append) or referenced (AppendShared) and kept
+// until QUIC acknowledges them: ngtcp2 does not copy stream data and
+// retransmits lost frames from this memory.
 //
 //   [front_offset .. acked)      may still be referenced (in flight)
 //   [acked .. sent)              handed to QUIC, not yet acknowledged
@@ -14,9 +15,11 @@
 
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <vector>
 
 #include "absl/types/span.h"
+#include "transport/quic/shared_bytes.h"
 
 namespace kvcast::quic {
 
@@ -24,6 +27,9 @@ class StreamSendBuffer {
  public:
   // Copies `data` to the end of the queue.
   void Append(absl::Span<const uint8_t> data);
+  // Queues `data.bytes` without copying them; `data.owner` is held until
+  // they are acknowledged or dropped (the bytes must not change meanwhile).
+  void AppendShared(SharedBytes data);
   // Bytes queued and not yet handed to QUIC.
   uint64_t unsent() const { return queued_ - sent_; }
   // Points up to `max` vecs at the unsent bytes, in order; `*covers_all` is
@@ -41,7 +47,15 @@ class StreamSendBuffer {
  private:
   static constexpr size_t kCoalesceLimit = 64 << 10;
 
-  std::deque<std::vector<uint8_t>> chunks_;
+  // Owned bytes (`owned`), or bytes another object keeps alive (`owner`).
+  struct Chunk {
+    std::vector<uint8_t> owned;
+    std::shared_ptr<const void> owner;
+    const uint8_t* data = nullptr;
+    size_t size = 0;
+  };
+
+  std::deque<Chunk> chunks_;
   uint64_t front_offset_ = 0;  // Stream offset of chunks_.front()[0].
   uint64_t sent_ = 0;
   uint64_t queued_ = 0;

@@ -1,5 +1,6 @@
 #include "transport/quic/stream_send_buffer.h"
 
+#include <memory>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -96,6 +97,52 @@ TEST(StreamSendBufferTest, DropUnsentKeepsInFlightBytes) {
   EXPECT_EQ(b.held(), 2u);
   EXPECT_EQ(in_flight[0], 'a');  // Still valid for retransmission.
   b.MarkAcked(2);
+  EXPECT_EQ(b.held(), 0u);
+}
+
+// Shared bytes go out from their owner's memory, not a copy, between copied
+// ones in order; the owner is held exactly until QUIC is done with them.
+TEST(StreamSendBufferTest, SharedBytesAreReferencedUntilAcked) {
+  auto object = std::make_shared<std::string>(100 << 10, 'k');
+  std::weak_ptr<std::string> watch = object;
+  StreamSendBuffer b;
+  b.Append(Bytes("head"));
+  b.AppendShared({object, Bytes(*object)});
+  b.Append(Bytes("tail"));  // not coalesced into the shared chunk
+  object.reset();
+  ASSERT_FALSE(watch.expired());
+  ngtcp2_vec vecs[4];
+  bool all = false;
+  ASSERT_EQ(b.PeekUnsent(vecs, 4, &all), 3u);
+  EXPECT_TRUE(all);
+  EXPECT_EQ(vecs[1].base, reinterpret_cast<const uint8_t*>(watch.lock()->data()));
+  EXPECT_EQ(Unsent(b), "head" + std::string(100 << 10, 'k') + "tail");
+  b.MarkSent(b.unsent());
+  b.MarkAcked(4 + (100 << 10) - 1);  // one byte of it still unacknowledged
+  EXPECT_FALSE(watch.expired());
+  b.MarkAcked(4 + (100 << 10));
+  EXPECT_TRUE(watch.expired());
+  EXPECT_EQ(b.held(), 4u);
+}
+
+// A reset drops unsent shared bytes (their owner is let go) but keeps a
+// partly sent shared chunk for retransmission.
+TEST(StreamSendBufferTest, DropUnsentLetsGoOfUnsentSharedBytes) {
+  auto sent = std::make_shared<std::string>("0123456789");
+  auto unsent = std::make_shared<std::string>("abcdef");
+  std::weak_ptr<std::string> watch_sent = sent, watch_unsent = unsent;
+  StreamSendBuffer b;
+  b.AppendShared({sent, Bytes(*sent)});
+  b.AppendShared({unsent, Bytes(*unsent)});
+  sent.reset();
+  unsent.reset();
+  b.MarkSent(4);
+  b.DropUnsent();
+  EXPECT_TRUE(watch_unsent.expired());
+  EXPECT_FALSE(watch_sent.expired());
+  EXPECT_EQ(b.held(), 4u);
+  b.MarkAcked(4);
+  EXPECT_TRUE(watch_sent.expired());
   EXPECT_EQ(b.held(), 0u);
 }
 

@@ -257,7 +257,7 @@ absl::Status WriteFetchHeader(uint64_t request_id, std::string* out) {
 }
 
 absl::Status WriteFetchObject(const ObjectHeader& object, absl::Span<const uint8_t> payload,
-                              std::string* out) {
+                              std::string* out, bool with_payload) {
   RETURN_IF_ERROR(CheckObject(object, payload));
   return AppendIfValid(out, [&](Writer* w) {
     w->WriteVarint(object.group);
@@ -265,7 +265,7 @@ absl::Status WriteFetchObject(const ObjectHeader& object, absl::Span<const uint8
     w->WriteVarint(object.object);
     w->WriteUint8(object.publisher_priority);
     WriteExtensions(object.extensions, w);
-    WriteLengthStatusPayload(object, payload, w);
+    WriteLengthStatusPayload(object, payload, w, with_payload);
   });
 }
 

@@ -56,7 +56,7 @@ absl::Status WriteSubgroupObject(const SubgroupHeader& header,
                                  std::string* out, bool with_payload = true);
 absl::Status WriteFetchHeader(uint64_t request_id, std::string* out);
 absl::Status WriteFetchObject(const ObjectHeader& object, absl::Span<const uint8_t> payload,
-                              std::string* out);
+                              std::string* out, bool with_payload = true);
 absl::Status WriteDatagram(const Datagram& datagram, std::string* out);
 absl::StatusOr<Datagram> ReadDatagram(absl::Span<const uint8_t> data, const CodecLimits& limits);
 

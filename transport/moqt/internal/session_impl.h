@@ -48,6 +48,7 @@ class DownstreamImpl : public Downstream, public std::enable_shared_from_this<Do
   // One of the session's streams drained: runs the callback if it is due.
   void OnStreamDrained();
   void OnObject(const ObjectHeader& header, absl::Span<const uint8_t> payload) override;
+  void OnSharedObject(const ObjectHeader& header, const quic::SharedBytes& payload) override;
   void OnDone(const absl::Status& status) override;
 
   Kind kind() const { return kind_; }
@@ -78,8 +79,9 @@ class DownstreamImpl : public Downstream, public std::enable_shared_from_this<Do
     SubgroupHeader header;
     std::optional<uint64_t> last_object;
   };
-  void SendSubgroupObject(const ObjectHeader& header, absl::Span<const uint8_t> payload);
-  void SendFetchObject(const ObjectHeader& header, absl::Span<const uint8_t> payload);
+  // `payload.owner` null: the bytes are valid only during the call (copied).
+  void SendSubgroupObject(const ObjectHeader& header, const quic::SharedBytes& payload);
+  void SendFetchObject(const ObjectHeader& header, const quic::SharedBytes& payload);
   void FinishSubgroup(std::map<std::pair<uint64_t, uint64_t>, OpenSubgroup>::iterator it);
   void Finish();  // forget this request in the session
   void RunAnswerCallbacks();
@@ -211,6 +213,9 @@ struct SessionImpl : public ControlMessageVisitor {
   void ArmPublishDoneLinger(uint64_t request_id, absl::Duration delay);
   absl::StatusOr<int64_t> OpenDataStream();
   void SendOnStream(int64_t stream, absl::Span<const uint8_t> bytes, bool fin);
+  // A payload after its object header: referenced when it has an owner and
+  // is large enough to be worth a chunk of its own, copied otherwise.
+  void SendPayloadOnStream(int64_t stream, const quic::SharedBytes& payload, bool fin);
   void SendOnStream(int64_t stream, const std::string& bytes, bool fin) {
     SendOnStream(stream, absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(bytes.data()),
                                                    bytes.size()),
