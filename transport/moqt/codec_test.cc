@@ -924,6 +924,15 @@ TEST(FetchStreamTest, ObjectsBytes) {
                                    &written)
                   .ok());
   EXPECT_EQ(written, wire);
+  // The header alone, then the payload after it (as a session sends a
+  // shared payload), gives the same bytes.
+  std::string split = SerializeFetchHeader(7);
+  ASSERT_TRUE(SerializeFetchObjectHeader(MakeObject(1, 0, 2, 0x40), S("xyz"), &split).ok());
+  split += "xyz";
+  ASSERT_TRUE(SerializeFetchObjectHeader(MakeObject(1, 0, 3, 0x40, {}, ObjectStatus::kEndOfGroup),
+                                         {}, &split)
+                  .ok());
+  EXPECT_EQ(split, wire);
 
   DataRecorder rec;
   ASSERT_TRUE(FeedData(wire, &rec, wire.size()).ok());
