@@ -188,7 +188,7 @@ class Relay::FetchForwarder : public TrackConsumer {
   bool accepted_ = false;
   std::optional<absl::Status> done_;
   std::vector<std::pair<ObjectHeader, quic::SharedBytes>> buffered_;  // before FETCH_OK
-  std::vector<bool> cached_;                                    // of each buffered object
+  std::vector<bool> cached_;  // of each buffered object
 };
 
 Relay::Relay(quic::EventLoop* loop, RelayOptions options)
