@@ -134,10 +134,8 @@ class Relay::FetchForwarder : public TrackConsumer {
       Forward(header, shared, cached);
     } else {
       if (shared.owner == nullptr) {  // not the cache's: keep a copy
-        auto copy = std::make_shared<std::string>(reinterpret_cast<const char*>(payload.data()),
-                                                  payload.size());
-        shared = {copy, absl::Span<const uint8_t>(
-                            reinterpret_cast<const uint8_t*>(copy->data()), copy->size())};
+        shared = quic::ShareString(std::make_shared<std::string>(
+            reinterpret_cast<const char*>(payload.data()), payload.size()));
       }
       buffered_.emplace_back(header, std::move(shared));
       cached_.push_back(cached);

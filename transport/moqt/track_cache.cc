@@ -8,11 +8,6 @@ namespace kvcast::moqt {
 
 void TrackCache::Touch(Group& group) { lru_.splice(lru_.end(), lru_, group.lru); }
 
-quic::SharedBytes TrackCache::Object::Shared() const {
-  return {payload, absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(payload->data()),
-                                             payload->size())};
-}
-
 void TrackCache::Recycle(std::shared_ptr<std::string> payload) {
   if (payload.use_count() != 1 || payload->capacity() < kMinSpare) return;
   spare_bytes_ += payload->capacity();
@@ -138,7 +133,7 @@ TrackCache::InsertResult TrackCache::Insert(const FullTrackName& name,
                                                   ? TakeSpare(payload.size())
                                                   : std::string());
   obj.payload->assign(reinterpret_cast<const char*>(payload.data()), payload.size());
-  if (stored != nullptr) *stored = obj.Shared();
+  if (stored != nullptr) *stored = quic::ShareString(obj.payload);
   group.bytes += cost;
   bytes_ += cost;
   Location loc{header.group, header.object};
@@ -227,7 +222,7 @@ void TrackCache::ForEach(
     for (auto& [id, obj] : g->second.objects) {
       Location loc{g->first, id};
       if (loc < start || end < loc) continue;
-      fn(obj.header, obj.Shared());
+      fn(obj.header, quic::ShareString(obj.payload));
     }
   }
 }

@@ -84,7 +84,6 @@ class TrackCache {
   struct Object {
     ObjectHeader header;
     std::shared_ptr<std::string> payload;  // never null
-    quic::SharedBytes Shared() const;
   };
   struct Group {
     std::map<uint64_t, Object> objects;

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "absl/types/span.h"
 
@@ -20,6 +21,12 @@ struct SharedBytes {
   std::shared_ptr<const void> owner;  // keeps `bytes` alive
   absl::Span<const uint8_t> bytes;
 };
+
+// All of `s`, kept alive by `s` (which must not be null).
+inline SharedBytes ShareString(std::shared_ptr<const std::string> s) {
+  const absl::Span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(s->data()), s->size());
+  return {std::move(s), bytes};
+}
 
 }  // namespace kvcast::quic
 
