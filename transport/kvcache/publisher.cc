@@ -241,16 +241,17 @@ void KvPublisher::CodeAcInBackground(quic::EventLoop* loop) {
   ac_thread_ = std::make_unique<AcCodecThread>(pool_->layout(), loop);
 }
 
-const KvPublisher::AcObjects* KvPublisher::CachedAc(const AcKey& key) const {
+std::shared_ptr<const KvPublisher::AcObjects> KvPublisher::CachedAc(const AcKey& key) const {
   for (const auto& [k, objects] : ac_groups_) {
-    if (k == key) return &objects;
+    if (k == key) return objects;
   }
   return nullptr;
 }
 
-const KvPublisher::AcObjects& KvPublisher::CacheAc(AcKey key, AcObjects objects) {
+std::shared_ptr<const KvPublisher::AcObjects> KvPublisher::CacheAc(AcKey key,
+                                                                   AcObjects objects) {
   if (ac_groups_.size() >= kAcCachedGroups) ac_groups_.pop_front();
-  ac_groups_.emplace_back(std::move(key), std::move(objects));
+  ac_groups_.emplace_back(std::move(key), std::make_shared<const AcObjects>(std::move(objects)));
   return ac_groups_.back().second;
 }
 
@@ -371,15 +372,15 @@ void KvPublisher::SendChunk(const Prompt& p, int group, const KvCompression& com
   };
   if (count > 0 && compression.ac) {
     const AcKey key = AcKeyOf(p, group, compression);
-    const AcObjects* objects = CachedAc(key);
+    std::shared_ptr<const AcObjects> objects = CachedAc(key);
     if (objects == nullptr) {  // a group goes out in pieces: encode it once
       AcObjects fresh;
       ac_.Encode(*compression.ac, backend_, *pool_,
                  SlotsOf(p.chunk_pages[group], page_tokens, 0, n), &fresh);
       ++stats_.encodes;
-      objects = &CacheAc(key, std::move(fresh));
+      objects = CacheAc(key, std::move(fresh));
     }
-    for (int i = first; i < first + count; ++i) send(i, {nullptr, (*objects)[i]});
+    for (int i = first; i < first + count; ++i) send(i, {objects, (*objects)[i]});
   } else if (count > 0) {
     const TokenCodec codec(pool_->layout(), compression.format);
     const size_t token_bytes = codec.token_bytes();

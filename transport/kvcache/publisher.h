@@ -200,10 +200,12 @@ class KvPublisher : public moqt::RequestHandler {
     return {p.digest, group, &*compression.ac};
   }
   // The ac groups coded last, newest at the back (a group goes out in
-  // pieces, maybe to several requests): at most kAcCachedGroups.
+  // pieces, maybe to several requests): at most kAcCachedGroups. Streams
+  // send the objects from here, sharing them: an evicted group lives on
+  // until the streams that still hold its objects let go.
   static constexpr size_t kAcCachedGroups = 3;
-  const AcObjects* CachedAc(const AcKey& key) const;
-  const AcObjects& CacheAc(AcKey key, AcObjects objects);
+  std::shared_ptr<const AcObjects> CachedAc(const AcKey& key) const;
+  std::shared_ptr<const AcObjects> CacheAc(AcKey key, AcObjects objects);
   // Background coding (CodeAcInBackground). AcReady: whether the objects of
   // `o`'s next piece are coded; if not, their group is being coded or
   // waits its turn, and `o` is pumped again when a group comes back.
@@ -212,7 +214,7 @@ class KvPublisher : public moqt::RequestHandler {
   // Starts coding the first group some request's pending pieces need.
   void CodeAhead();
   AcPageCodec ac_;  // the ac tracks' codec (loop thread)
-  std::deque<std::pair<AcKey, AcObjects>> ac_groups_;
+  std::deque<std::pair<AcKey, std::shared_ptr<const AcObjects>>> ac_groups_;
   std::unique_ptr<AcCodecThread> ac_thread_;
   std::vector<std::pair<std::string, std::weak_ptr<Outlet>>> ac_waiters_;  // (prompt, request)
   size_t send_window_ = 8 << 20;

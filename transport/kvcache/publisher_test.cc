@@ -27,6 +27,13 @@ const KvLayout kLayout{2, 2, 32, 16};
 
 std::string Digest(int n) { return absl::StrCat(std::string(31, 'd'), n); }
 
+// `v` (a multiple of 32 values) through fp16 and back.
+void RoundToFp16(std::vector<float>& v) {
+  std::vector<uint8_t> h(v.size() * 2);
+  EncodeKvRow(KvFormat::kFp16, v.data(), int(v.size() / 32), 32, 32, h.data());
+  DecodeKvRow(KvFormat::kFp16, h.data(), int(v.size() / 32), 32, 32, v.data());
+}
+
 // One side's memory: a CPU backend and a page pool.
 struct Memory {
   explicit Memory(KvLayout layout = kLayout) {
@@ -42,6 +49,66 @@ class PublisherHandler : public KvPublisher {
  public:
   using KvPublisher::KvPublisher;
   void OnSessionReady(moqt::MoqtSession* session) override { SetUpstream(session); }
+};
+
+// A MoqtServer on the harness's loop serving `handler` (a publisher), and
+// a client of it on a loop thread of its own, which a test can stall.
+struct Direct {
+  Direct(RelayHarness& h, moqt::RequestHandler* handler) : h(h) {
+    thread = *quic::LoopThread::Start();
+    h.thread()->RunSync([&] {
+      quic::TlsOptions tls;
+      tls.cert_file = h.certs().server_cert;
+      tls.key_file = h.certs().server_key;
+      server = *moqt::MoqtServer::Create(h.loop(), "127.0.0.1", 0, tls, quic::TransportOptions{},
+                                         moqt::SessionOptions{}, handler);
+    });
+    thread->RunSync([&] {
+      quic::TlsOptions tls;
+      tls.ca_file = h.certs().ca_cert;
+      tls.server_name = "localhost";
+      client = *moqt::MoqtClient::Connect(thread->loop(), "127.0.0.1", server->port(), tls,
+                                          quic::TransportOptions{}, moqt::SessionOptions{},
+                                          &client_handler);
+    });
+    EXPECT_TRUE(WaitOnLoop(thread.get(), [&] { return client_handler.ready; }));
+  }
+  ~Direct() { Close(); }
+  // Subscribes to `track` from its start, then stalls the client's loop
+  // for 400 ms: it neither takes data nor acknowledges meanwhile.
+  std::shared_ptr<moqt::testing::CollectingConsumer> SubscribeAndStall(
+      const moqt::FullTrackName& track) {
+    auto consumer = std::make_shared<moqt::testing::CollectingConsumer>();
+    absl::Status reply = absl::UnknownError("pending");
+    thread->RunSync([&] {
+      moqt::Subscribe s;
+      s.track = track;
+      s.filter_type = moqt::FilterType::kAbsoluteStart;
+      s.start = moqt::Location{0, 0};
+      EXPECT_TRUE(client->session()
+                      ->Subscribe(s, consumer,
+                                  [&](absl::StatusOr<moqt::TrackInfo> r) { reply = r.status(); })
+                      .ok());
+    });
+    EXPECT_TRUE(WaitOnLoop(thread.get(), [&] { return reply.ok(); })) << reply;
+    thread->loop()->Post([] { std::this_thread::sleep_for(std::chrono::milliseconds(400)); });
+    return consumer;
+  }
+  bool WaitDone(const moqt::testing::CollectingConsumer& c) {
+    return WaitOnLoop(thread.get(), [&] { return c.done; }, absl::Seconds(20));
+  }
+  void Close() {
+    if (thread == nullptr) return;
+    h.thread()->RunSync([&] { server.reset(); });
+    thread->RunSync([&] { client.reset(); });
+    thread.reset();
+  }
+
+  RelayHarness& h;
+  std::unique_ptr<quic::LoopThread> thread;
+  std::unique_ptr<moqt::MoqtServer> server;
+  std::unique_ptr<moqt::MoqtClient> client;
+  ClientHandler client_handler;
 };
 
 class KvOverMoqt : public ::testing::Test {
@@ -111,11 +178,6 @@ class KvOverMoqt : public ::testing::Test {
                       const std::vector<int32_t>& dst_pages, int tokens) {
     const ac::AcShape shape{kLayout.num_layers, kLayout.num_kv_heads, kLayout.head_dim};
     const int n = shape.token_floats(), row = kLayout.token_floats();
-    auto fp16 = [&](std::vector<float>& v) {
-      std::vector<uint8_t> h(v.size() * 2);
-      EncodeKvRow(KvFormat::kFp16, v.data(), int(v.size() / 32), 32, 32, h.data());
-      DecodeKvRow(KvFormat::kFp16, h.data(), int(v.size() / 32), 32, 32, v.data());
-    };
     for (int g = 0; g * kChunk < tokens; ++g) {
       const int count = std::min(kChunk, tokens - g * kChunk);
       std::vector<float> kv(size_t(count) * n);
@@ -126,12 +188,12 @@ class KvOverMoqt : public ::testing::Test {
           std::copy_n(src_.pool->v_cache(l) + size_t(s) * row, row, &kv[t * n + (2 * l + 1) * row]);
         }
       }
-      fp16(kv);
+      RoundToFp16(kv);
       std::vector<std::vector<uint8_t>> objects;
       ac::AcGroupEncoder(shape, policy).Encode(kv.data(), count, &objects);
       const std::vector<absl::Span<const uint8_t>> spans(objects.begin(), objects.end());
       ASSERT_TRUE(ac::AcGroupDecoder(shape).DecodeGroup(spans, kv.data()).ok());
-      fp16(kv);
+      RoundToFp16(kv);
       for (int t = 0; t < count; ++t) {
         const int32_t d = SlotsOf(dst_pages, 16, g * kChunk + t, 1)[0];
         for (int l = 0; l < kLayout.num_layers; ++l) {
@@ -511,49 +573,17 @@ TEST_F(KvOverMoqt, DirectSubscribeBeforeThePromptBeginsWaitsForIt) {
 TEST_F(KvOverMoqt, ASlowSubscriberHoldsAWindowNotItsBacklog) {
   constexpr int kTokens = 1024;  // 32 chunks, 512 KiB of fp16
   constexpr size_t kWindow = 16 << 10;
-  auto client_thread = *quic::LoopThread::Start();
-  std::unique_ptr<moqt::MoqtServer> server;
-  std::unique_ptr<moqt::MoqtClient> client;
-  h_.thread()->RunSync([&] {
-    publisher_->SetSendWindow(kWindow);
-    quic::TlsOptions tls;
-    tls.cert_file = h_.certs().server_cert;
-    tls.key_file = h_.certs().server_key;
-    server = *moqt::MoqtServer::Create(h_.loop(), "127.0.0.1", 0, tls, quic::TransportOptions{},
-                                       moqt::SessionOptions{}, publisher_.get());
-  });
-  ClientHandler handler;
-  auto consumer = std::make_shared<moqt::testing::CollectingConsumer>();
+  h_.thread()->RunSync([&] { publisher_->SetSendWindow(kWindow); });
   const auto track = FullTrackNameOf({ModelId(kModel), Digest(9), KvFormat::kFp16});
   h_.thread()->RunSync([&] { ASSERT_TRUE(publisher_->BeginPrompt(Digest(9), kTokens).ok()); });
-  client_thread->RunSync([&] {
-    quic::TlsOptions ctls;
-    ctls.ca_file = h_.certs().ca_cert;
-    ctls.server_name = "localhost";
-    client = *moqt::MoqtClient::Connect(client_thread->loop(), "127.0.0.1", server->port(), ctls,
-                                        quic::TransportOptions{}, moqt::SessionOptions{}, &handler);
-  });
-  ASSERT_TRUE(WaitOnLoop(client_thread.get(), [&] { return handler.ready; }));
-  absl::Status reply = absl::UnknownError("pending");
-  client_thread->RunSync([&] {
-    moqt::Subscribe s;
-    s.track = track;
-    s.filter_type = moqt::FilterType::kAbsoluteStart;
-    s.start = moqt::Location{0, 0};
-    ASSERT_TRUE(client->session()
-                    ->Subscribe(s, consumer, [&](absl::StatusOr<moqt::TrackInfo> r) {
-                      reply = r.status();
-                    })
-                    .ok());
-  });
-  ASSERT_TRUE(WaitOnLoop(client_thread.get(), [&] { return reply.ok(); }));
-  client_thread->loop()->Post([] { std::this_thread::sleep_for(std::chrono::milliseconds(400)); });
+  Direct direct(h_, publisher_.get());
+  auto consumer = direct.SubscribeAndStall(track);
   const auto pages = Pages(kTokens);
   for (int g = 0; g < kTokens / kChunk; ++g) Ready(Digest(9), pages, g);
   h_.thread()->RunSync([&] { ASSERT_TRUE(publisher_->EndPrompt(Digest(9), absl::OkStatus()).ok()); });
-  ASSERT_TRUE(WaitOnLoop(client_thread.get(), [&] { return consumer->done; }, absl::Seconds(20)));
+  ASSERT_TRUE(direct.WaitDone(*consumer));
   const size_t token_bytes = TokenCodec(kLayout, KvFormat::kFp16).token_bytes();
-  client_thread->RunSync([&] {
+  direct.thread->RunSync([&] {
     EXPECT_TRUE(consumer->done_status.ok()) << consumer->done_status;
     ASSERT_EQ(consumer->objects.size(), size_t(kTokens));
     for (const auto& [loc, payload] : consumer->objects) ASSERT_EQ(payload.size(), token_bytes);
@@ -566,10 +596,78 @@ TEST_F(KvOverMoqt, ASlowSubscriberHoldsAWindowNotItsBacklog) {
         << "of " << kTokens * token_bytes << " bytes";
     EXPECT_EQ(st.objects_sent, uint64_t(kTokens));
     publisher_->DropPrompt(Digest(9));
-    server.reset();
   });
-  client_thread->RunSync([&] { client.reset(); });
+  direct.Close();
   ASSERT_TRUE(src_.pool->ReleaseAll(pages).ok());
+}
+
+// The ac tracks' objects go to the streams from the publisher's cache of
+// coded groups (it keeps the last 3), shared, not copied. With the
+// subscriber stalled, groups 0-2 leave that cache while its streams still
+// hold their objects: those must still arrive byte for byte (the objects
+// are the ac codec's own encoding of the fp16 KV).
+TEST_F(KvOverMoqt, AcObjectsOutliveTheirGroupInThePublishersCache) {
+  const KvLayout layout{16, 4, 64, 16};  // ac objects of several KiB: sent shared
+  constexpr int kGroups = 6, kTokens = kGroups * kChunk;
+  Memory mem(layout);
+  std::mt19937 rng(11);
+  std::normal_distribution<float> dist(0.f, 1.f);
+  for (int l = 0; l < layout.num_layers; ++l) {
+    for (size_t i = 0; i < 64 * layout.page_floats(); ++i) {
+      mem.pool->k_cache(l)[i] = dist(rng);
+      mem.pool->v_cache(l)[i] = dist(rng);
+    }
+  }
+  const auto pages = *mem.pool->Allocate(kTokens / 16);
+  std::unique_ptr<PublisherHandler> publisher;
+  h_.thread()->RunSync([&] {
+    publisher = std::make_unique<PublisherHandler>(mem.pool.get(), mem.backend.get(), kModel, kChunk);
+    ASSERT_TRUE(publisher->BeginPrompt(Digest(0), kTokens).ok());
+  });
+  Direct direct(h_, publisher.get());
+  const ac::AcPolicy& policy = ac::AcNearLossless();
+  auto consumer =
+      direct.SubscribeAndStall(FullTrackNameOf({ModelId(kModel), Digest(0), KvCompression(&policy)}));
+  h_.thread()->RunSync([&] {
+    for (int g = 0; g < kGroups; ++g) {
+      const std::vector<int32_t> chunk(pages.begin() + 2 * g, pages.begin() + 2 * g + 2);
+      ASSERT_TRUE(publisher->ChunkReady(Digest(0), g, chunk).ok());
+    }
+    ASSERT_TRUE(publisher->EndPrompt(Digest(0), absl::OkStatus()).ok());
+  });
+  ASSERT_TRUE(direct.WaitDone(*consumer));
+
+  const ac::AcShape shape{layout.num_layers, layout.num_kv_heads, layout.head_dim};
+  const int n = shape.token_floats(), row = layout.token_floats();
+  direct.thread->RunSync([&] {
+    ASSERT_TRUE(consumer->done_status.ok()) << consumer->done_status;
+    ASSERT_EQ(consumer->objects.size(), size_t(kTokens));
+  });
+  for (int g = 0; g < kGroups; ++g) {
+    std::vector<float> kv(size_t(kChunk) * n);
+    for (int t = 0; t < kChunk; ++t) {
+      const int32_t s = SlotsOf(pages, 16, g * kChunk + t, 1)[0];
+      for (int l = 0; l < layout.num_layers; ++l) {
+        std::copy_n(mem.pool->k_cache(l) + size_t(s) * row, row, &kv[t * n + 2 * l * row]);
+        std::copy_n(mem.pool->v_cache(l) + size_t(s) * row, row, &kv[t * n + (2 * l + 1) * row]);
+      }
+    }
+    RoundToFp16(kv);  // the publisher codes fp16
+    std::vector<std::vector<uint8_t>> want;
+    ac::AcGroupEncoder(shape, policy).Encode(kv.data(), kChunk, &want);
+    for (int t = 0; t < kChunk; ++t) {
+      ASSERT_GT(want[t].size(), 4096u) << "small objects are copied, not shared";
+      const std::string& got = consumer->objects.at({uint64_t(g), uint64_t(t)});
+      ASSERT_EQ(got, std::string(want[t].begin(), want[t].end())) << "group " << g << " token " << t;
+    }
+  }
+  h_.thread()->RunSync([&] {
+    EXPECT_EQ(publisher->stats().encodes, uint64_t(kGroups));  // each group once, then evicted
+    publisher->DropPrompt(Digest(0));
+  });
+  direct.Close();
+  h_.thread()->RunSync([&] { publisher.reset(); });
+  ASSERT_TRUE(mem.pool->ReleaseAll(pages).ok());
 }
 
 }  // namespace kvcast::kvcache
