@@ -4,7 +4,8 @@
 //   direct   KvPublisher -> KvLander over MoQT (QUIC + TLS 1.3)
 //   direct2  the same over two connections, each landing half of the
 //            groups on a decode loop of its own (the publisher keeps one)
-//   relay    KvPublisher -> Relay -> KvLander, live (nothing cached yet)
+//   relay    KvPublisher -> Relay -> KvLander, live (the track not cached
+//            yet; the relay's cache full of other tracks: --relay_warm)
 //   cached   Relay -> KvLander, the same track again (from the relay cache)
 //   tls-tcp  the same bytes on one TLS 1.3 TCP stream (GnuTLS, AES-128-GCM
 //            as QUIC negotiates), written and read by this tool
@@ -62,6 +63,10 @@ ABSL_FLAG(int, layers, 32, "layers (Llama-3-8B: 32)");
 ABSL_FLAG(int, relay_window_kb, 8192, "the relay's send window per downstream request");
 ABSL_FLAG(int, relay_cache_mb, 3072,
           "the relay's cache budget (the cached case needs a whole track to fit)");
+ABSL_FLAG(bool, relay_warm, true,
+          "before the cases, fill the relay's cache once with throwaway fp16 tracks, as a relay "
+          "in service has: a fresh relay also pays the kernel's first touch of every page its "
+          "cache fills (false: measure that relay)");
 ABSL_FLAG(std::string, kv_cache_precision, "fp16",
           "how both sides' pages keep KV: fp16 (the workers' default: the fp16 track is a copy) "
           "or fp32");
@@ -552,6 +557,19 @@ int Main() {
   for (int t : token_counts) max_tokens = std::max(max_tokens, t);
   gnutls_global_init();
   Bench b(absl::GetFlag(FLAGS_layers), max_tokens);
+
+  if (absl::GetFlag(FLAGS_relay_warm) && (Want("relay") || Want("cached") || Want("fanout"))) {
+    // The measured tracks then evict the throwaway ones and reuse their memory.
+    const KvCompression fp16(KvFormat::kFp16);
+    const uint64_t budget = uint64_t(absl::GetFlag(FLAGS_relay_cache_mb)) << 20;
+    const uint64_t per_track = uint64_t(TokenCodec(b.layout, fp16.format).token_bytes()) * max_tokens;
+    std::fprintf(stderr, "kv_path_bench: warming the relay's cache (%llu MiB)...\n",
+                 static_cast<unsigned long long>(budget >> 20));
+    for (uint64_t filled = 0; filled < budget; filled += per_track) {
+      const std::string digest = b.NewPrompt(max_tokens);
+      b.Land(b.via_relay.get(), FullTrackNameOf({ModelId(kModel), digest, fp16}), max_tokens);
+    }
+  }
 
   std::printf("| tokens | track | MiB | direct MiB/s | direct, 2 connections MiB/s | relay live "
               "MiB/s | relay cached MiB/s | tls-tcp MiB/s | direct / tls-tcp | live / direct | "
