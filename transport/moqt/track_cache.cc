@@ -26,9 +26,10 @@ void TrackCache::SetSpill(GroupSpill* spill) {
   }
 }
 
-void TrackCache::EvictFor(const FullTrackName& keep_track, uint64_t keep_group) {
+void TrackCache::EvictFor(const FullTrackName& keep_track, uint64_t keep_group,
+                          uint64_t incoming) {
   auto it = lru_.begin();
-  while (bytes_ + spare_bytes_ > budget_) {
+  while (bytes_ + spare_bytes_ + incoming > budget_) {
     if (!spare_.empty()) {  // spare buffers go first
       spare_bytes_ -= spare_.back().capacity();
       spare_.pop_back();
@@ -67,8 +68,8 @@ void TrackCache::EvictFor(const FullTrackName& keep_track, uint64_t keep_group) 
 
 std::string TrackCache::TakeSpare(size_t size) {
   // Objects of a track are alike in size: the newest few spares will do.
-  // Not one more than twice the size: the budget counts payloads, not
-  // the capacity holding them.
+  // Not one more than twice the size: the budget charges the capacity, so a
+  // larger one would cache fewer objects in the same memory.
   for (size_t i = 0; i < spare_.size() && i < 4; ++i) {
     std::string& s = spare_[spare_.size() - 1 - i];
     if (s.capacity() < size || s.capacity() > 2 * size) continue;
@@ -93,7 +94,8 @@ void TrackCache::Restore(const FullTrackName& name, Track& track, uint64_t first
     group.lru = lru_.insert(lru_.end(), {name, id});
     group.complete = true;
     for (SpilledObject& o : *objects) {
-      const uint64_t cost = Cost(o.payload.size());
+      const uint64_t cost =
+          Cost(o.payload.size() >= kMinSpare ? o.payload.capacity() : o.payload.size());
       Object& obj = group.objects[o.header.object];
       obj.header = std::move(o.header);
       obj.payload = std::make_shared<std::string>(std::move(o.payload));
@@ -126,14 +128,24 @@ TrackCache::InsertResult TrackCache::Insert(const FullTrackName& name,
     track.malformed = true;
     return InsertResult::kConflict;
   }
+  std::string buffer;
+  if (payload.size() >= kMinSpare) {
+    buffer = TakeSpare(payload.size());
+    if (buffer.capacity() < payload.size() && bytes_ + spare_bytes_ + cost > budget_) {
+      // Full: what must go anyway goes first, and its memory takes this
+      // payload; memory new to the process would be cleared by the kernel
+      // first (a third of a relay's forwarding while its cache filled).
+      EvictFor(name, header.group, cost);
+      buffer = TakeSpare(payload.size());
+    }
+  }
   Object& obj = group.objects[header.object];
   obj.header = header;
   obj.header.payload_length = payload.size();
-  obj.payload = std::make_shared<std::string>(payload.size() >= kMinSpare
-                                                  ? TakeSpare(payload.size())
-                                                  : std::string());
+  obj.payload = std::make_shared<std::string>(std::move(buffer));
   obj.payload->assign(reinterpret_cast<const char*>(payload.data()), payload.size());
   if (stored != nullptr) *stored = quic::ShareString(obj.payload);
+  if (payload.size() >= kMinSpare) cost = Cost(obj.payload->capacity());  // the memory held
   group.bytes += cost;
   bytes_ += cost;
   Location loc{header.group, header.object};

@@ -12,7 +12,9 @@
 // kMinSpare bytes) that no stream holds is kept as a spare buffer for the
 // next insert, while the cache is within its budget with the spares
 // counted: a full cache reuses memory instead of asking the system for
-// pages that must be cleared first.
+// pages that must be cleared first. A full cache with no spare of the size
+// evicts before it inserts, so that the insert reuses what went; the
+// budget charges such payloads the capacity of their buffers.
 //
 // With a spill (group_spill.h), an evicted group that is complete goes to
 // disk instead of away, and comes back into memory when a lookup reaches
@@ -100,12 +102,14 @@ class TrackCache {
   };
   // Smallest payload buffer worth keeping for reuse.
   static constexpr size_t kMinSpare = 4096;
-  // Bytes charged to the budget: the payload plus a fixed header estimate.
+  // Bytes charged to the budget: the payload (from kMinSpare bytes, the
+  // capacity of the buffer holding it) plus a fixed header estimate.
   static uint64_t Cost(size_t payload) { return payload + 64; }
   void Touch(Group& group);
   // Frees spares, then evicts least recently used groups other than the
-  // kept one, until the objects and the spares fit the budget.
-  void EvictFor(const FullTrackName& keep_track, uint64_t keep_group);
+  // kept one, until the objects and the spares fit the budget with
+  // `incoming` bytes more.
+  void EvictFor(const FullTrackName& keep_track, uint64_t keep_group, uint64_t incoming = 0);
   // An evicted object's payload: its memory becomes a spare unless a
   // stream still holds it.
   void Recycle(std::shared_ptr<std::string> payload);
