@@ -24,9 +24,33 @@ measures the KL divergence of 32 forced decode steps against exact KV.
   entropy   bits per value with one table per unit (the format), per channel
       (an unreachable lower bound: 128 samples per table), and per class of
       channels sorted by spread (4 or 8 tables per unit).
+  prerope K_LEVELS/V_LEVELS/VARIANT ...   K coded in the pre-RoPE domain
+      (KVQuant, arXiv 2401.18079): the cache's post-RoPE K is rotated back by
+      -angle with the model's own cos/sin (the round trip's error is printed
+      once), coded per VARIANT, rotated forward again; V is coded as in rd.
+      Prints the size vs fp16 (K and V, as rd), K's bits per value alone
+      (side information included), K's relative squared error and the KL.
+        post      today's quantizer on post-RoPE K (the baseline: rd's numbers)
+        pre       today's quantizer on pre-RoPE K
+        premean   pre-RoPE K minus each channel's mean over the unit's 128
+                  tokens (sent as fp16: 16 bits x D per unit, counted), the
+                  residual coded with today's quantizer (step from its max)
+        premean32 premean with the mean kept in fp32 (still counted as 16
+                  bits): a diagnostic of what the fp16 mean's error costs
+        predelta  pre-RoPE K, closed-loop delta against the previous token's
+                  reconstruction within the group (the first token as is),
+                  steps as today (from the unit's max |x|), entropy of the
+                  deltas' codes
+        postdelta the same closed-loop delta on post-RoPE K (the control:
+                  what delta coding alone saves)
+      The K logit error is the mean of (q . (K' - K))^2 / D over the prompt's
+      own queries and the keys they see (what the attention scores feel);
+      the attention-weighted one weights each key by the exact attention
+      probability it gets (summed over keys, averaged over queries).
 
-Usage: .venv-hf/bin/python tools/bench/ac_allocation_study.py GGUF {rd SPEC... | layers | entropy | transform}
-The prompt is kvcache_bench's: 256 ids (i * 7919 + 13) mod vocab.
+Usage: .venv-hf/bin/python tools/bench/ac_allocation_study.py GGUF {rd SPEC... | layers | entropy | transform | prerope SPEC...}
+The prompt is kvcache_bench's: 256 ids (i * 7919 + 13) mod vocab; with
+STUDY_TEXT=file, the first 256 tokens of that text (the GGUF's tokenizer).
 """
 import copy
 import os
@@ -49,6 +73,17 @@ cfg = model.config
 L, Hq, Hk = cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads
 D = cfg.hidden_size // Hq
 prompt = [(i * 7919 + 13) % cfg.vocab_size for i in range(PROMPT)]
+if os.environ.get("STUDY_TEXT"):
+    from transformers import AutoTokenizer
+    tokenizer = AutoTokenizer.from_pretrained(
+        os.path.dirname(os.path.abspath(gguf)), gguf_file=os.path.basename(gguf),
+        local_files_only=True)
+    with open(os.environ["STUDY_TEXT"], encoding="utf-8", errors="replace") as f:
+        prompt = tokenizer(f.read())["input_ids"][:PROMPT]
+    if len(prompt) < PROMPT:
+        sys.exit(f"STUDY_TEXT has only {len(prompt)} tokens, need {PROMPT}")
+    print(f"prompt: first {PROMPT} tokens of {os.environ['STUDY_TEXT']}: "
+          f"{tokenizer.decode(prompt[:24])!r}...", flush=True)
 
 # The prompt's post-rope queries per layer, captured on the way through.
 queries = {}
@@ -64,6 +99,7 @@ for layer in model.model.layers:
 with torch.no_grad():
     out = model(torch.tensor([prompt]), use_cache=True)
 cache = out.past_key_values
+prompt_queries = dict(queries)  # the decode steps below overwrite queries
 if isinstance(cache, tuple):
     cache = DynamicCache.from_legacy_cache(cache)
 # Exact greedy continuation: the forced tokens and the reference logits.
@@ -74,7 +110,7 @@ with torch.no_grad():
         logits = model(torch.tensor([[tokens[-1]]]), past_key_values=state).logits[0, -1]
         ref.append(torch.log_softmax(logits, -1))
 group_heads = Hq // Hk
-k_weight = [(queries[l] ** 2).mean(1).view(Hk, group_heads, D).sum(1) for l in range(L)]
+k_weight = [(prompt_queries[l] ** 2).mean(1).view(Hk, group_heads, D).sum(1) for l in range(L)]
 v_weight = [(model.model.layers[l].self_attn.o_proj.weight.detach() ** 2).sum(0)
             .view(Hk, group_heads, D).sum(1) for l in range(L)]
 
@@ -107,6 +143,17 @@ def quantize(x, levels, weight, alpha):
     return out, bits, units
 
 
+def forced_kl(coded, steps=STEPS):
+    """Mean KL of the forced decode steps reading the coded cache."""
+    kls = []
+    with torch.no_grad():
+        for s in range(steps):
+            logp = torch.log_softmax(
+                model(torch.tensor([[tokens[s]]]), past_key_values=coded).logits[0, -1], -1)
+            kls.append(float((ref[s].exp() * (ref[s] - logp)).sum()))
+    return float(np.mean(kls))
+
+
 def mean_kl(k_levels, v_levels, alpha_k=0.0, alpha_v=0.0, only=None):
     """KL over the forced steps with the prompt's KV quantized (only=(layer, kind):
     that one alone, at the given levels). Returns (mean KL, bytes vs fp16)."""
@@ -120,13 +167,104 @@ def mean_kl(k_levels, v_levels, alpha_k=0.0, alpha_v=0.0, only=None):
             v, b, _ = quantize(v, v_levels, v_weight[l], alpha_v)
             bits += b
         coded.update(k[None].clone(), v[None].clone(), l)
-    kls = []
-    with torch.no_grad():
-        for s in range(STEPS if only is None else 8):
-            logp = torch.log_softmax(
-                model(torch.tensor([[tokens[s]]]), past_key_values=coded).logits[0, -1], -1)
-            kls.append(float((ref[s].exp() * (ref[s] - logp)).sum()))
-    return float(np.mean(kls)), bits / 8 / PROMPT / (2 * L * Hk * D * 2)
+    return forced_kl(coded, STEPS if only is None else 8), bits / 8 / PROMPT / (2 * L * Hk * D * 2)
+
+
+# RoPE as the model applies it at positions 0..PROMPT-1: (T, D) cos and sin.
+with torch.no_grad():
+    rope_cos, rope_sin = (t[0] for t in model.model.rotary_emb(
+        cache.key_cache[0], torch.arange(PROMPT)[None]))
+
+
+def rotate_half(x):
+    return torch.cat((-x[..., D // 2:], x[..., :D // 2]), -1)
+
+
+def rope(x):
+    """x: (Hk, T, D) pre-RoPE -> post-RoPE (HF's apply_rotary_pos_emb)."""
+    return x * rope_cos + rotate_half(x) * rope_sin
+
+
+def unrope(x):
+    """The inverse: each channel pair (i, i + D/2) rotated by -angle."""
+    scale = rope_cos ** 2 + rope_sin ** 2  # 1 unless the rope type scales attention
+    return (x * rope_cos - rotate_half(x) * rope_sin) / scale
+
+
+def quantize_premean(x, levels, mean_dtype=torch.float16):
+    """Per unit and group: the channels' mean over its tokens in fp16, the
+    residual with today's quantizer. Returns (dequantized x, bits incl. means)."""
+    mean = torch.cat([x[:, g:g + GROUP].mean(1, keepdim=True).to(mean_dtype).float()
+                      .expand(-1, min(GROUP, x.shape[1] - g), -1)
+                      for g in range(0, x.shape[1], GROUP)], 1)
+    out, bits, _ = quantize(x - mean, levels, torch.ones(Hk, D), 0.0)
+    groups = (x.shape[1] + GROUP - 1) // GROUP
+    return out + mean, bits + 16 * D * Hk * groups
+
+
+def quantize_predelta(x, levels):
+    """Closed-loop delta against the previous token's reconstruction within
+    each group (the first token against 0), today's steps (the unit's max |x|
+    / levels, power-of-two finer for a smaller token). Returns (x', bits)."""
+    out, bits = torch.empty_like(x), 0.0
+    for h in range(Hk):
+        for g in range(0, x.shape[1], GROUP):
+            block = x[h, g:g + GROUP]
+            amax = float(block.abs().max())
+            if amax == 0:
+                out[h, g:g + GROUP] = 0
+                continue
+            token_amax = block.abs().max(1).values.clamp_min(1e-30)
+            shift = torch.floor(torch.log2(amax / token_amax)).clamp(0, 15)
+            step = amax / levels * torch.pow(2.0, -shift)
+            codes, prev = torch.empty_like(block), torch.zeros(D)
+            for t in range(block.shape[0]):
+                codes[t] = torch.round((block[t] - prev) / step[t])
+                prev = prev + codes[t] * step[t]
+                out[h, g + t] = prev
+            bits += entropy_bits(codes.numpy().astype(np.int64).ravel())
+    return out, bits
+
+
+def prerope_kl(k_levels, v_levels, variant):
+    """Returns (mean KL, bytes vs fp16, K bits per value, K relative squared
+    error, K logit error, attention-weighted K logit error)."""
+    coded, bits, k_bits, err, energy = DynamicCache(), 0.0, 0.0, 0.0, 0.0
+    logit_err, pairs, attn_err = 0.0, 0, 0.0
+    causal = torch.tril(torch.ones(PROMPT, PROMPT, dtype=torch.bool))
+    for l in range(L):
+        k, v = cache.key_cache[l][0], cache.value_cache[l][0]
+        if variant == "post":
+            kq, b, _ = quantize(k, k_levels, k_weight[l], 0.0)
+        elif variant == "pre":
+            kq, b, _ = quantize(unrope(k), k_levels, k_weight[l], 0.0)
+            kq = rope(kq)
+        elif variant in ("premean", "premean32"):
+            kq, b = quantize_premean(unrope(k), k_levels,
+                                     torch.float16 if variant == "premean" else torch.float32)
+            kq = rope(kq)
+        elif variant == "predelta":
+            kq, b = quantize_predelta(unrope(k), k_levels)
+            kq = rope(kq)
+        elif variant == "postdelta":
+            kq, b = quantize_predelta(k, k_levels)
+        else:
+            sys.exit(f"variant {variant}: post | pre | premean | premean32 | predelta | postdelta")
+        k_bits += b
+        err += float(((kq - k) ** 2).sum())
+        energy += float((k ** 2).sum())
+        dq = prompt_queries[l].view(Hk, group_heads, PROMPT, D) @ (kq - k)[:, None].transpose(-1, -2)
+        logit_err += float((dq ** 2)[..., causal].sum()) / D
+        scores = prompt_queries[l].view(Hk, group_heads, PROMPT, D) @ k[:, None].transpose(-1, -2)
+        probs = torch.softmax((scores / D ** 0.5).masked_fill(~causal, float("-inf")), -1)
+        attn_err += float((probs * dq ** 2).sum()) / D / (Hq * PROMPT)
+        pairs += Hq * int(causal.sum())
+        vq, b, _ = quantize(v, v_levels, v_weight[l], 0.0)
+        bits += b
+        coded.update(kq[None].clone(), vq[None].clone(), l)
+    bits += k_bits
+    return (forced_kl(coded), bits / 8 / PROMPT / (2 * L * Hk * D * 2),
+            k_bits / (L * Hk * PROMPT * D), err / energy, logit_err / pairs, attn_err / L)
 
 
 if mode == "rd":
@@ -184,5 +322,20 @@ elif mode == "transform":
                     n += xh.size
         print(f"K {k_levels} V {v_levels}, one table per unit and group: " +
               ", ".join(f"{name} {b / n:.2f}" for name, b in bits.items()) + " bits/value")
+elif mode == "prerope":
+    worst, scale = 0.0, 0.0
+    for l in range(L):
+        k = cache.key_cache[l][0]
+        worst = max(worst, float((rope(unrope(k)) - k).abs().max()))
+        scale = max(scale, float(k.abs().max()))
+    print(f"RoPE round trip (unrope then rope) vs the cache's K: max |error| {worst:.2e} "
+          f"(largest |K| {scale:.1f})", flush=True)
+    print("| variant | K levels | V levels | size vs fp16 | K bits/value | K rel. sq. error "
+          "| K logit error | attention-weighted | mean KL |", flush=True)
+    for spec in specs:
+        k_levels, v_levels, variant = spec.split("/")
+        kl, size, kbpv, kerr, lerr, aerr = prerope_kl(float(k_levels), float(v_levels), variant)
+        print(f"| {variant} | {k_levels} | {v_levels} | {size:.3f} | {kbpv:.2f} | {kerr:.2e} "
+              f"| {lerr:.2e} | {aerr:.2e} | {kl:.2e} |", flush=True)
 else:
-    sys.exit("mode: rd | layers | entropy | transform")
+    sys.exit("mode: rd | layers | entropy | transform | prerope")
