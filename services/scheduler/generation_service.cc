@@ -57,6 +57,8 @@ class GenerationService::Request {
       : svc_(svc), ctx_(ctx), req_(req), emit_(emit), t_admit_(Clock::now()) {}
 
   grpc::Status Run();
+  // Whether Run refused the request for want of a --max_queue slot.
+  bool queue_full() const { return queue_full_; }
 
  private:
   grpc::Status Validate();
@@ -103,6 +105,7 @@ class GenerationService::Request {
   const v1::GenerateRequest& req_;
   const std::function<bool(const v1::GenerateResponse&)>& emit_;
   const Clock::time_point t_admit_;
+  bool queue_full_ = false;
 
   ModelInfo model_;
   std::string request_id_;
@@ -309,6 +312,22 @@ grpc::Status GenerationService::Request::Run() {
     const std::string& tenant;
     ~TenantRelease() { limits->Release(tenant); }
   } tenant_release{&svc_->tenant_limits_, req_.tenant()};
+  // A slot of --max_queue only once the tenant's own limits let the request
+  // in: requests its tenant refuses never hold one, not even briefly, so a
+  // flooding tenant cannot crowd the others out of the queue.
+  if (svc_->in_flight_.fetch_add(1) >= svc_->options_.max_queue) {
+    svc_->in_flight_.fetch_sub(1);
+    queue_full_ = true;
+    svc_->m_.rejected->Increment();
+    ctx_->AddTrailingMetadata("retry-after", "1");
+    return grpc::Status(grpc::RESOURCE_EXHAUSTED,
+                        absl::StrCat("the scheduler has ", svc_->options_.max_queue,
+                                     " requests in flight (--max_queue); retry later"));
+  }
+  struct QueueSlot {
+    std::atomic<int>& in_flight;
+    ~QueueSlot() { in_flight.fetch_sub(1); }
+  } queue_slot{svc_->in_flight_};
   svc_->m_.prompt_tokens->Increment(n);
   absl::flat_hash_set<WorkerSlot> exclude;
   int prefill_failures = 0, decode_failures = 0;
@@ -618,17 +637,9 @@ grpc::Status GenerationService::Run(grpc::ServerContext* context,
     keyed.set_tenant(*tenant);
     req = &keyed;
   }
-  if (in_flight_.fetch_add(1) >= options_.max_queue) {
-    in_flight_.fetch_sub(1);
-    m_.rejected->Increment();
-    context->AddTrailingMetadata("retry-after", "1");
-    return grpc::Status(grpc::RESOURCE_EXHAUSTED,
-                        absl::StrCat("the scheduler has ", options_.max_queue,
-                                     " requests in flight (--max_queue); retry later"));
-  }
-  grpc::Status s = Request(this, context, *req, emit).Run();
-  in_flight_.fetch_sub(1);
-  (s.ok() ? m_.ok : m_.failed)->Increment();
+  Request r(this, context, *req, emit);
+  grpc::Status s = r.Run();
+  if (!r.queue_full()) (s.ok() ? m_.ok : m_.failed)->Increment();
   return s;
 }
 
