@@ -121,6 +121,18 @@ def entropy_bits(codes):
     return float(-(counts * np.log2(p)).sum())
 
 
+def token_steps(block, levels):
+    """The ac quantizer's step per token of one unit's group (T, D): the
+    unit's largest |x| / levels, power-of-two finer for a token whose own
+    largest |x| is smaller. None for an all-zero block."""
+    amax = float(block.abs().max())
+    if amax == 0:
+        return None
+    token_amax = block.abs().max(1).values.clamp_min(1e-30)
+    shift = torch.floor(torch.log2(amax / token_amax)).clamp(0, 15)
+    return amax / levels * torch.pow(2.0, -shift)
+
+
 def quantize(x, levels, weight, alpha):
     """x: (Hk, T, D). Returns (dequantized x, bits, codes per unit)."""
     out, bits, units = torch.empty_like(x), 0.0, []
@@ -129,13 +141,11 @@ def quantize(x, levels, weight, alpha):
         mult = torch.pow(2.0, -alpha * 0.5 * (lw - lw.mean()))
         for g in range(0, x.shape[1], GROUP):
             block = x[h, g:g + GROUP]
-            amax = float(block.abs().max())
-            if amax == 0:
+            steps = token_steps(block, levels)
+            if steps is None:
                 out[h, g:g + GROUP] = 0
                 continue
-            token_amax = block.abs().max(1).values.clamp_min(1e-30)
-            shift = torch.floor(torch.log2(amax / token_amax)).clamp(0, 15)
-            step = amax / levels * torch.pow(2.0, -shift)[:, None] * mult[None, :]
+            step = steps[:, None] * mult[None, :]
             codes = torch.round(block / step)
             out[h, g:g + GROUP] = codes * step
             units.append(codes.numpy().astype(np.int64))
@@ -210,13 +220,10 @@ def quantize_predelta(x, levels):
     for h in range(Hk):
         for g in range(0, x.shape[1], GROUP):
             block = x[h, g:g + GROUP]
-            amax = float(block.abs().max())
-            if amax == 0:
+            step = token_steps(block, levels)
+            if step is None:
                 out[h, g:g + GROUP] = 0
                 continue
-            token_amax = block.abs().max(1).values.clamp_min(1e-30)
-            shift = torch.floor(torch.log2(amax / token_amax)).clamp(0, 15)
-            step = amax / levels * torch.pow(2.0, -shift)
             codes, prev = torch.empty_like(block), torch.zeros(D)
             for t in range(block.shape[0]):
                 codes[t] = torch.round((block[t] - prev) / step[t])

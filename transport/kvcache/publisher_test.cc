@@ -34,6 +34,25 @@ void RoundToFp16(std::vector<float>& v) {
   DecodeKvRow(KvFormat::kFp16, h.data(), int(v.size() / 32), 32, 32, v.data());
 }
 
+// Tokens [first, first + count) of the sequence in `pages` of `pool`, in
+// the ac codec's order (per token: each layer's K row, then its V row),
+// through fp16 as the publisher codes them.
+std::vector<float> AcGroupInput(KvPagePool& pool, const std::vector<int32_t>& pages, int first,
+                                int count) {
+  const KvLayout& layout = pool.layout();
+  const int row = layout.token_floats(), n = 2 * layout.num_layers * row;
+  std::vector<float> kv(size_t(count) * n);
+  for (int t = 0; t < count; ++t) {
+    const int32_t s = SlotsOf(pages, 16, first + t, 1)[0];
+    for (int l = 0; l < layout.num_layers; ++l) {
+      std::copy_n(pool.k_cache(l) + size_t(s) * row, row, &kv[t * n + 2 * l * row]);
+      std::copy_n(pool.v_cache(l) + size_t(s) * row, row, &kv[t * n + (2 * l + 1) * row]);
+    }
+  }
+  RoundToFp16(kv);
+  return kv;
+}
+
 // One side's memory: a CPU backend and a page pool.
 struct Memory {
   explicit Memory(KvLayout layout = kLayout) {
@@ -180,15 +199,7 @@ class KvOverMoqt : public ::testing::Test {
     const int n = shape.token_floats(), row = kLayout.token_floats();
     for (int g = 0; g * kChunk < tokens; ++g) {
       const int count = std::min(kChunk, tokens - g * kChunk);
-      std::vector<float> kv(size_t(count) * n);
-      for (int t = 0; t < count; ++t) {
-        const int32_t s = SlotsOf(src_pages, 16, g * kChunk + t, 1)[0];
-        for (int l = 0; l < kLayout.num_layers; ++l) {
-          std::copy_n(src_.pool->k_cache(l) + size_t(s) * row, row, &kv[t * n + 2 * l * row]);
-          std::copy_n(src_.pool->v_cache(l) + size_t(s) * row, row, &kv[t * n + (2 * l + 1) * row]);
-        }
-      }
-      RoundToFp16(kv);
+      std::vector<float> kv = AcGroupInput(*src_.pool, src_pages, g * kChunk, count);
       std::vector<std::vector<uint8_t>> objects;
       ac::AcGroupEncoder(shape, policy).Encode(kv.data(), count, &objects);
       const std::vector<absl::Span<const uint8_t>> spans(objects.begin(), objects.end());
@@ -638,21 +649,12 @@ TEST_F(KvOverMoqt, AcObjectsOutliveTheirGroupInThePublishersCache) {
   ASSERT_TRUE(direct.WaitDone(*consumer));
 
   const ac::AcShape shape{layout.num_layers, layout.num_kv_heads, layout.head_dim};
-  const int n = shape.token_floats(), row = layout.token_floats();
   direct.thread->RunSync([&] {
     ASSERT_TRUE(consumer->done_status.ok()) << consumer->done_status;
     ASSERT_EQ(consumer->objects.size(), size_t(kTokens));
   });
   for (int g = 0; g < kGroups; ++g) {
-    std::vector<float> kv(size_t(kChunk) * n);
-    for (int t = 0; t < kChunk; ++t) {
-      const int32_t s = SlotsOf(pages, 16, g * kChunk + t, 1)[0];
-      for (int l = 0; l < layout.num_layers; ++l) {
-        std::copy_n(mem.pool->k_cache(l) + size_t(s) * row, row, &kv[t * n + 2 * l * row]);
-        std::copy_n(mem.pool->v_cache(l) + size_t(s) * row, row, &kv[t * n + (2 * l + 1) * row]);
-      }
-    }
-    RoundToFp16(kv);  // the publisher codes fp16
+    const std::vector<float> kv = AcGroupInput(*mem.pool, pages, g * kChunk, kChunk);
     std::vector<std::vector<uint8_t>> want;
     ac::AcGroupEncoder(shape, policy).Encode(kv.data(), kChunk, &want);
     for (int t = 0; t < kChunk; ++t) {
