@@ -1,5 +1,6 @@
 #include "services/worker/worker_runtime.h"
 
+#include <pthread.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -79,10 +80,13 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(const Worke
     // router sends those prefixes here again.
     for (const Hash128& h : disk->Chunks()) rt->links_.Record(true, h, v1::KV_TIER_DISK);
   }
-  ASSIGN_OR_RETURN(rt->loop_thread_, quic::LoopThread::Start());
+  ASSIGN_OR_RETURN(rt->loop_thread_, quic::LoopThread::Start("moqt-loop"));
   rt->ac_thread_ = std::make_unique<kvcache::AcCodecThread>(rt->engine_->pool().layout(),
                                                             rt->loop_thread_->loop());
-  rt->compute_ = std::thread([self] { self->ComputeLoop(); });
+  rt->compute_ = std::thread([self] {
+    pthread_setname_np(pthread_self(), "engine");
+    self->ComputeLoop();
+  });
   return rt;
 }
 

@@ -25,6 +25,7 @@
 // rate ~= 2 cores / CPU per byte, so the ratio of two cases' CPU per MiB
 // bounds the ratio of their rates.
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <gnutls/gnutls.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -32,14 +33,18 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
+#include <map>
 #include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
@@ -85,7 +90,8 @@ constexpr int kChunk = 128;
 const Hash128 kModel{0xbe4c, 0x4c};
 
 struct Loop {
-  std::unique_ptr<quic::LoopThread> thread = *quic::LoopThread::Start();
+  explicit Loop(const std::string& name) : thread(*quic::LoopThread::Start(name)) {}
+  std::unique_ptr<quic::LoopThread> thread;
   void Run(std::function<void()> fn) { thread->RunSync(std::move(fn)); }
 };
 
@@ -246,7 +252,8 @@ struct Bench {
   std::unique_ptr<KvPagePool> prefill_pool, decode_pool, decode2_pool;
   std::vector<int32_t> prompt_pages;  // the prefill side's KV, shared by every prompt
   bench::LoopbackCerts certs = Certs();
-  Loop prefill, relay_loop, decode, decode2, fan;
+  Loop prefill{"prefill"}, relay_loop{"relay"}, decode{"decode"}, decode2{"decode2"},
+      fan{"fanout"};
   std::unique_ptr<Publisher> publisher;
   std::unique_ptr<moqt::MoqtServer> publisher_server, relay_server;
   std::unique_ptr<moqt::Relay> relay;
@@ -521,16 +528,57 @@ double ProcessCpuSeconds() {
   return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
 }
 
-// A case's wall seconds and the CPU seconds the whole process spent in it.
+// Each thread's name and CPU seconds so far, by thread id
+// (/proc/self/task/<tid>/comm and schedstat).
+std::map<int, std::pair<std::string, double>> ThreadCpuSeconds() {
+  std::map<int, std::pair<std::string, double>> out;
+  DIR* dir = opendir("/proc/self/task");
+  if (dir == nullptr) return out;
+  while (dirent* e = readdir(dir)) {
+    int tid = 0;
+    if (!absl::SimpleAtoi(e->d_name, &tid)) continue;
+    const std::string task = absl::StrCat("/proc/self/task/", tid, "/");
+    std::ifstream comm(task + "comm"), stat(task + "schedstat");
+    std::string name;
+    uint64_t ns = 0;
+    if (std::getline(comm, name) && (stat >> ns)) out[tid] = {name, ns * 1e-9};
+  }
+  closedir(dir);
+  return out;
+}
+
+// The two busiest threads between two snapshots, in cores over `secs`:
+// "prefill 0.96, decode 0.61". The limit of a case whose busiest thread
+// is near 1 is that thread.
+std::string Busiest(const std::map<int, std::pair<std::string, double>>& before,
+                    const std::map<int, std::pair<std::string, double>>& after, double secs) {
+  std::vector<std::pair<double, std::string>> busy;
+  for (const auto& [tid, cpu] : after) {
+    auto it = before.find(tid);
+    busy.emplace_back((cpu.second - (it == before.end() ? 0 : it->second.second)) / secs,
+                      cpu.first);
+  }
+  std::sort(busy.rbegin(), busy.rend());
+  std::string out;
+  for (size_t i = 0; i < busy.size() && i < 2; ++i) {
+    absl::StrAppend(&out, i ? ", " : "", busy[i].second, absl::StrFormat(" %.2f", busy[i].first));
+  }
+  return out;
+}
+
+// A case's wall seconds, the CPU seconds the whole process spent in it,
+// and its busiest threads.
 struct Cost {
   double secs = 0, cpu = 0;
+  std::string threads = "-";
 };
 template <typename F>
 Cost Measure(bool want, F run) {
   if (!want) return {};
   const double cpu0 = ProcessCpuSeconds();
+  const auto threads0 = ThreadCpuSeconds();
   const double secs = run();
-  return {secs, ProcessCpuSeconds() - cpu0};
+  return {secs, ProcessCpuSeconds() - cpu0, Busiest(threads0, ThreadCpuSeconds(), secs)};
 }
 
 bool Want(absl::string_view name) {
@@ -573,8 +621,9 @@ int Main() {
 
   std::printf("| tokens | track | MiB | direct MiB/s | direct, 2 connections MiB/s | relay live "
               "MiB/s | relay cached MiB/s | tls-tcp MiB/s | direct / tls-tcp | live / direct | "
-              "CPU ms/MiB: direct, 2 connections, live, tls-tcp |\n"
-              "|---|---|---|---|---|---|---|---|---|---|---|\n");
+              "CPU ms/MiB: direct, 2 connections, live, tls-tcp | busiest threads (cores): "
+              "direct; live |\n"
+              "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (int tokens : token_counts) {
     for (const KvCompression& c : tracks) {
       const std::string digest = b.NewPrompt(tokens);
@@ -599,12 +648,12 @@ int Main() {
       auto ratio = [](double num, double den) {
         return num > 0 && den > 0 ? absl::StrFormat("%.2fx", num / den) : std::string("-");
       };
-      std::printf("| %d | %s | %.1f | %s | %s | %s | %s | %s | %s | %s | %s, %s, %s, %s |\n",
+      std::printf("| %d | %s | %.1f | %s | %s | %s | %s | %s | %s | %s | %s, %s, %s, %s | %s; %s |\n",
                   tokens, TrackNameOf(c).c_str(), bytes / double(1 << 20), rate(direct).c_str(),
                   rate(split_cost.secs).c_str(), rate(live).c_str(), rate(cached).c_str(),
                   rate(tls).c_str(), ratio(tls, direct).c_str(), ratio(direct, live).c_str(),
                   cpu(direct_cost).c_str(), cpu(split_cost).c_str(), cpu(live_cost).c_str(),
-                  cpu(tls_cost).c_str());
+                  cpu(tls_cost).c_str(), direct_cost.threads.c_str(), live_cost.threads.c_str());
       std::fflush(stdout);
     }
   }
@@ -614,8 +663,9 @@ int Main() {
   const uint64_t fan_bytes = TrackBytes(b, fan_track, b.NewPrompt(fan_tokens), fan_tokens);
   std::printf("\nLive fan-out through the relay, %s, %d tokens (%.1f MiB):\n\n"
               "| subscribers | seconds | delivered MiB/s | publisher sent (copies) | "
-              "vs 1 subscriber x N | CPU ms per MiB delivered | cores busy |\n"
-              "|---|---|---|---|---|---|---|\n",
+              "vs 1 subscriber x N | CPU ms per MiB delivered | cores busy | busiest threads "
+              "(cores) |\n"
+              "|---|---|---|---|---|---|---|---|\n",
               TrackNameOf(fan_track).c_str(), fan_tokens, fan_bytes / double(1 << 20));
   double one = 0;
   for (int n : fanouts) {
@@ -627,9 +677,10 @@ int Main() {
     });
     const double rate = MiBps(fan_bytes * n, cost.secs);
     if (one == 0) one = rate / n;
-    std::printf("| %d | %.3f | %.0f | %.2f | %.2fx | %.2f | %.2f |\n", n, cost.secs, rate,
+    std::printf("| %d | %.3f | %.0f | %.2f | %.2fx | %.2f | %.2f | %s |\n", n, cost.secs, rate,
                 double(sent) / fan_bytes, rate / (one * n),
-                cost.cpu * 1e3 / (double(fan_bytes) * n / (1 << 20)), cost.cpu / cost.secs);
+                cost.cpu * 1e3 / (double(fan_bytes) * n / (1 << 20)), cost.cpu / cost.secs,
+                cost.threads.c_str());
     std::fflush(stdout);
   }
   return 0;

@@ -1,12 +1,17 @@
 // Background coding of ac groups: see ac_codec_thread.h.
 #include "transport/kvcache/ac_codec_thread.h"
 
+#include <pthread.h>
+
 #include <utility>
 
 namespace kvcast::kvcache {
 
 AcCodecThread::AcCodecThread(const KvLayout& layout, quic::EventLoop* loop)
-    : loop_(loop), codec_(layout), thread_([this] { Run(); }) {}
+    : loop_(loop), codec_(layout), thread_([this] {
+        pthread_setname_np(pthread_self(), "ac-coder");
+        Run();
+      }) {}
 
 AcCodecThread::~AcCodecThread() {
   *alive_ = false;  // completions posted from now on are dropped

@@ -5,6 +5,7 @@
 // few microseconds are honoured without spinning.
 #include "transport/quic/event_loop.h"
 
+#include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/timerfd.h>
@@ -334,14 +335,17 @@ struct LoopThread::Impl {
   std::thread thread;
 };
 
-absl::StatusOr<std::unique_ptr<LoopThread>> LoopThread::Start() {
+absl::StatusOr<std::unique_ptr<LoopThread>> LoopThread::Start(const std::string& name) {
   absl::StatusOr<std::unique_ptr<EventLoop>> loop = EventLoop::Create();
   if (!loop.ok()) return loop.status();
   std::unique_ptr<LoopThread> lt(new LoopThread());
   lt->loop_ = std::move(*loop);
   lt->impl_ = std::make_unique<Impl>();
   EventLoop* raw = lt->loop_.get();
-  lt->impl_->thread = std::thread([raw] { raw->Run(); });
+  lt->impl_->thread = std::thread([raw, name = name.substr(0, 15)] {
+    pthread_setname_np(pthread_self(), name.c_str());
+    raw->Run();
+  });
   // Wait until Run() is on its thread, so InLoopThread() is meaningful.
   lt->RunSync([] {});
   return lt;

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -50,7 +51,9 @@ class EventLoop {
 // Runs a loop on its own thread; joins it on destruction (after Stop()).
 class LoopThread {
  public:
-  static absl::StatusOr<std::unique_ptr<LoopThread>> Start();
+  // `name` (up to 15 characters kept) names the thread, as `top -H` and
+  // /proc/<pid>/task/<tid>/comm show it.
+  static absl::StatusOr<std::unique_ptr<LoopThread>> Start(const std::string& name = "kvcast-loop");
   ~LoopThread();
   EventLoop* loop() const { return loop_.get(); }
   // Posts `fn` and blocks until it has run on the loop thread.
