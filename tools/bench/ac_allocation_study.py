@@ -111,6 +111,35 @@ with torch.no_grad():
         ref.append(torch.log_softmax(logits, -1))
 group_heads = Hq // Hk
 k_weight = [(prompt_queries[l] ** 2).mean(1).view(Hk, group_heads, D).sum(1) for l in range(L)]
+# STUDY_K_WEIGHT: where K's channel weights come from when they cannot be
+# the prompt's own queries (an encoder that codes a group before the
+# prompt's queries exist, or that has only the model):
+#   static       the weights alone: E[q_c^2] with unit-variance normalized
+#                hidden states, sum_j (W_q[c, j] * gamma_j)^2, each RoPE pair
+#                (c, c + D/2) given its mean
+#   text:FILE    the queries of another prompt (FILE's first 256 tokens),
+#                as a calibration run at model load would have them
+k_source = os.environ.get("STUDY_K_WEIGHT", "prompt")
+if k_source == "static":
+    k_weight = []
+    for l in range(L):
+        layer = model.model.layers[l]
+        w = (layer.self_attn.q_proj.weight.detach() * layer.input_layernorm.weight.detach()) ** 2
+        e = w.sum(1).view(Hq, D)
+        e = torch.cat([(e[:, :D // 2] + e[:, D // 2:]) / 2] * 2, 1)
+        k_weight.append(e.view(Hk, group_heads, D).sum(1))
+elif k_source.startswith("text:"):
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(os.path.dirname(os.path.abspath(gguf)),
+                                        gguf_file=os.path.basename(gguf), local_files_only=True)
+    with open(k_source[5:], encoding="utf-8", errors="replace") as f:
+        calibration = tok(f.read())["input_ids"][:PROMPT]
+    with torch.no_grad():
+        model(torch.tensor([calibration]), use_cache=True)
+    k_weight = [(queries[l] ** 2).mean(1).view(Hk, group_heads, D).sum(1) for l in range(L)]
+elif k_source != "prompt":
+    sys.exit(f"STUDY_K_WEIGHT={k_source}: prompt | static | text:FILE")
+print(f"K channel weights from: {k_source}", flush=True)
 v_weight = [(model.model.layers[l].self_attn.o_proj.weight.detach() ** 2).sum(0)
             .view(Hk, group_heads, D).sum(1) for l in range(L)]
 
