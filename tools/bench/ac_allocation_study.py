@@ -72,18 +72,25 @@ model = AutoModelForCausalLM.from_pretrained(
 cfg = model.config
 L, Hq, Hk = cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads
 D = cfg.hidden_size // Hq
-prompt = [(i * 7919 + 13) % cfg.vocab_size for i in range(PROMPT)]
-if os.environ.get("STUDY_TEXT"):
+
+
+def text_tokens(path):
+    """The first PROMPT tokens of a text file (the GGUF's own tokenizer)."""
     from transformers import AutoTokenizer
     tokenizer = AutoTokenizer.from_pretrained(
         os.path.dirname(os.path.abspath(gguf)), gguf_file=os.path.basename(gguf),
         local_files_only=True)
-    with open(os.environ["STUDY_TEXT"], encoding="utf-8", errors="replace") as f:
-        prompt = tokenizer(f.read())["input_ids"][:PROMPT]
-    if len(prompt) < PROMPT:
-        sys.exit(f"STUDY_TEXT has only {len(prompt)} tokens, need {PROMPT}")
-    print(f"prompt: first {PROMPT} tokens of {os.environ['STUDY_TEXT']}: "
-          f"{tokenizer.decode(prompt[:24])!r}...", flush=True)
+    with open(path, encoding="utf-8", errors="replace") as f:
+        ids = tokenizer(f.read())["input_ids"][:PROMPT]
+    if len(ids) < PROMPT:
+        sys.exit(f"{path} has only {len(ids)} tokens, need {PROMPT}")
+    print(f"first {PROMPT} tokens of {path}: {tokenizer.decode(ids[:24])!r}...", flush=True)
+    return ids
+
+
+prompt = [(i * 7919 + 13) % cfg.vocab_size for i in range(PROMPT)]
+if os.environ.get("STUDY_TEXT"):
+    prompt = text_tokens(os.environ["STUDY_TEXT"])
 
 # The prompt's post-rope queries per layer, captured on the way through.
 queries = {}
@@ -110,7 +117,14 @@ with torch.no_grad():
         logits = model(torch.tensor([[tokens[-1]]]), past_key_values=state).logits[0, -1]
         ref.append(torch.log_softmax(logits, -1))
 group_heads = Hq // Hk
-k_weight = [(prompt_queries[l] ** 2).mean(1).view(Hk, group_heads, D).sum(1) for l in range(L)]
+
+
+def query_energy(qs):
+    """Per layer, each KV head's channels' mean q^2 over the queries `qs`
+    (per layer: heads x tokens x D), summed over the heads sharing it."""
+    return [(qs[l] ** 2).mean(1).view(Hk, group_heads, D).sum(1) for l in range(L)]
+
+
 # STUDY_K_WEIGHT: where K's channel weights come from when they cannot be
 # the prompt's own queries (an encoder that codes a group before the
 # prompt's queries exist, or that has only the model):
@@ -120,7 +134,9 @@ k_weight = [(prompt_queries[l] ** 2).mean(1).view(Hk, group_heads, D).sum(1) for
 #   text:FILE    the queries of another prompt (FILE's first 256 tokens),
 #                as a calibration run at model load would have them
 k_source = os.environ.get("STUDY_K_WEIGHT", "prompt")
-if k_source == "static":
+if k_source == "prompt":
+    k_weight = query_energy(prompt_queries)
+elif k_source == "static":
     k_weight = []
     for l in range(L):
         layer = model.model.layers[l]
@@ -129,15 +145,10 @@ if k_source == "static":
         e = torch.cat([(e[:, :D // 2] + e[:, D // 2:]) / 2] * 2, 1)
         k_weight.append(e.view(Hk, group_heads, D).sum(1))
 elif k_source.startswith("text:"):
-    from transformers import AutoTokenizer
-    tok = AutoTokenizer.from_pretrained(os.path.dirname(os.path.abspath(gguf)),
-                                        gguf_file=os.path.basename(gguf), local_files_only=True)
-    with open(k_source[5:], encoding="utf-8", errors="replace") as f:
-        calibration = tok(f.read())["input_ids"][:PROMPT]
     with torch.no_grad():
-        model(torch.tensor([calibration]), use_cache=True)
-    k_weight = [(queries[l] ** 2).mean(1).view(Hk, group_heads, D).sum(1) for l in range(L)]
-elif k_source != "prompt":
+        model(torch.tensor([text_tokens(k_source[5:])]), use_cache=True)  # fills `queries`
+    k_weight = query_energy(queries)
+else:
     sys.exit(f"STUDY_K_WEIGHT={k_source}: prompt | static | text:FILE")
 print(f"K channel weights from: {k_source}", flush=True)
 v_weight = [(model.model.layers[l].self_attn.o_proj.weight.detach() ** 2).sum(0)

@@ -94,11 +94,10 @@ void TrackCache::Restore(const FullTrackName& name, Track& track, uint64_t first
     group.lru = lru_.insert(lru_.end(), {name, id});
     group.complete = true;
     for (SpilledObject& o : *objects) {
-      const uint64_t cost =
-          Cost(o.payload.size() >= kMinSpare ? o.payload.capacity() : o.payload.size());
       Object& obj = group.objects[o.header.object];
       obj.header = std::move(o.header);
       obj.payload = std::make_shared<std::string>(std::move(o.payload));
+      const uint64_t cost = Charge(*obj.payload);
       group.bytes += cost;
       bytes_ += cost;
     }
@@ -145,7 +144,7 @@ TrackCache::InsertResult TrackCache::Insert(const FullTrackName& name,
   obj.payload = std::make_shared<std::string>(std::move(buffer));
   obj.payload->assign(reinterpret_cast<const char*>(payload.data()), payload.size());
   if (stored != nullptr) *stored = quic::ShareString(obj.payload);
-  if (payload.size() >= kMinSpare) cost = Cost(obj.payload->capacity());  // the memory held
+  cost = Charge(*obj.payload);
   group.bytes += cost;
   bytes_ += cost;
   Location loc{header.group, header.object};

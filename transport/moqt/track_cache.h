@@ -102,9 +102,13 @@ class TrackCache {
   };
   // Smallest payload buffer worth keeping for reuse.
   static constexpr size_t kMinSpare = 4096;
-  // Bytes charged to the budget: the payload (from kMinSpare bytes, the
-  // capacity of the buffer holding it) plus a fixed header estimate.
+  // Bytes charged to the budget: the payload plus a fixed header estimate.
   static uint64_t Cost(size_t payload) { return payload + 64; }
+  // What a cached payload is charged: from kMinSpare bytes, the capacity of
+  // the buffer holding it (the memory held).
+  static uint64_t Charge(const std::string& held) {
+    return Cost(held.size() >= kMinSpare ? held.capacity() : held.size());
+  }
   void Touch(Group& group);
   // Frees spares, then evicts least recently used groups other than the
   // kept one, until the objects and the spares fit the budget with
