@@ -107,21 +107,25 @@ class FieldReader {
   std::string prefix_;
 };
 
+// `key`: "rope_scaling" (transformers 4), or "rope_parameters" (transformers
+// 5: rope_theta and the scaling in one object, rope_type "default" for none).
 absl::StatusOr<std::optional<RopeScaling>> ParseRopeScaling(const FieldReader& top,
-                                                            std::string_view source) {
-  const json* value = top.Find("rope_scaling");
+                                                            std::string_view source,
+                                                            const std::string& key) {
+  const json* value = top.Find(key);
   if (value == nullptr) return std::optional<RopeScaling>();
   if (!value->is_object()) {
-    return top.Error("rope_scaling", absl::StrCat("must be an object or null, got ", Describe(*value)));
+    return top.Error(key, absl::StrCat("must be an object or null, got ", Describe(*value)));
   }
-  FieldReader fields(*value, source, "rope_scaling.");
+  FieldReader fields(*value, source, key + ".");
   // transformers accepts the legacy "type" key as well as "rope_type".
   std::string type_key = fields.Find("rope_type") != nullptr ? "rope_type" : "type";
   ASSIGN_OR_RETURN(std::string type, fields.OptionalString(type_key));
   if (type.empty()) return fields.Error("rope_type", "is missing");
+  if (type == "default") return std::optional<RopeScaling>();
   if (type != "llama3" && type != "linear") {
     return fields.Error(type_key, absl::StrCat("names unsupported rope scaling type '", type,
-                                              "' (supported: llama3, linear)"));
+                                              "' (supported: default, llama3, linear)"));
   }
   RopeScaling scaling;
   scaling.rope_type = type;
@@ -221,13 +225,24 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(std::string_view json_text,
   ASSIGN_OR_RETURN(config.max_position_embeddings,
                    fields.RequiredPositiveInt("max_position_embeddings"));
   ASSIGN_OR_RETURN(config.rms_norm_eps, fields.RequiredPositiveNumber("rms_norm_eps"));
-  ASSIGN_OR_RETURN(config.rope_theta,
-                   fields.PositiveNumber("rope_theta", fields.Find("rope_theta"), 10000.0));
-  ASSIGN_OR_RETURN(config.rope_scaling, ParseRopeScaling(fields, source_name));
+  if (const json* params = fields.Find("rope_parameters");
+      params != nullptr && params->is_object() && fields.Find("rope_theta") == nullptr) {
+    // transformers >= 5 writes rope_theta and the scaling in rope_parameters.
+    FieldReader rope(*params, source_name, "rope_parameters.");
+    ASSIGN_OR_RETURN(config.rope_theta,
+                     rope.PositiveNumber("rope_theta", rope.Find("rope_theta"), 10000.0));
+    ASSIGN_OR_RETURN(config.rope_scaling, ParseRopeScaling(fields, source_name, "rope_parameters"));
+  } else {
+    ASSIGN_OR_RETURN(config.rope_theta,
+                     fields.PositiveNumber("rope_theta", fields.Find("rope_theta"), 10000.0));
+    ASSIGN_OR_RETURN(config.rope_scaling, ParseRopeScaling(fields, source_name, "rope_scaling"));
+  }
   ASSIGN_OR_RETURN(config.tie_word_embeddings, fields.OptionalBool("tie_word_embeddings", false));
   ASSIGN_OR_RETURN(config.attention_bias, fields.OptionalBool("attention_bias", false));
   if (config.architecture == "Qwen2ForCausalLM") config.attention_bias = true;
-  ASSIGN_OR_RETURN(config.torch_dtype, fields.OptionalString("torch_dtype"));
+  // transformers >= 5 names it "dtype".
+  ASSIGN_OR_RETURN(config.torch_dtype, fields.OptionalString(
+                                           fields.Find("torch_dtype") ? "torch_dtype" : "dtype"));
   RETURN_IF_ERROR(ParseTokenIds(fields, config));
   ASSIGN_OR_RETURN(config.sliding_window, fields.OptionalPositiveInt("sliding_window"));
   if (config.architecture == "Qwen2ForCausalLM") {

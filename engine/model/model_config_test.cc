@@ -66,6 +66,33 @@ TEST(ModelConfig, ParsesLlama31) {
   EXPECT_FALSE(config->sliding_window.has_value());
 }
 
+// transformers >= 5 writes rope_theta and the scaling in "rope_parameters"
+// and the dtype as "dtype": the same configuration as the 4.x layout.
+TEST(ModelConfig, ParsesTransformers5RopeParameters) {
+  json j = LlamaJson();
+  j["rope_parameters"] = j["rope_scaling"];
+  j["rope_parameters"]["rope_theta"] = 500000.0;
+  j["dtype"] = "bfloat16";
+  for (const char* key : {"rope_theta", "rope_scaling", "torch_dtype"}) j.erase(key);
+  absl::StatusOr<ModelConfig> config = Parse(j);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->rope_theta, 500000.0);
+  ASSERT_TRUE(config->rope_scaling.has_value());
+  EXPECT_EQ(config->rope_scaling->rope_type, "llama3");
+  EXPECT_EQ(config->rope_scaling->factor, 8.0);
+  EXPECT_EQ(config->rope_scaling->original_max_position_embeddings, 8192);
+  EXPECT_EQ(config->torch_dtype, "bfloat16");
+
+  j["rope_parameters"] = {{"rope_theta", 100000.0}, {"rope_type", "default"}};
+  config = Parse(j);
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_EQ(config->rope_theta, 100000.0);
+  EXPECT_FALSE(config->rope_scaling.has_value());
+
+  j["rope_parameters"] = {{"rope_theta", 100000.0}, {"rope_type", "yarn"}, {"factor", 4.0}};
+  ExpectInvalid(j, "rope_parameters.rope_type");
+}
+
 TEST(ModelConfig, AppliesDefaults) {
   json j = LlamaJson();
   for (const char* key : {"num_key_value_heads", "rope_theta", "rope_scaling", "tie_word_embeddings",

@@ -1,60 +1,234 @@
 #!/usr/bin/env bash
 # The checks that need a GPU, on the GPU machine (no Bazel there; binaries
-# from tests/cuda/pack_gpu_checks.sh). Results go to $OUT (default /tmp/gpu_out):
-#  1. cuda_backend_test and sampling_test: every CUDA op against the CPU backend;
-#  2. the whole model against HF transformers (float32 on the GPU) on random
-#     checkpoints of real shapes, Llama-3.2-1B and Qwen2-0.5B: logits within
-#     tolerance and 64 identical greedy tokens (tools/golden/compare_logits.py);
-#  3. gpu_bench (decode roofline, prefill vs cuBLAS, KV landing) and HF
-#     generate on the same checkpoint and GPU, for docs/benchmarks.md.
-# Usage: bash tests/cuda/run_gpu_checks.sh [PACK_DIR] [checks...]  (checks:
-# test oracle bench; default all)
+# from tests/cuda/pack_gpu_checks.sh):
+#  test    cuda_backend_test and sampling_test: every CUDA op against the CPU
+#          backend;
+#  oracle  the whole model against HF transformers (float32 on the GPU) on
+#          random checkpoints of real shapes (Llama-3.2-1B, Qwen2-0.5B,
+#          SmolLM2-135M): logits within tolerance and 64 identical greedy
+#          tokens (tools/golden/compare_logits.py);
+#  bench   gpu_bench (decode roofline, prefill vs the GEMMs alone, KV landing)
+#          and HF generate on the same checkpoint and GPU;
+#  disagg  scheduler, relay, one prefill and one decode worker on the backend
+#          sharing the GPU: two greedy requests with one 2K-token prefix equal
+#          to the in-process run, a shared-prefix `kvcast bench` (TTFT, the KV
+#          handoff's exposed share, landing GB/s, prefix hits), no page leaked.
+# Every step runs under its own time limit and the others run whatever it
+# gives. Results: $OUT/summary.md (one line a step, then the key outputs) and
+# $OUT/logs.tgz (every log and JSON file): two files, for the device tool.
+#
+# Usage: bash tests/cuda/run_gpu_checks.sh [PACK_DIR] [checks...]
+#   (default: build/gpu, all of: test oracle bench disagg)
+# Dry run on a machine without a GPU (scripts, flags, parsing):
+#   BACKEND=cpu ORACLE_SHAPES="llama3:tiny" DISAGG_PREFIX=256 \
+#     bash tests/cuda/run_gpu_checks.sh build/gpu oracle disagg
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-PACK="${1:-build/gpu}"
+PACK="$(realpath "${1:-build/gpu}")"
 shift || true
-CHECKS="${*:-test oracle bench}"
+CHECKS="${*:-test oracle bench disagg}"
 OUT="${OUT:-/tmp/gpu_out}"
-mkdir -p "$OUT"
-export LD_LIBRARY_PATH="$PWD/$PACK/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+BACKEND="${BACKEND:-cuda}"
+DEVICE="$([[ $BACKEND == cuda ]] && echo cuda || echo cpu)"  # torch's
+ORACLE_SHAPES="${ORACLE_SHAPES:-llama3:1b qwen2:0.5b llama:135m}"
+DISAGG_SHAPE="${DISAGG_SHAPE:-llama3:1b}"
+DISAGG_PREFIX="${DISAGG_PREFIX:-2048}"
 PY="${PYTHON:-python3}"
+BUDGET_S="${BUDGET_S:-480}"  # the whole run, so that the results are packed in time
 MODELS="${MODELS:-/tmp/kvcast_models}"
+LOGS="$OUT/logs"
+mkdir -p "$LOGS" "$MODELS"
+# The packed libraries (an older libstdc++ among them) for our binaries only:
+# python3 (torch) keeps the machine's own.
+CUDA_LIBS=/usr/local/cuda/lib64
+[[ -e $CUDA_LIBS/libcublasLt.so.13 ]] || CUDA_LIBS=$(dirname "$(find /usr/local /opt /usr/lib \
+  -name 'libcublasLt.so.13*' 2>/dev/null | head -1)" 2>/dev/null)
+export KVLIB="$PACK/lib:$CUDA_LIBS"
+kv() { LD_LIBRARY_PATH="$KVLIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"; }
+export -f kv
+export PYTHONUNBUFFERED=1 OUT BACKEND DEVICE DISAGG_SHAPE DISAGG_PREFIX PY MODELS LOGS
+export BIN="$PACK/bin"
+SUMMARY="$OUT/summary.md"
 status=0
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv | tee "$OUT/device.txt"
+T0=$(date +%s)
+: >"$SUMMARY"
+
+note() { echo "$*" | tee -a "$SUMMARY"; }
+# step NAME SECONDS CMD...: runs CMD under a time limit (cut to what is left
+# of $BUDGET_S for the whole run), output to $LOGS/NAME.log (and the console),
+# one summary line.
+step() {
+  local name=$1 limit=$2 t rc left
+  shift 2
+  t=$(date +%s)
+  left=$((BUDGET_S - (t - T0)))
+  if ((left < 20)); then
+    note "- SKIPPED $name: the run's budget of $BUDGET_S s is spent"
+    status=1
+    return 1
+  fi
+  ((limit > left)) && limit=$left
+  echo "=== [$(($(date +%s) - T0))s] $name: $*"
+  if declare -F "$1" >/dev/null; then  # a function of this script: in a child bash
+    timeout -k 5 "$limit" bash -c '"$@"' _ "$@" >"$LOGS/$name.log" 2>&1
+  else
+    timeout -k 5 "$limit" "$@" >"$LOGS/$name.log" 2>&1
+  fi
+  rc=$?
+  tail -n 15 "$LOGS/$name.log"
+  if ((rc == 0)); then
+    note "- PASS $name ($(($(date +%s) - t)) s)"
+  else
+    note "- FAIL $name: exit $rc$( ((rc == 124)) && echo " (over ${limit} s)") ($(($(date +%s) - t)) s)"
+    status=1
+  fi
+  return $rc
+}
 
 make_model() {  # arch size dir
   [[ -f "$3/config.json" ]] || "$PY" tools/golden/make_random_checkpoint.py \
-      --arch "$1" --size "$2" --dtype bfloat16 --seed 1 --out "$3"
+      --arch "$1" --size "$2" --dtype bfloat16 --seed 1 --device "$DEVICE" --out "$3"
 }
+export -f make_model
+
+{
+  echo "# GPU checks, $(date -u +%FT%TZ), backend $BACKEND"
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 || true
+  "$PY" -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)' 2>&1
+} | tee -a "$SUMMARY"
 
 if [[ " $CHECKS " == *" test "* ]]; then
   for t in cuda_backend_test sampling_test; do
-    "$PACK/bin/$t" --gtest_output="xml:$OUT/$t.xml" 2>&1 | tee "$OUT/$t.log" | tail -20
-    [[ ${PIPESTATUS[0]} == 0 ]] || status=1
+    step "$t" 150 kv "$BIN/$t" --gtest_output="xml:$LOGS/$t.xml"
+    grep -E "^\[  (PASSED|FAILED) " "$LOGS/$t.log" | head -20 >>"$SUMMARY"
+    # On a GPU a skipped test is a failed one (it skips only where no device runs it).
+    if [[ $BACKEND == cuda ]] && grep -q "^\[  SKIPPED \] [0-9]* test" "$LOGS/$t.log"; then
+      note "- FAIL $t: tests SKIPPED on the GPU machine"
+      status=1
+    fi
   done
 fi
 
+oracle() {  # arch size
+  local arch=$1 size=$2 dir="$MODELS/$1-$2" tokens
+  make_model "$arch" "$size" "$dir" || return 1
+  tokens=$("$PY" -c "import json; v = min(30000, json.load(open('$dir/config.json'))['vocab_size']); print(','.join(str((i * 7919 + 13) % v) for i in range(96)))")
+  "$PY" tools/golden/hf_logits.py --model "$dir" --device "$DEVICE" --tokens "$tokens" \
+      --greedy 64 --out "$LOGS/hf_$arch-$size.json" || return 1
+  kv "$BIN/kvcast_logits" --model "$dir" --backend "$BACKEND" --tokens "$tokens" --greedy 64 \
+      --out "$LOGS/kvcast_$arch-$size.json" || return 1
+  # bf16 GEMM inputs against HF's float32: logits of O(1..10) within 0.1.
+  "$PY" tools/golden/compare_logits.py --hf "$LOGS/hf_$arch-$size.json" \
+      --kvcast "$LOGS/kvcast_$arch-$size.json" --tol 0.1 --steps 64
+}
+export -f oracle
 if [[ " $CHECKS " == *" oracle "* ]]; then
-  TOKENS=$("$PY" -c "print(','.join(str((i * 7919 + 13) % 30000) for i in range(96)))")
-  for spec in "llama3 1b" "qwen2 0.5b"; do
-    read -r arch size <<<"$spec"
-    dir="$MODELS/$arch-$size"
-    make_model "$arch" "$size" "$dir" || { status=1; continue; }
-    "$PY" tools/golden/hf_logits.py --model "$dir" --device cuda --tokens "$TOKENS" \
-        --greedy 64 --out "$OUT/hf_$arch.json" || { status=1; continue; }
-    "$PACK/bin/kvcast_logits" --model "$dir" --backend cuda --tokens "$TOKENS" --greedy 64 \
-        --out "$OUT/kvcast_$arch.json" || { status=1; continue; }
-    # bf16 GEMM inputs against HF's float32: logits of O(1..10) within 0.1.
-    "$PY" tools/golden/compare_logits.py --hf "$OUT/hf_$arch.json" \
-        --kvcast "$OUT/kvcast_$arch.json" --tol 0.1 --steps 64 | tee "$OUT/oracle_$arch.txt"
-    [[ ${PIPESTATUS[0]} == 0 ]] || status=1
+  for spec in $ORACLE_SHAPES; do
+    step "oracle_${spec/:/-}" 240 oracle "${spec%%:*}" "${spec##*:}"
+    grep -E "^(logits|greedy|PASS|FAIL)" "$LOGS/oracle_${spec/:/-}.log" >>"$SUMMARY"
+    rm -f "$LOGS"/hf_*.json "$LOGS"/kvcast_*.json  # ~100 MB each
   done
 fi
 
 if [[ " $CHECKS " == *" bench "* ]]; then
   dir="$MODELS/llama3-1b"
   make_model llama3 1b "$dir"
-  "$PACK/bin/gpu_bench" --model "$dir" | tee "$OUT/gpu_bench.md" || status=1
-  "$PY" tools/bench/hf_generate_bench.py --model "$dir" | tee "$OUT/hf_bench.md" || status=1
+  step gpu_bench 180 kv "$BIN/gpu_bench" --model "$dir" && cat "$LOGS/gpu_bench.log" >>"$SUMMARY"
+  step hf_bench 180 "$PY" tools/bench/hf_generate_bench.py --model "$dir" &&
+    cat "$LOGS/hf_bench.log" >>"$SUMMARY"
 fi
+
+# The disaggregated path: a local cluster on $BACKEND; two greedy requests
+# sharing a prefix, then a shared-prefix bench; the in-process engine (same
+# KV precision, fp16) on the same prompts afterwards.
+disagg() {
+  local arch=${DISAGG_SHAPE%%:*} size=${DISAGG_SHAPE##*:} dir work=$LOGS/cluster port
+  dir="$MODELS/$arch-$size"
+  make_model "$arch" "$size" "$dir" || return 1
+  port=$((52000 + RANDOM % 1000))
+  local prefix a b vocab
+  vocab=$("$PY" -c "import json; print(min(32000, json.load(open('$dir/config.json'))['vocab_size']))")
+  prefix=$("$PY" -c "print(','.join(str(10 + (i * 104729 + 7) % ($vocab - 10)) for i in range($DISAGG_PREFIX)))")
+  a="$prefix,$("$PY" -c "print(','.join(str(10 + (100 + i) % ($vocab - 10)) for i in range(32)))")"
+  b="$prefix,$("$PY" -c "print(','.join(str(10 + (5000 + 3 * i) % ($vocab - 10)) for i in range(32)))")"
+  # The scheduler gets no --model: the random checkpoint has no tokenizer,
+  # and these requests are token ids.
+  LD_LIBRARY_PATH="$KVLIB" "$BIN/kvcast" cluster up --model "$dir" --backend "$BACKEND" --bin_dir "$BIN" \
+    --work_dir "$work" --scheduler_port "$port" --http_port -1 --kv_cache_mb 4096 \
+    --restart=false --scheduler_flags=--model= --prefill_flags=--retain_s=2 >"$LOGS/cluster.out" 2>&1 &
+  local pid=$! ok=0
+  trap 'kill -INT $pid 2>/dev/null' EXIT TERM
+  for _ in $(seq 1 240); do
+    grep -q "^scheduler:" "$LOGS/cluster.out" && { ok=1; break; }
+    kill -0 $pid 2>/dev/null || break
+    sleep 0.5
+  done
+  cat "$LOGS/cluster.out"
+  ((ok)) || { kill $pid 2>/dev/null; return 1; }
+  local gen=(kv "$BIN/kvcast" generate --max_tokens 32 --ignore_eos --ids)
+  "${gen[@]}" --scheduler "127.0.0.1:$port" --prompt_ids "$a" >"$LOGS/cluster_a.ids" 2>"$LOGS/cluster_a.err"
+  local rc_a=$?
+  "${gen[@]}" --scheduler "127.0.0.1:$port" --prompt_ids "$b" >"$LOGS/cluster_b.ids" 2>"$LOGS/cluster_b.err"
+  local rc_b=$?
+  echo "request a (fresh prefix):"; cat "$LOGS/cluster_a.err"
+  echo "request b (same prefix):"; cat "$LOGS/cluster_b.err"
+  kv "$BIN/kvcast" bench --scheduler "127.0.0.1:$port" --requests 32 --rate 0 --concurrency 4 \
+    --prefixes 4 --prefix_tokens "$DISAGG_PREFIX" --suffix_tokens 32 --max_tokens 32 \
+    --vocab "$vocab" --json "$LOGS/disagg_bench.json"
+  local rc_bench=$?
+  sleep 3
+  # No page leaked: with nothing running and no published prompt retained
+  # (--retain_s=2), a worker's pages in use are the prefix cache's chunks
+  # (128 tokens: 8 pages of 16).
+  local leaks=0 m
+  for m in $(grep -o "metrics 127.0.0.1:[0-9]*" "$LOGS/cluster.out" | cut -d' ' -f2); do
+    "$PY" - "$m" <<'PY' || leaks=1
+import sys, urllib.request
+text = urllib.request.urlopen(f"http://{sys.argv[1]}/metrics", timeout=5).read().decode()
+v = {l.split()[0]: float(l.split()[1]) for l in text.splitlines()
+     if l.startswith(("kvcast_kv_pages_used ", "kvcast_prefix_cache_chunks ", "kvcast_kv_pages_total "))}
+if "kvcast_kv_pages_used" not in v:
+    sys.exit(0)  # not a worker
+used, chunks = v["kvcast_kv_pages_used"], v["kvcast_prefix_cache_chunks"]
+print(f"{sys.argv[1]}: pages used {used:.0f} of {v['kvcast_kv_pages_total']:.0f}, "
+      f"prefix cache {chunks:.0f} chunks ({8 * chunks:.0f} pages)")
+sys.exit(0 if used == 8 * chunks else 1)
+PY
+  done
+  kill -INT $pid; wait $pid
+  tail -n 3 "$work"/logs/*.log
+  "${gen[@]}" --model "$dir" --backend "$BACKEND" --kv_cache_precision fp16 --kv_cache_mb 4096 \
+    --prompt_ids "$a" >"$LOGS/local_a.ids" 2>"$LOGS/local_a.err"
+  "${gen[@]}" --model "$dir" --backend "$BACKEND" --kv_cache_precision fp16 --kv_cache_mb 4096 \
+    --prompt_ids "$b" >"$LOGS/local_b.ids" 2>"$LOGS/local_b.err"
+  cat "$LOGS/local_a.err"
+  local same=1 x
+  for x in a b; do
+    echo "cluster $x: $(cat "$LOGS/cluster_$x.ids")"
+    echo "local   $x: $(cat "$LOGS/local_$x.ids")"
+    if [[ -s $LOGS/local_$x.ids && "$(cat "$LOGS/cluster_$x.ids")" == "$(cat "$LOGS/local_$x.ids")" ]]; then
+      echo "request $x: 32 greedy tokens equal to the in-process run"
+    else
+      echo "request $x: DIFFERS from the in-process run"; same=0
+    fi
+  done
+  "$PY" - "$LOGS/disagg_bench.json" <<'PY'
+import json, sys
+x = json.load(open(sys.argv[1]))
+gbs = x["mean_transfer_bytes"] / (x["mean_transfer_ms"] * 1e6) if x["mean_transfer_ms"] else 0
+print(f"bench: TTFT p50 {x['ttft_ms']['p50']:.1f} ms p90 {x['ttft_ms']['p90']:.1f} ms; "
+      f"e2e p50 {x['e2e_ms']['p50']:.1f} ms; cached share {100 * x['cached_share']:.0f}%; "
+      f"KV {x['mean_transfer_bytes'] / 1e6:.1f} MB/request landed in {x['mean_transfer_ms']:.1f} ms "
+      f"({gbs:.2f} GB/s); exposed handoff {100 * x['handoff_share_of_ttft']:.1f}% of TTFT")
+PY
+  ((rc_a == 0 && rc_b == 0 && rc_bench == 0 && leaks == 0 && same == 1))
+}
+export -f disagg
+if [[ " $CHECKS " == *" disagg "* ]]; then
+  step disagg 300 disagg
+  grep -E "^(request|TTFT|KV transfer|bench:|127\.0\.0\.1|prompt)" "$LOGS/disagg.log" >>"$SUMMARY"
+fi
+
+note "total $(($(date +%s) - T0)) s, status $status"
+tar -czf "$OUT/logs.tgz" -C "$OUT" logs && rm -rf "$LOGS"
 exit $status

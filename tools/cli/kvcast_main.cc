@@ -63,9 +63,12 @@ ABSL_FLAG(std::string, api_key, "",
 ABSL_FLAG(std::string, cert, "", "client certificate (PEM) for mutual TLS");
 ABSL_FLAG(std::string, key, "", "client key (PEM) for mutual TLS");
 ABSL_FLAG(int, kv_cache_mb, 256, "KV page pool size in MiB (per worker)");
-ABSL_FLAG(std::string, backend, "cpu", "generate --model: compute backend, cpu (Q8 weights), cpu-bf16, cpu-f32 or cuda (where built)");
+ABSL_FLAG(std::string, backend, "cpu", "generate --model, cluster up: compute backend, cpu (Q8 weights), cpu-bf16, cpu-f32 or cuda (where built)");
 ABSL_FLAG(int, device, 0, "generate --model: GPU index for --backend=cuda");
 ABSL_FLAG(bool, ids, false, "print token ids instead of text");
+ABSL_FLAG(std::string, kv_cache_precision, "fp32",
+          "generate --model: KV values as fp32, or fp16 (rounded to fp16, as the workers keep "
+          "them by default: the same tokens as a cluster's greedy request)");
 // cluster up
 ABSL_FLAG(int, prefill, 1, "prefill workers");
 ABSL_FLAG(int, decode, 1, "decode workers");
@@ -125,7 +128,8 @@ const std::vector<CommandHelp>& Commands() {
       {"generate", "one generation: in-process with --model, or from a cluster with --scheduler",
        {"model", "scheduler", "prompt", "prompt_ids", "max_tokens", "temperature", "top_k",
         "top_p", "repetition_penalty", "seed", "ignore_eos", "stop", "request_id", "deadline_s",
-        "ca", "cert", "key", "api_key", "kv_cache_mb", "backend", "device", "ids"}},
+        "ca", "cert", "key", "api_key", "kv_cache_mb", "backend", "device", "ids",
+        "kv_cache_precision"}},
       {"cluster up", "a local cluster (scheduler, workers, relay) in the foreground",
        {"model", "prefill", "decode", "relay", "work_dir", "scheduler_port", "http_port",
         "http_tls", "kv_cache_mb", "backend", "bin_dir", "restart", "scheduler_flags",
@@ -197,8 +201,13 @@ int Generate() {
   o.ignore_eos = absl::GetFlag(FLAGS_ignore_eos);
   o.print_ids = absl::GetFlag(FLAGS_ids);
   if (!model.empty()) {
+    const std::string precision = absl::GetFlag(FLAGS_kv_cache_precision);
+    if (precision != "fp32" && precision != "fp16") {
+      return Usage("--kv_cache_precision: '" + precision + "' is not fp32 or fp16");
+    }
     return Result(LocalGenerate({model, absl::GetFlag(FLAGS_kv_cache_mb),
-                                 absl::GetFlag(FLAGS_backend), absl::GetFlag(FLAGS_device)},
+                                 absl::GetFlag(FLAGS_backend), absl::GetFlag(FLAGS_device),
+                                 precision == "fp16"},
                                 o));
   }
   RemoteOptions r;
@@ -228,6 +237,7 @@ int ClusterUpCommand() {
   o.http_port = absl::GetFlag(FLAGS_http_port);
   o.http_tls = absl::GetFlag(FLAGS_http_tls);
   o.kv_cache_mb = absl::GetFlag(FLAGS_kv_cache_mb);
+  o.backend = absl::GetFlag(FLAGS_backend);
   if (const std::string dir = absl::GetFlag(FLAGS_bin_dir); !dir.empty()) {
     o.scheduler_bin = dir + "/kvcast-scheduler";
     o.prefill_bin = dir + "/kvcast-prefill";

@@ -23,6 +23,7 @@ double Seconds(std::chrono::steady_clock::duration d) {
 absl::Status LocalGenerate(const LocalEngineOptions& local, const GenerateOptions& options) {
   EngineOptions engine_options;
   engine_options.kv_cache_bytes = int64_t(local.kv_cache_mb) << 20;
+  engine_options.kv_fp16_values = local.kv_fp16_values;
   auto t_load = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(auto backend, NewBackend(local.backend, local.device));
   ASSIGN_OR_RETURN(auto engine,

@@ -14,6 +14,7 @@ struct LocalEngineOptions {
   int kv_cache_mb = 256;
   std::string backend = "cpu";  // NewBackend's names: cpu, cuda (where built)
   int device = 0;               // GPU index for cuda
+  bool kv_fp16_values = false;  // EngineOptions::kv_fp16_values (the workers' default)
 };
 
 // Loads the model on the chosen backend with a KV pool of `kv_cache_mb`,

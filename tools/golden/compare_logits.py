@@ -14,6 +14,8 @@ import argparse
 import json
 import sys
 
+import numpy as np
+
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -29,15 +31,18 @@ def main(argv=None):
     if hf["tokens"] != ours["tokens"]:
         print("FAIL: the two files are for different prompts")
         return 1
+    if len(hf["logits"]) != len(ours["logits"]):
+        print(f"FAIL: {len(hf['logits'])} positions of logits vs {len(ours['logits'])}")
+        return 1
     worst, where = 0.0, None
     for pos, (a, b) in enumerate(zip(hf["logits"], ours["logits"])):
         if len(a) != len(b):
             print(f"FAIL: position {pos}: vocab {len(a)} vs {len(b)}")
             return 1
-        for i, (x, y) in enumerate(zip(a, b)):
-            d = abs(x - y)
-            if d > worst:
-                worst, where = d, (pos, i, x, y)
+        d = np.abs(np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64))
+        i = int(np.argmax(d))
+        if d[i] > worst or not np.isfinite(d[i]):
+            worst, where = float(d[i]), (pos, i, a[i], b[i])
     ok = worst <= args.tol
     print(f"logits: worst |diff| {worst:.3g} (tolerance {args.tol}) at position/token "
           f"{where[:2] if where else '-'}: hf {where[2] if where else '-'} kvcast "

@@ -83,6 +83,9 @@ def main(argv=None):
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     torch.manual_seed(0)  # nothing here samples; just in case
+    # True float32 on a GPU: no TF32 in matrix products or convolutions.
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
 
     dtype = DTYPES[args.dtype]
     model = AutoModelForCausalLM.from_pretrained(

@@ -48,7 +48,8 @@ ARCHS = {
 
 
 # Real model shapes with random weights, for the GPU checks
-# (tests/cuda/run_gpu_checks.sh): Llama-3.2-1B and Qwen2-0.5B.
+# (tests/cuda/run_gpu_checks.sh): Llama-3.2-1B, Qwen2-0.5B and
+# SmolLM2-135M (a Llama: 9 query heads over 3 KV heads of 64).
 SIZES = {
     "tiny": {},
     "1b": dict(vocab_size=128256, hidden_size=2048, intermediate_size=8192,
@@ -62,14 +63,22 @@ SIZES = {
                  num_hidden_layers=24, num_attention_heads=14,
                  num_key_value_heads=2, max_position_embeddings=32768,
                  initializer_range=0.05, tie_word_embeddings=True),
+    "135m": dict(vocab_size=49152, hidden_size=576, intermediate_size=1536,
+                 num_hidden_layers=30, num_attention_heads=9,
+                 num_key_value_heads=3, max_position_embeddings=8192,
+                 initializer_range=0.05, tie_word_embeddings=True,
+                 rope_theta=100000.0, rope_scaling=None),
 }
 
 
-def make(arch, dtype, out, seed=0, size="tiny"):
+def make(arch, dtype, out, seed=0, size="tiny", device="cpu"):
     config_cls, model_cls, extra = ARCHS[arch]
     torch.manual_seed(seed)
     config = config_cls(**{**COMMON, **extra, **SIZES[size]})
-    model = model_cls(config).eval()
+    # Initialized on `device` (cuda: seconds for a 1B model instead of a
+    # minute of CPU); the same seed gives other weights on another device.
+    with torch.device(device):
+        model = model_cls(config).eval()
     model.to(DTYPES[dtype])
     model.config.torch_dtype = DTYPES[dtype]
     model.save_pretrained(out, safe_serialization=True)
@@ -83,10 +92,12 @@ def main(argv=None):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--size", choices=sorted(SIZES), default="tiny",
                         help="tiny, or a real model's shape: 1b (Llama-3.2-1B), "
-                             "0.5b (Qwen2-0.5B)")
+                             "0.5b (Qwen2-0.5B), 135m (SmolLM2-135M, with --arch llama)")
+    parser.add_argument("--device", default="cpu",
+                        help="torch device the weights are drawn on (cuda: faster)")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
-    make(args.arch, args.dtype, args.out, args.seed, args.size)
+    make(args.arch, args.dtype, args.out, args.seed, args.size, args.device)
     print(f"wrote {args.out} ({args.arch}, {args.dtype})", file=sys.stderr)
     return 0
 
