@@ -320,6 +320,8 @@ class CudaBackend : public Backend {
       p.total_queries += seqs[b].num_queries;
       p.max_context_len = std::max(p.max_context_len, seqs[b].context_len);
       p.max_num_queries = std::max(p.max_num_queries, seqs[b].num_queries);
+      p.min_num_queries = b == 0 ? seqs[b].num_queries
+                                 : std::min(p.min_num_queries, seqs[b].num_queries);
     }
     // Every layer of a forward pass attends over the same batch: upload the
     // descriptors only when they changed (the copy is ordered on the stream
@@ -377,7 +379,12 @@ class CudaBackend : public Backend {
     Check(cuda::LaunchEncodeKv(format, layout, static_cast<const float*>(src.base), dev_slots, num_tokens, dev_bytes,
                                out_stride, transfer_),
           "EncodeKv");
-    Check(cudaMemcpyAsync(out, dev_bytes, bytes, cudaMemcpyDeviceToHost, transfer_), "EncodeKv");
+    // Only the rows: bytes between token rows (out_stride beyond them) are
+    // the caller's, left as they were (the CPU backend's contract too).
+    const size_t row_bytes = size_t(layout.num_arrays) * layout.row_bytes;
+    Check(cudaMemcpy2DAsync(out, out_stride, dev_bytes, out_stride, row_bytes, num_tokens,
+                            cudaMemcpyDeviceToHost, transfer_),
+          "EncodeKv");
     Check(cudaStreamSynchronize(transfer_), "EncodeKv");
   }
 

@@ -11,9 +11,11 @@
 //    values).
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "engine/model/dtype.h"
@@ -231,11 +233,13 @@ class CudaAttentionTest : public CudaBackendTest,
 
 TEST_P(CudaAttentionTest, PagedAttentionMatchesCpu) {
   const auto [heads, kv_heads, hd] = GetParam();
-  const int page_tokens = 16, num_pages = 200;
+  const int page_tokens = 16, num_pages = 500;  // the batch below takes 442
   struct Seq {
     int queries, context;
   };
-  const std::vector<Seq> batch = {{37, 37}, {1, 1500}, {20, 300}, {1, 1}, {1, 4000}};
+  // Prefills of 37 and 150 queries take the tiled kernel (head_dim 64, 128),
+  // the rest the per-row one, unless KVCAST_CUDA_ATTENTION sends all to one.
+  const std::vector<Seq> batch = {{37, 37}, {1, 1500}, {20, 300}, {1, 1}, {1, 4000}, {150, 1200}};
   std::mt19937 rng(12);
   std::vector<int32_t> pages(num_pages);
   std::iota(pages.begin(), pages.end(), 0);
@@ -267,14 +271,23 @@ TEST_P(CudaAttentionTest, PagedAttentionMatchesCpu) {
   std::vector<float> want(size_t(rows) * heads * hd);
   cpu_->PagedAttention(q.data(), q_stride, cpu_seqs.data(), int(batch.size()), shape, kc.data(),
                        vc.data(), want.data());
-  auto out = *gpu_->Allocate(want.size() * 4);
-  gpu_->PagedAttention(F(d_q), q_stride, gpu_seqs.data(), int(batch.size()), shape, F(d_k),
-                       F(d_v), out->f32());
-  ExpectClose(Down(*out, want.size()), want, 1e-4f, 1e-4f, "PagedAttention");
-  // A second call with the same batch (the descriptors are cached) agrees.
-  gpu_->PagedAttention(F(d_q), q_stride, gpu_seqs.data(), int(batch.size()), shape, F(d_k),
-                       F(d_v), out->f32());
-  ExpectClose(Down(*out, want.size()), want, 1e-4f, 1e-4f, "PagedAttention (cached)");
+  for (const char* mode : {"", "warp", "tiled"}) {
+    SCOPED_TRACE(std::string("KVCAST_CUDA_ATTENTION=") + mode);
+    if (*mode != 0) {
+      setenv("KVCAST_CUDA_ATTENTION", mode, 1);
+    } else {
+      unsetenv("KVCAST_CUDA_ATTENTION");
+    }
+    // Twice: the second call reuses the uploaded descriptors. The output
+    // starts as NaN each time, so a row no kernel writes cannot pass.
+    for (const char* call : {"PagedAttention", "PagedAttention (cached)"}) {
+      auto out = Up(std::vector<float>(want.size(), NAN));
+      gpu_->PagedAttention(F(d_q), q_stride, gpu_seqs.data(), int(batch.size()), shape, F(d_k),
+                           F(d_v), F(out));
+      ExpectClose(Down(*out, want.size()), want, 1e-4f, 1e-4f, call);
+    }
+  }
+  unsetenv("KVCAST_CUDA_ATTENTION");
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaAttentionTest,

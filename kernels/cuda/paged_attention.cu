@@ -38,7 +38,10 @@
 #include "kernels/cuda/paged_attention.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 namespace kvcast {
 namespace cuda {
@@ -71,11 +74,26 @@ __device__ __forceinline__ float WarpSum(float x) {
   return x;
 }
 
-// kDims = head_dim / 32, the dims each lane holds.
+// The last sequence starting at or before `row` (binary search).
+__device__ __forceinline__ int SeqOfRow(const AttentionSeqDesc* seqs, int num_seqs, int row) {
+  int lo = 0, hi = num_seqs - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (seqs[mid].query_offset <= row) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+
+// kDims = head_dim / 32, the dims each lane holds. Rows of sequences with
+// at least `skip_queries` queries are the tiled kernel's and left alone.
 template <int kDims>
 __global__ void __launch_bounds__(kMaxWarps * 32)
     PagedAttentionKernel(PagedAttentionParams p, int rows_per_block, int heads_per_block,
-                         int split_tokens, float* __restrict__ part_acc,
+                         int split_tokens, int skip_queries, float* __restrict__ part_acc,
                          float* __restrict__ part_ml) {
   // Keys in flight per warp: enough loads to cover latency, few enough to stay in registers.
   constexpr int kChunk = kDims <= 4 ? 8 : 4;
@@ -85,18 +103,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32)
   const int head = blockIdx.y * heads_per_block + warp % heads_per_block;
   if (row >= p.total_queries || head >= p.num_heads) return;
 
-  int lo = 0, hi = p.num_seqs - 1;  // last sequence starting at or before `row`
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (p.seqs[mid].query_offset <= row) {
-      lo = mid;
-    } else {
-      hi = mid - 1;
-    }
-  }
-  const AttentionSeqDesc seq = p.seqs[lo];
+  const AttentionSeqDesc seq = p.seqs[SeqOfRow(p.seqs, p.num_seqs, row)];
   const int j = row - seq.query_offset;
   if (j < 0 || j >= seq.num_queries) return;  // only on malformed seqs
+  if (seq.num_queries >= skip_queries) return;
   // Keys [0, visible) are causal for this row; this split takes [k_begin, k_end) of them.
   const int visible = min(seq.context_len - seq.num_queries + j + 1, seq.context_len);
   const int split = blockIdx.z;
@@ -197,11 +207,13 @@ __global__ void __launch_bounds__(kMaxWarps * 32)
 // never enters a subtraction.
 __global__ void __launch_bounds__(kMaxWarps * 32)
     CombineKernel(const float* __restrict__ part_acc, const float* __restrict__ part_ml,
+                  const AttentionSeqDesc* __restrict__ seqs, int num_seqs, int skip_queries,
                   int num_heads, int head_dim, int num_splits, float* __restrict__ out) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int row = blockIdx.x;
   const int head = blockIdx.y * kMaxWarps + warp;
   if (head >= num_heads) return;
+  if (seqs[SeqOfRow(seqs, num_seqs, row)].num_queries >= skip_queries) return;
   const size_t idx0 = (size_t(row) * num_heads + head) * num_splits;
   float m = -INFINITY, l = 0.f;
   if (lane < num_splits) {
@@ -223,11 +235,70 @@ __global__ void __launch_bounds__(kMaxWarps * 32)
   }
 }
 
-using PartialKernel = void (*)(PagedAttentionParams, int, int, int, float*, float*);
+using PartialKernel = void (*)(PagedAttentionParams, int, int, int, int, float*, float*);
 constexpr PartialKernel kPartialKernels[] = {
     PagedAttentionKernel<1>, PagedAttentionKernel<2>, PagedAttentionKernel<3>,
     PagedAttentionKernel<4>, PagedAttentionKernel<5>, PagedAttentionKernel<6>,
     PagedAttentionKernel<7>, PagedAttentionKernel<8>};
+
+// The tiled kernel (tiled_attention.h): the phases, each followed by a barrier.
+template <int D>
+struct DeviceExec {
+  tiled::ThreadState<D> st;
+  template <typename F>
+  __host__ __device__ void Phase(F&& f) {
+#if defined(__CUDA_ARCH__)
+    f(static_cast<int>(threadIdx.x), st);
+    __syncthreads();
+#endif
+  }
+};
+
+template <int D>
+__global__ void __launch_bounds__(tiled::kThreads) TiledAttentionKernel(tiled::Args a) {
+  extern __shared__ float4 smem[];
+  DeviceExec<D> exec;
+  tiled::RunBlock<D>(exec, a, static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.y),
+                     *reinterpret_cast<tiled::Smem<D>*>(smem));
+}
+
+template <int D>
+cudaError_t LaunchTiled(const PagedAttentionParams& p, int min_queries, cudaStream_t stream) {
+  // Above the default 48 KiB of dynamic shared memory: raised once.
+  static const cudaError_t raised =
+      cudaFuncSetAttribute(TiledAttentionKernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(sizeof(tiled::Smem<D>)));
+  if (raised != cudaSuccess) return raised;
+  tiled::Args a;
+  a.q = p.q;
+  a.q_stride = p.q_stride;
+  a.k_cache = p.k_cache;
+  a.v_cache = p.v_cache;
+  a.page_tables = p.page_tables;
+  a.seqs = p.seqs;
+  a.num_seqs = p.num_seqs;
+  a.num_heads = p.num_heads;
+  a.num_kv_heads = p.num_kv_heads;
+  a.page_tokens = p.page_tokens;
+  a.scale = p.scale;
+  a.out = p.out;
+  a.min_queries = min_queries;
+  const dim3 grid(tiled::MaxQueryTiles(p.total_queries, p.num_seqs), p.num_heads);
+  TiledAttentionKernel<D><<<grid, tiled::kThreads, sizeof(tiled::Smem<D>), stream>>>(a);
+  return cudaGetLastError();
+}
+
+// Sequences with at least this many queries take the tiled kernel.
+constexpr int kTiledMinQueries = 32;
+
+// The smallest query count that goes to the tiled kernel; INT_MAX: none.
+int TiledFrom(const PagedAttentionParams& p) {
+  if (!tiled::Supports(p.head_dim)) return INT_MAX;
+  const char* mode = std::getenv("KVCAST_CUDA_ATTENTION");
+  if (mode != nullptr && std::strcmp(mode, "warp") == 0) return INT_MAX;
+  const int from = mode != nullptr && std::strcmp(mode, "tiled") == 0 ? 1 : kTiledMinQueries;
+  return p.max_num_queries >= from ? from : INT_MAX;
+}
 
 }  // namespace
 
@@ -245,6 +316,13 @@ cudaError_t LaunchPagedAttention(const PagedAttentionParams& p, void* workspace,
   }
   if (p.total_queries == 0) return cudaSuccess;
   if (p.num_seqs <= 0) return cudaErrorInvalidValue;
+  const int tiled_from = TiledFrom(p);
+  if (tiled_from != INT_MAX) {
+    const cudaError_t err = p.head_dim == 64 ? LaunchTiled<64>(p, tiled_from, stream)
+                                             : LaunchTiled<128>(p, tiled_from, stream);
+    // Every sequence tiled: nothing left for the per-row kernel.
+    if (err != cudaSuccess || p.min_num_queries >= tiled_from) return err;
+  }
   const int splits = NumSplits(p);
   if (splits > 1 && workspace == nullptr) return cudaErrorInvalidValue;
 
@@ -259,13 +337,13 @@ cudaError_t LaunchPagedAttention(const PagedAttentionParams& p, void* workspace,
                        ? part_acc + size_t(p.total_queries) * p.num_heads * splits * p.head_dim
                        : nullptr;
   kPartialKernels[p.head_dim / 32 - 1]<<<grid, 32 * rows * heads, 0, stream>>>(
-      p, rows, heads, split_tokens, part_acc, part_ml);
+      p, rows, heads, split_tokens, tiled_from, part_acc, part_ml);
   const cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess || splits == 1) return err;
 
   const dim3 combine_grid(p.total_queries, (p.num_heads + kMaxWarps - 1) / kMaxWarps);
   CombineKernel<<<combine_grid, 32 * std::min(p.num_heads, kMaxWarps), 0, stream>>>(
-      part_acc, part_ml, p.num_heads, p.head_dim, splits, p.out);
+      part_acc, part_ml, p.seqs, p.num_seqs, tiled_from, p.num_heads, p.head_dim, splits, p.out);
   return cudaGetLastError();
 }
 

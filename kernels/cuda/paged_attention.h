@@ -15,17 +15,10 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cuda/tiled_attention.h"  // AttentionSeqDesc
+
 namespace kvcast {
 namespace cuda {
-
-// One sequence of a batched attention call (device memory). Sequences are
-// contiguous and ordered: seqs[b].query_offset == sum of num_queries of seqs[0..b).
-struct AttentionSeqDesc {
-  int32_t query_offset;       // first row of this sequence in q / out
-  int32_t num_queries;        // >= 1; the last num_queries tokens of the context
-  int32_t context_len;        // tokens whose K/V are in the pages (includes the queries')
-  int32_t page_table_offset;  // this sequence's page ids start at page_tables + this
-};
 
 struct PagedAttentionParams {
   const float* q = nullptr;  // [total_queries][q_stride floats]; head h at h * head_dim
@@ -39,6 +32,7 @@ struct PagedAttentionParams {
   int total_queries = 0;    // sum of num_queries
   int max_context_len = 0;  // max context_len over seqs (host-known; sizes the grid)
   int max_num_queries = 0;  // max num_queries over seqs (host-known)
+  int min_num_queries = 0;  // min num_queries over seqs (host-known; 0: unknown)
   // GQA: num_heads % num_kv_heads == 0.
   int num_heads = 0, num_kv_heads = 0, head_dim = 0, page_tokens = 0;
   float scale = 0.f;
@@ -60,6 +54,12 @@ size_t PagedAttentionWorkspaceBytes(const PagedAttentionParams& p);
 // Causal attention: query j (0-based within its sequence) sees context tokens
 // [0, context_len - num_queries + j]. `workspace` has at least
 // PagedAttentionWorkspaceBytes(p) bytes of device memory.
+//
+// Sequences of at least 32 queries (prefill) go to the tiled kernel
+// (tiled_attention.h) where it takes the head_dim (64, 128), the others to
+// the per-row kernel. KVCAST_CUDA_ATTENTION=warp (or =tiled) in the
+// environment sends every sequence to one kernel, for A/B measurements and
+// tests.
 cudaError_t LaunchPagedAttention(const PagedAttentionParams& p, void* workspace,
                                  cudaStream_t stream);
 

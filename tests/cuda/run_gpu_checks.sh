@@ -5,10 +5,12 @@
 #          backend;
 #  oracle  the whole model against HF transformers (float32 on the GPU) on
 #          random checkpoints of real shapes (Llama-3.2-1B, Qwen2-0.5B,
-#          SmolLM2-135M): logits within tolerance and 64 identical greedy
-#          tokens (tools/golden/compare_logits.py);
+#          SmolLM2-135M), with HF's own bf16-GEMM-input run as the floor:
+#          logits, teacher-forced top-1 and greedy tokens
+#          (tools/golden/compare_logits.py);
 #  bench   gpu_bench (decode roofline, prefill vs the GEMMs alone, KV landing)
 #          and HF generate on the same checkpoint and GPU;
+#  sanitize  the attention kernels under compute-sanitizer racecheck and memcheck;
 #  disagg  scheduler, relay, one prefill and one decode worker on the backend
 #          sharing the GPU: two greedy requests with one 2K-token prefix equal
 #          to the in-process run, a shared-prefix `kvcast bench` (TTFT, the KV
@@ -18,7 +20,7 @@
 # $OUT/logs.tgz (every log and JSON file): two files, for the device tool.
 #
 # Usage: bash tests/cuda/run_gpu_checks.sh [PACK_DIR] [checks...]
-#   (default: build/gpu, all of: test oracle bench disagg)
+#   (default: build/gpu, all of: test oracle bench disagg sanitize)
 # Dry run on a machine without a GPU (scripts, flags, parsing):
 #   BACKEND=cpu ORACLE_SHAPES="llama3:tiny" DISAGG_PREFIX=256 \
 #     bash tests/cuda/run_gpu_checks.sh build/gpu oracle disagg
@@ -26,7 +28,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 PACK="$(realpath "${1:-build/gpu}")"
 shift || true
-CHECKS="${*:-test oracle bench disagg}"
+CHECKS="${*:-test oracle bench disagg sanitize}"
 OUT="${OUT:-/tmp/gpu_out}"
 BACKEND="${BACKEND:-cuda}"
 DEVICE="$([[ $BACKEND == cuda ]] && echo cuda || echo cpu)"  # torch's
@@ -107,26 +109,42 @@ if [[ " $CHECKS " == *" test "* ]]; then
       status=1
     fi
   done
+  # A failure traced to the tiled attention kernel: the other checks measure
+  # the per-row kernel instead, so that they still say something.
+  if grep -q "KVCAST_CUDA_ATTENTION=tiled" "$LOGS/cuda_backend_test.log" 2>/dev/null; then
+    export KVCAST_CUDA_ATTENTION=warp
+    note "- the tiled attention kernel failed its test: the checks below use KVCAST_CUDA_ATTENTION=warp"
+  fi
 fi
 
 oracle() {  # arch size
-  local arch=$1 size=$2 dir="$MODELS/$1-$2" tokens
+  local arch=$1 size=$2 dir="$MODELS/$1-$2" tokens o="$LOGS/$1-$2"
   make_model "$arch" "$size" "$dir" || return 1
   tokens=$("$PY" -c "import json; v = min(30000, json.load(open('$dir/config.json'))['vocab_size']); print(','.join(str((i * 7919 + 13) % v) for i in range(96)))")
+  # HF float32: 64 greedy tokens, then the logits over prompt + those tokens;
+  # HF again with every Linear input rounded to bf16 (what feeding bf16 GEMMs
+  # costs: the floor), over the same tokens, and its own greedy tokens.
   "$PY" tools/golden/hf_logits.py --model "$dir" --device "$DEVICE" --tokens "$tokens" \
-      --greedy 64 --out "$LOGS/hf_$arch-$size.json" || return 1
+      --greedy 64 --teacher_forced --out "$o.hf32.json" --logits_file "$o.hf32.f32" || return 1
+  "$PY" tools/golden/hf_logits.py --model "$dir" --device "$DEVICE" --tokens "$tokens" \
+      --greedy 64 --teacher_forced --continuation_from "$o.hf32.json" \
+      --linear_input_dtype bfloat16 --out "$o.hfbf16.json" --logits_file "$o.hfbf16.f32" || return 1
+  # kvcast: the same teacher-forced tokens in one prefill, and its own 64
+  # greedy tokens from the prompt (the decode path).
+  kv "$BIN/kvcast_logits" --model "$dir" --backend "$BACKEND" \
+      --tokens "$("$PY" -c "import json; print(','.join(map(str, json.load(open('$o.hf32.json'))['tokens'])))")" \
+      --out "$o.kv_tf.json" --logits_file "$o.kv_tf.f32" || return 1
   kv "$BIN/kvcast_logits" --model "$dir" --backend "$BACKEND" --tokens "$tokens" --greedy 64 \
-      --out "$LOGS/kvcast_$arch-$size.json" || return 1
-  # bf16 GEMM inputs against HF's float32: logits of O(1..10) within 0.1.
-  "$PY" tools/golden/compare_logits.py --hf "$LOGS/hf_$arch-$size.json" \
-      --kvcast "$LOGS/kvcast_$arch-$size.json" --tol 0.1 --steps 64
+      --out "$o.kv_greedy.json" --logits_file "$o.kv_greedy.f32" || return 1
+  "$PY" tools/golden/compare_logits.py --hf "$o.hf32.json" --hf_rounded "$o.hfbf16.json" \
+      --kvcast "$o.kv_tf.json" --kvcast_greedy "$o.kv_greedy.json" --tol 0.05
 }
 export -f oracle
 if [[ " $CHECKS " == *" oracle "* ]]; then
   for spec in $ORACLE_SHAPES; do
     step "oracle_${spec/:/-}" 240 oracle "${spec%%:*}" "${spec##*:}"
-    grep -E "^(logits|greedy|PASS|FAIL)" "$LOGS/oracle_${spec/:/-}.log" >>"$SUMMARY"
-    rm -f "$LOGS"/hf_*.json "$LOGS"/kvcast_*.json  # ~100 MB each
+    grep -E "^(logits|teacher|greedy|PASS|FAIL)" "$LOGS/oracle_${spec/:/-}.log" >>"$SUMMARY"
+    rm -f "$LOGS"/*.f32  # up to 80 MB each
   done
 fi
 
@@ -227,6 +245,17 @@ export -f disagg
 if [[ " $CHECKS " == *" disagg "* ]]; then
   step disagg 300 disagg
   grep -E "^(request|TTFT|KV transfer|bench:|127\.0\.0\.1|prompt)" "$LOGS/disagg.log" >>"$SUMMARY"
+fi
+
+# The attention kernels under compute-sanitizer: shared-memory races in the
+# tiled kernel's barrier discipline, and out-of-bounds accesses.
+if [[ " $CHECKS " == *" sanitize "* ]]; then
+  CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+  for tool in racecheck memcheck; do
+    step "sanitize_$tool" 90 kv "$CS" --tool "$tool" --error-exitcode 3 \
+      "$BIN/cuda_backend_test" --gtest_filter='Shapes/CudaAttentionTest.PagedAttentionMatchesCpu/0'
+    grep -E "ERROR SUMMARY|RACECHECK SUMMARY|hazard" "$LOGS/sanitize_$tool.log" | head -5 >>"$SUMMARY"
+  done
 fi
 
 note "total $(($(date +%s) - T0)) s, status $status"

@@ -9,9 +9,13 @@
 //    time, over the measured device-to-device copy bandwidth;
 //  - prefill tokens/s per prompt length, as a fraction of the cuBLAS GEMM
 //    peak for the same shapes: time of the model's GEMMs alone (Linear with
-//    the same m, k, n) over the time of the whole prefill;
+//    the same m, k, n) over the time of the whole prefill (best of 3; the
+//    range printed), with the tiled attention kernel and with the per-row
+//    one (KVCAST_CUDA_ATTENTION=warp), alternating;
 //  - KV landing GB/s (DecodeKv from page-locked staging into pages) over the
 //    measured pinned host-to-device copy bandwidth.
+// Decode also prints the host time spent queuing a step's kernels: near the
+// step time, the step is bound by launches, not by the GPU.
 // Every forward pass includes its host work, and each decode step its greedy
 // pick on the GPU (SampleTokens: only the tokens come to the host), as the
 // engine's steps pay them.
@@ -20,6 +24,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -113,8 +118,8 @@ absl::Status Run() {
   std::vector<float> logits;
 
   // Decode.
-  std::printf("| model | batch | decode tokens/s | step ms | bytes/step | roofline |\n"
-              "|---|---|---|---|---|---|\n");
+  std::printf("| model | batch | decode tokens/s | step ms | host issue ms | bytes/step | roofline |\n"
+              "|---|---|---|---|---|---|---|\n");
   for (int B : batches) {
     const int per_seq = (context + steps + page_tokens - 1) / page_tokens;
     ASSIGN_OR_RETURN(auto pool, KvPagePool::Create(backend.get(), model->kv_layout(page_tokens),
@@ -131,24 +136,29 @@ absl::Status Run() {
     std::vector<ForwardItem> items(B);
     std::vector<TokenSampling> greedy(B);
     for (int b = 0; b < B; ++b) greedy[b].row = b;
+    double issue = 0;  // host time queuing a step's kernels, before the sampling waits
     auto step = [&](int i) -> absl::Status {
       for (int b = 0; b < B; ++b) items[b] = {absl::MakeConstSpan(&next[b], 1), context + i, tables[b]};
+      const auto t = Clock::now();
       ASSIGN_OR_RETURN(const float* dev_logits, model->ForwardLogits(items, pool.get(), false));
+      issue += Since(t);
       return backend->SampleTokens(dev_logits, c.vocab_size, greedy.data(), B, next.data());
     };
     RETURN_IF_ERROR(step(0));  // warm-up: workspace and cuBLAS plans
+    issue = 0;
     auto t0 = Clock::now();
     for (int i = 1; i <= steps - 1; ++i) RETURN_IF_ERROR(step(i));
     const double per_step = Since(t0) / (steps - 1);
     const double bytes = weight_bytes + B * (context + steps / 2.0) * kv_token_bytes;
-    std::printf("| %s | %d | %.0f | %.3f | %.2f GB | %.0f%% |\n", name.c_str(), B, B / per_step,
-                per_step * 1e3, bytes / 1e9, 100 * bytes / per_step / hbm);
+    std::printf("| %s | %d | %.0f | %.3f | %.3f | %.2f GB | %.0f%% |\n", name.c_str(), B,
+                B / per_step, per_step * 1e3, issue / (steps - 1) * 1e3, bytes / 1e9,
+                100 * bytes / per_step / hbm);
     std::fflush(stdout);
   }
 
   // Prefill, against the same GEMMs alone.
-  std::printf("\n| model | prompt | prefill tokens/s | GEMMs alone ms | prefill ms | of GEMM peak |\n"
-              "|---|---|---|---|---|---|\n");
+  std::printf("\n| model | prompt | prefill tokens/s | GEMMs alone ms | prefill ms | prefill ms, "
+              "per-row attention | of GEMM peak |\n|---|---|---|---|---|---|---|\n");
   for (int T : prefills) {
     const int pages = (T + page_tokens - 1) / page_tokens;
     ASSIGN_OR_RETURN(auto pool,
@@ -157,10 +167,22 @@ absl::Status Run() {
     std::vector<int32_t> prompt(T);
     for (int i = 0; i < T; ++i) prompt[i] = (i * 104729 + 7) % c.vocab_size;
     ForwardItem item{prompt, 0, table};
+    // The attention kernel as chosen (tiled for prompts), then the per-row
+    // one alone (KVCAST_CUDA_ATTENTION=warp), alternating, kReps each.
+    constexpr int kReps = 3;
+    double prefill = 1e30, prefill_max = 0, rowwise = 1e30, rowwise_max = 0;
     RETURN_IF_ERROR(model->Forward({&item, 1}, pool.get(), false, &logits));  // warm-up
-    auto t0 = Clock::now();
-    RETURN_IF_ERROR(model->Forward({&item, 1}, pool.get(), false, &logits));
-    const double prefill = Since(t0);
+    for (int rep = 0; rep < kReps; ++rep) {
+      for (bool per_row : {false, true}) {
+        if (per_row) setenv("KVCAST_CUDA_ATTENTION", "warp", 1);
+        auto t0 = Clock::now();
+        RETURN_IF_ERROR(model->Forward({&item, 1}, pool.get(), false, &logits));
+        const double secs = Since(t0);
+        unsetenv("KVCAST_CUDA_ATTENTION");
+        (per_row ? rowwise : prefill) = std::min(per_row ? rowwise : prefill, secs);
+        (per_row ? rowwise_max : prefill_max) = std::max(per_row ? rowwise_max : prefill_max, secs);
+      }
+    }
 
     int64_t max_n = V, max_k = I;
     for (auto [n, k] : layer_gemms) max_n = std::max(max_n, n), max_k = std::max(max_k, k);
@@ -183,12 +205,16 @@ absl::Status Run() {
     };
     gemms();
     RETURN_IF_ERROR(backend->Synchronize());
-    t0 = Clock::now();
-    gemms();
-    RETURN_IF_ERROR(backend->Synchronize());
-    const double gemm = Since(t0);
-    std::printf("| %s | %d | %.0f | %.1f | %.1f | %.0f%% |\n", name.c_str(), T, T / prefill,
-                gemm * 1e3, prefill * 1e3, 100 * gemm / prefill);
+    double gemm = 1e30;
+    for (int rep = 0; rep < kReps; ++rep) {
+      const auto t0 = Clock::now();
+      gemms();
+      RETURN_IF_ERROR(backend->Synchronize());
+      gemm = std::min(gemm, Since(t0));
+    }
+    std::printf("| %s | %d | %.0f | %.1f | %.1f-%.1f | %.1f-%.1f | %.0f%% |\n", name.c_str(), T,
+                T / prefill, gemm * 1e3, prefill * 1e3, prefill_max * 1e3, rowwise * 1e3,
+                rowwise_max * 1e3, 100 * gemm / prefill);
     std::fflush(stdout);
   }
 

@@ -17,6 +17,13 @@ pass over the given token ids, and writes JSON:
 A small greedy_min_margin (say < 1e-3) means a near-tie: a correct engine
 may pick the other token there, so compare logits, not just tokens.
 
+With --teacher_forced, "tokens" is the prompt followed by the greedy tokens
+(or --continuation_from's) and "logits" covers all of them ("prompt_len":
+the prompt's length): top-1 agreement along one history. With
+--linear_input_dtype bfloat16 every Linear's input is rounded to bf16 first,
+as an engine feeding bf16 GEMMs does (the GPU oracle compares against both).
+--logits_file writes the logits as raw float32 instead of JSON numbers.
+
 Usage:
   .venv-hf/bin/python tools/golden/hf_logits.py --model DIR \
       --tokens 1,2,3 --out FILE.json [--dtype float32] [--greedy N]
@@ -72,6 +79,19 @@ def main(argv=None):
                         help="also generate N tokens greedily")
     parser.add_argument("--device", default="cpu",
                         help="torch device (cpu, or cuda on the GPU machine)")
+    parser.add_argument("--linear_input_dtype", default="", choices=["", "bfloat16", "float16"],
+                        help="round every Linear's input to this type (and back) before "
+                             "the product, as a GPU engine feeding 16-bit GEMMs does; the "
+                             "product itself stays in --dtype")
+    parser.add_argument("--teacher_forced", action="store_true",
+                        help="report the logits over the tokens followed by the greedy "
+                             "tokens (or --continuation_from's), in one pass")
+    parser.add_argument("--continuation_from", default="",
+                        help="with --teacher_forced: the continuation is this hf_logits "
+                             "JSON's greedy_tokens")
+    parser.add_argument("--logits_file", default="",
+                        help="write the logits here as raw little-endian float32 "
+                             "(positions x vocab) instead of into the JSON")
     parser.add_argument("--threads", type=int, default=0,
                         help="torch CPU threads (default: torch's choice)")
     args = parser.parse_args(argv)
@@ -96,6 +116,15 @@ def main(argv=None):
     )
     model.eval()
     model.to(args.device)
+    if args.linear_input_dtype:
+        rounding = DTYPES[args.linear_input_dtype]
+
+        def round_input(module, inputs):
+            return tuple(x.to(rounding).to(x.dtype) for x in inputs)
+
+        for module in model.modules():
+            if isinstance(module, torch.nn.Linear):
+                module.register_forward_pre_hook(round_input)
 
     vocab = model.config.vocab_size
     bad = [t for t in args.tokens if t >= vocab]
@@ -110,13 +139,10 @@ def main(argv=None):
         "transformers": transformers.__version__,
         "torch": torch.__version__,
         "dtype": args.dtype,
+        "linear_input_dtype": args.linear_input_dtype or args.dtype,
         "tokens": args.tokens,
     }
     with torch.no_grad():
-        logits = model(input_ids=input_ids, attention_mask=attention_mask,
-                       use_cache=False).logits
-        result["logits"] = logits[0].to(torch.float32).tolist()
-
         if args.greedy > 0:
             gen_config = transformers.GenerationConfig.from_dict(
                 model.generation_config.to_dict())
@@ -146,11 +172,33 @@ def main(argv=None):
             result["greedy_min_margin"] = min(margins) if margins else None
             result["greedy_margins"] = margins
 
+        if args.teacher_forced:
+            # One pass over the prompt and a continuation: every position's
+            # next-token logits with the reference's tokens as the history.
+            if args.continuation_from:
+                with open(args.continuation_from) as f:
+                    cont = json.load(f)["greedy_tokens"]
+            else:
+                cont = result.get("greedy_tokens", [])
+            result["prompt_len"] = len(args.tokens)
+            result["tokens"] = args.tokens + cont
+            input_ids = torch.tensor([result["tokens"]], dtype=torch.long,
+                                     device=args.device)
+            attention_mask = torch.ones_like(input_ids)
+        logits = model(input_ids=input_ids, attention_mask=attention_mask,
+                       use_cache=False).logits[0].to(torch.float32)
+        if args.logits_file:
+            logits.cpu().numpy().astype("<f4").tofile(args.logits_file)
+            result["logits_file"] = os.path.abspath(args.logits_file)
+            result["vocab"] = vocab
+        else:
+            result["logits"] = logits.tolist()
+
     tmp = args.out + ".tmp"
     with open(tmp, "w") as f:
         json.dump(result, f)
     os.replace(tmp, args.out)
-    print(f"wrote {args.out}: {len(args.tokens)} positions x {vocab} logits"
+    print(f"wrote {args.out}: {len(result['tokens'])} positions x {vocab} logits"
           + (f", {len(result['greedy_tokens'])} greedy tokens"
              if args.greedy > 0 else ""), file=sys.stderr)
     return 0

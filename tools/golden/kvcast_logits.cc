@@ -30,6 +30,9 @@ ABSL_FLAG(std::string, backend, "cpu-f32", "cpu-f32 (float32 weights: the oracle
 ABSL_FLAG(std::string, tokens, "", "comma-separated prompt token ids");
 ABSL_FLAG(int, greedy, 0, "greedy tokens to generate after the prompt");
 ABSL_FLAG(std::string, out, "", "output JSON file");
+ABSL_FLAG(std::string, logits_file, "",
+          "write the logits here as raw little-endian float32 (positions x vocab) instead of "
+          "into the JSON");
 
 namespace kvcast {
 namespace {
@@ -69,11 +72,21 @@ absl::Status Run() {
   nlohmann::json result;
   result["backend"] = std::string(backend->name());
   result["tokens"] = tokens;
-  nlohmann::json rows = nlohmann::json::array();
-  for (size_t r = 0; r < tokens.size(); ++r) {
-    rows.push_back(std::vector<float>(logits.begin() + r * vocab, logits.begin() + (r + 1) * vocab));
+  if (const std::string raw = absl::GetFlag(FLAGS_logits_file); !raw.empty()) {
+    std::ofstream lf(raw, std::ios::binary);
+    lf.write(reinterpret_cast<const char*>(logits.data()),
+             std::streamsize(tokens.size() * vocab * sizeof(float)));
+    if (!lf) return absl::InternalError(absl::StrCat(raw, ": write failed"));
+    result["logits_file"] = raw;
+    result["vocab"] = vocab;
+  } else {
+    nlohmann::json rows = nlohmann::json::array();
+    for (size_t r = 0; r < tokens.size(); ++r) {
+      rows.push_back(
+          std::vector<float>(logits.begin() + r * vocab, logits.begin() + (r + 1) * vocab));
+    }
+    result["logits"] = std::move(rows);
   }
-  result["logits"] = std::move(rows);
 
   std::vector<int32_t> generated;
   const float* last = logits.data() + (tokens.size() - 1) * vocab;
