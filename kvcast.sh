@@ -4,7 +4,8 @@
 #                       cluster, ask two chat questions sharing a system prompt
 #                       (the second shows cached tokens)
 #   ./kvcast.sh demo tiny   the same on the tiny random model (gibberish by design)
-#   ./kvcast.sh test    build and run every test; ends with "N passed, N failed"
+#   ./kvcast.sh test    build and run every test; lists failed and skipped cases
+#                       (with the reason), then ends with "N passed, N failed"
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -133,11 +134,15 @@ test_all() {
   deploy_venv=$(setup_deploy_venv)
   local smollm2
   smollm2=$(tools/models/fetch_smollm2.sh "$MODELS_DIR" "$PWD/$VENV/bin/python")
+  mkdir -p build
+  # The run's build events name the test.xml files it produced: stale ones
+  # under bazel-testlogs (targets this run did not test) are not counted.
   bazel_cmd test //... --test_env=KVCAST_PYTHON="$PWD/$VENV/bin/python" \
     --test_env=KVCAST_SMOLLM2="$PWD/$smollm2" \
     --test_env=KVCAST_AIOMOQT_VENV="$moq_venv" \
-    --test_env=KVCAST_DEPLOY_VENV="$deploy_venv" || rc=$?
-  python3 tests/count_results.py bazel-testlogs
+    --test_env=KVCAST_DEPLOY_VENV="$deploy_venv" \
+    --build_event_json_file="$PWD/build/test_events.json" || rc=$?
+  python3 tests/count_results.py --bep build/test_events.json bazel-testlogs || { [ "$rc" -ne 0 ] || rc=1; }
   return $rc
 }
 

@@ -18,7 +18,8 @@ OUT=${TEST_TMPDIR:-$(mktemp -d)}/interop
   --kvcast-moqt "$RUNFILES/transport/moqt/kvcast-moqt" \
   --kvpub "$RUNFILES/transport/kvcache/kvcast-kvpub" \
   --make-tiny-model "$RUNFILES/tools/tiny_model/make_tiny_model" --out "$OUT"
-echo "run_interop exit code $?"
+run_rc=$?
+echo "run_interop exit code $run_rc"
 
 xml_escape() { sed -e 's/&/\&amp;/g' -e 's/</\&lt;/g' -e 's/>/\&gt;/g' -e 's/"/\&quot;/g'; }
 cases="" failures=0 tests=0 skipped=0
@@ -44,4 +45,7 @@ done < "$OUT/results.txt"
 } > "${XML_OUTPUT_FILE:-$OUT/test.xml}"
 cat "$OUT/results.txt"
 echo "interop: $tests cases, $failures failed, $skipped skipped"
-[[ $tests -gt 0 && $failures -eq 0 ]]
+# A runner that stopped early (crashed, killed) fails the test even when the
+# cases it recorded passed.
+[[ $run_rc -eq 0 ]] || echo "FAIL: run_interop exited $run_rc"
+[[ $tests -gt 0 && $failures -eq 0 && $run_rc -eq 0 ]]

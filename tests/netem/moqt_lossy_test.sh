@@ -9,8 +9,8 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 R=${TEST_SRCDIR:-$HERE/../..}/${TEST_WORKSPACE:-kvcast}
 source "$R/tests/netem/netns.sh"
 if ! netem_available; then
-  echo "SKIPPED: $NETEM_UNAVAILABLE_REASON"
-  exit 0
+  source "$R/tests/testing/junit_skip.sh"
+  junit_skip moqt_lossy "SKIPPED: $NETEM_UNAVAILABLE_REASON"
 fi
 TMP=${TEST_TMPDIR:-$(mktemp -d)}
 GROUPS_N=8 OBJECTS=32 SIZE=16384 SEED=11   # 8 * 32 * 16 KiB = 4 MiB

@@ -4,7 +4,7 @@
 # Source this file from a bash test:
 #
 #   source tests/netem/netns.sh
-#   netem_available || { echo "SKIPPED: $NETEM_UNAVAILABLE_REASON"; exit 0; }
+#   netem_available || { source .../tests/testing/junit_skip.sh; junit_skip NAME "SKIPPED: $NETEM_UNAVAILABLE_REASON"; }
 #   netem_setup "kvq$$" 2 20          # 2% loss, 20 ms each way: RTT 40 ms
 #   netem_run_b my_server --listen "$NETEM_ADDR_B:4433" &
 #   netem_run_a my_client --connect "$NETEM_ADDR_B:4433"

@@ -10,8 +10,8 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$HERE/netns.sh"
 
 if ! netem_available; then
-  echo "SKIPPED: network namespaces unavailable: $NETEM_UNAVAILABLE_REASON"
-  exit 0
+  source "${TEST_SRCDIR:-$HERE/../..}/${TEST_WORKSPACE:-kvcast}/tests/testing/junit_skip.sh"
+  junit_skip netns_selftest "SKIPPED: network namespaces unavailable: $NETEM_UNAVAILABLE_REASON"
 fi
 
 fail() { echo "FAIL: $*" >&2; exit 1; }

@@ -66,9 +66,9 @@ ABSL_FLAG(int, kv_cache_mb, 256, "KV page pool size in MiB (per worker)");
 ABSL_FLAG(std::string, backend, "cpu", "generate --model, cluster up: compute backend, cpu (Q8 weights), cpu-bf16, cpu-f32 or cuda (where built)");
 ABSL_FLAG(int, device, 0, "generate --model: GPU index for --backend=cuda");
 ABSL_FLAG(bool, ids, false, "print token ids instead of text");
-ABSL_FLAG(std::string, kv_cache_precision, "fp32",
-          "generate --model: KV values as fp32, or fp16 (rounded to fp16, as the workers keep "
-          "them by default: the same tokens as a cluster's greedy request)");
+ABSL_FLAG(std::string, kv_cache_precision, "fp16",
+          "generate --model: KV values rounded to fp16, as the workers keep them by default "
+          "(the same greedy tokens as a cluster), or fp32 (HF's float32 reference)");
 // cluster up
 ABSL_FLAG(int, prefill, 1, "prefill workers");
 ABSL_FLAG(int, decode, 1, "decode workers");

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `kvcast generate --model`: the in-process engine on the backend asked for.
 #  - cpu: greedy and seeded sampling print --max_tokens ids, the same ids run
-#    to run, and sampling differs from greedy; --kv_cache_precision fp16
-#    works, an unknown precision is bad usage;
+#    to run, and sampling differs from greedy; fp16 KV values are the
+#    default, fp32 works, an unknown precision is bad usage;
 #  - an unknown backend fails (exit 1) naming the backends built in;
 #  - cuda: fails with the reason (no GPU here, or, with one, the tiny
 #    model's head_dim 16, which the CUDA attention kernels do not take).
@@ -24,9 +24,10 @@ sampled=$(gen --temperature 1.5 --seed 9)
 [ "$(gen --temperature 1.5 --seed 9)" = "$sampled" ] || fail "seeded sampling differs run to run"
 [ "$sampled" != "$greedy" ] || fail "sampling at temperature 1.5 gave the greedy ids"
 
-# KV rounded to fp16, as the workers keep it: still 12 ids; a precision the
-# engine lacks is bad usage (exit 2) naming the flag.
-[ "$(gen --kv_cache_precision fp16 | wc -w)" -eq 12 ] || fail "--kv_cache_precision fp16"
+# fp16 KV values are the default (the workers'); float32 KV still gives 12
+# ids; a precision the engine lacks is bad usage (exit 2) naming the flag.
+[ "$(gen --kv_cache_precision fp16)" = "$greedy" ] || fail "--kv_cache_precision fp16 is not the default"
+[ "$(gen --kv_cache_precision fp32 | wc -w)" -eq 12 ] || fail "--kv_cache_precision fp32"
 rc=0
 gen --kv_cache_precision int8 >/dev/null || rc=$?
 [ "$rc" -eq 2 ] || fail "--kv_cache_precision int8: exit $rc, want 2"

@@ -8,8 +8,8 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CLANGXX=${CLANGXX:-clang++-14}
 if ! command -v "$CLANGXX" >/dev/null 2>&1 ||
    [ ! -f "$("$CLANGXX" -print-resource-dir)/lib/linux/libclang_rt.fuzzer-$(uname -m).a" ]; then
-  echo "SKIPPED: clang-14/libFuzzer not installed (apt-get install clang-14 libclang-rt-14-dev)"
-  exit 0
+  source "${TEST_SRCDIR:-$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/../..}/${TEST_WORKSPACE:-kvcast}/tests/testing/junit_skip.sh"
+  junit_skip codec_fuzz_smoke "SKIPPED: clang-14/libFuzzer not installed (apt-get install clang-14 libclang-rt-14-dev)"
 fi
 OUT="${TEST_TMPDIR:-$(mktemp -d)}/codec_fuzz"
 exec "$HERE/build_and_run.sh" "$OUT" "${CODEC_FUZZ_SECONDS:-20}"
