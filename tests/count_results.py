@@ -72,7 +72,8 @@ def main() -> int:
                 print(f"FAILED {where}: {name}")
             elif skip is not None or case.get("result") == "skipped":
                 skipped += 1
-                reason = (skip.get("message") or skip.text or "").strip() if skip is not None else ""
+                reason = (skip.get("message") or skip.text or "") if skip is not None else ""
+                reason = " ".join(reason.split())  # one line a case
                 skips.append(f"SKIPPED {where}: {name}" + (f": {reason}" if reason else ""))
             else:
                 passed += 1

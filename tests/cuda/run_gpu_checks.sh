@@ -10,19 +10,20 @@
 #          (tools/golden/compare_logits.py);
 #  bench   gpu_bench (decode roofline, prefill vs the GEMMs alone, KV landing)
 #          and HF generate on the same checkpoint and GPU;
-#  sanitize  the attention kernels under compute-sanitizer racecheck and memcheck;
 #  disagg  scheduler, relay, one prefill and one decode worker on the backend
 #          sharing the GPU: two greedy requests with one 2K-token prefix equal
 #          to the in-process run, a shared-prefix `kvcast bench` (TTFT, the KV
-#          handoff's exposed share, landing GB/s, prefix hits), no page leaked.
+#          handoff's exposed share, landing GB/s, prefix hits), no page leaked;
+#  sanitize  the attention kernels under compute-sanitizer racecheck and memcheck.
 # Every step runs under its own time limit and the others run whatever it
 # gives. Results: $OUT/summary.md (one line a step, then the key outputs) and
 # $OUT/logs.tgz (every log and JSON file): two files, for the device tool.
 #
 # Usage: bash tests/cuda/run_gpu_checks.sh [PACK_DIR] [checks...]
 #   (default: build/gpu, all of: test oracle bench disagg sanitize)
-# Dry run on a machine without a GPU (scripts, flags, parsing):
-#   BACKEND=cpu ORACLE_SHAPES="llama3:tiny" DISAGG_PREFIX=256 \
+# Dry run on a machine without a GPU (scripts, flags, parsing), with a
+# python3 that has torch and transformers:
+#   BACKEND=cpu-f32 ORACLE_SHAPES="llama3:tiny" DISAGG_SHAPE=llama3:tiny DISAGG_PREFIX=256 \
 #     bash tests/cuda/run_gpu_checks.sh build/gpu oracle disagg
 set -uo pipefail
 cd "$(dirname "$0")/../.."
