@@ -93,12 +93,13 @@ absl::StatusOr<double> FirstToken(Engine* e, const std::vector<int32_t>& prompt,
 // it over MoQT through a relay; worker B, a fresh engine, fetches it from
 // the relay's cache into its pages and computes the tail. Seconds from the
 // SUBSCRIBE to B's first token, median of `runs` (the relay's cache is
-// filled by one untimed landing first).
+// filled by one untimed landing first); `reused`: the prompt tokens B's
+// sequence started from (the engine's cached_tokens), as measured.
 using bench::Ready;
 using bench::UpstreamPublisher;
 
 absl::StatusOr<double> RelayTtft(const std::string& model, const std::vector<int32_t>& prefix,
-                                 const std::vector<int32_t>& prompt, int runs) {
+                                 const std::vector<int32_t>& prompt, int runs, int* reused) {
   auto engine = [&]() -> absl::StatusOr<std::unique_ptr<Engine>> {
     EngineOptions o;
     o.kv_cache_bytes = 512ll << 20;
@@ -201,7 +202,9 @@ absl::StatusOr<double> RelayTtft(const std::string& model, const std::vector<int
     while (b->HasWork()) {
       ASSIGN_OR_RETURN(std::vector<SequenceEvent> events, b->Step());
       for (const SequenceEvent& ev : events) {
-        if (ev.id == id && ev.token >= 0 && secs < 0) {
+        if (ev.id != id) continue;
+        *reused = ev.cached_tokens;  // the landed tokens B's sequence started from
+        if (ev.token >= 0 && secs < 0) {
           secs = std::chrono::duration<double>(Clock::now() - t0).count();
         }
       }
@@ -337,8 +340,10 @@ absl::Status Main() {
       for (int32_t& t : prefix) t = int32_t(100 + rng() % 20000);
       std::vector<int32_t> prompt = prefix;
       for (int i = 0; i < tail_len; ++i) prompt.push_back(int32_t(30000 + rng() % 10000));
-      ASSIGN_OR_RETURN(double secs, RelayTtft(model, prefix, prompt, absl::GetFlag(FLAGS_runs)));
-      rows.push_back({"relay", secs, prefix_len / 128 * 128});
+      int reused = 0;
+      ASSIGN_OR_RETURN(double secs,
+                       RelayTtft(model, prefix, prompt, absl::GetFlag(FLAGS_runs), &reused));
+      rows.push_back({"relay", secs, reused});
       std::fprintf(stderr, "kv_tier_bench: relay done\n");
     }
   }
