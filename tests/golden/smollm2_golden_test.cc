@@ -9,12 +9,14 @@
 //
 // Checks:
 //  - token ids of 572 varied strings and of the 3 prompts equal HF's;
-//  - cpu-f32 (float32 weights, the exact path): last-position logits within
-//    kF32LogitTol of HF's and 64 greedy tokens identical on each prompt;
-//  - cpu (Q8 weights and activations) and cpu-bf16 (the dequantized weights
-//    rounded to bf16): within kQ8LogitTol, and the greedy
-//    tokens agree with HF's at least up to the first step whose HF margin is
-//    below kQ8MarginGuard (a near tie that the 8-bit rounding may flip).
+//  - on each backend, per prompt: the last-position logits within a bound
+//    of HF's, and along HF's own history (teacher-forced: the prompt and
+//    HF's greedy tokens in one pass) top-1 agreement with HF's next token at
+//    64 positions and KL(HF || kvcast) over HF's 32 likeliest tokens + the
+//    rest, mean and max, within bounds measured per backend (Bounds below):
+//    cpu-f32 (float32 weights, the exact path), cpu (Q8 weights and
+//    activations), cpu-bf16 (the dequantized weights rounded to bf16);
+//  - cpu-f32 also generates HF's 64 greedy tokens on each prompt.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -36,12 +38,25 @@
 namespace kvcast {
 namespace {
 
-// Float32 on both sides from the same dequantized weights; only the order
-// of float sums differs (30 layers deep). Logits of this model span ~[-30, 30].
-constexpr double kF32LogitTol = 2e-3;
-// Q8 activations and requantized Q4_1 weights (see docs/benchmarks.md).
-constexpr double kQ8LogitTol = 1.5;
-constexpr double kQ8MarginGuard = 0.5;
+// Bounds per backend: measured on 2026-11-27 (AMD EPYC; the cpu-f32 logit
+// diff also on the Xeon VM) plus the margin stated beside each. Logits of
+// this model span ~[-30, 30]; the golden logits are rounded to 6 significant
+// digits (up to 5e-5 of the diff below comes from that).
+struct Bounds {
+  double last_logit;  // worst |logit diff| after the prompt
+  int min_top1;       // of 64 teacher-forced positions
+  double mean_kl, max_kl;
+};
+// Float32 on both sides from the same dequantized weights; only the order of
+// float sums differs. Measured: logits <= 8.0e-5, 64 of 64, KL <= 3.5e-10.
+// Margin 1.5x on the logits, the rest exact or far above the noise.
+constexpr Bounds kF32Bounds{1.2e-4, 64, 1e-9, 1e-8};
+// Q8 activations and requantized Q4_1 weights. Measured: logits <= 0.98,
+// top-1 61-63 of 64, KL mean <= 0.0037, max <= 0.020. Margin 1.5-2x.
+constexpr Bounds kQ8Bounds{1.5, 60, 0.006, 0.04};
+// The dequantized weights rounded to bf16. Measured: logits <= 0.123, top-1
+// 63-64 of 64, KL mean <= 6.7e-5, max <= 5.5e-4. Margin 2x.
+constexpr Bounds kBf16Bounds{0.25, 62, 1.5e-4, 1.2e-3};
 
 std::string ModelPath() {
   const char* p = std::getenv("KVCAST_SMOLLM2");
@@ -109,6 +124,56 @@ Run Generate(Transformer& model, Backend* backend, const std::vector<int32_t>& p
   return run;
 }
 
+// Along HF's own history (the prompt and HF's first 63 greedy tokens in one
+// pass): at each of the 64 positions, whether kvcast's top-1 is HF's next
+// token, and KL(HF || kvcast) over HF's 32 likeliest tokens plus the rest of
+// the mass (a lower bound on the full KL; the rest is < 1e-3 of the mass).
+struct TeacherForced {
+  int agree = 0, positions = 0;
+  double mean_kl = 0, max_kl = 0;
+};
+
+TeacherForced ScoreTeacherForced(Transformer& model, Backend* backend,
+                                 const std::vector<int32_t>& prompt,
+                                 const std::vector<int32_t>& greedy,
+                                 const nlohmann::json& teacher) {
+  TeacherForced r;
+  std::vector<int32_t> tokens = prompt;
+  tokens.insert(tokens.end(), greedy.begin(), greedy.end() - 1);
+  const int page_tokens = 16;
+  const int pages = int(tokens.size()) / page_tokens + 1;
+  auto pool = *KvPagePool::Create(backend, model.kv_layout(page_tokens), pages);
+  std::vector<int32_t> table(pages);
+  std::iota(table.begin(), table.end(), 0);
+  std::vector<float> logits;
+  ForwardItem item{tokens, 0, table};
+  EXPECT_TRUE(model.Forward({&item, 1}, pool.get(), /*all_logits=*/true, &logits).ok());
+  const size_t vocab = logits.size() / tokens.size();
+  const auto ids = teacher["ids"].get<std::vector<std::vector<int32_t>>>();
+  const auto logps = teacher["logprobs"].get<std::vector<std::vector<double>>>();
+  for (size_t step = 0; step < greedy.size(); ++step) {
+    const float* z = logits.data() + (prompt.size() - 1 + step) * vocab;
+    const float* top = std::max_element(z, z + vocab);
+    r.agree += int32_t(top - z) == greedy[step];
+    double sum = 0;
+    for (size_t i = 0; i < vocab; ++i) sum += std::exp(double(z[i]) - *top);
+    const double lse = *top + std::log(sum);
+    double kl = 0, p_top = 0, q_top = 0;
+    for (size_t k = 0; k < ids[step].size(); ++k) {
+      const double logp = logps[step][k], logq = z[ids[step][k]] - lse;
+      kl += std::exp(logp) * (logp - logq);
+      p_top += std::exp(logp);
+      q_top += std::exp(logq);
+    }
+    const double p_rest = std::max(1 - p_top, 0.0), q_rest = std::max(1 - q_top, 1e-30);
+    if (p_rest > 0) kl += p_rest * std::log(p_rest / q_rest);
+    r.mean_kl += kl / double(greedy.size());
+    r.max_kl = std::max(r.max_kl, kl);
+    ++r.positions;
+  }
+  return r;
+}
+
 void CheckAgainstHf(CpuWeights weights) {
   const nlohmann::json golden = ReadJson("tests/data/golden_smollm2_gguf.json");
   auto ckpt = Checkpoint::Open(ModelPath());
@@ -126,7 +191,6 @@ void CheckAgainstHf(CpuWeights weights) {
     EXPECT_EQ(*(*tok)->Encode(p["text"].get<std::string>(), false), want_ids);
     const auto want_logits = p["last_logits"].get<std::vector<double>>();
     const auto want_greedy = p["greedy_tokens"].get<std::vector<int32_t>>();
-    const auto margins = p["greedy_margins"].get<std::vector<double>>();
     const Run run = Generate(**model, backend.get(), want_ids, int(want_greedy.size()));
     ASSERT_EQ(run.last_logits.size(), want_logits.size());
     double worst = 0;
@@ -135,17 +199,24 @@ void CheckAgainstHf(CpuWeights weights) {
     }
     size_t agree = 0;
     while (agree < want_greedy.size() && run.greedy[agree] == want_greedy[agree]) ++agree;
-    size_t guard = 0;  // Steps before the first near tie.
-    while (guard < margins.size() && margins[guard] >= kQ8MarginGuard) ++guard;
-    std::printf("%s %s: worst last-logit diff %.3g; greedy agrees for %zu of %zu tokens\n",
+    const TeacherForced tf =
+        ScoreTeacherForced(**model, backend.get(), want_ids, want_greedy, p["teacher_forced"]);
+    std::printf("%s %s: worst last-logit diff %.3g; greedy agrees for %zu of %zu tokens; "
+                "teacher-forced top-1 %d of %d, KL mean %.3g max %.3g\n",
                 std::string(backend->name()).c_str(), name.c_str(), worst, agree,
-                want_greedy.size());
-    EXPECT_LT(worst, exact ? kF32LogitTol : kQ8LogitTol);
-    if (exact) {
-      EXPECT_EQ(run.greedy, want_greedy);
-    } else {
-      EXPECT_GE(agree, guard) << "diverged before the first HF margin < " << kQ8MarginGuard;
-    }
+                want_greedy.size(), tf.agree, tf.positions, tf.mean_kl, tf.max_kl);
+    const Bounds& b = weights == CpuWeights::kF32    ? kF32Bounds
+                      : weights == CpuWeights::kBF16 ? kBf16Bounds
+                                                     : kQ8Bounds;
+    EXPECT_LT(worst, b.last_logit);
+    EXPECT_GE(tf.agree, b.min_top1) << "teacher-forced top-1 agreement";
+    EXPECT_LT(tf.mean_kl, b.mean_kl);
+    EXPECT_LT(tf.max_kl, b.max_kl);
+    // The float32 path also generates HF's 64 greedy tokens itself. (For the
+    // 8- and 16-bit paths a greedy run parts from HF at its first near tie and
+    // then follows another history: the teacher-forced measures above are
+    // what can fail there.)
+    if (exact) EXPECT_EQ(run.greedy, want_greedy);
   }
 }
 

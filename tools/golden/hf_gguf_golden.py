@@ -21,6 +21,8 @@ package), computes on the CPU in float32 with attn_implementation="eager" and
                 "last_logits_argmax", "greedy_tokens", "greedy_text",
                 "greedy_min_margin", "greedy_margins",
                 "kv_cache_vs_full_pass_max_abs_diff",
+                "teacher_forced": {"top_k": 32, "ids": [64 x 32 token ids],
+                                   "logprobs": [64 x 32 log-probabilities]},
                 "last_logits": [vocab floats, 6 significant digits]}, ...]}
 
 last_logits are the logits after the whole prompt (one forward pass over the
@@ -29,7 +31,10 @@ do_sample=False) appends, with no EOS (it cannot stop early) and no logits
 processor; greedy_margins is the top1 - top2 logit gap at each step.
 kv_cache_vs_full_pass_max_abs_diff is the largest difference between
 generate()'s per-step logits (KV cache) and one forward pass over prompt +
-greedy tokens (no cache): the oracle's own float32 noise.
+greedy tokens (no cache): the oracle's own float32 noise. teacher_forced
+holds, for that pass's 64 positions (the prompt's last and the first 63
+greedy tokens, each predicting the next), HF's 32 likeliest tokens and their
+log-probabilities: top-1 agreement and KL along HF's own history.
 
 Usage (from the repository root; see README.md beside this file):
   .venv-hf/bin/python tools/golden/hf_gguf_golden.py \
@@ -65,6 +70,7 @@ EXPECTED_SHA256 = \
     "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 THREADS = 2
 GREEDY_STEPS = 64
+TOP_K = 32  # teacher-forced log-probabilities kept per step
 
 # The three prompts. (b) is longer than 128 tokens, so an engine that
 # prefills in 128-token chunks crosses a chunk boundary.
@@ -283,6 +289,16 @@ def run_prompt(model, tok, raw_tok, name, text, extra):
                 sys.exit(f"prompt {name}: step {step} argmax {a} without "
                          f"KV cache vs {b} with it (margin {margins[step]})")
 
+    # Teacher-forced: at each of the 64 steps, HF's log-probabilities of its
+    # TOP_K likeliest tokens (float64 log-softmax of the no-cache pass), so an
+    # engine fed the same tokens can be scored by top-1 agreement and by KL
+    # over those tokens plus the rest of the mass.
+    logp = torch.log_softmax(full_logits.to(torch.float64), dim=-1)
+    top = torch.topk(logp, TOP_K, dim=-1)
+    teacher = {"top_k": TOP_K,
+               "ids": top.indices.tolist(),
+               "logprobs": [[g6(x) for x in row] for row in top.values.tolist()]}
+
     last_list = last.tolist()
     return {
         "name": name,
@@ -297,6 +313,7 @@ def run_prompt(model, tok, raw_tok, name, text, extra):
         "greedy_min_margin": min(margins),
         "greedy_margins": [g6(m) for m in margins],
         "kv_cache_vs_full_pass_max_abs_diff": g6(max(cache_diff, first_diff)),
+        "teacher_forced": teacher,
         "last_logits": [g6(x) for x in last_list],
     }
 
