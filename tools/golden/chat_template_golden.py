@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
-"""Golden renderings of real chat templates by Python jinja2, configured as
-Hugging Face transformers configures it (chat_template_utils.py,
-_compile_jinja_template): ImmutableSandboxedEnvironment(trim_blocks=True,
+"""Golden renderings of real chat templates by Hugging Face transformers:
+each template compiled by transformers' own _compile_jinja_template (what
+apply_chat_template renders with), where transformers is installed (the test
+venv of `./kvcast.sh test` has it); else (--write on a machine without it)
+by Python jinja2 configured by hand as transformers configures it:
+ImmutableSandboxedEnvironment(trim_blocks=True,
 lstrip_blocks=True, extensions=[generation tag, loopcontrols]), tojson
 replaced by json.dumps(x, ensure_ascii=False, indent=, separators=,
 sort_keys=), raise_exception and strftime_now as globals. strftime_now is
-fixed at 2024-07-26 12:00:00 on both sides (the C++ test registers the same).
+fixed at 2024-07-26 12:00:00 on both sides (the C++ test registers the same;
+transformers' compiled templates get it pinned the same way).
 
   chat_template_golden.py --write tests/data/chat_templates/golden.json
       writes the seeded cases and Python's renderings (or errors);
@@ -29,6 +33,13 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from chat_template_features import feature_cases  # noqa: E402
+
+try:
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    import transformers  # noqa: E402
+    from transformers.utils.chat_template_utils import _compile_jinja_template  # noqa: E402
+except ImportError:
+    transformers = None
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TEMPLATE_DIR = os.path.join(HERE, "..", "..", "tests", "data", "chat_templates")
@@ -223,9 +234,25 @@ def render_python(env, templates, case):
         return {"error": "%s: %s" % (type(e).__name__, e)}
 
 
+def compile_template(env, text):
+    """`text` compiled as transformers compiles it for apply_chat_template,
+    strftime_now pinned to FIXED_NOW; without transformers, by `env`."""
+    if transformers is None:
+        return env.from_string(text)
+    template = _compile_jinja_template(text)
+    template.globals["strftime_now"] = lambda fmt: FIXED_NOW.strftime(fmt)
+    return template
+
+
+def oracle_name():
+    if transformers is None:
+        return "jinja2 %s configured as transformers does" % jinja2.__version__
+    return "transformers %s (jinja2 %s)" % (transformers.__version__, jinja2.__version__)
+
+
 def render_feature(env, case):
     try:
-        return {"output": env.from_string(case["template_text"]).render(**case["context"])}
+        return {"output": compile_template(env, case["template_text"]).render(**case["context"])}
     except Exception as e:
         return {"error": "%s: %s" % (type(e).__name__, e)}
 
@@ -234,7 +261,7 @@ def load_templates(env):
     out = {}
     for name in TEMPLATES:
         with open(os.path.join(TEMPLATE_DIR, name + ".jinja"), encoding="utf-8") as f:
-            out[name] = env.from_string(f.read())
+            out[name] = compile_template(env, f.read())
     return out
 
 
@@ -242,7 +269,12 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--write")
     ap.add_argument("--check")
+    ap.add_argument("--require_transformers", action="store_true",
+                    help="fail unless transformers is the oracle")
     args = ap.parse_args()
+    if args.require_transformers and transformers is None:
+        print("transformers is not importable: no oracle")
+        return 2
     env = make_env()
     templates = load_templates(env)
     cases = make_cases()
@@ -284,7 +316,12 @@ def main():
         if len(results) != len(cases):
             print("tool returned %d results for %d cases" % (len(results), len(cases)))
             bad += 1
-        print("%d cases, %d mismatches (jinja2 %s)" % (len(cases), bad, jinja2.__version__))
+        errors = [c for c in cases if "error" in c]
+        same_message = sum(1 for c in errors if c.get("raise_exception"))
+        print("%d cases, %d mismatches (oracle: %s): %d compared byte for byte, %d where "
+              "both must fail (%d of them with the template's own raise_exception message)"
+              % (len(cases), bad, oracle_name(), len(cases) - len(errors), len(errors),
+                 same_message))
         return 1 if bad else 0
     return 0
 
