@@ -1,62 +1,73 @@
 #!/usr/bin/env bash
-# kvcast vs llama.cpp vs HF transformers on one GGUF file, 2 threads each,
-# one after the other in one run (the numbers are compared as ratios):
-# prefill tokens/s of a 512-token prompt, decode tokens/s at batch 1, and
-# kvcast's aggregate decode tokens/s at 8 and 32 concurrent sequences.
+# kvcast vs llama.cpp on one GGUF file, 2 threads each, by the same method:
+# ROUNDS rounds (default 5), each running kvcast's engine_bench (default
+# backend, Q8 weights) and llama.cpp's llamacpp_bench.py once, the order
+# alternating round to round; each process warms up before it measures
+# (one untimed prefill and decode step for kvcast, one untimed run for
+# llama.cpp). Measured: prefill tokens/s of a 512-token prompt, then
+# DECODE_TOKENS (default 64) decode steps at batch 1, 8 and 32 (llama.cpp's
+# batches: one llama_decode of N tokens per step, N sequences in one
+# context). Prints the median and range over the rounds of each number and
+# of each kvcast / llama.cpp ratio, batch against batch, and the CPU.
 #
-#   tools/bench/compare_cpu_engines.sh [GGUF]   (default: SmolLM2-135M-Instruct)
+#   tools/bench/compare_cpu_engines.sh [GGUF] [ROUNDS]   (default: SmolLM2-135M-Instruct, 5)
 #
-# Sets up what is missing: the model (tools/models/fetch_smollm2.sh), the
-# llama.cpp venv .venv-llamacpp (tools/bench/setup_llamacpp.sh, ~6 min build)
-# and the HF oracle venv .venv-hf (tools/golden/install_oracle.sh). Run it on
-# a quiet machine: on 2 cores anything else running ruins 2-thread numbers
-# (the load average is printed). Results go to stdout as a markdown table.
+# Sets up what is missing: the model (tools/models/fetch_smollm2.sh) and the
+# llama.cpp venv .venv-llamacpp (tools/bench/setup_llamacpp.sh, ~3-6 min
+# build, AMX compiled out: see there). Run it on a quiet machine: on 2 cores
+# anything else running ruins 2-thread numbers (the load average is printed).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 model=${1:-$(tools/models/fetch_smollm2.sh build/models/smollm2)}
+ROUNDS=${2:-5}
+DECODE_TOKENS=${DECODE_TOKENS:-64}
 log() { printf '\033[1m[compare]\033[0m %s\n' "$*" >&2; }
 [ -x .venv-llamacpp/bin/python ] || bash tools/bench/setup_llamacpp.sh .venv-llamacpp >&2
-[ -x .venv-hf/bin/python ] || bash tools/golden/install_oracle.sh >&2
-bazel build --jobs=2 //tools/bench:engine_bench >&2
+bazel build -c opt --jobs=2 //tools/bench:engine_bench >&2
 out=$(mktemp -d)
 log "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-for backend in cpu cpu-bf16 cpu-f32; do
-  log "kvcast engine_bench --backend $backend"
+kvcast() {
   OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 bazel-bin/tools/bench/engine_bench --model "$model" \
-    --backend "$backend" --prompt_len 512 --batches 1,8,32 --decode_steps 32 >"$out/kvcast-$backend.md"
+    --backend cpu --prompt_len 512 --batches 1,8,32 --decode_steps "$DECODE_TOKENS" >"$out/kvcast-$1.md"
+}
+llamacpp() {
+  .venv-llamacpp/bin/python tools/bench/llamacpp_bench.py --model "$model" --threads 2 \
+    --prompt-len 512 --gen "$DECODE_TOKENS" --runs 1 --warmup 1 --batches 8,32 \
+    --n-ctx $((512 + DECODE_TOKENS + 8)) >"$out/llamacpp-$1.json" 2>/dev/null
+}
+for r in $(seq 1 "$ROUNDS"); do
+  if ((r % 2)); then kvcast "$r"; llamacpp "$r"; else llamacpp "$r"; kvcast "$r"; fi
+  log "round $r of $ROUNDS done"
 done
-log "llama.cpp"
-.venv-llamacpp/bin/python tools/bench/llamacpp_bench.py --model "$model" --threads 2 \
-  --prompt-len 512 >"$out/llamacpp.json"
-log "HF transformers"
-.venv-hf/bin/python tools/bench/hf_bench.py --model "$model" --threads 2 --prompt-len 512 \
-  --gen 32 --batch 8 >"$out/hf.json" 2>"$out/hf.err" || { cat "$out/hf.err" >&2; exit 1; }
 log "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
-python3 - "$out" <<'PY'
-import json, re, sys
-d = sys.argv[1]
-def kv(backend):
+python3 - "$out" "$ROUNDS" <<'PY'
+import json, re, statistics, sys
+d, rounds = sys.argv[1], int(sys.argv[2])
+def kv(r):
     rows = {}
-    for line in open(f"{d}/kvcast-{backend}.md"):
+    for line in open(f"{d}/kvcast-{r}.md"):
         m = re.match(r"\|[^|]*\| (prefill \d+ tokens|decode batch (\d+)) [^|]*\| ([\d.]+) \|", line)
         if m:
             rows["prefill" if m.group(1).startswith("prefill") else f"b{m.group(2)}"] = float(m.group(3))
     return rows
-q8, bf16, f32 = kv("cpu"), kv("cpu-bf16"), kv("cpu-f32")
-lc = json.load(open(f"{d}/llamacpp.json"))
-hf = json.load(open(f"{d}/hf.json"))
-print("| engine (2 threads) | prefill 512 tok/s | decode b=1 tok/s | decode b=8 tok/s | decode b=32 tok/s |")
-print("|---|---|---|---|---|")
-print(f"| kvcast cpu (Q8) | {q8['prefill']:.0f} | {q8['b1']:.1f} | {q8['b8']:.0f} | {q8['b32']:.0f} |")
-print(f"| kvcast cpu-bf16 | {bf16['prefill']:.0f} | {bf16['b1']:.1f} | {bf16['b8']:.0f} | {bf16['b32']:.0f} |")
-print(f"| kvcast cpu-f32 | {f32['prefill']:.0f} | {f32['b1']:.1f} | {f32['b8']:.0f} | {f32['b32']:.0f} |")
-print(f"| llama.cpp {lc.get('version', '')} | {lc['prefill_tok_s']:.0f} | {lc['decode_tok_s']:.1f} | - | - |")
-print(f"| HF transformers {hf['transformers']} (torch {hf['torch']}) | {hf['prefill_tok_s']:.0f} | "
-      f"{hf['decode_tok_s']:.1f} | {hf.get('decode_batch8_tok_s', 0):.0f} | - |")
-print()
-print(f"- kvcast Q8 decode b=1 / llama.cpp b=1: {q8['b1'] / lc['decode_tok_s']:.2f}x (goal >= 1)")
-print(f"- kvcast Q8 decode b=32 / llama.cpp b=1: {q8['b32'] / lc['decode_tok_s']:.2f}x (goal >= 3)")
-print(f"- kvcast Q8 decode b=1 / HF b=1: {q8['b1'] / hf['decode_tok_s']:.2f}x; "
-      f"b=32 / HF b=8: {q8['b32'] / hf.get('decode_batch8_tok_s', 1):.2f}x (goal >= 5)")
-print(f"- kvcast Q8 prefill / llama.cpp prefill: {q8['prefill'] / lc['prefill_tok_s']:.2f}x")
+def lc(r):
+    x = json.load(open(f"{d}/llamacpp-{r}.json"))
+    return {"prefill": x["prefill_tok_s"], "b1": x["decode_tok_s"],
+            "b8": x["batched_decode"]["8"]["decode_tok_s"],
+            "b32": x["batched_decode"]["32"]["decode_tok_s"]}, x
+ks = [kv(r) for r in range(1, rounds + 1)]
+ls = [lc(r)[0] for r in range(1, rounds + 1)]
+info = lc(1)[1]
+span = lambda v, f: f"{f(statistics.median(v))} ({f(min(v))}-{f(max(v))})"
+num, ratio = (lambda v: f"{v:.0f}"), (lambda v: f"{v:.2f}x")
+print(f"CPU: {info['cpu']}; flags: {', '.join(info['cpu_flags'])}; {info['version']}; "
+      f"{rounds} rounds, median (range)\n")
+print("| measurement (2 threads) | kvcast cpu (Q8) tokens/s | llama.cpp tokens/s | kvcast / llama.cpp |")
+print("|---|---|---|---|")
+names = {"prefill": "prefill 512 tokens", "b1": "decode batch 1", "b8": "decode batch 8",
+         "b32": "decode batch 32"}
+for key, name in names.items():
+    k, l = [x[key] for x in ks], [x[key] for x in ls]
+    print(f"| {name} | {span(k, num)} | {span(l, num)} | "
+          f"{span([a / b for a, b in zip(k, l)], ratio)} |")
 PY

@@ -3,13 +3,15 @@
 peer for engine_bench: prefill tokens/s on a --prompt-len prompt decoded in
 one llama_decode (n_batch = n_ubatch = 512), then decode tokens/s at batch 1
 over --gen greedy tokens that follow that prompt (argmax of the logits in
-numpy, one llama_decode per token). Median of --runs runs after --warmup
+numpy, one llama_decode per token), and with --batches the aggregate decode
+tokens/s of N sequences (each prefilled with the prompt) stepped together,
+one llama_decode of N tokens per step. Median of --runs runs after --warmup
 untimed ones. Prints one JSON line. Install with
 tools/bench/setup_llamacpp.sh.
 
   .venv-llamacpp/bin/python tools/bench/llamacpp_bench.py --model M.gguf \\
       [--threads 2] [--prompt-len 512] [--gen 128] [--runs 3] [--warmup 1]
-      [--n-ctx 1024] [--kv-type f16|f32] [--flash-attn]
+      [--n-ctx 1024] [--kv-type f16|f32] [--flash-attn] [--batches 8,32]
 
 The prompt is a fixed English paragraph repeated and cut to exactly
 --prompt-len tokens (no BOS: this model's GGUF has add_bos_token=false), so
@@ -99,6 +101,68 @@ def one_run(llm, prompt, gen, n_vocab):
     return len(prompt) / (t1 - t0), gen / (t3 - t2)
 
 
+def batched_decode(llm, prompt, batch, gen, args):
+    """Aggregate decode tokens/s of `batch` sequences stepped together, one
+    llama_decode of `batch` tokens per step (llama.cpp's own batching: one
+    context with n_seq_max = batch and a unified KV cache), each sequence
+    starting from the prompt's KV (computed once, copied); greedy (argmax)
+    per sequence. Returns (tokens/s, the first
+    sequence's tokens); exits if the sequences' last tokens differ (they
+    share the prompt, so one that lost its copied KV would show)."""
+    params = llama_cpp.llama_context_default_params()
+    per_seq = len(prompt) + gen + 1
+    params.n_ctx = batch * per_seq
+    params.n_batch = params.n_ubatch = max(args.n_batch, batch)
+    params.n_seq_max = batch
+    params.kv_unified = True
+    params.n_threads = params.n_threads_batch = args.threads
+    params.type_k = params.type_v = GGML_TYPE[args.kv_type]
+    params.flash_attn_type = 1 if args.flash_attn else 0
+    ctx = llama_cpp.llama_init_from_model(llm.model, params)
+    if not ctx:
+        sys.exit("llamacpp_bench: llama_init_from_model failed")
+    n_vocab = llm.n_vocab()
+    b = llama_cpp.llama_batch_init(params.n_batch, 0, batch)
+
+    def logits_argmax(i):
+        ptr = llama_cpp.llama_get_logits_ith(ctx, i)
+        arr = np.ctypeslib.as_array(ctypes.cast(ptr, ctypes.POINTER(ctypes.c_float)),
+                                    shape=(n_vocab,))
+        return int(np.argmax(arr))
+
+    def decode(entries):  # [(token, pos, seq, want_logits)]
+        b.n_tokens = len(entries)
+        for i, (tok, pos, seq, out) in enumerate(entries):
+            b.token[i], b.pos[i], b.n_seq_id[i], b.logits[i] = tok, pos, 1, int(out)
+            b.seq_id[i][0] = seq
+        if llama_cpp.llama_decode(ctx, b) != 0:
+            sys.exit("llamacpp_bench: llama_decode failed")
+
+    try:
+        # The prompt's KV once, in sequence 0, copied to the others (one
+        # unified KV cache).
+        for start in range(0, len(prompt), params.n_batch):
+            chunk = prompt[start:start + params.n_batch]
+            decode([(t, start + i, 0, start + i == len(prompt) - 1) for i, t in enumerate(chunk)])
+        toks = [logits_argmax(len(chunk) - 1)] * batch
+        mem = llama_cpp.llama_get_memory(ctx)
+        for seq in range(1, batch):
+            llama_cpp.llama_memory_seq_cp(mem, 0, seq, -1, -1)
+        first = [toks[0]]
+        t0 = time.perf_counter()
+        for step in range(gen):
+            decode([(toks[s], len(prompt) + step, s, True) for s in range(batch)])
+            toks = [logits_argmax(s) for s in range(batch)]
+            first.append(toks[0])
+        secs = time.perf_counter() - t0
+    finally:
+        llama_cpp.llama_batch_free(b)
+        llama_cpp.llama_free(ctx)
+    if len(set(toks)) != 1:  # one prompt, greedy: every sequence the same tokens
+        sys.exit(f"llamacpp_bench: batched sequences disagree: {toks}")
+    return batch * gen / secs, first
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", required=True, help="GGUF file")
@@ -112,6 +176,9 @@ def main(argv=None):
     p.add_argument("--kv-type", choices=sorted(GGML_TYPE), default="f16",
                    help="KV cache type (f16 is llama.cpp's default)")
     p.add_argument("--flash-attn", action="store_true")
+    p.add_argument("--batches", default="",
+                   help="also aggregate decode tokens/s of this many sequences decoded "
+                        "together, comma-separated (e.g. 8,32)")
     args = p.parse_args(argv)
     if not os.path.isfile(args.model):
         sys.exit(f"llamacpp_bench: no model file {args.model}")
@@ -134,6 +201,12 @@ def main(argv=None):
     for _ in range(args.warmup):
         one_run(llm, prompt, args.gen, n_vocab)
     runs = [one_run(llm, prompt, args.gen, n_vocab) for _ in range(args.runs)]
+    batched = {}
+    for bsz in [int(x) for x in args.batches.split(",") if x]:
+        batched_decode(llm, prompt, bsz, min(args.gen, 8), args)  # warm-up
+        rates = [batched_decode(llm, prompt, bsz, args.gen, args)[0] for _ in range(args.runs)]
+        batched[str(bsz)] = {"decode_tok_s": round(statistics.median(rates), 1),
+                             "runs": [round(r, 1) for r in rates]}
     load_after = load1()
 
     lib = os.path.join(os.path.dirname(llama_cpp.__file__), "lib")
@@ -149,6 +222,7 @@ def main(argv=None):
         "decode_tok_s": round(statistics.median(r[1] for r in runs), 1),
         "prefill_runs": [round(r[0], 1) for r in runs],
         "decode_runs": [round(r[1], 1) for r in runs],
+        "batched_decode": batched,
         "prompt_len": args.prompt_len,
         "gen": args.gen,
         "n_ctx": args.n_ctx,
