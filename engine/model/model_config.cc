@@ -225,18 +225,14 @@ absl::StatusOr<ModelConfig> ModelConfig::FromJson(std::string_view json_text,
   ASSIGN_OR_RETURN(config.max_position_embeddings,
                    fields.RequiredPositiveInt("max_position_embeddings"));
   ASSIGN_OR_RETURN(config.rms_norm_eps, fields.RequiredPositiveNumber("rms_norm_eps"));
-  if (const json* params = fields.Find("rope_parameters");
-      params != nullptr && params->is_object() && fields.Find("rope_theta") == nullptr) {
-    // transformers >= 5 writes rope_theta and the scaling in rope_parameters.
-    FieldReader rope(*params, source_name, "rope_parameters.");
-    ASSIGN_OR_RETURN(config.rope_theta,
-                     rope.PositiveNumber("rope_theta", rope.Find("rope_theta"), 10000.0));
-    ASSIGN_OR_RETURN(config.rope_scaling, ParseRopeScaling(fields, source_name, "rope_parameters"));
-  } else {
-    ASSIGN_OR_RETURN(config.rope_theta,
-                     fields.PositiveNumber("rope_theta", fields.Find("rope_theta"), 10000.0));
-    ASSIGN_OR_RETURN(config.rope_scaling, ParseRopeScaling(fields, source_name, "rope_scaling"));
-  }
+  // transformers >= 5 writes rope_theta and the scaling in rope_parameters.
+  const json* params = fields.Find("rope_parameters");
+  const bool v5 = params != nullptr && params->is_object() && fields.Find("rope_theta") == nullptr;
+  const FieldReader rope = v5 ? FieldReader(*params, source_name, "rope_parameters.") : fields;
+  ASSIGN_OR_RETURN(config.rope_theta,
+                   rope.PositiveNumber("rope_theta", rope.Find("rope_theta"), 10000.0));
+  ASSIGN_OR_RETURN(config.rope_scaling,
+                   ParseRopeScaling(fields, source_name, v5 ? "rope_parameters" : "rope_scaling"));
   ASSIGN_OR_RETURN(config.tie_word_embeddings, fields.OptionalBool("tie_word_embeddings", false));
   ASSIGN_OR_RETURN(config.attention_bias, fields.OptionalBool("attention_bias", false));
   if (config.architecture == "Qwen2ForCausalLM") config.attention_bias = true;

@@ -4,8 +4,8 @@ peer for engine_bench: prefill tokens/s on a --prompt-len prompt decoded in
 one llama_decode (n_batch = n_ubatch = 512), then decode tokens/s at batch 1
 over --gen greedy tokens that follow that prompt (argmax of the logits in
 numpy, one llama_decode per token), and with --batches the aggregate decode
-tokens/s of N sequences (each prefilled with the prompt) stepped together,
-one llama_decode of N tokens per step. Median of --runs runs after --warmup
+tokens/s of N sequences stepped together (one context, the prompt's KV
+computed once and copied to each), one llama_decode of N tokens per step. Median of --runs runs after --warmup
 untimed ones. Prints one JSON line. Install with
 tools/bench/setup_llamacpp.sh.
 
@@ -106,8 +106,7 @@ def batched_decode(llm, prompt, batch, gen, args):
     llama_decode of `batch` tokens per step (llama.cpp's own batching: one
     context with n_seq_max = batch and a unified KV cache), each sequence
     starting from the prompt's KV (computed once, copied); greedy (argmax)
-    per sequence. Returns (tokens/s, the first
-    sequence's tokens); exits if the sequences' last tokens differ (they
+    per sequence. Returns (tokens/s, the first sequence's tokens); exits if the sequences' last tokens differ (they
     share the prompt, so one that lost its copied KV would show)."""
     params = llama_cpp.llama_context_default_params()
     per_seq = len(prompt) + gen + 1

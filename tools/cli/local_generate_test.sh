@@ -24,10 +24,17 @@ sampled=$(gen --temperature 1.5 --seed 9)
 [ "$(gen --temperature 1.5 --seed 9)" = "$sampled" ] || fail "seeded sampling differs run to run"
 [ "$sampled" != "$greedy" ] || fail "sampling at temperature 1.5 gave the greedy ids"
 
-# fp16 KV values are the default (the workers'); float32 KV still gives 12
-# ids; a precision the engine lacks is bad usage (exit 2) naming the flag.
-[ "$(gen --kv_cache_precision fp16)" = "$greedy" ] || fail "--kv_cache_precision fp16 is not the default"
-[ "$(gen --kv_cache_precision fp32 | wc -w)" -eq 12 ] || fail "--kv_cache_precision fp32"
+# fp16 KV values are the default (the workers'), on a prompt long enough that
+# fp16 and float32 KV give other greedy tokens (they do at the 7th); a
+# precision the engine lacks is bad usage (exit 2) naming the flag.
+LONG=$(seq 0 302 | awk '{printf "%s%d", (NR > 1 ? "," : ""), 10 + ($1 * 37) % 490}')
+long() { "$KVCAST" generate --model "$TMP/model" --prompt_ids "$LONG" --max_tokens 24 --ids \
+           --ignore_eos "$@" 2>"$TMP/stderr"; }
+default=$(long)
+[ "$(long --kv_cache_precision fp16)" = "$default" ] || fail "--kv_cache_precision fp16 is not the default"
+fp32=$(long --kv_cache_precision fp32)
+[ "$(wc -w <<<"$fp32")" -eq 24 ] || fail "--kv_cache_precision fp32: '$fp32'"
+[ "$fp32" != "$default" ] || fail "fp32 and fp16 KV gave the same tokens: the check above says nothing"
 rc=0
 gen --kv_cache_precision int8 >/dev/null || rc=$?
 [ "$rc" -eq 2 ] || fail "--kv_cache_precision int8: exit $rc, want 2"
