@@ -294,6 +294,7 @@ absl::StatusOr<const float*> Transformer::ForwardLogits(absl::Span<const Forward
     backend_->SwiGlu(w.gate_up->f32(), T, I, w.act->f32());
     backend_->Linear(w.act->f32(), T, I, L.down, H, nullptr, h);
     backend_->AddRmsNorm(x, h, next_norm, T, H, eps, h);
+    layers_run_.fetch_add(1, std::memory_order_relaxed);
   }
   const float* final_rows = h;
   if (!all_logits) {

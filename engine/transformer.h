@@ -11,6 +11,7 @@
 #ifndef KVCAST_ENGINE_TRANSFORMER_H_
 #define KVCAST_ENGINE_TRANSFORMER_H_
 
+#include <atomic>
 #include <memory>
 #include <vector>
 
@@ -61,6 +62,10 @@ class Transformer {
   absl::StatusOr<const float*> ForwardLogits(absl::Span<const ForwardItem> items,
                                              KvPagePool* pool, bool all_logits);
 
+  // Layers issued so far, over all passes (any thread): a liveness signal
+  // of the compute that advances within a long pass, not only between them.
+  uint64_t layers_run() const { return layers_run_.load(std::memory_order_relaxed); }
+
  private:
   struct Layer;
   struct Workspace;
@@ -76,6 +81,7 @@ class Transformer {
   Weight embed_, final_norm_, lm_head_;  // lm_head empty when tied
   std::vector<Layer> layers_;
   std::unique_ptr<Workspace> ws_;
+  std::atomic<uint64_t> layers_run_{0};
 };
 
 // Runs a whole prompt `tokens` (positions 0..) through `model` in chunks of

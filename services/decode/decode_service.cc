@@ -17,7 +17,7 @@
 namespace kvcast::decode {
 
 // How often a waiting decode stream says it is alive (stall detection).
-constexpr std::chrono::milliseconds kKeepalive{500};
+constexpr std::chrono::milliseconds kKeepalive{250};
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -277,7 +277,7 @@ grpc::Status DecodeService::Decode(
   bool cancelled = false;
   auto last = Clock::now();
   auto last_write = last;
-  uint64_t steps_at_write = rt_->steps();
+  uint64_t progress_at_write = rt_->progress();
   for (;;) {
     std::deque<SequenceEvent> events;
     {
@@ -294,11 +294,11 @@ grpc::Status DecodeService::Decode(
     }
     const bool keepalive_due = !cancelled && events.empty() &&
                                Clock::now() - last_write > kKeepalive &&
-                               rt_->steps() != steps_at_write;
+                               rt_->progress() != progress_at_write;
     if (keepalive_due) keepalive();
     if (keepalive_due || !events.empty()) {
       last_write = Clock::now();
-      steps_at_write = rt_->steps();
+      progress_at_write = rt_->progress();
     }
     for (const SequenceEvent& ev : events) {
       v1::DecodeResponse out;

@@ -1,5 +1,7 @@
 #include "services/prefill/prefill_service.h"
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <utility>
 
@@ -55,6 +57,45 @@ class PrefillService::Publisher : public kvcache::KvPublisher {
   moqt::MoqtSession* upstream_ = nullptr;
 };
 
+// The progress messages of one Prefill stream. done() may be raised from
+// any thread (the compute thread, as chunks complete); Tick() writes, on the
+// handler thread only.
+class PrefillService::Progress {
+ public:
+  static constexpr auto kKeepalive = std::chrono::milliseconds(250);
+
+  Progress(worker::WorkerRuntime* rt, grpc::ServerWriter<v1::PrefillReply>* writer)
+      : rt_(rt), writer_(writer), at_write_(rt->progress()) {}
+
+  void Done(int tokens) { done_.store(tokens, std::memory_order_relaxed); }
+  // Writes the progress when more tokens are done, or a keepalive when the
+  // last message is kKeepalive old and the worker is not stuck: its model
+  // ran a layer since (of this prompt or any other), or `busy` (KV landing).
+  void Tick(bool busy) {
+    const int done = done_.load(std::memory_order_relaxed);
+    const auto now = std::chrono::steady_clock::now();
+    const uint64_t progress = rt_->progress();
+    if (done == written_ &&
+        (now - last_write_ < kKeepalive || (!busy && progress == at_write_))) {
+      return;
+    }
+    v1::PrefillReply reply;
+    reply.mutable_progress()->set_done_tokens(done);
+    writer_->Write(reply);
+    written_ = done;
+    last_write_ = now;
+    at_write_ = progress;
+  }
+
+ private:
+  worker::WorkerRuntime* const rt_;
+  grpc::ServerWriter<v1::PrefillReply>* const writer_;
+  std::atomic<int> done_{0};
+  int written_ = 0;
+  std::chrono::steady_clock::time_point last_write_ = std::chrono::steady_clock::now();
+  uint64_t at_write_;
+};
+
 PrefillService::PrefillService(worker::WorkerRuntime* runtime, absl::Duration retain)
     : rt_(runtime), retain_(retain) {
   rt_->RunSync([this] { publisher_ = std::make_unique<Publisher>(rt_); });
@@ -89,7 +130,7 @@ moqt::RequestHandler* PrefillService::moqt_handler() { return publisher_.get(); 
 
 absl::StatusOr<std::vector<int32_t>> PrefillService::FetchPrefix(
     grpc::ServerContext* context, const v1::KvSource& source, std::vector<int32_t> own_pages,
-    int own_chunks) {
+    int own_chunks, Progress* progress) {
   Engine& engine = rt_->engine();
   auto compression =
       kvcache::CompressionOfTrackName(source.compression().empty() ? "fp16" : source.compression());
@@ -108,7 +149,8 @@ absl::StatusOr<std::vector<int32_t>> PrefillService::FetchPrefix(
     request.end_group = source.groups();
     request.mode = worker::KvLanding::Mode::kFetch;
     landed = worker::LandKv(worker::TargetOf(rt_), request,
-                            [context] { return context->IsCancelled(); }, nullptr);
+                            [context] { return context->IsCancelled(); },
+                            [progress] { progress->Tick(/*busy=*/true); });
   }
   if (!landed.ok()) {
     engine.pool().ReleaseAll(own_pages).IgnoreError();
@@ -120,27 +162,37 @@ absl::StatusOr<std::vector<int32_t>> PrefillService::FetchPrefix(
 
 grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
                                      const v1::PrefillRequest* request,
+                                     grpc::ServerWriter<v1::PrefillReply>* writer) {
+  Progress progress(rt_, writer);
+  v1::PrefillReply reply;
+  grpc::Status status = Compute(context, *request, &progress, reply.mutable_result());
+  if (status.ok()) writer->Write(reply);
+  return status;
+}
+
+grpc::Status PrefillService::Compute(grpc::ServerContext* context,
+                                     const v1::PrefillRequest& request, Progress* progress,
                                      v1::PrefillResponse* response) {
   const auto t0 = std::chrono::steady_clock::now();
   Engine& engine = rt_->engine();
   const int chunk = engine.options().chunk_tokens;
   const int page_tokens = engine.pool().layout().page_tokens;
-  std::vector<int32_t> tokens(request->tokens().begin(), request->tokens().end());
+  std::vector<int32_t> tokens(request.tokens().begin(), request.tokens().end());
   const int n = int(tokens.size());
   if (n == 0) return grpc::Status(grpc::INVALID_ARGUMENT, "prefill: empty prompt");
   const std::string digest =
-      kvcache::PromptDigest(engine.prefix_seed(request->tenant()), tokens, chunk).ToHex();
+      kvcache::PromptDigest(engine.prefix_seed(request.tenant()), tokens, chunk).ToHex();
   response->set_prompt_digest(digest);
   // Its full chunks, reported to every scheduler replica once published.
   const std::vector<Hash128> chain =
-      ChunkHashChain(engine.prefix_seed(request->tenant()), tokens, chunk);
+      ChunkHashChain(engine.prefix_seed(request.tenant()), tokens, chunk);
 
   GenerationParams params;
   params.max_tokens = 1;
   params.ignore_eos = true;
-  params.min_tokens = request->sampling().min_tokens();
-  params.tenant = request->tenant();
-  params.sampling = worker::SamplingFromProto(request->sampling());
+  params.min_tokens = request.sampling().min_tokens();
+  params.tenant = request.tenant();
+  params.sampling = worker::SamplingFromProto(request.sampling());
 
   // Announce the prompt; an identical prompt already published serves it.
   bool publishing = false;
@@ -153,11 +205,14 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
     requests_failed_->Increment();
     return ToGrpc(begin);
   }
-  if (publishing) {
+  {
     quic::EventLoop* loop = rt_->loop();
     KvPagePool* pool = &engine.pool();
-    Publisher* pub = publisher_.get();
-    params.on_prompt_chunk = [loop, pool, pub, digest](int c, absl::Span<const int32_t> pages) {
+    Publisher* pub = publishing ? publisher_.get() : nullptr;
+    params.on_prompt_chunk = [loop, pool, pub, digest, progress, chunk, n](
+                                 int c, absl::Span<const int32_t> pages) {
+      progress->Done(std::min(n, (c + 1) * chunk));
+      if (pub == nullptr) return;
       std::vector<int32_t> held(pages.begin(), pages.end());
       for (int32_t p : held) pool->AddRef(p).IgnoreError();
       loop->Post([pool, pub, digest, c, held] {
@@ -189,16 +244,16 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
   // Reuse a published prefix the scheduler named, beyond what we hold.
   PrefilledKv kv;
   int fetched_tokens = 0;
-  const auto& reuse = request->reuse();
+  const auto& reuse = request.reuse();
   const int max_reuse = (n - 1) / chunk;
   if (reuse.groups() > 0 && reuse.groups() <= max_reuse) {
     std::vector<Hash128> chain =
-        ChunkHashChain(engine.prefix_seed(request->tenant()),
+        ChunkHashChain(engine.prefix_seed(request.tenant()),
                        absl::MakeConstSpan(tokens).first(reuse.groups() * chunk), chunk);
     std::vector<int32_t> own = engine.prefix_cache().Acquire(chain, reuse.groups());
     const int own_chunks = int(own.size()) / (chunk / page_tokens);
     if (own_chunks < reuse.groups()) {
-      auto pages = FetchPrefix(context, reuse, std::move(own), own_chunks);
+      auto pages = FetchPrefix(context, reuse, std::move(own), own_chunks, progress);
       if (pages.ok()) {
         kv.pages = std::move(*pages);
         kv.tokens = reuse.groups() * chunk;
@@ -241,6 +296,7 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
       cancelled = true;
       rt_->Cancel(*id);
     }
+    if (!cancelled) progress->Tick(/*busy=*/false);
   }
   const SequenceEvent& ev = wait->event;
   if (ev.token < 0) {

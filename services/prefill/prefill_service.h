@@ -2,8 +2,12 @@
 // its own prefix cache, or a prefix fetched over MoQT when the scheduler
 // names one), publishes every chunk the moment its forward pass is done
 // (the decode worker is already subscribed, so transfer overlaps compute),
-// and answers with the first token. Published prompts stay fetchable for
-// `retain` (later requests reuse them), then their pages are released.
+// and answers with the first token. While it works it streams progress (the
+// prompt tokens whose KV is in place, after every chunk, and a keepalive at
+// most every 250 ms while the model computes or KV lands), so the scheduler
+// bounds silence, not the length of the prompt. Published prompts stay
+// fetchable for `retain` (later requests reuse them), then their pages are
+// released.
 #ifndef KVCAST_SERVICES_PREFILL_PREFILL_SERVICE_H_
 #define KVCAST_SERVICES_PREFILL_PREFILL_SERVICE_H_
 
@@ -26,16 +30,19 @@ class PrefillService final : public v1::Prefill::Service {
   moqt::RequestHandler* moqt_handler();
 
   grpc::Status Prefill(grpc::ServerContext* context, const v1::PrefillRequest* request,
-                       v1::PrefillResponse* response) override;
+                       grpc::ServerWriter<v1::PrefillReply>* writer) override;
 
  private:
   class Publisher;
+  class Progress;
+  grpc::Status Compute(grpc::ServerContext* context, const v1::PrefillRequest& request,
+                       Progress* progress, v1::PrefillResponse* response);
   // Fetches groups [own, source.groups()) of `source` after `own_pages`
   // (held chunks); returns all pages covering groups [0, source.groups()).
   absl::StatusOr<std::vector<int32_t>> FetchPrefix(grpc::ServerContext* context,
                                                    const v1::KvSource& source,
                                                    std::vector<int32_t> own_pages,
-                                                   int own_chunks);
+                                                   int own_chunks, Progress* progress);
 
   worker::WorkerRuntime* const rt_;
   const absl::Duration retain_;

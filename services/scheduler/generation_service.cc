@@ -89,6 +89,42 @@ class GenerationService::Request {
         auth->Mint(kvcache::NamespaceOf(model_.model_id, kv->prompt_digest()), moqt::kAuthRead,
                    absl::Now() + svc_->options_.kv_token_ttl)));
   }
+  // How long `worker` may stay silent: `floor`, or 10 x its calibrated
+  // chunk time when longer (a slow model or backend).
+  static absl::Duration StallBound(absl::Duration floor, const WorkerRef& worker) {
+    return std::max(floor, absl::Milliseconds(10 * worker.chunk_ms));
+  }
+  struct PrefillCall {
+    grpc::Status status;
+    bool stalled = false;  // cancelled by the watchdog: silent for its bound
+    int done_tokens = 0;   // the last progress reported
+    v1::PrefillResponse response;
+  };
+  // Streams the Prefill call, cancelling it when no message comes for
+  // `bound` (progress, keepalive or the result).
+  PrefillCall CallPrefill(const WorkerRef& worker, const v1::PrefillRequest& request,
+                          grpc::ClientContext* ctx, absl::Duration bound) {
+    PrefillCall call;
+    auto watch = svc_->watchdog_.Start(ctx, bound);
+    auto reader = v1::Prefill::NewStub(worker.channel)->Prefill(ctx, request);
+    v1::PrefillReply reply;
+    bool answered = false;
+    while (reader->Read(&reply)) {
+      watch->Extend(bound);
+      if (reply.has_progress()) {
+        call.done_tokens = std::max(call.done_tokens, reply.progress().done_tokens());
+      } else if (reply.has_result()) {
+        call.response = reply.result();
+        answered = true;
+      }
+    }
+    call.status = reader->Finish();
+    call.stalled = watch->fired();
+    if (call.status.ok() && !answered) {
+      call.status = grpc::Status(grpc::INTERNAL, "the prefill stream ended without a result");
+    }
+    return call;
+  }
   // A context for a worker call: the client's deadline and cancellation,
   // or the default deadline when the client set none.
   std::unique_ptr<grpc::ClientContext> WorkerContext() const {
@@ -393,15 +429,12 @@ grpc::Status GenerationService::Request::Run() {
         GrantRead(reuse);
       }
       auto pctx = WorkerContext();
-      v1::PrefillResponse presp;
-      const absl::Duration prefill_bound =
-          svc_->options_.prefill_stall_floor +
-          absl::Milliseconds(10 * svc_->prefill_ms_per_token_.load() * n);
-      auto pwatch = svc_->watchdog_.Start(pctx.get(), prefill_bound);
-      grpc::Status ps =
-          v1::Prefill::NewStub(route->prefill->channel)->Prefill(pctx.get(), preq, &presp);
-      const bool prefill_stalled = pwatch->fired();
-      pwatch.reset();
+      const absl::Duration prefill_bound = StallBound(svc_->options_.prefill_stall_floor,
+                                                      *route->prefill);
+      PrefillCall call = CallPrefill(*route->prefill, preq, pctx.get(), prefill_bound);
+      grpc::Status& ps = call.status;
+      const bool prefill_stalled = call.stalled;
+      v1::PrefillResponse& presp = call.response;
       svc_->registry_->PrefillAnswered(&*route);
       if (!ps.ok()) {
         dctx->TryCancel();
@@ -409,9 +442,11 @@ grpc::Status GenerationService::Request::Run() {
         if (!prefill_stalled && ClientDone(ps)) return Interrupted();
         if (Unretryable(ps.error_code())) return ps;
         last_error = absl::StrCat("prefill ", route->prefill->worker_id, ": ",
-                                  prefill_stalled ? absl::StrCat("no answer within ",
-                                                                 absl::FormatDuration(prefill_bound))
-                                                  : ps.error_message());
+                                  prefill_stalled
+                                      ? absl::StrCat("silent for ", absl::FormatDuration(prefill_bound),
+                                                     " after ", call.done_tokens, " of ", n,
+                                                     " prompt tokens")
+                                      : ps.error_message());
         if (prefill_stalled) svc_->m_.prefill_stalls->Increment();
         std::fprintf(stderr, "kvcast-scheduler: %s: %s; retrying\n", request_id_.c_str(),
                      last_error.c_str());
@@ -429,11 +464,6 @@ grpc::Status GenerationService::Request::Run() {
         continue;
       }
       t_prefilled_ = Clock::now();
-      if (presp.computed_tokens() > 0) {
-        const double x = presp.compute_ms() / presp.computed_tokens();
-        const double old = svc_->prefill_ms_per_token_.load();
-        svc_->prefill_ms_per_token_.store(old == 0 ? x : 0.8 * old + 0.2 * x);
-      }
       prefill_worker_ = route->prefill->worker_id;
       kv_publisher_ = route->prefill->moqt_address;
       cached_tokens_ = presp.cached_tokens() + presp.fetched_tokens();
@@ -453,12 +483,14 @@ grpc::Status GenerationService::Request::Run() {
     // 3. Relay decode's tokens, cancelling the stream if it stalls.
     v1::DecodeResponse r;
     bool done = false;
-    auto dwatch = svc_->watchdog_.Start(dctx.get(), svc_->options_.decode_first_message);
+    auto dwatch = svc_->watchdog_.Start(
+        dctx.get(), StallBound(svc_->options_.decode_first_message, route->decode));
     double mean_gap_ms = 0;  // between messages with tokens
     int token_messages = 0;
     auto last_tokens = Clock::now();
     auto stall_bound = [&] {
-      return std::max(svc_->options_.decode_stall_floor, absl::Milliseconds(10 * mean_gap_ms));
+      return std::max(StallBound(svc_->options_.decode_stall_floor, route->decode),
+                      absl::Milliseconds(10 * mean_gap_ms));
     };
     while (!done && stream->Read(&r)) {
       if (r.token_ids_size() > 0) {

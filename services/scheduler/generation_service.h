@@ -49,12 +49,15 @@ struct GenerationOptions {
   // (transport/moqt/authorization.h), valid for `kv_token_ttl`.
   std::shared_ptr<const moqt::HmacTokenAuthority> moqt_auth;
   absl::Duration kv_token_ttl = absl::Minutes(10);
-  // Stalls (stall_watchdog.h). A decode stream silent for max(floor, 10 x
-  // its mean time between token messages) is resumed on another decode
-  // worker (decode workers send a keepalive every 0.5 s while they land KV
-  // or compute); its first message may take decode_first_message.
-  // A prefill is retried elsewhere after prefill_stall_floor + 10 x the
-  // observed time per prompt token x its tokens.
+  // Stalls (stall_watchdog.h): a bound on silence, never on the whole
+  // prompt. Workers stream progress (prefill: every chunk; decode: tokens)
+  // and a keepalive every 0.25 s while their model computes or KV lands, so
+  // a long prompt is never mistaken for a stall. A decode stream silent for
+  // max(floor, 10 x its mean time between token messages, 10 x the worker's
+  // calibrated chunk time) is resumed on another decode worker; its first
+  // message may take max(decode_first_message, that). A prefill stream
+  // silent for max(prefill_stall_floor, 10 x the worker's calibrated chunk
+  // time) is retried elsewhere.
   absl::Duration decode_stall_floor = absl::Seconds(2);
   absl::Duration decode_first_message = absl::Seconds(5);
   absl::Duration prefill_stall_floor = absl::Seconds(10);
@@ -85,8 +88,6 @@ class GenerationService final : public v1::Generation::Service {
   std::atomic<int> in_flight_{0};
   std::atomic<uint64_t> next_request_{1};
   StallWatchdog watchdog_;
-  // Prefill time per prompt token (exponential mean of answered prefills).
-  std::atomic<double> prefill_ms_per_token_{0};
 
  public:  // metrics, read by Request
   struct Metrics {

@@ -114,8 +114,13 @@ grpc::Status WorkerRegistry::Register(grpc::ServerContext*, const v1::RegisterRe
   if (auto it = by_id_.find(info.worker_id()); it != by_id_.end()) DropLocked(it->second);
   const WorkerSlot slot = next_slot_++;
   Worker& w = workers_[slot];
-  w.ref = WorkerRef{slot, info.worker_id(), info.grpc_address(), info.moqt_address(),
-                    options_.make_channel(info.grpc_address())};
+  w.ref = WorkerRef{slot,
+                    info.worker_id(),
+                    info.grpc_address(),
+                    info.moqt_address(),
+                    options_.make_channel(info.grpc_address()),
+                    info.calibrated_chunk_ms(),
+                    info.calibrated_step_ms()};
   w.info = info;
   w.load = request->load();
   w.last_seen = absl::Now();

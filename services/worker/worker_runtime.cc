@@ -80,6 +80,15 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(const Worke
     // router sends those prefixes here again.
     for (const Hash128& h : disk->Chunks()) rt->links_.Record(true, h, v1::KV_TIER_DISK);
   }
+  // Before the compute thread: the model is ours alone.
+  ASSIGN_OR_RETURN(rt->calibration_, Calibrate(rt->engine_->model(), &rt->engine_->pool(),
+                                               config.chunk_tokens));
+  std::fprintf(stderr,
+               "kvcast worker: calibrated on --backend=%s: a %d-token prompt chunk in %.1f ms "
+               "(%.0f tokens/s), a decode step in %.2f ms\n",
+               config.backend.c_str(), rt->calibration_.chunk_tokens, rt->calibration_.chunk_ms,
+               1000.0 * rt->calibration_.chunk_tokens / rt->calibration_.chunk_ms,
+               rt->calibration_.step_ms);
   ASSIGN_OR_RETURN(rt->loop_thread_, quic::LoopThread::Start("moqt-loop"));
   rt->ac_thread_ = std::make_unique<kvcache::AcCodecThread>(rt->engine_->pool().layout(),
                                                             rt->loop_thread_->loop());
@@ -173,7 +182,6 @@ void WorkerRuntime::ComputeLoop() {
       if (!engine_->HasWork()) continue;
     }
     absl::StatusOr<std::vector<SequenceEvent>> events = engine_->Step();
-    steps_.fetch_add(1, std::memory_order_relaxed);
     if (!events.ok()) {
       // The engine cannot go on: fail every request rather than hang them.
       std::fprintf(stderr, "kvcast worker: engine step failed: %s\n",
@@ -382,6 +390,8 @@ v1::WorkerInfo WorkerRuntime::Info() const {
   info.set_total_pages(engine_->pool().num_pages());
   info.set_vocab_size(engine_->config().vocab_size);
   info.set_max_sequence_len(engine_->model().max_sequence_len());
+  info.set_calibrated_chunk_ms(calibration_.chunk_ms);
+  info.set_calibrated_step_ms(calibration_.step_ms);
   for (int32_t eos : engine_->config().eos_token_ids) info.add_eos_token_ids(eos);
   return info;
 }

@@ -1,6 +1,7 @@
 // WorkerRuntime: what a prefill and a decode worker share.
 //
 //  - the Engine (model, page pool, prefix cache) and its compute thread,
+//    started after a calibration run of the model (engine/calibration.h),
 //    which runs Engine::Step() while there is work and hands each
 //    SequenceEvent to the callback its request was submitted with;
 //  - the MoQT side on one event-loop thread: a MoqtServer on --moqt_listen
@@ -34,6 +35,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "engine/calibration.h"
 #include "engine/engine.h"
 #include "kvcast/v1/worker.grpc.pb.h"
 #include "services/common/grpc_server.h"
@@ -130,8 +132,11 @@ class WorkerRuntime {
 
   services::MetricsRegistry& metrics() { return metrics_; }
   const std::string& model_name() const { return model_name_; }
-  // Engine steps run so far (any thread): a liveness signal of the compute.
-  uint64_t steps() const { return steps_.load(std::memory_order_relaxed); }
+  // Layers the model has run so far (any thread): a liveness signal of the
+  // compute that advances within a long pass (Transformer::layers_run).
+  uint64_t progress() const { return engine_->model().layers_run(); }
+  // The start-up calibration of the loaded model (reported at registration).
+  const Calibration& calibration() const { return calibration_; }
   // --moqt_auth_key_file's keys, or null.
   const std::shared_ptr<moqt::HmacTokenAuthority>& moqt_auth() const { return config_.moqt_auth; }
   std::string moqt_address() const;
@@ -156,6 +161,7 @@ class WorkerRuntime {
   std::string worker_id_;
   std::string model_name_;
   std::unique_ptr<Engine> engine_;
+  Calibration calibration_;
   services::MetricsRegistry metrics_;
   std::unique_ptr<quic::LoopThread> loop_thread_;
   std::unique_ptr<kvcache::AcCodecThread> ac_thread_;   // loop thread (until Shutdown)
@@ -166,7 +172,6 @@ class WorkerRuntime {
   std::pair<std::string, uint16_t> relay_;
   bool loop_stopping_ = false;                            // loop thread
   std::atomic<bool> relay_up_{false};                     // for /metrics
-  std::atomic<uint64_t> steps_{0};
   uint16_t moqt_port_ = 0;
   std::unique_ptr<services::GrpcServer> grpc_;
   std::unique_ptr<services::MetricsServer> metrics_server_;

@@ -40,6 +40,19 @@ std::string TmpDir() {
   return t != nullptr ? t : "/tmp";
 }
 std::string ModelDir() { return TmpDir() + "/tiny"; }
+// Wider and deeper than the tiny model, with room for long prompts: its
+// prefill of thousands of tokens takes seconds on two cores.
+std::string WideModelDir() { return TmpDir() + "/wide"; }
+TinyModelOptions WideModel() {
+  TinyModelOptions o;
+  o.hidden_size = 512;
+  o.intermediate_size = 1376;
+  o.num_layers = 6;
+  o.num_heads = 8;
+  o.num_kv_heads = 4;
+  o.max_position_embeddings = 8192;
+  return o;
+}
 
 std::vector<int32_t> Prompt(int n, int seed) {
   std::vector<int32_t> t;
@@ -52,8 +65,12 @@ std::vector<int32_t> Prompt(int n, int seed) {
 // when the KV crosses the wire. (Q8 quantizes activations: a KV that went
 // through a 16-bit track can flip an int8 rounding and, on this random
 // model, a greedy pick some 20 tokens later.)
-std::vector<int32_t> Reference(const std::vector<int32_t>& prompt, int max_tokens) {
-  auto engine = Engine::Create(ModelDir(), EngineOptions{}, NewCpuBackend(CpuWeights::kF32));
+std::vector<int32_t> Reference(const std::vector<int32_t>& prompt, int max_tokens,
+                               const std::string& model_dir = ModelDir()) {
+  EngineOptions options;
+  options.kv_cache_bytes = 512ll << 20;
+  options.kv_fp16_values = true;  // as the workers keep it (--kv_cache_precision)
+  auto engine = Engine::Create(model_dir, options, NewCpuBackend(CpuWeights::kF32));
   EXPECT_TRUE(engine.ok()) << engine.status();
   GenerationParams p;
   p.max_tokens = max_tokens;
@@ -129,14 +146,17 @@ class DisaggregatedTest : public ::testing::Test {
   static void SetUpTestSuite() {
     absl::Status s = WriteTinyModel(TinyModelOptions{}, ModelDir());
     ASSERT_TRUE(s.ok()) << s;
+    s = WriteTinyModel(WideModel(), WideModelDir());
+    ASSERT_TRUE(s.ok()) << s;
   }
   std::unique_ptr<LocalCluster> Start(const std::string& name, int prefill, int decode,
                                       std::vector<std::string> scheduler_flags = {},
                                       std::vector<std::string> decode_flags = {},
-                                      int schedulers = 1) {
+                                      int schedulers = 1,
+                                      const std::string& model_dir = ModelDir()) {
     ClusterOptions o;
     o.num_schedulers = schedulers;
-    o.model_dir = ModelDir();
+    o.model_dir = model_dir;
     o.work_dir = TmpDir() + "/" + name;
     o.num_prefill = prefill;
     o.num_decode = decode;
@@ -272,6 +292,52 @@ TEST_F(DisaggregatedTest, FrozenDecodeWorkerMidStreamIsReplaced) {
   // Woken up, the frozen worker finds its call cancelled and frees it all.
   ExpectNoPagesLeaked(c->worker(Role::kDecode, victim));
   ExpectNoPagesLeaked(survivor);
+}
+
+// A long prompt as the very first request of a fresh cluster, with stall
+// bounds of 1 s, far below its prefill: the workers stream progress and
+// keepalives while they compute, so the scheduler bounds their silence,
+// not the prompt's length, and the request succeeds at the first attempt,
+// exact. (With bounds on the whole call, as before, the prefill was given up
+// after its 1 s three times, then decode's own compute after 1 s: a 503.)
+TEST_F(DisaggregatedTest, LongFirstPromptOnAFreshClusterIsNotAStall) {
+  auto c = Start("long_first", 1, 1,
+                 {"--prefill_stall_s=1", "--decode_stall_s=1", "--decode_first_message_s=1"}, {},
+                 1, WideModelDir());
+  ASSERT_NE(c, nullptr);
+  auto prompt = Prompt(6000, 5);
+  const absl::Time start = absl::Now();
+  Result r = Generate(c->scheduler_address(), prompt, 6);
+  const absl::Duration took = absl::Now() - start;
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.final.retries(), 0);
+  EXPECT_FALSE(r.final.prefill_worker().empty());  // computed by the prefill worker
+  EXPECT_GT(took, absl::Seconds(2)) << "the prompt did not outlast the stall bounds";
+  EXPECT_EQ(Metric(c->scheduler(), "kvcast_stalls_total", {{"phase", "prefill"}}), 0);
+  EXPECT_EQ(Metric(c->scheduler(), "kvcast_stalls_total", {{"phase", "decode"}}), 0);
+  EXPECT_EQ(r.tokens, Reference(prompt, 6, WideModelDir()));
+  ExpectNoPagesLeaked(c->worker(Role::kDecode, 0));
+}
+
+// The same prompt computed by the decode worker itself (PD fusion up to
+// 8192 tokens), in one pass of several seconds (--max_batch_tokens 8192):
+// its keepalives follow the model's layers, not only its passes.
+TEST_F(DisaggregatedTest, LongPromptComputedByTheDecodeWorkerIsNotAStall) {
+  auto c = Start("long_decode", 1, 1,
+                 {"--decode_stall_s=2", "--decode_first_message_s=2", "--pd_fusion_tokens=8192"},
+                 {"--max_batch_tokens=2048"}, 1, WideModelDir());
+  ASSERT_NE(c, nullptr);
+  auto prompt = Prompt(6000, 6);
+  const absl::Time start = absl::Now();
+  Result r = Generate(c->scheduler_address(), prompt, 6);
+  const absl::Duration took = absl::Now() - start;
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.final.retries(), 0);
+  EXPECT_TRUE(r.final.prefill_worker().empty()) << "not fused";
+  EXPECT_GT(took, absl::Seconds(2)) << "the prompt did not outlast the stall bound";
+  EXPECT_EQ(Metric(c->scheduler(), "kvcast_stalls_total", {{"phase", "decode"}}), 0);
+  EXPECT_EQ(r.tokens, Reference(prompt, 6, WideModelDir()));
+  ExpectNoPagesLeaked(c->worker(Role::kDecode, 0));
 }
 
 // Both prefill workers frozen (SIGSTOP): each prefill call is cancelled

@@ -62,11 +62,14 @@ using Clock = std::chrono::steady_clock;
 
 class TrivialPrefill final : public v1::Prefill::Service {
   grpc::Status Prefill(grpc::ServerContext*, const v1::PrefillRequest* req,
-                       v1::PrefillResponse* resp) override {
+                       grpc::ServerWriter<v1::PrefillReply>* writer) override {
+    v1::PrefillReply reply;
+    v1::PrefillResponse* resp = reply.mutable_result();
     resp->set_first_token(1000);
     resp->set_prompt_digest(std::string(32, 'a'));
     resp->set_computed_tokens(req->tokens_size());
     resp->set_compute_ms(0.01);
+    writer->Write(reply);
     return grpc::Status::OK;
   }
 };

@@ -1,0 +1,65 @@
+#include "engine/calibration.h"
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace kvcast {
+namespace {
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+}  // namespace
+
+absl::StatusOr<Calibration> Calibrate(Transformer& model, KvPagePool* pool, int chunk_tokens,
+                                      int repeats) {
+  if (chunk_tokens <= 0 || repeats <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("calibration: chunk of ", chunk_tokens, " tokens, ", repeats, " repeats"));
+  }
+  const int page_tokens = pool->layout().page_tokens;
+  const int pages_needed = (chunk_tokens + 1 + page_tokens - 1) / page_tokens;
+  if (pool->free_pages() < pages_needed) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "calibration needs ", pages_needed, " free KV pages, the pool has ", pool->free_pages()));
+  }
+  ASSIGN_OR_RETURN(std::vector<int32_t> pages, pool->Allocate(pages_needed));
+  // Any in-vocabulary ids: the time does not depend on which.
+  const int vocab = model.config().vocab_size;
+  std::vector<int32_t> prompt(chunk_tokens);
+  for (int i = 0; i < chunk_tokens; ++i) prompt[i] = int32_t((i * 7919 + 13) % vocab);
+  const int32_t next = prompt.back();
+  std::vector<float> logits;
+  auto timed = [&](const ForwardItem& item) -> absl::StatusOr<double> {
+    const auto t0 = std::chrono::steady_clock::now();
+    RETURN_IF_ERROR(model.Forward({&item, 1}, pool, /*all_logits=*/false, &logits));
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+        .count();
+  };
+  auto run = [&]() -> absl::StatusOr<Calibration> {
+    const ForwardItem chunk{prompt, 0, pages};
+    const ForwardItem step{absl::MakeConstSpan(&next, 1), chunk_tokens, pages};
+    RETURN_IF_ERROR(timed(chunk).status());  // warm-up
+    RETURN_IF_ERROR(timed(step).status());
+    std::vector<double> chunk_ms, step_ms;
+    for (int r = 0; r < repeats; ++r) {
+      ASSIGN_OR_RETURN(double c, timed(chunk));
+      ASSIGN_OR_RETURN(double s, timed(step));
+      chunk_ms.push_back(c);
+      step_ms.push_back(s);
+    }
+    return Calibration{chunk_tokens, Median(chunk_ms), Median(step_ms)};
+  };
+  absl::StatusOr<Calibration> result = run();
+  absl::Status released = pool->ReleaseAll(pages);
+  if (result.ok() && !released.ok()) return released;
+  return result;
+}
+
+}  // namespace kvcast
