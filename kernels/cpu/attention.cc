@@ -4,9 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "engine/model/dtype.h"
+#include "kernels/cpu/simd_exp.h"
+#include "kernels/cpu/tiled_attention.h"
 
 namespace kvcast {
 namespace {
@@ -22,24 +26,7 @@ bool HasAvx2() {
   return has;
 }
 
-// exp(x) for x <= 0 (scores minus their max): 2^n * p(r), r = x - n ln2 in
-// [-ln2/2, ln2/2], p a degree-6 polynomial (Cephes' expf coefficients).
-KVCAST_AVX2 inline __m256 Exp(__m256 x) {
-  x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
-  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-  p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
-}
+using cpu_simd::Exp8;
 
 KVCAST_AVX2 inline float HorizontalSum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -98,7 +85,7 @@ KVCAST_AVX2 void RowAvx2(const RowArgs<T>& a) {
   __m256 sum = _mm256_setzero_ps();
   int t = 0;
   for (; t + 8 <= a.visible; t += 8) {
-    const __m256 e = Exp(_mm256_sub_ps(_mm256_loadu_ps(a.scores + t), mx));
+    const __m256 e = Exp8(_mm256_sub_ps(_mm256_loadu_ps(a.scores + t), mx));
     _mm256_storeu_ps(a.scores + t, e);
     sum = _mm256_add_ps(sum, e);
   }
@@ -142,69 +129,130 @@ void RowScalar(const RowArgs<T>& a) {
 }  // namespace
 
 bool CpuAttentionVectorized() { return HasAvx2(); }
+void CpuAttentionAvx2OnlyForTesting(bool on) { cpu_attention::TiledAvx2OnlyForTesting(on); }
 
 namespace {
 
+// Sequences with at least this many query rows (prefill chunks) take the
+// tiled kernel; fewer (decode) the row kernel.
+constexpr int kTiledMinQueries = 16;
+
+// Which kernel a sequence's rows take.
+CpuAttentionKernel KernelFor(const AttentionSeq& seq, const AttentionShape& s,
+                             CpuAttentionKernel asked) {
+  if (!cpu_attention::TiledAvailable(s.head_dim)) return CpuAttentionKernel::kRows;
+  if (asked == CpuAttentionKernel::kAuto) {
+    return seq.num_queries >= kTiledMinQueries ? CpuAttentionKernel::kTiled
+                                               : CpuAttentionKernel::kRows;
+  }
+  return asked;
+}
+
+// One unit of work: rows [row_begin, row_end) of a sequence for one KV head.
+struct Task {
+  int seq, kv_head, row_begin, row_end;
+  bool tiled;
+};
+
+// The query rows of every KV head of one sequence, one row at a time.
 template <typename T>
-void PagedAttention(const float* q, int q_stride, const AttentionSeq* seqs, int num_seqs,
-                    const AttentionShape& s, const T* k_cache, const T* v_cache, float* out,
-                    bool parallel) {
+void Rows(const float* q, int q_stride, const AttentionSeq& seq, int g, const AttentionShape& s,
+          const T* k_cache, const T* v_cache, float* out) {
   const int group = s.num_heads / s.num_kv_heads;
   const int hd = s.head_dim;
   const size_t token_row = size_t(s.num_kv_heads) * hd;
   const int out_stride = s.num_heads * hd;
   const bool vector = HasAvx2() && hd % 8 == 0 && hd <= 256;
-  const int tasks = num_seqs * s.num_kv_heads;
+  thread_local std::vector<float> scores;
+  thread_local std::vector<const T*> keys, values;
+  const int ctx = seq.context_len;
+  scores.resize(size_t(ctx));
+  keys.resize(size_t(ctx));
+  values.resize(size_t(ctx));
+  // Token addresses page by page (no division per key).
+  for (int t = 0, p = 0; t < ctx; ++p) {
+    size_t slot = size_t(seq.page_table[p]) * s.page_tokens;
+    for (int o = 0; o < s.page_tokens && t < ctx; ++o, ++t, ++slot) {
+      keys[t] = k_cache + slot * token_row + size_t(g) * hd;
+      values[t] = v_cache + slot * token_row + size_t(g) * hd;
+    }
+  }
+  RowArgs<T> a;
+  a.keys = keys.data();
+  a.values = values.data();
+  a.hd = hd;
+  a.scale = s.scale;
+  a.scores = scores.data();
+  for (int j = 0; j < seq.num_queries; ++j) {
+    a.visible = seq.context_len - seq.num_queries + j + 1;
+    const size_t row = size_t(seq.query_offset + j);
+    for (int h = g * group; h < (g + 1) * group; ++h) {
+      a.prefetch = h == g * group && j == 0;
+      a.q = q + row * q_stride + size_t(h) * hd;
+      a.out = out + row * out_stride + size_t(h) * hd;
+      vector ? RowAvx2(a) : RowScalar(a);
+    }
+  }
+}
+
+template <typename T>
+void PagedAttention(const float* q, int q_stride, const AttentionSeq* seqs, int num_seqs,
+                    const AttentionShape& s, const T* k_cache, const T* v_cache, float* out,
+                    bool parallel, CpuAttentionKernel kernel) {
+  const int group = s.num_heads / s.num_kv_heads;
+  const int tile_rows = cpu_attention::TiledRowsPerTile(group);
+  thread_local std::vector<Task> tasks;
+  tasks.clear();
   int64_t work = 0;
-  for (int b = 0; b < num_seqs; ++b) work += int64_t(seqs[b].num_queries) * seqs[b].context_len;
-#pragma omp parallel for schedule(dynamic, 1) if (parallel && work * s.num_heads * hd > (1 << 17))
-  for (int task = 0; task < tasks; ++task) {
-    const AttentionSeq& seq = seqs[task / s.num_kv_heads];
-    const int g = task % s.num_kv_heads;
-    thread_local std::vector<float> scores;
-    thread_local std::vector<const T*> keys, values;
-    const int ctx = seq.context_len;
-    scores.resize(size_t(ctx));
-    keys.resize(size_t(ctx));
-    values.resize(size_t(ctx));
-    // Token addresses page by page (no division per key).
-    for (int t = 0, p = 0; t < ctx; ++p) {
-      size_t slot = size_t(seq.page_table[p]) * s.page_tokens;
-      for (int o = 0; o < s.page_tokens && t < ctx; ++o, ++t, ++slot) {
-        keys[t] = k_cache + slot * token_row + size_t(g) * hd;
-        values[t] = v_cache + slot * token_row + size_t(g) * hd;
+  for (int b = 0; b < num_seqs; ++b) {
+    const AttentionSeq& seq = seqs[b];
+    work += int64_t(seq.num_queries) * seq.context_len;
+    const bool tiled = KernelFor(seq, s, kernel) == CpuAttentionKernel::kTiled;
+    for (int g = 0; g < s.num_kv_heads; ++g) {
+      if (!tiled) {
+        tasks.push_back({b, g, 0, seq.num_queries, false});
+        continue;
+      }
+      for (int r = 0; r < seq.num_queries; r += tile_rows) {
+        tasks.push_back({b, g, r, std::min(seq.num_queries, r + tile_rows), true});
       }
     }
-    RowArgs<T> a;
-    a.keys = keys.data();
-    a.values = values.data();
-    a.hd = hd;
-    a.scale = s.scale;
-    a.scores = scores.data();
-    for (int j = 0; j < seq.num_queries; ++j) {
-      a.visible = seq.context_len - seq.num_queries + j + 1;
-      const size_t row = size_t(seq.query_offset + j);
-      for (int h = g * group; h < (g + 1) * group; ++h) {
-        a.prefetch = h == g * group && j == 0;
-        a.q = q + row * q_stride + size_t(h) * hd;
-        a.out = out + row * out_stride + size_t(h) * hd;
-        vector ? RowAvx2(a) : RowScalar(a);
-      }
+  }
+  const int n = int(tasks.size());
+  const Task* all = tasks.data();
+#pragma omp parallel for schedule(dynamic, 1) if (parallel && work * s.num_heads * s.head_dim > (1 << 17))
+  for (int i = n - 1; i >= 0; --i) {  // the last tiles see the most keys: first
+    const Task& t = all[i];
+    if (t.tiled) {
+      cpu_attention::TiledAttention(q, q_stride, seqs[t.seq], t.kv_head, t.row_begin, t.row_end,
+                                    s, k_cache, v_cache, out);
+    } else {
+      Rows(q, q_stride, seqs[t.seq], t.kv_head, s, k_cache, v_cache, out);
     }
   }
 }
 
 }  // namespace
 
+CpuAttentionKernel CpuAttentionKernelFromEnv() {
+  static const CpuAttentionKernel k = [] {
+    const char* mode = std::getenv("KVCAST_CPU_ATTENTION");
+    if (mode != nullptr && std::strcmp(mode, "rows") == 0) return CpuAttentionKernel::kRows;
+    if (mode != nullptr && std::strcmp(mode, "tiled") == 0) return CpuAttentionKernel::kTiled;
+    return CpuAttentionKernel::kAuto;
+  }();
+  return k;
+}
+
 void CpuPagedAttention(const float* q, int q_stride, const AttentionSeq* seqs, int num_seqs,
                        const AttentionShape& s, const void* k_cache, const void* v_cache,
-                       float* out, bool parallel) {
+                       float* out, bool parallel, CpuAttentionKernel kernel) {
   if (s.storage == KvStorage::kF16) {
     PagedAttention(q, q_stride, seqs, num_seqs, s, static_cast<const uint16_t*>(k_cache),
-                   static_cast<const uint16_t*>(v_cache), out, parallel);
+                   static_cast<const uint16_t*>(v_cache), out, parallel, kernel);
   } else {
     PagedAttention(q, q_stride, seqs, num_seqs, s, static_cast<const float*>(k_cache),
-                   static_cast<const float*>(v_cache), out, parallel);
+                   static_cast<const float*>(v_cache), out, parallel, kernel);
   }
 }
 

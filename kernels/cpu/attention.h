@@ -1,7 +1,15 @@
 // Paged attention on the CPU: the kernel behind CpuBackend::PagedAttention
 // (see AttentionSeq / AttentionShape in kernels/backend.h for the layout).
 //
-// Each (sequence, KV head) pair is one task; tasks run on an OpenMP team
+// Two kernels. Prefill (a sequence with >= 16 query rows) takes the tiled
+// kernel (tiled_attention.h): blocks of query rows x the GQA group's heads
+// against blocks of keys, two small matrix products per key block with an
+// online softmax, AVX-512 or AVX2. Decode rows take the row kernel below.
+// KVCAST_CPU_ATTENTION=rows (or =tiled) in the environment sends every
+// sequence to one kernel (A/B measurements); `kernel` does the same per call.
+//
+// Row kernel: each (sequence, KV head) pair is one task; tiled: each
+// (sequence, KV head, tile of rows). Tasks run on an OpenMP team
 // when `parallel` (a caller whose other threads spin elsewhere, e.g. in
 // OpenBLAS, passes false: two spinning pools on few cores starve each other).
 // A query row's scores are dot products against the keys read in place
@@ -18,14 +26,22 @@
 
 namespace kvcast {
 
+enum class CpuAttentionKernel { kAuto, kRows, kTiled };
+// KVCAST_CPU_ATTENTION's choice (kAuto when unset or unknown), read once.
+CpuAttentionKernel CpuAttentionKernelFromEnv();
+
 // K/V as s.storage keeps them: float32, or fp16 bits (KvStorage::kF16,
-// widened with F16C).
+// widened with F16C). kTiled falls back to rows where the tiled kernel
+// cannot run (head_dim, CPU).
 void CpuPagedAttention(const float* q, int q_stride, const AttentionSeq* seqs, int num_seqs,
                        const AttentionShape& s, const void* k_cache, const void* v_cache,
-                       float* out, bool parallel = true);
+                       float* out, bool parallel = true,
+                       CpuAttentionKernel kernel = CpuAttentionKernel::kAuto);
 
 // Whether the vectorized path runs on this CPU (for tests and benchmarks).
 bool CpuAttentionVectorized();
+// Tests: the tiled kernel runs its AVX2 code even on an AVX-512 CPU.
+void CpuAttentionAvx2OnlyForTesting(bool on);
 
 }  // namespace kvcast
 

@@ -320,7 +320,7 @@ class CpuBackend : public Backend {
                       float* out) override {
     // Float32 weights run their GEMMs on OpenBLAS's threads; OpenMP stays off.
     CpuPagedAttention(q, q_stride, seqs, num_seqs, s, k_cache, v_cache, out,
-                      /*parallel=*/weights_ != CpuWeights::kF32);
+                      /*parallel=*/weights_ != CpuWeights::kF32, CpuAttentionKernelFromEnv());
   }
 
  private:

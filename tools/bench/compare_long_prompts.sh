@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# kvcast vs llama.cpp by prompt length, on one GGUF file, 2 threads each, by
+# the same method: for each prompt length of LENGTHS (default
+# 512,2048,4096,8192), ROUNDS rounds (default 5), each running kvcast's
+# engine_bench (default backend: Q8 weights, fp16 KV) and llama.cpp's
+# llamacpp_bench.py twice (flash attention off, then on; f16 KV), the order
+# of the three rotating round to round; every process warms up with an
+# untimed run of the same prompt before it measures. Measured: prefill
+# tokens/s of the prompt, then DECODE_TOKENS (default 32) decode steps at
+# batch 1 at that context. Prints per length the median and range of each
+# number and of kvcast / llama.cpp against each llama.cpp setting, and the CPU.
+#
+#   tools/bench/compare_long_prompts.sh [GGUF] [ROUNDS]
+#   LENGTHS=4096 tools/bench/compare_long_prompts.sh
+#
+# Sets up what is missing as compare_cpu_engines.sh does. Run it on a quiet
+# machine (2 threads on 2 cores: anything else running ruins the numbers).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+model=${1:-$(tools/models/fetch_smollm2.sh build/models/smollm2)}
+ROUNDS=${2:-5}
+LENGTHS=${LENGTHS:-512,2048,4096,8192}
+DECODE_TOKENS=${DECODE_TOKENS:-32}
+log() { printf '\033[1m[compare]\033[0m %s\n' "$*" >&2; }
+[ -x .venv-llamacpp/bin/python ] || bash tools/bench/setup_llamacpp.sh .venv-llamacpp >&2
+bazel build -c opt --jobs=2 //tools/bench:engine_bench >&2
+out=$(mktemp -d)
+log "results in $out; load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+kvcast() {  # LEN ROUND
+  OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 bazel-bin/tools/bench/engine_bench --model "$model" \
+    --backend cpu --prompt_len "$1" --batches 1 --decode_steps "$DECODE_TOKENS" \
+    >"$out/kvcast-$1-$2.md"
+}
+llamacpp() {  # LEN ROUND fa|nofa
+  .venv-llamacpp/bin/python tools/bench/llamacpp_bench.py --model "$model" --threads 2 \
+    --prompt-len "$1" --gen "$DECODE_TOKENS" --runs 1 --warmup 1 \
+    --n-ctx $(($1 + DECODE_TOKENS + 8)) $([ "$3" = fa ] && echo --flash-attn) \
+    >"$out/llamacpp-$3-$1-$2.json" 2>/dev/null
+}
+IFS=, read -r -a lens <<<"$LENGTHS"
+for len in "${lens[@]}"; do
+  for r in $(seq 1 "$ROUNDS"); do
+    case $((r % 3)) in
+      1) kvcast "$len" "$r"; llamacpp "$len" "$r" nofa; llamacpp "$len" "$r" fa ;;
+      2) llamacpp "$len" "$r" nofa; llamacpp "$len" "$r" fa; kvcast "$len" "$r" ;;
+      0) llamacpp "$len" "$r" fa; kvcast "$len" "$r"; llamacpp "$len" "$r" nofa ;;
+    esac
+    log "$len tokens: round $r of $ROUNDS done"
+  done
+done
+log "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+python3 - "$out" "$ROUNDS" "$LENGTHS" <<'PY'
+import json, re, statistics, sys
+d, rounds, lengths = sys.argv[1], int(sys.argv[2]), [int(x) for x in sys.argv[3].split(",")]
+def kv(n, r):
+    rows = {}
+    for line in open(f"{d}/kvcast-{n}-{r}.md"):
+        m = re.match(r"\|[^|]*\| (prefill \d+ tokens|decode batch 1) [^|]*\| ([\d.]+) \|", line)
+        if m:
+            rows["prefill" if m.group(1).startswith("prefill") else "b1"] = float(m.group(2))
+    return rows
+def lc(n, r, fa):
+    x = json.load(open(f"{d}/llamacpp-{fa}-{n}-{r}.json"))
+    return {"prefill": x["prefill_tok_s"], "b1": x["decode_tok_s"]}, x
+info = lc(lengths[0], 1, "nofa")[1]
+span = lambda v, f: f"{f(statistics.median(v))} ({f(min(v))}-{f(max(v))})"
+num, ratio = (lambda v: f"{v:.0f}"), (lambda v: f"{v:.2f}x")
+print(f"CPU: {info['cpu']}; flags: {', '.join(info['cpu_flags'])}; {info['version']}; "
+      f"{rounds} rounds, median (range)\n")
+print("| prompt | measurement (2 threads) | kvcast cpu (Q8) tokens/s | llama.cpp tokens/s, FA off | "
+      "FA on | kvcast / llama.cpp FA off | kvcast / llama.cpp FA on |")
+print("|---|---|---|---|---|---|---|")
+for n in lengths:
+    ks = [kv(n, r) for r in range(1, rounds + 1)]
+    lo = [lc(n, r, "nofa")[0] for r in range(1, rounds + 1)]
+    lf = [lc(n, r, "fa")[0] for r in range(1, rounds + 1)]
+    for key, name in (("prefill", "prefill"), ("b1", "decode batch 1")):
+        k, a, b = [x[key] for x in ks], [x[key] for x in lo], [x[key] for x in lf]
+        print(f"| {n} | {name} | {span(k, num)} | {span(a, num)} | {span(b, num)} | "
+              f"{span([x / y for x, y in zip(k, a)], ratio)} | "
+              f"{span([x / y for x, y in zip(k, b)], ratio)} |")
+PY
