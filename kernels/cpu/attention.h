@@ -9,7 +9,10 @@
 // sequence to one kernel (A/B measurements); `kernel` does the same per call.
 //
 // Row kernel: each (sequence, KV head) pair is one task; tiled: each
-// (sequence, KV head, tile of rows). Tasks run on an OpenMP team
+// (sequence, KV head, tile of rows). A batch with fewer than 2 row tasks
+// per thread splits each decode row of >= 1024 keys over keys (parts of at
+// least 512, merged after by their softmax sums: flash-decoding's split-K),
+// so one long sequence keeps every core busy. Tasks run on an OpenMP team
 // when `parallel` (a caller whose other threads spin elsewhere, e.g. in
 // OpenBLAS, passes false: two spinning pools on few cores starve each other).
 // A query row's scores are dot products against the keys read in place

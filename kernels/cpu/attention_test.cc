@@ -2,7 +2,8 @@
 // the tiled prefill kernel (both ISAs) and the row kernel, fp16 and float32
 // pages, GQA groups of 1, 3 and 4, head_dim 8, 64 and 128, prompts that
 // start after a cached prefix, tiles that cross the causal diagonal and
-// several key blocks, and batches mixing prefill and decode sequences.
+// several key blocks, batches mixing prefill and decode sequences, and
+// decode rows split over keys.
 #include "kernels/cpu/attention.h"
 
 #include <cmath>
@@ -120,6 +121,10 @@ TEST_P(CpuAttentionTest, TiledAndRowKernelsMatchDenseCausalAttention) {
       {4, 4, 128, {{150, 150}}},
       // Llama's group of 4, head_dim 8 (one AVX2 vector), 2 prompts.
       {8, 2, 8, {{37, 37}, {16, 200}}},
+      // Decode rows at long contexts, alone in the batch: split over keys
+      // and merged (one KV head: split whatever the thread count).
+      {2, 1, 64, {{1, 3000}}},
+      {9, 3, 64, {{1, 2100}}},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(testing::Message() << c.heads << " heads / " << c.kv_heads << ", hd " << c.hd);
