@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/sampling/sampler.h"
+#include "services/scheduler/text_stream.h"
 #include "services/worker/grpc_status.h"
 #include "services/worker/sampling_proto.h"
 #include "transport/kvcache/naming.h"
@@ -25,27 +26,6 @@ double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(
 bool Unretryable(grpc::StatusCode c) {
   return c == grpc::INVALID_ARGUMENT || c == grpc::FAILED_PRECONDITION ||
          c == grpc::OUT_OF_RANGE || c == grpc::UNIMPLEMENTED;
-}
-
-// Length of the text that is safe to emit: no trailing replacement
-// character (an incomplete UTF-8 sequence) and no suffix that may still
-// grow into a stop string.
-size_t SafeEnd(const std::string& text, size_t from, const std::vector<std::string>& stops) {
-  size_t end = text.size();
-  static const std::string kReplacement = "\xEF\xBF\xBD";
-  while (end >= from + kReplacement.size() &&
-         text.compare(end - kReplacement.size(), kReplacement.size(), kReplacement) == 0) {
-    end -= kReplacement.size();
-  }
-  for (const std::string& s : stops) {
-    for (size_t k = std::min(s.size() - 1, end - from); k > 0; --k) {
-      if (text.compare(end - k, k, s, 0, k) == 0) {
-        end -= k;
-        break;
-      }
-    }
-  }
-  return std::max(end, from);
 }
 
 }  // namespace
@@ -153,8 +133,7 @@ class GenerationService::Request {
   std::vector<std::string> stops_;
 
   std::vector<int32_t> generated_;
-  std::string text_;
-  size_t emitted_ = 0;
+  std::optional<TextStream> text_;  // with a tokenizer
   std::optional<v1::FinishReason> finish_;
   bool client_gone_ = false;
   std::string kv_publisher_;  // set once a prefill published the prompt
@@ -229,6 +208,7 @@ grpc::Status GenerationService::Request::Validate() {
     return grpc::Status(grpc::INVALID_ARGUMENT,
                         "stop strings need a tokenizer on the scheduler (--model)");
   }
+  if (svc_->tokenizer_ != nullptr) text_.emplace(svc_->tokenizer_.get(), stops_);
   for (int32_t t : req_.stop_token_ids()) {
     if (t < 0 || t >= model_.vocab_size) {
       return grpc::Status(grpc::INVALID_ARGUMENT, absl::StrCat("stop token id ", t,
@@ -280,25 +260,13 @@ bool GenerationService::Request::OnToken(int32_t token) {
     delta->set_prompt_tokens(int(prompt_.size()));
     delta->set_cached_prompt_tokens(cached_tokens_);
   }
-  if (svc_->tokenizer_ != nullptr) {
-    text_ = svc_->tokenizer_->Decode(generated_, /*skip_special=*/true);
-    size_t end = text_.size();
-    size_t found = std::string::npos;
-    static const std::vector<std::string> kNoStops;
-    for (const std::string& s : may_stop ? stops_ : kNoStops) {
-      size_t from = emitted_ > s.size() ? emitted_ - s.size() : 0;
-      size_t p = text_.find(s, from);
-      if (p != std::string::npos && p < found) found = p;
-    }
-    if (found != std::string::npos) {
-      end = std::max(found, emitted_);
+  if (text_) {
+    TextStream::Piece piece = text_->Push(token, may_stop, done);
+    if (piece.stopped) {
       finish_ = v1::FINISH_REASON_STOP;
       done = true;
-    } else if (!done) {
-      end = SafeEnd(text_, emitted_, stops_);
     }
-    delta->set_text(text_.substr(emitted_, end - emitted_));
-    emitted_ = end;
+    delta->set_text(std::move(piece.text));
   }
   if (!client_gone_ && !emit_(out)) client_gone_ = true;
   return done || client_gone_;

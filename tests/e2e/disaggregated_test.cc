@@ -45,10 +45,10 @@ std::string ModelDir() { return TmpDir() + "/tiny"; }
 std::string WideModelDir() { return TmpDir() + "/wide"; }
 TinyModelOptions WideModel() {
   TinyModelOptions o;
-  o.hidden_size = 512;
-  o.intermediate_size = 1376;
-  o.num_layers = 6;
-  o.num_heads = 8;
+  o.hidden_size = 768;
+  o.intermediate_size = 2048;
+  o.num_layers = 8;
+  o.num_heads = 12;
   o.num_kv_heads = 4;
   o.max_position_embeddings = 8192;
   return o;
@@ -320,12 +320,13 @@ TEST_F(DisaggregatedTest, LongFirstPromptOnAFreshClusterIsNotAStall) {
 }
 
 // The same prompt computed by the decode worker itself (PD fusion up to
-// 8192 tokens), in one pass of several seconds (--max_batch_tokens 8192):
+// 8192 tokens), in one pass of seconds (--max_batch_tokens 8192, past the
+// 2 s bound):
 // its keepalives follow the model's layers, not only its passes.
 TEST_F(DisaggregatedTest, LongPromptComputedByTheDecodeWorkerIsNotAStall) {
   auto c = Start("long_decode", 1, 1,
                  {"--decode_stall_s=2", "--decode_first_message_s=2", "--pd_fusion_tokens=8192"},
-                 {"--max_batch_tokens=2048"}, 1, WideModelDir());
+                 {"--max_batch_tokens=8192"}, 1, WideModelDir());
   ASSERT_NE(c, nullptr);
   auto prompt = Prompt(6000, 6);
   const absl::Time start = absl::Now();

@@ -15,7 +15,11 @@ the scheduler's registry / connected to the relay again); a 4 s network
 partition of decode-0 and of prefill-0 (nft drops every packet to or from
 the worker's sockets); a flood of 200 concurrent requests; bad inputs at
 every size limit (1e6 prompt ids, a 10 MB text prompt, 1,000 stop strings,
-a 1 MB stop string, max_tokens 2^31-1); random datagrams at every UDP port. Passes iff every
+a 1 MB stop string, max_tokens 2^31-1); random datagrams at every UDP port;
+a long prompt as the very first request of a fresh cluster (a wider random
+model whose 8,000-token prefill takes seconds, prefill and decode stall
+bounds of 1 s: it must succeed at the first attempt, then the load runs).
+Passes iff every
 scenario's load has 0 failed (the scheduler's SIGKILL: at most the 8 in
 flight, whose streams had begun) and 0 hung requests, 0 crashes, 0 leaked pages
 and bounded RSS, and each bad input ends as stated (INVALID_ARGUMENT naming
@@ -84,15 +88,14 @@ class Campaign:
         self.args, self.model, self.pb, self.pb_grpc = args, model, pb, pb_grpc
         self.rows = []
 
-    def cluster(self, name, restart):
+    def cluster(self, name, restart, model=None, scheduler_flags="--decode_stall_s=1"):
         work = pathlib.Path(self.args.work) / name
         work.mkdir(parents=True, exist_ok=True)
         # Prefill workers keep a published prompt fetchable --retain_s: 1 s
         # here, so that the page check after the load sees them at rest.
-        c = Cluster(self.args, self.model, work, ["--prefill", "2", "--decode", "2",
-                                                  f"--restart={str(restart).lower()}",
-                                                  "--scheduler_flags=--decode_stall_s=1",
-                                                  "--prefill_flags=--retain_s=1"])
+        c = Cluster(self.args, model or self.model, work,
+                    ["--prefill", "2", "--decode", "2", f"--restart={str(restart).lower()}",
+                     f"--scheduler_flags={scheduler_flags}", "--prefill_flags=--retain_s=1"])
         c.start()
         return c
 
@@ -133,13 +136,17 @@ class Campaign:
                 leaked[name] = used - held
         return leaked
 
-    def run(self, name, fault=None, load=None, probe=None, restart=False, max_failed=0):
+    def run(self, name, fault=None, load=None, probe=None, restart=False, max_failed=0,
+            first=None, model=None, scheduler_flags="--decode_stall_s=1"):
         """Load + `fault()` (which returns the name of a process it killed,
         or None); returns after checking, and records the row. `restart`:
         `cluster up` restarts processes that exit. `max_failed`: requests
-        the fault may fail with a clear error (0 but where a row says why)."""
-        c = self.cluster(name, restart)
+        the fault may fail with a clear error (0 but where a row says why).
+        `first(c)`: a request sent to the fresh cluster before the load
+        (its dict joins the row)."""
+        c = self.cluster(name, restart, model, scheduler_flags)
         try:
+            before = first(c) if first else {}
             pids = dict(c.pids)
             rss_before = rss_mib(pids.values())
             load, out = self.bench(c, **(load or LOAD))
@@ -164,7 +171,7 @@ class Campaign:
             report = json.loads(out.read_text())
             hung = sum(n for err, n in report["errors"].items() if "DEADLINE_EXCEEDED" in err)
             failed = report["requests_failed"] - hung
-            extra = probe(c) if probe else {}
+            extra = {**before, **(probe(c) if probe else {})}
             hung += extra.get("hung", 0)
             crashed = [n for n, pid in pids.items() if n != killed and not alive(pid)]
             live = [n for n in WORKERS if n != killed and alive(pids[n])]
@@ -286,6 +293,25 @@ class Campaign:
             expect(secs < BAD_INPUT_S, f"{what}: answered in {secs:.2f} s (bound {BAD_INPUT_S} s)")
         return {"hung": hung, "bad_inputs": results}
 
+    def long_first(self, c):
+        """The fresh cluster's first request: an 8,000-token prompt whose
+        prefill takes seconds, under stall bounds of 1 s. It succeeds at the
+        first attempt (no retry, no stall counted)."""
+        ids = [10 + (i * 37 + (i * i) % 17) % 490 for i in range(8000)]
+        stub = self.pb_grpc.GenerationStub(grpc.insecure_channel(c.address))
+        t = time.monotonic()
+        result = stub.GenerateUnary(self.pb.GenerateRequest(
+            token_ids=self.pb.TokenIds(ids=ids), max_tokens=4, ignore_eos=True), timeout=120)
+        took = time.monotonic() - t
+        stalls = sum(scrape(c.metrics["scheduler"], "kvcast_stalls_total", {"phase": p})
+                     for p in ("prefill", "decode"))
+        expect(result.final.retries == 0, f"the long first request was retried "
+               f"{result.final.retries} times")
+        expect(stalls == 0, f"{stalls} stalls counted for a slow but live worker")
+        expect(took > 2, f"the long prompt took {took:.1f} s: not past the 1 s bounds")
+        return {"long_first": f"8,000 tokens in {took:.1f} s, {result.final.retries} retries, "
+                              f"{stalls:.0f} stalls"}
+
     def datagrams(self, c):
         """2,000 random datagrams (1..1,500 bytes) at every UDP port."""
         rng = random.Random(7)
@@ -404,6 +430,13 @@ def main():
                            text=True, timeout=120)
         expect(p.returncode == 0, f"make_tiny_model failed:\n{p.stderr}")
         state["campaign"] = Campaign(args, model, generation_pb2, generation_pb2_grpc)
+        wide = work / "wide_model"  # its prefill of thousands of tokens takes seconds
+        p = subprocess.run([args.make_tiny_model, f"--out={wide}", "--hidden_size=768",
+                            "--intermediate_size=2048", "--num_layers=8", "--num_heads=12",
+                            "--num_kv_heads=4", "--max_position_embeddings=8192"],
+                           capture_output=True, text=True, timeout=120)
+        expect(p.returncode == 0, f"make_tiny_model (wide) failed:\n{p.stderr}")
+        state["wide_model"] = wide
 
     if runner.run("setup", setup):
         c = state["campaign"]
@@ -431,6 +464,10 @@ def main():
             ("flood: 200 concurrent", dict(load=dict(requests=200, rate=0, concurrency=200))),
             ("bad inputs at the size limits", dict(probe=c.bad_inputs)),
             ("random datagrams at every UDP port", dict(probe=c.datagrams)),
+            ("long prompt first, 1 s stall bounds", dict(
+                first=c.long_first, model=state["wide_model"],
+                scheduler_flags="--decode_stall_s=1 --prefill_stall_s=1 --decode_first_message_s=1",
+                load=dict(requests=60, rate=10, concurrency=4))),
         ]
         for name, kw in scenarios:
             if name.startswith("partition") and no_partition:
@@ -439,7 +476,7 @@ def main():
             runner.run(name, lambda name=name, kw=kw: c.run(name, **kw))
         print(table(c.rows))
         for r in c.rows:
-            for key in ("bad_inputs", "datagrams", "back_in_service", "partition"):
+            for key in ("bad_inputs", "datagrams", "back_in_service", "partition", "long_first"):
                 if key in r:
                     print(f"{r['scenario']}: {r[key]}")
         (work / "chaos.json").write_text(json.dumps(c.rows, indent=1, default=str))

@@ -12,7 +12,10 @@
 #
 #   tools/bench/compare_long_prompts.sh [GGUF] [ROUNDS]
 #   LENGTHS=4096 tools/bench/compare_long_prompts.sh
+#   RESULTS=DIR LENGTHS=... tools/bench/compare_long_prompts.sh   (summarize DIR again)
 #
+# The model's position limit bounds the longest prompt: SmolLM2 holds 8192
+# positions, so its "8K" is 8000 tokens + the decode steps.
 # Sets up what is missing as compare_cpu_engines.sh does. Run it on a quiet
 # machine (2 threads on 2 cores: anything else running ruins the numbers).
 set -euo pipefail
@@ -22,6 +25,10 @@ ROUNDS=${2:-5}
 LENGTHS=${LENGTHS:-512,2048,4096,8192}
 DECODE_TOKENS=${DECODE_TOKENS:-32}
 log() { printf '\033[1m[compare]\033[0m %s\n' "$*" >&2; }
+IFS=, read -r -a lens <<<"$LENGTHS"
+if [ -n "${RESULTS:-}" ]; then
+  out=$RESULTS
+else
 [ -x .venv-llamacpp/bin/python ] || bash tools/bench/setup_llamacpp.sh .venv-llamacpp >&2
 bazel build -c opt --jobs=2 //tools/bench:engine_bench >&2
 out=$(mktemp -d)
@@ -37,7 +44,6 @@ llamacpp() {  # LEN ROUND fa|nofa
     --n-ctx $(($1 + DECODE_TOKENS + 8)) $([ "$3" = fa ] && echo --flash-attn) \
     >"$out/llamacpp-$3-$1-$2.json" 2>/dev/null
 }
-IFS=, read -r -a lens <<<"$LENGTHS"
 for len in "${lens[@]}"; do
   for r in $(seq 1 "$ROUNDS"); do
     case $((r % 3)) in
@@ -49,6 +55,7 @@ for len in "${lens[@]}"; do
   done
 done
 log "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
+fi
 python3 - "$out" "$ROUNDS" "$LENGTHS" <<'PY'
 import json, re, statistics, sys
 d, rounds, lengths = sys.argv[1], int(sys.argv[2]), [int(x) for x in sys.argv[3].split(",")]

@@ -74,7 +74,7 @@ def load1():
 
 def make_prompt(llm, n):
     ids = llm.tokenize(TEXT.encode(), add_bos=False, special=False)
-    reps = n // len(ids) + 1
+    reps = n // len(ids) + 2  # joined copies tokenize to a little less than the sum
     ids = llm.tokenize((TEXT * reps).encode(), add_bos=False, special=False)
     if len(ids) < n:
         sys.exit(f"llamacpp_bench: prompt text gives only {len(ids)} tokens")
