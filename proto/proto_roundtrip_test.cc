@@ -118,10 +118,12 @@ TEST(ProtoDescriptors, Services) {
   EXPECT_TRUE(m->client_streaming());
   EXPECT_TRUE(m->server_streaming());
 
+  // Progress, then the result: callers bound silence, not the prompt.
   m = FindMethod("kvcast.v1.Prefill", "Prefill");
   ASSERT_NE(m, nullptr);
   EXPECT_FALSE(m->client_streaming());
-  EXPECT_FALSE(m->server_streaming());
+  EXPECT_TRUE(m->server_streaming());
+  EXPECT_EQ(m->output_type()->full_name(), "kvcast.v1.PrefillReply");
 
   for (const char* name : {"Register", "Heartbeat", "Deregister"}) {
     EXPECT_NE(FindMethod("kvcast.v1.Registry", name), nullptr) << name;

@@ -241,14 +241,15 @@ class Checks:
 
     def tenant_flood(self):
         """One tenant's flood takes at most --tenant_max_in_flight of the
-        scheduler's --max_queue slots: another tenant still gets in."""
+        scheduler's --max_queue slots: another tenant still gets in. The
+        prefill workers are frozen (SIGSTOP) while it runs, so the admitted
+        flood requests stay in flight however fast the model is; the calm
+        tenant's short prompt runs on the decode worker alone (PD fusion)."""
         n = 8
         barrier = threading.Barrier(n, timeout=30)
 
         def flood(i):
-            # Long enough (a second or more on the tiny model) to be seen in
-            # flight: 200 tokens could end between two polls of the metric.
-            req = self.request(ids=self.ids(1000, salt=200 + i), max_tokens=1040, tenant="flood")
+            req = self.request(ids=self.ids(1000, salt=200 + i), max_tokens=40, tenant="flood")
             barrier.wait()
             try:
                 self.stream(req, timeout=90)
@@ -257,13 +258,24 @@ class Checks:
                 return e.code().name, e.details()
 
         metrics = self.cluster.metrics["scheduler"]
-        with concurrent.futures.ThreadPoolExecutor(max_workers=n) as pool:
-            futures = [pool.submit(flood, i) for i in range(n)]
-            wait_for("the flood in flight", lambda: scrape(metrics, "kvcast_queue_depth") >= TENANT_MAX_IN_FLIGHT, 30)
-            in_flight = scrape(metrics, "kvcast_queue_depth")
-            deltas, final = self.stream(self.request(ids=self.ids(50, salt=300), max_tokens=4,
-                                                     tenant="calm"), timeout=60)
-            results = [f.result(timeout=120) for f in futures]
+        prefill = [pid for name, pid in self.cluster.pids.items() if name.startswith("prefill")]
+        expect(prefill, f"no prefill worker among {sorted(self.cluster.pids)}")
+        for pid in prefill:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            with concurrent.futures.ThreadPoolExecutor(max_workers=n) as pool:
+                futures = [pool.submit(flood, i) for i in range(n)]
+                wait_for("the flood in flight",
+                         lambda: scrape(metrics, "kvcast_queue_depth") >= TENANT_MAX_IN_FLIGHT, 30)
+                in_flight = scrape(metrics, "kvcast_queue_depth")
+                deltas, final = self.stream(self.request(ids=self.ids(20, salt=300), max_tokens=4,
+                                                         tenant="calm"), timeout=60)
+                for pid in prefill:
+                    os.kill(pid, signal.SIGCONT)
+                results = [f.result(timeout=120) for f in futures]
+        finally:
+            for pid in prefill:
+                os.kill(pid, signal.SIGCONT)
         codes = sorted(c for c, _ in results)
         log(f"tenant flood: {codes}; calm tenant served ({final.usage.generated_tokens} tokens) "
             f"with {in_flight:.0f} flood requests in flight")
@@ -271,6 +283,7 @@ class Checks:
         refused = [d for c, d in results if c == "RESOURCE_EXHAUSTED"]
         expect(refused and all('tenant "flood"' in d for d in refused), f"{refused[:2]}")
         expect(in_flight <= TENANT_MAX_IN_FLIGHT, f"{in_flight} flood requests in flight")
+        expect(final.usage.generated_tokens == 4, f"calm tenant: {final}")
 
     def workers_need_mutual_tls(self):
         """Inside `kvcast cluster up`, a worker's gRPC port (Prefill/Decode)
