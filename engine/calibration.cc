@@ -24,16 +24,19 @@ absl::StatusOr<Calibration> Calibrate(Transformer& model, KvPagePool* pool, int 
         absl::StrCat("calibration: chunk of ", chunk_tokens, " tokens, ", repeats, " repeats"));
   }
   const int page_tokens = pool->layout().page_tokens;
-  const int pages_needed = (chunk_tokens + 1 + page_tokens - 1) / page_tokens;
-  if (pool->free_pages() < pages_needed) {
+  // A pool smaller than a chunk and a step: as many tokens as it holds,
+  // the time scaled to a chunk.
+  const int tokens = std::min(chunk_tokens, pool->free_pages() * page_tokens - 1);
+  if (tokens < 1) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "calibration needs ", pages_needed, " free KV pages, the pool has ", pool->free_pages()));
+        "calibration needs 2 token slots, the pool has ", pool->free_pages(), " free pages"));
   }
-  ASSIGN_OR_RETURN(std::vector<int32_t> pages, pool->Allocate(pages_needed));
+  ASSIGN_OR_RETURN(std::vector<int32_t> pages,
+                   pool->Allocate((tokens + 1 + page_tokens - 1) / page_tokens));
   // Any in-vocabulary ids: the time does not depend on which.
   const int vocab = model.config().vocab_size;
-  std::vector<int32_t> prompt(chunk_tokens);
-  for (int i = 0; i < chunk_tokens; ++i) prompt[i] = int32_t((i * 7919 + 13) % vocab);
+  std::vector<int32_t> prompt(tokens);
+  for (int i = 0; i < tokens; ++i) prompt[i] = int32_t((i * 7919 + 13) % vocab);
   const int32_t next = prompt.back();
   std::vector<float> logits;
   auto timed = [&](const ForwardItem& item) -> absl::StatusOr<double> {
@@ -44,7 +47,7 @@ absl::StatusOr<Calibration> Calibrate(Transformer& model, KvPagePool* pool, int 
   };
   auto run = [&]() -> absl::StatusOr<Calibration> {
     const ForwardItem chunk{prompt, 0, pages};
-    const ForwardItem step{absl::MakeConstSpan(&next, 1), chunk_tokens, pages};
+    const ForwardItem step{absl::MakeConstSpan(&next, 1), tokens, pages};
     RETURN_IF_ERROR(timed(chunk).status());  // warm-up
     RETURN_IF_ERROR(timed(step).status());
     std::vector<double> chunk_ms, step_ms;
@@ -54,7 +57,7 @@ absl::StatusOr<Calibration> Calibrate(Transformer& model, KvPagePool* pool, int 
       chunk_ms.push_back(c);
       step_ms.push_back(s);
     }
-    return Calibration{chunk_tokens, Median(chunk_ms), Median(step_ms)};
+    return Calibration{chunk_tokens, Median(chunk_ms) * chunk_tokens / tokens, Median(step_ms)};
   };
   absl::StatusOr<Calibration> result = run();
   absl::Status released = pool->ReleaseAll(pages);

@@ -7,8 +7,9 @@
 //   // c->chunk_ms: one 128-token prompt chunk from position 0
 //   // c->step_ms: one decode step of one sequence after it
 //
-// The run borrows pages of `pool` (one chunk's worth plus a few tokens) and
-// returns them; it must not overlap other use of the model (call it before
+// The run borrows pages of `pool` (a chunk and a token; a pool too small for
+// that runs the tokens it holds and scales the time to a chunk) and returns
+// them; it must not overlap other use of the model (call it before
 // the compute thread starts). Each measure is the median of a few repeats
 // after a warm-up pass (first-touch of the workspace, lazy weight packing).
 #ifndef KVCAST_ENGINE_CALIBRATION_H_
@@ -26,7 +27,7 @@ struct Calibration {
   double step_ms = 0;   // one decode token at position chunk_tokens
 };
 
-// FailedPrecondition when the pool has too few free pages; the model's
+// FailedPrecondition when the pool has no room for 2 tokens; the model's
 // errors otherwise.
 absl::StatusOr<Calibration> Calibrate(Transformer& model, KvPagePool* pool, int chunk_tokens,
                                       int repeats = 3);

@@ -466,7 +466,15 @@ absl::StatusOr<std::vector<SequenceEvent>> Engine::Step() {
       if (!batch.empty()) continue;  // retry next step once others finish
       SequenceEvent ev = event_for(*s);
       ev.finish = FinishReason::kError;
-      ev.error = std::string(st.message());
+      // Alone and still short of pages: no wait or retry on an engine of
+      // this pool's size helps (the scheduler gives it back to the client).
+      ev.status = absl::IsResourceExhausted(st)
+                      ? absl::OutOfRangeError(absl::StrCat(
+                            "the sequence needs ", (s->kv_len + n + options_.page_tokens - 1) /
+                                                       options_.page_tokens,
+                            " KV pages at ", s->kv_len + n, " tokens; the page pool holds ",
+                            pool_->num_pages(), " (", st.message(), ")"))
+                      : st;
       events.push_back(ev);
       Release(s);
       s->tokens.clear();  // marks it for removal below

@@ -112,7 +112,11 @@ struct SequenceEvent {
   uint64_t id = 0;
   int32_t token = -1;  // -1 when the event only reports a finish
   FinishReason finish = FinishReason::kNone;
-  std::string error;   // for kError
+  // kError: why, with a code a caller can act on (OutOfRange: the page
+  // pool cannot hold the sequence even alone, so no retry on an engine of
+  // its size helps; the backend's own code when a pass failed). OK
+  // otherwise.
+  absl::Status status;
   int prompt_tokens = 0;
   int cached_tokens = 0;  // prompt tokens whose KV came from the prefix cache
                           // (or, for a PrefilledKv request, the prefilled ones)

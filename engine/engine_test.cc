@@ -30,6 +30,7 @@ struct Result {
   std::vector<int32_t> tokens;
   FinishReason finish = FinishReason::kNone;
   int cached = 0;
+  absl::Status status;
 };
 
 void StepOnce(Engine* e, std::map<uint64_t, Result>* out) {
@@ -40,6 +41,7 @@ void StepOnce(Engine* e, std::map<uint64_t, Result>* out) {
     if (ev.token >= 0) r.tokens.push_back(ev.token);
     r.cached = ev.cached_tokens;
     if (ev.finish != FinishReason::kNone) r.finish = ev.finish;
+    if (ev.finish == FinishReason::kError) r.status = ev.status;
   }
 }
 
@@ -255,6 +257,23 @@ TEST(Engine, PreemptsUnderPagePressureAndStillProducesTheSameTokens) {
   }
   e->prefix_cache().Reclaim(1 << 30);
   EXPECT_EQ(e->pool().free_pages(), 24);
+}
+
+// A sequence that outgrows the whole pool alone ends with kError and a
+// typed status (OutOfRange, naming the pool), its pages returned.
+TEST(Engine, ASequenceTheWholePoolCannotHoldEndsOutOfRange) {
+  EngineOptions tight;
+  tight.num_pages = 4;  // 64 token slots: the 50-token prompt fits, 40 more do not
+  auto e = MakeEngine(tight);
+  uint64_t id = *e->Submit(Tokens(50, 3), Greedy(40));
+  auto got = RunToCompletion(e.get());
+  EXPECT_EQ(got[id].finish, FinishReason::kError);
+  EXPECT_EQ(got[id].status.code(), absl::StatusCode::kOutOfRange) << got[id].status;
+  EXPECT_NE(got[id].status.message().find("the page pool holds 4"), std::string::npos)
+      << got[id].status;
+  EXPECT_GT(got[id].tokens.size(), 0u);
+  e->prefix_cache().Reclaim(1 << 30);
+  EXPECT_EQ(e->pool().free_pages(), 4);
 }
 
 TEST(Engine, PreemptedSequenceIsRecomputedAndFinishesUnchanged) {

@@ -315,7 +315,8 @@ grpc::Status DecodeService::Decode(
       }
       if (ev.finish == FinishReason::kError) {
         requests_failed_->Increment();
-        return grpc::Status(grpc::INTERNAL, absl::StrCat("decode failed: ", ev.error));
+        return grpc::Status(static_cast<grpc::StatusCode>(ev.status.code()),
+                            absl::StrCat("decode failed: ", ev.status.message()));
       }
       if (ev.finish != FinishReason::kNone) out.set_finish_reason(ToProto(ev.finish));
       if (!cancelled && !stream->Write(out)) {

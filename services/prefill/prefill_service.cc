@@ -303,7 +303,8 @@ grpc::Status PrefillService::Compute(grpc::ServerContext* context,
     requests_failed_->Increment();
     absl::Status st = ev.finish == FinishReason::kCancelled
                           ? absl::CancelledError("prefill cancelled")
-                          : absl::InternalError(absl::StrCat("prefill failed: ", ev.error));
+                          : absl::Status(ev.status.code(),
+                                         absl::StrCat("prefill failed: ", ev.status.message()));
     end_prompt(st);
     return ToGrpc(st);
   }

@@ -81,14 +81,21 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(const Worke
     for (const Hash128& h : disk->Chunks()) rt->links_.Record(true, h, v1::KV_TIER_DISK);
   }
   // Before the compute thread: the model is ours alone.
-  ASSIGN_OR_RETURN(rt->calibration_, Calibrate(rt->engine_->model(), &rt->engine_->pool(),
-                                               config.chunk_tokens));
-  std::fprintf(stderr,
+  auto calibration =
+      Calibrate(rt->engine_->model(), &rt->engine_->pool(), config.chunk_tokens);
+  if (!calibration.ok()) {
+    // The scheduler then bounds this worker's silence by its floors alone.
+    std::fprintf(stderr, "kvcast worker: no calibration: %s\n",
+                 calibration.status().ToString().c_str());
+  } else {
+    rt->calibration_ = *calibration;
+    std::fprintf(stderr,
                "kvcast worker: calibrated on --backend=%s: a %d-token prompt chunk in %.1f ms "
                "(%.0f tokens/s), a decode step in %.2f ms\n",
                config.backend.c_str(), rt->calibration_.chunk_tokens, rt->calibration_.chunk_ms,
                1000.0 * rt->calibration_.chunk_tokens / rt->calibration_.chunk_ms,
                rt->calibration_.step_ms);
+  }
   ASSIGN_OR_RETURN(rt->loop_thread_, quic::LoopThread::Start("moqt-loop"));
   rt->ac_thread_ = std::make_unique<kvcache::AcCodecThread>(rt->engine_->pool().layout(),
                                                             rt->loop_thread_->loop());
@@ -196,7 +203,7 @@ void WorkerRuntime::ComputeLoop() {
         SequenceEvent ev;
         ev.id = id;
         ev.finish = FinishReason::kError;
-        ev.error = std::string(events.status().message());
+        ev.status = events.status();
         cb(ev);
       }
       continue;

@@ -341,6 +341,21 @@ TEST_F(DisaggregatedTest, LongPromptComputedByTheDecodeWorkerIsNotAStall) {
   ExpectNoPagesLeaked(c->worker(Role::kDecode, 0));
 }
 
+// A sequence the decode worker's whole page pool cannot hold (1 MiB: 128
+// tokens of the wide model; 100 prompt + 60 generated) fails at once with
+// the engine's typed code, OUT_OF_RANGE naming the pool, instead of being
+// retried on every decode worker and given up as UNAVAILABLE.
+TEST_F(DisaggregatedTest, ASequenceNoDecodePoolCanHoldFailsOnceWithItsCode) {
+  auto c = Start("pool_too_small", 1, 1, {}, {"--kv_cache_mb=1"}, 1, WideModelDir());
+  ASSERT_NE(c, nullptr);
+  Result r = Generate(c->scheduler_address(), Prompt(100, 12), 60);
+  EXPECT_EQ(r.status.error_code(), grpc::OUT_OF_RANGE) << r.status.error_message();
+  EXPECT_NE(r.status.error_message().find("the page pool holds 8"), std::string::npos)
+      << r.status.error_message();
+  EXPECT_EQ(Metric(c->scheduler(), "kvcast_retries_total"), 0);
+  ExpectNoPagesLeaked(c->worker(Role::kDecode, 0));
+}
+
 // Both prefill workers frozen (SIGSTOP): each prefill call is cancelled
 // after its stall bound (--prefill_stall_s 1 + 10 x the time per token) and
 // retried elsewhere; after --max_attempts the decode worker computes the

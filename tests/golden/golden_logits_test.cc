@@ -248,7 +248,7 @@ std::vector<int32_t> GenerateGreedy(const TinyModelOptions& options, const Engin
       if (ev.id != *id) continue;
       if (ev.token >= 0) out.push_back(ev.token);
       if (ev.finish != FinishReason::kNone) {
-        EXPECT_EQ(ev.finish, FinishReason::kLength) << ev.error;
+        EXPECT_EQ(ev.finish, FinishReason::kLength) << ev.status;
         finished = true;
       }
     }

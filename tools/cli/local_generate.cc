@@ -68,7 +68,7 @@ absl::Status LocalGenerate(const LocalEngineOptions& local, const GenerateOption
         std::fwrite(piece.data(), 1, piece.size(), stdout);
         std::fflush(stdout);
       }
-      if (ev.finish == FinishReason::kError) return absl::InternalError(ev.error);
+      if (ev.finish == FinishReason::kError) return ev.status;
     }
   }
   if (text) std::cout << text->Flush();
