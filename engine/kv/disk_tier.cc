@@ -72,12 +72,16 @@ bool Decode(const uint8_t* p, Header* h) {
   return true;
 }
 
-// Reads the header of `path` (and, with `payload`, the rest).
-bool ReadFile(const std::string& path, Header* h, std::vector<uint8_t>* payload) {
+// Reads the header of `path` (and, with `payload`, the rest, which must be
+// `payload_bytes` long: the header's own size is not trusted with an
+// allocation).
+bool ReadFile(const std::string& path, Header* h, std::vector<uint8_t>* payload = nullptr,
+              uint64_t payload_bytes = 0) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (f == nullptr) return false;
   uint8_t head[kHeaderBytes];
   bool ok = std::fread(head, 1, kHeaderBytes, f) == kHeaderBytes && Decode(head, h);
+  if (ok && payload != nullptr) ok = h->payload_bytes == payload_bytes;
   if (ok && payload != nullptr) {
     payload->resize(h->payload_bytes);
     ok = std::fread(payload->data(), 1, payload->size(), f) == payload->size() &&
@@ -197,7 +201,7 @@ absl::StatusOr<std::unique_ptr<DiskKvTier>> DiskKvTier::Open(const std::string& 
     }
     if (!absl::EndsWith(name, kSuffix)) continue;
     Header h;
-    const bool valid = ReadFile(e.path().string(), &h, nullptr) &&
+    const bool valid = ReadFile(e.path().string(), &h) &&
                        h.model == shape.model_fingerprint &&
                        h.format == uint32_t(shape.format) &&
                        h.chunk_tokens == uint32_t(shape.chunk_tokens) &&
@@ -280,8 +284,7 @@ absl::StatusOr<std::vector<uint8_t>> DiskKvTier::Get(const Hash128& hash) {
   }
   Header h;
   std::vector<uint8_t> payload;
-  if (!ReadFile(PathOf(hash), &h, &payload) || h.chunk != hash ||
-      h.payload_bytes != shape_.chunk_bytes ||
+  if (!ReadFile(PathOf(hash), &h, &payload, shape_.chunk_bytes) || h.chunk != hash ||
       XXH3_64bits(payload.data(), payload.size()) != h.checksum) {
     Remove(hash);
     ++stats_.rejected;

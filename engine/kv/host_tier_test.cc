@@ -278,5 +278,28 @@ TEST_F(DiskTierTest, AChangedFileIsRefusedAndDeleted) {
   EXPECT_FALSE(reopened->Contains(h));
 }
 
+// Found by engine/kv/fuzz: a file rewritten behind the tier's back whose
+// header claims a payload of 2^62 bytes is refused as DataLoss; the reader
+// does not try to allocate what the header asks for.
+TEST_F(DiskTierTest, AHeaderClaimingAHugePayloadIsDataLossNotAnAllocation) {
+  const Hash128 h = Chain(1)[0];
+  auto disk = *DiskKvTier::Open(Dir(), Shape(), 1 << 20);
+  std::vector<uint8_t> payload(Shape().chunk_bytes, 3);
+  std::vector<Hash128> dropped;
+  disk->Put(h, payload, XXH3_64bits(payload.data(), payload.size()), &dropped);
+  disk->WaitForWrites();
+  const std::string path = absl::StrCat(Dir(), "/", h.ToHex(), ".kvchunk");
+  {
+    std::FILE* f = std::fopen(path.c_str(), "r+b");
+    ASSERT_NE(f, nullptr);
+    const uint64_t huge = uint64_t(1) << 62;
+    std::fseek(f, 8 + 16 + 16 + 5 * 4, SEEK_SET);  // the payload size field
+    std::fwrite(&huge, sizeof(huge), 1, f);
+    std::fclose(f);
+  }
+  EXPECT_EQ(disk->Get(h).status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_FALSE(std::filesystem::exists(path));
+}
+
 }  // namespace
 }  // namespace kvcast
