@@ -119,8 +119,7 @@ grpc::Status WorkerRegistry::Register(grpc::ServerContext*, const v1::RegisterRe
                     info.grpc_address(),
                     info.moqt_address(),
                     options_.make_channel(info.grpc_address()),
-                    info.calibrated_chunk_ms(),
-                    info.calibrated_step_ms()};
+                    info.calibrated_chunk_ms()};
   w.info = info;
   w.load = request->load();
   w.last_seen = absl::Now();

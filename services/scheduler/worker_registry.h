@@ -50,10 +50,9 @@ struct WorkerRef {
   std::string grpc_address;
   std::string moqt_address;
   std::shared_ptr<grpc::Channel> channel;
-  // The worker's start-up calibration (WorkerInfo): a prompt chunk's and a
-  // decode step's time; 0 when it reported none.
+  // The worker's start-up calibration (WorkerInfo): a prompt chunk's time;
+  // 0 when it reported none.
   double chunk_ms = 0;
-  double step_ms = 0;
 };
 
 struct Route {
