@@ -612,6 +612,16 @@ GenerationService::GenerationService(WorkerRegistry* registry,
   m.AddCallbackGauge("kvcast_prefix_index_chunks", "KV chunks the workers of a role hold",
                      [this] { return double(registry_->counts().decode_chunks); },
                      {{"role", "decode"}});
+  // The model-server gauges the Gateway API Inference Extension (and vLLM
+  // dashboards) read, summed over the workers' last heartbeats.
+  m.AddCallbackGauge("vllm:num_requests_waiting", "requests queued on the workers",
+                     [this] { return double(registry_->counts().waiting); });
+  m.AddCallbackGauge("vllm:num_requests_running", "sequences in the workers' batches",
+                     [this] { return double(registry_->counts().running); });
+  m.AddCallbackGauge("vllm:kv_cache_usage_perc", "KV pages in use over all pages (0-1)", [this] {
+    const auto c = registry_->counts();
+    return c.pages_total > 0 ? double(c.pages_used) / double(c.pages_total) : 0.0;
+  });
 }
 
 grpc::Status GenerationService::Run(grpc::ServerContext* context,

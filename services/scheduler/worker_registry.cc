@@ -279,6 +279,10 @@ WorkerRegistry::Counts WorkerRegistry::counts() const {
     const bool prefill = w.info.role() == v1::WORKER_ROLE_PREFILL;
     (prefill ? c.prefill : c.decode) += 1;
     (prefill ? c.prefill_chunks : c.decode_chunks) += index_.chunks_of(slot);
+    c.waiting += w.load.queued();
+    c.running += w.load.running();
+    c.pages_total += w.info.total_pages();
+    c.pages_used += std::max(0, w.info.total_pages() - w.load.free_pages());
   }
   c.index_chunks = index_.num_chunks();
   return c;

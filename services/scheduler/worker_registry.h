@@ -120,6 +120,9 @@ class WorkerRegistry final : public v1::Registry::Service {
     size_t index_chunks = 0;   // distinct chunks held anywhere
     size_t prefill_chunks = 0;  // chunks held, summed over the prefill workers
     size_t decode_chunks = 0;   // and over the decode workers
+    // Summed over every worker's last reported load (WorkerLoad).
+    int64_t waiting = 0, running = 0;
+    int64_t pages_used = 0, pages_total = 0;
   };
   Counts counts() const;
 

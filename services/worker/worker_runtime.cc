@@ -285,6 +285,20 @@ absl::Status WorkerRuntime::Serve(moqt::RequestHandler* handler,
                             [this] { return double(engine_->num_waiting()); });
   metrics_.AddCallbackGauge("kvcast_running", "sequences in the batch",
                             [this] { return double(engine_->num_running()); });
+  // The same under the names the Gateway API Inference Extension's model
+  // server protocol (and vLLM's dashboards) read.
+  const services::MetricLabels model{{"model_name", model_name_}};
+  metrics_.AddCallbackGauge("vllm:num_requests_waiting", "requests waiting for the batch",
+                            [this] { return double(engine_->num_waiting()); }, model);
+  metrics_.AddCallbackGauge("vllm:num_requests_running", "sequences in the batch",
+                            [this] { return double(engine_->num_running()); }, model);
+  metrics_.AddCallbackGauge(
+      "vllm:kv_cache_usage_perc", "KV pages in use (running + cached) over all pages (0-1)",
+      [this] {
+        const KvPagePool& pool = engine_->pool();
+        return double(pool.num_pages() - pool.free_pages()) / double(pool.num_pages());
+      },
+      model);
   if (config_.moqt_auth) services::ExportMoqtAuthMetrics(config_.moqt_auth, &metrics_);
   if (!config_.relay.empty()) {
     metrics_.AddCallbackGauge("kvcast_relay_connected",

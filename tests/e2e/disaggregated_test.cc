@@ -356,6 +356,38 @@ TEST_F(DisaggregatedTest, ASequenceNoDecodePoolCanHoldFailsOnceWithItsCode) {
   ExpectNoPagesLeaked(c->worker(Role::kDecode, 0));
 }
 
+// The gauges the Gateway API Inference Extension's endpoint picker (and
+// vLLM dashboards) read, under vLLM's names: the decode worker running a
+// request shows it, the scheduler's sums over heartbeats follow, the KV
+// usage is a fraction of the pool, and all is back at 0 after.
+TEST_F(DisaggregatedTest, GatewayGaugesUnderVllmNames) {
+  auto c = Start("vllm_gauges", 1, 1, {}, {}, 1, WideModelDir());
+  ASSERT_NE(c, nullptr);
+  const Labels model{{"model_name", "wide"}};
+  const Process& decode = c->worker(Role::kDecode, 0);
+  bool worker_running = false, scheduler_running = false;
+  double usage = -1;
+  Result r = Generate(c->scheduler_address(), Prompt(100, 21), 1500, [&](int n) {
+    if (n % 100 != 0) return;
+    worker_running |= Metric(decode, "vllm:num_requests_running", model) == 1;
+    scheduler_running |= Metric(c->scheduler(), "vllm:num_requests_running") >= 1;
+    usage = std::max(usage, Metric(decode, "vllm:kv_cache_usage_perc", model));
+  });
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_TRUE(worker_running);
+  EXPECT_TRUE(scheduler_running) << "the scheduler's sum never showed the request";
+  EXPECT_GT(usage, 0);
+  EXPECT_LE(usage, 1);
+  EXPECT_EQ(Metric(decode, "vllm:num_requests_waiting", model), 0);
+  double after = -1;
+  for (int i = 0; i < 50 && after != 0; ++i) {  // the next heartbeats
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    after = Metric(c->scheduler(), "vllm:num_requests_running");
+  }
+  EXPECT_EQ(after, 0);
+  EXPECT_EQ(Metric(decode, "vllm:num_requests_running", model), 0);
+}
+
 // Both prefill workers frozen (SIGSTOP): each prefill call is cancelled
 // after its stall bound (--prefill_stall_s 1 + 10 x the time per token) and
 // retried elsewhere; after --max_attempts the decode worker computes the
