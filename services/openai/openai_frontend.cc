@@ -318,12 +318,14 @@ class OpenAiFrontend::Impl {
     }
     const bool models = p == "/v1/models", completions = p == "/v1/completions",
                chat = p == "/v1/chat/completions";
+    // vLLM's token routes (no /v1 prefix, as vLLM serves them).
+    const bool tokenize = p == "/tokenize", detokenize = p == "/detokenize";
     requests_[models ? 2 : completions ? 0 : chat ? 1 : 3]->Increment();
     auto fail = [&](ApiError e) {
       errors_->Increment();
       SendError(ex.get(), e);
     };
-    if (!models && !completions && !chat) {
+    if (!models && !completions && !chat && !tokenize && !detokenize) {
       ApiError e{404, absl::StrCat("no route ", req.method, " ", p), "invalid_request_error"};
       return fail(e);
     }
@@ -356,7 +358,8 @@ class OpenAiFrontend::Impl {
     // with the request (a long prompt: milliseconds): off the I/O thread,
     // whose other connections' writes would wait for it.
     auto shared = std::make_shared<HttpRequest>(std::move(req));
-    auto work = [this, chat, shared, ex, authorization, served] {
+    auto work = [this, chat, tokenize, detokenize, shared, ex, authorization, served] {
+      if (tokenize || detokenize) return Tokens(detokenize, *shared, ex, served);
       Generate(chat, *shared, ex, authorization, served);
     };
     if (work_ == nullptr) {
@@ -369,6 +372,97 @@ class OpenAiFrontend::Impl {
   }
 
  private:
+  // POST /tokenize ({"prompt": TEXT} or {"messages": [...]}, as vLLM takes
+  // them) and /detokenize ({"tokens": [IDS]}).
+  void Tokens(bool detokenize, const HttpRequest& req, std::shared_ptr<HttpExchange> ex,
+              std::optional<ServedModel> served) {
+    auto fail = [&](ApiError e) {
+      errors_->Increment();
+      SendError(ex.get(), e);
+    };
+    const Json j = Json::parse(req.body, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object()) return fail({400, "the body is not a JSON object"});
+    if (!served) {
+      return fail({503, "no worker has registered with the scheduler yet", "service_unavailable"});
+    }
+    if (auto m = j.find("model"); m != j.end() && !m->is_null() &&
+                                  (!m->is_string() || m->get<std::string>() != served->name)) {
+      return fail({404, absl::StrCat("the model ", m->dump(), " does not exist; this server serves '",
+                                     served->name, "'"),
+                   "invalid_request_error", "model", "model_not_found"});
+    }
+    if (tokenizer_ == nullptr) return fail({400, "this scheduler has no tokenizer (--model)"});
+    auto flag = [&](const char* name, bool fallback) -> std::optional<bool> {
+      auto it = j.find(name);
+      if (it == j.end() || it->is_null()) return fallback;
+      if (!it->is_boolean()) return std::nullopt;
+      return it->get<bool>();
+    };
+    if (detokenize) {
+      auto t = j.find("tokens");
+      if (t == j.end() || !t->is_array()) {
+        return fail({400, "tokens: an array of token ids is required", "invalid_request_error",
+                     "tokens"});
+      }
+      std::vector<int32_t> ids;
+      for (const Json& v : *t) {
+        if (!v.is_number_integer() || v.get<int64_t>() < 0 ||
+            v.get<int64_t>() >= tokenizer_->vocab_size()) {
+          return fail({400, absl::StrCat("tokens: ", v.dump(), " is not a token id of this model (0-",
+                                         tokenizer_->vocab_size() - 1, ")"),
+                       "invalid_request_error", "tokens"});
+        }
+        ids.push_back(int32_t(v.get<int64_t>()));
+      }
+      return ex->Respond(200, "application/json",
+                         Dump(Json{{"prompt", tokenizer_->Decode(ids, /*skip_special=*/false)}}));
+    }
+    if (flag("return_token_strs", false) != false) {
+      return fail({400, "return_token_strs is not supported", "invalid_request_error",
+                   "return_token_strs"});
+    }
+    const bool chat = j.contains("messages");
+    // vLLM's defaults: special tokens (BOS) added to a prompt, not to a
+    // rendered chat (its template writes them); a chat ends with the
+    // assistant's turn opened.
+    const std::optional<bool> special = flag("add_special_tokens", !chat);
+    const std::optional<bool> generation = flag("add_generation_prompt", true);
+    if (!special || !generation) {
+      return fail({400, "add_special_tokens and add_generation_prompt must be booleans"});
+    }
+    std::string text;
+    if (chat) {
+      if (!j["messages"].is_array()) {
+        return fail({400, "messages: an array is required", "invalid_request_error", "messages"});
+      }
+      if (!hooks_.render_chat) {
+        return fail({400, "this model has no chat template; send a prompt", "invalid_request_error",
+                     "messages"});
+      }
+      auto rendered = hooks_.render_chat(j["messages"], j.value("tools", Json()), *generation,
+                                         j.value("chat_template_kwargs", Json()));
+      if (!rendered.ok()) {
+        return fail({400, absl::StrCat("chat template: ", rendered.status().message()),
+                     "invalid_request_error", "messages"});
+      }
+      text = *std::move(rendered);
+    } else if (j.contains("prompt") && j["prompt"].is_string()) {
+      text = j["prompt"].get<std::string>();
+    } else {
+      return fail({400, "either prompt (a string) or messages is required", "invalid_request_error",
+                   "prompt"});
+    }
+    auto ids = tokenizer_->Encode(text, /*add_bos=*/*special);
+    if (!ids.ok()) {
+      return fail({400, std::string(ids.status().message()), "invalid_request_error",
+                   chat ? "messages" : "prompt"});
+    }
+    ex->Respond(200, "application/json",
+                Dump(Json{{"count", ids->size()},
+                          {"max_model_len", served->max_model_len},
+                          {"tokens", *ids}}));
+  }
+
   void Generate(bool chat, const HttpRequest& req, std::shared_ptr<HttpExchange> ex,
                 const std::string& authorization, std::optional<ServedModel> served) {
     auto fail = [&](ApiError e) {

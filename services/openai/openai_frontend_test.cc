@@ -272,6 +272,35 @@ TEST_F(OpenAiFrontendTest, ModelsHealthMetrics) {
               HasSubstr("text/plain; version=0.0.4"));
 }
 
+// vLLM's /tokenize (a prompt, or messages through the chat template) and
+// /detokenize, with errors naming the field at fault.
+TEST_F(OpenAiFrontendTest, TokenizeAndDetokenizeAsVllmServesThem) {
+  EXPECT_THAT(Call(PostJson("/tokenize", R"({"model":"m","prompt":"hi"})"), "]}"),
+              HasSubstr(R"({"count":2,"max_model_len":100,"tokens":[104,105]})"));
+  // The template renders "\x01" + the messages' JSON + "!" (generation prompt on).
+  const std::string messages = R"([{"role":"user","content":"a"}])";
+  const std::string rendered = "\x01" + Json::parse(messages).dump() + "!";
+  EXPECT_THAT(Call(PostJson("/tokenize", R"({"messages":)" + messages + "}"), "]}"),
+              HasSubstr(absl::StrCat(R"({"count":)", rendered.size(), ",")));
+  EXPECT_THAT(Call(PostJson("/tokenize", R"({"messages":)" + messages +
+                                             R"(,"add_generation_prompt":false})"), "]}"),
+              HasSubstr(absl::StrCat(R"({"count":)", rendered.size() - 1, ",")));
+  EXPECT_THAT(Call(PostJson("/detokenize", R"({"tokens":[104,105]})"), "}"),
+              HasSubstr(R"({"prompt":"hi"})"));
+  std::string r = Call(PostJson("/detokenize", R"({"tokens":[104,300]})"), "}}");
+  EXPECT_THAT(r, StartsWith("HTTP/1.1 400 "));
+  EXPECT_THAT(r, HasSubstr(R"("param":"tokens")"));
+  r = Call(PostJson("/tokenize", R"({"model":"other","prompt":"hi"})"), "}}");
+  EXPECT_THAT(r, StartsWith("HTTP/1.1 404 "));
+  r = Call(PostJson("/tokenize", R"({"prompt":[1,2]})"), "}}");
+  EXPECT_THAT(r, StartsWith("HTTP/1.1 400 "));
+  EXPECT_THAT(r, HasSubstr("either prompt (a string) or messages"));
+  r = Call(PostJson("/tokenize", R"({"prompt":"hi","return_token_strs":true})"), "}}");
+  EXPECT_THAT(r, HasSubstr(R"("param":"return_token_strs")"));
+  r = Call("GET /tokenize HTTP/1.1\r\nHost: t\r\n\r\n", "}}");
+  EXPECT_THAT(r, StartsWith("HTTP/1.1 405 "));
+}
+
 TEST_F(OpenAiFrontendTest, ApiKeysGuardV1AndTravelAsMetadata) {
   auto keys = services::ApiKeys::Parse("k-0123456789abcdef alice\n", "keys");
   ASSERT_TRUE(keys.ok());
