@@ -18,15 +18,7 @@ namespace {
 
 #define KVCAST_AVX2 __attribute__((target("avx2,fma,f16c")))
 
-bool HasAvx2() {
-  static const bool has = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
-  }();
-  return has;
-}
-
+using cpu_attention::HasAvx2;
 using cpu_simd::Exp8;
 
 KVCAST_AVX2 inline float HorizontalSum(__m256 v) {

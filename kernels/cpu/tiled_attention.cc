@@ -11,7 +11,6 @@
 #include "kernels/cpu/simd_exp.h"
 
 namespace kvcast::cpu_attention {
-namespace {
 
 bool HasAvx2() {
   static const bool has = [] {
@@ -21,6 +20,8 @@ bool HasAvx2() {
   }();
   return has;
 }
+
+namespace {
 
 std::atomic<bool> avx2_only{false};
 

@@ -25,6 +25,9 @@
 
 namespace kvcast::cpu_attention {
 
+// AVX2 + FMA + F16C on this CPU (both attention kernels' vector paths).
+bool HasAvx2();
+
 // Whether the tiled kernel can run `head_dim` on this CPU (multiple of 8,
 // at most 256, AVX2+FMA+F16C or AVX-512).
 bool TiledAvailable(int head_dim);

@@ -57,7 +57,7 @@ class PrefillService::Publisher : public kvcache::KvPublisher {
   moqt::MoqtSession* upstream_ = nullptr;
 };
 
-// The progress messages of one Prefill stream. done() may be raised from
+// The progress messages of one Prefill stream. Done() may be called from
 // any thread (the compute thread, as chunks complete); Tick() writes, on the
 // handler thread only.
 class PrefillService::Progress {
