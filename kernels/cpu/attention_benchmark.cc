@@ -2,8 +2,8 @@
 // SmolLM2-135M's attention (9 query heads over 3 KV heads, head_dim 64, fp16
 // pages of 16 tokens), one layer's prefill chunk of 256 query rows at the
 // end of a prompt of each length, and a batch-1 decode row at that context.
-// Rounds alternate the kernels (after a warm-up call of each) and print each
-// round, then the median and range of the speedup.
+// Rounds alternate the kernels, which one goes first alternating too (after
+// a warm-up call of each), then the median and range of the speedup.
 //   bazel build -c opt //kernels/cpu:attention_benchmark && \
 //     bazel-bin/kernels/cpu/attention_benchmark [--rounds 5] [--contexts 512,2048,4096,8192]
 //     [--avx2]
@@ -65,9 +65,14 @@ void Case(int ctx, int nq, int rounds) {
   TimeMs(q, seq, s, k, v, &out, CpuAttentionKernel::kRows, 1);
   TimeMs(q, seq, s, k, v, &out, CpuAttentionKernel::kTiled, 1);
   std::vector<double> rows_ms, tiled_ms, speedup;
-  for (int r = 0; r < rounds; ++r) {
-    rows_ms.push_back(TimeMs(q, seq, s, k, v, &out, CpuAttentionKernel::kRows, reps));
-    tiled_ms.push_back(TimeMs(q, seq, s, k, v, &out, CpuAttentionKernel::kTiled, reps));
+  for (int r = 0; r < rounds; ++r) {  // which kernel goes first alternates
+    for (int i = 0; i < 2; ++i) {
+      if ((i + r) % 2 == 0) {
+        rows_ms.push_back(TimeMs(q, seq, s, k, v, &out, CpuAttentionKernel::kRows, reps));
+      } else {
+        tiled_ms.push_back(TimeMs(q, seq, s, k, v, &out, CpuAttentionKernel::kTiled, reps));
+      }
+    }
     speedup.push_back(rows_ms.back() / tiled_ms.back());
   }
   auto median = [](std::vector<double> x) {

@@ -180,6 +180,11 @@ KVCAST_TA_HD void LoadQ(int tid, Smem<D>& sm, const Tile& t, const Args& a, int 
   }
 }
 
+// The page slot of the sequence's `key`.
+KVCAST_TA_HD inline size_t SlotOf(const Tile& t, const Args& a, int key) {
+  return size_t(t.pages[key / a.page_tokens]) * a.page_tokens + key % a.page_tokens;
+}
+
 // Keys [k0, k0 + kTileK) into K^T and V; keys at or past key_end are zeros.
 template <int D>
 KVCAST_TA_HD void LoadKv(int tid, Smem<D>& sm, const Tile& t, const Args& a, int kv_head,
@@ -193,9 +198,7 @@ KVCAST_TA_HD void LoadKv(int tid, Smem<D>& sm, const Tile& t, const Args& a, int
     float x[4] = {0.f, 0.f, 0.f, 0.f};
     const int key = k0 + c;
     if (key < t.key_end) {
-      const size_t slot = size_t(t.pages[key / a.page_tokens]) * a.page_tokens +
-                          key % a.page_tokens;
-      Load4(a.k_cache + slot * kv_row + size_t(kv_head) * D + 4 * d4, x);
+      Load4(a.k_cache + SlotOf(t, a, key) * kv_row + size_t(kv_head) * D + 4 * d4, x);
     }
     for (int i = 0; i < 4; ++i) sm.kt[(4 * d4 + i) * kTileK + c] = x[i];
   }
@@ -205,9 +208,7 @@ KVCAST_TA_HD void LoadKv(int tid, Smem<D>& sm, const Tile& t, const Args& a, int
     float x[4] = {0.f, 0.f, 0.f, 0.f};
     const int key = k0 + c;
     if (key < t.key_end) {
-      const size_t slot = size_t(t.pages[key / a.page_tokens]) * a.page_tokens +
-                          key % a.page_tokens;
-      Load4(a.v_cache + slot * kv_row + size_t(kv_head) * D + 4 * d4, x);
+      Load4(a.v_cache + SlotOf(t, a, key) * kv_row + size_t(kv_head) * D + 4 * d4, x);
     }
     Store4(sm.v + c * D + 4 * d4, x);
   }
