@@ -9,7 +9,7 @@
 // Weights: matrices stay in the checkpoint's fp16 or bf16 (float32
 // checkpoints are rounded to bf16); vectors are float32. Linear casts its
 // float32 input to the weight's type and runs cublasGemmEx with float32
-// accumulation and float32 output.
+// accumulation and float32 output (one row: the skinny kernel, below).
 //
 // Memory: scratch (GEMM inputs, attention partials, transfer staging) is
 // kept and grown, never allocated per call once the shapes have been seen;
@@ -18,10 +18,18 @@
 // Errors: ops cannot return a Status; the first CUDA or cuBLAS error is kept
 // and returned by Synchronize() (and by every later one: a faulted context
 // cannot be trusted).
+//
+// KVCAST_CUDA_OP_TIMES=1 times every compute op on the GPU (op_times.h) and
+// prints the totals by op and rows when the backend is destroyed.
+// Linear on one row (decode at batch 1) runs skinny_gemm.h's kernel on the
+// float32 row, more rows cast + cuBLAS; KVCAST_CUDA_GEMM=cublas or =skinny
+// (up to 8 rows) switches for A/B measurements.
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -33,8 +41,10 @@
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/kv_codec_kernels.h"
 #include "kernels/cuda/norm.h"
+#include "kernels/cuda/op_times.h"
 #include "kernels/cuda/paged_attention.h"
 #include "kernels/cuda/sampling.h"
+#include "kernels/cuda/skinny_gemm.h"
 
 namespace kvcast {
 namespace {
@@ -83,6 +93,11 @@ class Scratch {
   size_t size_ = 0;
 };
 
+bool EnvIs(const char* name, std::string_view value) {
+  const char* v = std::getenv(name);
+  return v != nullptr && value == v;
+}
+
 class CudaBackend : public Backend {
  public:
   static absl::StatusOr<std::unique_ptr<Backend>> Create(int device) {
@@ -123,6 +138,11 @@ class CudaBackend : public Backend {
     cudaSetDevice(device_);
     if (compute_) cudaStreamSynchronize(compute_);
     if (transfer_) cudaStreamSynchronize(transfer_);
+    if (op_times_.enabled()) {
+      op_times_.Collect();
+      std::fprintf(stderr, "cuda backend: GPU time by op (KVCAST_CUDA_OP_TIMES)\n%s",
+                   op_times_.Report().c_str());
+    }
     if (cublas_) cublasDestroy(cublas_);
     if (compute_) cudaStreamDestroy(compute_);
     if (transfer_) cudaStreamDestroy(transfer_);
@@ -172,11 +192,13 @@ class CudaBackend : public Backend {
     Bind();
     Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, compute_), "CopyToHost");
     Check(cudaStreamSynchronize(compute_), "CopyToHost");
+    op_times_.Collect();
   }
 
   absl::Status Synchronize() override {
     Bind();
     Check(cudaStreamSynchronize(compute_), "Synchronize");
+    op_times_.Collect();
     absl::MutexLock lock(&error_mu_);
     return error_;
   }
@@ -219,6 +241,7 @@ class CudaBackend : public Backend {
   void Embedding(const int32_t* ids, int num_tokens, const Weight& table, int dim,
                  float* out) override {
     Bind();
+    cuda::OpTimes::Scope timed(&op_times_, "Embedding", num_tokens, compute_);
     // Matrices from LoadWeight are always fp16 or bf16 here.
     Check(cuda::LaunchEmbeddingHalf(ids, num_tokens, static_cast<const uint16_t*>(table.data()),
                                     table.type() == WeightType::kBF16, dim, out, compute_),
@@ -228,23 +251,28 @@ class CudaBackend : public Backend {
   void GatherRows(const float* x, const int32_t* rows, int num_rows, int dim,
                   float* out) override {
     Bind();
+    cuda::OpTimes::Scope timed(&op_times_, "GatherRows", num_rows, compute_);
     Check(cuda::LaunchGatherRows(x, rows, num_rows, dim, out, compute_), "GatherRows");
   }
 
   void RmsNorm(const float* x, const float* weight, int rows, int dim, float eps,
                float* out) override {
     Bind();
+    cuda::OpTimes::Scope timed(&op_times_, "RmsNorm", rows, compute_);
     Check(cuda::LaunchRmsNorm(x, weight, rows, dim, eps, out, compute_), "RmsNorm");
   }
 
   void AddRmsNorm(float* x, const float* y, const float* weight, int rows, int dim, float eps,
                   float* out) override {
     Bind();
+    cuda::OpTimes::Scope timed(&op_times_, "AddRmsNorm", rows, compute_);
     Check(cuda::LaunchAddRmsNorm(x, y, weight, rows, dim, eps, out, compute_), "AddRmsNorm");
   }
 
-  // y^T = W x^T in cuBLAS's column-major terms: W [n, k] row-major is a
-  // column-major k x n matrix used transposed; x [m, k] row-major is a
+  // One row (decode at batch 1): the skinny kernel on the float32 row.
+  // Otherwise the rows are cast to the weight's type and
+  // cuBLAS runs y^T = W x^T in its column-major terms: W [n, k] row-major is
+  // a column-major k x n matrix used transposed; x [m, k] row-major is a
   // column-major k x m matrix; y [m, n] row-major is column-major n x m.
   void Linear(const float* x, int m, int k, const Weight& w, int n, const float* bias,
               float* y) override {
@@ -252,27 +280,29 @@ class CudaBackend : public Backend {
     if (m == 0) return;
     // Matrices from LoadWeight are always fp16 or bf16 here.
     const bool bf16 = w.type() == WeightType::kBF16;
-    cudaError_t e = cudaSuccess;
-    auto* xh = static_cast<uint16_t*>(gemm_input_.Get(size_t(m) * k * 2, &e));
-    if (!Check(e, "Linear") ||
-        !Check(cuda::LaunchCastToHalf(x, size_t(m) * k, bf16, xh, compute_), "Linear")) {
+    auto name = [&](const char* what) {
+      return op_times_.enabled() ? absl::StrCat("Linear: ", what, " ", n, "x", k) : "";
+    };
+    if (m <= skinny_gemm_rows_ && cuda::SkinnyGemmSupports(m, k)) {
+      cuda::OpTimes::Scope timed(&op_times_, name("skinny GEMM"), m, compute_);
+      if (!Check(cuda::LaunchSkinnyGemm(x, m, k, static_cast<const uint16_t*>(w.data()), bf16, n,
+                                        y, compute_),
+                 "Linear")) {
+        return;
+      }
+    } else if (!CublasLinear(x, m, k, w, bf16, n, y, name("GEMM"))) {
       return;
     }
-    const float alpha = 1.f, beta = 0.f;
-    const cudaDataType_t t = bf16 ? CUDA_R_16BF : CUDA_R_16F;
-    const cublasStatus_t st =
-        cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w.data(), t, k, xh, t, k,
-                     &beta, y, CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-    if (st != CUBLAS_STATUS_SUCCESS) {
-      Fail(absl::StrCat("Linear: cuBLAS status ", int(st), " (m=", m, " k=", k, " n=", n, ")"));
-      return;
+    if (bias != nullptr) {
+      cuda::OpTimes::Scope timed(&op_times_, "Linear: bias", m, compute_);
+      Check(cuda::LaunchAddBias(y, bias, m, n, compute_), "Linear bias");
     }
-    if (bias != nullptr) Check(cuda::LaunchAddBias(y, bias, m, n, compute_), "Linear bias");
   }
 
   void Rope(float* x, int num_tokens, int x_stride, int num_heads, int head_dim,
             const int32_t* positions, const float* inv_freq) override {
     Bind();
+    cuda::OpTimes::Scope timed(&op_times_, "Rope", num_tokens, compute_);
     Check(cuda::LaunchRope(x, num_tokens, x_stride, num_heads, head_dim, positions, inv_freq,
                            compute_),
           "Rope");
@@ -280,6 +310,7 @@ class CudaBackend : public Backend {
 
   void SwiGlu(const float* gate_up, int rows, int dim, float* out) override {
     Bind();
+    cuda::OpTimes::Scope timed(&op_times_, "SwiGlu", rows, compute_);
     Check(cuda::LaunchSwiGlu(gate_up, rows, dim, out, compute_), "SwiGlu");
   }
 
@@ -287,6 +318,7 @@ class CudaBackend : public Backend {
                int num_kv_heads, int head_dim, KvStorage storage, void* k_cache,
                void* v_cache) override {
     Bind();
+    cuda::OpTimes::Scope timed(&op_times_, "WriteKv", num_tokens, compute_);
     // Float32 pages only (SupportsHalfKvPages is false): fp16 values rounded.
     if (!Check(storage == KvStorage::kF16 ? cudaErrorNotSupported : cudaSuccess, "WriteKv")) {
       return;
@@ -309,6 +341,9 @@ class CudaBackend : public Backend {
                       const AttentionShape& s, const void* k_cache, const void* v_cache,
                       float* out) override {
     Bind();
+    int queries = 0;
+    for (int b = 0; b < num_seqs; ++b) queries += seqs[b].num_queries;
+    cuda::OpTimes::Scope timed(&op_times_, "PagedAttention", queries, compute_);
     if (num_seqs == 0) return;
     cuda::PagedAttentionParams p;
     const int32_t* tables = seqs[0].page_table;
@@ -361,7 +396,10 @@ class CudaBackend : public Backend {
   absl::Status SampleTokens(const float* logits, int vocab, const TokenSampling* params, int num,
                             int32_t* tokens) override {
     Bind();
-    if (num > 0) EnqueueSample(logits, vocab, params, num, tokens);
+    if (num > 0) {
+      cuda::OpTimes::Scope timed(&op_times_, "SampleTokens", num, compute_);
+      EnqueueSample(logits, vocab, params, num, tokens);
+    }
     return Synchronize();
   }
 
@@ -411,6 +449,28 @@ class CudaBackend : public Backend {
 
   // The device is per host thread in CUDA, and two threads call in.
   void Bind() const { cudaSetDevice(device_); }
+
+  bool CublasLinear(const float* x, int m, int k, const Weight& w, bool bf16, int n, float* y,
+                    const std::string& timed_as) {
+    cudaError_t e = cudaSuccess;
+    auto* xh = static_cast<uint16_t*>(gemm_input_.Get(size_t(m) * k * 2, &e));
+    if (!Check(e, "Linear")) return false;
+    {
+      cuda::OpTimes::Scope timed(&op_times_, "Linear: cast input", m, compute_);
+      if (!Check(cuda::LaunchCastToHalf(x, size_t(m) * k, bf16, xh, compute_), "Linear")) {
+        return false;
+      }
+    }
+    const float alpha = 1.f, beta = 0.f;
+    const cudaDataType_t t = bf16 ? CUDA_R_16BF : CUDA_R_16F;
+    cuda::OpTimes::Scope timed(&op_times_, timed_as, m, compute_);
+    const cublasStatus_t st =
+        cublasGemmEx(cublas_, CUBLAS_OP_T, CUBLAS_OP_N, n, m, k, &alpha, w.data(), t, k, xh, t, k,
+                     &beta, y, CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (st == CUBLAS_STATUS_SUCCESS) return true;
+    Fail(absl::StrCat("Linear: cuBLAS status ", int(st), " (m=", m, " k=", k, " n=", n, ")"));
+    return false;
+  }
 
   bool Check(cudaError_t e, const char* op) {
     if (e == cudaSuccess) return true;
@@ -500,6 +560,15 @@ class CudaBackend : public Backend {
 
   absl::Mutex error_mu_;
   absl::Status error_ ABSL_GUARDED_BY(error_mu_);
+
+  // Rows up to which Linear takes the skinny kernel: 1 (measured faster than
+  // cast + cuBLAS at one row, slower at 8: docs/cuda.md); KVCAST_CUDA_GEMM=
+  // cublas or =skinny (up to 8 rows) for A/B measurements and tests.
+  const int skinny_gemm_rows_ = EnvIs("KVCAST_CUDA_GEMM", "cublas")   ? 0
+                                : EnvIs("KVCAST_CUDA_GEMM", "skinny") ? cuda::kSkinnyGemmMaxRows
+                                                                      : 1;
+  // Compute-stream ops only (the compute thread's).
+  cuda::OpTimes op_times_{EnvIs("KVCAST_CUDA_OP_TIMES", "1")};
 };
 
 }  // namespace

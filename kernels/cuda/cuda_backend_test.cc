@@ -149,29 +149,41 @@ TEST_F(CudaBackendTest, RmsNormAndFusedAddRmsNorm) {
   ExpectClose(Down(*d_y, y.size()), cy, 2e-5f, 1e-6f, "AddRmsNorm norm");
 }
 
+// Every GEMM path: cast + cuBLAS (KVCAST_CUDA_GEMM=cublas), the skinny
+// kernel for up to 8 rows with k a multiple of 8 (=skinny), and the default
+// (skinny for one row); k = 2056 takes the skinny kernel's unrolled loop and
+// its tail, k = 388 falls back to cuBLAS.
 TEST_F(CudaBackendTest, LinearInBf16AndFp16WithFloatAccumulation) {
-  const int k = 384, n = 200;
-  for (WeightType t : {WeightType::kBF16, WeightType::kF16}) {
-    for (int m : {1, 7, 64}) {
-      SCOPED_TRACE(testing::Message() << "type " << int(t) << " m " << m);
-      const auto x = Representable(Random(size_t(m) * k, 6), t);
-      const auto w = Representable(Random(size_t(n) * k, 7), t);
-      const auto bias = Random(n, 8);
-      const auto wh = ToHalf(w, t);
-      auto gw = *gpu_->LoadWeight(t, WeightKind::kMatrix, wh.data(), n, k);
-      auto cw = *cpu_->LoadWeight(t, WeightKind::kMatrix, wh.data(), n, k);
-      EXPECT_EQ(gw.type(), t);
-      std::vector<float> want(size_t(m) * n);
-      cpu_->Linear(x.data(), m, k, cw, n, bias.data(), want.data());
-      auto d_x = Up(x), d_b = Up(bias);
-      auto out = *gpu_->Allocate(want.size() * 4);
-      gpu_->Linear(F(d_x), m, k, gw, n, F(d_b), out->f32());
-      const auto got = Down(*out, want.size());
-      for (int r = 0; r < m; ++r) {
-        for (int j = 0; j < n; ++j) {
-          double mag = std::abs(bias[j]);
-          for (int i = 0; i < k; ++i) mag += std::abs(double(x[r * k + i]) * w[j * k + i]);
-          ASSERT_NEAR(got[r * n + j], want[r * n + j], 1e-5 * mag) << r << "," << j;
+  const int n = 200;
+  for (const char* gemm : {"cublas", "skinny", ""}) {
+    setenv("KVCAST_CUDA_GEMM", gemm, 1);
+    gpu_ = *NewBackend("cuda");
+    unsetenv("KVCAST_CUDA_GEMM");
+    for (WeightType t : {WeightType::kBF16, WeightType::kF16}) {
+      for (int k : {384, 2056, 388}) {
+        for (int m : {1, 2, 3, 5, 7, 8, 64}) {
+          SCOPED_TRACE(testing::Message()
+                       << gemm << " type " << int(t) << " k " << k << " m " << m);
+          const auto x = Representable(Random(size_t(m) * k, 6), t);
+          const auto w = Representable(Random(size_t(n) * k, 7), t);
+          const auto bias = Random(n, 8);
+          const auto wh = ToHalf(w, t);
+          auto gw = *gpu_->LoadWeight(t, WeightKind::kMatrix, wh.data(), n, k);
+          auto cw = *cpu_->LoadWeight(t, WeightKind::kMatrix, wh.data(), n, k);
+          EXPECT_EQ(gw.type(), t);
+          std::vector<float> want(size_t(m) * n);
+          cpu_->Linear(x.data(), m, k, cw, n, bias.data(), want.data());
+          auto d_x = Up(x), d_b = Up(bias);
+          auto out = *gpu_->Allocate(want.size() * 4);
+          gpu_->Linear(F(d_x), m, k, gw, n, F(d_b), out->f32());
+          const auto got = Down(*out, want.size());
+          for (int r = 0; r < m; ++r) {
+            for (int j = 0; j < n; ++j) {
+              double mag = std::abs(bias[j]);
+              for (int i = 0; i < k; ++i) mag += std::abs(double(x[r * k + i]) * w[j * k + i]);
+              ASSERT_NEAR(got[r * n + j], want[r * n + j], 1e-5 * mag) << r << "," << j;
+            }
+          }
         }
       }
     }

@@ -8,13 +8,17 @@
 #          SmolLM2-135M), with HF's own bf16-GEMM-input run as the floor:
 #          logits, teacher-forced top-1 and greedy tokens
 #          (tools/golden/compare_logits.py);
-#  bench   gpu_bench (decode roofline, prefill vs the GEMMs alone, KV landing)
-#          and HF generate on the same checkpoint and GPU;
+#  bench   gpu_bench (decode roofline, prefill vs the GEMMs alone, KV landing),
+#          its GPU time by op (decode, a 2K prompt), and HF generate on the
+#          same checkpoint and GPU;
 #  disagg  scheduler, relay, one prefill and one decode worker on the backend
-#          sharing the GPU: two greedy requests with one 2K-token prefix equal
+#          sharing the GPU (KV as DISAGG_COMPRESSION, default fp16): two greedy requests with one 2K-token prefix equal
 #          to the in-process run, a shared-prefix `kvcast bench` (TTFT, the KV
 #          handoff's exposed share, landing GB/s, prefix hits), no page leaked;
-#  sanitize  the attention kernels under compute-sanitizer racecheck and memcheck.
+#  sanitize  the attention kernels under compute-sanitizer racecheck and memcheck;
+#  gemm    (not by default) decode GEMMs, cast + cuBLAS against the skinny
+#          kernel (KVCAST_CUDA_GEMM=skinny), alternating, and both by op;
+#  split   (not by default) decode attention's keys per KV split, alternating.
 # Every step runs under its own time limit and the others run whatever it
 # gives. Results: $OUT/summary.md (one line a step, then the key outputs) and
 # $OUT/logs.tgz (every log and JSON file): two files, for the device tool.
@@ -36,6 +40,7 @@ DEVICE="$([[ $BACKEND == cuda ]] && echo cuda || echo cpu)"  # torch's
 ORACLE_SHAPES="${ORACLE_SHAPES:-llama3:1b qwen2:0.5b llama:135m}"
 DISAGG_SHAPE="${DISAGG_SHAPE:-llama3:1b}"
 DISAGG_PREFIX="${DISAGG_PREFIX:-2048}"
+DISAGG_COMPRESSION="${DISAGG_COMPRESSION:-fp16}"  # the KV track; lossy ones skip the equality check
 PY="${PYTHON:-python3}"
 BUDGET_S="${BUDGET_S:-480}"  # the whole run, so that the results are packed in time
 MODELS="${MODELS:-/tmp/kvcast_models}"
@@ -49,7 +54,7 @@ CUDA_LIBS=/usr/local/cuda/lib64
 export KVLIB="$PACK/lib:$CUDA_LIBS"
 kv() { LD_LIBRARY_PATH="$KVLIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"; }
 export -f kv
-export PYTHONUNBUFFERED=1 OUT BACKEND DEVICE DISAGG_SHAPE DISAGG_PREFIX PY MODELS LOGS
+export PYTHONUNBUFFERED=1 OUT BACKEND DEVICE DISAGG_SHAPE DISAGG_PREFIX DISAGG_COMPRESSION PY MODELS LOGS
 export BIN="$PACK/bin"
 SUMMARY="$OUT/summary.md"
 status=0
@@ -153,8 +158,59 @@ if [[ " $CHECKS " == *" bench "* ]]; then
   dir="$MODELS/llama3-1b"
   make_model llama3 1b "$dir"
   step gpu_bench 180 kv "$BIN/gpu_bench" --model "$dir" && cat "$LOGS/gpu_bench.log" >>"$SUMMARY"
+  # Where a decode step and a 2K prompt spend their GPU time, op by op.
+  step gpu_op_times 120 kv "$BIN/gpu_bench" --model "$dir" --op_times --batches 1,32 \
+      --prefill 2048 --landing_tokens 16 --steps 64 &&
+    sed -n '/GPU time by op/,$p' "$LOGS/gpu_op_times.log" >>"$SUMMARY"
   step hf_bench 180 "$PY" tools/bench/hf_generate_bench.py --model "$dir" &&
     cat "$LOGS/hf_bench.log" >>"$SUMMARY"
+fi
+
+# The decode GEMM A/B: cast + cuBLAS against the skinny kernel
+# (KVCAST_CUDA_GEMM=skinny), alternating, 3 rounds; then both by op.
+gemm_ab() {
+  local dir="$MODELS/llama3-1b" rep g
+  make_model llama3 1b "$dir" || return 1
+  for rep in 1 2 3; do
+    for g in cublas skinny; do
+      echo "KVCAST_CUDA_GEMM=$g, round $rep"
+      KVCAST_CUDA_GEMM=$g kv "$BIN/gpu_bench" --model "$dir" --batches 1,8,32 --prefill 2048 \
+        --landing_tokens 16 | grep "^| Llama" || return 1
+    done
+  done
+  for g in cublas skinny; do
+    echo "KVCAST_CUDA_GEMM=$g by op"
+    KVCAST_CUDA_GEMM=$g kv "$BIN/gpu_bench" --model "$dir" --op_times --batches 1 --prefill 2048 \
+      --landing_tokens 16 --steps 64 2>&1 | sed -n '/GPU time by op/,/^$/p' || return 1
+  done
+}
+export -f gemm_ab
+if [[ " $CHECKS " == *" gemm "* ]]; then
+  step gemm 150 gemm_ab && cat "$LOGS/gemm.log" >>"$SUMMARY"
+fi
+
+# Decode attention's keys per KV split (KVCAST_CUDA_SPLIT_TOKENS), 2 rounds
+# alternating, at a 512- and a 4096-token context; the attention test with
+# the smallest (the most splits).
+split_ab() {
+  local dir="$MODELS/llama3-1b" rep t ctx
+  make_model llama3 1b "$dir" || return 1
+  KVCAST_CUDA_SPLIT_TOKENS=32 kv "$BIN/cuda_backend_test" --gtest_filter='*Attention*' |
+    grep -E "^\[  (PASSED|FAILED)" || return 1
+  for ctx in 512 4096; do
+    for rep in 1 2; do
+      for t in 256 64 32; do
+        echo "KVCAST_CUDA_SPLIT_TOKENS=$t, context $ctx, round $rep"
+        KVCAST_CUDA_SPLIT_TOKENS=$t kv "$BIN/gpu_bench" --model "$dir" --batches 1,8,32 \
+          --context $ctx --prefill 128 --landing_tokens 16 | grep "^| Llama.* | [0-9]* | [0-9]* | [0-9.]* | [0-9.]* | [0-9.]* GB" ||
+          return 1
+      done
+    done
+  done
+}
+export -f split_ab
+if [[ " $CHECKS " == *" split "* ]]; then
+  step split 150 split_ab && cat "$LOGS/split.log" >>"$SUMMARY"
 fi
 
 # The disaggregated path: a local cluster on $BACKEND; two greedy requests
@@ -174,7 +230,8 @@ disagg() {
   # and these requests are token ids.
   LD_LIBRARY_PATH="$KVLIB" "$BIN/kvcast" cluster up --model "$dir" --backend "$BACKEND" --bin_dir "$BIN" \
     --work_dir "$work" --scheduler_port "$port" --http_port -1 --kv_cache_mb 4096 \
-    --restart=false --scheduler_flags=--model= --prefill_flags=--retain_s=2 >"$LOGS/cluster.out" 2>&1 &
+    --restart=false --scheduler_flags="--model= --kv_compression=$DISAGG_COMPRESSION" \
+    --prefill_flags=--retain_s=2 >"$LOGS/cluster.out" 2>&1 &
   local pid=$! ok=0
   trap 'kill -INT $pid 2>/dev/null' EXIT TERM
   for _ in $(seq 1 240); do
@@ -225,7 +282,9 @@ PY
   for x in a b; do
     echo "cluster $x: $(cat "$LOGS/cluster_$x.ids")"
     echo "local   $x: $(cat "$LOGS/local_$x.ids")"
-    if [[ -s $LOGS/local_$x.ids && "$(cat "$LOGS/cluster_$x.ids")" == "$(cat "$LOGS/local_$x.ids")" ]]; then
+    if [[ $DISAGG_COMPRESSION != fp16 ]]; then
+      echo "request $x: KV sent as $DISAGG_COMPRESSION, so not compared with the fp16 in-process run"
+    elif [[ -s $LOGS/local_$x.ids && "$(cat "$LOGS/cluster_$x.ids")" == "$(cat "$LOGS/local_$x.ids")" ]]; then
       echo "request $x: 32 greedy tokens equal to the in-process run"
     else
       echo "request $x: DIFFERS from the in-process run"; same=0

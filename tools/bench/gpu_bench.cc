@@ -1,7 +1,7 @@
 // gpu_bench: the CUDA backend against the GPU's own limits, in one run.
 //
 //   gpu_bench --model DIR [--batches 1,8,32,128] [--context 512] [--steps 32]
-//             [--prefill 2048,8192] [--landing_tokens 1024]
+//             [--prefill 2048,8192] [--landing_tokens 1024] [--op_times]
 //
 // Prints markdown rows:
 //  - decode tokens/s per batch size, as a fraction of the HBM roofline:
@@ -16,6 +16,8 @@
 //    measured pinned host-to-device copy bandwidth.
 // Decode also prints the host time spent queuing a step's kernels: near the
 // step time, the step is bound by launches, not by the GPU.
+// --op_times adds the GPU time of each op (each GEMM by shape) by rows, on
+// stderr at the end: rows 1 are decode at batch 1, rows T a T-token prompt.
 // Every forward pass includes its host work, and each decode step its greedy
 // pick on the GPU (SampleTokens: only the tokens come to the host), as the
 // engine's steps pay them.
@@ -46,6 +48,9 @@ ABSL_FLAG(int, context, 512, "tokens of KV per sequence before the timed decode 
 ABSL_FLAG(int, steps, 32, "decode steps timed per batch size");
 ABSL_FLAG(std::string, prefill, "2048,8192", "prompt lengths for the prefill measurement");
 ABSL_FLAG(int, landing_tokens, 1024, "tokens per DecodeKv in the landing measurement");
+ABSL_FLAG(bool, op_times, false,
+          "also print the GPU time of every op by rows (KVCAST_CUDA_OP_TIMES=1) when done; the "
+          "tables' times then include the timing events");
 
 namespace kvcast {
 namespace {
@@ -92,6 +97,7 @@ absl::Status Run() {
   ASSIGN_OR_RETURN(auto batches, Ints("batches", absl::GetFlag(FLAGS_batches)));
   ASSIGN_OR_RETURN(auto prefills, Ints("prefill", absl::GetFlag(FLAGS_prefill)));
   const int context = absl::GetFlag(FLAGS_context), steps = absl::GetFlag(FLAGS_steps);
+  if (absl::GetFlag(FLAGS_op_times)) setenv("KVCAST_CUDA_OP_TIMES", "1", 1);
   ASSIGN_OR_RETURN(auto backend, NewBackend("cuda"));
   ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(absl::GetFlag(FLAGS_model)));
   ASSIGN_OR_RETURN(auto model, Transformer::Load(*ckpt, backend.get()));

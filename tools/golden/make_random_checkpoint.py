@@ -77,8 +77,11 @@ def make(arch, dtype, out, seed=0, size="tiny", device="cpu"):
     config = config_cls(**{**COMMON, **extra, **SIZES[size]})
     # Initialized on `device` (cuda: seconds for a 1B model instead of a
     # minute of CPU); the same seed gives other weights on another device.
-    with torch.device(device):
+    if device == "cpu":  # also where torch.device is no context manager (torch < 2)
         model = model_cls(config).eval()
+    else:
+        with torch.device(device):
+            model = model_cls(config).eval()
     model.to(DTYPES[dtype])
     model.config.torch_dtype = DTYPES[dtype]
     model.save_pretrained(out, safe_serialization=True)
