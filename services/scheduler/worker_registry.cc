@@ -146,6 +146,10 @@ grpc::Status WorkerRegistry::Heartbeat(grpc::ServerContext*, const v1::Heartbeat
   w.load = request->load();
   w.last_seen = absl::Now();
   w.suspended = false;
+  ++w.heartbeats;
+  for (auto e = w.speculative.begin(); e != w.speculative.end();) {
+    e->second.drop_at <= w.heartbeats ? w.speculative.erase(e++) : void(++e);
+  }
   for (const v1::KvEvent& e : request->events()) {
     std::vector<Hash128> hashes = HashesOf(e.chunk_hashes());
     if (e.kind() == v1::KvEvent::KIND_STORED) {
@@ -208,7 +212,7 @@ absl::StatusOr<Route> WorkerRegistry::Choose(absl::Span<const Hash128> chain, in
   if (decode.empty()) {
     return absl::UnavailableError("no decode worker is registered with the scheduler");
   }
-  const auto held = options_.prefix_reuse ? index_.Match(chain)
+  const auto held = options_.prefix_reuse ? HeldLocked(chain)
                                           : absl::flat_hash_map<WorkerSlot, int>{};
   Route route;
   if (options_.prefix_reuse) route.reuse = published_.Longest(chain);
@@ -234,8 +238,30 @@ absl::StatusOr<Route> WorkerRegistry::Choose(absl::Span<const Hash128> chain, in
     route.prefill_counted = true;
     w.dispatched += 1;
     w.dispatched_work += p->work;
+    if (options_.prefix_reuse && max_reuse > 0) {
+      route.speculative_id = ++next_speculative_id_;
+      w.speculative[route.speculative_id].chain.assign(
+          chain.begin(), chain.begin() + std::min<size_t>(max_reuse, chain.size()));
+    }
   }
   return route;
+}
+
+absl::flat_hash_map<WorkerSlot, int> WorkerRegistry::HeldLocked(
+    absl::Span<const Hash128> chain) const {
+  absl::flat_hash_map<WorkerSlot, int> held = index_.Match(chain);
+  for (const auto& [slot, w] : workers_) {
+    for (const auto& [id, e] : w.speculative) {
+      const size_t n = std::min(chain.size(), e.chain.size());
+      size_t run = 0;
+      while (run < n && chain[run] == e.chain[run]) ++run;
+      if (run > 0) {
+        int& h = held[slot];
+        h = std::max(h, int(run));
+      }
+    }
+  }
+  return held;
 }
 
 void WorkerRegistry::PrefillAnswered(Route* route) {
@@ -246,6 +272,9 @@ void WorkerRegistry::PrefillAnswered(Route* route) {
   if (it == workers_.end()) return;
   Worker& w = it->second;
   w.dispatched -= 1;
+  if (auto e = w.speculative.find(route->speculative_id); e != w.speculative.end()) {
+    e->second.drop_at = w.heartbeats + 2;
+  }
   // No drift from rounding: an idle worker owes nothing.
   w.dispatched_work = w.dispatched == 0 ? 0 : std::max(0.0, w.dispatched_work - route->prefill_plan.work);
 }

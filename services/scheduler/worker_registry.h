@@ -12,6 +12,7 @@
 #ifndef KVCAST_SERVICES_SCHEDULER_WORKER_REGISTRY_H_
 #define KVCAST_SERVICES_SCHEDULER_WORKER_REGISTRY_H_
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -65,6 +66,7 @@ struct Route {
   DecodePlan decode_plan;
   // Counted on the prefill worker until PrefillAnswered or Release.
   bool prefill_counted = false;
+  uint64_t speculative_id = 0;  // its entry among the prefill worker's routed prompts
 };
 
 class WorkerRegistry final : public v1::Registry::Service {
@@ -101,6 +103,13 @@ class WorkerRegistry final : public v1::Registry::Service {
   // scheduler dispatched to it and has not seen answered: the report lags a
   // heartbeat behind, the dispatch count misses other schedulers' requests,
   // and adding them would count the same request twice.
+  //
+  // Speculative prefixes: a prompt routed to a prefill worker counts as held
+  // there at once (the worker will hold its chunks once it prefills), until
+  // its worker's second heartbeat after the prefill answered, by when the
+  // worker's own KV events say what it holds. Without this, the prompts of
+  // a prefix that just moved (a spill, a first request) keep missing the
+  // new holder for a heartbeat, and each recomputes it elsewhere.
   absl::StatusOr<Route> Choose(absl::Span<const Hash128> chain, int prompt_tokens,
                                int max_tokens, const absl::flat_hash_set<WorkerSlot>& exclude);
   // The prefill worker answered (or failed): its share of the route is done.
@@ -135,7 +144,19 @@ class WorkerRegistry final : public v1::Registry::Service {
     int dispatched = 0;             // requests chosen, not yet answered / released
     double dispatched_work = 0;     // their prefill work (PrefillPlan::work)
     bool suspended = false;
+    int64_t heartbeats = 0;
+    // Prompts routed here (their reusable chunks), by Route::speculative_id,
+    // and the heartbeat count at which each is dropped (never while its
+    // prefill is outstanding).
+    struct Speculative {
+      std::vector<Hash128> chain;
+      int64_t drop_at = INT64_MAX;
+    };
+    absl::flat_hash_map<uint64_t, Speculative> speculative;
   };
+  // index_.Match(chain), with each prefill worker's speculative prefixes.
+  absl::flat_hash_map<WorkerSlot, int> HeldLocked(absl::Span<const Hash128> chain) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Reap();
   void DropLocked(WorkerSlot slot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   Candidate CandidateOf(const Worker& w) const;
@@ -144,6 +165,7 @@ class WorkerRegistry final : public v1::Registry::Service {
   mutable absl::Mutex mu_;
   std::optional<ModelInfo> model_ ABSL_GUARDED_BY(mu_);
   WorkerSlot next_slot_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t next_speculative_id_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<WorkerSlot, Worker> workers_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, WorkerSlot> by_id_ ABSL_GUARDED_BY(mu_);
   PrefixIndex index_ ABSL_GUARDED_BY(mu_);

@@ -132,5 +132,34 @@ TEST_F(WorkerRegistryTest, AHolderInItsPoolBeatsOneThatMustPromoteFromDisk) {
   EXPECT_EQ(route->prefill->worker_id, "prefill-a");
 }
 
+// Speculative prefixes: a prompt routed to a worker counts as held there
+// before the worker's KV events can say so, and only until they can.
+TEST_F(WorkerRegistryTest, ARoutedPromptCountsAsHeldOnItsWorkerUntilItsEventsCanSaySo) {
+  std::vector<Hash128> chain;
+  for (int i = 0; i < 8; ++i) chain.push_back(Hash128{21, uint64_t(i)});
+  auto first = registry_->Choose(chain, 1000, 16, {});
+  ASSERT_TRUE(first.ok() && first->prefill);
+  EXPECT_EQ(first->prefill_plan.cached_chunks, 0);
+  const std::string x = first->prefill->worker_id;
+  registry_->PrefillAnswered(&*first);
+  // The next prompt with the same 7 reusable chunks (1000 tokens: the last
+  // chunk is computed) goes to x and reuses them, though x has reported
+  // nothing yet.
+  chain.back() = Hash128{22, 7};
+  auto second = registry_->Choose(chain, 1000, 16, {});
+  ASSERT_TRUE(second.ok() && second->prefill);
+  EXPECT_EQ(second->prefill->worker_id, x);
+  EXPECT_EQ(second->prefill_plan.cached_chunks, 7);
+  registry_->Release(&*first);
+  registry_->Release(&*second);
+  // x heartbeats twice after both prefills answered, without a KV event
+  // for them: it did not keep them, and nothing is held any more.
+  Report(x, 0, 0);
+  Report(x, 0, 0);
+  auto third = registry_->Choose(chain, 1000, 16, {});
+  ASSERT_TRUE(third.ok() && third->prefill);
+  EXPECT_EQ(third->prefill_plan.cached_chunks, 0);
+}
+
 }  // namespace
 }  // namespace kvcast::scheduler

@@ -1,6 +1,7 @@
 #include "tools/sim/routing_sim.h"
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <deque>
 #include <list>
@@ -38,6 +39,7 @@ struct Request {
   int prefill = -1, decode = -1;
   scheduler::Route route;
   int cached_chunks = 0, fetched_chunks = 0;
+  int routed_work = 0;  // uncached prompt tokens when routed (the live baselines)
   int remaining = 0;  // decode tokens still to generate
   double first_token = -1, end = -1;
 };
@@ -98,6 +100,7 @@ class LruChunks {
     }
     return n;
   }
+  bool Contains(const Hash128& h) const { return where_.contains(h); }
   void Insert(const Hash128& h, std::vector<Hash128>* stored, std::vector<Hash128>* evicted) {
     if (auto it = where_.find(h); it != where_.end()) {
       order_.splice(order_.end(), order_, it->second);
@@ -128,6 +131,10 @@ struct PrefillWorker {
   LruChunks cache;
   std::vector<Hash128> stored, evicted;  // since the last heartbeat
   int outstanding = 0;                   // routed, prefill not answered (baselines)
+  // Routed and not prefilled (the live baselines): their chunks (speculative
+  // index, counted per request) and their uncached tokens.
+  absl::flat_hash_map<Hash128, int> pending_chunks;
+  int64_t pending_work = 0;
 };
 
 struct DecodeWorker {
@@ -139,6 +146,7 @@ struct DecodeWorker {
   double batch_seconds = 0;  // integral of the batch size over time
   double last_change = 0;
   int dispatched = 0;        // routed, not ended (baselines)
+  int committed_pages = 0;   // pages of the requests routed here and not ended (dynamo)
 };
 
 class Simulation {
@@ -170,6 +178,15 @@ class Simulation {
   void Heartbeat(int worker);
   // Adds the batch size since its last change to the worker's integral.
   void Integrate(DecodeWorker& dw);
+  // Leading chunks of q's prompt that prefill worker p holds or will hold
+  // (a routed prompt's), as the live baselines see it.
+  int HeldLive(int p, const Request& q) const;
+  int ChooseLlmdPrefill(const Request& q);
+  int ChooseLlmdDecode();
+  int ChooseDynamoPrefill(const Request& q) const;
+  int ChooseDynamoDecode() const;
+  // Index of the highest of `scores`, ties broken by tie_rng_.
+  int PickMax(const std::vector<double>& scores);
   int PagesFor(const Request& r) const {
     return (r.prompt_tokens + r.output_tokens + c_.page_tokens - 1) / c_.page_tokens;
   }
@@ -189,6 +206,7 @@ class Simulation {
   std::vector<scheduler::Candidate> decode_view_;
   absl::flat_hash_set<Hash128> relay_;  // chunks the relay holds
   int rr_prefill_ = 0, rr_decode_ = 0;
+  std::mt19937_64 tie_rng_{7};
   std::priority_queue<Event, std::vector<Event>, std::greater<Event>> events_;
   uint64_t next_seq_ = 0;
   double now_ = 0;
@@ -263,7 +281,7 @@ absl::Status Simulation::Route(int r) {
       q.route = *route;
       q.prefill = index_of_.at(route->prefill->worker_id);
       q.decode = index_of_.at(route->decode.worker_id);
-      return absl::OkStatus();
+      break;
     }
     case Policy::kRoundRobin:
       q.prefill = rr_prefill_++ % c_.prefill;
@@ -288,10 +306,120 @@ absl::Status Simulation::Route(int r) {
           scheduler::ChooseDecode(view, q.prompt_tokens, max_tokens, {}, c_.router)->slot);
       break;
     }
+    case Policy::kLlmd:
+      q.prefill = ChooseLlmdPrefill(q);
+      q.decode = ChooseLlmdDecode();
+      break;
+    case Policy::kDynamo:
+      q.prefill = ChooseDynamoPrefill(q);
+      q.decode = ChooseDynamoDecode();
+      break;
   }
-  prefill_[q.prefill].outstanding += 1;
+  PrefillWorker& pw = prefill_[q.prefill];
+  pw.outstanding += 1;
+  q.routed_work = q.prompt_tokens - c_.chunk_tokens * HeldLive(q.prefill, q);
+  pw.pending_work += q.routed_work;
+  for (const Hash128& h : q.chain) pw.pending_chunks[h] += 1;
   decode_[q.decode].dispatched += 1;
+  decode_[q.decode].committed_pages += PagesFor(q);
   return absl::OkStatus();
+}
+
+int Simulation::HeldLive(int p, const Request& q) const {
+  const PrefillWorker& pw = prefill_[p];
+  const int max_reuse = (q.prompt_tokens - 1) / c_.chunk_tokens;
+  int n = 0;
+  while (n < max_reuse && (pw.cache.Contains(q.chain[n]) || pw.pending_chunks.contains(q.chain[n]))) {
+    ++n;
+  }
+  return n;
+}
+
+int Simulation::PickMax(const std::vector<double>& scores) {
+  const double best = *std::max_element(scores.begin(), scores.end());
+  std::vector<int> ties;
+  for (int i = 0; i < int(scores.size()); ++i) {
+    if (scores[i] == best) ties.push_back(i);
+  }
+  return ties[std::uniform_int_distribution<size_t>(0, ties.size() - 1)(tie_rng_)];
+}
+
+// llm-d's scorers, weights 3 (prefix) : 2 (KV utilization) : 2 (queue).
+namespace llmd {
+// (max - v) / (max - min) over all; 1 for all when equal.
+std::vector<double> QueueScores(const std::vector<double>& waiting) {
+  const auto [lo, hi] = std::minmax_element(waiting.begin(), waiting.end());
+  std::vector<double> s(waiting.size(), 1.0);
+  if (*hi > *lo) {
+    for (size_t i = 0; i < s.size(); ++i) s[i] = (*hi - waiting[i]) / (*hi - *lo);
+  }
+  return s;
+}
+// Min-max over the workers holding any chunk; 1 for them when equal; 0 for the others.
+std::vector<double> PrefixScores(const std::vector<int>& held) {
+  int lo = INT_MAX, hi = 0;
+  for (int h : held) {
+    if (h > 0) lo = std::min(lo, h), hi = std::max(hi, h);
+  }
+  std::vector<double> s(held.size(), 0.0);
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (held[i] > 0) s[i] = hi == lo ? 1.0 : double(held[i] - lo) / (hi - lo);
+  }
+  return s;
+}
+}  // namespace llmd
+
+int Simulation::ChooseLlmdPrefill(const Request& q) {
+  const int n = c_.prefill;
+  const double pages = double(c_.prefill_cache_chunks) * c_.chunk_tokens / c_.page_tokens;
+  std::vector<int> held(n);
+  std::vector<double> waiting(n), score(n);
+  for (int p = 0; p < n; ++p) {
+    held[p] = HeldLive(p, q);
+    waiting[p] = double(prefill_[p].queue.size());
+  }
+  const std::vector<double> prefix = llmd::PrefixScores(held), queue = llmd::QueueScores(waiting);
+  for (int p = 0; p < n; ++p) {
+    // Pages of the prompts in work or waiting (a cached chunk is free to evict).
+    double used = 0;
+    const PrefillWorker& pw = prefill_[p];
+    if (pw.current >= 0) used += PagesFor(reqs_[pw.current]);
+    for (int r : pw.queue) used += PagesFor(reqs_[r]);
+    score[p] = 3 * prefix[p] + 2 * (1 - std::min(1.0, used / pages)) + 2 * queue[p];
+  }
+  return PickMax(score);
+}
+
+int Simulation::ChooseLlmdDecode() {
+  const int n = c_.decode;
+  std::vector<double> waiting(n), score(n);
+  for (int d = 0; d < n; ++d) waiting[d] = double(decode_[d].waiting.size());
+  const std::vector<double> queue = llmd::QueueScores(waiting);
+  for (int d = 0; d < n; ++d) {
+    // No decode worker holds a prefix in this model: prefix scores are all 0.
+    score[d] = 2 * (1 - double(decode_[d].used_pages) / c_.decode_pages) + 2 * queue[d];
+  }
+  return PickMax(score);
+}
+
+int Simulation::ChooseDynamoPrefill(const Request& q) const {
+  constexpr double kBlock = 16, kOverlapWeight = 1.0;
+  int best = 0;
+  double best_cost = 0;
+  for (int p = 0; p < c_.prefill; ++p) {
+    const double new_blocks = (q.prompt_tokens - c_.chunk_tokens * HeldLive(p, q)) / kBlock;
+    const double cost = kOverlapWeight * new_blocks + prefill_[p].pending_work / kBlock;
+    if (p == 0 || cost < best_cost) best = p, best_cost = cost;
+  }
+  return best;
+}
+
+int Simulation::ChooseDynamoDecode() const {
+  int best = 0;
+  for (int d = 1; d < c_.decode; ++d) {
+    if (decode_[d].committed_pages < decode_[best].committed_pages) best = d;
+  }
+  return best;
 }
 
 void Simulation::StartPrefill(int p) {
@@ -327,6 +455,10 @@ void Simulation::PrefillDone(int p) {
   }
   q.first_token = now_;
   pw.outstanding -= 1;
+  pw.pending_work -= q.routed_work;
+  for (const Hash128& h : q.chain) {
+    if (auto it = pw.pending_chunks.find(h); --it->second == 0) pw.pending_chunks.erase(it);
+  }
   if (registry_) registry_->PrefillAnswered(&q.route);
   const double chunk_s =
       std::min(q.prompt_tokens, c_.chunk_tokens) * m_.kv_bytes_per_token / m_.transfer_bytes_per_s;
@@ -378,6 +510,7 @@ void Simulation::StepDone(int d) {
     ended_ += 1;
     dw.used_pages -= PagesFor(q);
     dw.dispatched -= 1;
+    dw.committed_pages -= PagesFor(q);
     if (registry_) registry_->Release(&q.route);
   }
   Integrate(dw);
@@ -512,6 +645,10 @@ const char* PolicyName(Policy p) {
       return "round-robin";
     case Policy::kAffinity:
       return "affinity";
+    case Policy::kLlmd:
+      return "llm-d";
+    case Policy::kDynamo:
+      return "dynamo";
   }
   return "?";
 }

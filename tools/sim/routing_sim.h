@@ -10,6 +10,20 @@
 //   affinity     the prefill worker holding the longest prefix
 //                (scheduler::PrefixIndex), fewest outstanding requests on a
 //                tie; decode by scheduler::ChooseDecode.
+// Two baselines model what users run, each given a live view (the workers'
+// caches and queues at the moment of routing, plus the prefixes of prompts
+// already routed to a worker: KV events with no delay and speculative
+// indexing, their best case):
+//   llm-d        llm-d's precise prefix-cache scheduling profile: score =
+//                3 x prefix (matched chunks, min-max normalized over the
+//                workers holding any, others 0) + 2 x KV utilization
+//                (1 - pages in use / pages) + 2 x queue ((max - waiting) /
+//                (max - min) over the workers, 1 when all equal); highest
+//                wins, ties at random. Decode workers by the same profile.
+//   dynamo       Dynamo's KV router cost, temperature 0: overlap weight
+//                1.0 x the prompt's blocks (16 tokens) the worker lacks +
+//                the blocks of work already routed to it and not done;
+//                lowest wins. Decode workers by their active blocks.
 //
 // Time is virtual; every cost comes from CostModel (defaults measured on the
 // project's 2-core VM, docs/benchmarks.md). A prefill worker computes one
@@ -35,15 +49,16 @@
 
 namespace kvcast::sim {
 
-enum class Policy { kKvcast, kRoundRobin, kAffinity };
+enum class Policy { kKvcast, kRoundRobin, kAffinity, kLlmd, kDynamo };
 const char* PolicyName(Policy p);
 
 struct CostModel {
-  // SmolLM2-135M Q8 on the `cpu` backend, 2 threads (benchmarks.md, "engine").
-  double prefill_tokens_per_s = 415;
+  // SmolLM2-135M Q8 on the `cpu` backend, 2 threads, AMD EPYC Zen 5, a
+  // 1024-token context (docs/benchmarks.md, "Routing at scale").
+  double prefill_tokens_per_s = 1130;
   double prefill_overhead_ms = 2;
   // (batch, ms per step), linear between points, extrapolated from the last two.
-  std::vector<std::pair<int, double>> decode_step_ms = {{1, 9.5}, {8, 46}, {32, 152}};
+  std::vector<std::pair<int, double>> decode_step_ms = {{1, 5.9}, {8, 25.1}, {32, 87.4}};
   // The KV track's, by default fp16 (see ForTrack).
   double kv_bytes_per_token = 23040;    // SmolLM2: 30 layers x K,V x 3 heads x 64 x 2 B
   double transfer_bytes_per_s = 215e6;  // prefill -> relay -> decode, live

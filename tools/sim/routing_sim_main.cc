@@ -1,9 +1,11 @@
 // routing_sim: replays a shared-prefix trace on simulated clusters with the
-// scheduler's router and two baselines (tools/sim/routing_sim.h), and prints
-// one markdown table per cluster size plus kvcast's ratios to affinity.
+// scheduler's router and four baselines (tools/sim/routing_sim.h), and prints
+// one markdown table per cluster size plus kvcast's ratios to each.
 //
 //   bazel run -c opt //tools/sim:routing_sim -- --clusters 8x16,32x64 --zipf 1.2
+#include <algorithm>
 #include <cstdio>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -16,7 +18,8 @@
 #include "tools/sim/routing_sim.h"
 
 ABSL_FLAG(std::string, clusters, "8x16,32x64", "PREFILLxDECODE worker counts, comma-separated");
-ABSL_FLAG(std::string, policies, "kvcast,affinity,round-robin", "policies to compare");
+ABSL_FLAG(std::string, policies, "kvcast,llm-d,dynamo,affinity,round-robin",
+          "policies to compare");
 ABSL_FLAG(int, requests, 20000, "requests per run (the first 10% warm up)");
 ABSL_FLAG(double, utilization, 0.7,
           "arrival rate as this fraction of the prefill capacity with every system prompt "
@@ -37,8 +40,10 @@ ABSL_FLAG(int, prefill_cache_chunks, 256, "prefix cache of a prefill worker, in 
 ABSL_FLAG(int, decode_pages, 8192, "KV pages (16 tokens) of a decode worker");
 ABSL_FLAG(int, max_batch, 64, "sequences a decode worker steps at once");
 ABSL_FLAG(bool, relay, true, "prefixes published earlier can be fetched from the relay");
-ABSL_FLAG(double, prefill_tokens_per_s, 415, "prefill rate of one worker");
-ABSL_FLAG(std::string, decode_step_ms, "1:9.5,8:46,32:152", "BATCH:MS points of a decode step");
+ABSL_FLAG(double, heartbeat_s, 1.0,
+          "workers' heartbeat period: how stale the kvcast router's and affinity's view is");
+ABSL_FLAG(double, prefill_tokens_per_s, 1130, "prefill rate of one worker");
+ABSL_FLAG(std::string, decode_step_ms, "1:5.9,8:25.1,32:87.4", "BATCH:MS points of a decode step");
 ABSL_FLAG(std::string, track, "fp16",
           "KV track (fp16, int8, ac): its bytes per token and measured transfer rates");
 ABSL_FLAG(double, kv_bytes_per_token, 0, "KV bytes per token on the wire (0: the track's)");
@@ -85,17 +90,16 @@ int Main() {
     model.decode_step_ms.emplace_back(batch, ms);
   }
   std::vector<Policy> policies;
+  constexpr Policy kAll[] = {Policy::kKvcast, Policy::kLlmd, Policy::kDynamo, Policy::kAffinity,
+                             Policy::kRoundRobin};
   for (absl::string_view name : absl::StrSplit(absl::GetFlag(FLAGS_policies), ',')) {
-    if (name == "kvcast") {
-      policies.push_back(Policy::kKvcast);
-    } else if (name == "affinity") {
-      policies.push_back(Policy::kAffinity);
-    } else if (name == "round-robin") {
-      policies.push_back(Policy::kRoundRobin);
-    } else {
+    const Policy* p = std::find_if(std::begin(kAll), std::end(kAll),
+                                   [&](Policy x) { return name == PolicyName(x); });
+    if (p == std::end(kAll)) {
       return Fail(std::string("unknown policy ") + std::string(name) +
-                  " (kvcast, affinity, round-robin)");
+                  " (kvcast, llm-d, dynamo, affinity, round-robin)");
     }
+    policies.push_back(*p);
   }
   Workload w;
   w.requests = absl::GetFlag(FLAGS_requests);
@@ -121,6 +125,7 @@ int Main() {
     c.decode_pages = absl::GetFlag(FLAGS_decode_pages);
     c.max_batch = absl::GetFlag(FLAGS_max_batch);
     c.relay = absl::GetFlag(FLAGS_relay);
+    c.heartbeat_s = absl::GetFlag(FLAGS_heartbeat_s);
     c.router.load_weight = absl::GetFlag(FLAGS_load_weight);
     c.router.miss_weight = absl::GetFlag(FLAGS_miss_weight);
     c.router.fetch_weight = absl::GetFlag(FLAGS_fetch_weight);
@@ -153,18 +158,17 @@ int Main() {
       results.emplace_back(p, *r);
     }
     const Result* ours = nullptr;
-    const Result* affinity = nullptr;
     for (const auto& [p, r] : results) {
       if (p == Policy::kKvcast) ours = &r;
-      if (p == Policy::kAffinity) affinity = &r;
     }
-    if (ours != nullptr && affinity != nullptr) {
-      std::printf("\nkvcast vs affinity: hit rate %+.1f points, reuse %+.1f points, "
+    std::printf("\n");
+    for (const auto& [p, r] : results) {
+      if (ours == nullptr || p == Policy::kKvcast) continue;
+      std::printf("kvcast vs %s: hit rate %+.1f points, reuse %+.1f points, "
                   "TTFT p99 %.2fx better, p50 %.2fx better\n",
-                  100 * (ours->hit_rate - affinity->hit_rate),
-                  100 * (ours->reuse_rate - affinity->reuse_rate),
-                  affinity->ttft_p99_ms / ours->ttft_p99_ms,
-                  affinity->ttft_p50_ms / ours->ttft_p50_ms);
+                  PolicyName(p), 100 * (ours->hit_rate - r.hit_rate),
+                  100 * (ours->reuse_rate - r.reuse_rate), r.ttft_p99_ms / ours->ttft_p99_ms,
+                  r.ttft_p50_ms / ours->ttft_p50_ms);
     }
   }
   return 0;
@@ -175,8 +179,9 @@ int Main() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "routing_sim: the scheduler's router on simulated clusters against round-robin and "
-      "longest-prefix affinity (tools/sim/routing_sim.h)");
+      "routing_sim: the scheduler's router on simulated clusters against llm-d's precise "
+      "prefix-cache profile, Dynamo's KV router cost, longest-prefix affinity and round-robin "
+      "(tools/sim/routing_sim.h)");
   absl::ParseCommandLine(argc, argv);
   return kvcast::sim::Main();
 }

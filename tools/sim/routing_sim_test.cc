@@ -52,6 +52,34 @@ TEST(RoutingSim, AffinityHitsMoreThanRoundRobinAndRoundRobinBalancesDecode) {
   EXPECT_NEAR(rr->reuse_rate, affinity->reuse_rate, 0.01);
 }
 
+// llm-d's profile and Dynamo's cost both follow prefixes (a sign error in a
+// scorer or a cost term would scatter them like round-robin) and spread a
+// hot prefix's queue (unlike pure affinity).
+TEST(RoutingSim, TheLlmdAndDynamoBaselinesFollowPrefixesAndSpreadAHotOne) {
+  Workload w = Small();
+  Cluster c = Cluster4x4();
+  c.prefill_cache_chunks = 64;
+  const CostModel m;
+  w.rate = DefaultRate(w, c, m, 0.5);
+  auto rr = Simulate(Policy::kRoundRobin, w, c, m);
+  ASSERT_TRUE(rr.ok());
+  for (Policy p : {Policy::kLlmd, Policy::kDynamo}) {
+    auto r = Simulate(p, w, c, m);
+    ASSERT_TRUE(r.ok()) << PolicyName(p);
+    EXPECT_GT(r->hit_rate, rr->hit_rate + 0.1) << PolicyName(p);
+  }
+  w.hot_share = 0.4;
+  w.hot_period_s = 30;
+  w.rate = DefaultRate(w, Cluster4x4(), m, 0.7);
+  auto affinity = Simulate(Policy::kAffinity, w, Cluster4x4(), m);
+  ASSERT_TRUE(affinity.ok());
+  for (Policy p : {Policy::kLlmd, Policy::kDynamo}) {
+    auto r = Simulate(p, w, Cluster4x4(), m);
+    ASSERT_TRUE(r.ok()) << PolicyName(p);
+    EXPECT_LT(2 * r->ttft_p99_ms, affinity->ttft_p99_ms) << PolicyName(p);
+  }
+}
+
 TEST(RoutingSim, TheSameSeedGivesTheSameRun) {
   Workload w = Small();
   w.requests = 500;
@@ -67,7 +95,8 @@ TEST(RoutingSim, TheSameSeedGivesTheSameRun) {
 }
 
 TEST(RoutingSim, DecodeStepTimeInterpolatesItsPoints) {
-  CostModel m;  // 1:9.5, 8:46, 32:152
+  CostModel m;
+  m.decode_step_ms = {{1, 9.5}, {8, 46}, {32, 152}};
   EXPECT_DOUBLE_EQ(m.DecodeStepMs(1), 9.5);
   EXPECT_DOUBLE_EQ(m.DecodeStepMs(8), 46);
   EXPECT_NEAR(m.DecodeStepMs(20), 46 + 12 * (106.0 / 24), 1e-9);
