@@ -127,6 +127,10 @@ absl::Status Engine::CheckRequest(const std::vector<int32_t>& prompt,
     }
   }
   RETURN_IF_ERROR(params.sampling.Validate());
+  if (params.top_logprobs < 0 || params.top_logprobs > kMaxTopLogprobs) {
+    return absl::InvalidArgumentError(absl::StrCat("engine: top_logprobs ", params.top_logprobs,
+                                                   " outside [0, ", kMaxTopLogprobs, "]"));
+  }
   if (params.max_tokens <= 0) {
     return absl::InvalidArgumentError("engine: max_tokens must be positive");
   }
@@ -338,15 +342,18 @@ void Engine::ReportChunks(Sequence* seq) {
 
 absl::Status Engine::PickTokens(const std::vector<Sequence*>& batch,
                                 const std::vector<int>& counts, const float* logits,
-                                std::vector<int32_t>* picked) {
+                                std::vector<int32_t>* picked,
+                                std::vector<std::optional<TokenLogprob>>* logprobs) {
   const int vocab = config().vocab_size;
   picked->assign(batch.size(), -1);
+  logprobs->assign(batch.size(), std::nullopt);
   std::vector<TokenSampling> draws;
   std::vector<size_t> on_host;
   for (size_t i = 0; i < batch.size(); ++i) {
     Sequence* s = batch[i];
     if (s->pending() != counts[i]) continue;  // more prompt to go
-    if (s->sampler.PicksWithoutHistory() && s->generated >= s->params.min_tokens) {
+    if (s->sampler.PicksWithoutHistory() && s->generated >= s->params.min_tokens &&
+        !s->params.logprobs) {
       draws.push_back(s->sampler.NextDraw(int(i)));
     } else {
       on_host.push_back(i);
@@ -360,6 +367,10 @@ absl::Status Engine::PickTokens(const std::vector<Sequence*>& batch,
   host_logits_.resize(vocab);
   for (size_t i : on_host) {
     backend_->CopyToHost(host_logits_.data(), logits + i * size_t(vocab), vocab * sizeof(float));
+    // Log-probabilities are of the model's distribution: the row before
+    // the min_tokens masks below and whatever the sampler does to it.
+    const bool want_logprobs = batch[i]->params.logprobs;
+    if (want_logprobs) raw_logits_ = host_logits_;
     if (batch[i]->generated < batch[i]->params.min_tokens) {
       for (int32_t t : config().eos_token_ids) host_logits_[size_t(t)] = -INFINITY;
       for (int32_t t : batch[i]->params.stop_tokens) {
@@ -367,6 +378,9 @@ absl::Status Engine::PickTokens(const std::vector<Sequence*>& batch,
       }
     }
     (*picked)[i] = batch[i]->sampler.Sample(host_logits_, batch[i]->tokens);
+    if (want_logprobs) {
+      (*logprobs)[i] = ComputeLogprobs(raw_logits_, (*picked)[i], batch[i]->params.top_logprobs);
+    }
   }
   return absl::OkStatus();
 }
@@ -509,7 +523,8 @@ absl::StatusOr<std::vector<SequenceEvent>> Engine::Step() {
                    model_->ForwardLogits(items, pool_.get(), /*all_logits=*/false));
   // Before publishing: the transfer ops read pages the pass writes.
   std::vector<int32_t> picked;
-  RETURN_IF_ERROR(PickTokens(batch, counts, logits, &picked));
+  std::vector<std::optional<TokenLogprob>> logprobs;
+  RETURN_IF_ERROR(PickTokens(batch, counts, logits, &picked, &logprobs));
 
   std::vector<Sequence*> finished;
   for (size_t i = 0; i < batch.size(); ++i) {
@@ -521,6 +536,7 @@ absl::StatusOr<std::vector<SequenceEvent>> Engine::Step() {
     SequenceEvent ev = event_for(*s);
     bool done = Accept(s, picked[i], &ev);
     ev.generated_tokens = s->generated;
+    ev.logprob = std::move(logprobs[i]);
     events.push_back(ev);
     if (done) finished.push_back(s);
   }

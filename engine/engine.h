@@ -24,6 +24,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,7 @@
 #include "engine/kv/kv_page_pool.h"
 #include "engine/kv/prefix_cache.h"
 #include "engine/model/checkpoint.h"
+#include "engine/sampling/logprobs.h"
 #include "engine/sampling/sampler.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "engine/transformer.h"
@@ -94,6 +96,12 @@ struct GenerationParams {
   // are not reported again. `pages` are the chunk's pages (ceil(tokens in
   // chunk / page_tokens)); call KvPagePool::AddRef to keep them past the call.
   std::function<void(int chunk, absl::Span<const int32_t> pages)> on_prompt_chunk;
+  // Report each generated token's log-probability on its event, and those
+  // of the `top_logprobs` (0..kMaxTopLogprobs) most likely tokens at that
+  // step (sampling/logprobs.h). Such a sequence's token is picked from a
+  // host copy of its logits row.
+  bool logprobs = false;
+  int top_logprobs = 0;
 };
 
 // KV of a prompt prefix computed elsewhere (a prefill worker), in pages of
@@ -121,6 +129,8 @@ struct SequenceEvent {
   int cached_tokens = 0;  // prompt tokens whose KV came from the prefix cache
                           // (or, for a PrefilledKv request, the prefilled ones)
   int generated_tokens = 0;
+  // With GenerationParams::logprobs, on every event carrying a token.
+  std::optional<TokenLogprob> logprob;
 };
 
 class Engine {
@@ -194,8 +204,10 @@ class Engine {
   // backend memory: on the backend where no history is needed (only the
   // tokens come to the host), else from a host copy of the row. Waits for the
   // pass; its errors are returned.
+  // With logprobs, (*logprobs)[i] is the picked token's (others: empty).
   absl::Status PickTokens(const std::vector<Sequence*>& batch, const std::vector<int>& counts,
-                          const float* logits, std::vector<int32_t>* picked);
+                          const float* logits, std::vector<int32_t>* picked,
+                          std::vector<std::optional<TokenLogprob>>* logprobs);
   // Appends `token` to `seq`; true when the sequence is finished.
   bool Accept(Sequence* seq, int32_t token, SequenceEvent* event);
 
@@ -212,6 +224,7 @@ class Engine {
   std::vector<std::unique_ptr<Sequence>> running_;  // compute thread only
   int64_t preemptions_ = 0;                          // compute thread only
   std::vector<float> host_logits_;                   // compute thread only
+  std::vector<float> raw_logits_;                    // compute thread only: for logprobs
 
   mutable absl::Mutex mu_;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;

@@ -82,6 +82,70 @@ TEST(Engine, ConcurrentRequestsGenerateWhatEachGeneratesAlone) {
 
 // Rows picked on the backend (no repetition penalty) and on the host (with
 // one) share a batch; each sequence's seeded tokens are those it gets alone.
+// logprobs: the log-softmax of the model's own logits at each step (checked
+// against a plain forward pass over the same tokens), the top list led by
+// the greedy pick, and no token changed by asking for them.
+TEST(Engine, LogprobsAreTheLogSoftmaxOfTheModelsLogitsAndChangeNoToken) {
+  const std::vector<int32_t> prompt = Tokens(40, 9);
+  GenerationParams with = Greedy(6);
+  with.logprobs = true;
+  with.top_logprobs = 3;
+  with.min_tokens = 6;  // the masks it applies are not in the logprobs
+  GenerationParams plain = with;
+  plain.logprobs = false;
+  plain.top_logprobs = 0;
+  auto e = MakeEngine();
+  const uint64_t a = *e->Submit(prompt, plain), b = *e->Submit(prompt, with);
+  std::vector<int32_t> tokens_a, tokens_b;
+  std::vector<TokenLogprob> lps;
+  for (int guard = 0; e->HasWork() && guard < 100; ++guard) {
+    auto events = e->Step();
+    ASSERT_TRUE(events.ok()) << events.status();
+    for (const SequenceEvent& ev : *events) {
+      if (ev.token < 0) continue;
+      if (ev.id == a) {
+        tokens_a.push_back(ev.token);
+        EXPECT_FALSE(ev.logprob.has_value());
+      } else {
+        ASSERT_EQ(ev.id, b);
+        tokens_b.push_back(ev.token);
+        ASSERT_TRUE(ev.logprob.has_value());
+        lps.push_back(*ev.logprob);
+      }
+    }
+  }
+  ASSERT_EQ(tokens_b.size(), 6u);
+  EXPECT_EQ(tokens_a, tokens_b);
+
+  LoadedTinyModel m = LoadTinyModel();
+  std::vector<int32_t> seq = prompt;
+  seq.insert(seq.end(), tokens_b.begin(), tokens_b.end() - 1);
+  auto pool = *KvPagePool::Create(m.backend.get(), m.model->kv_layout(16), 8);
+  auto table = *pool->Allocate(int(seq.size() + 15) / 16);
+  ForwardItem item{seq, 0, table};
+  std::vector<float> logits;
+  ASSERT_TRUE(m.model->Forward({&item, 1}, pool.get(), /*all_logits=*/true, &logits).ok());
+  const size_t vocab = size_t(m.model->config().vocab_size);
+  for (size_t k = 0; k < lps.size(); ++k) {
+    const float* row = logits.data() + (prompt.size() - 1 + k) * vocab;
+    double mx = row[0], sum = 0;
+    for (size_t t = 0; t < vocab; ++t) mx = std::max(mx, double(row[t]));
+    for (size_t t = 0; t < vocab; ++t) sum += std::exp(row[t] - mx);
+    const double lse = mx + std::log(sum);
+    EXPECT_NEAR(lps[k].logprob, row[tokens_b[k]] - lse, 2e-3) << k;
+    ASSERT_EQ(lps[k].top.size(), 3u);
+    EXPECT_EQ(lps[k].top[0].first, tokens_b[k]);  // greedy
+    EXPECT_FLOAT_EQ(lps[k].top[0].second, lps[k].logprob);
+    EXPECT_GE(lps[k].top[0].second, lps[k].top[1].second);
+    EXPECT_GE(lps[k].top[1].second, lps[k].top[2].second);
+  }
+  EXPECT_TRUE(pool->ReleaseAll(table).ok());
+
+  GenerationParams too_many = with;
+  too_many.top_logprobs = kMaxTopLogprobs + 1;
+  EXPECT_EQ(e->Submit(prompt, too_many).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(Engine, SampledAndPenalizedRequestsInOneBatchMatchEachAlone) {
   std::vector<std::vector<int32_t>> prompts = {Tokens(40, 5), Tokens(9, 6), Tokens(70, 7)};
   std::vector<GenerationParams> params(3, Greedy(16));
