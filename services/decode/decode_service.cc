@@ -31,6 +31,8 @@ GenerationParams ParamsOf(const v1::DecodeStart& start) {
   p.stop_tokens.assign(start.stop_token_ids().begin(), start.stop_token_ids().end());
   p.ignore_eos = start.ignore_eos();
   p.min_tokens = start.sampling().min_tokens();
+  p.logprobs = start.sampling().logprobs();
+  p.top_logprobs = start.sampling().top_logprobs();
   p.tenant = start.tenant();
   return p;
 }
@@ -304,6 +306,7 @@ grpc::Status DecodeService::Decode(
       v1::DecodeResponse out;
       if (ev.token >= 0) {
         out.add_token_ids(ev.token);
+        if (ev.logprob) *out.add_logprobs() = worker::LogprobToProto(*ev.logprob);
         tokens_generated_->Increment();
         const auto now = Clock::now();
         tbt_seconds_->Observe(std::chrono::duration<double>(now - last).count());

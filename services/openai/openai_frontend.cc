@@ -87,9 +87,11 @@ int64_t UnixNow() {
 // messages arrive).
 class Job : public std::enable_shared_from_this<Job> {
  public:
-  Job(CompletionRequest req, std::shared_ptr<HttpExchange> ex, std::string model, int n)
+  Job(CompletionRequest req, std::shared_ptr<HttpExchange> ex, std::string model, int n,
+      const Tokenizer* tokenizer)
       : req_(std::move(req)),
         ex_(std::move(ex)),
+        tokenizer_(tokenizer),
         id_(NewResponseId(req_.endpoint)),
         created_(UnixNow()),
         model_(std::move(model)),
@@ -109,11 +111,16 @@ class Job : public std::enable_shared_from_this<Job> {
         c.prompt_tokens = d.prompt_tokens();
         c.cached_tokens = d.cached_prompt_tokens();
       }
+      for (int i = 0; i < d.logprobs_size() && i < d.token_ids_size(); ++i) {
+        c.logprobs.push_back(Readable(d.token_ids(i), d.logprobs(i)));
+      }
       if (!req_.stream) {
         c.text += d.text();
         return;
       }
       StartStreamLocked();
+      // A token whose text is held back (a stop string may be starting, or
+      // a character is incomplete) has its logprobs sent with the next text.
       if (!d.text().empty()) SendChunkLocked(index, d.text(), "");
     } else if (r.has_final()) {
       const v1::Final& f = r.final();
@@ -146,7 +153,9 @@ class Job : public std::enable_shared_from_this<Job> {
     if (!req_.stream) {
       if (error_) return SendError(ex_.get(), *error_);
       std::vector<Choice> out;
-      for (const ChoiceState& c : choices_) out.push_back({c.text, c.finish});
+      for (const ChoiceState& c : choices_) {
+        out.push_back({c.text, c.finish, LogprobsJson(req_.endpoint, c.logprobs, 0, req_.logprobs)});
+      }
       ex_->Respond(200, "application/json",
                    Dump(FullResponse(req_.endpoint, id_, created_, model_, out, usage)));
       return;
@@ -173,7 +182,28 @@ class Job : public std::enable_shared_from_this<Job> {
     std::string text;
     std::string finish;
     int prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
+    // With logprobs: every token's (not streaming), or those not sent yet.
+    std::vector<TokenLogprobs> logprobs;
+    int logprob_chars = 0;  // characters of the tokens whose logprobs were sent
   };
+
+  // A token id as the API shows it: its bytes, or "token_id:N" without a tokenizer.
+  std::string TokenText(int32_t id) const {
+    if (tokenizer_ == nullptr || id < 0 || id >= tokenizer_->vocab_size()) {
+      return absl::StrCat("token_id:", id);
+    }
+    return tokenizer_->Decode({&id, 1}, /*skip_special=*/false);
+  }
+
+  TokenLogprobs Readable(int32_t token, const v1::TokenLogprob& lp) const {
+    TokenLogprobs out;
+    out.bytes = TokenText(token);
+    out.logprob = lp.logprob();
+    for (int k = 0; k < lp.top_ids_size() && k < lp.top_logprobs_size(); ++k) {
+      out.top.emplace_back(TokenText(lp.top_ids(k)), lp.top_logprobs(k));
+    }
+    return out;
+  }
 
   Usage TotalLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     Usage u;
@@ -199,9 +229,19 @@ class Job : public std::enable_shared_from_this<Job> {
     }
   }
 
+  // The chunk carries the logprobs of the choice's tokens not sent yet.
   void SendChunkLocked(int index, const std::string& text, const std::string& finish)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    SendJsonLocked(StreamChunk(req_.endpoint, id_, created_, model_, index, text, finish));
+    ChoiceState& c = choices_[size_t(index)];
+    Json logprobs = nullptr;
+    if (req_.logprobs) {
+      // Null when no token's logprobs are due (a finish after sent text).
+      logprobs = LogprobsJson(req_.endpoint, c.logprobs, c.logprob_chars, /*requested=*/false);
+      for (const TokenLogprobs& t : c.logprobs) c.logprob_chars += Utf8Chars(t.bytes);
+      c.logprobs.clear();
+    }
+    SendJsonLocked(StreamChunk(req_.endpoint, id_, created_, model_, index, text, finish,
+                               /*role_chunk=*/false, std::move(logprobs)));
   }
 
   void SendJsonLocked(Json chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -213,6 +253,7 @@ class Job : public std::enable_shared_from_this<Job> {
 
   const CompletionRequest req_;
   const std::shared_ptr<HttpExchange> ex_;
+  const Tokenizer* const tokenizer_;  // may be null
   const std::string id_;
   const int64_t created_;
   const std::string model_;
@@ -498,12 +539,15 @@ class OpenAiFrontend::Impl {
                        : chat          ? std::max(1, std::min(room, options_.max_tokens_limit))
                                        : 16);
       s->set_min_tokens(creq.min_tokens);
+      s->set_logprobs(creq.logprobs);
+      s->set_top_logprobs(creq.top_logprobs);
       for (const std::string& stop : creq.stop) g.add_stop(stop);
       g.mutable_stop_token_ids()->Add(creq.stop_token_ids.begin(), creq.stop_token_ids.end());
       g.set_ignore_eos(creq.ignore_eos);
       calls.push_back(std::move(g));
     }
-    auto job = std::make_shared<Job>(std::move(creq), ex, served->name, int(calls.size()));
+    auto job = std::make_shared<Job>(std::move(creq), ex, served->name, int(calls.size()),
+                                     tokenizer_);
     job->Start(stub_.get(), std::move(calls), authorization);
   }
 

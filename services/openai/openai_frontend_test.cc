@@ -33,10 +33,19 @@ class ScriptedGeneration final : public v1::Generation::Service {
   grpc::Status Generate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
                         grpc::ServerWriter<v1::GenerateResponse>* w) override {
     last_request_ = *req;
+    int step = 0;
     auto delta = [&](const std::string& text, int id, bool first) {
       v1::GenerateResponse r;
       r.mutable_delta()->set_text(text);
       r.mutable_delta()->add_token_ids(id);
+      if (req->sampling().logprobs()) {  // -0.5, -1, -1.5...; the top: the token, then 'x'
+        v1::TokenLogprob* lp = r.mutable_delta()->add_logprobs();
+        lp->set_logprob(-0.5f * float(++step));
+        for (int k = 0; k < req->sampling().top_logprobs() && k < 2; ++k) {
+          lp->add_top_ids(k == 0 ? id : 'x');
+          lp->add_top_logprobs(k == 0 ? lp->logprob() : -9.f);
+        }
+      }
       if (first) {
         r.mutable_delta()->set_prompt_tokens(req->token_ids().ids_size());
         r.mutable_delta()->set_cached_prompt_tokens(1);
@@ -45,9 +54,9 @@ class ScriptedGeneration final : public v1::Generation::Service {
     };
     switch (req->token_ids().ids(0)) {
       case 1: {
-        delta("a", 10, true);
-        delta("", 11, false);  // e.g. an incomplete UTF-8 character
-        delta("bc", 12, false);
+        delta("a", 'a', true);
+        delta("", 0xe2, false);  // an incomplete UTF-8 character
+        delta("bc", 'c', false);
         v1::GenerateResponse r;
         v1::Final* f = r.mutable_final();
         f->set_finish_reason(v1::FINISH_REASON_STOP);
@@ -208,6 +217,44 @@ TEST_F(OpenAiFrontendTest, ChatStreamsRoleContentFinishUsageDone) {
   const std::string rendered = "\x01" R"([{"role":"user","content":"hi"}]!)";
   EXPECT_EQ(upstream_.last_request_.token_ids().ids_size(), int(rendered.size()));
   EXPECT_EQ(upstream_.last_request_.max_tokens(), 100 - int(rendered.size()));
+}
+
+// logprobs reach the Generation call and come back per token as the
+// OpenAI API shapes them, the token text from the tokenizer.
+TEST_F(OpenAiFrontendTest, ChatLogprobsComeBackPerToken) {
+  std::string r = Call(PostJson("/v1/chat/completions",
+                                R"({"messages":[{"role":"user","content":"hi"}],"logprobs":true,
+                                    "top_logprobs":2})"),
+                       "}}}");
+  EXPECT_TRUE(upstream_.last_request_.sampling().logprobs());
+  EXPECT_EQ(upstream_.last_request_.sampling().top_logprobs(), 2);
+  const Json body = Json::parse(r.substr(r.find("\r\n\r\n") + 4));
+  const Json& content = body["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), 3u) << r;
+  EXPECT_EQ(content[0], Json::parse(R"({"token":"a","logprob":-0.5,"bytes":[97],"top_logprobs":[
+      {"token":"a","logprob":-0.5,"bytes":[97]},{"token":"x","logprob":-9.0,"bytes":[120]}]})"));
+  EXPECT_EQ(content[1]["bytes"], Json::parse("[226]"));  // the byte, not U+FFFD
+  EXPECT_EQ(content[2]["token"], "c");
+  EXPECT_EQ(content[2]["logprob"], -1.5);
+  // Not asked: null, as before.
+  r = Call(PostJson("/v1/chat/completions", R"({"messages":[{"role":"user","content":"hi"}]})"),
+           "}}}");
+  EXPECT_FALSE(upstream_.last_request_.sampling().logprobs());
+  EXPECT_TRUE(Json::parse(r.substr(r.find("\r\n\r\n") + 4))["choices"][0]["logprobs"].is_null());
+}
+
+// Streamed, a token whose text is held back sends its logprobs with the
+// next text; offsets count characters of the tokens before.
+TEST_F(OpenAiFrontendTest, StreamedCompletionLogprobsTravelWithTheirText) {
+  std::string r = Call(PostJson("/v1/completions", R"({"prompt":[1,7],"stream":true,"logprobs":1})"),
+                       "data: [DONE]\n\n");
+  EXPECT_EQ(upstream_.last_request_.sampling().top_logprobs(), 1);
+  EXPECT_THAT(r, HasSubstr(R"("text":"a","logprobs":{"tokens":["a"],"token_logprobs":[-0.5],)"
+                           R"("top_logprobs":[{"a":-0.5}],"text_offset":[0]})"));
+  EXPECT_THAT(r, HasSubstr("\"text\":\"bc\",\"logprobs\":{\"tokens\":[\"\xEF\xBF\xBD\",\"c\"],"
+                           "\"token_logprobs\":[-1.0,-1.5],"));
+  EXPECT_THAT(r, HasSubstr(R"("text_offset":[1,2]})"));
+  EXPECT_THAT(r, HasSubstr(R"("text":"","logprobs":null,"finish_reason":"stop")"));
 }
 
 TEST_F(OpenAiFrontendTest, ErrorAfterTheFirstTokenIsAnEventThenDone) {

@@ -28,6 +28,8 @@ const char* TypeName(const Json& v) {
   }
 }
 
+constexpr int kMaxTopLogprobs = 20;  // the OpenAI API's limit, and the engine's
+
 // Field readers: absent or null leaves `out` alone; a wrong type is an error.
 std::optional<ApiError> ReadBool(const Json& body, const char* name, bool* out) {
   auto it = body.find(name);
@@ -220,8 +222,12 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, const std::string& body,
     if (auto e = Refuse(j, "suffix", [](const Json& v) { return v.is_string() && v.empty(); },
                         "is not supported")) return e;
     if (auto e = Refuse(j, "best_of", [](const Json& v) { return v == 1; }, "must be 1")) return e;
-    if (auto e = Refuse(j, "logprobs", [](const Json& v) { return v == 0 || v == false; },
-                        "is not supported yet")) return e;
+    if (auto it = j.find("logprobs"); it != j.end() && !it->is_null() && *it != false) {
+      std::optional<int64_t> k;
+      if (auto e = ReadInt(j, "logprobs", 0, kMaxTopLogprobs, &k)) return e;
+      r.logprobs = true;
+      r.top_logprobs = int(*k);
+    }
   } else {
     if (auto e = ParseMessages(j, &r.messages)) return e;
     if (auto it = j.find("tools"); it != j.end() && !it->is_null()) {
@@ -233,10 +239,13 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, const std::string& body,
       if (!it->is_object()) return Bad("chat_template_kwargs", "'chat_template_kwargs' must be an object");
       r.chat_template_kwargs = *it;
     }
-    if (auto e = Refuse(j, "logprobs", [](const Json& v) { return v == false; },
-                        "is not supported yet")) return e;
-    if (auto e = Refuse(j, "top_logprobs", [](const Json& v) { return v == 0; },
-                        "is not supported yet")) return e;
+    if (auto e = ReadBool(j, "logprobs", &r.logprobs)) return e;
+    std::optional<int64_t> k;
+    if (auto e = ReadInt(j, "top_logprobs", 0, kMaxTopLogprobs, &k)) return e;
+    if (k && *k > 0 && !r.logprobs) {
+      return Bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+    }
+    r.top_logprobs = k ? int(*k) : 0;
     if (auto e = Refuse(j, "response_format", [](const Json& v) {
           return v.is_object() && v.value("type", "text") == "text"; },
                         "other than {\"type\": \"text\"} is not supported")) return e;
@@ -327,9 +336,62 @@ Json FinishReason(const std::string& reason) {
   return reason.empty() ? Json(nullptr) : Json(reason);
 }
 
+int Utf8Chars(const std::string& s) {
+  int n = 0;
+  for (size_t i = 0; i < s.size();) {
+    const unsigned char c = static_cast<unsigned char>(s[i]);
+    const size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    bool whole = len > 0 && i + len <= s.size();
+    for (size_t k = 1; whole && k < len; ++k) whole = (static_cast<unsigned char>(s[i + k]) >> 6) == 2;
+    i += whole ? len : 1;
+    ++n;
+  }
+  return n;
+}
+
+Json LogprobsJson(Endpoint endpoint, const std::vector<TokenLogprobs>& tokens, int text_offset,
+                  bool requested) {
+  if (tokens.empty() && !requested) return nullptr;
+  auto bytes_of = [](const std::string& b) {
+    Json a = Json::array();
+    for (char c : b) a.push_back(int(static_cast<unsigned char>(c)));
+    return a;
+  };
+  if (endpoint == Endpoint::kChat) {
+    Json content = Json::array();
+    for (const TokenLogprobs& t : tokens) {
+      Json top = Json::array();
+      for (const auto& [b, lp] : t.top) {
+        top.push_back({{"token", b}, {"logprob", lp}, {"bytes", bytes_of(b)}});
+      }
+      content.push_back({{"token", t.bytes},
+                         {"logprob", t.logprob},
+                         {"bytes", bytes_of(t.bytes)},
+                         {"top_logprobs", std::move(top)}});
+    }
+    return Json{{"content", std::move(content)}, {"refusal", nullptr}};
+  }
+  Json toks = Json::array(), lps = Json::array(), tops = Json::array(), offsets = Json::array();
+  for (const TokenLogprobs& t : tokens) {
+    toks.push_back(t.bytes);
+    lps.push_back(t.logprob);
+    Json top = Json::object();
+    for (const auto& [b, lp] : t.top) {
+      if (!top.contains(b)) top[b] = lp;
+    }
+    tops.push_back(std::move(top));
+    offsets.push_back(text_offset);
+    text_offset += Utf8Chars(t.bytes);
+  }
+  return Json{{"tokens", std::move(toks)},
+              {"token_logprobs", std::move(lps)},
+              {"top_logprobs", std::move(tops)},
+              {"text_offset", std::move(offsets)}};
+}
+
 Json StreamChunk(Endpoint endpoint, const std::string& id, int64_t created,
                  const std::string& model, int index, const std::string& text,
-                 const std::string& finish_reason, bool role_chunk) {
+                 const std::string& finish_reason, bool role_chunk, Json logprobs) {
   Json choice = {{"index", index}};
   if (endpoint == Endpoint::kChat) {
     if (role_chunk) {
@@ -342,7 +404,7 @@ Json StreamChunk(Endpoint endpoint, const std::string& id, int64_t created,
   } else {
     choice["text"] = text;
   }
-  choice["logprobs"] = nullptr;
+  choice["logprobs"] = std::move(logprobs);
   choice["finish_reason"] = FinishReason(finish_reason);
   if (!finish_reason.empty()) choice["stop_reason"] = nullptr;
   return Json{{"id", id},
@@ -373,7 +435,7 @@ Json FullResponse(Endpoint endpoint, const std::string& id, int64_t created,
     } else {
       c["text"] = choices[i].text;
     }
-    c["logprobs"] = nullptr;
+    c["logprobs"] = choices[i].logprobs;
     c["finish_reason"] = FinishReason(choices[i].finish_reason);
     c["stop_reason"] = nullptr;
     list.push_back(std::move(c));

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "nlohmann/json.hpp"
@@ -63,10 +64,14 @@ struct CompletionRequest {
   bool stream = false;
   bool include_usage = false;           // stream_options.include_usage
   bool continuous_usage_stats = false;  // stream_options.continuous_usage_stats
+  // Chat `logprobs` + `top_logprobs` (0-20); completions `logprobs` (an int,
+  // 0-20: the top count).
+  bool logprobs = false;
+  int top_logprobs = 0;
 };
 
 // Parses and validates a request body. Unknown fields are ignored (as vLLM
-// does); fields kvcast cannot honour (n > 1, logprobs, echo, best_of > 1,
+// does); fields kvcast cannot honour (n > 1, echo, best_of > 1,
 // non-zero presence/frequency penalties, logit_bias, images) are refused
 // naming the field, never silently dropped.
 std::optional<ApiError> ParseRequest(Endpoint endpoint, const std::string& body,
@@ -89,12 +94,33 @@ struct Usage {
 // The finish reason's JSON: "stop", "length", or null for "".
 Json FinishReason(const std::string& reason);
 
+// One generated token's log-probabilities, with the tokens as text: `bytes`
+// the token's own bytes (a piece of a UTF-8 character for some byte-level
+// BPE tokens), or "token_id:N" where no tokenizer is at hand.
+struct TokenLogprobs {
+  std::string bytes;
+  float logprob = 0;
+  std::vector<std::pair<std::string, float>> top;  // most likely first
+};
+// The choice's "logprobs" for these tokens: chat {"content": [{"token",
+// "logprob", "bytes", "top_logprobs": [...]}], "refusal": null};
+// completions {"tokens", "token_logprobs", "top_logprobs": [{token:
+// logprob}], "text_offset"}, offsets counted in characters from
+// `text_offset` (the choice's text before these tokens). Null when
+// `tokens` is empty and `requested` is false.
+Json LogprobsJson(Endpoint endpoint, const std::vector<TokenLogprobs>& tokens, int text_offset,
+                  bool requested);
+// Characters of UTF-8 `s` (invalid bytes count one each, as U+FFFD).
+int Utf8Chars(const std::string& s);
+
 // The JSON of a stream chunk for one choice. `finish_reason` "" = null.
 // Chat: `role_chunk` gives the first chunk's delta {"role":"assistant","content":""};
 // otherwise the delta is {"content": text}, or {} with a finish reason and no text.
+// `logprobs`: the choice's "logprobs" (null unless asked for).
 Json StreamChunk(Endpoint endpoint, const std::string& id, int64_t created,
                  const std::string& model, int index, const std::string& text,
-                 const std::string& finish_reason, bool role_chunk = false);
+                 const std::string& finish_reason, bool role_chunk = false,
+                 Json logprobs = nullptr);
 // The last chunk of include_usage: "choices": [] and the usage.
 Json UsageChunk(Endpoint endpoint, const std::string& id, int64_t created,
                 const std::string& model, const Usage& usage);
@@ -102,6 +128,7 @@ Json UsageChunk(Endpoint endpoint, const std::string& id, int64_t created,
 struct Choice {
   std::string text;
   std::string finish_reason;
+  Json logprobs;  // LogprobsJson, or null
 };
 // The whole (non-streamed) response.
 Json FullResponse(Endpoint endpoint, const std::string& id, int64_t created,

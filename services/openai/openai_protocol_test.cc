@@ -86,7 +86,8 @@ TEST(OpenAiProtocolTest, RefusesBadFieldsNamingThem) {
       {Endpoint::kCompletions, R"({"prompt":"a","top_p":0})", "top_p", "(0, 1]"},
       {Endpoint::kCompletions, R"({"prompt":"a","n":2})", "n", "must be 1"},
       {Endpoint::kCompletions, R"({"prompt":"a","echo":true})", "echo", "not supported"},
-      {Endpoint::kCompletions, R"({"prompt":"a","logprobs":3})", "logprobs", "not supported"},
+      {Endpoint::kCompletions, R"({"prompt":"a","logprobs":21})", "logprobs", "[0, 20]"},
+      {Endpoint::kCompletions, R"({"prompt":"a","logprobs":"3"})", "logprobs", "integer"},
       {Endpoint::kCompletions, R"({"prompt":"a","stop":[""]})", "stop", "empty"},
       {Endpoint::kCompletions, R"({"prompt":"a","stop":7})", "stop", "string"},
       {Endpoint::kCompletions, R"({"prompt":"a","stream_options":{"include_usage":true}})",
@@ -104,8 +105,13 @@ TEST(OpenAiProtocolTest, RefusesBadFieldsNamingThem) {
        "messages[0].content", "image_url"},
       {Endpoint::kChat, R"({"messages":[{"role":"user","content":5}]})", "messages[0].content",
        "string or a list"},
-      {Endpoint::kChat, R"({"messages":[{"role":"user","content":"x"}],"logprobs":true})",
-       "logprobs", "not supported"},
+      {Endpoint::kChat, R"({"messages":[{"role":"user","content":"x"}],"logprobs":1})",
+       "logprobs", "boolean"},
+      {Endpoint::kChat, R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":2})",
+       "top_logprobs", "needs 'logprobs': true"},
+      {Endpoint::kChat,
+       R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":21})",
+       "top_logprobs", "[0, 20]"},
   };
   for (const Case& c : cases) {
     ApiError e = Refused(c.e, c.body);
@@ -152,6 +158,41 @@ TEST(OpenAiProtocolTest, WritesChunksAndResponsesAsVllmDoes) {
                                R"("param":null,"code":null}})");
   EXPECT_THAT(NewResponseId(Endpoint::kChat), ::testing::MatchesRegex("chatcmpl-[0-9a-f]{32}"));
   EXPECT_NE(NewResponseId(Endpoint::kCompletions), NewResponseId(Endpoint::kCompletions));
+}
+
+TEST(OpenAiProtocol, LogprobsAreParsedPerEndpoint) {
+  CompletionRequest r;
+  ASSERT_FALSE(ParseRequest(Endpoint::kChat,
+                            R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,
+                                "top_logprobs":3})",
+                            &r));
+  EXPECT_TRUE(r.logprobs);
+  EXPECT_EQ(r.top_logprobs, 3);
+  ASSERT_FALSE(ParseRequest(Endpoint::kCompletions, R"({"prompt":"a","logprobs":0})", &r));
+  EXPECT_TRUE(r.logprobs);
+  EXPECT_EQ(r.top_logprobs, 0);
+  ASSERT_FALSE(ParseRequest(Endpoint::kCompletions, R"({"prompt":"a","logprobs":null})", &r));
+  EXPECT_FALSE(r.logprobs);
+}
+
+// As the OpenAI API shapes them: chat a list of {token, logprob, bytes,
+// top_logprobs}; completions parallel lists with top dicts and character
+// offsets (a byte that is no whole character counts one).
+TEST(OpenAiProtocol, LogprobsJsonPerEndpoint) {
+  const std::vector<TokenLogprobs> t = {{"a", -0.5f, {{"a", -0.5f}, {"x", -2.f}}},
+                                        {"\xe2", -1.f, {}},
+                                        {"\xc3\xa9", -0.25f, {}}};
+  EXPECT_EQ(Dump(LogprobsJson(Endpoint::kChat, {t[0]}, 0, true)),
+            R"({"content":[{"token":"a","logprob":-0.5,"bytes":[97],"top_logprobs":[)"
+            R"({"token":"a","logprob":-0.5,"bytes":[97]},{"token":"x","logprob":-2.0,"bytes":[120]}]}],)"
+            R"("refusal":null})");
+  const Json c = LogprobsJson(Endpoint::kCompletions, t, 7, true);
+  EXPECT_EQ(c["token_logprobs"], Json::parse("[-0.5,-1.0,-0.25]"));
+  EXPECT_EQ(c["text_offset"], Json::parse("[7,8,9]"));
+  EXPECT_EQ(c["top_logprobs"][0], Json::parse(R"({"a":-0.5,"x":-2.0})"));
+  EXPECT_EQ(Dump(LogprobsJson(Endpoint::kChat, {t[1]}, 0, true)["content"][0]["bytes"]), "[226]");
+  EXPECT_TRUE(LogprobsJson(Endpoint::kChat, {}, 0, false).is_null());
+  EXPECT_EQ(Utf8Chars("a\xc3\xa9\xe2z"), 4);
 }
 
 }  // namespace

@@ -193,6 +193,8 @@ grpc::Status PrefillService::Compute(grpc::ServerContext* context,
   params.min_tokens = request.sampling().min_tokens();
   params.tenant = request.tenant();
   params.sampling = worker::SamplingFromProto(request.sampling());
+  params.logprobs = request.sampling().logprobs();
+  params.top_logprobs = request.sampling().top_logprobs();
 
   // Announce the prompt; an identical prompt already published serves it.
   bool publishing = false;
@@ -312,6 +314,7 @@ grpc::Status PrefillService::Compute(grpc::ServerContext* context,
   const auto t1 = std::chrono::steady_clock::now();
   const int reused = ev.cached_tokens;
   response->set_first_token(ev.token);
+  if (ev.logprob) *response->mutable_first_logprob() = worker::LogprobToProto(*ev.logprob);
   response->set_fetched_tokens(fetched_tokens);
   response->set_cached_tokens(reused - fetched_tokens);
   response->set_computed_tokens(n - reused);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/sampling/logprobs.h"
 #include "engine/sampling/sampler.h"
 #include "services/scheduler/text_stream.h"
 #include "services/worker/grpc_status.h"
@@ -44,7 +45,8 @@ class GenerationService::Request {
   grpc::Status Validate();
   // Appends a token, emits its delta; true when generation is over (stop
   // token or string, or max_tokens).
-  bool OnToken(int32_t token);
+  // `logprob`: the token's, when the request asked for them (else null).
+  bool OnToken(int32_t token, const v1::TokenLogprob* logprob);
   grpc::Status Finish();
   // Whether a worker call ended because the client's call did (deadline or
   // cancellation propagate to worker calls): then there is nothing to retry.
@@ -195,6 +197,12 @@ grpc::Status GenerationService::Request::Validate() {
   if (absl::Status s = worker::SamplingFromProto(sampling_).Validate(); !s.ok()) {
     return worker::ToGrpc(s);
   }
+  if (sampling_.top_logprobs() < 0 || sampling_.top_logprobs() > kMaxTopLogprobs ||
+      (sampling_.top_logprobs() > 0 && !sampling_.logprobs())) {
+    return grpc::Status(grpc::INVALID_ARGUMENT,
+                        absl::StrCat("top_logprobs must be in [0, ", kMaxTopLogprobs,
+                                     "] and wants logprobs, got ", sampling_.top_logprobs()));
+  }
   if (sampling_.min_tokens() < 0 || sampling_.min_tokens() > max_tokens_) {
     return grpc::Status(grpc::INVALID_ARGUMENT,
                         absl::StrCat("min_tokens must be in [0, max_tokens = ", max_tokens_,
@@ -227,7 +235,7 @@ grpc::Status GenerationService::Request::Validate() {
   return grpc::Status::OK;
 }
 
-bool GenerationService::Request::OnToken(int32_t token) {
+bool GenerationService::Request::OnToken(int32_t token, const v1::TokenLogprob* logprob) {
   const auto now = Clock::now();
   if (!t_first_) {
     t_first_ = now;
@@ -256,6 +264,7 @@ bool GenerationService::Request::OnToken(int32_t token) {
   v1::GenerateResponse out;
   v1::Delta* delta = out.mutable_delta();
   delta->add_token_ids(token);
+  if (logprob != nullptr && sampling_.logprobs()) *delta->add_logprobs() = *logprob;
   if (generated_.size() == 1) {
     delta->set_prompt_tokens(int(prompt_.size()));
     delta->set_cached_prompt_tokens(cached_tokens_);
@@ -437,7 +446,8 @@ grpc::Status GenerationService::Request::Run() {
       cached_tokens_ = presp.cached_tokens() + presp.fetched_tokens();
       svc_->m_.served_cached_tokens->Increment(cached_tokens_);
       svc_->registry_->Published(presp.prompt_digest(), kv_publisher_, chain_);
-      if (OnToken(presp.first_token())) {
+      if (OnToken(presp.first_token(),
+                  presp.has_first_logprob() ? &presp.first_logprob() : nullptr)) {
         dctx->TryCancel();
         stream->Finish().IgnoreError();
         return Finish();
@@ -482,8 +492,8 @@ grpc::Status GenerationService::Request::Run() {
         }
         if (generated_.empty() && !need_prefill) cached_tokens_ = r.local_cached_tokens();
       }
-      for (int32_t t : r.token_ids()) {
-        if (OnToken(t)) {
+      for (int i = 0; i < r.token_ids_size(); ++i) {
+        if (OnToken(r.token_ids(i), i < r.logprobs_size() ? &r.logprobs(i) : nullptr)) {
           done = true;
           break;
         }
@@ -666,6 +676,7 @@ grpc::Status GenerationService::GenerateUnary(grpc::ServerContext* context,
     if (r.has_delta()) {
       result->mutable_text()->append(r.delta().text());
       result->mutable_token_ids()->Add(r.delta().token_ids().begin(), r.delta().token_ids().end());
+      result->mutable_logprobs()->Add(r.delta().logprobs().begin(), r.delta().logprobs().end());
     } else {
       *result->mutable_final() = r.final();
     }

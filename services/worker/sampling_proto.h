@@ -1,8 +1,10 @@
-// kvcast.v1.SamplingParams -> the engine's SamplingParams. Unset (0) top_p
-// and repetition_penalty mean "off" (1), as generation.proto documents.
+// kvcast.v1.SamplingParams -> the engine's SamplingParams (unset (0) top_p
+// and repetition_penalty mean "off" (1), as generation.proto documents), and
+// the engine's log-probabilities -> kvcast.v1.TokenLogprob.
 #ifndef KVCAST_SERVICES_WORKER_SAMPLING_PROTO_H_
 #define KVCAST_SERVICES_WORKER_SAMPLING_PROTO_H_
 
+#include "engine/sampling/logprobs.h"
 #include "engine/sampling/sampler.h"
 #include "kvcast/v1/generation.pb.h"
 
@@ -16,6 +18,17 @@ inline SamplingParams SamplingFromProto(const v1::SamplingParams& s) {
   p.repetition_penalty = s.repetition_penalty() == 0 ? 1.f : s.repetition_penalty();
   p.seed = s.seed();
   return p;
+}
+
+// The engine's per-token log-probabilities, for the wire.
+inline v1::TokenLogprob LogprobToProto(const TokenLogprob& lp) {
+  v1::TokenLogprob out;
+  out.set_logprob(lp.logprob);
+  for (const auto& [id, logprob] : lp.top) {
+    out.add_top_ids(id);
+    out.add_top_logprobs(logprob);
+  }
+  return out;
 }
 
 }  // namespace kvcast::worker

@@ -65,8 +65,10 @@ std::vector<int32_t> Prompt(int n, int seed) {
 // when the KV crosses the wire. (Q8 quantizes activations: a KV that went
 // through a 16-bit track can flip an int8 rounding and, on this random
 // model, a greedy pick some 20 tokens later.)
+// With `logprobs`, each token's log-probabilities (top 3) too.
 std::vector<int32_t> Reference(const std::vector<int32_t>& prompt, int max_tokens,
-                               const std::string& model_dir = ModelDir()) {
+                               const std::string& model_dir = ModelDir(),
+                               std::vector<TokenLogprob>* logprobs = nullptr) {
   EngineOptions options;
   options.kv_cache_bytes = 512ll << 20;
   options.kv_fp16_values = true;  // as the workers keep it (--kv_cache_precision)
@@ -75,13 +77,17 @@ std::vector<int32_t> Reference(const std::vector<int32_t>& prompt, int max_token
   GenerationParams p;
   p.max_tokens = max_tokens;
   p.ignore_eos = true;
+  p.logprobs = logprobs != nullptr;
+  p.top_logprobs = logprobs != nullptr ? 3 : 0;
   uint64_t id = *(*engine)->Submit(prompt, p);
   std::vector<int32_t> out;
   while ((*engine)->HasWork()) {
     auto events = (*engine)->Step();
     EXPECT_TRUE(events.ok()) << events.status();
     for (const SequenceEvent& ev : *events) {
-      if (ev.id == id && ev.token >= 0) out.push_back(ev.token);
+      if (ev.id != id || ev.token < 0) continue;
+      out.push_back(ev.token);
+      if (logprobs != nullptr && ev.logprob) logprobs->push_back(*ev.logprob);
     }
   }
   return out;
@@ -90,18 +96,24 @@ std::vector<int32_t> Reference(const std::vector<int32_t>& prompt, int max_token
 struct Result {
   grpc::Status status;
   std::vector<int32_t> tokens;
+  std::vector<v1::TokenLogprob> logprobs;  // with top_logprobs >= 0
   v1::Final final;
 };
 
-// Streams one greedy request; `on_delta` sees the token count so far.
+// Streams one greedy request; `on_delta` sees the token count so far. With
+// top_logprobs >= 0 it asks for logprobs.
 Result Generate(const std::string& scheduler, const std::vector<int32_t>& prompt, int max_tokens,
-                std::function<void(int)> on_delta = nullptr) {
+                std::function<void(int)> on_delta = nullptr, int top_logprobs = -1) {
   auto stub = v1::Generation::NewStub(
       grpc::CreateChannel(scheduler, grpc::InsecureChannelCredentials()));
   v1::GenerateRequest req;
   *req.mutable_token_ids()->mutable_ids() = {prompt.begin(), prompt.end()};
   req.set_max_tokens(max_tokens);
   req.set_ignore_eos(true);
+  if (top_logprobs >= 0) {
+    req.mutable_sampling()->set_logprobs(true);
+    req.mutable_sampling()->set_top_logprobs(top_logprobs);
+  }
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
   auto reader = stub->Generate(&ctx, req);
@@ -111,6 +123,8 @@ Result Generate(const std::string& scheduler, const std::vector<int32_t>& prompt
     if (resp.has_delta()) {
       r.tokens.insert(r.tokens.end(), resp.delta().token_ids().begin(),
                       resp.delta().token_ids().end());
+      r.logprobs.insert(r.logprobs.end(), resp.delta().logprobs().begin(),
+                        resp.delta().logprobs().end());
       if (on_delta) on_delta(int(r.tokens.size()));
     } else {
       r.final = resp.final();
@@ -595,6 +609,37 @@ TEST_F(DisaggregatedTest, PdFusionRunsShortAndHeldPromptsOnTheDecodeWorker) {
   EXPECT_EQ(r.final.usage().cached_prompt_tokens(), 256);
   EXPECT_EQ(Metric(sched, "kvcast_fused_requests_total"), 2);
   ExpectNoPagesLeaked(c->worker(Role::kDecode, 0));
+  EXPECT_TRUE(c->Stop().ok());
+}
+
+// logprobs are the same on every route: computed by the decode worker alone
+// (PD fusion), and by the prefill worker (the first token) then the decode
+// worker over KV that crossed the wire; both equal one process's.
+TEST_F(DisaggregatedTest, LogprobsAreTheSameOnEveryRoute) {
+  auto c = Start("logprobs", 1, 1, {"--pd_fusion_tokens=64"});
+  ASSERT_NE(c, nullptr);
+  for (int n : {40, 300}) {
+    const auto prompt = Prompt(n, 11);
+    Result r = Generate(c->scheduler_address(), prompt, 8, nullptr, /*top_logprobs=*/3);
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    EXPECT_EQ(r.final.prefill_worker().empty(), n == 40) << "the route of " << n;
+    std::vector<TokenLogprob> want;
+    EXPECT_EQ(r.tokens, Reference(prompt, 8, ModelDir(), &want));
+    ASSERT_EQ(r.logprobs.size(), 8u) << n;
+    ASSERT_EQ(want.size(), 8u);
+    for (size_t k = 0; k < want.size(); ++k) {
+      EXPECT_NEAR(r.logprobs[k].logprob(), want[k].logprob, 1e-4) << n << " " << k;
+      ASSERT_EQ(r.logprobs[k].top_ids_size(), 3) << n << " " << k;
+      for (int j = 0; j < 3; ++j) {
+        EXPECT_EQ(r.logprobs[k].top_ids(j), want[k].top[size_t(j)].first) << n << " " << k;
+        EXPECT_NEAR(r.logprobs[k].top_logprobs(j), want[k].top[size_t(j)].second, 1e-4);
+      }
+    }
+  }
+  // Not asked: none.
+  Result r = Generate(c->scheduler_address(), Prompt(300, 12), 4);
+  ASSERT_TRUE(r.status.ok());
+  EXPECT_TRUE(r.logprobs.empty());
   EXPECT_TRUE(c->Stop().ok());
 }
 
