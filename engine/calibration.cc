@@ -31,8 +31,7 @@ absl::StatusOr<Calibration> Calibrate(Transformer& model, KvPagePool* pool, int 
     return absl::FailedPreconditionError(absl::StrCat(
         "calibration needs 2 token slots, the pool has ", pool->free_pages(), " free pages"));
   }
-  ASSIGN_OR_RETURN(std::vector<int32_t> pages,
-                   pool->Allocate((tokens + 1 + page_tokens - 1) / page_tokens));
+  ASSIGN_OR_RETURN(KvPages pages, pool->Allocate((tokens + 1 + page_tokens - 1) / page_tokens));
   // Any in-vocabulary ids: the time does not depend on which.
   const int vocab = model.config().vocab_size;
   std::vector<int32_t> prompt(tokens);
@@ -46,8 +45,8 @@ absl::StatusOr<Calibration> Calibrate(Transformer& model, KvPagePool* pool, int 
         .count();
   };
   auto run = [&]() -> absl::StatusOr<Calibration> {
-    const ForwardItem chunk{prompt, 0, pages};
-    const ForwardItem step{absl::MakeConstSpan(&next, 1), tokens, pages};
+    const ForwardItem chunk{prompt, 0, pages.ids()};
+    const ForwardItem step{absl::MakeConstSpan(&next, 1), tokens, pages.ids()};
     RETURN_IF_ERROR(timed(chunk).status());  // warm-up
     RETURN_IF_ERROR(timed(step).status());
     std::vector<double> chunk_ms, step_ms;
@@ -59,10 +58,7 @@ absl::StatusOr<Calibration> Calibrate(Transformer& model, KvPagePool* pool, int 
     }
     return Calibration{chunk_tokens, Median(chunk_ms) * chunk_tokens / tokens, Median(step_ms)};
   };
-  absl::StatusOr<Calibration> result = run();
-  absl::Status released = pool->ReleaseAll(pages);
-  if (result.ok() && !released.ok()) return released;
-  return result;
+  return run();  // `pages` go back to the pool
 }
 
 }  // namespace kvcast

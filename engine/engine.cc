@@ -21,7 +21,7 @@ struct Engine::Sequence {
   Hash128 seed;                 // chain seed of the sequence's tenant
   std::vector<Hash128> prompt_chain;  // of the prompt's full chunks, from Submit
   Hash128 last_chunk_hash;      // hash of chunk chunks_published - 1 (or seed)
-  std::vector<int32_t> pages;   // one reference held on each
+  KvPages pages;                // its references
   GenerationParams params;
   Sampler sampler;
   int generated = 0;
@@ -151,16 +151,13 @@ absl::Status Engine::CheckRequest(const std::vector<int32_t>& prompt,
         "engine: prefilled tokens ", kv.tokens, " outside the prompt of ", n));
   }
   const int pages = (kv.tokens + options_.page_tokens - 1) / options_.page_tokens;
-  if (int(kv.pages.size()) != pages) {
+  if (kv.pages.size() != pages) {
     return absl::InvalidArgumentError(absl::StrCat(
         "engine: ", kv.tokens, " prefilled tokens need ", pages, " pages, got ",
         kv.pages.size()));
   }
-  for (int32_t p : kv.pages) {
-    if (pool_->RefCount(p) <= 0) {
-      return absl::InvalidArgumentError(absl::StrCat("engine: prefilled page ", p,
-                                                     " is not allocated"));
-    }
+  if (!kv.pages.empty() && kv.pages.pool() != pool_.get()) {
+    return absl::InvalidArgumentError("engine: prefilled pages of another page pool");
   }
   if (kv.tokens < n) {
     if (kv.next_token != -1) {
@@ -191,10 +188,8 @@ absl::StatusOr<uint64_t> Engine::Submit(std::vector<int32_t> prompt,
 
 absl::StatusOr<uint64_t> Engine::Submit(std::vector<int32_t> prompt,
                                         const GenerationParams& params, PrefilledKv kv) {
-  if (absl::Status st = CheckRequest(prompt, params, kv); !st.ok()) {
-    pool_->ReleaseAll(kv.pages).IgnoreError();  // never leaked
-    return st;
-  }
+  // Refused, `kv`'s pages are released with it.
+  if (absl::Status st = CheckRequest(prompt, params, kv); !st.ok()) return st;
   auto seq = std::make_unique<Sequence>(0, std::move(prompt), params);
   seq->seed = prefix_seed(params.tenant);
   if (kv.tokens == 0 && options_.prefix_caching) {
@@ -286,7 +281,7 @@ void Engine::Admit(Sequence* seq) {
   int max_chunks =
       options_.prefix_caching ? (int(seq->tokens.size()) - 1) / options_.chunk_tokens : 0;
   seq->pages = prefix_cache_->Acquire(chain, max_chunks);
-  int chunks = int(seq->pages.size()) / (options_.chunk_tokens / options_.page_tokens);
+  int chunks = seq->pages.size() / (options_.chunk_tokens / options_.page_tokens);
   seq->kv_len = chunks * options_.chunk_tokens;
   seq->chunks_published = chunks;
   seq->last_chunk_hash = chunks > 0 ? chain[chunks - 1] : seq->seed;
@@ -296,16 +291,15 @@ void Engine::Admit(Sequence* seq) {
 
 absl::Status Engine::EnsurePages(Sequence* seq, int tokens) {
   int need = (seq->kv_len + tokens + options_.page_tokens - 1) / options_.page_tokens -
-             int(seq->pages.size());
+             seq->pages.size();
   if (need <= 0) return absl::OkStatus();
-  ASSIGN_OR_RETURN(std::vector<int32_t> fresh, pool_->Allocate(need));
-  seq->pages.insert(seq->pages.end(), fresh.begin(), fresh.end());
+  ASSIGN_OR_RETURN(KvPages fresh, pool_->Allocate(need));
+  seq->pages.Append(std::move(fresh));
   return absl::OkStatus();
 }
 
 void Engine::Release(Sequence* seq) {
-  pool_->ReleaseAll(seq->pages).IgnoreError();  // each page held once by seq
-  seq->pages.clear();
+  seq->pages.Reset();
   seq->kv_len = 0;
   seq->chunks_published = 0;
   seq->last_chunk_hash = seq->seed;
@@ -318,9 +312,11 @@ void Engine::PublishChunks(Sequence* seq) {
     const int c = seq->chunks_published;
     seq->last_chunk_hash = NextChunkHash(
         seq->last_chunk_hash, absl::MakeConstSpan(seq->tokens).subspan(c * chunk, chunk));
-    prefix_cache_->Insert(seq->last_chunk_hash,
-                          absl::MakeConstSpan(seq->pages).subspan(c * pages_per_chunk,
-                                                                  pages_per_chunk));
+    // The sequence's own references keep its pages: sharing cannot fail.
+    if (absl::StatusOr<KvPages> shared = seq->pages.Share(c * pages_per_chunk, pages_per_chunk);
+        shared.ok()) {
+      prefix_cache_->Insert(seq->last_chunk_hash, *std::move(shared));
+    }
     ++seq->chunks_published;
   }
 }
@@ -334,8 +330,8 @@ void Engine::ReportChunks(Sequence* seq) {
     const int end = std::min((c + 1) * chunk, seq->prompt_len);
     if (seq->kv_len < end) break;
     const int first = c * chunk / page;
-    seq->params.on_prompt_chunk(
-        c, absl::MakeConstSpan(seq->pages).subspan(first, (end + page - 1) / page - first));
+    absl::StatusOr<KvPages> shared = seq->pages.Share(first, (end + page - 1) / page - first);
+    if (shared.ok()) seq->params.on_prompt_chunk(c, *std::move(shared));
     ++seq->chunks_reported;
   }
 }
@@ -517,7 +513,7 @@ absl::StatusOr<std::vector<SequenceEvent>> Engine::Step() {
   for (size_t i = 0; i < batch.size(); ++i) {
     Sequence* s = batch[i];
     items.push_back(ForwardItem{absl::MakeConstSpan(s->tokens).subspan(s->kv_len, counts[i]),
-                                s->kv_len, s->pages});
+                                s->kv_len, s->pages.ids()});
   }
   ASSIGN_OR_RETURN(const float* logits,
                    model_->ForwardLogits(items, pool_.get(), /*all_logits=*/false));

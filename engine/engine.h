@@ -93,9 +93,9 @@ struct GenerationParams {
   // min((c+1)*chunk_tokens, prompt_len)). Called once per chunk, in order, for
   // every prompt chunk including those taken from the prefix cache (at
   // admission) and the last, partial one; chunks reported before a preemption
-  // are not reported again. `pages` are the chunk's pages (ceil(tokens in
-  // chunk / page_tokens)); call KvPagePool::AddRef to keep them past the call.
-  std::function<void(int chunk, absl::Span<const int32_t> pages)> on_prompt_chunk;
+  // are not reported again. `pages`: a reference on each of the chunk's pages
+  // (ceil(tokens in chunk / page_tokens)), the callee's to keep or drop.
+  std::function<void(int chunk, KvPages pages)> on_prompt_chunk;
   // Report each generated token's log-probability on its event, and those
   // of the `top_logprobs` (0..kMaxTopLogprobs) most likely tokens at that
   // step (sampling/logprobs.h). Such a sequence's token is picked from a
@@ -107,7 +107,7 @@ struct GenerationParams {
 // KV of a prompt prefix computed elsewhere (a prefill worker), in pages of
 // this engine's pool.
 struct PrefilledKv {
-  std::vector<int32_t> pages;  // one reference each, handed to the engine
+  KvPages pages;               // of the engine's pool, handed to the engine
   int tokens = 0;              // prompt tokens [0, tokens) whose K/V are in `pages`
   int32_t next_token = -1;     // when tokens == prompt size: the first generated
                                // token, sampled elsewhere; -1 otherwise

@@ -122,7 +122,7 @@ TEST(Engine, LogprobsAreTheLogSoftmaxOfTheModelsLogitsAndChangeNoToken) {
   seq.insert(seq.end(), tokens_b.begin(), tokens_b.end() - 1);
   auto pool = *KvPagePool::Create(m.backend.get(), m.model->kv_layout(16), 8);
   auto table = *pool->Allocate(int(seq.size() + 15) / 16);
-  ForwardItem item{seq, 0, table};
+  ForwardItem item{seq, 0, table.ids()};
   std::vector<float> logits;
   ASSERT_TRUE(m.model->Forward({&item, 1}, pool.get(), /*all_logits=*/true, &logits).ok());
   const size_t vocab = size_t(m.model->config().vocab_size);
@@ -139,7 +139,7 @@ TEST(Engine, LogprobsAreTheLogSoftmaxOfTheModelsLogitsAndChangeNoToken) {
     EXPECT_GE(lps[k].top[0].second, lps[k].top[1].second);
     EXPECT_GE(lps[k].top[1].second, lps[k].top[2].second);
   }
-  EXPECT_TRUE(pool->ReleaseAll(table).ok());
+  table.Reset();
 
   GenerationParams too_many = with;
   too_many.top_logprobs = kMaxTopLogprobs + 1;
@@ -400,17 +400,20 @@ TEST(Engine, CancelAndStopTokensAndBadRequests) {
             absl::StatusCode::kNotFound);
 }
 
-// Prompt chunks reported by on_prompt_chunk, pages kept with AddRef.
+// Prompt chunks reported by on_prompt_chunk, their pages kept (the handles
+// the engine hands over) until ReleaseAll.
 struct ChunkLog {
   KvPagePool* pool = nullptr;
   std::vector<int> chunks;
   std::vector<std::vector<int32_t>> pages;
+  std::vector<KvPages> held;
 
-  std::function<void(int, absl::Span<const int32_t>)> Hook() {
-    return [this](int c, absl::Span<const int32_t> p) {
+  std::function<void(int, KvPages)> Hook() {
+    return [this](int c, KvPages p) {
       chunks.push_back(c);
-      pages.emplace_back(p.begin(), p.end());
-      for (int32_t page : p) EXPECT_TRUE(pool->AddRef(page).ok());
+      EXPECT_EQ(p.pool(), pool);
+      pages.emplace_back(p.ids().begin(), p.ids().end());
+      held.push_back(std::move(p));
     };
   }
   std::vector<int32_t> AllPages(int num_chunks) const {
@@ -419,15 +422,15 @@ struct ChunkLog {
     return all;
   }
   void ReleaseAll() {
-    for (auto& p : pages) EXPECT_TRUE(pool->ReleaseAll(p).ok());
+    held.clear();
     pages.clear();
   }
 };
 
 // Copies the K/V of token slots [0, tokens) from `src` pages of one pool to
 // `dst` pages of another (the transfer a disaggregated deployment performs).
-void CopyKv(const KvPagePool& from, const std::vector<int32_t>& src, KvPagePool* to,
-            const std::vector<int32_t>& dst, int tokens) {
+void CopyKv(const KvPagePool& from, absl::Span<const int32_t> src, KvPagePool* to,
+            absl::Span<const int32_t> dst, int tokens) {
   const KvLayout& l = from.layout();
   const size_t row = l.token_floats();
   for (int layer = 0; layer < l.num_layers; ++layer) {
@@ -477,9 +480,9 @@ TEST(Engine, PrefillElsewhereThenDecodeMatchesOneEngine) {
     std::vector<int32_t> src = log.AllPages(num_chunks);
     auto dst = d->pool().Allocate(int(src.size()));
     ASSERT_TRUE(dst.ok());
-    CopyKv(p->pool(), src, &d->pool(), *dst, n);
+    CopyKv(p->pool(), src, &d->pool(), dst->ids(), n);
     log.ReleaseAll();
-    auto id = d->Submit(prompt, Greedy(12), PrefilledKv{*dst, n, r[pid].tokens[0]});
+    auto id = d->Submit(prompt, Greedy(12), PrefilledKv{*std::move(dst), n, r[pid].tokens[0]});
     ASSERT_TRUE(id.ok()) << id.status();
     ids.push_back(*id);
     firsts.push_back(r[pid].tokens[0]);
@@ -512,19 +515,20 @@ TEST(Engine, PrefilledPrefixIsContinuedByTheEngine) {
 
   auto d = MakeEngine();
   const int d_free = d->pool().free_pages();
-  auto dst = *d->pool().Allocate(8);
-  CopyKv(p->pool(), log.pages[0], &d->pool(), dst, 128);
+  KvPages dst = *d->pool().Allocate(8);
+  const std::vector<int32_t> dst_ids(dst.ids().begin(), dst.ids().end());
+  CopyKv(p->pool(), log.pages[0], &d->pool(), dst_ids, 128);
   log.ReleaseAll();
   ChunkLog d_log{&d->pool()};
   GenerationParams params = Greedy(10);
   params.on_prompt_chunk = d_log.Hook();
-  uint64_t id = *d->Submit(prompt, params, PrefilledKv{dst, 128, -1});
+  uint64_t id = *d->Submit(prompt, params, PrefilledKv{std::move(dst), 128, -1});
   EXPECT_EQ(d->waiting_prompt_tokens(), 300 - 128);
   auto got = RunToCompletion(d.get());
   EXPECT_EQ(got[id].tokens, GenerateAlone(prompt, 10));
   EXPECT_EQ(got[id].cached, 128);
   EXPECT_EQ(d_log.chunks, (std::vector<int>{0, 1, 2}));
-  EXPECT_EQ(d_log.pages[0], dst);
+  EXPECT_EQ(d_log.pages[0], dst_ids);
   d_log.ReleaseAll();
   d->prefix_cache().Reclaim(1 << 30);
   EXPECT_EQ(d->pool().free_pages(), d_free);
@@ -608,7 +612,7 @@ TEST(Engine, PromptChunksAreReportedOnceAcrossPreemption) {
   std::map<uint64_t, std::vector<int>> reported;
   auto params = [&reported](uint64_t* id, int max_tokens) {
     GenerationParams p = Greedy(max_tokens);
-    p.on_prompt_chunk = [&reported, id](int c, absl::Span<const int32_t>) {
+    p.on_prompt_chunk = [&reported, id](int c, KvPages) {
       reported[*id].push_back(c);
     };
     return p;

@@ -62,14 +62,14 @@ TEST_P(TransformerTest, IncrementalDecodeMatchesFullRecomputation) {
   auto tokens = Tokens(40, vocab_, 1);
   auto full = Contiguous(tokens);
   auto pool = Pool(16, 8);
-  std::vector<int32_t> table = *pool->Allocate(3);
+  KvPages table = *pool->Allocate(3);
   std::vector<float> logits;
   const int prefill = 25;
-  ForwardItem first{absl::MakeConstSpan(tokens).subspan(0, prefill), 0, table};
+  ForwardItem first{absl::MakeConstSpan(tokens).subspan(0, prefill), 0, table.ids()};
   ASSERT_TRUE(m_.model->Forward({&first, 1}, pool.get(), false, &logits).ok());
   ExpectNear(logits.data(), &full[(prefill - 1) * vocab_], vocab_, "after prefill");
   for (int pos = prefill; pos < 40; ++pos) {
-    ForwardItem step{absl::MakeConstSpan(tokens).subspan(pos, 1), pos, table};
+    ForwardItem step{absl::MakeConstSpan(tokens).subspan(pos, 1), pos, table.ids()};
     ASSERT_TRUE(m_.model->Forward({&step, 1}, pool.get(), false, &logits).ok());
     ExpectNear(logits.data(), &full[pos * vocab_], vocab_, "decode at " + std::to_string(pos));
   }
@@ -111,14 +111,14 @@ TEST_P(TransformerTest, ReusedPrefixPagesGiveSameLogitsAsComputingThem) {
   b.insert(b.end(), tail.begin(), tail.end());  // shares a's first 32 tokens
   auto full_b = Contiguous(b);
   auto pool = Pool(16, 16);
-  std::vector<int32_t> ta = *pool->Allocate(3);
+  KvPages ta = *pool->Allocate(3);
   std::vector<float> logits;
-  ForwardItem ia{a, 0, ta};
+  ForwardItem ia{a, 0, ta.ids()};
   ASSERT_TRUE(m_.model->Forward({&ia, 1}, pool.get(), false, &logits).ok());
   // b reuses a's first two pages and computes only its own suffix.
   std::vector<int32_t> tb = {ta[0], ta[1]};
   auto own = *pool->Allocate(2);
-  tb.insert(tb.end(), own.begin(), own.end());
+  tb.insert(tb.end(), own.ids().begin(), own.ids().end());
   ForwardItem ib{absl::MakeConstSpan(b).subspan(32), 32, tb};
   ASSERT_TRUE(m_.model->Forward({&ib, 1}, pool.get(), true, &logits).ok());
   ExpectNear(logits.data(), &full_b[32 * vocab_], 20 * size_t(vocab_), "suffix of b");
@@ -129,18 +129,18 @@ TEST_P(TransformerTest, MixedBatchMatchesEachSequenceAlone) {
   std::vector<std::vector<int32_t>> seqs = {Tokens(9, vocab_, 5), Tokens(33, vocab_, 6),
                                             Tokens(17, vocab_, 7)};
   auto pool = Pool(16, 32);
-  std::vector<std::vector<int32_t>> tables;
+  std::vector<KvPages> tables;
   for (auto& s : seqs) tables.push_back(*pool->Allocate(3));
   std::vector<float> logits;
   // Sequences 1 and 2 have all but their last token in KV already.
   for (int i : {1, 2}) {
-    ForwardItem item{absl::MakeConstSpan(seqs[i]).subspan(0, seqs[i].size() - 1), 0, tables[i]};
+    ForwardItem item{absl::MakeConstSpan(seqs[i]).subspan(0, seqs[i].size() - 1), 0, tables[i].ids()};
     ASSERT_TRUE(m_.model->Forward({&item, 1}, pool.get(), false, &logits).ok());
   }
   std::vector<ForwardItem> batch = {
-      {seqs[0], 0, tables[0]},
-      {absl::MakeConstSpan(seqs[1]).subspan(32), 32, tables[1]},
-      {absl::MakeConstSpan(seqs[2]).subspan(16), 16, tables[2]}};
+      {seqs[0], 0, tables[0].ids()},
+      {absl::MakeConstSpan(seqs[1]).subspan(32), 32, tables[1].ids()},
+      {absl::MakeConstSpan(seqs[2]).subspan(16), 16, tables[2].ids()}};
   ASSERT_TRUE(m_.model->Forward(batch, pool.get(), false, &logits).ok());
   for (int i = 0; i < 3; ++i) {
     auto alone = Contiguous(seqs[i]);

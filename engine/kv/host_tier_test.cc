@@ -35,7 +35,7 @@ class HostTierTest : public testing::Test {
       }
     }
   }
-  std::vector<float> Read(const std::vector<int32_t>& pages) {
+  std::vector<float> Read(absl::Span<const int32_t> pages) {
     std::vector<float> out;
     for (int l = 0; l < kLayout.num_layers; ++l) {
       for (float* cache : {pool_->k_cache(l), pool_->v_cache(l)}) {
@@ -60,13 +60,15 @@ class HostTierTest : public testing::Test {
 TEST_F(HostTierTest, ADemotedChunkComesBackIntoOtherPages) {
   HostKvTier tier(pool_.get(), be_.get(), kChunk, KvFormat::kFp16, 1 << 20);
   const Hash128 h = Chain(1)[0];
-  auto src = *pool_->Allocate(2);
+  KvPages src_pages = *pool_->Allocate(2);
+  const absl::Span<const int32_t> src = src_pages.ids();
   const std::vector<float> want = Read(src);
   std::vector<Hash128> dropped;
   tier.Demote(h, src, &dropped);
   EXPECT_TRUE(dropped.empty());
   EXPECT_TRUE(tier.Contains(h));
-  auto dst = *pool_->Allocate(2);
+  KvPages dst_pages = *pool_->Allocate(2);
+  const absl::Span<const int32_t> dst = dst_pages.ids();
   EXPECT_NE(Read(dst), want);
   ASSERT_TRUE(tier.Promote(h, dst).ok());
   EXPECT_EQ(Read(dst), want);
@@ -84,7 +86,8 @@ TEST_F(HostTierTest, ADemotedChunkComesBackIntoOtherPages) {
 TEST_F(HostTierTest, TheBudgetDropsTheLeastRecentlyUsedChunk) {
   HostKvTier probe(pool_.get(), be_.get(), kChunk, KvFormat::kFp16, 1);
   HostKvTier tier(pool_.get(), be_.get(), kChunk, KvFormat::kFp16, 2 * probe.chunk_bytes());
-  auto pages = *pool_->Allocate(2);
+  KvPages pages_pages = *pool_->Allocate(2);
+  const absl::Span<const int32_t> pages = pages_pages.ids();
   const auto chain = Chain(3);
   std::vector<Hash128> dropped;
   tier.Demote(chain[0], pages, &dropped);
@@ -104,7 +107,8 @@ TEST_F(HostTierTest, TheBudgetDropsTheLeastRecentlyUsedChunk) {
 // gives it up.
 TEST_F(HostTierTest, LfuKeepsAPopularChunkThroughAScan) {
   const auto chain = Chain(4);
-  auto pages = *pool_->Allocate(2);
+  KvPages pages_pages = *pool_->Allocate(2);
+  const absl::Span<const int32_t> pages = pages_pages.ids();
   for (HostKvTier::Policy policy : {HostKvTier::Policy::kLru, HostKvTier::Policy::kLfu}) {
     HostKvTier probe(pool_.get(), be_.get(), kChunk, KvFormat::kFp16, 1);
     HostKvTier tier(pool_.get(), be_.get(), kChunk, KvFormat::kFp16, 2 * probe.chunk_bytes(),
@@ -123,7 +127,8 @@ TEST_F(HostTierTest, LfuKeepsAPopularChunkThroughAScan) {
 TEST_F(HostTierTest, ACorruptedChunkIsRefusedAndDropped) {
   HostKvTier tier(pool_.get(), be_.get(), kChunk, KvFormat::kFp16, 1 << 20);
   const Hash128 h = Chain(1)[0];
-  auto pages = *pool_->Allocate(2);
+  KvPages pages_pages = *pool_->Allocate(2);
+  const absl::Span<const int32_t> pages = pages_pages.ids();
   std::vector<Hash128> dropped;
   tier.Demote(h, pages, &dropped);
   tier.CorruptForTest(h);
@@ -144,28 +149,27 @@ TEST_F(HostTierTest, ThePrefixCacheDemotesOnEvictionAndPromotesOnReuse) {
   const auto chain = Chain(2);
   std::vector<std::vector<float>> want;
   for (const Hash128& h : chain) {
-    auto pages = *pool_->Allocate(2);
-    want.push_back(Read(pages));
-    cache.Insert(h, pages);
-    ASSERT_TRUE(pool_->ReleaseAll(pages).ok());
+    KvPages pages = *pool_->Allocate(2);
+    want.push_back(Read(pages.ids()));
+    cache.Insert(h, std::move(pages));  // the cache's the only reference
   }
   // Taking the whole pool evicts both chunks: into the tier, reported as such.
-  auto all = *pool_->Allocate(8);
+  KvPages all_pages = *pool_->Allocate(8);
   EXPECT_EQ(cache.num_chunks(), 0);
   EXPECT_EQ(tier.stats().chunks, 2u);
   EXPECT_EQ(evicted, 0);
   EXPECT_EQ(in_host, 2);
   // A chain reaching them while the pool is full stops: no pages to promote into.
   EXPECT_TRUE(cache.Acquire(chain, 2).empty());
-  ASSERT_TRUE(pool_->ReleaseAll(all).ok());
-  const std::vector<int32_t> got = cache.Acquire(chain, 2);
-  ASSERT_EQ(got.size(), 4u);
+  all_pages.Reset();
+  KvPages got = cache.Acquire(chain, 2);
+  ASSERT_EQ(got.size(), 4);
   EXPECT_EQ(Read({got[0], got[1]}), want[0]);
   EXPECT_EQ(Read({got[2], got[3]}), want[1]);
   EXPECT_EQ(cache.num_chunks(), 2);
   EXPECT_EQ(tier.stats().hits, 2u);
-  for (int32_t p : got) EXPECT_EQ(pool_->RefCount(p), 2) << "the cache's and ours";
-  ASSERT_TRUE(pool_->ReleaseAll(got).ok());
+  for (int32_t p : got.ids()) EXPECT_EQ(pool_->RefCount(p), 2) << "the cache's and ours";
+  got.Reset();
   EXPECT_EQ(stored, 4) << "inserted, then promoted back";
   EXPECT_EQ(evicted, 0);
   // A corrupted copy: the chunk is gone from both tiers once the pool drops it.
@@ -193,7 +197,8 @@ class DiskTierTest : public HostTierTest {
 
 TEST_F(DiskTierTest, ChunksPushedOutOfHostMemoryComeBackFromDiskAfterARestart) {
   const auto chain = Chain(3);
-  auto pages = *pool_->Allocate(2);
+  KvPages pages_pages = *pool_->Allocate(2);
+  const absl::Span<const int32_t> pages = pages_pages.ids();
   const std::vector<float> want = Read(pages);
   {
     auto disk = *DiskKvTier::Open(Dir(), Shape(), 1 << 20);
@@ -209,7 +214,8 @@ TEST_F(DiskTierTest, ChunksPushedOutOfHostMemoryComeBackFromDiskAfterARestart) {
   EXPECT_EQ(disk->Chunks(), std::vector<Hash128>{chain[0]});
   HostKvTier host(pool_.get(), be_.get(), kChunk, KvFormat::kFp16, 1 << 20);
   host.SetDiskTier(disk.get());
-  auto dst = *pool_->Allocate(2);
+  KvPages dst_pages = *pool_->Allocate(2);
+  const absl::Span<const int32_t> dst = dst_pages.ids();
   ASSERT_TRUE(host.Promote(chain[0], dst).ok());
   EXPECT_EQ(Read(dst), want);
   EXPECT_EQ(disk->stats().hits, 1u);
@@ -223,7 +229,8 @@ TEST_F(DiskTierTest, ChunksPushedOutOfHostMemoryComeBackFromDiskAfterARestart) {
 
 TEST_F(DiskTierTest, HostEvictionsSpillToDiskWithinItsBudget) {
   const auto chain = Chain(3);
-  auto pages = *pool_->Allocate(2);
+  KvPages pages_pages = *pool_->Allocate(2);
+  const absl::Span<const int32_t> pages = pages_pages.ids();
   const DiskKvTier::Shape shape = Shape();
   auto disk = *DiskKvTier::Open(Dir(), shape, 2 * shape.chunk_bytes);
   HostKvTier host(pool_.get(), be_.get(), kChunk, KvFormat::kFp16, shape.chunk_bytes);
@@ -246,7 +253,8 @@ TEST_F(DiskTierTest, HostEvictionsSpillToDiskWithinItsBudget) {
 
 TEST_F(DiskTierTest, AChangedFileIsRefusedAndDeleted) {
   const Hash128 h = Chain(1)[0];
-  auto pages = *pool_->Allocate(2);
+  KvPages pages_pages = *pool_->Allocate(2);
+  const absl::Span<const int32_t> pages = pages_pages.ids();
   auto disk = *DiskKvTier::Open(Dir(), Shape(), 1 << 20);
   std::vector<uint8_t> payload(Shape().chunk_bytes, 3);
   std::vector<Hash128> dropped;

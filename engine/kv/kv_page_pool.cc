@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -47,7 +48,7 @@ void KvPagePool::SetReclaimer(PageReclaimer* reclaimer) {
   reclaimer_ = reclaimer;
 }
 
-absl::StatusOr<std::vector<int32_t>> KvPagePool::Allocate(int n) {
+absl::StatusOr<KvPages> KvPagePool::Allocate(int n) {
   PageReclaimer* reclaimer;
   {
     absl::MutexLock lock(&mu_);
@@ -62,7 +63,7 @@ absl::StatusOr<std::vector<int32_t>> KvPagePool::Allocate(int n) {
       std::vector<int32_t> pages(free_list_.end() - n, free_list_.end());
       free_list_.resize(free_list_.size() - n);
       for (int32_t p : pages) refcount_[p] = 1;
-      return pages;
+      return KvPages::Adopt(this, std::move(pages));
     }
     return absl::ResourceExhaustedError(absl::StrCat(
         "kv page pool: need ", n, " pages, ", free_list_.size(), " of ",
@@ -96,7 +97,7 @@ absl::Status KvPagePool::Release(int32_t page) {
   return absl::OkStatus();
 }
 
-absl::Status KvPagePool::ReleaseAll(const std::vector<int32_t>& pages) {
+absl::Status KvPagePool::ReleaseAll(absl::Span<const int32_t> pages) {
   absl::Status first;
   for (int32_t p : pages) first.Update(Release(p));
   return first;
@@ -110,6 +111,72 @@ int KvPagePool::RefCount(int32_t page) const {
 int KvPagePool::free_pages() const {
   absl::MutexLock lock(&mu_);
   return int(free_list_.size());
+}
+
+
+KvPages KvPages::Adopt(KvPagePool* pool, std::vector<int32_t> ids) {
+  KvPagePool* owner = ids.empty() ? nullptr : pool;  // before `ids` is moved from
+  return KvPages(owner, std::move(ids));
+}
+
+KvPages::KvPages(KvPages&& other) noexcept
+    : pool_(std::exchange(other.pool_, nullptr)), ids_(std::move(other.ids_)) {
+  other.ids_.clear();
+}
+
+KvPages& KvPages::operator=(KvPages&& other) noexcept {
+  if (this != &other) {
+    Reset();
+    pool_ = std::exchange(other.pool_, nullptr);
+    ids_ = std::move(other.ids_);
+    other.ids_.clear();
+  }
+  return *this;
+}
+
+absl::StatusOr<KvPages> KvPages::Share(int first, int count) const {
+  if (first < 0 || first > size()) {
+    return absl::OutOfRangeError(absl::StrCat("kv pages: share from ", first, " of ", size()));
+  }
+  if (count < 0) count = size() - first;
+  if (first + count > size()) {
+    return absl::OutOfRangeError(
+        absl::StrCat("kv pages: share ", count, " from ", first, " of ", size()));
+  }
+  std::vector<int32_t> ids(ids_.begin() + first, ids_.begin() + first + count);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (absl::Status st = pool_->AddRef(ids[i]); !st.ok()) {
+      for (size_t j = 0; j < i; ++j) pool_->Release(ids[j]).IgnoreError();  // taken just now
+      return st;
+    }
+  }
+  return Adopt(pool_, std::move(ids));
+}
+
+void KvPages::Append(KvPages&& other) {
+  if (other.empty()) return;
+  if (empty()) {
+    *this = std::move(other);
+    return;
+  }
+  if (other.pool_ != pool_) {
+    std::fprintf(stderr, "kv pages: Append of pages of another pool\n");
+    std::abort();
+  }
+  ids_.insert(ids_.end(), other.ids_.begin(), other.ids_.end());
+  other.ids_.clear();
+  other.pool_ = nullptr;
+}
+
+void KvPages::Reset() {
+  if (pool_ != nullptr && !ids_.empty()) {
+    if (absl::Status st = pool_->ReleaseAll(ids_); !st.ok()) {
+      std::fprintf(stderr, "kv pages: %s\n", st.ToString().c_str());
+      std::abort();
+    }
+  }
+  ids_.clear();
+  pool_ = nullptr;
 }
 
 }  // namespace kvcast

@@ -4,9 +4,9 @@
 // [layer][K|V][page][page_tokens][num_kv_heads][head_dim], values kept as
 // layout.storage says (float32, or fp16 bits); a page id names
 // the same page in every layer. Pages are reference counted: Allocate() hands
-// out pages with one reference, AddRef() shares them (prefix cache, several
-// sequences), Release() drops one and returns the page to the free list when
-// the last goes. When free pages run short, Allocate() asks the registered
+// out pages with one reference in a KvPages handle (kv_pages.h), whose
+// Share() takes more (prefix cache, several sequences) and whose destruction
+// drops them, returning a page to the free list when its last goes. When free pages run short, Allocate() asks the registered
 // PageReclaimer (the prefix cache) to give unreferenced pages back.
 //
 // Thread safety: all methods may be called from any thread. The reclaimer is
@@ -22,6 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "engine/kv/kv_pages.h"
 #include "kernels/backend.h"
 
 namespace kvcast {
@@ -60,16 +61,10 @@ class KvPagePool {
   // `reclaimer` is borrowed and must outlive the pool (or be reset to null).
   void SetReclaimer(PageReclaimer* reclaimer);
 
-  // n fresh pages, each with one reference. ResourceExhausted when fewer than
-  // n pages are free even after reclaiming; then nothing is allocated.
-  absl::StatusOr<std::vector<int32_t>> Allocate(int n);
-  // Adds a reference to an allocated page. FailedPrecondition if it is free.
-  absl::Status AddRef(int32_t page);
-  // Drops one reference; the page is free again after its last. Releasing a
-  // free page or an id out of range is FailedPrecondition / OutOfRange.
-  absl::Status Release(int32_t page);
-  // Releases each page of `pages` once, reporting the first error.
-  absl::Status ReleaseAll(const std::vector<int32_t>& pages);
+  // n fresh pages, each with one reference, owned by the handle.
+  // ResourceExhausted when fewer than n pages are free even after
+  // reclaiming; then nothing is allocated.
+  absl::StatusOr<KvPages> Allocate(int n);
 
   int RefCount(int32_t page) const;
   int num_pages() const { return num_pages_; }
@@ -88,6 +83,16 @@ class KvPagePool {
   size_t layer_bytes() const { return layout_.page_bytes() * num_pages_; }
 
  private:
+  // References are taken and dropped only by KvPages.
+  friend class KvPages;
+  // Adds a reference to an allocated page. FailedPrecondition if it is free.
+  absl::Status AddRef(int32_t page);
+  // Drops one reference; the page is free again after its last. Releasing a
+  // free page or an id out of range is FailedPrecondition / OutOfRange.
+  absl::Status Release(int32_t page);
+  // Releases each page of `pages` once, reporting the first error.
+  absl::Status ReleaseAll(absl::Span<const int32_t> pages);
+
   KvPagePool(const KvLayout& layout, int num_pages, std::unique_ptr<DeviceBuffer> buf);
   float* Floats(void* pages) const;
 

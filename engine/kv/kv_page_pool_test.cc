@@ -15,28 +15,68 @@ TEST(KvPagePool, AllocatesAllPagesThenRefusesWithoutPartialAllocation) {
   auto pool = MakePool(be.get(), 4);
   auto a = pool->Allocate(3);
   ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->size(), 3);
+  EXPECT_EQ(a->pool(), pool.get());
   EXPECT_EQ(pool->free_pages(), 1);
   auto b = pool->Allocate(2);
   EXPECT_EQ(b.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(pool->free_pages(), 1);  // nothing taken by the failed call
-  EXPECT_TRUE(pool->ReleaseAll(*a).ok());
+  a->Reset();
+  EXPECT_TRUE(a->empty());
   EXPECT_EQ(pool->free_pages(), 4);
 }
 
-TEST(KvPagePool, SharedPageIsFreedAfterLastReferenceAndOnlyOnce) {
+// KvPages: a destroyed, reset or moved-over handle gives its references
+// back; shares keep a page until the last handle goes.
+TEST(KvPages, HandlesReleaseTheirReferencesExactlyOnce) {
+  auto be = NewCpuBackend();
+  auto pool = MakePool(be.get(), 4);
+  {
+    KvPages a = *pool->Allocate(2);
+    EXPECT_EQ(pool->free_pages(), 2);
+  }
+  EXPECT_EQ(pool->free_pages(), 4);
+
+  KvPages a = *pool->Allocate(3);
+  const int32_t p = a[1];
+  KvPages shared = *a.Share(1, 2);  // pages 1, 2 of `a`
+  EXPECT_EQ(shared.size(), 2);
+  EXPECT_EQ(shared[0], p);
+  EXPECT_EQ(pool->RefCount(p), 2);
+  a.Reset();
+  EXPECT_EQ(pool->free_pages(), 2);  // a's first page only
+  EXPECT_EQ(pool->RefCount(p), 1);
+  KvPages moved = std::move(shared);
+  EXPECT_TRUE(shared.empty());
+  moved = *pool->Allocate(1);  // assigning over a handle releases what it held
+  EXPECT_EQ(pool->RefCount(p), 0);
+  EXPECT_EQ(pool->free_pages(), 3);
+
+  KvPages grown = *pool->Allocate(1);
+  grown.Append(std::move(moved));
+  EXPECT_EQ(grown.size(), 2);
+  EXPECT_TRUE(moved.empty());
+  EXPECT_EQ(pool->free_pages(), 2);
+  grown.Reset();
+  EXPECT_EQ(pool->free_pages(), 4);
+
+  KvPages c = *pool->Allocate(1);
+  EXPECT_EQ(c.Share(1, 1).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(c.Share(0, 2).status().code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(pool->free_pages(), 3);
+}
+
+TEST(KvPagesDeathTest, AReleaseOfAFreePageIsABugThatStopsTheProcess) {
   auto be = NewCpuBackend();
   auto pool = MakePool(be.get(), 2);
-  int32_t p = (*pool->Allocate(1))[0];
-  ASSERT_TRUE(pool->AddRef(p).ok());
-  EXPECT_EQ(pool->RefCount(p), 2);
-  ASSERT_TRUE(pool->Release(p).ok());
-  EXPECT_EQ(pool->free_pages(), 1);
-  ASSERT_TRUE(pool->Release(p).ok());
-  EXPECT_EQ(pool->free_pages(), 2);
-  EXPECT_EQ(pool->Release(p).code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(pool->AddRef(p).code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(pool->Release(7).code(), absl::StatusCode::kOutOfRange);
-  EXPECT_EQ(pool->free_pages(), 2);
+  EXPECT_DEATH(
+      {
+        KvPages a = *pool->Allocate(1);
+        KvPages forged = KvPages::Adopt(pool.get(), {a[0]});  // a second owner of one reference
+        a.Reset();
+        forged.Reset();
+      },
+      "released twice");
 }
 
 TEST(KvPagePool, LayerCachesDoNotOverlap) {

@@ -12,7 +12,7 @@ PrefixCache::PrefixCache(KvPagePool* pool, int chunk_tokens)
 PrefixCache::~PrefixCache() {
   pool_->SetReclaimer(nullptr);
   absl::MutexLock lock(&mu_);
-  for (auto& [hash, entry] : entries_) pool_->ReleaseAll(entry.pages).IgnoreError();
+  entries_.clear();  // their handles release the pages
 }
 
 void PrefixCache::SetObserver(Observer observer) {
@@ -20,47 +20,50 @@ void PrefixCache::SetObserver(Observer observer) {
   observer_ = std::move(observer);
 }
 
-void PrefixCache::Share(Entry& e, std::vector<int32_t>* pages) {
+bool PrefixCache::Share(Entry& e, KvPages* pages) {
   lru_.splice(lru_.begin(), lru_, e.lru);
-  for (int32_t p : e.pages) {
-    // The cache's own reference keeps the page allocated, so AddRef holds.
-    pool_->AddRef(p).IgnoreError();
-    pages->push_back(p);
-  }
+  // The cache's own reference keeps the pages allocated, so this holds
+  // unless the bookkeeping is broken.
+  absl::StatusOr<KvPages> shared = e.pages.Share();
+  if (!shared.ok()) return false;
+  pages->Append(*std::move(shared));
+  return true;
 }
 
-std::vector<int32_t> PrefixCache::Acquire(absl::Span<const Hash128> chain,
-                                          int max_chunks) {
-  std::vector<int32_t> pages;
+KvPages PrefixCache::Acquire(absl::Span<const Hash128> chain, int max_chunks) {
+  KvPages pages;
   const int pages_per_chunk = chunk_tokens_ / pool_->layout().page_tokens;
   for (int i = 0; i < int(chain.size()) && i < max_chunks; ++i) {
     {
       absl::MutexLock lock(&mu_);
       if (auto it = entries_.find(chain[i]); it != entries_.end()) {
-        Share(it->second, &pages);
+        if (!Share(it->second, &pages)) break;
         continue;
       }
     }
     // Not in the pool: promote it from the host tier, unlocked (allocating
     // may reclaim, which locks).
     if (tier_ == nullptr || !tier_->Contains(chain[i])) break;
-    absl::StatusOr<std::vector<int32_t>> fresh = pool_->Allocate(pages_per_chunk);
+    absl::StatusOr<KvPages> fresh = pool_->Allocate(pages_per_chunk);
     if (!fresh.ok()) break;
-    if (!tier_->Promote(chain[i], *fresh).ok()) {  // corrupt: the tier dropped it
-      pool_->ReleaseAll(*fresh).IgnoreError();
+    if (!tier_->Promote(chain[i], fresh->ids()).ok()) {  // corrupt: the tier dropped it
+      fresh->Reset();
       absl::MutexLock lock(&mu_);
       if (!entries_.contains(chain[i])) Left(chain[i]);
       break;
     }
     absl::MutexLock lock(&mu_);
     if (auto it = entries_.find(chain[i]); it != entries_.end()) {
-      pool_->ReleaseAll(*fresh).IgnoreError();  // another thread promoted it meanwhile
-      Share(it->second, &pages);
+      fresh->Reset();  // another thread promoted it meanwhile
+      if (!Share(it->second, &pages)) break;
       continue;
     }
     // The cache keeps Allocate's reference; the caller gets one more.
     lru_.push_front(chain[i]);
-    Share(entries_.emplace(chain[i], Entry{*fresh, lru_.begin()}).first->second, &pages);
+    if (!Share(entries_.emplace(chain[i], Entry{*std::move(fresh), lru_.begin()}).first->second,
+               &pages)) {
+      break;
+    }
     if (observer_) observer_(Event::kStored, chain[i]);
   }
   return pages;
@@ -80,7 +83,7 @@ int PrefixCache::num_pinned() const {
 
 void PrefixCache::Prefetch(absl::Span<const Hash128> chain, int max_chunks) {
   if (tier_ == nullptr) return;
-  pool_->ReleaseAll(Acquire(chain, max_chunks)).IgnoreError();
+  Acquire(chain, max_chunks);  // the references go with the handle
 }
 
 int PrefixCache::Held(absl::Span<const Hash128> chain, int max_chunks) const {
@@ -95,14 +98,11 @@ int PrefixCache::Held(absl::Span<const Hash128> chain, int max_chunks) const {
   return n;
 }
 
-void PrefixCache::Insert(const Hash128& hash, absl::Span<const int32_t> pages) {
+void PrefixCache::Insert(const Hash128& hash, KvPages pages) {
   absl::MutexLock lock(&mu_);
-  if (entries_.contains(hash)) return;
-  for (int32_t p : pages) {
-    if (!pool_->AddRef(p).ok()) return;  // caller passed a free page: store nothing
-  }
+  if (entries_.contains(hash) || pages.empty()) return;  // `pages` released
   lru_.push_front(hash);
-  entries_.emplace(hash, Entry{std::vector<int32_t>(pages.begin(), pages.end()), lru_.begin()});
+  entries_.emplace(hash, Entry{std::move(pages), lru_.begin()});
   if (observer_) observer_(Event::kStored, hash);
 }
 
@@ -114,14 +114,13 @@ int PrefixCache::Reclaim(int wanted) {
     if (pinned_.contains(*it)) continue;
     auto e = entries_.find(*it);
     bool unshared = true;
-    for (int32_t p : e->second.pages) unshared &= pool_->RefCount(p) == 1;
+    for (int32_t p : e->second.pages.ids()) unshared &= pool_->RefCount(p) == 1;
     if (!unshared) continue;
     std::vector<Hash128> dropped, spilled;
-    if (tier_ != nullptr) tier_->Demote(*it, e->second.pages, &dropped, &spilled);
-    pool_->ReleaseAll(e->second.pages).IgnoreError();
-    freed += int(e->second.pages.size());
+    if (tier_ != nullptr) tier_->Demote(*it, e->second.pages.ids(), &dropped, &spilled);
+    freed += e->second.pages.size();
     const Hash128 hash = *it;
-    entries_.erase(e);
+    entries_.erase(e);  // releases its pages
     it = lru_.erase(it);
     Left(hash);
     for (const Hash128& h : spilled) {

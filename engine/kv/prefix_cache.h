@@ -56,7 +56,7 @@ class PrefixCache : public PageReclaimer {
   // host tier are promoted into pages allocated from the pool (which may
   // evict others) and cached again; the walk stops where neither has one,
   // or no pages are free.
-  std::vector<int32_t> Acquire(absl::Span<const Hash128> chain, int max_chunks);
+  KvPages Acquire(absl::Span<const Hash128> chain, int max_chunks);
 
   // Promotes the leading chunks of `chain` (at most `max_chunks`) that wait
   // in the host or disk tier into the pool now, so that a later Acquire
@@ -73,9 +73,9 @@ class PrefixCache : public PageReclaimer {
   // find in the pool or the host tier now; touches nothing.
   int Held(absl::Span<const Hash128> chain, int max_chunks) const;
 
-  // Stores a finished chunk's pages (the cache takes its own references).
-  // A chunk already present is left as it is.
-  void Insert(const Hash128& hash, absl::Span<const int32_t> pages);
+  // Stores a finished chunk's pages (hand it a Share() of them). A chunk
+  // already present is left as it is (`pages` is dropped).
+  void Insert(const Hash128& hash, KvPages pages);
 
   int Reclaim(int wanted) override;
 
@@ -84,12 +84,13 @@ class PrefixCache : public PageReclaimer {
 
  private:
   struct Entry {
-    std::vector<int32_t> pages;
+    KvPages pages;  // the cache's own references
     std::list<Hash128>::iterator lru;  // position in lru_ (front = newest)
   };
 
-  // Under mu_: takes a reference for the caller on each page of `e`.
-  void Share(Entry& e, std::vector<int32_t>* pages) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Under mu_: appends a reference on each page of `e` to `pages`; false
+  // if the pool refused (broken bookkeeping).
+  bool Share(Entry& e, KvPages* pages) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A chunk left tier 0: reported unless the host tier still holds it.
   // A chunk left the pool: reports where it is now.
   void Left(const Hash128& hash) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -29,9 +29,7 @@ class PrefixCacheTest : public testing::Test {
   // Fills `chunks` chunks with fresh pages, inserts them, drops our refs.
   void Store(const std::vector<Hash128>& chain) {
     for (const Hash128& h : chain) {
-      auto pages = *pool_->Allocate(2);
-      cache_->Insert(h, pages);
-      ASSERT_TRUE(pool_->ReleaseAll(pages).ok());
+      cache_->Insert(h, *pool_->Allocate(2));  // the cache's the only reference
     }
   }
 
@@ -61,12 +59,14 @@ TEST_F(PrefixCacheTest, AcquireReturnsLongestCachedPrefixWithReferences) {
   auto chain = Chain(0, 3);
   Store({chain[0], chain[1]});
   EXPECT_EQ(stored_, 2);
-  auto pages = cache_->Acquire(chain, 10);
-  ASSERT_EQ(pages.size(), 4u);  // 2 chunks x 2 pages; chunk 2 not cached
-  for (int32_t p : pages) EXPECT_EQ(pool_->RefCount(p), 2);
-  EXPECT_EQ(cache_->Acquire(chain, 1).size(), 2u);
-  ASSERT_TRUE(pool_->ReleaseAll(pages).ok());
-  ASSERT_TRUE(pool_->ReleaseAll(std::vector<int32_t>(pages.begin(), pages.begin() + 2)).ok());
+  KvPages pages = cache_->Acquire(chain, 10);
+  ASSERT_EQ(pages.size(), 4);  // 2 chunks x 2 pages; chunk 2 not cached
+  for (int32_t p : pages.ids()) EXPECT_EQ(pool_->RefCount(p), 2);
+  EXPECT_EQ(cache_->Acquire(chain, 1).size(), 2);  // a handle dropped at once
+  const int32_t first = pages[0];
+  EXPECT_EQ(pool_->RefCount(first), 2);
+  pages.Reset();
+  EXPECT_EQ(pool_->RefCount(first), 1);  // the cache's own
   // A chain that diverges in chunk 0 matches nothing.
   EXPECT_TRUE(cache_->Acquire(Chain(1, 3), 10).empty());
 }
@@ -82,15 +82,15 @@ TEST_F(PrefixCacheTest, EvictsLeastRecentlyUsedUnreferencedChunksOnDemand) {
   EXPECT_EQ(evicted_, 2);
   // LRU order (newest first) was a0 b1 b0 a1: a1 and b0 went.
   EXPECT_EQ(cache_->num_chunks(), 2);
-  EXPECT_EQ(cache_->Acquire(b, 10).size(), 0u);  // b0 is gone, so is b's prefix
+  EXPECT_EQ(cache_->Acquire(b, 10).size(), 0);  // b0 is gone, so is b's prefix
   auto one = pool_->Allocate(2);                  // evicts b1, the last unpinned
   ASSERT_TRUE(one.ok());
   EXPECT_EQ(evicted_, 3);
   EXPECT_EQ(pool_->Allocate(1).status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(cache_->num_chunks(), 1);  // a0 survives: it is in use
-  ASSERT_TRUE(pool_->ReleaseAll(*one).ok());
-  ASSERT_TRUE(pool_->ReleaseAll(*got).ok());
-  ASSERT_TRUE(pool_->ReleaseAll(held).ok());
+  one->Reset();
+  got->Reset();
+  held.Reset();
   cache_.reset();  // releases the cache's own references
   EXPECT_EQ(pool_->free_pages(), 8);
 }
@@ -105,8 +105,7 @@ TEST_F(PrefixCacheTest, PinnedChunksAreNeverReclaimed) {
   EXPECT_EQ(cache_->num_chunks(), 2) << "only the unpinned chunk went";
   EXPECT_EQ(pool_->free_pages(), 8 - 2 * 2);
   auto got = cache_->Acquire(pinned, 2);
-  EXPECT_EQ(got.size(), 4u);
-  ASSERT_TRUE(pool_->ReleaseAll(got).ok());
+  EXPECT_EQ(got.size(), 4);
 }
 
 TEST(PrefixHash, WireBytesAreLoThenHiLittleEndian) {

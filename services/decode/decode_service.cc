@@ -141,14 +141,14 @@ DecodeService::Landed DecodeService::LandPromptKv(grpc::ServerContext* context,
       engine.prefix_seed(start.tenant()), absl::MakeConstSpan(prompt).first(own), chunk);
   out.pages = engine.prefix_cache().Acquire(
       chain, kv_tokens > 0 ? int(chain.size()) : (int(prompt.size()) - 1) / chunk);
-  const int own_chunks = int(out.pages.size()) / (chunk / page_tokens);
+  const int own_chunks = out.pages.size() / (chunk / page_tokens);
   out.tokens = out.local_cached = own_chunks * chunk;
   if (out.tokens >= kv_tokens) return out;
 
   const int groups = (kv_tokens + chunk - 1) / chunk;
   const auto t0 = Clock::now();
   auto add = [&](worker::KvLanded g) {
-    out.pages.insert(out.pages.end(), g.pages.begin(), g.pages.end());
+    out.pages.Append(std::move(g.pages));
     out.tokens += g.tokens;
     out.landed += g.tokens;
     out.bytes += g.bytes;
@@ -198,9 +198,7 @@ void DecodeService::LandAdaptively(grpc::ServerContext* context, const v1::Decod
   AbrOutcome outcome = decode::LandAdaptively(
       &planner, first_group, end_group, rt_->engine().options().chunk_tokens, start.kv_tokens(),
       options_.abr_depth, land,
-      add,
-      [&](AbrLanded l) { rt_->engine().pool().ReleaseAll(l.pages).IgnoreError(); },
-      [context] { return context->IsCancelled(); }, keepalive);
+      add, [context] { return context->IsCancelled(); }, keepalive);
   for (int t : outcome.tracks) abr_groups_[t]->Increment();
   abr_switches_->Increment(outcome.switches);
   abr_recomputed_groups_->Increment(outcome.recomputed_groups);
@@ -247,7 +245,6 @@ grpc::Status DecodeService::Decode(
   if (start.kv_tokens() == n) {
     v1::DecodeRequest msg;
     if (!stream->Read(&msg) || msg.kind_case() != v1::DecodeRequest::kFirstToken) {
-      rt_->engine().pool().ReleaseAll(prefilled.pages).IgnoreError();
       return grpc::Status(grpc::CANCELLED, "decode: the stream ended before the first token");
     }
     if (prefilled.tokens == n) {

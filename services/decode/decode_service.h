@@ -49,7 +49,7 @@ class DecodeService final : public v1::Decode::Service {
 
  private:
   struct Landed {
-    std::vector<int32_t> pages;  // cover prompt tokens [0, tokens)
+    KvPages pages;  // cover prompt tokens [0, tokens)
     int tokens = 0;
     int local_cached = 0;
     int landed = 0;

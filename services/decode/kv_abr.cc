@@ -62,7 +62,6 @@ void AbrPlanner::Observe(int track, double bytes, int tokens, double seconds) {
 AbrOutcome LandAdaptively(AbrPlanner* planner, int first_group, int end_group, int chunk_tokens,
                           int num_tokens, int depth, const AbrLandFn& land,
                           const std::function<void(AbrLanded)>& accept,
-                          const std::function<void(AbrLanded)>& discard,
                           const std::function<bool()>& cancelled,
                           const std::function<void()>& tick) {
   struct InFlight {
@@ -108,10 +107,7 @@ AbrOutcome LandAdaptively(AbrPlanner* planner, int first_group, int end_group, i
       abandon = true;
       continue;  // what is still in flight is awaited and discarded
     }
-    if (abandon) {
-      discard(*std::move(landed));  // a group after a missing one cannot be used
-      continue;
-    }
+    if (abandon) continue;  // a group after a missing one cannot be used: its pages go
     const absl::Time from = std::max(landed->first_object, previous_done);
     if (landed->done > from) {
       planner->Observe(head.track, double(landed->bytes), landed->tokens,

@@ -93,14 +93,14 @@ struct AbrOutcome {
 // requests; the relay gives each range subscription its own). `accept`
 // gets each landed group in group order on this thread. When the planner
 // stops, what is in flight still lands and is accepted; after a failure or
-// `cancelled()` nothing more is requested and groups still in flight go to
-// `discard` once they land (a group after a missing one is of no use). A group's goodput sample is its
+// `cancelled()` nothing more is requested and groups still in flight are
+// dropped (their pages released) once they land: a group after a missing
+// one is of no use. A group's goodput sample is its
 // bytes over the time from the later of its first object and the previous
 // group's end to its own end. `tick` runs about every 20 ms while waiting.
 AbrOutcome LandAdaptively(AbrPlanner* planner, int first_group, int end_group, int chunk_tokens,
                           int num_tokens, int depth, const AbrLandFn& land,
                           const std::function<void(AbrLanded)>& accept,
-                          const std::function<void(AbrLanded)>& discard,
                           const std::function<bool()>& cancelled,
                           const std::function<void()>& tick);
 

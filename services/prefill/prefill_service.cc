@@ -128,8 +128,8 @@ PrefillService::~PrefillService() {
 
 moqt::RequestHandler* PrefillService::moqt_handler() { return publisher_.get(); }
 
-absl::StatusOr<std::vector<int32_t>> PrefillService::FetchPrefix(
-    grpc::ServerContext* context, const v1::KvSource& source, std::vector<int32_t> own_pages,
+absl::StatusOr<KvPages> PrefillService::FetchPrefix(
+    grpc::ServerContext* context, const v1::KvSource& source, KvPages own_pages,
     int own_chunks, Progress* progress) {
   Engine& engine = rt_->engine();
   auto compression =
@@ -152,11 +152,8 @@ absl::StatusOr<std::vector<int32_t>> PrefillService::FetchPrefix(
                             [context] { return context->IsCancelled(); },
                             [progress] { progress->Tick(/*busy=*/true); });
   }
-  if (!landed.ok()) {
-    engine.pool().ReleaseAll(own_pages).IgnoreError();
-    return landed.status();
-  }
-  own_pages.insert(own_pages.end(), landed->pages.begin(), landed->pages.end());
+  if (!landed.ok()) return landed.status();  // own_pages are released
+  own_pages.Append(std::move(landed->pages));
   return own_pages;
 }
 
@@ -209,21 +206,18 @@ grpc::Status PrefillService::Compute(grpc::ServerContext* context,
   }
   {
     quic::EventLoop* loop = rt_->loop();
-    KvPagePool* pool = &engine.pool();
     Publisher* pub = publishing ? publisher_.get() : nullptr;
-    params.on_prompt_chunk = [loop, pool, pub, digest, progress, chunk, n](
-                                 int c, absl::Span<const int32_t> pages) {
+    params.on_prompt_chunk = [loop, pub, digest, progress, chunk, n](int c, KvPages pages) {
       progress->Done(std::min(n, (c + 1) * chunk));
       if (pub == nullptr) return;
-      std::vector<int32_t> held(pages.begin(), pages.end());
-      for (int32_t p : held) pool->AddRef(p).IgnoreError();
-      loop->Post([pool, pub, digest, c, held] {
-        absl::Status st = pub->ChunkReady(digest, c, held);
+      // The publisher keeps the chunk's pages; a post that never runs drops them.
+      auto held = std::make_shared<KvPages>(std::move(pages));
+      loop->Post([pub, digest, c, held] {
+        absl::Status st = pub->ChunkReady(digest, c, std::move(*held));
         if (!st.ok() && !absl::IsAlreadyExists(st)) {
           std::fprintf(stderr, "kvcast-prefill: chunk %d of %s: %s\n", c, digest.c_str(),
                        st.ToString().c_str());
         }
-        pool->ReleaseAll(held).IgnoreError();
       });
     };
   }
@@ -252,8 +246,8 @@ grpc::Status PrefillService::Compute(grpc::ServerContext* context,
     std::vector<Hash128> chain =
         ChunkHashChain(engine.prefix_seed(request.tenant()),
                        absl::MakeConstSpan(tokens).first(reuse.groups() * chunk), chunk);
-    std::vector<int32_t> own = engine.prefix_cache().Acquire(chain, reuse.groups());
-    const int own_chunks = int(own.size()) / (chunk / page_tokens);
+    KvPages own = engine.prefix_cache().Acquire(chain, reuse.groups());
+    const int own_chunks = own.size() / (chunk / page_tokens);
     if (own_chunks < reuse.groups()) {
       auto pages = FetchPrefix(context, reuse, std::move(own), own_chunks, progress);
       if (pages.ok()) {
@@ -266,12 +260,9 @@ grpc::Status PrefillService::Compute(grpc::ServerContext* context,
                      reuse.groups(), reuse.prompt_digest().c_str(),
                      pages.status().ToString().c_str());
       }
-    } else {
-      engine.pool().ReleaseAll(own).IgnoreError();  // the engine finds them itself
-    }
+    }  // else all held: `own` is dropped, the engine finds them itself
   }
-  if (context->IsCancelled()) {
-    engine.pool().ReleaseAll(kv.pages).IgnoreError();
+  if (context->IsCancelled()) {  // kv's pages are released with it
     end_prompt(absl::CancelledError("prefill cancelled"));
     return grpc::Status(grpc::CANCELLED, "prefill cancelled");
   }

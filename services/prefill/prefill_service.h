@@ -39,10 +39,8 @@ class PrefillService final : public v1::Prefill::Service {
                        Progress* progress, v1::PrefillResponse* response);
   // Fetches groups [own, source.groups()) of `source` after `own_pages`
   // (held chunks); returns all pages covering groups [0, source.groups()).
-  absl::StatusOr<std::vector<int32_t>> FetchPrefix(grpc::ServerContext* context,
-                                                   const v1::KvSource& source,
-                                                   std::vector<int32_t> own_pages,
-                                                   int own_chunks, Progress* progress);
+  absl::StatusOr<KvPages> FetchPrefix(grpc::ServerContext* context, const v1::KvSource& source,
+                                      KvPages own_pages, int own_chunks, Progress* progress);
 
   worker::WorkerRuntime* const rt_;
   const absl::Duration retain_;

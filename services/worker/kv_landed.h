@@ -8,11 +8,12 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "engine/kv/kv_pages.h"
 
 namespace kvcast::worker {
 
 struct KvLanded {
-  std::vector<int32_t> pages;  // the groups' tokens, first at slot 0 of pages[0]
+  KvPages pages;  // the groups' tokens, first at slot 0 of pages[0]
   int tokens = 0;
   uint64_t bytes = 0;
   absl::Time first_object = absl::InfiniteFuture();  // arrived

@@ -23,7 +23,7 @@ namespace kvcast::worker {
 
 class KvLanding {
  public:
-  using Done = std::function<void(absl::StatusOr<std::vector<int32_t>>)>;
+  using Done = std::function<void(absl::StatusOr<KvPages>)>;
   enum class Mode { kFetch, kSubscribe };
 
   // `done` runs exactly once on the loop thread (unless Abort/destruction

@@ -23,27 +23,25 @@ absl::StatusOr<KvLanded> LandKv(const KvLandingTarget& t, const KvRequest& r,
   const int page_tokens = t.pool->layout().page_tokens;
   const int tokens =
       std::min(r.end_group * r.chunk_tokens, r.num_tokens) - r.first_group * r.chunk_tokens;
-  ASSIGN_OR_RETURN(std::vector<int32_t> fresh,
-                   t.pool->Allocate((tokens + page_tokens - 1) / page_tokens));
+  ASSIGN_OR_RETURN(KvPages fresh, t.pool->Allocate((tokens + page_tokens - 1) / page_tokens));
   struct State {
     absl::Notification done;
-    absl::StatusOr<std::vector<int32_t>> result = absl::UnknownError("pending");
+    absl::StatusOr<KvPages> result = absl::UnknownError("pending");
     std::shared_ptr<KvLanding> landing;
   };
   auto state = std::make_shared<State>();
   t.run_on_loop([&] {
     auto session = t.session_for(r.address);
-    if (!session.ok()) {
-      t.pool->ReleaseAll(fresh).IgnoreError();
+    if (!session.ok()) {  // `fresh` is released on return
       state->result = session.status();
       state->done.Notify();
       return;
     }
     auto landing = KvLanding::Start(
         *session, t.pool, t.backend, t.fingerprint, r.track,
-        kvcache::LandingSpec{r.chunk_tokens, r.num_tokens, r.first_group, r.end_group, fresh,
-                             t.ac_thread},
-        r.mode, r.auth_token, [state](absl::StatusOr<std::vector<int32_t>> result) {
+        kvcache::LandingSpec{r.chunk_tokens, r.num_tokens, r.first_group, r.end_group,
+                             std::move(fresh), t.ac_thread},
+        r.mode, r.auth_token, [state](absl::StatusOr<KvPages> result) {
           state->result = std::move(result);
           state->done.Notify();
         });

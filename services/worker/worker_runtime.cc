@@ -122,10 +122,7 @@ absl::StatusOr<uint64_t> WorkerRuntime::Submit(std::vector<int32_t> prompt,
   // callbacks take: the prefix's promotion overlaps the running batch.
   if (kv.tokens == 0) engine_->Prefetch(prompt, params.tenant);
   absl::MutexLock lock(&mu_);
-  if (stop_) {
-    ReleasePages(kv);
-    return absl::UnavailableError("worker is shutting down");
-  }
+  if (stop_) return absl::UnavailableError("worker is shutting down");  // kv's pages go with it
   ASSIGN_OR_RETURN(uint64_t id, engine_->Submit(std::move(prompt), params, std::move(kv)));
   callbacks_[id] = std::move(on_event);
   return id;
@@ -168,11 +165,6 @@ absl::Status WorkerRuntime::PinPrompts() {
   }
   std::fprintf(stderr, "kvcast worker: pinned %d chunks of %d prompts\n", chunks, prompts);
   return absl::OkStatus();
-}
-
-void WorkerRuntime::ReleasePages(PrefilledKv& kv) {
-  engine_->pool().ReleaseAll(kv.pages).IgnoreError();
-  kv.pages.clear();
 }
 
 void WorkerRuntime::Cancel(uint64_t id) { engine_->Cancel(id); }

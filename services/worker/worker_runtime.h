@@ -154,7 +154,6 @@ class WorkerRuntime {
   // Loop thread: (re)connects to the relay (every 250 ms while it is down)
   // and reports its health.
   void WatchRelay();
-  void ReleasePages(PrefilledKv& kv);
   quic::TransportOptions PeerTransport() const;
 
   const WorkerConfig config_;

@@ -218,8 +218,9 @@ std::vector<float> ForwardAll(const TinyModelOptions& options,
   auto table = (*pool)->Allocate(pages);
   EXPECT_TRUE(table.ok()) << table.status();
   if (!table.ok()) return {};
-  std::reverse(table->begin(), table->end());
-  ForwardItem item{tokens, 0, *table};
+  std::vector<int32_t> order(table->ids().begin(), table->ids().end());
+  std::reverse(order.begin(), order.end());
+  ForwardItem item{tokens, 0, order};
   std::vector<float> logits;
   absl::Status s = m.model->Forward({&item, 1}, pool->get(), /*all_logits=*/true, &logits);
   EXPECT_TRUE(s.ok()) << s;

@@ -67,8 +67,12 @@ absl::Status Run() {
   }
   if (precision == "fp16") layout.storage = prof.Fp16KvStorage();
   ASSIGN_OR_RETURN(auto pool, KvPagePool::Create(&prof, layout, pages_per_seq * max_batch));
-  std::vector<std::vector<int32_t>> tables(max_batch);
-  for (auto& t : tables) { ASSIGN_OR_RETURN(t, pool->Allocate(pages_per_seq)); }
+  std::vector<KvPages> held(max_batch);  // destroyed before `pool`
+  std::vector<absl::Span<const int32_t>> tables(max_batch);
+  for (int b = 0; b < max_batch; ++b) {
+    ASSIGN_OR_RETURN(held[b], pool->Allocate(pages_per_seq));
+    tables[b] = held[b].ids();
+  }
   std::vector<int32_t> prompt(prompt_len);
   for (int i = 0; i < prompt_len; ++i) prompt[i] = (i * 7919 + 13) % c.vocab_size;
   std::vector<float> logits;

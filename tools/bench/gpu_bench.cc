@@ -130,12 +130,12 @@ absl::Status Run() {
     const int per_seq = (context + steps + page_tokens - 1) / page_tokens;
     ASSIGN_OR_RETURN(auto pool, KvPagePool::Create(backend.get(), model->kv_layout(page_tokens),
                                                    per_seq * B));
-    std::vector<std::vector<int32_t>> tables(B);
+    std::vector<KvPages> tables(B);  // destroyed before `pool`
     std::vector<int32_t> prompt(context);
     for (int i = 0; i < context; ++i) prompt[i] = (i * 7919 + 13) % c.vocab_size;
     for (auto& t : tables) {
       ASSIGN_OR_RETURN(t, pool->Allocate(per_seq));
-      ForwardItem item{prompt, 0, t};
+      ForwardItem item{prompt, 0, t.ids()};
       RETURN_IF_ERROR(model->Forward({&item, 1}, pool.get(), false, &logits));
     }
     std::vector<int32_t> next(B, 1);
@@ -144,7 +144,7 @@ absl::Status Run() {
     for (int b = 0; b < B; ++b) greedy[b].row = b;
     double issue = 0;  // host time queuing a step's kernels, before the sampling waits
     auto step = [&](int i) -> absl::Status {
-      for (int b = 0; b < B; ++b) items[b] = {absl::MakeConstSpan(&next[b], 1), context + i, tables[b]};
+      for (int b = 0; b < B; ++b) items[b] = {absl::MakeConstSpan(&next[b], 1), context + i, tables[b].ids()};
       const auto t = Clock::now();
       ASSIGN_OR_RETURN(const float* dev_logits, model->ForwardLogits(items, pool.get(), false));
       issue += Since(t);
@@ -172,7 +172,7 @@ absl::Status Run() {
     ASSIGN_OR_RETURN(auto table, pool->Allocate(pages));
     std::vector<int32_t> prompt(T);
     for (int i = 0; i < T; ++i) prompt[i] = (i * 104729 + 7) % c.vocab_size;
-    ForwardItem item{prompt, 0, table};
+    ForwardItem item{prompt, 0, table.ids()};
     // The attention kernel as chosen (tiled for prompts), then the per-row
     // one alone (KVCAST_CUDA_ATTENTION=warp), alternating, kReps each.
     constexpr int kReps = 3;
@@ -230,7 +230,7 @@ absl::Status Run() {
   const int pages = (N + page_tokens - 1) / page_tokens;
   ASSIGN_OR_RETURN(auto pool, KvPagePool::Create(backend.get(), model->kv_layout(page_tokens), pages));
   ASSIGN_OR_RETURN(auto table, pool->Allocate(pages));
-  const std::vector<int32_t> slots = SlotsOf(table, page_tokens, 0, N);
+  const std::vector<int32_t> slots = SlotsOf(table.ids(), page_tokens, 0, N);
   std::printf("\n| format | tokens | bytes | landing GB/s | of pinned H2D |\n|---|---|---|---|---|\n");
   for (KvFormat f : {KvFormat::kFp16, KvFormat::kFp8E4M3, KvFormat::kInt4}) {
     TokenCodec codec(pool->layout(), f);

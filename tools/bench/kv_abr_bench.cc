@@ -151,7 +151,7 @@ absl::Status Main() {
     return worker::LandKv(target, request, [] { return false; }, nullptr);
   };
 
-  std::vector<int32_t> all_pages;  // the landed groups' pages, in token order
+  KvPages all_pages;  // the landed groups' pages, in token order
   std::vector<Group> log;
   if (const std::string ready = absl::GetFlag(FLAGS_ready_file); !ready.empty()) {
     if (!std::ofstream(ready)) return absl::UnavailableError(absl::StrCat("cannot create ", ready));
@@ -176,12 +176,11 @@ absl::Status Main() {
         &planner, 0, groups, chunk, tokens, absl::GetFlag(FLAGS_depth),
         [&](const kvcache::KvCompression& c, int group) { return land(c, group, group + 1); },
         [&](decode::AbrLanded l) {
-          all_pages.insert(all_pages.end(), l.pages.begin(), l.pages.end());
+          all_pages.Append(std::move(l.pages));
           log.push_back({g++, "", l.bytes, since(last), since(t0)});
           last = Clock::now();
         },
-        [&](decode::AbrLanded l) { (void)pool->ReleaseAll(l.pages); }, [] { return false; },
-        nullptr);
+        [] { return false; }, nullptr);
     for (size_t i = 0; i < log.size(); ++i) {
       log[i].track = kvcache::TrackNameOf(planner.ladder()[outcome.tracks[i]].compression);
     }
@@ -214,7 +213,7 @@ absl::Status Main() {
       const int first = absl::GetFlag(FLAGS_abr) ? g.group : 0;
       const int end = absl::GetFlag(FLAGS_abr) ? g.group + 1 : groups;
       for (int t = first * chunk; t < std::min(end * chunk, tokens); ++t) {
-        const int32_t slot = SlotsOf(all_pages, 16, t, 1)[0];
+        const int32_t slot = SlotsOf(all_pages.ids(), 16, t, 1)[0];
         for (int l = 0; l < layout.num_layers; ++l) {
           for (int kv = 0; kv < 2; ++kv) {
             const float* got = (kv ? pool->v_cache(l) : pool->k_cache(l)) + size_t(slot) * tf;

@@ -250,7 +250,7 @@ struct Bench {
   std::unique_ptr<Backend> prefill_backend = NewCpuBackend(), decode_backend = NewCpuBackend(),
                            decode2_backend = NewCpuBackend();
   std::unique_ptr<KvPagePool> prefill_pool, decode_pool, decode2_pool;
-  std::vector<int32_t> prompt_pages;  // the prefill side's KV, shared by every prompt
+  KvPages prompt_pages;  // the prefill side's KV, shared by every prompt
   bench::LoopbackCerts certs = Certs();
   Loop prefill{"prefill"}, relay_loop{"relay"}, decode{"decode"}, decode2{"decode2"},
       fan{"fanout"};
@@ -358,7 +358,7 @@ struct Bench {
       publisher->upstream.reset();
       publisher_server.reset();
       publisher.reset();
-      (void)prefill_pool->ReleaseAll(prompt_pages);
+      prompt_pages.Reset();
     });
     relay_loop.Run([&] {
       relay_server.reset();
@@ -376,8 +376,7 @@ struct Bench {
       const int per_chunk = kChunk / layout.page_tokens;
       for (int g = 0; g * kChunk < tokens; ++g) {
         const int pages = (std::min(kChunk, tokens - g * kChunk) + 15) / 16;
-        (void)publisher->ChunkReady(
-            digest, g, absl::MakeSpan(prompt_pages).subspan(g * per_chunk, pages));
+        (void)publisher->ChunkReady(digest, g, *prompt_pages.Share(g * per_chunk, pages));
       }
       (void)publisher->EndPrompt(digest, absl::OkStatus());
     });
@@ -404,9 +403,8 @@ struct Bench {
       auto lander = KvLander::Create(
           side.pool, side.backend, kModel, track,
           LandingSpec{kChunk, tokens, first, end, *side.pool->Allocate((n + 15) / 16), side.ac},
-          [done, result, pool = side.pool](absl::StatusOr<std::vector<int32_t>> r) {
+          [done, result](absl::StatusOr<KvPages> r) {  // landed pages go back at once
             *result = r.status();
-            if (r.ok()) (void)pool->ReleaseAll(*r);
             done->Notify();
           });
       moqt::Subscribe s;

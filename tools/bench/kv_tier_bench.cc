@@ -113,8 +113,8 @@ absl::StatusOr<double> RelayTtft(const std::string& model, const std::vector<int
   const int chunk = a->options().chunk_tokens;
   const int tokens = int(prefix.size()) / chunk * chunk;
   const std::vector<Hash128> chain = ChunkHashChain(a->prefix_seed(""), prefix, chunk);
-  std::vector<int32_t> pages = a->prefix_cache().Acquire(chain, tokens / chunk);
-  if (int(pages.size()) * a->pool().layout().page_tokens != tokens) {
+  KvPages pages = a->prefix_cache().Acquire(chain, tokens / chunk);
+  if (pages.size() * a->pool().layout().page_tokens != tokens) {
     return absl::InternalError("the prefix is not in worker A's cache");
   }
   ASSIGN_OR_RETURN(const bench::LoopbackCerts certs,
@@ -147,8 +147,7 @@ absl::StatusOr<double> RelayTtft(const std::string& model, const std::vector<int
     const int per_chunk = chunk / a->pool().layout().page_tokens;
     (void)publisher->BeginPrompt(digest, tokens);
     for (int g = 0; g * chunk < tokens; ++g) {
-      (void)publisher->ChunkReady(digest, g,
-                                  absl::MakeSpan(pages).subspan(g * per_chunk, per_chunk));
+      (void)publisher->ChunkReady(digest, g, *pages.Share(g * per_chunk, per_chunk));
     }
     (void)publisher->EndPrompt(digest, absl::OkStatus());
   });
@@ -164,16 +163,15 @@ absl::StatusOr<double> RelayTtft(const std::string& model, const std::vector<int
       {kvcache::ModelId(a->model().fingerprint()), digest,
        *kvcache::CompressionOfTrackName("fp16")});
   // Lands the prefix into B's pages through the relay; its pages.
-  auto land = [&]() -> absl::StatusOr<std::vector<int32_t>> {
+  auto land = [&]() -> absl::StatusOr<KvPages> {
     absl::Notification done;
-    absl::StatusOr<std::vector<int32_t>> result;
-    ASSIGN_OR_RETURN(std::vector<int32_t> fresh,
-                     b->pool().Allocate(tokens / b->pool().layout().page_tokens));
+    absl::StatusOr<KvPages> result;
+    ASSIGN_OR_RETURN(KvPages fresh, b->pool().Allocate(tokens / b->pool().layout().page_tokens));
     b_loop->RunSync([&] {
       auto lander = kvcache::KvLander::Create(
           &b->pool(), b->backend(), b->model().fingerprint(), track,
           kvcache::LandingSpec{chunk, tokens, 0, tokens / chunk, std::move(fresh)},
-          [&](absl::StatusOr<std::vector<int32_t>> r) {
+          [&](absl::StatusOr<KvPages> r) {
             result = std::move(r);
             done.Notify();
           });
@@ -187,13 +185,12 @@ absl::StatusOr<double> RelayTtft(const std::string& model, const std::vector<int
     return result;
   };
   {
-    ASSIGN_OR_RETURN(std::vector<int32_t> warm, land());  // fills the relay's cache
-    RETURN_IF_ERROR(b->pool().ReleaseAll(warm));
+    RETURN_IF_ERROR(land().status());  // fills the relay's cache
   }
   std::vector<double> times;
   for (int run = 0; run < runs; ++run) {
     const auto t0 = Clock::now();
-    ASSIGN_OR_RETURN(std::vector<int32_t> landed, land());
+    ASSIGN_OR_RETURN(KvPages landed, land());
     GenerationParams p;
     p.max_tokens = 1;
     p.ignore_eos = true;
@@ -221,7 +218,7 @@ absl::StatusOr<double> RelayTtft(const std::string& model, const std::vector<int
     relay_server.reset();
     relay.reset();
   });
-  RETURN_IF_ERROR(a->pool().ReleaseAll(pages));
+  pages.Reset();
   std::filesystem::remove_all(certs.dir);
   std::sort(times.begin(), times.end());
   return times[times.size() / 2];

@@ -204,7 +204,8 @@ absl::Status Quality(const std::string& dir, int prompt_len, int steps) {
   const KvLayout layout = model->kv_layout(16);
   const int pages_needed = (prompt_len + steps + 15) / 16;
   ASSIGN_OR_RETURN(auto pool, KvPagePool::Create(cpu.get(), layout, pages_needed));
-  ASSIGN_OR_RETURN(std::vector<int32_t> pages, pool->Allocate(pages_needed));
+  ASSIGN_OR_RETURN(KvPages held, pool->Allocate(pages_needed));
+  const std::vector<int32_t> pages(held.ids().begin(), held.ids().end());
   std::vector<int32_t> prompt(prompt_len);
   for (int i = 0; i < prompt_len; ++i) prompt[i] = (i * 7919 + 13) % c.vocab_size;
 

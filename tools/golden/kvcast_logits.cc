@@ -64,7 +64,8 @@ absl::Status Run() {
   const int pages = (total + page_tokens - 1) / page_tokens;
   ASSIGN_OR_RETURN(auto pool,
                    KvPagePool::Create(backend.get(), model->kv_layout(page_tokens), pages));
-  ASSIGN_OR_RETURN(std::vector<int32_t> table, pool->Allocate(pages));
+  ASSIGN_OR_RETURN(KvPages held, pool->Allocate(pages));
+  const absl::Span<const int32_t> table = held.ids();
 
   std::vector<float> logits;
   ForwardItem prompt{tokens, 0, table};

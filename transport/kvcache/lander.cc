@@ -12,10 +12,7 @@ namespace kvcast::kvcache {
 absl::StatusOr<std::shared_ptr<KvLander>> KvLander::Create(
     KvPagePool* pool, Backend* backend, const Hash128& model_fingerprint,
     const moqt::FullTrackName& track, LandingSpec spec, DoneCallback done) {
-  auto fail = [&](absl::Status st) {
-    (void)pool->ReleaseAll(spec.pages);
-    return st;
-  };
+  auto fail = [](absl::Status st) { return st; };  // `spec`'s pages go with it
   absl::StatusOr<KvTrack> parsed = ParseTrack(track);
   if (!parsed.ok()) return fail(absl::InvalidArgumentError(parsed.status().message()));
   if (parsed->model_id != ModelId(model_fingerprint)) {
@@ -35,7 +32,7 @@ absl::StatusOr<std::shared_ptr<KvLander>> KvLander::Create(
                      ") of a ", spec.num_tokens, "-token sequence")));
   }
   const size_t want_pages = (end - first + page_tokens - 1) / page_tokens;
-  if (spec.pages.size() != want_pages) {
+  if (size_t(spec.pages.size()) != want_pages) {
     return fail(absl::InvalidArgumentError(absl::StrCat(
         "landing ", end - first, " tokens needs ", want_pages, " pages, got ",
         spec.pages.size())));
@@ -77,7 +74,7 @@ KvLander::KvLander(KvPagePool* pool, Backend* backend, KvFormat format,
 }
 
 KvLander::~KvLander() {
-  if (!finished_) (void)pool_->ReleaseAll(spec_.pages);
+  // Unfinished, spec_.pages are released with it.
 }
 
 absl::Status KvLander::Land(const moqt::ObjectHeader& h, absl::Span<const uint8_t> payload) {
@@ -107,7 +104,7 @@ absl::Status KvLander::Land(const moqt::ObjectHeader& h, absl::Span<const uint8_
         TrackNameOf(codec_.format()), " tokens of this model have ", codec_.token_bytes()));
   }
   if (landed_[index]) return absl::OkStatus();  // duplicate: first copy stands
-  const int32_t slot = SlotsOf(spec_.pages, pool_->layout().page_tokens, index, 1)[0];
+  const int32_t slot = SlotsOf(spec_.pages.ids(), pool_->layout().page_tokens, index, 1)[0];
   landed_[index] = true;
   ++landed_count_;
   if (staging_ == nullptr) {  // host pages: straight in, while the bytes are in cache
@@ -127,7 +124,7 @@ int KvLander::TokensIn(uint64_t group) const {
 }
 
 std::vector<int32_t> KvLander::GroupSlots(uint64_t group) const {
-  return SlotsOf(spec_.pages, pool_->layout().page_tokens,
+  return SlotsOf(spec_.pages.ids(), pool_->layout().page_tokens,
                  int(group) * spec_.chunk_tokens - first_token_, TokensIn(group));
 }
 
@@ -220,12 +217,9 @@ void KvLander::Abort(const absl::Status& reason) {
   Finish(reason.ok() ? absl::CancelledError("KV landing aborted") : reason);
 }
 
-void KvLander::Finish(absl::StatusOr<std::vector<int32_t>> result) {
+void KvLander::Finish(absl::StatusOr<KvPages> result) {
   finished_ = true;
-  if (!result.ok()) {
-    (void)pool_->ReleaseAll(spec_.pages);
-  }
-  spec_.pages.clear();
+  spec_.pages.Reset();  // failed: released; landed: moved into `result` already
   DoneCallback done = std::move(done_);
   if (done) done(std::move(result));
 }

@@ -55,14 +55,14 @@ struct LandingSpec {
   int num_tokens = 0;   // tokens of the whole sequence
   int first_group = 0;  // groups [first_group, end_group) land here
   int end_group = 0;
-  std::vector<int32_t> pages;  // owned by the lander from Create on
+  KvPages pages;  // owned by the lander from Create on
   // Borrowed, on the session's loop (null: ac groups decode on the loop).
   AcCodecThread* ac_thread = nullptr;
 };
 
 class KvLander : public moqt::TrackConsumer, public std::enable_shared_from_this<KvLander> {
  public:
-  using DoneCallback = std::function<void(absl::StatusOr<std::vector<int32_t>>)>;
+  using DoneCallback = std::function<void(absl::StatusOr<KvPages>)>;
 
   // Validates `track` (a KVCache track of `model_fingerprint`'s model) and
   // `spec`. On error the spec's pages are released before returning.
@@ -101,7 +101,7 @@ class KvLander : public moqt::TrackConsumer, public std::enable_shared_from_this
   void Flush();
   // Every token landed and no group still decoding: done gets the pages.
   void FinishIfComplete();
-  void Finish(absl::StatusOr<std::vector<int32_t>> result);
+  void Finish(absl::StatusOr<KvPages> result);
 
   KvPagePool* const pool_;
   Backend* const backend_;

@@ -66,7 +66,7 @@ class LanderTest : public ::testing::Test {
     LandingSpec spec{kChunk, tokens, first, end,
                      *pool_->Allocate((n + layout_.page_tokens - 1) / layout_.page_tokens),
                      ac_thread};
-    pages_ = spec.pages;
+    pages_.assign(spec.pages.ids().begin(), spec.pages.ids().end());
     auto lander = KvLander::Create(pool_.get(), lander_backend_, kModel, Track(f),
                                    std::move(spec), [this](auto r) {
                                      ++done_calls_;
@@ -108,7 +108,7 @@ class LanderTest : public ::testing::Test {
   std::unique_ptr<KvPagePool> pool_;
   std::vector<int32_t> pages_;
   int done_calls_ = 0;
-  absl::StatusOr<std::vector<int32_t>> result_ = absl::UnknownError("not done");
+  absl::StatusOr<KvPages> result_ = absl::UnknownError("not done");  // before pool_ goes
 };
 
 TEST_F(LanderTest, OutOfOrderGroupsLandInTheirSlotsAndHandOverThePages) {
@@ -121,7 +121,7 @@ TEST_F(LanderTest, OutOfOrderGroupsLandInTheirSlotsAndHandOverThePages) {
   for (int t : order) Send(*lander, t / kChunk, t % kChunk, Payload(codec, t));
   ASSERT_EQ(done_calls_, 1);
   ASSERT_TRUE(result_.ok()) << result_.status();
-  EXPECT_EQ(*result_, pages_);
+  EXPECT_EQ(std::vector<int32_t>(result_->ids().begin(), result_->ids().end()), pages_);
   for (int t = 0; t < tokens; ++t) {
     const int slot = pages_[t / 4] * 4 + t % 4;
     EXPECT_EQ(pool_->k_cache(0)[size_t(slot) * 32], float(t));
@@ -301,7 +301,7 @@ TEST_F(LanderTest, AcGroupsDecodeWholeWhenComplete) {
       }
     }
   }
-  ASSERT_TRUE(pool_->ReleaseAll(*result_).ok());
+  result_->Reset();
 
   const int free_before = pool_->free_pages();
   lander = Make(tokens, 0, 2, track);
@@ -335,7 +335,7 @@ TEST_F(LanderTest, AcGroupsDecodedOnTheCodecThreadLandTheSame) {
   auto lander = Make(tokens, 0, 2, track);
   send_all(*lander, -1);
   ASSERT_TRUE(result_.ok()) << result_.status();
-  const std::vector<int32_t> reference = *result_;
+  KvPages reference = *std::move(result_);  // kept while the second landing runs
   auto loop = quic::LoopThread::Start();
   ASSERT_TRUE(loop.ok()) << loop.status();
   auto codec_thread = std::make_unique<AcCodecThread>(layout_, (*loop)->loop());
@@ -363,16 +363,16 @@ TEST_F(LanderTest, AcGroupsDecodedOnTheCodecThreadLandTheSame) {
   const int row = layout_.token_floats();
   for (int l = 0; l < layout_.num_layers; ++l) {
     for (int t = 0; t < tokens; ++t) {
-      const size_t a = size_t(SlotsOf(reference, layout_.page_tokens, t, 1)[0]) * row;
-      const size_t b = size_t(SlotsOf(*result_, layout_.page_tokens, t, 1)[0]) * row;
+      const size_t a = size_t(SlotsOf(reference.ids(), layout_.page_tokens, t, 1)[0]) * row;
+      const size_t b = size_t(SlotsOf(result_->ids(), layout_.page_tokens, t, 1)[0]) * row;
       ASSERT_TRUE(std::equal(pool_->k_cache(l) + a, pool_->k_cache(l) + a + row,
                              pool_->k_cache(l) + b));
       ASSERT_TRUE(std::equal(pool_->v_cache(l) + a, pool_->v_cache(l) + a + row,
                              pool_->v_cache(l) + b));
     }
   }
-  ASSERT_TRUE(pool_->ReleaseAll(*result_).ok());
-  ASSERT_TRUE(pool_->ReleaseAll(reference).ok());
+  result_->Reset();
+  reference.Reset();
 
   const int free_before = pool_->free_pages();
   (*loop)->RunSync([&] {
@@ -395,7 +395,7 @@ TEST_F(LanderTest, AcGroupsDecodedOnTheCodecThreadLandTheSame) {
   });
   ASSERT_TRUE(wait_done(4));
   ASSERT_TRUE(result_.ok()) << result_.status();
-  ASSERT_TRUE(pool_->ReleaseAll(*result_).ok());
+  result_->Reset();
   (*loop)->RunSync([] {});
   EXPECT_TRUE(weak.expired());
   // Aborted while decoding: done says so at once and the pages go back;

@@ -64,7 +64,7 @@ int KvPublisher::tokens_in(const Prompt& p, int group) const {
 
 int KvPublisher::ReadyChunks(const Prompt& p) {
   return std::count_if(p.chunk_pages.begin(), p.chunk_pages.end(),
-                       [](const std::vector<int32_t>& pages) { return !pages.empty(); });
+                       [](const KvPages& pages) { return !pages.empty(); });
 }
 
 absl::Status KvPublisher::BeginPrompt(const std::string& digest, int num_tokens) {
@@ -87,8 +87,7 @@ absl::Status KvPublisher::BeginPrompt(const std::string& digest, int num_tokens)
   return absl::OkStatus();
 }
 
-absl::Status KvPublisher::ChunkReady(const std::string& digest, int group,
-                                     absl::Span<const int32_t> pages) {
+absl::Status KvPublisher::ChunkReady(const std::string& digest, int group, KvPages pages) {
   auto it = prompts_.find(digest);
   if (it == prompts_.end()) return absl::NotFoundError(absl::StrCat("unknown prompt ", digest));
   Prompt& p = it->second;
@@ -104,17 +103,14 @@ absl::Status KvPublisher::ChunkReady(const std::string& digest, int group,
   }
   const int page_tokens = pool_->layout().page_tokens;
   const size_t want = (tokens_in(p, group) + page_tokens - 1) / page_tokens;
-  if (pages.size() != want) {
+  if (size_t(pages.size()) != want) {
     return absl::InvalidArgumentError(
         absl::StrCat("chunk ", group, " needs ", want, " pages, got ", pages.size()));
   }
-  for (size_t i = 0; i < pages.size(); ++i) {
-    if (absl::Status st = pool_->AddRef(pages[i]); !st.ok()) {
-      for (size_t j = 0; j < i; ++j) (void)pool_->Release(pages[j]);
-      return st;
-    }
+  if (pages.pool() != pool_) {
+    return absl::InvalidArgumentError(absl::StrCat("chunk ", group, ": pages of another pool"));
   }
-  p.chunk_pages[group].assign(pages.begin(), pages.end());
+  p.chunk_pages[group] = std::move(pages);
 
   auto subscribers = p.subscribers;  // a send may end a subscription
   for (const auto& s : subscribers) {
@@ -162,10 +158,7 @@ void KvPublisher::DropPrompt(const std::string& digest) {
 }
 
 void KvPublisher::Release(Prompt& p) {
-  for (auto& pages : p.chunk_pages) {
-    (void)pool_->ReleaseAll(pages);
-    pages.clear();
-  }
+  for (KvPages& pages : p.chunk_pages) pages.Reset();
 }
 
 void KvPublisher::EndSubscribers(Prompt& p, const absl::Status& status) {
@@ -268,7 +261,7 @@ bool KvPublisher::AcReady(Prompt& p, const std::shared_ptr<Outlet>& o) {
 void KvPublisher::StartAc(const Prompt& p, int group, const AcKey& key) {
   const int n = tokens_in(p, group);
   std::vector<uint8_t> half = ac_thread_->TakeBuffer();
-  ac_.Gather(backend_, *pool_, SlotsOf(p.chunk_pages[group], pool_->layout().page_tokens, 0, n),
+  ac_.Gather(backend_, *pool_, SlotsOf(p.chunk_pages[group].ids(), pool_->layout().page_tokens, 0, n),
              &half);
   ac_thread_->SubmitEncode(*std::get<2>(key), std::move(half), n, [this, key](AcObjects objects) {
     ++stats_.encodes;
@@ -376,7 +369,7 @@ void KvPublisher::SendChunk(const Prompt& p, int group, const KvCompression& com
     if (objects == nullptr) {  // a group goes out in pieces: encode it once
       AcObjects fresh;
       ac_.Encode(*compression.ac, backend_, *pool_,
-                 SlotsOf(p.chunk_pages[group], page_tokens, 0, n), &fresh);
+                 SlotsOf(p.chunk_pages[group].ids(), page_tokens, 0, n), &fresh);
       ++stats_.encodes;
       objects = CacheAc(key, std::move(fresh));
     }
@@ -399,7 +392,7 @@ void KvPublisher::SendChunk(const Prompt& p, int group, const KvCompression& com
         return;
       }
       auto* encoded = static_cast<uint8_t*>((*buffer)->data());
-      codec.Encode(backend_, *pool_, SlotsOf(p.chunk_pages[group], page_tokens, b, m), encoded);
+      codec.Encode(backend_, *pool_, SlotsOf(p.chunk_pages[group].ids(), page_tokens, b, m), encoded);
       for (int i = 0; i < m; ++i) send(b + i, {*buffer, {encoded + i * token_bytes, token_bytes}});
     }
   }

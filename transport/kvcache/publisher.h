@@ -4,7 +4,7 @@
 //
 // The owner (a prefill worker) announces a prompt with BeginPrompt, hands
 // over each chunk the moment its KV is computed (ChunkReady: the publisher
-// takes a reference on its pages), and ends it with EndPrompt. Meanwhile:
+// keeps a KvPages handle on its pages), and ends it with EndPrompt. Meanwhile:
 //  - SUBSCRIBE of (root, model id, digest)/<compression>: accepted, every
 //    ready chunk the filter wants is sent at once, later chunks as they come
 //    (each group on its own subgroup stream, objects = tokens in order);
@@ -98,12 +98,13 @@ class KvPublisher : public moqt::RequestHandler {
   // digest or a non-positive length.
   absl::Status BeginPrompt(const std::string& prompt_digest, int num_tokens);
   // Chunk `group` is computed; `pages` hold its tokens (ceil(tokens in the
-  // chunk / page_tokens) pages, first token at slot 0 of pages[0]). The
-  // publisher takes one reference on each page. NotFound for an unknown
-  // prompt, OutOfRange for a group past the prompt, InvalidArgument for the
-  // wrong number of pages, AlreadyExists for a chunk handed over twice.
-  absl::Status ChunkReady(const std::string& prompt_digest, int group,
-                          absl::Span<const int32_t> pages);
+  // chunk / page_tokens) pages, first token at slot 0 of pages[0]); the
+  // publisher keeps the handle (a Share() of the computing sequence's) until
+  // the prompt is dropped. NotFound for an unknown prompt, OutOfRange for a
+  // group past the prompt, InvalidArgument for the wrong number of pages or
+  // pages of another pool, AlreadyExists for a chunk handed over twice (the
+  // refused handle's pages are released).
+  absl::Status ChunkReady(const std::string& prompt_digest, int group, KvPages pages);
   // No more chunks come (later ChunkReady calls are FailedPrecondition). OK: subscribers get PUBLISH_DONE once every chunk
   // was ready (FailedPrecondition, and nothing changes, if some are
   // missing); an error: subscriptions end with it. Chunks stay fetchable
@@ -153,7 +154,7 @@ class KvPublisher : public moqt::RequestHandler {
   struct Prompt {
     std::string digest;
     int num_tokens = 0;
-    std::vector<std::vector<int32_t>> chunk_pages;  // empty: not ready
+    std::vector<KvPages> chunk_pages;  // the publisher's references; empty: not ready
     bool ended = false;
     absl::Status end_status;
     std::vector<std::shared_ptr<Subscriber>> subscribers;  // live: want chunks to come

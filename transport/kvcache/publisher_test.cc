@@ -37,7 +37,7 @@ void RoundToFp16(std::vector<float>& v) {
 // Tokens [first, first + count) of the sequence in `pages` of `pool`, in
 // the ac codec's order (per token: each layer's K row, then its V row),
 // through fp16 as the publisher codes them.
-std::vector<float> AcGroupInput(KvPagePool& pool, const std::vector<int32_t>& pages, int first,
+std::vector<float> AcGroupInput(KvPagePool& pool, absl::Span<const int32_t> pages, int first,
                                 int count) {
   const KvLayout& layout = pool.layout();
   const int row = layout.token_floats(), n = 2 * layout.num_layers * row;
@@ -152,16 +152,43 @@ class KvOverMoqt : public ::testing::Test {
   void TearDown() override {
     h_.Disconnect(pub_client_);
     h_.thread()->RunSync([&] { publisher_.reset(); });
+    held_.clear();
     EXPECT_EQ(src_.pool->free_pages(), baseline_) << "publisher leaked pages";
   }
-  // Pages for a `tokens`-token prompt; their KV is the random fill above.
-  std::vector<int32_t> Pages(int tokens) { return *src_.pool->Allocate((tokens + 15) / 16); }
-  // Hands chunk `group` of the prompt whose page table is `pages` over.
+  // Pages for a `tokens`-token prompt (their KV is the random fill above),
+  // as ids; the handle stays in held_ until ReleasePages.
+  std::vector<int32_t> Pages(int tokens) {
+    held_.push_back(*src_.pool->Allocate((tokens + 15) / 16));
+    return {held_.back().ids().begin(), held_.back().ids().end()};
+  }
+  void ReleasePages(const std::vector<int32_t>& pages) {
+    for (auto it = held_.begin(); it != held_.end(); ++it) {
+      if (std::vector<int32_t>(it->ids().begin(), it->ids().end()) == pages) {
+        held_.erase(it);
+        return;
+      }
+    }
+    ADD_FAILURE() << "no such pages";
+  }
+  // A share of page `id` from the handle holding it.
+  KvPages ShareOf(int32_t id) {
+    for (const KvPages& h : held_) {
+      for (int i = 0; i < h.size(); ++i) {
+        if (h[i] == id) return *h.Share(i, 1);
+      }
+    }
+    ADD_FAILURE() << "page " << id << " is not held";
+    return KvPages();
+  }
+  // Hands chunk `group` of the prompt whose page table is `pages` over (a
+  // share of its pages, as the engine hands the prefill's).
   void Ready(const std::string& digest, const std::vector<int32_t>& pages, int group) {
     const int per_chunk = kChunk / 16;
     const int end = std::min<int>(pages.size(), (group + 1) * per_chunk);
-    std::vector<int32_t> chunk(pages.begin() + group * per_chunk, pages.begin() + end);
-    h_.thread()->RunSync([&] { ASSERT_TRUE(publisher_->ChunkReady(digest, group, chunk).ok()); });
+    KvPages chunk;
+    for (int i = group * per_chunk; i < end; ++i) chunk.Append(ShareOf(pages[size_t(i)]));
+    h_.thread()->RunSync(
+        [&] { ASSERT_TRUE(publisher_->ChunkReady(digest, group, std::move(chunk)).ok()); });
   }
   // Checks that tokens [first, end) landed in `dst_pages` equal the source
   // tokens in `src_pages` after one trip through `format`.
@@ -224,9 +251,9 @@ class KvOverMoqt : public ::testing::Test {
   // sequence into fresh pages of dst_.
   struct Landing {
     std::shared_ptr<KvLander> lander;
-    std::vector<int32_t> pages;
+    std::vector<int32_t> pages;  // the ids of the pages it lands into
     bool done = false;
-    absl::StatusOr<std::vector<int32_t>> result = absl::UnknownError("pending");
+    absl::StatusOr<KvPages> result = absl::UnknownError("pending");
     absl::Status reply;
   };
   std::unique_ptr<Landing> Subscribe(moqt::MoqtSession* session, const moqt::FullTrackName& track,
@@ -237,9 +264,10 @@ class KvOverMoqt : public ::testing::Test {
     Landing* l = landing.get();
     h_.thread()->RunSync([&] {
       const int n = std::min(end * kChunk, tokens) - first * kChunk;
-      l->pages = *mem->pool->Allocate((n + 15) / 16);
+      KvPages fresh = *mem->pool->Allocate((n + 15) / 16);
+      l->pages.assign(fresh.ids().begin(), fresh.ids().end());
       auto lander = KvLander::Create(mem->pool.get(), mem->backend.get(), kModel, track,
-                                     LandingSpec{kChunk, tokens, first, end, l->pages},
+                                     LandingSpec{kChunk, tokens, first, end, std::move(fresh)},
                                      [l](auto r) {
                                        l->done = true;
                                        l->result = std::move(r);
@@ -268,7 +296,7 @@ class KvOverMoqt : public ::testing::Test {
     return WaitOnLoop(h_.thread(), [&] { return l.done; }, absl::Seconds(20));
   }
   void ReleaseLanded(Landing& l) {
-    h_.thread()->RunSync([&] { ASSERT_TRUE(dst_.pool->ReleaseAll(l.pages).ok()); });
+    h_.thread()->RunSync([&] { l.result = absl::CancelledError("released"); });
   }
 
   // Subscriptions wait briefly for the publisher's PUBLISH_NAMESPACE.
@@ -282,6 +310,7 @@ class KvOverMoqt : public ::testing::Test {
   ClientHandler decode_;
   RelayHarness h_{RelayWithWait()};
   int baseline_ = 0;
+  std::vector<KvPages> held_;  // Pages()' handles (of src_'s pool)
   std::unique_ptr<PublisherHandler> publisher_;
   moqt::MoqtClient* pub_client_ = nullptr;
 };
@@ -327,7 +356,7 @@ TEST_F(KvOverMoqt, LiveChunksInAnyOrderLandForEveryCompression) {
     EXPECT_EQ(publisher_->stats().encodes, 6u * 10 + 2 * 3);
     publisher_->DropPrompt(Digest(1));
   });
-  ASSERT_TRUE(src_.pool->ReleaseAll(pages).ok());
+  ReleasePages(pages);
   EXPECT_EQ(dst_.pool->free_pages(), dst_.pool->num_pages());
 }
 
@@ -368,7 +397,7 @@ TEST_F(KvOverMoqt, AcGroupsCodedInTheBackgroundLandTheSame) {
     EXPECT_LE(publisher_->stats().encodes, 2u * 5 + 2);  // the fetch may miss the cache once
     publisher_->DropPrompt(Digest(3));
   });
-  ASSERT_TRUE(src_.pool->ReleaseAll(pages).ok());
+  ReleasePages(pages);
 }
 
 TEST_F(KvOverMoqt, RelayServesADroppedPromptFromItsCache) {
@@ -384,7 +413,7 @@ TEST_F(KvOverMoqt, RelayServesADroppedPromptFromItsCache) {
   ASSERT_TRUE(WaitDone(*first));
   ASSERT_TRUE(first->result.ok()) << first->result.status();
   h_.thread()->RunSync([&] { publisher_->DropPrompt(Digest(2)); });
-  ASSERT_TRUE(src_.pool->ReleaseAll(pages).ok());
+  ReleasePages(pages);
 
   uint64_t cached_before = 0;
   h_.thread()->RunSync([&] { cached_before = h_.relay()->stats().served_from_cache; });
@@ -438,8 +467,8 @@ TEST_F(KvOverMoqt, PrefixReuseFetchesAnotherPromptsGroupsAndSubscribesTheRest) {
     publisher_->DropPrompt(Digest(3));
     publisher_->DropPrompt(Digest(4));
   });
-  ASSERT_TRUE(src_.pool->ReleaseAll(a_pages).ok());
-  ASSERT_TRUE(src_.pool->ReleaseAll(b_tail).ok());
+  ReleasePages(a_pages);
+  ReleasePages(b_tail);
 }
 
 TEST_F(KvOverMoqt, RequestsThePublisherCannotServeAreRefusedWithTheirReason) {
@@ -526,7 +555,7 @@ TEST_F(KvOverMoqt, RequestsThePublisherCannotServeAreRefusedWithTheirReason) {
     server.reset();
     publisher_->DropPrompt(Digest(5));
   });
-  ASSERT_TRUE(src_.pool->ReleaseAll(pages).ok());
+  ReleasePages(pages);
 }
 
 }  // namespace
@@ -574,7 +603,7 @@ TEST_F(KvOverMoqt, DirectSubscribeBeforeThePromptBeginsWaitsForIt) {
     server.reset();
     publisher_->DropPrompt(Digest(7));
   });
-  ASSERT_TRUE(src_.pool->ReleaseAll(pages).ok());
+  ReleasePages(pages);
 }
 
 // A subscriber that stops reading (its loop thread busy for 400 ms, so it
@@ -609,7 +638,7 @@ TEST_F(KvOverMoqt, ASlowSubscriberHoldsAWindowNotItsBacklog) {
     publisher_->DropPrompt(Digest(9));
   });
   direct.Close();
-  ASSERT_TRUE(src_.pool->ReleaseAll(pages).ok());
+  ReleasePages(pages);
 }
 
 // The ac tracks' objects go to the streams from the publisher's cache of
@@ -629,7 +658,7 @@ TEST_F(KvOverMoqt, AcObjectsOutliveTheirGroupInThePublishersCache) {
       mem.pool->v_cache(l)[i] = dist(rng);
     }
   }
-  const auto pages = *mem.pool->Allocate(kTokens / 16);
+  KvPages pages = *mem.pool->Allocate(kTokens / 16);
   std::unique_ptr<PublisherHandler> publisher;
   h_.thread()->RunSync([&] {
     publisher = std::make_unique<PublisherHandler>(mem.pool.get(), mem.backend.get(), kModel, kChunk);
@@ -641,8 +670,7 @@ TEST_F(KvOverMoqt, AcObjectsOutliveTheirGroupInThePublishersCache) {
       direct.SubscribeAndStall(FullTrackNameOf({ModelId(kModel), Digest(0), KvCompression(&policy)}));
   h_.thread()->RunSync([&] {
     for (int g = 0; g < kGroups; ++g) {
-      const std::vector<int32_t> chunk(pages.begin() + 2 * g, pages.begin() + 2 * g + 2);
-      ASSERT_TRUE(publisher->ChunkReady(Digest(0), g, chunk).ok());
+      ASSERT_TRUE(publisher->ChunkReady(Digest(0), g, *pages.Share(2 * g, 2)).ok());
     }
     ASSERT_TRUE(publisher->EndPrompt(Digest(0), absl::OkStatus()).ok());
   });
@@ -654,7 +682,7 @@ TEST_F(KvOverMoqt, AcObjectsOutliveTheirGroupInThePublishersCache) {
     ASSERT_EQ(consumer->objects.size(), size_t(kTokens));
   });
   for (int g = 0; g < kGroups; ++g) {
-    const std::vector<float> kv = AcGroupInput(*mem.pool, pages, g * kChunk, kChunk);
+    const std::vector<float> kv = AcGroupInput(*mem.pool, pages.ids(), g * kChunk, kChunk);
     std::vector<std::vector<uint8_t>> want;
     ac::AcGroupEncoder(shape, policy).Encode(kv.data(), kChunk, &want);
     for (int t = 0; t < kChunk; ++t) {
@@ -669,7 +697,7 @@ TEST_F(KvOverMoqt, AcObjectsOutliveTheirGroupInThePublishersCache) {
   });
   direct.Close();
   h_.thread()->RunSync([&] { publisher.reset(); });
-  ASSERT_TRUE(mem.pool->ReleaseAll(pages).ok());
+  pages.Reset();
 }
 
 }  // namespace kvcast::kvcache

@@ -104,7 +104,7 @@ absl::StatusOr<std::vector<int32_t>> PromptFromFlags(int vocab_size) {
 // [token][layer][K then V][kv_heads * head_dim] float32, host byte order
 // (little-endian on every platform kvcast builds for).
 absl::Status WriteDump(const std::string& path, const KvPagePool& pool,
-                       const std::vector<int32_t>& pages, int num_tokens) {
+                       absl::Span<const int32_t> pages, int num_tokens) {
   const KvLayout& layout = pool.layout();
   std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "wb"), &std::fclose);
   if (!f) return absl::InvalidArgumentError(absl::StrCat("--dump: cannot write ", path));
@@ -211,11 +211,11 @@ absl::Status Main() {
   const KvLayout layout = model->kv_layout(kPageTokens);
   const int num_pages = (n + kPageTokens - 1) / kPageTokens;
   ASSIGN_OR_RETURN(auto pool, KvPagePool::Create(backend.get(), layout, num_pages));
-  ASSIGN_OR_RETURN(std::vector<int32_t> pages, pool->Allocate(num_pages));
+  ASSIGN_OR_RETURN(KvPages pages, pool->Allocate(num_pages));
   std::vector<float> logits;
-  RETURN_IF_ERROR(PrefillInChunks(*model, tokens, pages, chunk, pool.get(), &logits));
+  RETURN_IF_ERROR(PrefillInChunks(*model, tokens, pages.ids(), chunk, pool.get(), &logits));
   const std::string dump = absl::GetFlag(FLAGS_dump);
-  if (!dump.empty()) RETURN_IF_ERROR(WriteDump(dump, *pool, pages, n));
+  if (!dump.empty()) RETURN_IF_ERROR(WriteDump(dump, *pool, pages.ids(), n));
 
   const std::string model_id = ModelId(model->fingerprint());
   const std::string digest =
@@ -260,18 +260,18 @@ absl::Status Main() {
                            on_closed);
   publisher.SetAnnounceAuthority(authority);
   if (absl::GetFlag(FLAGS_ac_encode_thread)) publisher.CodeAcInBackground(loop.get());
-  // The whole prompt is computed: hand every chunk over, then end it (the
-  // publisher holds its own page references).
+  // The whole prompt is computed: hand every chunk over (a share of its
+  // pages each), then end it.
   RETURN_IF_ERROR(publisher.BeginPrompt(digest, n));
   const int pages_per_chunk = chunk / kPageTokens;
   for (int g = 0; g * chunk < n; ++g) {
     const int first = g * pages_per_chunk;
     const int count = std::min(pages_per_chunk, num_pages - first);
-    RETURN_IF_ERROR(
-        publisher.ChunkReady(digest, g, absl::MakeConstSpan(pages).subspan(first, count)));
+    ASSIGN_OR_RETURN(KvPages chunk_pages, pages.Share(first, count));
+    RETURN_IF_ERROR(publisher.ChunkReady(digest, g, std::move(chunk_pages)));
   }
   RETURN_IF_ERROR(publisher.EndPrompt(digest, absl::OkStatus()));
-  RETURN_IF_ERROR(pool->ReleaseAll(pages));
+  pages.Reset();
 
   // SIGINT / SIGTERM end the run cleanly, through the loop. A handler, not
   // a blocked mask + signalfd: the BLAS library starts threads before
