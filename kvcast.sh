@@ -53,7 +53,7 @@ bazel_cmd() { bazel "$@" --jobs="${KVCAST_JOBS:-2}"; }
 
 SERVICE_TARGETS=(//tools/cli:kvcast //tools/tiny_model:make_tiny_model
   //services/scheduler:kvcast-scheduler //services/prefill:kvcast-prefill
-  //services/decode:kvcast-decode //transport/moqt:kvcast-relay)
+  //services/decode:kvcast-decode //services/relay:kvcast-relay)
 
 # Starts `kvcast cluster up` in the background; waits until it serves.
 start_cluster() {  # $1: model dir, $2: log file, rest: extra cluster flags

@@ -2,7 +2,7 @@
 // scalar conversions; the bulk work goes to the kernel table of
 // internal/kv_codec_kernels.h (AVX2 where the CPU has it, else scalar).
 //
-// The fp16/bf16 scalar conversions are engine/model/dtype.h's; the row
+// The fp16/bf16 scalar conversions are common/dtype.h's; the row
 // codecs use the inline EncodeHalf/EncodeBf16 of the kernel header, which
 // kv_codec_test checks against them.
 #include "kernels/kv_codec.h"

@@ -42,7 +42,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "engine/model/dtype.h"
+#include "common/dtype.h"
 
 namespace kvcast {
 
@@ -69,7 +69,7 @@ void DecodeKvRow(KvFormat format, const uint8_t* in, int num_heads, int head_dim
                  int block, float* out);
 
 // Scalar conversions (round to nearest even), exposed for tests and tools;
-// fp16 and bf16 ones are engine/model/dtype.h's FloatToHalf / HalfToFloat
+// fp16 and bf16 ones are common/dtype.h's FloatToHalf / HalfToFloat
 // and FloatToBFloat16 / BFloat16ToFloat.
 uint8_t FloatToFp8E4M3(float x);  // saturates to +-448; NaN -> 0x7f
 float Fp8E4M3ToFloat(uint8_t v);

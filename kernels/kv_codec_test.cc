@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-#include "engine/model/dtype.h"
+#include "common/dtype.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "kernels/internal/kv_codec_kernels.h"
@@ -96,7 +96,7 @@ TEST(Fp16, KnownEncodings) {
 }
 
 // The row kernels use the inline EncodeHalf/DecodeHalf; the public
-// FloatToHalf/HalfToFloat live in engine/model/dtype.cc. They must agree.
+// FloatToHalf/HalfToFloat live in common/dtype.cc. They must agree.
 TEST(Fp16, InlineConversionsMatchFloatToHalf) {
   for (uint64_t u = 0; u <= 0xffffffffu; u += 17) {
     const float f = FromBits(uint32_t(u));

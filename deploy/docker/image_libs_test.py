@@ -32,7 +32,7 @@ import junit  # noqa: E402
 # binary -> (Bazel label, runtime stage, image targets that ship it)
 IMAGE_BINARIES = {
     "kvcast-scheduler": ("//services/scheduler:kvcast-scheduler", "cpu", ["scheduler"]),
-    "kvcast-relay": ("//transport/moqt:kvcast-relay", "cpu", ["relay"]),
+    "kvcast-relay": ("//services/relay:kvcast-relay", "cpu", ["relay"]),
     "kvcast-prefill": ("//services/prefill:kvcast-prefill", "gpu", ["prefill"]),
     "kvcast-decode": ("//services/decode:kvcast-decode", "gpu", ["decode"]),
     "kvcast": ("//tools/cli:kvcast", "gpu", ["prefill", "decode"]),

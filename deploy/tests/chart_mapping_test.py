@@ -25,7 +25,7 @@ BINARY_SOURCES = {
     "scheduler": ["services/scheduler/scheduler_main.cc"],
     "prefill": ["services/worker/worker_flags.cc", "services/prefill/prefill_main.cc"],
     "decode": ["services/worker/worker_flags.cc", "services/decode/decode_main.cc"],
-    "relay": ["transport/moqt/relay_main.cc"],
+    "relay": ["services/relay/relay_main.cc"],
 }
 _ABSL_FLAG = re.compile(r"ABSL_FLAG\(\s*[\w:<>, ]+?\s*,\s*(\w+)\s*,")
 

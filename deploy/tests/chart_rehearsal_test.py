@@ -60,7 +60,7 @@ BINARIES = {
     "/usr/local/bin/kvcast-scheduler": "services/scheduler/kvcast-scheduler",
     "/usr/local/bin/kvcast-prefill": "services/prefill/kvcast-prefill",
     "/usr/local/bin/kvcast-decode": "services/decode/kvcast-decode",
-    "/usr/local/bin/kvcast-relay": "transport/moqt/kvcast-relay",
+    "/usr/local/bin/kvcast-relay": "services/relay/kvcast-relay",
 }
 CLI = "tools/cli/kvcast"
 MAKE_TINY_MODEL = "tools/tiny_model/make_tiny_model"

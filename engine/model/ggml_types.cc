@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "engine/model/dtype.h"
+#include "common/dtype.h"
 
 namespace kvcast {
 namespace {

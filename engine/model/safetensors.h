@@ -33,7 +33,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "engine/model/dtype.h"
+#include "common/dtype.h"
 
 namespace kvcast {
 

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <vector>
 
-#include "engine/model/dtype.h"
+#include "common/dtype.h"
 #include "kernels/cpu/simd_exp.h"
 #include "kernels/cpu/tiled_attention.h"
 

@@ -19,7 +19,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "engine/model/dtype.h"
+#include "common/dtype.h"
 #include "kernels/cpu/attention.h"
 
 ABSL_FLAG(int, rounds, 5, "alternating rounds per case");

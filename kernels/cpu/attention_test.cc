@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-#include "engine/model/dtype.h"
+#include "common/dtype.h"
 #include "gtest/gtest.h"
 
 namespace kvcast {

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "engine/model/dtype.h"
+#include "common/dtype.h"
 #include "kernels/backend.h"
 #include "kernels/bf16_matmul.h"
 #include "kernels/cpu/attention.h"

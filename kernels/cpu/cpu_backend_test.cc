@@ -6,7 +6,7 @@
 #include <tuple>
 #include <vector>
 
-#include "engine/model/dtype.h"
+#include "common/dtype.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 #include "kernels/kv_codec.h"

@@ -36,7 +36,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "engine/model/dtype.h"
+#include "common/dtype.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/kv_codec_kernels.h"

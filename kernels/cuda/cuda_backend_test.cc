@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/model/dtype.h"
+#include "common/dtype.h"
 #include "gtest/gtest.h"
 #include "kernels/backend.h"
 

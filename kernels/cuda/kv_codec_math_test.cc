@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/model/dtype.h"
+#include "common/dtype.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/kv_codec_math.h"
 #include "kernels/kv_codec.h"

@@ -13,7 +13,7 @@ cd "$(dirname "$0")/../.."
 DEST="${1:-build/gpu}"
 TARGETS=(//kernels/cuda:cuda_backend_test //kernels/cuda:sampling_test //tools/golden:kvcast_logits
   //tools/bench:gpu_bench //tools/cli:kvcast //services/scheduler:kvcast-scheduler
-  //services/prefill:kvcast-prefill //services/decode:kvcast-decode //transport/moqt:kvcast-relay)
+  //services/prefill:kvcast-prefill //services/decode:kvcast-decode //services/relay:kvcast-relay)
 bazel build -c opt --jobs="${KVCAST_JOBS:-2}" "${TARGETS[@]}"
 rm -rf "$DEST" && mkdir -p "$DEST/bin" "$DEST/lib"
 for t in "${TARGETS[@]}"; do

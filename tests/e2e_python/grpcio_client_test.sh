@@ -45,4 +45,4 @@ exec "$PY" "$SCRIPT" \
   --scheduler "$PWD/services/scheduler/kvcast-scheduler" \
   --prefill "$PWD/services/prefill/kvcast-prefill" \
   --decode "$PWD/services/decode/kvcast-decode" \
-  --relay "$PWD/transport/moqt/kvcast-relay"
+  --relay "$PWD/services/relay/kvcast-relay"

@@ -32,4 +32,4 @@ exec "$PY" tests/e2e_python/openai_client_test.py \
   --scheduler "$PWD/services/scheduler/kvcast-scheduler" \
   --prefill "$PWD/services/prefill/kvcast-prefill" \
   --decode "$PWD/services/decode/kvcast-decode" \
-  --relay "$PWD/transport/moqt/kvcast-relay"
+  --relay "$PWD/services/relay/kvcast-relay"

@@ -14,7 +14,7 @@ if [[ -z "$VENV" || ! -x "$VENV/bin/python" ]]; then
 fi
 OUT=${TEST_TMPDIR:-$(mktemp -d)}/interop
 "$RUNFILES/tests/interop/run_interop.sh" --venv "$VENV" \
-  --relay-bin "$RUNFILES/transport/moqt/kvcast-relay" \
+  --relay-bin "$RUNFILES/services/relay/kvcast-relay" \
   --kvcast-moqt "$RUNFILES/transport/moqt/kvcast-moqt" \
   --kvpub "$RUNFILES/transport/kvcache/kvcast-kvpub" \
   --make-tiny-model "$RUNFILES/tools/tiny_model/make_tiny_model" --out "$OUT"

@@ -4,7 +4,7 @@
 #   tests/interop/run_interop.sh --venv DIR [options]
 #
 #   --venv DIR          virtual env made by setup_aiomoqt.sh (required)
-#   --relay-bin PATH    kvcast relay binary (default bazel-bin/transport/moqt/kvcast-relay),
+#   --relay-bin PATH    kvcast relay binary (default bazel-bin/services/relay/kvcast-relay),
 #                       started as: PATH --listen 127.0.0.1:PORT --cert C --key K
 #   --relay-cmd CMD     any other relay command; {port} {cert} {key} are substituted
 #                       (e.g. aiomoqt's own relay, for a baseline)
@@ -34,7 +34,7 @@ set -uo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-VENV="" RELAY_BIN="$ROOT/bazel-bin/transport/moqt/kvcast-relay" RELAY_CMD=""
+VENV="" RELAY_BIN="$ROOT/bazel-bin/services/relay/kvcast-relay" RELAY_CMD=""
 KVMOQT="$ROOT/bazel-bin/transport/moqt/kvcast-moqt" PEER=kvcast PORT="" OUT="" ONLY=""
 KVPUB="$ROOT/bazel-bin/transport/kvcache/kvcast-kvpub"
 TINY_MODEL="$ROOT/bazel-bin/tools/tiny_model/make_tiny_model"
@@ -67,7 +67,7 @@ if { want d || want e; } && [[ ! -x "$KVPUB" || ! -x "$TINY_MODEL" ]]; then
   die "no $KVPUB or $TINY_MODEL (bazel build //transport/kvcache:kvcast-kvpub //tools/tiny_model:make_tiny_model, pass --kvpub/--make-tiny-model, or --only a|b|c)"
 fi
 if [[ -z "$RELAY_CMD" && ! -x "$RELAY_BIN" ]]; then
-  die "no relay at $RELAY_BIN (bazel build //transport/moqt:kvcast-relay, or --relay-cmd)"
+  die "no relay at $RELAY_BIN (bazel build //services/relay:kvcast-relay, or --relay-cmd)"
 fi
 OUT=${OUT:-$(mktemp -d /tmp/kvcast-interop.XXXXXX)}
 mkdir -p "$OUT"

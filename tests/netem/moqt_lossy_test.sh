@@ -18,7 +18,7 @@ LOSS=${KVCAST_NETEM_LOSS:-2} DELAY=${KVCAST_NETEM_DELAY_MS:-20}
 netem_setup "kvmoq$$" "$LOSS" "$DELAY"
 "$R/tools/devcert/kvcast-devcert" --out "$TMP/certs" --names "$NETEM_ADDR_B" >/dev/null
 PORT=4433
-NETEM_RUN_TIMEOUT=150 netem_run_b "$R/transport/moqt/kvcast-relay" \
+NETEM_RUN_TIMEOUT=150 netem_run_b "$R/services/relay/kvcast-relay" \
   --listen "$NETEM_ADDR_B:$PORT" --cert "$TMP/certs/server.pem" \
   --key "$TMP/certs/server-key.pem" --insecure > "$TMP/relay.log" 2>&1 &
 sleep 0.5

@@ -6,7 +6,7 @@
 # markdown row per run: with stall detection (--decode_stall_s, default 2 s)
 # no request waits out the freeze. Needs the binaries built:
 #   bazel build //tools/cli:kvcast //tools/tiny_model:make_tiny_model \
-#     //services/... //transport/moqt:kvcast-relay
+#     //services/... //services/relay:kvcast-relay
 # Usage: tools/bench/decode_freeze_bench.sh [requests] [freeze_s]
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -4,7 +4,7 @@
 # clusters, one with prefix caching and reuse, one without. Prints a
 # markdown row per cluster and the TTFT ratio. Needs the binaries built:
 #   bazel build //tools/cli:kvcast //tools/tiny_model:make_tiny_model \
-#     //services/... //transport/moqt:kvcast-relay
+#     //services/... //services/relay:kvcast-relay
 # Usage: tools/bench/disagg_bench.sh [requests] [prefix_tokens]
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -49,7 +49,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
-#include "engine/model/dtype.h"
+#include "common/dtype.h"
 #include "kernels/backend.h"
 #include "transport/kvcache/lander.h"
 #include "transport/kvcache/naming.h"

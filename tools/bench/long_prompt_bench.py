@@ -11,7 +11,7 @@ each on a fresh cluster; lengths alternate run by run.
       --tokens 2800,8000 --runs 3 [--json OUT] [--cluster_flags "..."]
 
 Binaries from an opt build (`bazel build -c opt //tools/cli:kvcast
-//services/...  //transport/moqt:kvcast-relay`); --bin_root names where.
+//services/...  //services/relay:kvcast-relay`); --bin_root names where.
 Prints one markdown row per run and the median/range per length.
 """
 import argparse
@@ -94,7 +94,7 @@ def main():
     args.scheduler = str(root / "services/scheduler/kvcast-scheduler")
     args.prefill = str(root / "services/prefill/kvcast-prefill")
     args.decode = str(root / "services/decode/kvcast-decode")
-    args.relay = str(root / "transport/moqt/kvcast-relay")
+    args.relay = str(root / "services/relay/kvcast-relay")
     lengths = [int(t) for t in args.tokens.split(",")]
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                             text=True).stdout.strip()

@@ -58,7 +58,7 @@ fi
 [ "$WHICH" = guidellm ] || venv build/venv-aiperf aiperf==0.13.0
 
 bazel build --jobs="${KVCAST_JOBS:-2}" //tools/cli:kvcast //services/scheduler:kvcast-scheduler \
-  //services/prefill:kvcast-prefill //services/decode:kvcast-decode //transport/moqt:kvcast-relay
+  //services/prefill:kvcast-prefill //services/decode:kvcast-decode //services/relay:kvcast-relay
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 ROOT=$PWD

@@ -15,7 +15,7 @@ MODEL=${KVCAST_SMOLLM2:-build/models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf}
 WORK=${TMPDIR:-/tmp}/kvcast-pd-fusion-bench
 [ -f "$MODEL" ] || { echo "no model at $MODEL (tools/models/fetch_smollm2.sh)" >&2; exit 1; }
 bazel build -c opt --jobs="${KVCAST_JOBS:-2}" //tools/cli:kvcast //services/scheduler:kvcast-scheduler \
-  //services/prefill:kvcast-prefill //services/decode:kvcast-decode //transport/moqt:kvcast-relay
+  //services/prefill:kvcast-prefill //services/decode:kvcast-decode //services/relay:kvcast-relay
 rm -rf "$WORK"
 mkdir -p "$WORK"
 

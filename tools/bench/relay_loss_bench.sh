@@ -11,7 +11,7 @@
 # rounds (issue 22's goal: relay killed / no relay at most 1.5x). Needs the
 # binaries built:
 #   bazel build //tools/cli:kvcast //tools/tiny_model:make_tiny_model \
-#     //services/... //transport/moqt:kvcast-relay
+#     //services/... //services/relay:kvcast-relay
 # Usage: tools/bench/relay_loss_bench.sh [rounds] [requests]
 set -euo pipefail
 cd "$(dirname "$0")/../.."

@@ -89,7 +89,7 @@ absl::Status LocalCluster::Launch() {
   ASSIGN_OR_RETURN(std::string decode_bin, binary(options_.decode_bin, "kvcast-decode", "services/decode"));
   std::string relay_bin;
   if (options_.relay) {
-    ASSIGN_OR_RETURN(relay_bin, binary(options_.relay_bin, "kvcast-relay", "transport/moqt"));
+    ASSIGN_OR_RETURN(relay_bin, binary(options_.relay_bin, "kvcast-relay", "services/relay"));
   }
 
   std::set<int> used;

@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "engine/model/checkpoint.h"
-#include "engine/model/dtype.h"
+#include "common/dtype.h"
 #include "engine/model/internal/file_util.h"
 #include "engine/model/internal/gguf_writer.h"
 #include "nlohmann/json.hpp"

@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
-#include "engine/model/dtype.h"
+#include "common/dtype.h"
 #include "engine/model/internal/file_util.h"
 #include "engine/model/internal/json_util.h"
 #include "engine/model/model_config.h"

@@ -45,6 +45,6 @@ CC
   { echo "ERROR: build of the seed checker failed" >&2; exit 2; }
 "$OUT_DIR/check_seed" "$HERE"/corpus/* || exit 1
 SOURCES=(engine/model/fuzz/gguf_fuzzer.cc engine/model/gguf.cc engine/model/ggml_types.cc
-  engine/model/dtype.cc engine/model/internal/file_util.cc)
+  common/dtype.cc engine/model/internal/file_util.cc)
 exec "$ROOT/tools/fuzz/run_libfuzzer.sh" "$OUT_DIR" "$SECONDS_TO_RUN" engine/model/fuzz/corpus \
   "${SOURCES[@]}" -- -max_len=4096 "$@"

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
-#include "engine/model/dtype.h"
+#include "common/dtype.h"
 #include "kernels/kv_codec.h"
 #include "transport/kvcache/ac/ac_codec.h"
 #include "transport/kvcache/ac/testing/synthetic_kv.h"

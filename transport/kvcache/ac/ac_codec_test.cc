@@ -6,7 +6,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
-#include "engine/model/dtype.h"
+#include "common/dtype.h"
 #include "gtest/gtest.h"
 #include "transport/kvcache/ac/internal/unit_kernels.h"
 #include "transport/kvcache/ac/testing/synthetic_kv.h"

@@ -7,7 +7,7 @@
 # each verifying every byte. Prints one line per case, the ratios, and the
 # relay's peak RSS. RELAY_BIN (another kvcast-relay, for an A/B run) and
 # RELAY_FLAGS (extra relay flags) are optional.
-#   bazel build //transport/moqt:kvcast-relay //transport/moqt:kvcast-moqt //tools/devcert:kvcast-devcert
+#   bazel build //services/relay:kvcast-relay //transport/moqt:kvcast-moqt //tools/devcert:kvcast-devcert
 #   transport/moqt/tools/relay_bench.sh [GROUPS OBJECTS SIZE]
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../../.." && pwd)
@@ -17,7 +17,7 @@ TMP=$(mktemp -d)
 PORT=$((20000 + RANDOM % 20000))
 trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$TMP"' EXIT
 "$BIN/tools/devcert/kvcast-devcert" --out "$TMP/certs" >/dev/null
-"${RELAY_BIN:-$BIN/transport/moqt/kvcast-relay}" --listen "127.0.0.1:$PORT" --cert "$TMP/certs/server.pem" \
+"${RELAY_BIN:-$BIN/services/relay/kvcast-relay}" --listen "127.0.0.1:$PORT" --cert "$TMP/certs/server.pem" \
   --key "$TMP/certs/server-key.pem" --auth_key_file "$TMP/certs/moqt-auth.key" --cache_mb 512 ${RELAY_FLAGS:-} \
   > "$TMP/relay.log" 2>&1 &
 RPID=$!

@@ -93,7 +93,7 @@ cancelled, and the process exits, before the kubelet's SIGKILL.
 {{ include "kvcast.args.drain" . }}
 {{- end }}
 
-{{/* transport/moqt/relay_main.cc flags (its --stats_interval_s stays off). */}}
+{{/* services/relay/relay_main.cc flags (its --stats_interval_s stays off). */}}
 {{- define "kvcast.args.relay" -}}
 {{- $v := .root.Values.relay }}
 {{ include "kvcast.args.common" . }}

@@ -13,7 +13,7 @@
 #include <cstring>
 #include <limits>
 
-#include "engine/model/dtype.h"
+#include "common/dtype.h"
 #include "transport/kvcache/ac/internal/unit_kernels.h"
 
 namespace kvcast::kvcache::ac::internal {

@@ -8,7 +8,7 @@
 #include <limits>
 #include <random>
 
-#include "engine/model/dtype.h"
+#include "common/dtype.h"
 #include "gtest/gtest.h"
 
 namespace kvcast::kvcache::ac::internal {

@@ -12,7 +12,7 @@
 #include <cstdlib>
 #include <limits>
 
-#include "engine/model/dtype.h"
+#include "common/dtype.h"
 
 namespace kvcast::kvcache::ac::internal {
 namespace {

@@ -5,8 +5,8 @@
 // keep NaN a (quiet) NaN and produce subnormals where the value calls for
 // them. Thread safety: everything here is stateless and safe to call from
 // any thread.
-#ifndef KVCAST_ENGINE_MODEL_DTYPE_H_
-#define KVCAST_ENGINE_MODEL_DTYPE_H_
+#ifndef KVCAST_COMMON_DTYPE_H_
+#define KVCAST_COMMON_DTYPE_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -34,4 +34,4 @@ uint16_t FloatToBFloat16(float value);
 
 }  // namespace kvcast
 
-#endif  // KVCAST_ENGINE_MODEL_DTYPE_H_
+#endif  // KVCAST_COMMON_DTYPE_H_

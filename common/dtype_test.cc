@@ -1,4 +1,4 @@
-#include "engine/model/dtype.h"
+#include "common/dtype.h"
 
 #include <cmath>
 #include <cstring>

@@ -1,0 +1,70 @@
+#!/usr/bin/env python3
+"""No include of a higher layer from a lower one.
+
+Layers, lowest first: common < kernels < engine < transport < services <
+tools, tests, deploy. A product source (.h, .cc, .cu) of one layer may
+include its own layer and those below it. Tests, test support (testing/,
+*_test_util*), fuzzers and benchmarks may also use tools/ (certificates,
+the tiny model) and, for cross-checks, the layer above.
+
+Reads the source tree the test's own file links back to (the test is
+tagged external: it must see every file as it is now). Usage outside Bazel:
+    python3 tests/layering/layering_test.py [ROOT]
+"""
+import os
+import re
+import sys
+
+LAYERS = ["common", "kernels", "engine", "transport", "services"]
+ABOVE = {"tools", "tests", "deploy"}
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_0-9]+)/')
+
+
+def is_product(path):
+    name = os.path.basename(path)
+    return not (name.endswith(("_test.cc", "_test.h", "_benchmark.cc", "_fuzzer.cc"))
+                or "_test_util" in name or "/testing/" in path or "/fuzz/" in path)
+
+
+def violations(root):
+    found = []
+    for rank, layer in enumerate(LAYERS):
+        for dirpath, _, files in os.walk(os.path.join(root, layer)):
+            for f in files:
+                if not f.endswith((".h", ".cc", ".cu")):
+                    continue
+                path = os.path.join(dirpath, f)
+                rel = os.path.relpath(path, root)
+                if not is_product(rel):
+                    continue
+                with open(path, errors="replace") as src:
+                    for n, line in enumerate(src, 1):
+                        m = INCLUDE.match(line)
+                        if not m:
+                            continue
+                        target = m.group(1)
+                        higher = (target in LAYERS and LAYERS.index(target) > rank) or \
+                            target in ABOVE
+                        if higher:
+                            found.append(f"{rel}:{n}: {layer} includes {target}: {line.strip()}")
+    return found
+
+
+def main():
+    if len(sys.argv) > 1:
+        root = sys.argv[1]
+    else:  # the source tree this file is linked from
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
+    if not os.path.isdir(os.path.join(root, "engine")):
+        print(f"layering_test: no source tree at {root}")
+        return 1
+    found = violations(root)
+    for v in found:
+        print(v)
+    print(f"layering_test: {len(found)} includes of a higher layer "
+          f"({', '.join(LAYERS)}, then tools/tests/deploy)")
+    return 1 if found else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
