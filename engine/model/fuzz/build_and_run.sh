@@ -6,7 +6,7 @@
 #   engine/model/fuzz/build_and_run.sh OUT_DIR SECONDS [libFuzzer flags...]
 #
 # Bazel builds with gcc, so this is a plain script; it compiles gguf.cc,
-# ggml_types.cc, dtype.cc and internal/file_util.cc (found relative to this
+# ggml_types.cc, common/dtype.cc and internal/file_util.cc (found relative to this
 # script: works from the source tree and from Bazel runfiles). Needs clang-14,
 # libclang-rt-14-dev, libabsl-dev, pkg-config. First checks that every seed
 # in ./corpus parses. OUT_DIR gets the binary, the evolving corpus, crash
@@ -31,7 +31,7 @@ mkdir -p "$OUT_DIR"
 # The seeds must be valid files, or the fuzzer starts from nothing.
 # shellcheck disable=SC2086
 "$CLANGXX" -std=c++17 -O1 -I"$ROOT" -x c++ - "$MODEL_DIR/gguf.cc" "$MODEL_DIR/ggml_types.cc" \
-  "$MODEL_DIR/dtype.cc" "$MODEL_DIR/internal/file_util.cc" $ABSL -o "$OUT_DIR/check_seed" <<'CC' ||
+  "$ROOT/common/dtype.cc" "$MODEL_DIR/internal/file_util.cc" $ABSL -o "$OUT_DIR/check_seed" <<'CC' ||
 #include <cstdio>
 #include "engine/model/gguf.h"
 int main(int argc, char** argv) {
