@@ -9,9 +9,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/status_macros.h"
-#include "services/worker/grpc_status.h"
+#include "services/common/grpc_status.h"
 #include "services/worker/kv_landing.h"
-#include "services/worker/sampling_proto.h"
+#include "services/common/sampling_proto.h"
 #include "transport/kvcache/naming.h"
 
 namespace kvcast::decode {
@@ -26,7 +26,7 @@ double Ms(Clock::duration d) { return std::chrono::duration<double, std::milli>(
 
 GenerationParams ParamsOf(const v1::DecodeStart& start) {
   GenerationParams p;
-  p.sampling = worker::SamplingFromProto(start.sampling());
+  p.sampling = services::SamplingFromProto(start.sampling());
   p.max_tokens = start.max_tokens();
   p.stop_tokens.assign(start.stop_token_ids().begin(), start.stop_token_ids().end());
   p.ignore_eos = start.ignore_eos();
@@ -271,7 +271,7 @@ grpc::Status DecodeService::Decode(
                         });
   if (!id.ok()) {
     requests_failed_->Increment();
-    return worker::ToGrpc(id.status());
+    return services::ToGrpc(id.status());
   }
   bool cancelled = false;
   auto last = Clock::now();
@@ -303,7 +303,7 @@ grpc::Status DecodeService::Decode(
       v1::DecodeResponse out;
       if (ev.token >= 0) {
         out.add_token_ids(ev.token);
-        if (ev.logprob) *out.add_logprobs() = worker::LogprobToProto(*ev.logprob);
+        if (ev.logprob) *out.add_logprobs() = services::LogprobToProto(*ev.logprob);
         tokens_generated_->Increment();
         const auto now = Clock::now();
         tbt_seconds_->Observe(std::chrono::duration<double>(now - last).count());

@@ -8,15 +8,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/status_macros.h"
-#include "services/worker/grpc_status.h"
+#include "services/common/grpc_status.h"
 #include "services/worker/kv_landing.h"
 #include "services/worker/land_kv.h"
-#include "services/worker/sampling_proto.h"
+#include "services/common/sampling_proto.h"
 #include "transport/kvcache/naming.h"
 
 namespace kvcast::prefill {
 
-using worker::ToGrpc;
+using services::ToGrpc;
 
 // The publisher, announcing prompts on the relay session only (direct
 // sessions from decode workers just subscribe).
@@ -189,7 +189,7 @@ grpc::Status PrefillService::Compute(grpc::ServerContext* context,
   params.ignore_eos = true;
   params.min_tokens = request.sampling().min_tokens();
   params.tenant = request.tenant();
-  params.sampling = worker::SamplingFromProto(request.sampling());
+  params.sampling = services::SamplingFromProto(request.sampling());
   params.logprobs = request.sampling().logprobs();
   params.top_logprobs = request.sampling().top_logprobs();
 
@@ -305,7 +305,7 @@ grpc::Status PrefillService::Compute(grpc::ServerContext* context,
   const auto t1 = std::chrono::steady_clock::now();
   const int reused = ev.cached_tokens;
   response->set_first_token(ev.token);
-  if (ev.logprob) *response->mutable_first_logprob() = worker::LogprobToProto(*ev.logprob);
+  if (ev.logprob) *response->mutable_first_logprob() = services::LogprobToProto(*ev.logprob);
   response->set_fetched_tokens(fetched_tokens);
   response->set_cached_tokens(reused - fetched_tokens);
   response->set_computed_tokens(n - reused);

@@ -11,8 +11,8 @@
 #include "engine/sampling/logprobs.h"
 #include "engine/sampling/sampler.h"
 #include "services/scheduler/text_stream.h"
-#include "services/worker/grpc_status.h"
-#include "services/worker/sampling_proto.h"
+#include "services/common/grpc_status.h"
+#include "services/common/sampling_proto.h"
 #include "transport/kvcache/naming.h"
 #include "transport/moqt/codec.h"
 
@@ -177,7 +177,7 @@ grpc::Status GenerationService::Request::Validate() {
     }
     if (req_.text().empty()) return grpc::Status(grpc::INVALID_ARGUMENT, "empty prompt");
     auto ids = svc_->tokenizer_->Encode(req_.text(), /*add_bos=*/true);
-    if (!ids.ok()) return worker::ToGrpc(ids.status());
+    if (!ids.ok()) return services::ToGrpc(ids.status());
     prompt_ = std::move(*ids);
   }
   if (prompt_.empty()) return grpc::Status(grpc::INVALID_ARGUMENT, "empty prompt");
@@ -194,8 +194,8 @@ grpc::Status GenerationService::Request::Validate() {
                         absl::StrCat("max_tokens must be in [1, ", limit, "], got ", max_tokens_));
   }
   sampling_ = req_.sampling();
-  if (absl::Status s = worker::SamplingFromProto(sampling_).Validate(); !s.ok()) {
-    return worker::ToGrpc(s);
+  if (absl::Status s = services::SamplingFromProto(sampling_).Validate(); !s.ok()) {
+    return services::ToGrpc(s);
   }
   if (sampling_.top_logprobs() < 0 || sampling_.top_logprobs() > kMaxTopLogprobs ||
       (sampling_.top_logprobs() > 0 && !sampling_.logprobs())) {
@@ -318,7 +318,7 @@ grpc::Status GenerationService::Request::Run() {
     ctx_->AddTrailingMetadata("kvcast-limit", "tenant");
     ctx_->AddTrailingMetadata("retry-after",
                               absl::StrCat(absl::ToInt64Seconds(absl::Ceil(retry_after, absl::Seconds(1)))));
-    return worker::ToGrpc(s);
+    return services::ToGrpc(s);
   }
   struct TenantRelease {
     TenantLimits* limits;

@@ -1,14 +1,14 @@
 // kvcast.v1.SamplingParams -> the engine's SamplingParams (unset (0) top_p
 // and repetition_penalty mean "off" (1), as generation.proto documents), and
 // the engine's log-probabilities -> kvcast.v1.TokenLogprob.
-#ifndef KVCAST_SERVICES_WORKER_SAMPLING_PROTO_H_
-#define KVCAST_SERVICES_WORKER_SAMPLING_PROTO_H_
+#ifndef KVCAST_SERVICES_COMMON_SAMPLING_PROTO_H_
+#define KVCAST_SERVICES_COMMON_SAMPLING_PROTO_H_
 
 #include "engine/sampling/logprobs.h"
 #include "engine/sampling/sampler.h"
 #include "kvcast/v1/generation.pb.h"
 
-namespace kvcast::worker {
+namespace kvcast::services {
 
 inline SamplingParams SamplingFromProto(const v1::SamplingParams& s) {
   SamplingParams p;
@@ -31,6 +31,6 @@ inline v1::TokenLogprob LogprobToProto(const TokenLogprob& lp) {
   return out;
 }
 
-}  // namespace kvcast::worker
+}  // namespace kvcast::services
 
-#endif  // KVCAST_SERVICES_WORKER_SAMPLING_PROTO_H_
+#endif  // KVCAST_SERVICES_COMMON_SAMPLING_PROTO_H_

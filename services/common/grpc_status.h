@@ -1,13 +1,13 @@
 // absl::Status <-> grpc::Status: the canonical codes map one to one.
-#ifndef KVCAST_SERVICES_WORKER_GRPC_STATUS_H_
-#define KVCAST_SERVICES_WORKER_GRPC_STATUS_H_
+#ifndef KVCAST_SERVICES_COMMON_GRPC_STATUS_H_
+#define KVCAST_SERVICES_COMMON_GRPC_STATUS_H_
 
 #include <string>
 
 #include "absl/status/status.h"
 #include "grpcpp/support/status.h"
 
-namespace kvcast::worker {
+namespace kvcast::services {
 
 inline grpc::Status ToGrpc(const absl::Status& s) {
   if (s.ok()) return grpc::Status::OK;
@@ -19,6 +19,6 @@ inline absl::Status FromGrpc(const grpc::Status& s) {
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
 }
 
-}  // namespace kvcast::worker
+}  // namespace kvcast::services
 
-#endif  // KVCAST_SERVICES_WORKER_GRPC_STATUS_H_
+#endif  // KVCAST_SERVICES_COMMON_GRPC_STATUS_H_
