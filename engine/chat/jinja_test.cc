@@ -236,5 +236,22 @@ TEST(JinjaTest, MutatedTemplatesNeverCrash) {
   EXPECT_GT(rendered, 0);
 }
 
+// As Jinja2 3.1 renders them (checked with its own renderer): select,
+// reject, selectattr, rejectattr and map over a falsy value give an empty
+// sequence; str.rsplit takes maxsplit, whitespace or a separator.
+TEST(JinjaTest, FalsyFilterInputsAndRsplitAsJinja2) {
+  const json ctx = {{"none", nullptr}};
+  EXPECT_EQ(*Render("{{ none|select|list }}|{{ 0|reject|list }}|{{ false|map('upper')|list }}|"
+                    "{{ none|selectattr('a')|list }}|{{ none|rejectattr('a')|list }}",
+                    ctx),
+            "[]|[]|[]|[]|[]");
+  EXPECT_EQ(*Render("{{ 'a,b,c'.rsplit(',', 1) }}|{{ '  a  b  '.rsplit(None, 1) }}|"
+                    "{{ ' a b '.rsplit(maxsplit=1) }}|{{ 'abc'.rsplit('b', 0) }}|"
+                    "{{ ',a,'.rsplit(',', 1) }}|{{ 'aaa'.rsplit('aa', 1) }}|{{ '   '.rsplit(None, 1) }}|"
+                    "{{ 'a,b,c'.rsplit(',') }}"),
+            "['a,b', 'c']|['  a', 'b']|[' a', 'b']|['abc']|[',a', '']|['a', '']|[]|"
+            "['a', 'b', 'c']");
+}
+
 }  // namespace
 }  // namespace kvcast

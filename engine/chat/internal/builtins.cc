@@ -118,14 +118,14 @@ absl::StatusOr<Value> CallStrMethod(Interpreter& in, const std::string& name, co
     if (Has(p[1])) {
       ASSIGN_OR_RETURN(maxsplit, NeedInt(in, name, p[1]));
     }
-    if (name == "rsplit" && maxsplit >= 0) return in.Error("rsplit with maxsplit is not supported");
+    auto split = name == "rsplit" ? PyRSplit : PySplit;
     std::vector<std::string> parts;
     if (Has(p[0]) && !p[0].is_none()) {
       RETURN_IF_ERROR(NeedString(in, name, p[0]));
       if (p[0].str().empty()) return in.Error("empty separator");
-      parts = PySplit(s, &p[0].str(), maxsplit);
+      parts = split(s, &p[0].str(), maxsplit);
     } else {
-      parts = PySplit(s, nullptr, maxsplit);
+      parts = split(s, nullptr, maxsplit);
     }
     std::vector<Value> items;
     for (auto& part : parts) items.push_back(Value::String(std::move(part)));

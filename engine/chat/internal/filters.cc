@@ -67,6 +67,7 @@ Value FoldKey(const Value& v, bool case_sensitive) {
 using FilterFn = absl::StatusOr<Value> (*)(Interpreter&, const Value&, CallArgs&);
 
 absl::StatusOr<Value> SelectOrReject(Interpreter& in, const Value& v, CallArgs& a, bool select, bool by_attr) {
+  if (!v.Truthy()) return Value::List({});  // Jinja2: None, 0, false give an empty sequence
   ASSIGN_OR_RETURN(std::vector<Value> items, Items(in, v));
   size_t next = 0;
   Value attribute;
@@ -151,6 +152,7 @@ absl::StatusOr<Value> Indent(Interpreter& in, const Value& v, CallArgs& a) {
 }
 
 absl::StatusOr<Value> Map(Interpreter& in, const Value& v, CallArgs& a) {
+  if (!v.Truthy()) return Value::List({});  // Jinja2: None, 0, false give an empty sequence
   ASSIGN_OR_RETURN(std::vector<Value> items, Items(in, v));
   std::vector<Value> out;
   out.reserve(items.size());

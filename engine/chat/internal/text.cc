@@ -1,5 +1,7 @@
 #include "engine/chat/internal/text.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_format.h"
 #include "engine/chat/internal/value.h"
 
@@ -180,6 +182,39 @@ std::vector<std::string> PySplit(absl::string_view s, const std::string* sep, in
     out.push_back(EncodeUtf8(std::vector<uint32_t>(cps.begin() + i, cps.begin() + j)));
     i = j;
   }
+  return out;
+}
+
+std::vector<std::string> PyRSplit(absl::string_view s, const std::string* sep, int64_t maxsplit) {
+  std::vector<std::string> out;  // from the right, reversed at the end
+  if (sep != nullptr) {
+    size_t end = s.size();
+    while (maxsplit < 0 || static_cast<int64_t>(out.size()) < maxsplit) {
+      if (end < sep->size()) break;
+      size_t p = s.rfind(*sep, end - sep->size());
+      if (p == absl::string_view::npos) break;
+      out.emplace_back(s.substr(p + sep->size(), end - p - sep->size()));
+      end = p;
+    }
+    out.emplace_back(s.substr(0, end));
+  } else {
+    std::vector<uint32_t> cps = DecodeUtf8(s);
+    size_t j = cps.size();
+    while (j > 0) {
+      while (j > 0 && IsPySpace(cps[j - 1])) --j;
+      if (j == 0) break;
+      if (maxsplit >= 0 && static_cast<int64_t>(out.size()) >= maxsplit) {
+        // The rest, its leading whitespace kept (as Python does).
+        out.push_back(EncodeUtf8(std::vector<uint32_t>(cps.begin(), cps.begin() + j)));
+        break;
+      }
+      size_t i = j;
+      while (i > 0 && !IsPySpace(cps[i - 1])) --i;
+      out.push_back(EncodeUtf8(std::vector<uint32_t>(cps.begin() + i, cps.begin() + j)));
+      j = i;
+    }
+  }
+  std::reverse(out.begin(), out.end());
   return out;
 }
 

@@ -31,6 +31,8 @@ std::string JinjaTitle(absl::string_view s);  // jinja2's |title filter
 std::string PyStrip(absl::string_view s, const std::string* chars, int which);
 // str.split(sep, maxsplit); sep null splits on whitespace runs.
 std::vector<std::string> PySplit(absl::string_view s, const std::string* sep, int64_t maxsplit);
+// str.rsplit: as PySplit, splitting from the right.
+std::vector<std::string> PyRSplit(absl::string_view s, const std::string* sep, int64_t maxsplit);
 // str.replace(old, new, count); count < 0 means all.
 std::string PyReplace(absl::string_view s, absl::string_view old, absl::string_view replacement, int64_t count);
 // str.splitlines() (\n, \r\n, \r, \v, \f, \x1c-\x1e, U+0085, U+2028/9).
