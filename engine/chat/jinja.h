@@ -19,9 +19,10 @@
 // behave as jinja2's default Undefined: they print as "", iterate as empty
 // and are false, while attribute access on them, calling them or using them
 // in arithmetic or ordering is an error. Not supported: extends, include,
-// import, block, recursive loops, *args/**kwargs in calls, % formatting,
-// and the rarely used filters (format, groupby, batch, slice, truncate,
-// wordwrap, urlize, ...): a template that uses them fails to parse.
+// import, block, recursive loops, *args/**kwargs in calls, the % operator
+// (the format filter does %-formatting: %s %r %d %i %f %e %g %x %o, flags,
+// width, precision), and the rarely used filters (groupby, batch, slice,
+// truncate, wordwrap, urlize, ...): a template that uses them fails to parse.
 // Case mapping (upper, lower, title, capitalize) covers ASCII, Latin-1,
 // Latin Extended-A, Greek and Cyrillic; other scripts pass unchanged.
 //

@@ -253,5 +253,20 @@ TEST(JinjaTest, FalsyFilterInputsAndRsplitAsJinja2) {
             "['a', 'b', 'c']");
 }
 
+// The format filter as jinja2 renders it (expected strings: Jinja2 3.1.6's
+// output), errors where Python raises.
+TEST(JinjaTest, FormatFilterAsJinja2) {
+  EXPECT_EQ(*Render(R"({{ "%s-%d-%.2f-%5s|%-4s|%r|%x|%%" | format("a", 3, 2.5, "b", "c", "q", 255) }})"),
+            "a-3-2.50-    b|c   |'q'|ff|%");
+  EXPECT_EQ(*Render(R"({{ "%d|%i|%05.1f|%+d|%X|%o|%e" | format(3.9, true, 2.25, 4, 255, 8, 1234.5) }})"),
+            "3|1|002.2|+4|FF|10|1.234500e+03");
+  EXPECT_EQ(*Render(R"({{ "%s" | format([1, "a"]) }}|{{ "%s" | format(none) }})",
+                    json{{"none", nullptr}}),
+            "[1, 'a']|None");
+  EXPECT_FALSE(Render(R"({{ "%s %s" | format("x") }})").ok());
+  EXPECT_FALSE(Render(R"({{ "%s" | format("x", "y") }})").ok());
+  EXPECT_FALSE(Render(R"({{ "%d" | format("x") }})").ok());
+}
+
 }  // namespace
 }  // namespace kvcast

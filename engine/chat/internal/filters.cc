@@ -2,7 +2,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
+#include <string_view>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -96,6 +98,86 @@ absl::StatusOr<Value> SelectOrReject(Interpreter& in, const Value& v, CallArgs& 
     if (pass == select) out.push_back(item);
   }
   return Value::List(std::move(out));
+}
+
+// jinja2's format: str(value) % args, Python's %-formatting for %s %r %d %i
+// %f %F %e %E %g %G %x %X %o and %%, with the flags "-+ 0#", a width and a
+// precision (not %(name)s, nor * widths).
+absl::StatusOr<Value> Format(Interpreter& in, const Value& v, CallArgs& a) {
+  if (!a.kwargs.empty()) return in.Error("format with keyword arguments is not supported");
+  const std::string fmt = v.ToString();
+  std::string out;
+  size_t next = 0;
+  char buf[512];
+  for (size_t i = 0; i < fmt.size(); ++i) {
+    if (fmt[i] != '%') {
+      out += fmt[i];
+      continue;
+    }
+    std::string spec = "%";
+    ++i;
+    while (i < fmt.size() && std::string_view("-+ 0#").find(fmt[i]) != std::string_view::npos) {
+      spec += fmt[i++];
+    }
+    while (i < fmt.size() && fmt[i] >= '0' && fmt[i] <= '9') spec += fmt[i++];
+    if (i < fmt.size() && fmt[i] == '.') {
+      spec += fmt[i++];
+      while (i < fmt.size() && fmt[i] >= '0' && fmt[i] <= '9') spec += fmt[i++];
+    }
+    if (i >= fmt.size()) return in.Error("incomplete format");
+    const char conv = fmt[i];
+    if (conv == '%' && spec == "%") {
+      out += '%';
+      continue;
+    }
+    if (next >= a.args.size()) return in.Error("not enough arguments for format string");
+    const Value& x = a.args[next++];
+    int n = 0;
+    switch (conv) {
+      case 's':
+      case 'r': {
+        const std::string text = conv == 's' ? x.ToString() : x.Repr();
+        n = std::snprintf(buf, sizeof(buf), (spec + "s").c_str(), text.c_str());
+        if (n >= int(sizeof(buf))) {  // a long string with no width: as it is
+          out += text;
+          continue;
+        }
+        break;
+      }
+      case 'd':
+      case 'i':
+      case 'x':
+      case 'X':
+      case 'o': {
+        if (!x.is_number()) {
+          return in.Error(absl::StrCat("%", std::string(1, conv), " format: a number is required, not ",
+                                       x.TypeName()));
+        }
+        const long long value = x.is_float() ? static_cast<long long>(std::trunc(x.number_value()))
+                                             : static_cast<long long>(x.int_value());
+        n = std::snprintf(buf, sizeof(buf), (spec + "ll" + (conv == 'i' ? 'd' : conv)).c_str(), value);
+        break;
+      }
+      case 'f':
+      case 'F':
+      case 'e':
+      case 'E':
+      case 'g':
+      case 'G':
+        if (!x.is_number()) {
+          return in.Error(absl::StrCat("%", std::string(1, conv), " format: a number is required, not ",
+                                       x.TypeName()));
+        }
+        n = std::snprintf(buf, sizeof(buf), (spec + conv).c_str(), x.number_value());
+        break;
+      default:
+        return in.Error(absl::StrCat("unsupported format character '", std::string(1, conv), "'"));
+    }
+    if (n < 0 || n >= int(sizeof(buf))) return in.Error("format: a field too wide");
+    out.append(buf, size_t(n));
+  }
+  if (next < a.args.size()) return in.Error("not all arguments converted during string formatting");
+  return Value::String(std::move(out));
 }
 
 absl::StatusOr<Value> ToJson(Interpreter& in, const Value& v, CallArgs& a) {
@@ -276,6 +358,7 @@ std::string HtmlEscape(const std::string& s) {
 const absl::flat_hash_map<std::string, FilterFn>& Filters() {
   static const auto* filters = new absl::flat_hash_map<std::string, FilterFn>{
       {"tojson", ToJson},
+      {"format", Format},
       {"indent", Indent},
       {"map", Map},
       {"sort", SortFilter},
