@@ -73,10 +73,6 @@ KvLander::KvLander(KvPagePool* pool, Backend* backend, KvFormat format,
   staged_slots_.reserve(spec_.chunk_tokens);
 }
 
-KvLander::~KvLander() {
-  // Unfinished, spec_.pages are released with it.
-}
-
 absl::Status KvLander::Land(const moqt::ObjectHeader& h, absl::Span<const uint8_t> payload) {
   if (h.group < uint64_t(spec_.first_group) || h.group >= uint64_t(spec_.end_group)) {
     return absl::InvalidArgumentError(absl::StrCat(

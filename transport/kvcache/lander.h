@@ -70,7 +70,7 @@ class KvLander : public moqt::TrackConsumer, public std::enable_shared_from_this
   static absl::StatusOr<std::shared_ptr<KvLander>> Create(
       KvPagePool* pool, Backend* backend, const Hash128& model_fingerprint,
       const moqt::FullTrackName& track, LandingSpec spec, DoneCallback done);
-  ~KvLander() override;  // releases the pages if still held
+  ~KvLander() override = default;  // spec_.pages releases them if still held
 
   // Gives up (deadline, cancellation): releases the pages and reports
   // `reason` through `done`, unless already finished.
