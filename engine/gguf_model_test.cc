@@ -26,14 +26,18 @@ std::string TempPath(const std::string& name) {
   return std::string(tmp ? tmp : "/tmp") + "/" + name;
 }
 
-// All-position logits of `tokens` for the model at `path`, on float32 weights.
-std::vector<float> Logits(const std::string& path, const std::vector<int32_t>& tokens) {
+// All-position logits of `tokens` for the model at `path`, on float32
+// weights or those of `weights`; `weight_bytes` gets what the backend holds.
+std::vector<float> Logits(const std::string& path, const std::vector<int32_t>& tokens,
+                          CpuWeights weights = CpuWeights::kF32, size_t* weight_bytes = nullptr) {
   auto ckpt = Checkpoint::Open(path);
   EXPECT_TRUE(ckpt.ok()) << ckpt.status();
   if (!ckpt.ok()) return {};
-  auto backend = NewCpuBackend(CpuWeights::kF32);
+  auto backend = NewCpuBackend(weights);
   auto model = Transformer::Load(**ckpt, backend.get());
   EXPECT_TRUE(model.ok()) << model.status();
+  if (!model.ok()) return {};
+  if (weight_bytes != nullptr) *weight_bytes = (*model)->weight_bytes();
   auto pool = *KvPagePool::Create(backend.get(), (*model)->kv_layout(16), 8);
   std::vector<int32_t> pages(8);
   std::iota(pages.begin(), pages.end(), 0);
@@ -78,6 +82,40 @@ TEST_P(GgufModelTest, Q8_0GgufLogitsCloseToHfDirectory) {
   // under 2% of their range; a wrong row order would move them by ~100%.
   EXPECT_LT(worst, 0.02 * spread) << "worst " << worst << " of " << spread;
   EXPECT_GT(worst, 0.0);  // Really quantized.
+}
+
+// Q4_0 / Q4_1 matrices stay 4-bit on the default backend ("cpu": Q4
+// panels, 0.625 bytes a weight against Q8's 1.125) and compute what the
+// same blocks widened to float32 compute, up to its Q8 activations.
+TEST_P(GgufModelTest, Q4GgufStaysQ4OnTheCpuBackend) {
+  TinyModelOptions o;
+  o.arch = GetParam();
+  o.dtype = "f32";
+  o.intermediate_size = 192;
+  o.tie_embeddings = true;
+  const std::string q8_path = TempPath(std::string(GetParam()) + "-q8-for-q4.gguf");
+  ASSERT_TRUE(WriteTinyGguf(o, GgmlType::kQ8_0, q8_path).ok());
+  size_t q8_bytes = 0;
+  Logits(q8_path, kPrompt, CpuWeights::kQ8, &q8_bytes);
+  for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ4_1}) {
+    SCOPED_TRACE(GgmlTypeName(uint32_t(type)));
+    const std::string path = TempPath(std::string(GetParam()) + "-" +
+                                      GgmlTypeName(uint32_t(type)) + ".gguf");
+    ASSERT_TRUE(WriteTinyGguf(o, type, path).ok());
+    size_t q4_bytes = 0;
+    const auto f32 = Logits(path, kPrompt), q4 = Logits(path, kPrompt, CpuWeights::kQ8, &q4_bytes);
+    ASSERT_EQ(q4.size(), f32.size());
+    ASSERT_FALSE(q4.empty());
+    EXPECT_LT(q4_bytes, q8_bytes * 2 / 3) << "Q4 weights " << q4_bytes << ", Q8 " << q8_bytes;
+    double worst = 0, spread = 0;
+    for (size_t i = 0; i < f32.size(); ++i) {
+      worst = std::max(worst, double(std::fabs(q4[i] - f32[i])));
+      spread = std::max(spread, double(std::fabs(f32[i])));
+    }
+    // Q8 activations only (the weights are the same values): a wrong
+    // nibble, scale or row order moves logits by a large part of their range.
+    EXPECT_LT(worst, 0.02 * spread) << "worst " << worst << " of " << spread;
+  }
 }
 
 TEST_P(GgufModelTest, TokenizerFromGgufEqualsTokenizerJson) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -34,8 +35,17 @@ WeightType ToWeightType(DType d) {
   }
 }
 
+// The backend type of a GGUF tensor kept as blocks.
+std::optional<WeightType> BlockWeightType(const TensorView& t) {
+  if (t.gguf_blocks == GgmlType::kQ4_0) return WeightType::kQ4_0Blocks;
+  if (t.gguf_blocks == GgmlType::kQ4_1) return WeightType::kQ4_1Blocks;
+  return std::nullopt;
+}
+
 // Loads tensors that are stacked along rows into one weight (q|k|v, gate|up),
-// hashing every tensor into the fingerprint.
+// hashing every tensor into the fingerprint. GGUF blocks go to the backend
+// as they are when it takes them and every part has the same block type;
+// otherwise they are widened to float32 here.
 class WeightLoader {
   static WeightKind KindOf(const std::vector<int64_t>& shape) {
     return shape.size() == 1 ? WeightKind::kVector : WeightKind::kMatrix;
@@ -48,41 +58,70 @@ class WeightLoader {
 
   absl::StatusOr<Weight> Load(
       const std::vector<std::pair<std::string, std::vector<int64_t>>>& parts) {
-    std::string bytes;
-    DType dtype = DType::kF32;
-    size_t count = 0, cols = 1;
-    for (size_t i = 0; i < parts.size(); ++i) {
-      ASSIGN_OR_RETURN(TensorView t, ckpt_.Get(parts[i].first, parts[i].second));
-      if (i > 0 && t.dtype != dtype) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            t.file, ": tensor '", t.name, "' is ", std::string(DTypeName(t.dtype)), " but '",
-            parts[0].first, "' is ", std::string(DTypeName(dtype)), "; fused weights need one dtype"));
-      }
-      dtype = t.dtype;
-      hasher_->Update(t.name);
-      hasher_->Update(DTypeName(t.dtype));
-      hasher_->Update(t.shape.data(), t.shape.size() * sizeof(int64_t));
-      hasher_->Update(t.data, t.nbytes);
-      count += size_t(t.numel());
-      // Parts stack along rows (q|k|v, gate|up); a vector is one row.
-      cols = KindOf(t) == WeightKind::kVector ? count : size_t(t.shape[1]);
-      if (parts.size() == 1) {
-        return backend_->LoadWeight(ToWeightType(dtype), KindOf(t), t.data, count / cols, cols);
-      }
-      bytes.append(static_cast<const char*>(t.data), t.nbytes);
-    }
-    return backend_->LoadWeight(ToWeightType(dtype), KindOf(parts[0].second), bytes.data(),
-                                count / cols, cols);
+    absl::StatusOr<Weight> w = LoadParts(parts);
+    if (w.ok()) bytes_ += w->bytes();
+    return w;
   }
 
   absl::StatusOr<Weight> Load(const std::string& name, std::vector<int64_t> shape) {
     return Load({{name, std::move(shape)}});
   }
 
+  // Bytes of the weights loaded so far, on the backend.
+  size_t bytes() const { return bytes_; }
+
  private:
+  absl::StatusOr<Weight> LoadParts(
+      const std::vector<std::pair<std::string, std::vector<int64_t>>>& parts) {
+    std::vector<TensorView> views;
+    for (const auto& [name, shape] : parts) {
+      ASSIGN_OR_RETURN(TensorView t, ckpt_.Get(name, shape));
+      if (!views.empty() && t.dtype != views[0].dtype) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            t.file, ": tensor '", t.name, "' is ", std::string(DTypeName(t.dtype)), " but '",
+            parts[0].first, "' is ", std::string(DTypeName(views[0].dtype)),
+            "; fused weights need one dtype"));
+      }
+      hasher_->Update(t.name);
+      hasher_->Update(t.gguf_blocks ? GgmlTypeName(uint32_t(*t.gguf_blocks))
+                                    : std::string(DTypeName(t.dtype)));
+      hasher_->Update(t.shape.data(), t.shape.size() * sizeof(int64_t));
+      hasher_->Update(t.data, t.nbytes);
+      views.push_back(std::move(t));
+    }
+    std::optional<WeightType> blocks = BlockWeightType(views[0]);
+    for (const TensorView& t : views) {
+      if (BlockWeightType(t) != blocks) blocks.reset();
+    }
+    if (blocks && !backend_->TakesWeightType(*blocks)) blocks.reset();
+    const WeightType type = blocks ? *blocks : ToWeightType(views[0].dtype);
+    // Parts stack along rows (q|k|v, gate|up); a vector is one row.
+    const WeightKind kind = KindOf(views[0]);
+    size_t count = 0;
+    for (const TensorView& t : views) count += size_t(t.numel());
+    const size_t cols = kind == WeightKind::kVector ? count : size_t(views[0].shape[1]);
+    std::string bytes;
+    for (const TensorView& t : views) {
+      if (t.gguf_blocks && !blocks) {
+        std::string widened(size_t(t.numel()) * sizeof(float), '\0');
+        ConvertToFloat(t, reinterpret_cast<float*>(widened.data()));
+        if (views.size() == 1) {
+          return backend_->LoadWeight(type, kind, widened.data(), count / cols, cols);
+        }
+        bytes += widened;
+      } else if (views.size() == 1) {
+        return backend_->LoadWeight(type, kind, t.data, count / cols, cols);
+      } else {
+        bytes.append(static_cast<const char*>(t.data), t.nbytes);
+      }
+    }
+    return backend_->LoadWeight(type, kind, bytes.data(), count / cols, cols);
+  }
+
   const Checkpoint& ckpt_;
   Backend* backend_;
   Hasher128* hasher_;
+  size_t bytes_ = 0;
 };
 
 }  // namespace
@@ -168,6 +207,7 @@ absl::Status Transformer::LoadWeights(const Checkpoint& ckpt) {
     ASSIGN_OR_RETURN(L.down, w.Load(p + "mlp.down_proj.weight", {h, inter}));
   }
   fingerprint_ = hasher.Digest();
+  weight_bytes_ = w.bytes();
   const std::vector<float> inv_freq = RopeInverseFrequencies(c);
   ASSIGN_OR_RETURN(inv_freq_, backend_->Allocate(inv_freq.size() * sizeof(float)));
   backend_->CopyToDevice(inv_freq_->data(), inv_freq.data(), inv_freq.size() * sizeof(float));

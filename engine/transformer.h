@@ -44,6 +44,8 @@ class Transformer {
   const ModelConfig& config() const { return config_; }
   // Identifies architecture, shapes, dtypes and weight bytes (XXH3-128).
   const Hash128& fingerprint() const { return fingerprint_; }
+  // Bytes the backend holds for the weights (in its compute formats).
+  size_t weight_bytes() const { return weight_bytes_; }
   KvLayout kv_layout(int page_tokens) const;
   // Longest sequence the model supports (positions, sliding window).
   int max_sequence_len() const;
@@ -77,6 +79,7 @@ class Transformer {
   const ModelConfig config_;
   Backend* const backend_;
   Hash128 fingerprint_;
+  size_t weight_bytes_ = 0;
   std::unique_ptr<DeviceBuffer> inv_freq_;
   Weight embed_, final_norm_, lm_head_;  // lm_head empty when tied
   std::vector<Layer> layers_;

@@ -41,10 +41,13 @@ class DeviceBuffer {
   float* f32() { return static_cast<float*>(data()); }
 };
 
-// Element type of a weight, in a checkpoint or on a backend. kQ8 is the CPU
-// backend's compact matrix format (kernels/q8_matmul.h), never a checkpoint's.
-// The CPU backend also keeps kBF16 matrices (kernels/bf16_matmul.h).
-enum class WeightType { kF32, kF16, kBF16, kQ8 };
+// Element type of a weight, in a checkpoint or on a backend. kQ4_0Blocks and
+// kQ4_1Blocks are a GGUF file's blocks (kernels/q4_matmul.h: Q4Source), which
+// only a backend whose TakesWeightType says so is given; kQ8 and kQ4 are the
+// CPU backend's compact matrix formats (kernels/q8_matmul.h, q4_matmul.h),
+// never a checkpoint's. The CPU backend also keeps kBF16 matrices
+// (kernels/bf16_matmul.h).
+enum class WeightType { kF32, kF16, kBF16, kQ4_0Blocks, kQ4_1Blocks, kQ8, kQ4 };
 
 // Matrices (projections, embeddings, LM head) may be kept in 16 bits by a
 // backend; vectors (norm weights, biases) are always float32 on every backend.
@@ -61,6 +64,8 @@ class Weight {
   // The shape LoadWeight was given (0 x 0 where a backend does not keep it).
   size_t rows() const { return rows_; }
   size_t cols() const { return cols_; }
+  // Bytes the backend holds for it.
+  size_t bytes() const { return buffer_ ? buffer_->size() : 0; }
   // The values of a vector (always float32).
   const float* f32() const { return static_cast<const float*>(data()); }
   explicit operator bool() const { return buffer_ != nullptr; }
@@ -136,6 +141,12 @@ class Backend {
   // format.
   virtual absl::StatusOr<Weight> LoadWeight(WeightType type, WeightKind kind,
                                             const void* src, size_t rows, size_t cols) = 0;
+  // Whether LoadWeight takes a matrix of `type` as stored in a checkpoint:
+  // every backend takes kF32, kF16 and kBF16; a GGUF block type only a
+  // backend that keeps it as it is (the caller widens it for the others).
+  virtual bool TakesWeightType(WeightType type) const {
+    return type == WeightType::kF32 || type == WeightType::kF16 || type == WeightType::kBF16;
+  }
 
   // out[i, :] = table[ids[i], :]; table [vocab, dim], a matrix weight.
   virtual void Embedding(const int32_t* ids, int num_tokens, const Weight& table,

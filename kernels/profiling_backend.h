@@ -40,6 +40,7 @@ class ProfilingBackend : public Backend {
                                     size_t rows, size_t cols) override {
     return inner_->LoadWeight(type, kind, src, rows, cols);
   }
+  bool TakesWeightType(WeightType type) const override { return inner_->TakesWeightType(type); }
   void Embedding(const int32_t* ids, int num_tokens, const Weight& table, int dim,
                  float* out) override;
   void GatherRows(const float* x, const int32_t* rows, int num_rows, int dim,

@@ -81,7 +81,9 @@ void DequantizeQ8Rows(const void* w, int64_t n, int64_t k, const int32_t* rows, 
   }
 }
 
-void Q8Linear(const float* x, int m, int64_t k, const void* w, int64_t n, float* y) {
+namespace q8_internal {
+
+Q8Rows QuantizeActivations(const float* x, int m, int64_t k) {
   const int64_t blocks = k / kQ8Block;
   thread_local std::vector<int8_t> xq;
   thread_local std::vector<float> xs;
@@ -93,12 +95,20 @@ void Q8Linear(const float* x, int m, int64_t k, const void* w, int64_t n, float*
   int8_t* const q = xq.data();
   float* const s = xs.data();
   int32_t* const c = xc.data();
-  const Q8Kernels& vec = q8_internal::ActiveQ8Kernels();
+  const Q8Kernels& vec = ActiveQ8Kernels();
 #pragma omp parallel for schedule(static) if (int64_t(m) * k >= (1 << 14))
   for (int r = 0; r < m; ++r) {
     vec.quantize(x + r * k, blocks, q + r * k, s + r * blocks, c + r * blocks);
   }
-  const Q8Rows all{q, s, c, blocks};
+  return Q8Rows{q, s, c, blocks};
+}
+
+}  // namespace q8_internal
+
+void Q8Linear(const float* x, int m, int64_t k, const void* w, int64_t n, float* y) {
+  const int64_t blocks = k / kQ8Block;
+  const Q8Rows all = q8_internal::QuantizeActivations(x, m, k);
+  const Q8Kernels& vec = q8_internal::ActiveQ8Kernels();
   const auto* wq = static_cast<const uint8_t*>(w);
   const auto* ws = reinterpret_cast<const float*>(wq + Q8ScalesOffset(n, k));
   const Q8Kernels* amx = q8_internal::AmxQ8Kernels();

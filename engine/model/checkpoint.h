@@ -4,7 +4,8 @@
 // validated, its tensors under HF names and shapes.
 //
 // Contract: Open of a regular file reads it as GGUF (config from its
-// metadata, quantized tensors widened to float32 once, here). Open of a
+// metadata; Q4_0 / Q4_1 tensors kept as blocks, other quantized tensors
+// widened to float32 once, here: see gguf_model.h). Open of a
 // directory loads and validates config.json (see ModelConfig), then maps
 // model.safetensors if present, else every shard named by the index's
 // "weight_map" (each shard opened once). Errors:
@@ -67,7 +68,7 @@ class Checkpoint {
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::unique_ptr<GgufFile> gguf_;
   std::vector<TensorView> gguf_views_;               // Into gguf_ or gguf_storage_.
-  std::vector<std::vector<float>> gguf_storage_;     // Widened GGUF tensors.
+  std::vector<std::vector<uint8_t>> gguf_storage_;   // Widened or reordered GGUF tensors.
   std::map<std::string, const TensorView*, std::less<>> tensors_;  // Into files_/gguf_views_.
 };
 

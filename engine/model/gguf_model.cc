@@ -49,17 +49,22 @@ absl::StatusOr<int> IntKey(const GgufFile& file, const std::string& key,
 
 // Rows of one head are [half 0 | half 1] in HF; llama.cpp stores them
 // interleaved (row 2i + s of a head is HF row s*D/2 + i).
-void UnpermuteRows(const float* in, int heads, int64_t head_dim, int64_t cols, float* out) {
+// Rows of `row_bytes` each: within each head, row 2i + s moves to s * half + i.
+void UnpermuteRows(const uint8_t* in, int heads, int64_t head_dim, size_t row_bytes,
+                   uint8_t* out) {
   const int64_t half = head_dim / 2;
   for (int h = 0; h < heads; ++h) {
     for (int s = 0; s < 2; ++s) {
       for (int64_t i = 0; i < half; ++i) {
-        const float* src = in + (h * head_dim + 2 * i + s) * cols;
-        std::memcpy(out + (h * head_dim + s * half + i) * cols, src, size_t(cols) * 4);
+        const uint8_t* src = in + (h * head_dim + 2 * i + s) * row_bytes;
+        std::memcpy(out + (h * head_dim + s * half + i) * row_bytes, src, row_bytes);
       }
     }
   }
 }
+
+// The block types a backend may keep as stored (Backend::TakesWeightType).
+bool KeptAsBlocks(GgmlType type) { return type == GgmlType::kQ4_0 || type == GgmlType::kQ4_1; }
 
 }  // namespace
 
@@ -158,7 +163,7 @@ std::optional<std::string> GgufToHfTensorName(std::string_view name) {
 }
 
 absl::StatusOr<std::vector<TensorView>> GgufTensorsAsHf(
-    const GgufFile& file, const ModelConfig& config, std::vector<std::vector<float>>* storage) {
+    const GgufFile& file, const ModelConfig& config, std::vector<std::vector<uint8_t>>* storage) {
   ASSIGN_OR_RETURN(ArchInfo arch, Architecture(file));
   std::vector<TensorView> views;
   for (const GgufTensor& t : file.tensors()) {
@@ -181,24 +186,38 @@ absl::StatusOr<std::vector<TensorView>> GgufTensorsAsHf(
     }
     const GgmlType type = t.type.type;
     const bool plain = type == GgmlType::kF32 || type == GgmlType::kF16 || type == GgmlType::kBF16;
+    const int64_t cols = view.shape.size() == 2 ? view.shape[1] : 1;
     if (plain && permute_heads == 0) {
       view.dtype = type == GgmlType::kF32 ? DType::kF32
                    : type == GgmlType::kF16 ? DType::kF16 : DType::kBF16;
       view.data = t.data;
       view.nbytes = t.nbytes;
-    } else {
-      std::vector<float> values(size_t(t.numel()));
-      DequantizeGgml(type, t.data, t.numel(), values.data());
+    } else if (KeptAsBlocks(type)) {
+      view.dtype = DType::kF32;
+      view.gguf_blocks = type;
+      view.data = t.data;
+      view.nbytes = t.nbytes;
       if (permute_heads > 0) {
-        std::vector<float> rows(values.size());
-        const int64_t cols = view.shape.size() == 2 ? view.shape[1] : 1;
-        UnpermuteRows(values.data(), permute_heads, config.head_dim, cols, rows.data());
-        values.swap(rows);
+        std::vector<uint8_t> rows(t.nbytes);
+        UnpermuteRows(static_cast<const uint8_t*>(t.data), permute_heads, config.head_dim,
+                      GgmlRowBytes(t.type, cols), rows.data());
+        view.data = rows.data();
+        storage->push_back(std::move(rows));
+      }
+    } else {
+      std::vector<uint8_t> bytes(size_t(t.numel()) * sizeof(float));
+      auto* values = reinterpret_cast<float*>(bytes.data());
+      DequantizeGgml(type, t.data, t.numel(), values);
+      if (permute_heads > 0) {
+        std::vector<uint8_t> rows(bytes.size());
+        UnpermuteRows(bytes.data(), permute_heads, config.head_dim, cols * sizeof(float),
+                      rows.data());
+        bytes.swap(rows);
       }
       view.dtype = DType::kF32;
-      view.data = values.data();
-      view.nbytes = values.size() * sizeof(float);
-      storage->push_back(std::move(values));
+      view.data = bytes.data();
+      view.nbytes = bytes.size();
+      storage->push_back(std::move(bytes));
     }
     views.push_back(std::move(view));
   }

@@ -19,8 +19,12 @@
 // of every attn_q/attn_k head (it permutes rows for its RoPE layout) for the
 // llama architecture; those rows are put back in HF order here, so the
 // engine's RoPE and the HF model agree. F32/F16/BF16 tensors in HF order
-// point into the file's mapping; quantized or permuted ones are widened to
-// float32 (exactly, see ggml_types.h) into storage the caller keeps.
+// point into the file's mapping; Q4_0 and Q4_1 tensors stay blocks
+// (TensorView::gguf_blocks), which a backend may keep as they are
+// (Backend::TakesWeightType) or have widened when it loads them; other
+// quantized tensors and permuted float ones are widened to float32 here
+// (exactly, see ggml_types.h). Converted or reordered bytes live in storage
+// the caller keeps.
 //
 // Errors name the file and the key or tensor: NotFound for a missing key or
 // tensor, InvalidArgument for a wrong value type, an unsupported
@@ -48,10 +52,10 @@ absl::StatusOr<ModelConfig> GgufModelConfig(const GgufFile& file);
 std::optional<std::string> GgufToHfTensorName(std::string_view gguf_name);
 
 // Every tensor of `file` the engine uses, as HF-named views. Views of
-// converted tensors point into `storage`, whose buffers must outlive them
-// (the outer vector may grow; buffers never move).
+// converted or reordered tensors point into `storage`, whose buffers must
+// outlive them (the outer vector may grow; buffers never move).
 absl::StatusOr<std::vector<TensorView>> GgufTensorsAsHf(
-    const GgufFile& file, const ModelConfig& config, std::vector<std::vector<float>>* storage);
+    const GgufFile& file, const ModelConfig& config, std::vector<std::vector<uint8_t>>* storage);
 
 }  // namespace kvcast
 

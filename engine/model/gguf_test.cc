@@ -254,7 +254,7 @@ TEST(GgufModelTest, HfNamesShapesAndRotaryRowOrder) {
   const std::string bytes = LlamaFile(false).Build();
   auto f = *GgufFile::FromBytes(bytes, "llama.gguf");
   ModelConfig config = *GgufModelConfig(*f);
-  std::vector<std::vector<float>> storage;
+  std::vector<std::vector<uint8_t>> storage;
   auto views = GgufTensorsAsHf(*f, config, &storage);
   ASSERT_TRUE(views.ok()) << views.status();
   ASSERT_EQ(views->size(), 4u);  // The unused tensor is left out.

@@ -52,6 +52,10 @@ void ConvertToFloat(const TensorView& tensor, float* out) {
   const auto* bytes = static_cast<const unsigned char*>(tensor.data);
   const int64_t n = tensor.numel();
   if (n == 0) return;  // `out` may then be null (an empty vector's data())
+  if (tensor.gguf_blocks.has_value()) {
+    DequantizeGgml(*tensor.gguf_blocks, tensor.data, n, out);
+    return;
+  }
   switch (tensor.dtype) {
     case DType::kF32:
       std::memcpy(out, bytes, n * sizeof(float));

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -34,6 +35,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/dtype.h"
+#include "engine/model/ggml_types.h"
 
 namespace kvcast {
 
@@ -46,6 +48,10 @@ struct TensorView {
   const void* data = nullptr;
   size_t nbytes = 0;
   std::string file;  // Path of the file the bytes live in, for messages.
+  // Set when `data` holds a GGUF file's quantized blocks of this type, kept
+  // as stored (nbytes = GgmlRowBytes of numel() values); `dtype` is then
+  // kF32, the type ConvertToFloat widens them to.
+  std::optional<GgmlType> gguf_blocks;
 
   int64_t numel() const;
 };

@@ -19,6 +19,7 @@
 #include "kernels/bf16_matmul.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/kv_codec.h"
+#include "kernels/q4_matmul.h"
 #include "kernels/q8_matmul.h"
 #include "kernels/token_picker.h"
 
@@ -76,10 +77,37 @@ class CpuBackend : public Backend {
 
   explicit CpuBackend(CpuWeights weights) : weights_(weights) {}
 
-  // Vectors are widened to float32; matrices too, then narrowed to the
-  // backend's compact format (Q8 or BF16) when it has one and the rows allow.
+  // The default backend ("cpu") keeps a GGUF file's Q4_0 / Q4_1 matrices as
+  // they are (Q4 panels), unless KVCAST_CPU_Q4=0 has them widened and
+  // narrowed to Q8 like other weights (for A/B measurements).
+  bool TakesWeightType(WeightType type) const override {
+    if (type == WeightType::kQ4_0Blocks || type == WeightType::kQ4_1Blocks) {
+      static const bool q4 = [] {
+        const char* v = std::getenv("KVCAST_CPU_Q4");
+        return v == nullptr || std::string_view(v) != "0";
+      }();
+      return weights_ == CpuWeights::kQ8 && q4;
+    }
+    return Backend::TakesWeightType(type);
+  }
+
+  // Q4 blocks are packed as they are; vectors are widened to float32;
+  // matrices too, then narrowed to the backend's compact format (Q8 or
+  // BF16) when it has one and the rows allow.
   absl::StatusOr<Weight> LoadWeight(WeightType type, WeightKind kind, const void* src,
                                     size_t rows, size_t cols) override {
+    if (type == WeightType::kQ4_0Blocks || type == WeightType::kQ4_1Blocks) {
+      if (!TakesWeightType(type) || kind != WeightKind::kMatrix || !Q4Supported(cols)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "cpu backend: cannot keep a ", rows, " x ", cols, " Q4 ",
+            kind == WeightKind::kMatrix ? "matrix" : "vector", " on ", std::string(name())));
+      }
+      auto q4 = Allocate(Q4MatrixBytes(rows, cols));
+      if (!q4.ok()) return q4.status();
+      PackQ4Matrix(type == WeightType::kQ4_0Blocks ? Q4Source::kQ4_0 : Q4Source::kQ4_1, src,
+                   rows, cols, (*q4)->data());
+      return Weight(*std::move(q4), WeightType::kQ4, rows, cols);
+    }
     const size_t count = rows * cols;
     auto buf = Allocate(count * sizeof(float));
     if (!buf.ok()) return buf.status();
@@ -95,8 +123,12 @@ class CpuBackend : public Backend {
       case WeightType::kBF16:
         for (size_t i = 0; i < count; ++i) out[i] = BFloat16ToFloat(half[i]);
         break;
+      case WeightType::kQ4_0Blocks:
+      case WeightType::kQ4_1Blocks:
+        break;  // Packed above.
       case WeightType::kQ8:
-        return absl::InvalidArgumentError("cpu backend: Q8 is not a checkpoint type");
+      case WeightType::kQ4:
+        return absl::InvalidArgumentError("cpu backend: Q8 and Q4 are not checkpoint types");
     }
     if (weights_ == CpuWeights::kBF16 && kind == WeightKind::kMatrix && Bf16Supported(cols)) {
       auto bf16 = Allocate(count * sizeof(uint16_t));
@@ -118,6 +150,10 @@ class CpuBackend : public Backend {
                  int dim, float* out) override {
     if (table.type() == WeightType::kQ8) {
       DequantizeQ8Rows(table.data(), table.rows(), dim, ids, num_tokens, out);
+      return;
+    }
+    if (table.type() == WeightType::kQ4) {
+      DequantizeQ4Rows(table.data(), table.rows(), dim, ids, num_tokens, out);
       return;
     }
     if (table.type() == WeightType::kBF16) {
@@ -161,6 +197,8 @@ class CpuBackend : public Backend {
     const float* w = weight.f32();
     if (weight.type() == WeightType::kQ8) {
       Q8Linear(x, m, k, weight.data(), n, y);
+    } else if (weight.type() == WeightType::kQ4) {
+      Q4Linear(x, m, k, weight.data(), n, y);
     } else if (weight.type() == WeightType::kBF16) {
       Bf16Linear(x, m, k, static_cast<const uint16_t*>(weight.data()), n, y);
     } else if (m == 1) {

@@ -205,6 +205,9 @@ class CudaBackend : public Backend {
 
   absl::StatusOr<Weight> LoadWeight(WeightType type, WeightKind kind, const void* src,
                                     size_t rows, size_t cols) override {
+    if (!TakesWeightType(type)) {
+      return absl::InvalidArgumentError("cuda backend: weights come as F32, F16 or BF16");
+    }
     const size_t count = rows * cols;
     const auto* half = static_cast<const uint16_t*>(src);
     std::vector<float> f32;

@@ -36,6 +36,11 @@ struct Q8Rows {
   int64_t blocks;
 };
 
+// Quantizes the m rows of x [m, k] with ActiveQ8Kernels().quantize (rows
+// in parallel on an OpenMP team when large) into buffers owned by the
+// calling thread, valid until its next call.
+Q8Rows QuantizeActivations(const float* x, int m, int64_t k);
+
 // out[r * out_stride + j] = dot(x row r, weight row j) for r < rows and
 // j < cols, where the weight rows are the panels at `w` (panel p's block b
 // at w + (p * blocks + b) * 512, its scales at ws + (p * blocks + b) * 16)

@@ -35,6 +35,42 @@ std::string EncodeQ8_0(const std::vector<float>& v) {
   return out;
 }
 
+// ggml's Q4_0 (x = d * (q - 8); d = the signed value of largest magnitude
+// / -8) and Q4_1 (x = d * q + m; m = the minimum, d = range / 15), blocks
+// of 32, value j < 16 in the low nibble of byte j and j + 16 in its high one.
+std::string EncodeQ4(const std::vector<float>& v, GgmlType type) {
+  std::string out;
+  for (size_t b = 0; b < v.size(); b += 32) {
+    float lo = v[b], hi = v[b], big = 0;
+    for (size_t i = b; i < b + 32; ++i) {
+      lo = std::min(lo, v[i]);
+      hi = std::max(hi, v[i]);
+      if (std::fabs(v[i]) > std::fabs(big)) big = v[i];
+    }
+    const float d = type == GgmlType::kQ4_0 ? big / -8.0f : (hi - lo) / 15.0f;
+    const float m = type == GgmlType::kQ4_0 ? 0.0f : lo, inv = d != 0 ? 1.0f / d : 0.0f;
+    const uint16_t hd = FloatToHalf(d), hm = FloatToHalf(m);
+    out.append(reinterpret_cast<const char*>(&hd), 2);
+    if (type == GgmlType::kQ4_1) out.append(reinterpret_cast<const char*>(&hm), 2);
+    uint8_t q[32];
+    for (int i = 0; i < 32; ++i) {
+      const float x = type == GgmlType::kQ4_0 ? v[b + i] * inv + 8.5f : (v[b + i] - m) * inv + 0.5f;
+      q[i] = uint8_t(std::min(15, std::max(0, int(x))));
+    }
+    for (int i = 0; i < 16; ++i) out.push_back(char(q[i] | q[i + 16] << 4));
+  }
+  return out;
+}
+
+std::string EncodeMatrix(const std::vector<float>& v, GgmlType type) {
+  switch (type) {
+    case GgmlType::kQ8_0: return EncodeQ8_0(v);
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ4_1: return EncodeQ4(v, type);
+    default: return Bytes(v);
+  }
+}
+
 // HF row s*D/2 + i of a head becomes GGUF row 2i + s (llama.cpp's permute).
 std::vector<float> PermuteRows(const std::vector<float>& w, int heads, int64_t cols) {
   const int64_t head_dim = int64_t(w.size()) / cols / heads, half = head_dim / 2;
@@ -82,8 +118,9 @@ absl::Status WriteTinyGguf(const TinyModelOptions& options, GgmlType matrix_type
     return absl::InvalidArgumentError(absl::StrCat("tiny GGUF: arch '", options.arch,
                                                    "' (llama or qwen2 only)"));
   }
-  if (matrix_type != GgmlType::kF32 && matrix_type != GgmlType::kQ8_0) {
-    return absl::InvalidArgumentError("tiny GGUF: matrices are F32 or Q8_0");
+  if (matrix_type != GgmlType::kF32 && matrix_type != GgmlType::kQ8_0 &&
+      matrix_type != GgmlType::kQ4_0 && matrix_type != GgmlType::kQ4_1) {
+    return absl::InvalidArgumentError("tiny GGUF: matrices are F32, Q8_0, Q4_0 or Q4_1");
   }
   const std::string hf_dir = path + ".hf";
   RETURN_IF_ERROR(WriteTinyModel(options, hf_dir));
@@ -143,9 +180,8 @@ absl::Status WriteTinyGguf(const TinyModelOptions& options, GgmlType matrix_type
     const bool matrix = e.shape.size() == 2;
     if (e.permute_heads > 0) values = PermuteRows(values, e.permute_heads, e.shape[1]);
     std::vector<int64_t> dims(e.shape.rbegin(), e.shape.rend());
-    const bool q8 = matrix && matrix_type == GgmlType::kQ8_0 && dims[0] % 32 == 0;
-    w.AddTensor(e.gguf, uint32_t(q8 ? GgmlType::kQ8_0 : GgmlType::kF32), dims,
-                q8 ? EncodeQ8_0(values) : Bytes(values));
+    const GgmlType type = matrix && dims[0] % 32 == 0 ? matrix_type : GgmlType::kF32;
+    w.AddTensor(e.gguf, uint32_t(type), dims, EncodeMatrix(values, type));
   }
   if (c.rope_scaling.has_value()) {
     // Llama-3.1 scaling as llama.cpp's converter stores it: one divisor per

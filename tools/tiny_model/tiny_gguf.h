@@ -3,13 +3,13 @@
 // names, ggml dimension order, the rows of each attn_q / attn_k head
 // interleaved for llama.cpp's RoPE (llama architecture), metadata keys for
 // the config, Llama-3.1 RoPE scaling as a rope_freqs tensor, and a
-// `llama-bpe` byte-level BPE tokenizer. Matrices are F32 or
-// Q8_0 (`matrix_type`); norms and biases F32. The engine reading this file
+// `llama-bpe` byte-level BPE tokenizer. Matrices are F32, Q8_0, Q4_0 or
+// Q4_1 (`matrix_type`); norms and biases F32. The engine reading this file
 // must compute what it computes from the HF directory: the test of the GGUF
 // path that needs no downloaded model.
 //
-// Errors: InvalidArgument for an arch other than llama/qwen2 or a matrix
-// type other than F32/Q8_0; I/O errors name the path. Thread safety:
+// Errors: InvalidArgument for an arch other than llama/qwen2 or another
+// matrix type; I/O errors name the path. Thread safety:
 // stateless; distinct paths may be written concurrently.
 #ifndef KVCAST_TOOLS_TINY_MODEL_TINY_GGUF_H_
 #define KVCAST_TOOLS_TINY_MODEL_TINY_GGUF_H_

@@ -1,0 +1,238 @@
+// AVX2, AVX-VNNI and AVX-512 VNNI versions of the Q4 dot kernels
+// (q4_kernels.h): the scalar reference's arithmetic. As in the Q8 kernels a
+// vector lane is one weight row of a panel: a 64-byte load of nibbles splits
+// into its low nibbles (values 4c..4c+3 of each row) and high nibbles
+// (values 16+4c..), each multiplied against the activation's matching 4
+// bytes broadcast to every lane, so each lane ends a block with its exact
+// integer dot product and no horizontal sums are needed. The nibbles are
+// unsigned and the activations signed, which is the operand order of both
+// VPMADDUBSW and VPDPBUSD: no offset or sign trick.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels/internal/q4_kernels.h"
+
+namespace kvcast {
+namespace q4_internal {
+namespace {
+
+using q8_internal::Q8Rows;
+
+#define KVCAST_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define KVCAST_TARGET_VNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
+#define KVCAST_TARGET_AVX512 \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
+
+inline int32_t Load4(const int8_t* p) {
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// AVX2: a block's eight VPMADDUBSW pair sums add up in int16 (each at most
+// 2 * 15 * 127, eight of them 30,480 < 32,767), widened once per block.
+KVCAST_TARGET_AVX2 inline __m256i StepAvx2(__m256i acc, __m256i w, __m256i x) {
+  return _mm256_add_epi16(acc, _mm256_maddubs_epi16(w, x));
+}
+KVCAST_TARGET_AVX2 inline __m256i FinishAvx2(__m256i acc) {
+  return _mm256_madd_epi16(acc, _mm256_set1_epi16(1));
+}
+KVCAST_TARGET_VNNI inline __m256i StepVnni(__m256i acc, __m256i w, __m256i x) {
+  return _mm256_dpbusd_avx_epi32(acc, w, x);
+}
+KVCAST_TARGET_VNNI inline __m256i FinishVnni(__m256i acc) { return acc; }
+
+// 256-bit kernels: one panel at a time, its rows 0-7 (bytes 0-31 of each
+// 64-byte chunk) and 8-15 (bytes 32-63) in two registers; R <= 2 activation
+// rows share each weight load and unpacking.
+#define KVCAST_DEFINE_Q4_DOT256(NAME, TARGET, STEP, FINISH)                                      \
+  template <int R>                                                                              \
+  TARGET void NAME##Rows(const Q8Rows& x, int r0, const uint8_t* w, int64_t cols, float* out,  \
+                         int64_t out_stride) {                                                  \
+    const int64_t blocks = x.blocks;                                                            \
+    const __m256i low4 = _mm256_set1_epi8(0x0F);                                                \
+    __m256 acc[R][2];                                                                           \
+    for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();                    \
+    for (int64_t b = 0; b < blocks; ++b) {                                                      \
+      const uint8_t* wb = w + b * kPanelBlockBytes;                                             \
+      __m256i isum[R][2];                                                                       \
+      for (int r = 0; r < R; ++r) isum[r][0] = isum[r][1] = _mm256_setzero_si256();             \
+      for (int c = 0; c < 4; ++c) {                                                             \
+        __m256i lo[2], hi[2];                                                                   \
+        for (int h = 0; h < 2; ++h) {                                                           \
+          const __m256i v =                                                                     \
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + c * 64 + 32 * h));      \
+          lo[h] = _mm256_and_si256(v, low4);                                                    \
+          hi[h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);                              \
+        }                                                                                       \
+        for (int r = 0; r < R; ++r) {                                                           \
+          const int8_t* xq = x.q + ((r0 + r) * blocks + b) * 32;                                \
+          const __m256i xl = _mm256_set1_epi32(Load4(xq + 4 * c));                              \
+          const __m256i xh = _mm256_set1_epi32(Load4(xq + 16 + 4 * c));                         \
+          for (int h = 0; h < 2; ++h) {                                                         \
+            isum[r][h] = STEP(STEP(isum[r][h], lo[h], xl), hi[h], xh);                          \
+          }                                                                                     \
+        }                                                                                       \
+      }                                                                                         \
+      __m256 d[2], m[2];                                                                        \
+      for (int h = 0; h < 2; ++h) {                                                             \
+        d[h] = _mm256_cvtph_ps(                                                                 \
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb + kScaleOffset + 16 * h)));     \
+        m[h] = _mm256_cvtph_ps(                                                                 \
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb + kMinOffset + 16 * h)));       \
+      }                                                                                         \
+      for (int r = 0; r < R; ++r) {                                                             \
+        const int64_t xb = (r0 + r) * blocks + b;                                               \
+        const __m256 xs = _mm256_set1_ps(x.s[xb]);                                              \
+        const __m256 xsum = _mm256_set1_ps(x.s[xb] * float(x.c[xb] / 128));                    \
+        for (int h = 0; h < 2; ++h) {                                                           \
+          const __m256 dot = _mm256_cvtepi32_ps(FINISH(isum[r][h]));                            \
+          acc[r][h] = _mm256_fmadd_ps(_mm256_mul_ps(d[h], xs), dot, acc[r][h]);                 \
+          acc[r][h] = _mm256_fmadd_ps(m[h], xsum, acc[r][h]);                                   \
+        }                                                                                       \
+      }                                                                                         \
+    }                                                                                           \
+    for (int r = 0; r < R; ++r) {                                                               \
+      alignas(32) float lanes[16];                                                              \
+      _mm256_store_ps(lanes, acc[r][0]);                                                        \
+      _mm256_store_ps(lanes + 8, acc[r][1]);                                                    \
+      std::memcpy(out + (r0 + r) * out_stride, lanes, (cols < 16 ? cols : 16) * sizeof(float)); \
+    }                                                                                           \
+  }                                                                                             \
+  TARGET void NAME(const Q8Rows& x, int rows, const uint8_t* w, int64_t panels, int64_t cols,   \
+                   float* out, int64_t out_stride) {                                            \
+    for (int64_t p = 0; p < panels; ++p) {                                                      \
+      const uint8_t* wp = w + p * x.blocks * kPanelBlockBytes;                                  \
+      int r = 0;                                                                                \
+      for (; r + 2 <= rows; r += 2) NAME##Rows<2>(x, r, wp, cols - 16 * p, out + 16 * p, out_stride); \
+      if (r < rows) NAME##Rows<1>(x, r, wp, cols - 16 * p, out + 16 * p, out_stride);           \
+    }                                                                                           \
+  }
+
+KVCAST_DEFINE_Q4_DOT256(DotAvx2, KVCAST_TARGET_AVX2, StepAvx2, FinishAvx2)
+KVCAST_DEFINE_Q4_DOT256(DotVnni, KVCAST_TARGET_VNNI, StepVnni, FinishVnni)
+
+// AVX-512 VNNI: a register is a whole panel (16 rows); R activation rows by
+// PP panels of accumulators stay in registers. With few rows the low and
+// high nibbles accumulate apart (A = 2), so more dot chains run at once.
+template <int R, int PP>
+KVCAST_TARGET_AVX512 void Avx512Panels(const Q8Rows& x, int r0, const uint8_t* w, int64_t cols,
+                                       float* out, int64_t out_stride) {
+  constexpr int A = R <= 2 ? 2 : 1;
+  const int64_t blocks = x.blocks, panel_bytes = blocks * kPanelBlockBytes;
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  __m512 acc[R][PP];
+  for (int r = 0; r < R; ++r) {
+    for (int p = 0; p < PP; ++p) acc[r][p] = _mm512_setzero_ps();
+  }
+  for (int64_t b = 0; b < blocks; ++b) {
+    __m512i isum[R][PP][A];
+    for (int r = 0; r < R; ++r) {
+      for (int p = 0; p < PP; ++p) {
+        for (int a = 0; a < A; ++a) isum[r][p][a] = _mm512_setzero_si512();
+      }
+    }
+    for (int c = 0; c < 4; ++c) {
+      __m512i lo[PP], hi[PP];
+      for (int p = 0; p < PP; ++p) {
+        const __m512i v = _mm512_loadu_si512(w + p * panel_bytes + b * kPanelBlockBytes + c * 64);
+        lo[p] = _mm512_and_si512(v, low4);
+        hi[p] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+      }
+      for (int r = 0; r < R; ++r) {
+        const int8_t* xq = x.q + ((r0 + r) * blocks + b) * 32;
+        const __m512i xl = _mm512_set1_epi32(Load4(xq + 4 * c));
+        const __m512i xh = _mm512_set1_epi32(Load4(xq + 16 + 4 * c));
+        for (int p = 0; p < PP; ++p) {
+          isum[r][p][0] = _mm512_dpbusd_epi32(isum[r][p][0], lo[p], xl);
+          isum[r][p][A - 1] = _mm512_dpbusd_epi32(isum[r][p][A - 1], hi[p], xh);
+        }
+      }
+    }
+    __m512 d[PP], m[PP];
+    for (int p = 0; p < PP; ++p) {
+      const uint8_t* wb = w + p * panel_bytes + b * kPanelBlockBytes;
+      d[p] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + kScaleOffset)));
+      m[p] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + kMinOffset)));
+    }
+    for (int r = 0; r < R; ++r) {
+      const int64_t xb = (r0 + r) * blocks + b;
+      const __m512 xs = _mm512_set1_ps(x.s[xb]);
+      const __m512 xsum = _mm512_set1_ps(x.s[xb] * float(x.c[xb] / 128));
+      for (int p = 0; p < PP; ++p) {
+        __m512i dot = isum[r][p][0];
+        if (A == 2) dot = _mm512_add_epi32(dot, isum[r][p][A - 1]);
+        acc[r][p] = _mm512_fmadd_ps(_mm512_mul_ps(d[p], xs), _mm512_cvtepi32_ps(dot), acc[r][p]);
+        acc[r][p] = _mm512_fmadd_ps(m[p], xsum, acc[r][p]);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int p = 0; p < PP; ++p) {
+      const int64_t valid = cols - 16 * p;
+      if (valid <= 0) break;
+      float* dst = out + (r0 + r) * out_stride + 16 * p;
+      if (valid >= 16) {
+        _mm512_storeu_ps(dst, acc[r][p]);
+      } else {
+        _mm512_mask_storeu_ps(dst, __mmask16((1u << valid) - 1), acc[r][p]);
+      }
+    }
+  }
+}
+
+template <int R, int PP>
+KVCAST_TARGET_AVX512 void Avx512Rows(const Q8Rows& x, int r0, const uint8_t* w, int64_t panels,
+                                     int64_t cols, float* out, int64_t out_stride) {
+  int64_t p = 0;
+  for (; p + PP <= panels; p += PP) {
+    Avx512Panels<R, PP>(x, r0, w + p * x.blocks * kPanelBlockBytes, cols - 16 * p, out + 16 * p,
+                        out_stride);
+  }
+  for (; p < panels; ++p) {
+    Avx512Panels<R, 1>(x, r0, w + p * x.blocks * kPanelBlockBytes, cols - 16 * p, out + 16 * p,
+                       out_stride);
+  }
+}
+
+KVCAST_TARGET_AVX512 void DotAvx512(const Q8Rows& x, int rows, const uint8_t* w, int64_t panels,
+                                    int64_t cols, float* out, int64_t out_stride) {
+  int r = 0;
+  for (; r + 4 <= rows; r += 4) Avx512Rows<4, 2>(x, r, w, panels, cols, out, out_stride);
+  switch (rows - r) {
+    case 3: return Avx512Rows<3, 2>(x, r, w, panels, cols, out, out_stride);
+    case 2: return Avx512Rows<2, 2>(x, r, w, panels, cols, out, out_stride);
+    case 1: return Avx512Rows<1, 2>(x, r, w, panels, cols, out, out_stride);
+    default: return;
+  }
+}
+
+bool HasAvx2() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+         __builtin_cpu_supports("f16c");
+}
+
+}  // namespace
+
+const Q4Kernels* Avx2Q4Kernels() {
+  static const Q4Kernels kernels{"avx2", &DotAvx2};
+  return HasAvx2() ? &kernels : nullptr;
+}
+
+const Q4Kernels* AvxVnniQ4Kernels() {
+  static const Q4Kernels kernels{"avx-vnni", &DotVnni};
+  return HasAvx2() && __builtin_cpu_supports("avxvnni") ? &kernels : nullptr;
+}
+
+const Q4Kernels* Avx512VnniQ4Kernels() {
+  static const Q4Kernels kernels{"avx512-vnni", &DotAvx512};
+  return HasAvx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni")
+             ? &kernels
+             : nullptr;
+}
+
+}  // namespace q4_internal
+}  // namespace kvcast
