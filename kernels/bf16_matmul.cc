@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "kernels/cpu_features.h"
+
 namespace kvcast {
 namespace bf16_internal {
 namespace {
@@ -110,9 +112,8 @@ KVCAST_AVX512 void DotAvx512(const float* x, int rows, const uint16_t* w, int64_
 int AvailableBf16Kernels(const Bf16Kernel** out, int max) {
   static const Bf16Kernel kScalar{"scalar", &DotScalar}, kAvx2{"avx2", &DotAvx2},
       kAvx512{"avx512", &DotAvx512};
-  __builtin_cpu_init();
-  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  const bool avx512 = avx2 && __builtin_cpu_supports("avx512f");
+  const bool avx2 = CpuHas(CpuIsa::kAvx2);
+  const bool avx512 = CpuHas(CpuIsa::kAvx512);
   int count = 0;
   for (const Bf16Kernel* k : {&kScalar, avx2 ? &kAvx2 : nullptr, avx512 ? &kAvx512 : nullptr}) {
     if (k != nullptr && count < max) out[count++] = k;

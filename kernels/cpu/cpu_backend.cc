@@ -18,6 +18,7 @@
 #include "kernels/backend.h"
 #include "kernels/bf16_matmul.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/swiglu.h"
 #include "kernels/kv_codec.h"
 #include "kernels/q4_matmul.h"
 #include "kernels/q8_matmul.h"
@@ -176,6 +177,7 @@ class CpuBackend : public Backend {
 
   void RmsNorm(const float* x, const float* weight, int rows, int dim,
                float eps, float* out) override {
+#pragma omp parallel for schedule(static) if (int64_t(rows) * dim >= (1 << 15))
     for (int r = 0; r < rows; ++r) {
       const float* xr = x + size_t(r) * dim;
       float* yr = out + size_t(r) * dim;
@@ -188,7 +190,9 @@ class CpuBackend : public Backend {
 
   void AddRmsNorm(float* x, const float* y, const float* weight, int rows, int dim,
                   float eps, float* out) override {
-    for (size_t i = 0; i < size_t(rows) * dim; ++i) x[i] += y[i];
+    const int64_t n = int64_t(rows) * dim;
+#pragma omp parallel for schedule(static) if (n >= (1 << 15))
+    for (int64_t i = 0; i < n; ++i) x[i] += y[i];
     RmsNorm(x, weight, rows, dim, eps, out);
   }
 
@@ -239,12 +243,7 @@ class CpuBackend : public Backend {
   }
 
   void SwiGlu(const float* gate_up, int rows, int dim, float* out) override {
-    for (int r = 0; r < rows; ++r) {
-      const float* g = gate_up + size_t(r) * 2 * dim;
-      const float* u = g + dim;
-      float* o = out + size_t(r) * dim;
-      for (int i = 0; i < dim; ++i) o[i] = g[i] / (1.f + std::exp(-g[i])) * u[i];
-    }
+    CpuSwiGlu(gate_up, rows, dim, out);
   }
 
   void WriteKv(const float* k, const float* v, int num_tokens, int stride,

@@ -9,16 +9,12 @@
 #include <vector>
 
 #include "kernels/cpu/simd_exp.h"
+#include "kernels/cpu_features.h"
 
 namespace kvcast::cpu_attention {
 
 bool HasAvx2() {
-  static const bool has = [] {
-    __builtin_cpu_init();
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-           __builtin_cpu_supports("f16c");
-  }();
-  return has;
+  return CpuHas(CpuIsa::kAvx2);
 }
 
 namespace {
@@ -26,11 +22,7 @@ namespace {
 std::atomic<bool> avx2_only{false};
 
 bool HasAvx512() {
-  static const bool has = [] {
-    __builtin_cpu_init();
-    return HasAvx2() && __builtin_cpu_supports("avx512f");
-  }();
-  return has && !avx2_only.load(std::memory_order_relaxed);
+  return CpuHas(CpuIsa::kAvx512) && !avx2_only.load(std::memory_order_relaxed);
 }
 
 }  // namespace

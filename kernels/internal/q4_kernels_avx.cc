@@ -11,6 +11,7 @@
 
 #include <cstring>
 
+#include "kernels/cpu_features.h"
 #include "kernels/internal/q4_kernels.h"
 
 namespace kvcast {
@@ -208,30 +209,21 @@ KVCAST_TARGET_AVX512 void DotAvx512(const Q8Rows& x, int rows, const uint8_t* w,
   }
 }
 
-bool HasAvx2() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-         __builtin_cpu_supports("f16c");
-}
-
 }  // namespace
 
 const Q4Kernels* Avx2Q4Kernels() {
   static const Q4Kernels kernels{"avx2", &DotAvx2};
-  return HasAvx2() ? &kernels : nullptr;
+  return CpuHas(CpuIsa::kAvx2) ? &kernels : nullptr;
 }
 
 const Q4Kernels* AvxVnniQ4Kernels() {
   static const Q4Kernels kernels{"avx-vnni", &DotVnni};
-  return HasAvx2() && __builtin_cpu_supports("avxvnni") ? &kernels : nullptr;
+  return CpuHas(CpuIsa::kAvxVnni) ? &kernels : nullptr;
 }
 
 const Q4Kernels* Avx512VnniQ4Kernels() {
   static const Q4Kernels kernels{"avx512-vnni", &DotAvx512};
-  return HasAvx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                 __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni")
-             ? &kernels
-             : nullptr;
+  return CpuHas(CpuIsa::kAvx512Vnni) ? &kernels : nullptr;
 }
 
 }  // namespace q4_internal

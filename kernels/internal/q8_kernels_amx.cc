@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "kernels/cpu_features.h"
 #include "kernels/internal/q8_kernels.h"
 
 namespace kvcast {
@@ -125,9 +126,7 @@ bool AmxUsable() {
 const Q8Kernels* AmxQ8Kernels() {
   static const Q8Kernels kernels{"amx", &DotAmx, nullptr, 16};
   static const bool usable = [] {
-    const char* env = std::getenv("KVCAST_Q8_AMX");
-    if (env != nullptr && std::strcmp(env, "0") == 0) return false;
-    return Avx512VnniQ8Kernels() != nullptr && AmxUsable();
+    return CpuHas(CpuIsa::kAmx) && Avx512VnniQ8Kernels() != nullptr && AmxUsable();
   }();
   return usable ? &kernels : nullptr;
 }

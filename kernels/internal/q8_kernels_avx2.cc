@@ -8,6 +8,7 @@
 
 #include <cstring>
 
+#include "kernels/cpu_features.h"
 #include "kernels/internal/q8_kernels.h"
 
 namespace kvcast {
@@ -206,24 +207,17 @@ KVCAST_TARGET_AVX512 void QuantizeAvx512(const float* x, int64_t blocks, int8_t*
 
 const Q8Kernels* Avx2Q8Kernels() {
   static const Q8Kernels kernels{"avx2", &DotAvx2, &QuantizeBlocksScalar, 1};
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? &kernels : nullptr;
+  return CpuHas(CpuIsa::kAvx2) ? &kernels : nullptr;
 }
 
 const Q8Kernels* AvxVnniQ8Kernels() {
   static const Q8Kernels kernels{"avx-vnni", &DotVnni, &QuantizeBlocksScalar, 1};
-  __builtin_cpu_init();
-  return Avx2Q8Kernels() != nullptr && __builtin_cpu_supports("avxvnni") ? &kernels : nullptr;
+  return CpuHas(CpuIsa::kAvxVnni) ? &kernels : nullptr;
 }
 
 const Q8Kernels* Avx512VnniQ8Kernels() {
   static const Q8Kernels kernels{"avx512-vnni", &DotAvx512, &QuantizeAvx512, 1};
-  __builtin_cpu_init();
-  return Avx2Q8Kernels() != nullptr && __builtin_cpu_supports("avx512f") &&
-                 __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-                 __builtin_cpu_supports("avx512vnni")
-             ? &kernels
-             : nullptr;
+  return CpuHas(CpuIsa::kAvx512Vnni) ? &kernels : nullptr;
 }
 
 }  // namespace q8_internal

