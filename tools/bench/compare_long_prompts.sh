@@ -13,6 +13,10 @@
 #   tools/bench/compare_long_prompts.sh [GGUF] [ROUNDS]
 #   LENGTHS=4096 tools/bench/compare_long_prompts.sh
 #   RESULTS=DIR LENGTHS=... tools/bench/compare_long_prompts.sh   (summarize DIR again)
+#   KVCAST_CPU_ISA=avx2 LLAMACPP_VENV=.venv-llamacpp-avx2 tools/bench/compare_long_prompts.sh
+#     (both engines' AVX2 code on a CPU that has AVX-512: kvcast capped by
+#     KVCAST_CPU_ISA, llama.cpp built by setup_llamacpp.sh with
+#     LLAMACPP_NATIVE=0 and AVX-512 off, see docs/benchmarks.md)
 #
 # The model's position limit bounds the longest prompt: SmolLM2 holds 8192
 # positions, so its "8K" is 8000 tokens + the decode steps.
@@ -29,17 +33,19 @@ IFS=, read -r -a lens <<<"$LENGTHS"
 if [ -n "${RESULTS:-}" ]; then
   out=$RESULTS
 else
-[ -x .venv-llamacpp/bin/python ] || bash tools/bench/setup_llamacpp.sh .venv-llamacpp >&2
+LLAMACPP_VENV=${LLAMACPP_VENV:-.venv-llamacpp}
+[ -x "$LLAMACPP_VENV/bin/python" ] || bash tools/bench/setup_llamacpp.sh "$LLAMACPP_VENV" >&2
 bazel build -c opt --jobs=2 //tools/bench:engine_bench >&2
 out=$(mktemp -d)
-log "results in $out; load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+log "results in $out; KVCAST_CPU_ISA=${KVCAST_CPU_ISA:-(no cap)}; llama.cpp from $LLAMACPP_VENV; load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "${KVCAST_CPU_ISA:-}" >"$out/kvcast_isa"
 kvcast() {  # LEN ROUND
   OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 bazel-bin/tools/bench/engine_bench --model "$model" \
     --backend cpu --prompt_len "$1" --batches 1 --decode_steps "$DECODE_TOKENS" \
     >"$out/kvcast-$1-$2.md"
 }
 llamacpp() {  # LEN ROUND fa|nofa
-  .venv-llamacpp/bin/python tools/bench/llamacpp_bench.py --model "$model" --threads 2 \
+  "$LLAMACPP_VENV/bin/python" tools/bench/llamacpp_bench.py --model "$model" --threads 2 \
     --prompt-len "$1" --gen "$DECODE_TOKENS" --runs 1 --warmup 1 \
     --n-ctx $(($1 + DECODE_TOKENS + 8)) $([ "$3" = fa ] && echo --flash-attn) \
     >"$out/llamacpp-$3-$1-$2.json" 2>/dev/null
@@ -72,9 +78,10 @@ def lc(n, r, fa):
 info = lc(lengths[0], 1, "nofa")[1]
 span = lambda v, f: f"{f(statistics.median(v))} ({f(min(v))}-{f(max(v))})"
 num, ratio = (lambda v: f"{v:.0f}"), (lambda v: f"{v:.2f}x")
-print(f"CPU: {info['cpu']}; flags: {', '.join(info['cpu_flags'])}; {info['version']}; "
-      f"{rounds} rounds, median (range)\n")
-print("| prompt | measurement (2 threads) | kvcast cpu (Q8) tokens/s | llama.cpp tokens/s, FA off | "
+isa = open(f"{d}/kvcast_isa").read().strip() if __import__("os").path.exists(f"{d}/kvcast_isa") else ""
+print(f"CPU: {info['cpu']}; llama.cpp flags: {', '.join(info['cpu_flags'])}; {info['version']}; "
+      f"kvcast KVCAST_CPU_ISA={isa or '(no cap)'}; {rounds} rounds, median (range)\n")
+print("| prompt | measurement (2 threads) | kvcast cpu tokens/s | llama.cpp tokens/s, FA off | "
       "FA on | kvcast / llama.cpp FA off | kvcast / llama.cpp FA on |")
 print("|---|---|---|---|---|---|---|")
 for n in lengths:

@@ -18,6 +18,8 @@
 #include "engine/model/checkpoint.h"
 #include "engine/transformer.h"
 #include "kernels/profiling_backend.h"
+#include "kernels/q4_matmul.h"
+#include "kernels/q8_matmul.h"
 #include "tools/bench/bench_models.h"
 
 ABSL_FLAG(std::string, model, "", ".gguf file or HF model directory (overrides --preset)");
@@ -76,6 +78,9 @@ absl::Status Run() {
   std::vector<int32_t> prompt(prompt_len);
   for (int i = 0; i < prompt_len; ++i) prompt[i] = (i * 7919 + 13) % c.vocab_size;
   std::vector<float> logits;
+  std::printf("weights %.1f MiB on %s; CPU kernels: Q4 %s, Q8 %s (KVCAST_CPU_ISA caps them)\n\n",
+              double(model->weight_bytes()) / (1 << 20), std::string(backend->name()).c_str(),
+              std::string(Q4KernelName()).c_str(), std::string(Q8KernelName()).c_str());
   std::printf("| model | measurement | tokens/s | GEMM share |\n|---|---|---|---|\n");
   const std::string name = absl::StrCat(c.architecture, " h", c.hidden_size, " L",
                                         c.num_hidden_layers, " V", c.vocab_size, " on ",
