@@ -1,7 +1,8 @@
-// Q8 weights against float32 weights for the projections of a decode step
-// and a prefill chunk, side by side in one run:
-//   bazel build //kernels:q8_matmul_benchmark && bazel-bin/kernels/q8_matmul_benchmark
-// Shapes are SmolLM2-135M's (hidden 576, intermediate 1536, vocab 49152).
+// Q4 and Q8 weights against float32 weights for the projections of a decode
+// step and a prefill chunk, side by side in one run:
+//   bazel build -c opt //kernels:q8_matmul_benchmark && bazel-bin/kernels/q8_matmul_benchmark
+// (KVCAST_CPU_ISA=avx2 for the AVX2 kernels.) Shapes are SmolLM2-135M's
+// (hidden 576, intermediate 1536, vocab 49152).
 #include <cblas.h>
 
 #include <random>
@@ -9,6 +10,7 @@
 
 #include "benchmark/benchmark.h"
 #include "kernels/internal/q8_kernels.h"
+#include "kernels/q4_matmul.h"
 #include "kernels/q8_matmul.h"
 
 namespace kvcast {
@@ -37,6 +39,32 @@ void BM_Q8Linear(benchmark::State& state) {
   state.SetLabel(std::string(Q8KernelName()));
   state.counters["weight_GB/s"] = benchmark::Counter(
       double(Q8MatrixBytes(n, k)) * state.iterations(), benchmark::Counter::kIsRate);
+  state.counters["GMAC/s"] =
+      benchmark::Counter(double(m) * n * k * state.iterations() / 1e9, benchmark::Counter::kIsRate);
+}
+
+// Q4_1 blocks of random nibbles and scales.
+void BM_Q4Linear(benchmark::State& state) {
+  const int m = state.range(0);
+  const int64_t k = state.range(1), n = state.range(2);
+  const auto x = Random(m * k);
+  std::mt19937 rng(2);
+  std::vector<uint8_t> blocks(size_t(n * k / 32) * 20);
+  for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = uint8_t(rng());
+  for (size_t b = 0; b < blocks.size(); b += 20) {
+    blocks[b + 1] = 0x20;  // d and m: small normal halves
+    blocks[b + 3] = 0xA0;
+  }
+  std::vector<char> q(Q4MatrixBytes(n, k));
+  PackQ4Matrix(Q4Source::kQ4_1, blocks.data(), n, k, q.data());
+  std::vector<float> y(m * n);
+  for (auto _ : state) {
+    Q4Linear(x.data(), m, k, q.data(), n, y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetLabel(std::string(Q4KernelName()));
+  state.counters["weight_GB/s"] = benchmark::Counter(
+      double(Q4MatrixBytes(n, k)) * state.iterations(), benchmark::Counter::kIsRate);
   state.counters["GMAC/s"] =
       benchmark::Counter(double(m) * n * k * state.iterations() / 1e9, benchmark::Counter::kIsRate);
 }
@@ -72,6 +100,7 @@ void Shapes(benchmark::internal::Benchmark* b) {
   b->UseRealTime();
 }
 
+BENCHMARK(BM_Q4Linear)->Apply(Shapes);
 BENCHMARK(BM_Q8Linear)->Apply(Shapes);
 BENCHMARK(BM_F32Linear)->Apply(Shapes);
 

@@ -79,8 +79,9 @@ info = lc(lengths[0], 1, "nofa")[1]
 span = lambda v, f: f"{f(statistics.median(v))} ({f(min(v))}-{f(max(v))})"
 num, ratio = (lambda v: f"{v:.0f}"), (lambda v: f"{v:.2f}x")
 isa = open(f"{d}/kvcast_isa").read().strip() if __import__("os").path.exists(f"{d}/kvcast_isa") else ""
-print(f"CPU: {info['cpu']}; llama.cpp flags: {', '.join(info['cpu_flags'])}; {info['version']}; "
-      f"kvcast KVCAST_CPU_ISA={isa or '(no cap)'}; {rounds} rounds, median (range)\n")
+print(f"CPU: {info['cpu']} ({', '.join(info['cpu_flags'])}); {info['version']}, built with: "
+      f"{info['system_info']}; kvcast KVCAST_CPU_ISA={isa or '(no cap)'}; {rounds} rounds, "
+      f"median (range)\n")
 print("| prompt | measurement (2 threads) | kvcast cpu tokens/s | llama.cpp tokens/s, FA off | "
       "FA on | kvcast / llama.cpp FA off | kvcast / llama.cpp FA on |")
 print("|---|---|---|---|---|---|---|")
