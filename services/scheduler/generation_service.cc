@@ -344,6 +344,13 @@ grpc::Status GenerationService::Request::Run() {
   svc_->m_.prompt_tokens->Increment(n);
   absl::flat_hash_set<WorkerSlot> exclude;
   int prefill_failures = 0, decode_failures = 0;
+  // The chunks a failed prefill attempt had published (its progress says
+  // how far it got; decode's subscription took them into the relay's
+  // cache): the next attempt fetches them instead of computing them again.
+  struct Abandoned {
+    std::string publisher;
+    int groups = 0;
+  } abandoned;
   std::string last_error;
   for (;;) {
     if (ctx_->IsCancelled()) return Interrupted();
@@ -397,12 +404,14 @@ grpc::Status GenerationService::Request::Run() {
       *preq.mutable_tokens() = {prompt_.begin(), prompt_.end()};
       *preq.mutable_sampling() = sampling_;
       preq.set_tenant(req_.tenant());
-      if (route->prefill_plan.fetched_chunks > 0) {
+      const int planned = route->prefill_plan.cached_chunks + route->prefill_plan.fetched_chunks;
+      if (route->prefill_plan.fetched_chunks > 0 || abandoned.groups > planned) {
+        const bool resume = abandoned.groups > planned;
         v1::KvSource* reuse = preq.mutable_reuse();
-        reuse->set_prompt_digest(route->reuse.prompt_digest);
-        reuse->set_groups(route->prefill_plan.cached_chunks + route->prefill_plan.fetched_chunks);
+        reuse->set_prompt_digest(resume ? digest_ : route->reuse.prompt_digest);
+        reuse->set_groups(resume ? abandoned.groups : planned);
         reuse->set_compression(svc_->options_.compression);
-        reuse->set_moqt_address(route->reuse.publisher);
+        reuse->set_moqt_address(resume ? abandoned.publisher : route->reuse.publisher);
         GrantRead(reuse);
       }
       auto pctx = WorkerContext();
@@ -425,6 +434,12 @@ grpc::Status GenerationService::Request::Run() {
                                                      " prompt tokens")
                                       : ps.error_message());
         if (prefill_stalled) svc_->m_.prefill_stalls->Increment();
+        // Its last reported chunk may not have left it whole: leave it out.
+        const int published = std::min(call.done_tokens / model_.chunk_tokens - 1,
+                                       (n - 1) / model_.chunk_tokens);
+        if (published > abandoned.groups) {
+          abandoned = {route->prefill->moqt_address, published};
+        }
         std::fprintf(stderr, "kvcast-scheduler: %s: %s; retrying\n", request_id_.c_str(),
                      last_error.c_str());
         // Unreachable or frozen: no more requests until its next heartbeat.

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <future>
 #include <map>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -460,6 +461,66 @@ TEST_F(DisaggregatedTest, KilledPrefillWorkerIsRetriedElsewhere) {
   }
   EXPECT_GE(retries, 1) << "one request was on the killed worker";
   ExpectNoPagesLeaked(c->worker(Role::kPrefill, 1));
+  ExpectNoPagesLeaked(c->worker(Role::kDecode, 0));
+}
+
+// CPU ticks (user + system) the process has used, from /proc/PID/stat.
+long CpuTicks(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(f, line);
+  // Fields after the ")" that ends the command name: state is field 3,
+  // utime 14 and stime 15.
+  std::istringstream rest(line.substr(line.rfind(')') + 2));
+  std::string field;
+  long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 14) utime = std::stol(field);
+    if (i == 15) stime = std::stol(field);
+  }
+  return utime + stime;
+}
+
+// A prefill worker killed (SIGKILL) partway through a long prompt: the retry
+// on the other prefill worker fetches the chunks the first attempt had
+// published (they reached the relay's cache on their way to the decode
+// worker) instead of computing them again, and the output is exact.
+TEST_F(DisaggregatedTest, RetriedLongPromptFetchesWhatItsFirstAttemptPublished) {
+  auto c = Start("retry_fetch", 2, 1, {}, {}, 1, WideModelDir());
+  ASSERT_NE(c, nullptr);
+  ASSERT_NE(c->relay(), nullptr);
+  const auto prompt = Prompt(6000, 13);
+  // One 128-token chunk of fp16 KV: K and V x 8 layers x 4 KV heads x 64 x 2 bytes.
+  const double chunk_bytes = 128.0 * 2 * 8 * 4 * 64 * 2;
+  auto pending = std::async(std::launch::async,
+                            [&] { return Generate(c->scheduler_address(), prompt, 4); });
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (Metric(*c->relay(), "kvcast_relay_cache_bytes") < 8 * chunk_bytes &&
+         absl::Now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  // The prefill worker computing it is the one using the CPU.
+  const long a0 = CpuTicks(c->worker(Role::kPrefill, 0).pid);
+  const long a1 = CpuTicks(c->worker(Role::kPrefill, 1).pid);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  const int victim = CpuTicks(c->worker(Role::kPrefill, 0).pid) - a0 >=
+                             CpuTicks(c->worker(Role::kPrefill, 1).pid) - a1
+                         ? 0
+                         : 1;
+  ASSERT_TRUE(c->Kill(Role::kPrefill, victim, SIGKILL).ok());
+  Result r = pending.get();
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.tokens, Reference(prompt, 4, WideModelDir()));
+  EXPECT_GE(r.final.retries(), 1);
+  const Process& survivor = c->worker(Role::kPrefill, 1 - victim);
+  EXPECT_EQ(r.final.prefill_worker().substr(0, survivor.grpc_address.size()),
+            survivor.grpc_address);
+  // At least the 8 chunks the relay held, less the one left out as possibly
+  // cut short.
+  EXPECT_GE(Metric(survivor, "kvcast_prefill_tokens_total", {{"origin", "fetched"}}), 7 * 128);
+  EXPECT_GE(r.final.usage().cached_prompt_tokens(), 7 * 128);
+  EXPECT_EQ(Metric(survivor, "kvcast_kv_transfer_failures_total"), 0);
+  ExpectNoPagesLeaked(survivor);
   ExpectNoPagesLeaked(c->worker(Role::kDecode, 0));
 }
 

@@ -106,6 +106,7 @@ absl::Status LocalCluster::Launch() {
   std::string relay_address;
   if (options_.relay) {
     ASSIGN_OR_RETURN(relay_address, pick(SOCK_DGRAM));
+    ASSIGN_OR_RETURN(std::string relay_metrics, pick(SOCK_STREAM));
     // Mutual TLS: only holders of the cluster's certificates reach the KV,
     // and each request needs a token the scheduler signed for its prompt.
     std::vector<std::string> args = {"--listen=" + relay_address, "--cert=" + certs.server_cert,
@@ -114,10 +115,12 @@ absl::Status LocalCluster::Launch() {
                                      "--auth_key_file=" + certs.moqt_auth_key,
                                      // Covers a decode worker subscribing before the
                                      // prefill worker's announce reaches the relay.
-                                     "--subscribe_wait_ms=2000"};
+                                     "--subscribe_wait_ms=2000",
+                                     "--metrics_listen=" + relay_metrics};
     args.insert(args.end(), options_.relay_flags.begin(), options_.relay_flags.end());
     ASSIGN_OR_RETURN(Process * p, Spawn(Role::kRelay, 0, relay_bin, std::move(args)));
     p->moqt_address = relay_address;
+    p->metrics_address = relay_metrics;
   }
 
   std::vector<std::string> internal_addresses;
