@@ -39,6 +39,7 @@ WeightType ToWeightType(DType d) {
 std::optional<WeightType> BlockWeightType(const TensorView& t) {
   if (t.gguf_blocks == GgmlType::kQ4_0) return WeightType::kQ4_0Blocks;
   if (t.gguf_blocks == GgmlType::kQ4_1) return WeightType::kQ4_1Blocks;
+  if (t.gguf_blocks == GgmlType::kQ4_K) return WeightType::kQ4_KBlocks;
   return std::nullopt;
 }
 

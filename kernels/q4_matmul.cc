@@ -11,12 +11,13 @@
 namespace kvcast {
 
 using q4_internal::HighNibble;
-using q4_internal::kMinOffset;
-using q4_internal::kPanelBlockBytes;
 using q4_internal::kPanelRows;
 using q4_internal::kScaleOffset;
+using q4_internal::MinOffset;
 using q4_internal::NibbleByte;
+using q4_internal::PanelBlockBytes;
 using q4_internal::Q4Kernels;
+using q4_internal::Q4Scales;
 
 namespace q4_internal {
 
@@ -34,7 +35,16 @@ const Q4Kernels& ActiveQ4Kernels() {
 
 namespace {
 
+constexpr int kHeaderBytes = 64;
+
 int64_t Panels(int64_t n) { return (n + kPanelRows - 1) / kPanelRows; }
+
+Q4Scales ScalesOf(Q4Source source) {
+  return source == Q4Source::kQ4_K ? Q4Scales::kF32 : Q4Scales::kF16;
+}
+Q4Scales ScalesOf(const void* matrix) {
+  return static_cast<const uint8_t*>(matrix)[0] == 1 ? Q4Scales::kF32 : Q4Scales::kF16;
+}
 
 uint16_t LoadHalf(const uint8_t* p) {
   uint16_t h;
@@ -42,39 +52,102 @@ uint16_t LoadHalf(const uint8_t* p) {
   return h;
 }
 
+// ggml's packing of a Q4_K sub-block's 6-bit scale and min (j < 8).
+void ScaleMinK4(int j, const uint8_t* q, int* scale, int* min) {
+  if (j < 4) {
+    *scale = q[j] & 63;
+    *min = q[j + 4] & 63;
+  } else {
+    *scale = (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4);
+    *min = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+// Block b (32 values) of row `row` of the source: its nibbles in value order
+// and its d and m (as fp16 bits, or float32).
+struct SourceBlock {
+  uint8_t q[32];
+  uint16_t d16, m16;
+  float d32, m32;
+};
+SourceBlock ReadSource(Q4Source source, const uint8_t* src, int64_t row, int64_t b, int64_t k) {
+  SourceBlock out;
+  if (source == Q4Source::kQ4_K) {
+    const uint8_t* sb = src + (row * (k / 256) + b / 8) * 144;
+    const int j = int(b % 8);
+    int sc, mn;
+    ScaleMinK4(j, sb + 4, &sc, &mn);
+    // ggml: (d * sc) * q - (dmin * mn); both products are exact in float.
+    out.d32 = HalfToFloat(LoadHalf(sb)) * float(sc);
+    out.m32 = -(HalfToFloat(LoadHalf(sb + 2)) * float(mn));
+    const uint8_t* qs = sb + 16 + 32 * (j / 2);
+    for (int e = 0; e < 32; ++e) out.q[e] = j % 2 == 0 ? qs[e] & 15 : qs[e] >> 4;
+    return out;
+  }
+  const int bytes = Q4SourceBlockBytes(source);
+  const uint8_t* s = src + (row * (k / 32) + b) * bytes;
+  out.d16 = LoadHalf(s);
+  // x = d * (q - 8) is d * q + (-8 * d); -8 * d is exact in fp16.
+  out.m16 = source == Q4Source::kQ4_0 ? FloatToHalf(-8.0f * HalfToFloat(out.d16))
+                                      : LoadHalf(s + 2);
+  const uint8_t* qs = s + bytes - 16;
+  for (int e = 0; e < 32; ++e) out.q[e] = e < 16 ? qs[e] & 15 : qs[e - 16] >> 4;
+  return out;
+}
+
+float ScaleAt(const uint8_t* block, int offset, Q4Scales scales, int64_t i) {
+  if (scales == Q4Scales::kF32) {
+    float f;
+    std::memcpy(&f, block + offset + 4 * i, 4);
+    return f;
+  }
+  return HalfToFloat(LoadHalf(block + offset + 2 * i));
+}
+
 }  // namespace
 
-int Q4SourceBlockBytes(Q4Source source) { return source == Q4Source::kQ4_0 ? 18 : 20; }
+int Q4SourceBlockValues(Q4Source source) { return source == Q4Source::kQ4_K ? 256 : 32; }
 
-size_t Q4MatrixBytes(int64_t n, int64_t k) {
-  return size_t(Panels(n) * (k / kQ4Block)) * kPanelBlockBytes;
+int Q4SourceBlockBytes(Q4Source source) {
+  switch (source) {
+    case Q4Source::kQ4_0: return 18;
+    case Q4Source::kQ4_1: return 20;
+    case Q4Source::kQ4_K: return 144;
+  }
+  return 0;
+}
+
+size_t Q4MatrixBytes(Q4Source source, int64_t n, int64_t k) {
+  return kHeaderBytes + size_t(Panels(n) * (k / kQ4Block)) * PanelBlockBytes(ScalesOf(source));
 }
 
 void PackQ4Matrix(Q4Source source, const void* blocks, int64_t n, int64_t k, void* out) {
   const auto* src = static_cast<const uint8_t*>(blocks);
   auto* dst = static_cast<uint8_t*>(out);
+  const Q4Scales scales = ScalesOf(source);
+  std::memset(dst, 0, kHeaderBytes);
+  dst[0] = scales == Q4Scales::kF32 ? 1 : 0;
+  dst += kHeaderBytes;
   const int64_t row_blocks = k / kQ4Block;
-  const int source_bytes = Q4SourceBlockBytes(source);
-  const int nibbles_at = source == Q4Source::kQ4_0 ? 2 : 4;
+  const int block_bytes = PanelBlockBytes(scales), min_offset = MinOffset(scales);
 #pragma omp parallel for schedule(static)
   for (int64_t p = 0; p < Panels(n); ++p) {
     for (int64_t b = 0; b < row_blocks; ++b) {
-      uint8_t* block = dst + (p * row_blocks + b) * kPanelBlockBytes;
-      std::memset(block, 0, kPanelBlockBytes);
+      uint8_t* block = dst + (p * row_blocks + b) * block_bytes;
+      std::memset(block, 0, block_bytes);
       for (int i = 0; i < kPanelRows; ++i) {
         const int64_t row = p * kPanelRows + i;
         if (row >= n) break;
-        const uint8_t* s = src + (row * row_blocks + b) * source_bytes;
-        const uint16_t d = LoadHalf(s);
-        // x = d * (q - 8) is d * q + (-8 * d); -8 * d is exact in fp16.
-        const uint16_t m =
-            source == Q4Source::kQ4_0 ? FloatToHalf(-8.0f * HalfToFloat(d)) : LoadHalf(s + 2);
-        std::memcpy(block + kScaleOffset + 2 * i, &d, 2);
-        std::memcpy(block + kMinOffset + 2 * i, &m, 2);
+        const SourceBlock s = ReadSource(source, src, row, b, k);
+        if (scales == Q4Scales::kF32) {
+          std::memcpy(block + kScaleOffset + 4 * i, &s.d32, 4);
+          std::memcpy(block + min_offset + 4 * i, &s.m32, 4);
+        } else {
+          std::memcpy(block + kScaleOffset + 2 * i, &s.d16, 2);
+          std::memcpy(block + min_offset + 2 * i, &s.m16, 2);
+        }
         for (int e = 0; e < kQ4Block; ++e) {
-          const uint8_t byte = s[nibbles_at + e % 16];
-          const uint8_t q = e < 16 ? byte & 15 : byte >> 4;
-          block[NibbleByte(i, e)] |= HighNibble(e) ? uint8_t(q << 4) : q;
+          block[NibbleByte(i, e)] |= HighNibble(e) ? uint8_t(s.q[e] << 4) : s.q[e];
         }
       }
     }
@@ -83,14 +156,16 @@ void PackQ4Matrix(Q4Source source, const void* blocks, int64_t n, int64_t k, voi
 
 void DequantizeQ4Rows(const void* w, int64_t n, int64_t k, const int32_t* rows, int num_rows,
                       float* out) {
-  const auto* q = static_cast<const uint8_t*>(w);
+  const Q4Scales scales = ScalesOf(w);
+  const auto* q = static_cast<const uint8_t*>(w) + kHeaderBytes;
   const int64_t blocks = k / kQ4Block;
+  const int block_bytes = PanelBlockBytes(scales), min_offset = MinOffset(scales);
   for (int r = 0; r < num_rows; ++r) {
     const int64_t p = rows[r] / kPanelRows, i = rows[r] % kPanelRows;
     for (int64_t b = 0; b < blocks; ++b) {
-      const uint8_t* block = q + (p * blocks + b) * kPanelBlockBytes;
-      const float d = HalfToFloat(LoadHalf(block + kScaleOffset + 2 * i));
-      const float m = HalfToFloat(LoadHalf(block + kMinOffset + 2 * i));
+      const uint8_t* block = q + (p * blocks + b) * block_bytes;
+      const float d = ScaleAt(block, kScaleOffset, scales, i);
+      const float m = ScaleAt(block, min_offset, scales, i);
       for (int e = 0; e < kQ4Block; ++e) {
         const uint8_t byte = block[NibbleByte(int(i), e)];
         const int v = HighNibble(e) ? byte >> 4 : byte & 15;
@@ -105,9 +180,10 @@ void DequantizeQ4Rows(const void* w, int64_t n, int64_t k, const int32_t* rows, 
 
 void Q4Linear(const float* x, int m, int64_t k, const void* w, int64_t n, float* y) {
   const q8_internal::Q8Rows rows = q8_internal::QuantizeActivations(x, m, k);
-  const Q4Kernels& kernels = q4_internal::ActiveQ4Kernels();
-  const auto* wq = static_cast<const uint8_t*>(w);
-  const int64_t blocks = k / kQ4Block;
+  const Q4Scales scales = ScalesOf(w);
+  const q4_internal::DotFn dot = q4_internal::ActiveQ4Kernels().dot[int(scales)];
+  const auto* wq = static_cast<const uint8_t*>(w) + kHeaderBytes;
+  const int64_t panel_bytes = (k / kQ4Block) * PanelBlockBytes(scales);
   // Tiles of weight panels stay in cache while every activation row passes.
   constexpr int64_t kTilePanels = 2;
   const int64_t panels = Panels(n), tiles = (panels + kTilePanels - 1) / kTilePanels;
@@ -115,7 +191,7 @@ void Q4Linear(const float* x, int m, int64_t k, const void* w, int64_t n, float*
   for (int64_t t = 0; t < tiles; ++t) {
     const int64_t p0 = t * kTilePanels, np = std::min(kTilePanels, panels - p0);
     const int64_t cols = std::min(n - p0 * kPanelRows, np * kPanelRows);
-    kernels.dot(rows, m, wq + p0 * blocks * kPanelBlockBytes, np, cols, y + p0 * kPanelRows, n);
+    dot(rows, m, wq + p0 * panel_bytes, np, cols, y + p0 * kPanelRows, n);
   }
 }
 

@@ -1,38 +1,42 @@
 // Q4 weights on the CPU: a [n, k] matrix of 4-bit values in blocks of 32
-// along k, each block of each row with a half-precision scale d and offset m
-// (x = d * q + m, q in 0..15), read from a GGUF file's Q4_0 or Q4_1 blocks
-// without loss, and the matrix product against it. A decode step reads
-// 0.625 bytes per weight instead of Q8's 1.125.
+// along k, each block of each row with a scale d and offset m (x = d * q +
+// m, q in 0..15), read from a GGUF file's Q4_0, Q4_1 or Q4_K blocks without
+// loss, and the matrix product against it. A decode step reads 0.625 bytes
+// per weight (0.75 from Q4_K) instead of Q8's 1.125.
 //
-// Layout of a Q4 matrix (Q4MatrixBytes(n, k) bytes, 64-byte aligned by the
-// caller): rows grouped in panels of 16 (the last padded with zero rows), P =
-// ceil(n / 16) panels, B = k / 32 blocks, panel p's block b at byte
-// (p * B + b) * 320: 256 bytes of nibbles, byte c * 64 + 4 * i + t (c < 4,
-// i < 16, t < 4) holding q[16p + i, 32b + 4c + t] in its low nibble and
-// q[16p + i, 32b + 16 + 4c + t] in its high one (the four-bytes-per-row
-// order Q8 panels use, so a vector lane is a row); then d of rows 0..15 as
-// 16 fp16 values, then m of rows 0..15 as 16 fp16 values.
+// Layout of a Q4 matrix (Q4MatrixBytes(source, n, k) bytes, 64-byte aligned
+// by the caller): a 64-byte header (byte 0: 0 when d and m are fp16, 1 when
+// float32), then rows grouped in panels of 16 (the last padded with zero
+// rows), P = ceil(n / 16) panels, B = k / 32 blocks, panel p's block b at
+// 64 + (p * B + b) * S (S = 320 with fp16 scales, 384 with float32): 256
+// bytes of nibbles, byte c * 64 + 4 * i + t (c < 4, i < 16, t < 4) holding
+// q[16p + i, 32b + 4c + t] in its low nibble and q[16p + i, 32b + 16 + 4c + t]
+// in its high one (the four-bytes-per-row order Q8 panels use, so a vector
+// lane is a row); then d of rows 0..15, then m of rows 0..15.
 //
 // From GGUF: a Q4_1 block (d, m, 16 bytes; value j < 16 the low nibble of
-// byte j, value j + 16 its high nibble) keeps its d, m and nibbles; a Q4_0
-// block (x = d * (q - 8)) becomes m = -8 * d, exact in fp16, so
-// DequantizeQ4Rows gives the values ggml's own dequantization gives (equal
-// as numbers: where ggml's d * (q - 8) is -0 this is +0).
+// byte j, value j + 16 its high nibble) keeps its fp16 d, m and nibbles; a
+// Q4_0 block (x = d * (q - 8)) becomes m = -8 * d, exact in fp16; a Q4_K
+// super-block (fp16 d and dmin, 8 sub-blocks of 32 with 6-bit scale s and
+// min t, x = (d * s) * q - dmin * t) gives each sub-block float32 d * s and
+// -(dmin * t), both exact. So DequantizeQ4Rows gives the values ggml's own
+// dequantization gives (equal as numbers: where ggml's d * (q - 8) is -0
+// this is +0).
 //
 // Q4Linear computes y = x W^T with the arithmetic of llama.cpp's Q4_1 x
-// Q8_1 dot (its rounding differs in the last bits): each
-// 32-value block of an activation row is quantized as Q8Linear quantizes
-// it (scale s, int8 q, their sum), the integer dot of the nibbles with q is
-// exact, and each block is added in order as
+// Q8_1 dot (its rounding differs in the last bits): each 32-value block of
+// an activation row is quantized as Q8Linear quantizes it (scale s, int8 q,
+// their sum), the integer dot of the nibbles with q is exact, and each
+// block is added in order as
 //   acc = fma(d * s, float(integer dot), acc);
 //   acc = fma(m, s * float(sum of q), acc)
 // starting from acc = 0. The scalar, AVX2, AVX-VNNI and AVX-512 VNNI
-// kernels (chosen at run time) follow this exact sequence, so the result is
-// bit-identical across them and across thread counts, and batch-invariant.
+// kernels (chosen at run time, capped by KVCAST_CPU_ISA) follow this exact
+// sequence, so the result is bit-identical across them and across thread
+// counts, and batch-invariant.
 //
-// Requires k % 32 == 0 (Q4Supported). Thread safety: stateless; Q4Linear
-// runs on the calling thread plus an OpenMP team, and may be called from
-// several threads at once.
+// Thread safety: stateless; Q4Linear runs on the calling thread plus an
+// OpenMP team, and may be called from several threads at once.
 #ifndef KVCAST_KERNELS_Q4_MATMUL_H_
 #define KVCAST_KERNELS_Q4_MATMUL_H_
 
@@ -46,17 +50,22 @@ constexpr int kQ4Block = 32;
 
 // The GGUF block formats a Q4 matrix is packed from.
 enum class Q4Source {
-  kQ4_0,  // 18 bytes: fp16 d, 16 bytes of nibbles; x = d * (q - 8)
-  kQ4_1,  // 20 bytes: fp16 d, fp16 m, 16 bytes of nibbles; x = d * q + m
+  kQ4_0,  // 18 bytes a 32 values: fp16 d, 16 bytes of nibbles; x = d * (q - 8)
+  kQ4_1,  // 20 bytes a 32 values: fp16 d, fp16 m, 16 bytes of nibbles; x = d * q + m
+  kQ4_K,  // 144 bytes a 256 values: fp16 d, dmin, 12 bytes of scales, 128 of nibbles
 };
-// Bytes of one source block of 32 values: 18 or 20.
+// Values and bytes of one source block: 32 / 18, 32 / 20, 256 / 144.
+int Q4SourceBlockValues(Q4Source source);
 int Q4SourceBlockBytes(Q4Source source);
 
-inline bool Q4Supported(int64_t k) { return k > 0 && k % kQ4Block == 0; }
-size_t Q4MatrixBytes(int64_t n, int64_t k);
+// Whether rows of k values fit the source's blocks.
+inline bool Q4Supported(Q4Source source, int64_t k) {
+  return k > 0 && k % (source == Q4Source::kQ4_K ? 256 : kQ4Block) == 0;
+}
+size_t Q4MatrixBytes(Q4Source source, int64_t n, int64_t k);
 
 // Packs n rows of k values stored as `source` blocks at `blocks` (row-major:
-// row r is k / 32 consecutive blocks) into `out`.
+// row r is consecutive blocks) into `out`.
 void PackQ4Matrix(Q4Source source, const void* blocks, int64_t n, int64_t k, void* out);
 // Widens rows `rows[i]` of the Q4 matrix `w` [n, k] into out[i, :].
 void DequantizeQ4Rows(const void* w, int64_t n, int64_t k, const int32_t* rows, int num_rows,

@@ -55,7 +55,7 @@ void BM_Q4Linear(benchmark::State& state) {
     blocks[b + 1] = 0x20;  // d and m: small normal halves
     blocks[b + 3] = 0xA0;
   }
-  std::vector<char> q(Q4MatrixBytes(n, k));
+  std::vector<char> q(Q4MatrixBytes(Q4Source::kQ4_1, n, k));
   PackQ4Matrix(Q4Source::kQ4_1, blocks.data(), n, k, q.data());
   std::vector<float> y(m * n);
   for (auto _ : state) {
@@ -64,7 +64,7 @@ void BM_Q4Linear(benchmark::State& state) {
   }
   state.SetLabel(std::string(Q4KernelName()));
   state.counters["weight_GB/s"] = benchmark::Counter(
-      double(Q4MatrixBytes(n, k)) * state.iterations(), benchmark::Counter::kIsRate);
+      double(Q4MatrixBytes(Q4Source::kQ4_1, n, k)) * state.iterations(), benchmark::Counter::kIsRate);
   state.counters["GMAC/s"] =
       benchmark::Counter(double(m) * n * k * state.iterations() / 1e9, benchmark::Counter::kIsRate);
 }

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <memory>
 #include <new>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -38,6 +39,15 @@ class HostBuffer : public DeviceBuffer {
   void* data_;
   size_t size_;
 };
+
+std::optional<Q4Source> Q4SourceOf(WeightType type) {
+  switch (type) {
+    case WeightType::kQ4_0Blocks: return Q4Source::kQ4_0;
+    case WeightType::kQ4_1Blocks: return Q4Source::kQ4_1;
+    case WeightType::kQ4_KBlocks: return Q4Source::kQ4_K;
+    default: return std::nullopt;
+  }
+}
 
 class CpuBackend : public Backend {
  public:
@@ -78,11 +88,11 @@ class CpuBackend : public Backend {
 
   explicit CpuBackend(CpuWeights weights) : weights_(weights) {}
 
-  // The default backend ("cpu") keeps a GGUF file's Q4_0 / Q4_1 matrices as
+  // The default backend ("cpu") keeps a GGUF file's Q4_0 / Q4_1 / Q4_K matrices as
   // they are (Q4 panels), unless KVCAST_CPU_Q4=0 has them widened and
   // narrowed to Q8 like other weights (for A/B measurements).
   bool TakesWeightType(WeightType type) const override {
-    if (type == WeightType::kQ4_0Blocks || type == WeightType::kQ4_1Blocks) {
+    if (Q4SourceOf(type).has_value()) {
       static const bool q4 = [] {
         const char* v = std::getenv("KVCAST_CPU_Q4");
         return v == nullptr || std::string_view(v) != "0";
@@ -97,16 +107,15 @@ class CpuBackend : public Backend {
   // BF16) when it has one and the rows allow.
   absl::StatusOr<Weight> LoadWeight(WeightType type, WeightKind kind, const void* src,
                                     size_t rows, size_t cols) override {
-    if (type == WeightType::kQ4_0Blocks || type == WeightType::kQ4_1Blocks) {
-      if (!TakesWeightType(type) || kind != WeightKind::kMatrix || !Q4Supported(cols)) {
+    if (const std::optional<Q4Source> source = Q4SourceOf(type)) {
+      if (!TakesWeightType(type) || kind != WeightKind::kMatrix || !Q4Supported(*source, cols)) {
         return absl::InvalidArgumentError(absl::StrCat(
             "cpu backend: cannot keep a ", rows, " x ", cols, " Q4 ",
             kind == WeightKind::kMatrix ? "matrix" : "vector", " on ", std::string(name())));
       }
-      auto q4 = Allocate(Q4MatrixBytes(rows, cols));
+      auto q4 = Allocate(Q4MatrixBytes(*source, rows, cols));
       if (!q4.ok()) return q4.status();
-      PackQ4Matrix(type == WeightType::kQ4_0Blocks ? Q4Source::kQ4_0 : Q4Source::kQ4_1, src,
-                   rows, cols, (*q4)->data());
+      PackQ4Matrix(*source, src, rows, cols, (*q4)->data());
       return Weight(*std::move(q4), WeightType::kQ4, rows, cols);
     }
     const size_t count = rows * cols;
@@ -126,6 +135,7 @@ class CpuBackend : public Backend {
         break;
       case WeightType::kQ4_0Blocks:
       case WeightType::kQ4_1Blocks:
+      case WeightType::kQ4_KBlocks:
         break;  // Packed above.
       case WeightType::kQ8:
       case WeightType::kQ4:

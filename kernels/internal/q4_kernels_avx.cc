@@ -44,11 +44,24 @@ KVCAST_TARGET_VNNI inline __m256i StepVnni(__m256i acc, __m256i w, __m256i x) {
 }
 KVCAST_TARGET_VNNI inline __m256i FinishVnni(__m256i acc) { return acc; }
 
+// Rows 8h..8h+7 of a panel block's d (or m) at `p`, as float32.
+template <Q4Scales S>
+KVCAST_TARGET_AVX2 inline __m256 Load8Scales(const uint8_t* p, int h) {
+  if (S == Q4Scales::kF32) return _mm256_loadu_ps(reinterpret_cast<const float*>(p) + 8 * h);
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * h)));
+}
+// All 16 rows' d (or m) at `p`, as float32.
+template <Q4Scales S>
+KVCAST_TARGET_AVX512 inline __m512 Load16Scales(const uint8_t* p) {
+  if (S == Q4Scales::kF32) return _mm512_loadu_ps(p);
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
 // 256-bit kernels: one panel at a time, its rows 0-7 (bytes 0-31 of each
 // 64-byte chunk) and 8-15 (bytes 32-63) in two registers; R <= 2 activation
 // rows share each weight load and unpacking.
 #define KVCAST_DEFINE_Q4_DOT256(NAME, TARGET, STEP, FINISH)                                      \
-  template <int R>                                                                              \
+  template <Q4Scales S, int R>                                                                  \
   TARGET void NAME##Rows(const Q8Rows& x, int r0, const uint8_t* w, int64_t cols, float* out,  \
                          int64_t out_stride) {                                                  \
     const int64_t blocks = x.blocks;                                                            \
@@ -56,7 +69,7 @@ KVCAST_TARGET_VNNI inline __m256i FinishVnni(__m256i acc) { return acc; }
     __m256 acc[R][2];                                                                           \
     for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();                    \
     for (int64_t b = 0; b < blocks; ++b) {                                                      \
-      const uint8_t* wb = w + b * kPanelBlockBytes;                                             \
+      const uint8_t* wb = w + b * PanelBlockBytes(S);                                           \
       __m256i isum[R][2];                                                                       \
       for (int r = 0; r < R; ++r) isum[r][0] = isum[r][1] = _mm256_setzero_si256();             \
       for (int c = 0; c < 4; ++c) {                                                             \
@@ -78,10 +91,8 @@ KVCAST_TARGET_VNNI inline __m256i FinishVnni(__m256i acc) { return acc; }
       }                                                                                         \
       __m256 d[2], m[2];                                                                        \
       for (int h = 0; h < 2; ++h) {                                                             \
-        d[h] = _mm256_cvtph_ps(                                                                 \
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb + kScaleOffset + 16 * h)));     \
-        m[h] = _mm256_cvtph_ps(                                                                 \
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(wb + kMinOffset + 16 * h)));       \
+        d[h] = Load8Scales<S>(wb + kScaleOffset, h);                                            \
+        m[h] = Load8Scales<S>(wb + MinOffset(S), h);                                            \
       }                                                                                         \
       for (int r = 0; r < R; ++r) {                                                             \
         const int64_t xb = (r0 + r) * blocks + b;                                               \
@@ -101,13 +112,15 @@ KVCAST_TARGET_VNNI inline __m256i FinishVnni(__m256i acc) { return acc; }
       std::memcpy(out + (r0 + r) * out_stride, lanes, (cols < 16 ? cols : 16) * sizeof(float)); \
     }                                                                                           \
   }                                                                                             \
+  template <Q4Scales S>                                                                         \
   TARGET void NAME(const Q8Rows& x, int rows, const uint8_t* w, int64_t panels, int64_t cols,   \
                    float* out, int64_t out_stride) {                                            \
     for (int64_t p = 0; p < panels; ++p) {                                                      \
-      const uint8_t* wp = w + p * x.blocks * kPanelBlockBytes;                                  \
+      const uint8_t* wp = w + p * x.blocks * PanelBlockBytes(S);                                \
+      const int64_t left = cols - 16 * p;                                                       \
       int r = 0;                                                                                \
-      for (; r + 2 <= rows; r += 2) NAME##Rows<2>(x, r, wp, cols - 16 * p, out + 16 * p, out_stride); \
-      if (r < rows) NAME##Rows<1>(x, r, wp, cols - 16 * p, out + 16 * p, out_stride);           \
+      for (; r + 2 <= rows; r += 2) NAME##Rows<S, 2>(x, r, wp, left, out + 16 * p, out_stride); \
+      if (r < rows) NAME##Rows<S, 1>(x, r, wp, left, out + 16 * p, out_stride);                 \
     }                                                                                           \
   }
 
@@ -117,11 +130,13 @@ KVCAST_DEFINE_Q4_DOT256(DotVnni, KVCAST_TARGET_VNNI, StepVnni, FinishVnni)
 // AVX-512 VNNI: a register is a whole panel (16 rows); R activation rows by
 // PP panels of accumulators stay in registers. With few rows the low and
 // high nibbles accumulate apart (A = 2), so more dot chains run at once.
-template <int R, int PP>
+template <Q4Scales S, int R, int PP>
 KVCAST_TARGET_AVX512 void Avx512Panels(const Q8Rows& x, int r0, const uint8_t* w, int64_t cols,
                                        float* out, int64_t out_stride) {
   constexpr int A = R <= 2 ? 2 : 1;
-  const int64_t blocks = x.blocks, panel_bytes = blocks * kPanelBlockBytes;
+  constexpr int kBlockBytes = PanelBlockBytes(S);
+  constexpr int kPrefetchBlocks = 4;
+  const int64_t blocks = x.blocks, panel_bytes = blocks * kBlockBytes;
   const __m512i low4 = _mm512_set1_epi8(0x0F);
   __m512 acc[R][PP];
   for (int r = 0; r < R; ++r) {
@@ -134,10 +149,18 @@ KVCAST_TARGET_AVX512 void Avx512Panels(const Q8Rows& x, int r0, const uint8_t* w
         for (int a = 0; a < A; ++a) isum[r][p][a] = _mm512_setzero_si512();
       }
     }
+    // With few rows, each panel's stream is fetched a few blocks ahead of
+    // its loads: one row's arithmetic per block is too short for the memory
+    // system to overlap otherwise (more rows need no help).
+    for (int p = 0; p < (R <= 2 ? PP : 0); ++p) {
+      const char* ahead = reinterpret_cast<const char*>(w + p * panel_bytes +
+                                                        (b + kPrefetchBlocks) * kBlockBytes);
+      for (int line = 0; line < kBlockBytes; line += 64) _mm_prefetch(ahead + line, _MM_HINT_T0);
+    }
     for (int c = 0; c < 4; ++c) {
       __m512i lo[PP], hi[PP];
       for (int p = 0; p < PP; ++p) {
-        const __m512i v = _mm512_loadu_si512(w + p * panel_bytes + b * kPanelBlockBytes + c * 64);
+        const __m512i v = _mm512_loadu_si512(w + p * panel_bytes + b * kBlockBytes + c * 64);
         lo[p] = _mm512_and_si512(v, low4);
         hi[p] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
       }
@@ -153,9 +176,9 @@ KVCAST_TARGET_AVX512 void Avx512Panels(const Q8Rows& x, int r0, const uint8_t* w
     }
     __m512 d[PP], m[PP];
     for (int p = 0; p < PP; ++p) {
-      const uint8_t* wb = w + p * panel_bytes + b * kPanelBlockBytes;
-      d[p] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + kScaleOffset)));
-      m[p] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + kMinOffset)));
+      const uint8_t* wb = w + p * panel_bytes + b * kBlockBytes;
+      d[p] = Load16Scales<S>(wb + kScaleOffset);
+      m[p] = Load16Scales<S>(wb + MinOffset(S));
     }
     for (int r = 0; r < R; ++r) {
       const int64_t xb = (r0 + r) * blocks + b;
@@ -183,28 +206,28 @@ KVCAST_TARGET_AVX512 void Avx512Panels(const Q8Rows& x, int r0, const uint8_t* w
   }
 }
 
-template <int R, int PP>
+template <Q4Scales S, int R, int PP>
 KVCAST_TARGET_AVX512 void Avx512Rows(const Q8Rows& x, int r0, const uint8_t* w, int64_t panels,
                                      int64_t cols, float* out, int64_t out_stride) {
+  const int64_t panel_bytes = x.blocks * PanelBlockBytes(S);
   int64_t p = 0;
   for (; p + PP <= panels; p += PP) {
-    Avx512Panels<R, PP>(x, r0, w + p * x.blocks * kPanelBlockBytes, cols - 16 * p, out + 16 * p,
-                        out_stride);
+    Avx512Panels<S, R, PP>(x, r0, w + p * panel_bytes, cols - 16 * p, out + 16 * p, out_stride);
   }
   for (; p < panels; ++p) {
-    Avx512Panels<R, 1>(x, r0, w + p * x.blocks * kPanelBlockBytes, cols - 16 * p, out + 16 * p,
-                       out_stride);
+    Avx512Panels<S, R, 1>(x, r0, w + p * panel_bytes, cols - 16 * p, out + 16 * p, out_stride);
   }
 }
 
+template <Q4Scales S>
 KVCAST_TARGET_AVX512 void DotAvx512(const Q8Rows& x, int rows, const uint8_t* w, int64_t panels,
                                     int64_t cols, float* out, int64_t out_stride) {
   int r = 0;
-  for (; r + 4 <= rows; r += 4) Avx512Rows<4, 2>(x, r, w, panels, cols, out, out_stride);
+  for (; r + 4 <= rows; r += 4) Avx512Rows<S, 4, 2>(x, r, w, panels, cols, out, out_stride);
   switch (rows - r) {
-    case 3: return Avx512Rows<3, 2>(x, r, w, panels, cols, out, out_stride);
-    case 2: return Avx512Rows<2, 2>(x, r, w, panels, cols, out, out_stride);
-    case 1: return Avx512Rows<1, 2>(x, r, w, panels, cols, out, out_stride);
+    case 3: return Avx512Rows<S, 3, 2>(x, r, w, panels, cols, out, out_stride);
+    case 2: return Avx512Rows<S, 2, 2>(x, r, w, panels, cols, out, out_stride);
+    case 1: return Avx512Rows<S, 1, 2>(x, r, w, panels, cols, out, out_stride);
     default: return;
   }
 }
@@ -212,17 +235,18 @@ KVCAST_TARGET_AVX512 void DotAvx512(const Q8Rows& x, int rows, const uint8_t* w,
 }  // namespace
 
 const Q4Kernels* Avx2Q4Kernels() {
-  static const Q4Kernels kernels{"avx2", &DotAvx2};
+  static const Q4Kernels kernels{"avx2", {&DotAvx2<Q4Scales::kF16>, &DotAvx2<Q4Scales::kF32>}};
   return CpuHas(CpuIsa::kAvx2) ? &kernels : nullptr;
 }
 
 const Q4Kernels* AvxVnniQ4Kernels() {
-  static const Q4Kernels kernels{"avx-vnni", &DotVnni};
+  static const Q4Kernels kernels{"avx-vnni", {&DotVnni<Q4Scales::kF16>, &DotVnni<Q4Scales::kF32>}};
   return CpuHas(CpuIsa::kAvxVnni) ? &kernels : nullptr;
 }
 
 const Q4Kernels* Avx512VnniQ4Kernels() {
-  static const Q4Kernels kernels{"avx512-vnni", &DotAvx512};
+  static const Q4Kernels kernels{"avx512-vnni",
+                                 {&DotAvx512<Q4Scales::kF16>, &DotAvx512<Q4Scales::kF32>}};
   return CpuHas(CpuIsa::kAvx512Vnni) ? &kernels : nullptr;
 }
 

@@ -1,11 +1,18 @@
 // make_tiny_model: writes a deterministic random HF checkpoint (see
-// tools/tiny_model/tiny_model.h), e.g.
+// tools/tiny_model/tiny_model.h), or with --gguf a GGUF file of it (and its
+// HF directory beside it, OUT.hf: tiny_gguf.h), e.g.
 //   bazel run //tools/tiny_model:make_tiny_model -- --out=/tmp/tiny --arch=qwen2
+//   bazel run //tools/tiny_model:make_tiny_model -- --out=/tmp/llama-q4k.gguf --gguf=Q4_K \
+//     --hidden_size=2048 --intermediate_size=5632 --num_layers=8 --num_heads=32 \
+//     --num_kv_heads=8 --vocab_size=32000 --dtype=f32
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "engine/model/ggml_types.h"
+#include "tools/tiny_model/tiny_gguf.h"
 #include "tools/tiny_model/tiny_model.h"
 
 ABSL_FLAG(std::string, out, "", "Output directory (created if missing).");
@@ -24,6 +31,8 @@ ABSL_FLAG(bool, tie_embeddings, false, "Tie lm_head to the embeddings.");
 ABSL_FLAG(std::string, dtype, "bf16", "f32 | f16 | bf16");
 ABSL_FLAG(int, shards, 1, "Number of safetensors shards.");
 ABSL_FLAG(uint64_t, seed, 1, "PRNG seed.");
+ABSL_FLAG(std::string, gguf, "",
+          "F32 | Q8_0 | Q4_0 | Q4_1 | Q4_K: write a GGUF file with matrices of this type");
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
@@ -48,7 +57,20 @@ int main(int argc, char** argv) {
   o.dtype = absl::GetFlag(FLAGS_dtype);
   o.shards = absl::GetFlag(FLAGS_shards);
   o.seed = absl::GetFlag(FLAGS_seed);
-  const absl::Status status = kvcast::WriteTinyModel(o, out);
+  const std::string gguf = absl::GetFlag(FLAGS_gguf);
+  std::optional<kvcast::GgmlType> type;
+  for (kvcast::GgmlType t : {kvcast::GgmlType::kF32, kvcast::GgmlType::kQ8_0,
+                             kvcast::GgmlType::kQ4_0, kvcast::GgmlType::kQ4_1,
+                             kvcast::GgmlType::kQ4_K}) {
+    if (gguf == kvcast::GgmlTypeName(uint32_t(t))) type = t;
+  }
+  if (!gguf.empty() && !type) {
+    std::fprintf(stderr, "make_tiny_model: --gguf=%s is not F32, Q8_0, Q4_0, Q4_1 or Q4_K\n",
+                 gguf.c_str());
+    return 2;
+  }
+  const absl::Status status =
+      type ? kvcast::WriteTinyGguf(o, *type, out) : kvcast::WriteTinyModel(o, out);
   if (!status.ok()) {
     std::fprintf(stderr, "make_tiny_model: %s\n", status.ToString().c_str());
     return 1;

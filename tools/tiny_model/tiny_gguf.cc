@@ -62,9 +62,63 @@ std::string EncodeQ4(const std::vector<float>& v, GgmlType type) {
   return out;
 }
 
+// ggml's Q4_K: per 256 values fp16 d and dmin, 8 sub-blocks of 32 with a
+// 6-bit scale s and min t packed in 12 bytes, x = (d * s) * q - dmin * t;
+// each sub-block spans [-(dmin * t), -(dmin * t) + 15 * d * s] (its minimum
+// clamped to <= 0, as ggml does).
+std::string EncodeQ4_K(const std::vector<float>& v) {
+  std::string out;
+  for (size_t b = 0; b < v.size(); b += 256) {
+    float scale[8], mins[8], dmax = 0, mmax = 0;
+    for (int j = 0; j < 8; ++j) {
+      float lo = 0, hi = v[b + 32 * j];
+      for (int i = 0; i < 32; ++i) {
+        lo = std::min(lo, v[b + 32 * j + i]);
+        hi = std::max(hi, v[b + 32 * j + i]);
+      }
+      scale[j] = (hi - lo) / 15.0f;
+      mins[j] = -lo;
+      dmax = std::max(dmax, scale[j]);
+      mmax = std::max(mmax, mins[j]);
+    }
+    const float d = HalfToFloat(FloatToHalf(dmax / 63.0f));
+    const float dmin = HalfToFloat(FloatToHalf(mmax / 63.0f));
+    int sc[8], mn[8];
+    for (int j = 0; j < 8; ++j) {
+      sc[j] = d > 0 ? std::min(63, int(std::lround(scale[j] / d))) : 0;
+      mn[j] = dmin > 0 ? std::min(63, int(std::lround(mins[j] / dmin))) : 0;
+    }
+    uint8_t packed[12];
+    for (int j = 0; j < 4; ++j) {
+      packed[j] = uint8_t((sc[j] & 63) | ((sc[j + 4] >> 4) << 6));
+      packed[j + 4] = uint8_t((mn[j] & 63) | ((mn[j + 4] >> 4) << 6));
+      packed[j + 8] = uint8_t((sc[j + 4] & 15) | ((mn[j + 4] & 15) << 4));
+    }
+    const uint16_t hd = FloatToHalf(d), hm = FloatToHalf(dmin);
+    out.append(reinterpret_cast<const char*>(&hd), 2);
+    out.append(reinterpret_cast<const char*>(&hm), 2);
+    out.append(reinterpret_cast<const char*>(packed), 12);
+    uint8_t q[256];
+    for (int j = 0; j < 8; ++j) {
+      const float dj = d * float(sc[j]), mj = dmin * float(mn[j]);
+      for (int i = 0; i < 32; ++i) {
+        const float x = dj > 0 ? (v[b + 32 * j + i] + mj) / dj + 0.5f : 0.0f;
+        q[32 * j + i] = uint8_t(std::min(15, std::max(0, int(x))));
+      }
+    }
+    for (int pair = 0; pair < 4; ++pair) {
+      for (int i = 0; i < 32; ++i) {
+        out.push_back(char(q[64 * pair + i] | q[64 * pair + 32 + i] << 4));
+      }
+    }
+  }
+  return out;
+}
+
 std::string EncodeMatrix(const std::vector<float>& v, GgmlType type) {
   switch (type) {
     case GgmlType::kQ8_0: return EncodeQ8_0(v);
+    case GgmlType::kQ4_K: return EncodeQ4_K(v);
     case GgmlType::kQ4_0:
     case GgmlType::kQ4_1: return EncodeQ4(v, type);
     default: return Bytes(v);
@@ -119,8 +173,9 @@ absl::Status WriteTinyGguf(const TinyModelOptions& options, GgmlType matrix_type
                                                    "' (llama or qwen2 only)"));
   }
   if (matrix_type != GgmlType::kF32 && matrix_type != GgmlType::kQ8_0 &&
-      matrix_type != GgmlType::kQ4_0 && matrix_type != GgmlType::kQ4_1) {
-    return absl::InvalidArgumentError("tiny GGUF: matrices are F32, Q8_0, Q4_0 or Q4_1");
+      matrix_type != GgmlType::kQ4_0 && matrix_type != GgmlType::kQ4_1 &&
+      matrix_type != GgmlType::kQ4_K) {
+    return absl::InvalidArgumentError("tiny GGUF: matrices are F32, Q8_0, Q4_0, Q4_1 or Q4_K");
   }
   const std::string hf_dir = path + ".hf";
   RETURN_IF_ERROR(WriteTinyModel(options, hf_dir));
@@ -180,7 +235,10 @@ absl::Status WriteTinyGguf(const TinyModelOptions& options, GgmlType matrix_type
     const bool matrix = e.shape.size() == 2;
     if (e.permute_heads > 0) values = PermuteRows(values, e.permute_heads, e.shape[1]);
     std::vector<int64_t> dims(e.shape.rbegin(), e.shape.rend());
-    const GgmlType type = matrix && dims[0] % 32 == 0 ? matrix_type : GgmlType::kF32;
+    // Rows that do not fill the type's blocks stay F32 (llama.cpp's
+    // quantizer falls back to another type there too).
+    const int64_t block = matrix_type == GgmlType::kQ4_K ? 256 : 32;
+    const GgmlType type = matrix && dims[0] % block == 0 ? matrix_type : GgmlType::kF32;
     w.AddTensor(e.gguf, uint32_t(type), dims, EncodeMatrix(values, type));
   }
   if (c.rope_scaling.has_value()) {
