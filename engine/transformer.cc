@@ -94,10 +94,12 @@ class WeightLoader {
     for (const TensorView& t : views) {
       if (BlockWeightType(t) != blocks) blocks.reset();
     }
-    if (blocks && !backend_->TakesWeightType(*blocks)) blocks.reset();
-    const WeightType type = blocks ? *blocks : ToWeightType(views[0].dtype);
     // Parts stack along rows (q|k|v, gate|up); a vector is one row.
     const WeightKind kind = KindOf(views[0]);
+    if (blocks && (kind == WeightKind::kVector || !backend_->TakesWeightType(*blocks))) {
+      blocks.reset();  // widened below: vectors are always float32
+    }
+    const WeightType type = blocks ? *blocks : ToWeightType(views[0].dtype);
     size_t count = 0;
     for (const TensorView& t : views) count += size_t(t.numel());
     const size_t cols = kind == WeightKind::kVector ? count : size_t(views[0].shape[1]);

@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "kernels/cpu_features.h"
+#include "kernels/internal/int8_simd.h"
 #include "kernels/internal/q4_kernels.h"
 
 namespace kvcast {
@@ -20,16 +21,7 @@ namespace {
 
 using q8_internal::Q8Rows;
 
-#define KVCAST_TARGET_AVX2 __attribute__((target("avx2,fma,f16c")))
-#define KVCAST_TARGET_VNNI __attribute__((target("avx2,fma,f16c,avxvnni")))
-#define KVCAST_TARGET_AVX512 \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")))
-
-inline int32_t Load4(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
+using int8_simd::Load4;
 
 // AVX2: a block's eight VPMADDUBSW pair sums add up in int16 (each at most
 // 2 * 15 * 127, eight of them 30,480 < 32,767), widened once per block.

@@ -9,22 +9,14 @@
 #include <cstring>
 
 #include "kernels/cpu_features.h"
+#include "kernels/internal/int8_simd.h"
 #include "kernels/internal/q8_kernels.h"
 
 namespace kvcast {
 namespace q8_internal {
 namespace {
 
-#define KVCAST_TARGET_AVX2 __attribute__((target("avx2,fma")))
-#define KVCAST_TARGET_VNNI __attribute__((target("avx2,fma,avxvnni")))
-#define KVCAST_TARGET_AVX512 \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma")))
-
-inline int32_t Load4(const int8_t* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
+using int8_simd::Load4;
 
 // acc += per lane, sum over 4 bytes of (w_u8 - 128) * x, where x holds the
 // same 4 signed bytes in every lane. AVX2 has no u8 x s8 dot without
