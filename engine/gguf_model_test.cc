@@ -125,6 +125,9 @@ TEST_P(GgufModelTest, Q4GgufStaysQ4OnTheCpuBackend) {
     // of their range.
     EXPECT_LT(worst, 2 * q8_worst) << "Q4 file's gap " << worst << ", Q8 file's " << q8_worst
                                    << ", logits up to " << spread;
+    // The Q8_0 file's own blocks, kept as they are: the gap of activations
+    // alone (measured 1.8-2.3% of the logits' range).
+    EXPECT_LT(q8_worst, 0.05 * spread);
   }
 }
 

@@ -3,9 +3,11 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
+#include "common/dtype.h"
 #include "kernels/internal/q8_kernels.h"
 
 namespace kvcast {
@@ -59,6 +61,31 @@ void QuantizeQ8Matrix(const float* w, int64_t n, int64_t k, void* out) {
         int8_t block[kQ8Block] = {};
         sdst[i] = row < n ? QuantizeBlock(w + row * k + b * kQ8Block, block) : 0.0f;
         for (int e = 0; e < kQ8Block; ++e) dst[PanelByte(i, e)] = uint8_t(block[e] + 128);
+      }
+    }
+  }
+}
+
+void PackQ8_0Matrix(const void* blocks, int64_t n, int64_t k, void* out) {
+  const auto* src = static_cast<const uint8_t*>(blocks);
+  auto* q = static_cast<uint8_t*>(out);
+  auto* scales = reinterpret_cast<float*>(q + Q8ScalesOffset(n, k));
+  const int64_t row_blocks = k / kQ8Block;
+#pragma omp parallel for schedule(static)
+  for (int64_t p = 0; p < Panels(n); ++p) {
+    for (int64_t b = 0; b < row_blocks; ++b) {
+      uint8_t* dst = q + (p * row_blocks + b) * kPanelBlockBytes;
+      float* sdst = scales + (p * row_blocks + b) * kPanelRows;
+      for (int i = 0; i < kPanelRows; ++i) {
+        const int64_t row = p * kPanelRows + i;
+        const uint8_t* s = src + (row * row_blocks + b) * 34;
+        uint16_t d = 0;
+        if (row < n) std::memcpy(&d, s, 2);
+        sdst[i] = HalfToFloat(d);
+        for (int e = 0; e < kQ8Block; ++e) {
+          const int v = row < n ? std::max(-127, int(int8_t(s[2 + e]))) : 0;
+          dst[PanelByte(i, e)] = uint8_t(v + 128);
+        }
       }
     }
   }

@@ -44,6 +44,12 @@ size_t Q8ScalesOffset(int64_t n, int64_t k);
 
 // Quantizes the row-major float matrix `w` [n, k] into `out`.
 void QuantizeQ8Matrix(const float* w, int64_t n, int64_t k, void* out);
+// Packs n rows of k values stored as GGUF Q8_0 blocks (34 bytes a 32 values:
+// fp16 d, int8 q[32]; x = d * q; row r is k / 32 consecutive blocks) into
+// `out`, keeping each block's d (widened to float32) and q exactly, so the
+// matrix holds the file's values; a q of -128 (which ggml's quantizer never
+// writes) becomes -127, the kernels' range.
+void PackQ8_0Matrix(const void* blocks, int64_t n, int64_t k, void* out);
 // Widens rows `rows[i]` of the Q8 matrix `w` [n, k] into out[i, :].
 void DequantizeQ8Rows(const void* w, int64_t n, int64_t k, const int32_t* rows, int num_rows,
                       float* out);

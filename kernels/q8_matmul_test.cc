@@ -1,11 +1,13 @@
 #include "kernels/q8_matmul.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
 
+#include "common/dtype.h"
 #include "gtest/gtest.h"
 #include "kernels/internal/q8_kernels.h"
 
@@ -54,6 +56,34 @@ TEST(Q8MatmulTest, QuantizationErrorIsBoundedByHalfAStep) {
   DequantizeQ8Rows(q.data(), n, k, pick, 2, two.data());
   EXPECT_EQ(0, std::memcmp(two.data(), back.data() + 6 * k, k * sizeof(float)));
   EXPECT_EQ(0, std::memcmp(two.data() + k, back.data(), k * sizeof(float)));
+}
+
+// GGUF Q8_0 blocks keep their values: d widened to float32, q as stored
+// (a -128, which ggml never writes, clamped to the kernels' -127).
+TEST(Q8MatmulTest, PackedQ8_0ValuesAreTheFiles) {
+  const int64_t n = 21, k = 96;  // the last panel has 5 rows
+  std::mt19937 rng(9);
+  std::normal_distribution<float> scale(0.0f, 0.01f);
+  std::vector<uint8_t> blocks(size_t(n * k / 32) * 34);
+  for (size_t b = 0; b < blocks.size() / 34; ++b) {
+    const uint16_t d = b % 5 == 2 ? 0 : FloatToHalf(scale(rng));
+    std::memcpy(&blocks[b * 34], &d, 2);
+    for (int e = 0; e < 32; ++e) blocks[b * 34 + 2 + e] = uint8_t(rng());
+  }
+  blocks[2] = 0x80;  // q = -128
+  std::vector<char> q(Q8MatrixBytes(n, k));
+  PackQ8_0Matrix(blocks.data(), n, k, q.data());
+  std::vector<int32_t> rows(n);
+  for (int i = 0; i < n; ++i) rows[i] = i;
+  std::vector<float> got(n * k);
+  DequantizeQ8Rows(q.data(), n, k, rows.data(), n, got.data());
+  for (int64_t i = 0; i < n * k; ++i) {
+    const uint8_t* block = &blocks[(i / 32) * 34];
+    uint16_t d;
+    std::memcpy(&d, block, 2);
+    const int v = std::max(-127, int(int8_t(block[2 + i % 32])));
+    ASSERT_EQ(got[i], HalfToFloat(d) * float(v)) << "value " << i;
+  }
 }
 
 // The product of the dequantized matrices in double: what Q8Linear must

@@ -90,8 +90,10 @@ class CpuBackend : public Backend {
 
   // The default backend ("cpu") keeps a GGUF file's Q4_0 / Q4_1 / Q4_K matrices as
   // they are (Q4 panels), unless KVCAST_CPU_Q4=0 has them widened and
-  // narrowed to Q8 like other weights (for A/B measurements).
+  // narrowed to Q8 like other weights (for A/B measurements), and its Q8_0
+  // matrices as Q8 panels holding the same values.
   bool TakesWeightType(WeightType type) const override {
+    if (type == WeightType::kQ8_0Blocks) return weights_ == CpuWeights::kQ8;
     if (Q4SourceOf(type).has_value()) {
       static const bool q4 = [] {
         const char* v = std::getenv("KVCAST_CPU_Q4");
@@ -102,7 +104,7 @@ class CpuBackend : public Backend {
     return Backend::TakesWeightType(type);
   }
 
-  // Q4 blocks are packed as they are; vectors are widened to float32;
+  // Q4 and Q8_0 blocks are packed as they are; vectors are widened to float32;
   // matrices too, then narrowed to the backend's compact format (Q8 or
   // BF16) when it has one and the rows allow.
   absl::StatusOr<Weight> LoadWeight(WeightType type, WeightKind kind, const void* src,
@@ -117,6 +119,17 @@ class CpuBackend : public Backend {
       if (!q4.ok()) return q4.status();
       PackQ4Matrix(*source, src, rows, cols, (*q4)->data());
       return Weight(*std::move(q4), WeightType::kQ4, rows, cols);
+    }
+    if (type == WeightType::kQ8_0Blocks) {
+      if (!TakesWeightType(type) || kind != WeightKind::kMatrix || !Q8Supported(cols)) {
+        return absl::InvalidArgumentError(absl::StrCat("cpu backend: cannot keep a ", rows, " x ",
+                                                       cols, " Q8_0 weight on ",
+                                                       std::string(name())));
+      }
+      auto q8 = Allocate(Q8MatrixBytes(rows, cols));
+      if (!q8.ok()) return q8.status();
+      PackQ8_0Matrix(src, rows, cols, (*q8)->data());
+      return Weight(*std::move(q8), WeightType::kQ8, rows, cols);
     }
     const size_t count = rows * cols;
     auto buf = Allocate(count * sizeof(float));
@@ -136,6 +149,7 @@ class CpuBackend : public Backend {
       case WeightType::kQ4_0Blocks:
       case WeightType::kQ4_1Blocks:
       case WeightType::kQ4_KBlocks:
+      case WeightType::kQ8_0Blocks:
         break;  // Packed above.
       case WeightType::kQ8:
       case WeightType::kQ4:
