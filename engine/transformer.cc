@@ -40,6 +40,7 @@ std::optional<WeightType> BlockWeightType(const TensorView& t) {
   if (t.gguf_blocks == GgmlType::kQ4_0) return WeightType::kQ4_0Blocks;
   if (t.gguf_blocks == GgmlType::kQ4_1) return WeightType::kQ4_1Blocks;
   if (t.gguf_blocks == GgmlType::kQ4_K) return WeightType::kQ4_KBlocks;
+  if (t.gguf_blocks == GgmlType::kQ5_K) return WeightType::kQ5_KBlocks;
   if (t.gguf_blocks == GgmlType::kQ8_0) return WeightType::kQ8_0Blocks;
   return std::nullopt;
 }

@@ -12,12 +12,17 @@ namespace kvcast {
 
 using q4_internal::HighNibble;
 using q4_internal::kPanelRows;
-using q4_internal::kScaleOffset;
+using q4_internal::FifthBit;
+using q4_internal::FifthBitByte;
+using q4_internal::FifthBitShift;
+using q4_internal::kFifthBitOffset;
+using q4_internal::ScaleBytes;
+using q4_internal::ScaleOffset;
 using q4_internal::MinOffset;
 using q4_internal::NibbleByte;
 using q4_internal::PanelBlockBytes;
 using q4_internal::Q4Kernels;
-using q4_internal::Q4Scales;
+using q4_internal::PanelFormat;
 
 namespace q4_internal {
 
@@ -39,11 +44,16 @@ constexpr int kHeaderBytes = 64;
 
 int64_t Panels(int64_t n) { return (n + kPanelRows - 1) / kPanelRows; }
 
-Q4Scales ScalesOf(Q4Source source) {
-  return source == Q4Source::kQ4_K ? Q4Scales::kF32 : Q4Scales::kF16;
+PanelFormat FormatOf(Q4Source source) {
+  switch (source) {
+    case Q4Source::kQ4_K: return PanelFormat::kQ4F32;
+    case Q4Source::kQ5_K: return PanelFormat::kQ5F32;
+    default: return PanelFormat::kQ4F16;
+  }
 }
-Q4Scales ScalesOf(const void* matrix) {
-  return static_cast<const uint8_t*>(matrix)[0] == 1 ? Q4Scales::kF32 : Q4Scales::kF16;
+// The header's first byte: the PanelFormat.
+PanelFormat FormatOf(const void* matrix) {
+  return PanelFormat(static_cast<const uint8_t*>(matrix)[0]);
 }
 
 uint16_t LoadHalf(const uint8_t* p) {
@@ -63,8 +73,8 @@ void ScaleMinK4(int j, const uint8_t* q, int* scale, int* min) {
   }
 }
 
-// Block b (32 values) of row `row` of the source: its nibbles in value order
-// and its d and m (as fp16 bits, or float32).
+// Block b (32 values) of row `row` of the source: its 4- or 5-bit values in
+// value order and its d and m (as fp16 bits, or float32).
 struct SourceBlock {
   uint8_t q[32];
   uint16_t d16, m16;
@@ -72,16 +82,21 @@ struct SourceBlock {
 };
 SourceBlock ReadSource(Q4Source source, const uint8_t* src, int64_t row, int64_t b, int64_t k) {
   SourceBlock out;
-  if (source == Q4Source::kQ4_K) {
-    const uint8_t* sb = src + (row * (k / 256) + b / 8) * 144;
+  if (source == Q4Source::kQ4_K || source == Q4Source::kQ5_K) {
+    const bool five = source == Q4Source::kQ5_K;
+    const uint8_t* sb = src + (row * (k / 256) + b / 8) * Q4SourceBlockBytes(source);
     const int j = int(b % 8);
     int sc, mn;
     ScaleMinK4(j, sb + 4, &sc, &mn);
     // ggml: (d * sc) * q - (dmin * mn); both products are exact in float.
     out.d32 = HalfToFloat(LoadHalf(sb)) * float(sc);
     out.m32 = -(HalfToFloat(LoadHalf(sb + 2)) * float(mn));
-    const uint8_t* qs = sb + 16 + 32 * (j / 2);
-    for (int e = 0; e < 32; ++e) out.q[e] = j % 2 == 0 ? qs[e] & 15 : qs[e] >> 4;
+    const uint8_t* qh = sb + 16;  // Q5_K: bit j of qh[e] is value e's fifth
+    const uint8_t* qs = sb + 16 + (five ? 32 : 0) + 32 * (j / 2);
+    for (int e = 0; e < 32; ++e) {
+      out.q[e] = j % 2 == 0 ? qs[e] & 15 : qs[e] >> 4;
+      if (five) out.q[e] |= ((qh[e] >> j) & 1) << 4;
+    }
     return out;
   }
   const int bytes = Q4SourceBlockBytes(source);
@@ -95,8 +110,8 @@ SourceBlock ReadSource(Q4Source source, const uint8_t* src, int64_t row, int64_t
   return out;
 }
 
-float ScaleAt(const uint8_t* block, int offset, Q4Scales scales, int64_t i) {
-  if (scales == Q4Scales::kF32) {
+float ScaleAt(const uint8_t* block, int offset, PanelFormat format, int64_t i) {
+  if (ScaleBytes(format) == 4) {
     float f;
     std::memcpy(&f, block + offset + 4 * i, 4);
     return f;
@@ -106,30 +121,34 @@ float ScaleAt(const uint8_t* block, int offset, Q4Scales scales, int64_t i) {
 
 }  // namespace
 
-int Q4SourceBlockValues(Q4Source source) { return source == Q4Source::kQ4_K ? 256 : 32; }
+int Q4SourceBlockValues(Q4Source source) {
+  return source == Q4Source::kQ4_K || source == Q4Source::kQ5_K ? 256 : 32;
+}
 
 int Q4SourceBlockBytes(Q4Source source) {
   switch (source) {
     case Q4Source::kQ4_0: return 18;
     case Q4Source::kQ4_1: return 20;
     case Q4Source::kQ4_K: return 144;
+    case Q4Source::kQ5_K: return 176;
   }
   return 0;
 }
 
 size_t Q4MatrixBytes(Q4Source source, int64_t n, int64_t k) {
-  return kHeaderBytes + size_t(Panels(n) * (k / kQ4Block)) * PanelBlockBytes(ScalesOf(source));
+  return kHeaderBytes + size_t(Panels(n) * (k / kQ4Block)) * PanelBlockBytes(FormatOf(source));
 }
 
 void PackQ4Matrix(Q4Source source, const void* blocks, int64_t n, int64_t k, void* out) {
   const auto* src = static_cast<const uint8_t*>(blocks);
   auto* dst = static_cast<uint8_t*>(out);
-  const Q4Scales scales = ScalesOf(source);
+  const PanelFormat format = FormatOf(source);
   std::memset(dst, 0, kHeaderBytes);
-  dst[0] = scales == Q4Scales::kF32 ? 1 : 0;
+  dst[0] = uint8_t(format);
   dst += kHeaderBytes;
   const int64_t row_blocks = k / kQ4Block;
-  const int block_bytes = PanelBlockBytes(scales), min_offset = MinOffset(scales);
+  const int block_bytes = PanelBlockBytes(format), min_offset = MinOffset(format);
+  const int scale_offset = ScaleOffset(format), width = ScaleBytes(format);
 #pragma omp parallel for schedule(static)
   for (int64_t p = 0; p < Panels(n); ++p) {
     for (int64_t b = 0; b < row_blocks; ++b) {
@@ -139,15 +158,14 @@ void PackQ4Matrix(Q4Source source, const void* blocks, int64_t n, int64_t k, voi
         const int64_t row = p * kPanelRows + i;
         if (row >= n) break;
         const SourceBlock s = ReadSource(source, src, row, b, k);
-        if (scales == Q4Scales::kF32) {
-          std::memcpy(block + kScaleOffset + 4 * i, &s.d32, 4);
-          std::memcpy(block + min_offset + 4 * i, &s.m32, 4);
-        } else {
-          std::memcpy(block + kScaleOffset + 2 * i, &s.d16, 2);
-          std::memcpy(block + min_offset + 2 * i, &s.m16, 2);
-        }
+        std::memcpy(block + scale_offset + width * i, width == 4 ? &s.d32 : (void*)&s.d16, width);
+        std::memcpy(block + min_offset + width * i, width == 4 ? &s.m32 : (void*)&s.m16, width);
         for (int e = 0; e < kQ4Block; ++e) {
-          block[NibbleByte(i, e)] |= HighNibble(e) ? uint8_t(s.q[e] << 4) : s.q[e];
+          const uint8_t q = s.q[e] & 15;
+          block[NibbleByte(i, e)] |= HighNibble(e) ? uint8_t(q << 4) : q;
+          if (FifthBit(format)) {
+            block[kFifthBitOffset + FifthBitByte(i, e)] |= uint8_t((s.q[e] >> 4) << FifthBitShift(e));
+          }
         }
       }
     }
@@ -156,19 +174,22 @@ void PackQ4Matrix(Q4Source source, const void* blocks, int64_t n, int64_t k, voi
 
 void DequantizeQ4Rows(const void* w, int64_t n, int64_t k, const int32_t* rows, int num_rows,
                       float* out) {
-  const Q4Scales scales = ScalesOf(w);
+  const PanelFormat format = FormatOf(w);
   const auto* q = static_cast<const uint8_t*>(w) + kHeaderBytes;
   const int64_t blocks = k / kQ4Block;
-  const int block_bytes = PanelBlockBytes(scales), min_offset = MinOffset(scales);
+  const int block_bytes = PanelBlockBytes(format), min_offset = MinOffset(format);
   for (int r = 0; r < num_rows; ++r) {
     const int64_t p = rows[r] / kPanelRows, i = rows[r] % kPanelRows;
     for (int64_t b = 0; b < blocks; ++b) {
       const uint8_t* block = q + (p * blocks + b) * block_bytes;
-      const float d = ScaleAt(block, kScaleOffset, scales, i);
-      const float m = ScaleAt(block, min_offset, scales, i);
+      const float d = ScaleAt(block, ScaleOffset(format), format, i);
+      const float m = ScaleAt(block, min_offset, format, i);
       for (int e = 0; e < kQ4Block; ++e) {
         const uint8_t byte = block[NibbleByte(int(i), e)];
-        const int v = HighNibble(e) ? byte >> 4 : byte & 15;
+        int v = HighNibble(e) ? byte >> 4 : byte & 15;
+        if (FifthBit(format)) {
+          v |= ((block[kFifthBitOffset + FifthBitByte(int(i), e)] >> FifthBitShift(e)) & 1) << 4;
+        }
         // d * v is exact in float, so this is ggml's d * v + m (or, for a
         // Q4_0 block, its d * (v - 8)) whether or not it fuses.
         out[r * k + b * kQ4Block + e] = d * float(v) + m;
@@ -180,10 +201,10 @@ void DequantizeQ4Rows(const void* w, int64_t n, int64_t k, const int32_t* rows, 
 
 void Q4Linear(const float* x, int m, int64_t k, const void* w, int64_t n, float* y) {
   const q8_internal::Q8Rows rows = q8_internal::QuantizeActivations(x, m, k);
-  const Q4Scales scales = ScalesOf(w);
-  const q4_internal::DotFn dot = q4_internal::ActiveQ4Kernels().dot[int(scales)];
+  const PanelFormat format = FormatOf(w);
+  const q4_internal::DotFn dot = q4_internal::ActiveQ4Kernels().dot[int(format)];
   const auto* wq = static_cast<const uint8_t*>(w) + kHeaderBytes;
-  const int64_t panel_bytes = (k / kQ4Block) * PanelBlockBytes(scales);
+  const int64_t panel_bytes = (k / kQ4Block) * PanelBlockBytes(format);
   // Tiles of weight panels stay in cache while every activation row passes.
   constexpr int64_t kTilePanels = 2;
   const int64_t panels = Panels(n), tiles = (panels + kTilePanels - 1) / kTilePanels;

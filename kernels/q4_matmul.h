@@ -1,27 +1,31 @@
-// Q4 weights on the CPU: a [n, k] matrix of 4-bit values in blocks of 32
-// along k, each block of each row with a scale d and offset m (x = d * q +
-// m, q in 0..15), read from a GGUF file's Q4_0, Q4_1 or Q4_K blocks without
-// loss, and the matrix product against it. A decode step reads 0.625 bytes
-// per weight (0.75 from Q4_K) instead of Q8's 1.125.
+// Q4 weights on the CPU: a [n, k] matrix of 4-bit (or 5-bit) values in
+// blocks of 32 along k, each block of each row with a scale d and offset m
+// (x = d * q + m, q in 0..15 or 0..31), read from a GGUF file's Q4_0, Q4_1,
+// Q4_K or Q5_K blocks without loss, and the matrix product against it. A
+// decode step reads 0.625 bytes per weight (0.75 from Q4_K, 0.875 from Q5_K)
+// instead of Q8's 1.125.
 //
 // Layout of a Q4 matrix (Q4MatrixBytes(source, n, k) bytes, 64-byte aligned
-// by the caller): a 64-byte header (byte 0: 0 when d and m are fp16, 1 when
-// float32), then rows grouped in panels of 16 (the last padded with zero
-// rows), P = ceil(n / 16) panels, B = k / 32 blocks, panel p's block b at
-// 64 + (p * B + b) * S (S = 320 with fp16 scales, 384 with float32): 256
-// bytes of nibbles, byte c * 64 + 4 * i + t (c < 4, i < 16, t < 4) holding
-// q[16p + i, 32b + 4c + t] in its low nibble and q[16p + i, 32b + 16 + 4c + t]
-// in its high one (the four-bytes-per-row order Q8 panels use, so a vector
-// lane is a row); then d of rows 0..15, then m of rows 0..15.
+// by the caller): a 64-byte header (byte 0: the panel format, 0 = 4-bit
+// with fp16 d and m, 1 = 4-bit with float32, 2 = 5-bit with float32), then
+// rows grouped in panels of 16 (the last padded with zero rows), P =
+// ceil(n / 16) panels, B = k / 32 blocks, panel p's block b at 64 + (p * B +
+// b) * S (S = 320, 384, 448): 256 bytes of nibbles, byte c * 64 + 4 * i + t
+// (c < 4, i < 16, t < 4) holding the low four bits of q[16p + i, 32b + 4c +
+// t] in its low nibble and of q[16p + i, 32b + 16 + 4c + t] in its high one
+// (the four-bytes-per-row order Q8 panels use, so a vector lane is a row);
+// for 5-bit values 64 bytes of fifth bits, byte 4 * i + t holding those of
+// the same two values at bits 2c and 2c + 1; then d of rows 0..15, then m of
+// rows 0..15.
 //
 // From GGUF: a Q4_1 block (d, m, 16 bytes; value j < 16 the low nibble of
 // byte j, value j + 16 its high nibble) keeps its fp16 d, m and nibbles; a
-// Q4_0 block (x = d * (q - 8)) becomes m = -8 * d, exact in fp16; a Q4_K
-// super-block (fp16 d and dmin, 8 sub-blocks of 32 with 6-bit scale s and
-// min t, x = (d * s) * q - dmin * t) gives each sub-block float32 d * s and
-// -(dmin * t), both exact. So DequantizeQ4Rows gives the values ggml's own
-// dequantization gives (equal as numbers: where ggml's d * (q - 8) is -0
-// this is +0).
+// Q4_0 block (x = d * (q - 8)) becomes m = -8 * d, exact in fp16; a Q4_K or
+// Q5_K super-block (fp16 d and dmin, 8 sub-blocks of 32 with 6-bit scale s
+// and min t, x = (d * s) * q - dmin * t; Q5_K's fifth bits in qh) gives each
+// sub-block float32 d * s and -(dmin * t), both exact. So DequantizeQ4Rows
+// gives the values ggml's own dequantization gives (equal as numbers: where
+// ggml's d * (q - 8) is -0 this is +0).
 //
 // Q4Linear computes y = x W^T with the arithmetic of llama.cpp's Q4_1 x
 // Q8_1 dot (its rounding differs in the last bits): each 32-value block of
@@ -53,14 +57,15 @@ enum class Q4Source {
   kQ4_0,  // 18 bytes a 32 values: fp16 d, 16 bytes of nibbles; x = d * (q - 8)
   kQ4_1,  // 20 bytes a 32 values: fp16 d, fp16 m, 16 bytes of nibbles; x = d * q + m
   kQ4_K,  // 144 bytes a 256 values: fp16 d, dmin, 12 bytes of scales, 128 of nibbles
+  kQ5_K,  // 176 bytes a 256 values: as Q4_K with 32 bytes of fifth bits before the nibbles
 };
-// Values and bytes of one source block: 32 / 18, 32 / 20, 256 / 144.
+// Values and bytes of one source block: 32 / 18, 32 / 20, 256 / 144, 256 / 176.
 int Q4SourceBlockValues(Q4Source source);
 int Q4SourceBlockBytes(Q4Source source);
 
 // Whether rows of k values fit the source's blocks.
 inline bool Q4Supported(Q4Source source, int64_t k) {
-  return k > 0 && k % (source == Q4Source::kQ4_K ? 256 : kQ4Block) == 0;
+  return k > 0 && k % Q4SourceBlockValues(source) == 0;
 }
 size_t Q4MatrixBytes(Q4Source source, int64_t n, int64_t k);
 

@@ -39,7 +39,8 @@ std::vector<uint8_t> SourceBlocks(Q4Source source, int64_t n, int64_t k, uint32_
     if (b % 11 == 5) d = 0x0003;  // subnormal
     std::memcpy(block, &d, 2);
     if (source != Q4Source::kQ4_0) std::memcpy(block + 2, &m, 2);
-    const int from = source == Q4Source::kQ4_K ? 4 : bytes - 16;
+    const bool k_quant = source == Q4Source::kQ4_K || source == Q4Source::kQ5_K;
+    const int from = k_quant ? 4 : bytes - 16;
     for (int j = from; j < bytes; ++j) block[j] = uint8_t(rng());
   }
   return out;
@@ -49,7 +50,8 @@ std::vector<uint8_t> SourceBlocks(Q4Source source, int64_t n, int64_t k, uint32_
 // from the format's description: a Q4_K sub-block j's 6-bit scale and min
 // are bits of the 12 scale bytes (j < 4: the low 6 bits of bytes j and
 // j + 4; else the nibbles of byte j + 4 below the top 2 bits of bytes j - 4
-// and j), its 32 nibbles the low (j even) or high nibbles of 32 bytes.
+// and j), its 32 nibbles the low (j even) or high nibbles of 32 bytes; a
+// Q5_K value's fifth bit is bit j of byte e of the 32 before the nibbles.
 std::vector<float> GgmlValues(Q4Source source, const std::vector<uint8_t>& blocks) {
   const int bytes = Q4SourceBlockBytes(source);
   std::vector<float> out;
@@ -58,15 +60,18 @@ std::vector<float> GgmlValues(Q4Source source, const std::vector<uint8_t>& block
     uint16_t d, m;
     std::memcpy(&d, block, 2);
     std::memcpy(&m, block + 2, 2);
-    if (source == Q4Source::kQ4_K) {
+    if (source == Q4Source::kQ4_K || source == Q4Source::kQ5_K) {
+      const bool five = source == Q4Source::kQ5_K;
       const uint8_t* sc = block + 4;
       for (int j = 0; j < 8; ++j) {
         const int scale = j < 4 ? sc[j] % 64 : (sc[j + 4] % 16) + (sc[j - 4] / 64) * 16;
         const int min = j < 4 ? sc[j + 4] % 64 : (sc[j + 4] / 16) + (sc[j] / 64) * 16;
         const float dj = HalfToFloat(d) * float(scale), mj = HalfToFloat(m) * float(min);
         for (int e = 0; e < 32; ++e) {
-          const uint8_t byte = block[16 + 32 * (j / 2) + e];
-          out.push_back(dj * float(j % 2 == 0 ? byte % 16 : byte / 16) - mj);
+          const uint8_t byte = block[16 + (five ? 32 : 0) + 32 * (j / 2) + e];
+          int q = j % 2 == 0 ? byte % 16 : byte / 16;
+          if (five) q += 16 * ((block[16 + e] >> j) % 2);
+          out.push_back(dj * float(q) - mj);
         }
       }
       continue;
@@ -81,7 +86,8 @@ std::vector<float> GgmlValues(Q4Source source, const std::vector<uint8_t>& block
   return out;
 }
 
-constexpr Q4Source kSources[] = {Q4Source::kQ4_0, Q4Source::kQ4_1, Q4Source::kQ4_K};
+constexpr Q4Source kSources[] = {Q4Source::kQ4_0, Q4Source::kQ4_1, Q4Source::kQ4_K,
+                                 Q4Source::kQ5_K};
 
 std::vector<uint8_t> Pack(Q4Source source, const std::vector<uint8_t>& blocks, int64_t n,
                           int64_t k) {
@@ -166,15 +172,17 @@ TEST(Q4MatmulTest, KernelsBitIdenticalAndBatchInvariant) {
   std::vector<int8_t> xq(all.q, all.q + m * k);
   std::vector<float> xs(all.s, all.s + m * all.blocks);
   std::vector<int32_t> xc(all.c, all.c + m * all.blocks);
-  for (Q4Source source : {Q4Source::kQ4_1, Q4Source::kQ4_K}) {
+  for (Q4Source source : {Q4Source::kQ4_1, Q4Source::kQ4_K, Q4Source::kQ5_K}) {
     SCOPED_TRACE(int(source));
     auto blocks = SourceBlocks(source, n, k, 7);
-    // A block of 15s: the bound of the AVX2 kernel's int16 sums.
-    const int nibbles = source == Q4Source::kQ4_K ? 16 : 4;
-    for (int j = nibbles; j < nibbles + 16; ++j) blocks[j] = 0xFF;
+    // A block of the largest values (15, or 31 with the fifth bits): the
+    // bound of the AVX2 kernels' int16 sums.
+    const int nibbles = source == Q4Source::kQ4_1 ? 4 : 16;
+    const int top = source == Q4Source::kQ5_K ? 16 + 32 + 32 : nibbles + 16;
+    for (int j = nibbles; j < top; ++j) blocks[j] = 0xFF;
     const auto q = Pack(source, blocks, n, k);
-    const int scales = source == Q4Source::kQ4_K ? 1 : 0;
-    ASSERT_EQ(q[0], scales);  // the header names the scales' format
+    const int scales = source == Q4Source::kQ4_1 ? 0 : source == Q4Source::kQ4_K ? 1 : 2;
+    ASSERT_EQ(q[0], scales);  // the header names the panel format
     auto run = [&](const Q4Kernels& kern, int rows_per_call) {
       std::vector<float> y(m * n, -1.0f);
       for (int r = 0; r < m; r += rows_per_call) {

@@ -45,6 +45,7 @@ std::optional<Q4Source> Q4SourceOf(WeightType type) {
     case WeightType::kQ4_0Blocks: return Q4Source::kQ4_0;
     case WeightType::kQ4_1Blocks: return Q4Source::kQ4_1;
     case WeightType::kQ4_KBlocks: return Q4Source::kQ4_K;
+    case WeightType::kQ5_KBlocks: return Q4Source::kQ5_K;
     default: return std::nullopt;
   }
 }
@@ -88,7 +89,7 @@ class CpuBackend : public Backend {
 
   explicit CpuBackend(CpuWeights weights) : weights_(weights) {}
 
-  // The default backend ("cpu") keeps a GGUF file's Q4_0 / Q4_1 / Q4_K matrices as
+  // The default backend ("cpu") keeps a GGUF file's Q4_0 / Q4_1 / Q4_K / Q5_K matrices as
   // they are (Q4 panels), unless KVCAST_CPU_Q4=0 has them widened and
   // narrowed to Q8 like other weights (for A/B measurements), and its Q8_0
   // matrices as Q8 panels holding the same values.
@@ -149,6 +150,7 @@ class CpuBackend : public Backend {
       case WeightType::kQ4_0Blocks:
       case WeightType::kQ4_1Blocks:
       case WeightType::kQ4_KBlocks:
+      case WeightType::kQ5_KBlocks:
       case WeightType::kQ8_0Blocks:
         break;  // Packed above.
       case WeightType::kQ8:

@@ -14,14 +14,24 @@ namespace kvcast {
 namespace q4_internal {
 
 constexpr int kPanelRows = 16;
-// How a panel block keeps its 16 rows' d and m: fp16 (from Q4_0 / Q4_1
-// blocks, whose d and m are fp16) or float32 (from Q4_K, whose per-32
-// scale d * sc and offset dmin * m need up to 17 significant bits).
-enum class Q4Scales { kF16, kF32 };
-constexpr int kScaleOffset = 256;  // after the 32 nibbles of the 16 rows
-// Nibbles, then 16 d, then 16 m.
-constexpr int PanelBlockBytes(Q4Scales s) { return s == Q4Scales::kF16 ? 320 : 384; }
-constexpr int MinOffset(Q4Scales s) { return s == Q4Scales::kF16 ? 288 : 320; }
+// What a panel block holds: 4-bit values with fp16 d and m (from Q4_0 /
+// Q4_1 blocks, whose d and m are fp16), 4-bit values with float32 d and m
+// (from Q4_K, whose per-32 d * sc and dmin * m need up to 17 significant
+// bits), or 5-bit values with float32 d and m (from Q5_K: a plane of fifth
+// bits after the nibbles).
+enum class PanelFormat { kQ4F16, kQ4F32, kQ5F32 };
+constexpr bool FifthBit(PanelFormat f) { return f == PanelFormat::kQ5F32; }
+// Nibbles (256 bytes), [fifth bits (64)], then 16 d, then 16 m.
+constexpr int kFifthBitOffset = 256;
+constexpr int ScaleOffset(PanelFormat f) { return FifthBit(f) ? 320 : 256; }
+constexpr int ScaleBytes(PanelFormat f) { return f == PanelFormat::kQ4F16 ? 2 : 4; }
+constexpr int MinOffset(PanelFormat f) { return ScaleOffset(f) + 16 * ScaleBytes(f); }
+constexpr int PanelBlockBytes(PanelFormat f) { return MinOffset(f) + 16 * ScaleBytes(f); }
+// The fifth bit of value e of panel row i: bit FifthBitShift(e) of byte
+// kFifthBitOffset + FifthBitByte(i, e), so a 16-bit shift by 2c (2c + 1)
+// brings chunk c's low (high) nibbles' bits to bit 0 of each byte.
+constexpr int FifthBitByte(int i, int e) { return i * 4 + e % 4; }
+constexpr int FifthBitShift(int e) { return 2 * ((e % 16) / 4) + (e >= 16 ? 1 : 0); }
 // The byte of a panel block holding value e (< 32) of panel row i (< 16),
 // and whether it is the high nibble.
 constexpr int NibbleByte(int i, int e) { return ((e % 16) / 4) * 64 + i * 4 + e % 4; }
@@ -36,7 +46,7 @@ using DotFn = void (*)(const q8_internal::Q8Rows& x, int rows, const uint8_t* w,
 
 struct Q4Kernels {
   const char* name;
-  DotFn dot[2];  // by Q4Scales
+  DotFn dot[3];  // by PanelFormat
 };
 
 const Q4Kernels& ScalarQ4Kernels();

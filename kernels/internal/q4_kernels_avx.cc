@@ -35,25 +35,45 @@ KVCAST_TARGET_VNNI inline __m256i StepVnni(__m256i acc, __m256i w, __m256i x) {
   return _mm256_dpbusd_avx_epi32(acc, w, x);
 }
 KVCAST_TARGET_VNNI inline __m256i FinishVnni(__m256i acc) { return acc; }
+// 5-bit values (up to 2 * 31 * 127 a pair) would overflow int16 over a
+// block: each pair sum is widened at once.
+KVCAST_TARGET_AVX2 inline __m256i StepAvx2Wide(__m256i acc, __m256i w, __m256i x) {
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(_mm256_maddubs_epi16(w, x),
+                                                 _mm256_set1_epi16(1)));
+}
+KVCAST_TARGET_AVX2 inline __m256i FinishAvx2Wide(__m256i acc) { return acc; }
 
 // Rows 8h..8h+7 of a panel block's d (or m) at `p`, as float32.
-template <Q4Scales S>
+template <PanelFormat S>
 KVCAST_TARGET_AVX2 inline __m256 Load8Scales(const uint8_t* p, int h) {
-  if (S == Q4Scales::kF32) return _mm256_loadu_ps(reinterpret_cast<const float*>(p) + 8 * h);
+  if (ScaleBytes(S) == 4) return _mm256_loadu_ps(reinterpret_cast<const float*>(p) + 8 * h);
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * h)));
 }
 // All 16 rows' d (or m) at `p`, as float32.
-template <Q4Scales S>
+template <PanelFormat S>
 KVCAST_TARGET_AVX512 inline __m512 Load16Scales(const uint8_t* p) {
-  if (S == Q4Scales::kF32) return _mm512_loadu_ps(p);
+  if (ScaleBytes(S) == 4) return _mm512_loadu_ps(p);
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
+// Bit `shift` of each byte of `plane`, moved to bit 4 (the fifth bit of a
+// 5-bit value whose low four are the nibble).
+KVCAST_TARGET_AVX2 inline __m256i FifthBits256(__m256i plane, int shift) {
+  const __m256i bit = _mm256_and_si256(_mm256_srl_epi16(plane, _mm_cvtsi32_si128(shift)),
+                                       _mm256_set1_epi8(1));
+  return _mm256_slli_epi16(bit, 4);
+}
+KVCAST_TARGET_AVX512 inline __m512i FifthBits512(__m512i plane, int shift) {
+  const __m512i bit = _mm512_and_si512(_mm512_srl_epi16(plane, _mm_cvtsi32_si128(shift)),
+                                       _mm512_set1_epi8(1));
+  return _mm512_slli_epi16(bit, 4);
 }
 
 // 256-bit kernels: one panel at a time, its rows 0-7 (bytes 0-31 of each
 // 64-byte chunk) and 8-15 (bytes 32-63) in two registers; R <= 2 activation
 // rows share each weight load and unpacking.
 #define KVCAST_DEFINE_Q4_DOT256(NAME, TARGET, STEP, FINISH)                                      \
-  template <Q4Scales S, int R>                                                                  \
+  template <PanelFormat S, int R>                                                                  \
   TARGET void NAME##Rows(const Q8Rows& x, int r0, const uint8_t* w, int64_t cols, float* out,  \
                          int64_t out_stride) {                                                  \
     const int64_t blocks = x.blocks;                                                            \
@@ -62,8 +82,12 @@ KVCAST_TARGET_AVX512 inline __m512 Load16Scales(const uint8_t* p) {
     for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();                    \
     for (int64_t b = 0; b < blocks; ++b) {                                                      \
       const uint8_t* wb = w + b * PanelBlockBytes(S);                                           \
-      __m256i isum[R][2];                                                                       \
+      __m256i isum[R][2], fifth[2];                                                             \
       for (int r = 0; r < R; ++r) isum[r][0] = isum[r][1] = _mm256_setzero_si256();             \
+      for (int h = 0; FifthBit(S) && h < 2; ++h) {                                              \
+        fifth[h] = _mm256_loadu_si256(                                                          \
+            reinterpret_cast<const __m256i*>(wb + kFifthBitOffset + 32 * h));                   \
+      }                                                                                         \
       for (int c = 0; c < 4; ++c) {                                                             \
         __m256i lo[2], hi[2];                                                                   \
         for (int h = 0; h < 2; ++h) {                                                           \
@@ -71,6 +95,10 @@ KVCAST_TARGET_AVX512 inline __m512 Load16Scales(const uint8_t* p) {
               _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + c * 64 + 32 * h));      \
           lo[h] = _mm256_and_si256(v, low4);                                                    \
           hi[h] = _mm256_and_si256(_mm256_srli_epi16(v, 4), low4);                              \
+          if (FifthBit(S)) {                                                                    \
+            lo[h] = _mm256_or_si256(lo[h], FifthBits256(fifth[h], 2 * c));                      \
+            hi[h] = _mm256_or_si256(hi[h], FifthBits256(fifth[h], 2 * c + 1));                  \
+          }                                                                                     \
         }                                                                                       \
         for (int r = 0; r < R; ++r) {                                                           \
           const int8_t* xq = x.q + ((r0 + r) * blocks + b) * 32;                                \
@@ -83,7 +111,7 @@ KVCAST_TARGET_AVX512 inline __m512 Load16Scales(const uint8_t* p) {
       }                                                                                         \
       __m256 d[2], m[2];                                                                        \
       for (int h = 0; h < 2; ++h) {                                                             \
-        d[h] = Load8Scales<S>(wb + kScaleOffset, h);                                            \
+        d[h] = Load8Scales<S>(wb + ScaleOffset(S), h);                                          \
         m[h] = Load8Scales<S>(wb + MinOffset(S), h);                                            \
       }                                                                                         \
       for (int r = 0; r < R; ++r) {                                                             \
@@ -104,7 +132,7 @@ KVCAST_TARGET_AVX512 inline __m512 Load16Scales(const uint8_t* p) {
       std::memcpy(out + (r0 + r) * out_stride, lanes, (cols < 16 ? cols : 16) * sizeof(float)); \
     }                                                                                           \
   }                                                                                             \
-  template <Q4Scales S>                                                                         \
+  template <PanelFormat S>                                                                         \
   TARGET void NAME(const Q8Rows& x, int rows, const uint8_t* w, int64_t panels, int64_t cols,   \
                    float* out, int64_t out_stride) {                                            \
     for (int64_t p = 0; p < panels; ++p) {                                                      \
@@ -118,11 +146,12 @@ KVCAST_TARGET_AVX512 inline __m512 Load16Scales(const uint8_t* p) {
 
 KVCAST_DEFINE_Q4_DOT256(DotAvx2, KVCAST_TARGET_AVX2, StepAvx2, FinishAvx2)
 KVCAST_DEFINE_Q4_DOT256(DotVnni, KVCAST_TARGET_VNNI, StepVnni, FinishVnni)
+KVCAST_DEFINE_Q4_DOT256(DotAvx2Wide, KVCAST_TARGET_AVX2, StepAvx2Wide, FinishAvx2Wide)
 
 // AVX-512 VNNI: a register is a whole panel (16 rows); R activation rows by
 // PP panels of accumulators stay in registers. With few rows the low and
 // high nibbles accumulate apart (A = 2), so more dot chains run at once.
-template <Q4Scales S, int R, int PP>
+template <PanelFormat S, int R, int PP>
 KVCAST_TARGET_AVX512 void Avx512Panels(const Q8Rows& x, int r0, const uint8_t* w, int64_t cols,
                                        float* out, int64_t out_stride) {
   constexpr int A = R <= 2 ? 2 : 1;
@@ -149,12 +178,20 @@ KVCAST_TARGET_AVX512 void Avx512Panels(const Q8Rows& x, int r0, const uint8_t* w
                                                         (b + kPrefetchBlocks) * kBlockBytes);
       for (int line = 0; line < kBlockBytes; line += 64) _mm_prefetch(ahead + line, _MM_HINT_T0);
     }
+    __m512i fifth[PP];
+    for (int p = 0; FifthBit(S) && p < PP; ++p) {
+      fifth[p] = _mm512_loadu_si512(w + p * panel_bytes + b * kBlockBytes + kFifthBitOffset);
+    }
     for (int c = 0; c < 4; ++c) {
       __m512i lo[PP], hi[PP];
       for (int p = 0; p < PP; ++p) {
         const __m512i v = _mm512_loadu_si512(w + p * panel_bytes + b * kBlockBytes + c * 64);
         lo[p] = _mm512_and_si512(v, low4);
         hi[p] = _mm512_and_si512(_mm512_srli_epi16(v, 4), low4);
+        if (FifthBit(S)) {
+          lo[p] = _mm512_or_si512(lo[p], FifthBits512(fifth[p], 2 * c));
+          hi[p] = _mm512_or_si512(hi[p], FifthBits512(fifth[p], 2 * c + 1));
+        }
       }
       for (int r = 0; r < R; ++r) {
         const int8_t* xq = x.q + ((r0 + r) * blocks + b) * 32;
@@ -169,7 +206,7 @@ KVCAST_TARGET_AVX512 void Avx512Panels(const Q8Rows& x, int r0, const uint8_t* w
     __m512 d[PP], m[PP];
     for (int p = 0; p < PP; ++p) {
       const uint8_t* wb = w + p * panel_bytes + b * kBlockBytes;
-      d[p] = Load16Scales<S>(wb + kScaleOffset);
+      d[p] = Load16Scales<S>(wb + ScaleOffset(S));
       m[p] = Load16Scales<S>(wb + MinOffset(S));
     }
     for (int r = 0; r < R; ++r) {
@@ -198,7 +235,7 @@ KVCAST_TARGET_AVX512 void Avx512Panels(const Q8Rows& x, int r0, const uint8_t* w
   }
 }
 
-template <Q4Scales S, int R, int PP>
+template <PanelFormat S, int R, int PP>
 KVCAST_TARGET_AVX512 void Avx512Rows(const Q8Rows& x, int r0, const uint8_t* w, int64_t panels,
                                      int64_t cols, float* out, int64_t out_stride) {
   const int64_t panel_bytes = x.blocks * PanelBlockBytes(S);
@@ -211,7 +248,7 @@ KVCAST_TARGET_AVX512 void Avx512Rows(const Q8Rows& x, int r0, const uint8_t* w, 
   }
 }
 
-template <Q4Scales S>
+template <PanelFormat S>
 KVCAST_TARGET_AVX512 void DotAvx512(const Q8Rows& x, int rows, const uint8_t* w, int64_t panels,
                                     int64_t cols, float* out, int64_t out_stride) {
   int r = 0;
@@ -227,18 +264,23 @@ KVCAST_TARGET_AVX512 void DotAvx512(const Q8Rows& x, int rows, const uint8_t* w,
 }  // namespace
 
 const Q4Kernels* Avx2Q4Kernels() {
-  static const Q4Kernels kernels{"avx2", {&DotAvx2<Q4Scales::kF16>, &DotAvx2<Q4Scales::kF32>}};
+  static const Q4Kernels kernels{"avx2",
+                                 {&DotAvx2<PanelFormat::kQ4F16>, &DotAvx2<PanelFormat::kQ4F32>,
+                                  &DotAvx2Wide<PanelFormat::kQ5F32>}};
   return CpuHas(CpuIsa::kAvx2) ? &kernels : nullptr;
 }
 
 const Q4Kernels* AvxVnniQ4Kernels() {
-  static const Q4Kernels kernels{"avx-vnni", {&DotVnni<Q4Scales::kF16>, &DotVnni<Q4Scales::kF32>}};
+  static const Q4Kernels kernels{"avx-vnni",
+                                 {&DotVnni<PanelFormat::kQ4F16>, &DotVnni<PanelFormat::kQ4F32>,
+                                  &DotVnni<PanelFormat::kQ5F32>}};
   return CpuHas(CpuIsa::kAvxVnni) ? &kernels : nullptr;
 }
 
 const Q4Kernels* Avx512VnniQ4Kernels() {
   static const Q4Kernels kernels{"avx512-vnni",
-                                 {&DotAvx512<Q4Scales::kF16>, &DotAvx512<Q4Scales::kF32>}};
+                                 {&DotAvx512<PanelFormat::kQ4F16>, &DotAvx512<PanelFormat::kQ4F32>,
+                                  &DotAvx512<PanelFormat::kQ5F32>}};
   return CpuHas(CpuIsa::kAvx512Vnni) ? &kernels : nullptr;
 }
 

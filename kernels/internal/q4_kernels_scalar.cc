@@ -9,9 +9,9 @@ namespace kvcast {
 namespace q4_internal {
 namespace {
 
-template <Q4Scales S>
+template <PanelFormat S>
 float Scale(const uint8_t* p) {
-  if (S == Q4Scales::kF32) {
+  if (ScaleBytes(S) == 4) {
     float f;
     std::memcpy(&f, p, 4);
     return f;
@@ -21,11 +21,10 @@ float Scale(const uint8_t* p) {
   return HalfToFloat(h);
 }
 
-template <Q4Scales S>
+template <PanelFormat S>
 void DotScalar(const q8_internal::Q8Rows& x, int rows, const uint8_t* w, int64_t panels,
                int64_t cols, float* out, int64_t out_stride) {
   const int64_t blocks = x.blocks;
-  const int width = S == Q4Scales::kF16 ? 2 : 4;
   for (int64_t j = 0; j < cols; ++j) {
     const int64_t p = j / kPanelRows, i = j % kPanelRows;
     for (int r = 0; r < rows; ++r) {
@@ -36,12 +35,16 @@ void DotScalar(const q8_internal::Q8Rows& x, int rows, const uint8_t* w, int64_t
         int32_t dot = 0;
         for (int e = 0; e < 32; ++e) {
           const uint8_t byte = wb[NibbleByte(int(i), e)];
-          dot += int32_t(xb[e]) * int32_t(HighNibble(e) ? byte >> 4 : byte & 15);
+          int v = HighNibble(e) ? byte >> 4 : byte & 15;
+          if (FifthBit(S)) {
+            v |= ((wb[kFifthBitOffset + FifthBitByte(int(i), e)] >> FifthBitShift(e)) & 1) << 4;
+          }
+          dot += int32_t(xb[e]) * v;
         }
         const float s = x.s[r * blocks + b];
         const float sum = float(x.c[r * blocks + b] / 128);
-        acc = std::fma(Scale<S>(wb + kScaleOffset + width * i) * s, float(dot), acc);
-        acc = std::fma(Scale<S>(wb + MinOffset(S) + width * i), s * sum, acc);
+        acc = std::fma(Scale<S>(wb + ScaleOffset(S) + ScaleBytes(S) * i) * s, float(dot), acc);
+        acc = std::fma(Scale<S>(wb + MinOffset(S) + ScaleBytes(S) * i), s * sum, acc);
       }
       out[r * out_stride + j] = acc;
     }
@@ -52,7 +55,9 @@ void DotScalar(const q8_internal::Q8Rows& x, int rows, const uint8_t* w, int64_t
 }  // namespace
 
 const Q4Kernels& ScalarQ4Kernels() {
-  static const Q4Kernels kernels{"scalar", {&DotScalar<Q4Scales::kF16>, &DotScalar<Q4Scales::kF32>}};
+  static const Q4Kernels kernels{"scalar",
+                                 {&DotScalar<PanelFormat::kQ4F16>, &DotScalar<PanelFormat::kQ4F32>,
+                                  &DotScalar<PanelFormat::kQ5F32>}};
   return kernels;
 }
 

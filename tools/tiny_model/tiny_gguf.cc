@@ -62,11 +62,14 @@ std::string EncodeQ4(const std::vector<float>& v, GgmlType type) {
   return out;
 }
 
-// ggml's Q4_K: per 256 values fp16 d and dmin, 8 sub-blocks of 32 with a
-// 6-bit scale s and min t packed in 12 bytes, x = (d * s) * q - dmin * t;
-// each sub-block spans [-(dmin * t), -(dmin * t) + 15 * d * s] (its minimum
-// clamped to <= 0, as ggml does).
-std::string EncodeQ4_K(const std::vector<float>& v) {
+// ggml's Q4_K (`five` false) and Q5_K: per 256 values fp16 d and dmin, 8
+// sub-blocks of 32 with a 6-bit scale s and min t packed in 12 bytes,
+// x = (d * s) * q - dmin * t, q of 4 (or 5) bits; each sub-block spans
+// [-(dmin * t), -(dmin * t) + 15 (31) * d * s] (its minimum clamped to
+// <= 0, as ggml does). Q5_K keeps value e's fifth bit of sub-block j in bit j
+// of byte e of 32 bytes before the nibbles.
+std::string EncodeK(const std::vector<float>& v, bool five) {
+  const float levels = five ? 31.0f : 15.0f;
   std::string out;
   for (size_t b = 0; b < v.size(); b += 256) {
     float scale[8], mins[8], dmax = 0, mmax = 0;
@@ -76,7 +79,7 @@ std::string EncodeQ4_K(const std::vector<float>& v) {
         lo = std::min(lo, v[b + 32 * j + i]);
         hi = std::max(hi, v[b + 32 * j + i]);
       }
-      scale[j] = (hi - lo) / 15.0f;
+      scale[j] = (hi - lo) / levels;
       mins[j] = -lo;
       dmax = std::max(dmax, scale[j]);
       mmax = std::max(mmax, mins[j]);
@@ -103,12 +106,19 @@ std::string EncodeQ4_K(const std::vector<float>& v) {
       const float dj = d * float(sc[j]), mj = dmin * float(mn[j]);
       for (int i = 0; i < 32; ++i) {
         const float x = dj > 0 ? (v[b + 32 * j + i] + mj) / dj + 0.5f : 0.0f;
-        q[32 * j + i] = uint8_t(std::min(15, std::max(0, int(x))));
+        q[32 * j + i] = uint8_t(std::min(int(levels), std::max(0, int(x))));
+      }
+    }
+    if (five) {
+      for (int e = 0; e < 32; ++e) {
+        uint8_t bits = 0;
+        for (int j = 0; j < 8; ++j) bits |= uint8_t((q[32 * j + e] >> 4) << j);
+        out.push_back(char(bits));
       }
     }
     for (int pair = 0; pair < 4; ++pair) {
       for (int i = 0; i < 32; ++i) {
-        out.push_back(char(q[64 * pair + i] | q[64 * pair + 32 + i] << 4));
+        out.push_back(char((q[64 * pair + i] & 15) | (q[64 * pair + 32 + i] & 15) << 4));
       }
     }
   }
@@ -118,7 +128,8 @@ std::string EncodeQ4_K(const std::vector<float>& v) {
 std::string EncodeMatrix(const std::vector<float>& v, GgmlType type) {
   switch (type) {
     case GgmlType::kQ8_0: return EncodeQ8_0(v);
-    case GgmlType::kQ4_K: return EncodeQ4_K(v);
+    case GgmlType::kQ4_K: return EncodeK(v, false);
+    case GgmlType::kQ5_K: return EncodeK(v, true);
     case GgmlType::kQ4_0:
     case GgmlType::kQ4_1: return EncodeQ4(v, type);
     default: return Bytes(v);
@@ -174,8 +185,9 @@ absl::Status WriteTinyGguf(const TinyModelOptions& options, GgmlType matrix_type
   }
   if (matrix_type != GgmlType::kF32 && matrix_type != GgmlType::kQ8_0 &&
       matrix_type != GgmlType::kQ4_0 && matrix_type != GgmlType::kQ4_1 &&
-      matrix_type != GgmlType::kQ4_K) {
-    return absl::InvalidArgumentError("tiny GGUF: matrices are F32, Q8_0, Q4_0, Q4_1 or Q4_K");
+      matrix_type != GgmlType::kQ4_K && matrix_type != GgmlType::kQ5_K) {
+    return absl::InvalidArgumentError(
+        "tiny GGUF: matrices are F32, Q8_0, Q4_0, Q4_1, Q4_K or Q5_K");
   }
   const std::string hf_dir = path + ".hf";
   RETURN_IF_ERROR(WriteTinyModel(options, hf_dir));
@@ -237,7 +249,8 @@ absl::Status WriteTinyGguf(const TinyModelOptions& options, GgmlType matrix_type
     std::vector<int64_t> dims(e.shape.rbegin(), e.shape.rend());
     // Rows that do not fill the type's blocks stay F32 (llama.cpp's
     // quantizer falls back to another type there too).
-    const int64_t block = matrix_type == GgmlType::kQ4_K ? 256 : 32;
+    const int64_t block =
+        matrix_type == GgmlType::kQ4_K || matrix_type == GgmlType::kQ5_K ? 256 : 32;
     const GgmlType type = matrix && dims[0] % block == 0 ? matrix_type : GgmlType::kF32;
     w.AddTensor(e.gguf, uint32_t(type), dims, EncodeMatrix(values, type));
   }

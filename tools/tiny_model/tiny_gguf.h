@@ -3,8 +3,8 @@
 // names, ggml dimension order, the rows of each attn_q / attn_k head
 // interleaved for llama.cpp's RoPE (llama architecture), metadata keys for
 // the config, Llama-3.1 RoPE scaling as a rope_freqs tensor, and a
-// `llama-bpe` byte-level BPE tokenizer. Matrices are F32, Q8_0, Q4_0, Q4_1
-// or Q4_K (`matrix_type`; a matrix whose rows do not fill its blocks stays
+// `llama-bpe` byte-level BPE tokenizer. Matrices are F32, Q8_0, Q4_0, Q4_1,
+// Q4_K or Q5_K (`matrix_type`; a matrix whose rows do not fill its blocks stays
 // F32); norms and biases F32. The engine reading this file
 // must compute what it computes from the HF directory: the test of the GGUF
 // path that needs no downloaded model.
