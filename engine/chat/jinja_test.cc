@@ -253,6 +253,16 @@ TEST(JinjaTest, FalsyFilterInputsAndRsplitAsJinja2) {
             "['a', 'b', 'c']");
 }
 
+// Integer literals in base 16, 8 and 2 (either case, '_' between digits),
+// as Jinja2 3.1.6 renders them; a prefix without digits is not a number.
+TEST(JinjaTest, PrefixedIntegerLiteralsAsJinja2) {
+  EXPECT_EQ(*Render("{{ 0x1F }}|{{ 0o17 }}|{{ 0b101 }}|{{ 0X_ff }}|{{ 0xff + 1 }}|{{ 1_000 }}|"
+                    "{{ 0B1_0 }}|{{ 0 }}"),
+            "31|15|5|255|256|1000|2|0");
+  EXPECT_FALSE(Render("{{ 0x }}").ok());
+  EXPECT_FALSE(Render("{{ 0b102 }}").ok());
+}
+
 // The format filter as jinja2 renders it (expected strings: Jinja2 3.1.6's
 // output), errors where Python raises.
 TEST(JinjaTest, FormatFilterAsJinja2) {

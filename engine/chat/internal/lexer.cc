@@ -272,6 +272,34 @@ class Lexer {
       }
       Token t;
       t.line = LineAt(p);
+      const char base_char = c == '0' && p + 1 < src_.size() ? char(src_[p + 1] | 0x20) : 0;
+      const int base = base_char == 'x' ? 16 : base_char == 'o' ? 8 : base_char == 'b' ? 2 : 0;
+      if (base != 0) {
+        // Jinja2's 0x / 0o / 0b integers (either case), with an optional
+        // '_' before each digit: 0x_ff, 0b1_0.
+        auto is_digit = [base](char d) {
+          const int v = IsDigit(d) ? d - '0' : (d | 0x20) >= 'a' && (d | 0x20) <= 'f' ? (d | 0x20) - 'a' + 10 : 99;
+          return v < base;
+        };
+        size_t q = p + 2;
+        std::string num;
+        while (q < src_.size()) {
+          const size_t at = src_[q] == '_' ? q + 1 : q;
+          if (at >= src_.size() || !is_digit(src_[at])) break;
+          num.push_back(src_[at]);
+          q = at + 1;
+        }
+        if (!num.empty()) {
+          errno = 0;
+          t.kind = TokenKind::kInt;
+          t.int_value = std::strtoll(num.c_str(), nullptr, base);
+          if (errno == ERANGE) return Error(p, "integer literal too large");
+          t.text = src_.substr(p, q - p);
+          p = q;
+          tokens_.push_back(std::move(t));
+          continue;
+        }
+      }
       if (IsDigit(c)) {
         size_t q = p;
         auto digits = [&](size_t x) {
