@@ -263,6 +263,18 @@ TEST(JinjaTest, PrefixedIntegerLiteralsAsJinja2) {
   EXPECT_FALSE(Render("{{ 0b102 }}").ok());
 }
 
+// loop.changed(*values) keeps its last arguments per loop: true on the
+// first call and whenever they differ (Jinja2 3.1.6's output).
+TEST(JinjaTest, LoopChangedAsJinja2) {
+  const json ctx = {{"ms", json::array({{{"r", "a"}, {"c", 1}}, {{"r", "a"}, {"c", 2}},
+                                        {{"r", "b"}, {"c", 3}}, {{"r", "a"}, {"c", 4}}})}};
+  EXPECT_EQ(*Render("{% for m in ms %}{% if loop.changed(m.r) %}[{{ m.r }}]{% endif %}{{ m.c }}"
+                    "{% endfor %}|{% for x in [1,1,2] %}{{ loop.changed(x, 1) }}{% endfor %}|"
+                    "{% for x in [1,2] %}{{ loop.changed() }}{% endfor %}",
+                    ctx),
+            "[a]12[b]3[a]4|TrueFalseTrue|TrueFalse");
+}
+
 // The format filter as jinja2 renders it (expected strings: Jinja2 3.1.6's
 // output), errors where Python raises.
 TEST(JinjaTest, FormatFilterAsJinja2) {

@@ -1,7 +1,10 @@
 #include "engine/chat/internal/interpreter.h"
 
 #include <cmath>
+#include <memory>
+#include <optional>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -223,6 +226,9 @@ absl::Status Interpreter::ExecFor(const Stmt& s) {
     items = std::move(kept);
   }
   const int64_t n = static_cast<int64_t>(items.size());
+  // loop.changed(*values): true when its arguments differ from its last
+  // call's in this loop (the first call: true).
+  auto last_changed = std::make_shared<std::optional<std::vector<Value>>>();
   for (int64_t i = 0; i < n && status.ok(); ++i) {
     if (++iterations_ > limits_.max_loop_iterations) {
       status = absl::ResourceExhaustedError(
@@ -232,7 +238,7 @@ absl::Status Interpreter::ExecFor(const Stmt& s) {
     status = Assign(s.target, items[i]);
     if (!status.ok()) break;
     auto loop = std::make_shared<ValueDict>();
-    loop->entries.reserve(11);
+    loop->entries.reserve(14);
     auto put = [&](const char* key, Value v) { loop->entries.emplace_back(Value::String(key), std::move(v)); };
     put("index", Value::Int(i + 1));
     put("index0", Value::Int(i));
@@ -248,6 +254,13 @@ absl::Status Interpreter::ExecFor(const Stmt& s) {
     put("cycle", Value::Function("loop.cycle", [i](Interpreter& in, CallArgs& a) -> absl::StatusOr<Value> {
           if (a.args.empty()) return in.Error("no items for cycling given");
           return a.args[static_cast<size_t>(i) % a.args.size()];
+        }));
+    put("changed", Value::Function("loop.changed", [last_changed](Interpreter&, CallArgs& a) -> absl::StatusOr<Value> {
+          const std::vector<Value>& now = a.args;
+          bool same = last_changed->has_value() && (*last_changed)->size() == now.size();
+          for (size_t k = 0; same && k < now.size(); ++k) same = (**last_changed)[k].Equals(now[k]);
+          if (!same) *last_changed = now;
+          return Value::Bool(!same);
         }));
     loop_scope.vars["loop"] = Value::Dict(std::move(loop));
     status = Exec(s.body);
