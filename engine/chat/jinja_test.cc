@@ -275,6 +275,21 @@ TEST(JinjaTest, LoopChangedAsJinja2) {
             "[a]12[b]3[a]4|TrueFalseTrue|TrueFalse");
 }
 
+// str.rfind / index / rindex (code-point offsets) and removeprefix /
+// removesuffix, as Jinja2 3.1.6 renders them; index of a missing substring
+// is an error, as Python's ValueError.
+TEST(JinjaTest, MoreStrMethodsAsJinja2) {
+  EXPECT_EQ(*Render("{{ 'a-b-c'.rfind('-') }}|{{ 'a-b-c'.index('-') }}|{{ 'a-b-c'.rindex('-') }}|"
+                    "{{ '\xc3\xa9-x'.index('x') }}|{{ 'abc'.rfind('z') }}|"
+                    "{{ '<|im_start|>user'.removeprefix('<|im_start|>') }}|"
+                    "{{ 'a.json'.removesuffix('.json') }}|{{ 'ab'.removeprefix('abc') }}|"
+                    "{{ 'ab'.removesuffix('') }}"),
+            "3|1|3|2|-1|user|a|ab|ab");
+  auto r = Render("{{ 'abc'.index('z') }}");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("substring not found"), std::string::npos);
+}
+
 // The format filter as jinja2 renders it (expected strings: Jinja2 3.1.6's
 // output), errors where Python raises.
 TEST(JinjaTest, FormatFilterAsJinja2) {

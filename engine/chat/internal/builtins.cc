@@ -157,6 +157,27 @@ absl::StatusOr<Value> CallStrMethod(Interpreter& in, const std::string& name, co
     for (size_t pos = s.find(sub); pos != std::string::npos; pos = s.find(sub, pos + sub.size())) ++n;
     return Value::Int(n);
   }
+  if (name == "rfind" || name == "index" || name == "rindex") {
+    ASSIGN_OR_RETURN(std::vector<Value> p, Bind(in, name, a, {"sub"}));
+    RETURN_IF_ERROR(NeedString(in, name, p[0]));
+    const size_t pos = name == "index" ? s.find(p[0].str()) : s.rfind(p[0].str());
+    if (pos == std::string::npos) {
+      if (name == "rfind") return Value::Int(-1);
+      return in.Error("substring not found");
+    }
+    return Value::Int(static_cast<int64_t>(CodePointOffsets(s.substr(0, pos)).size()) - 1);
+  }
+  if (name == "removeprefix" || name == "removesuffix") {
+    ASSIGN_OR_RETURN(std::vector<Value> p, Bind(in, name, a, {"affix"}));
+    RETURN_IF_ERROR(NeedString(in, name, p[0]));
+    const std::string& x = p[0].str();
+    if (x.size() > s.size()) return self;
+    if (name == "removeprefix" && s.compare(0, x.size(), x) == 0) return Value::String(s.substr(x.size()));
+    if (name == "removesuffix" && s.compare(s.size() - x.size(), x.size(), x) == 0) {
+      return Value::String(s.substr(0, s.size() - x.size()));
+    }
+    return self;
+  }
   if (name == "join") {
     ASSIGN_OR_RETURN(std::vector<Value> p, Bind(in, name, a, {"iterable"}));
     ASSIGN_OR_RETURN(std::vector<Value> items, p[0].Iterate());
@@ -238,7 +259,8 @@ bool IsStrMethod(const std::string& n) {
   static const char* const kNames[] = {"strip", "lstrip", "rstrip", "startswith", "endswith", "upper", "lower",
                                        "title", "capitalize", "split", "rsplit", "replace", "find", "count",
                                        "join", "splitlines", "isdigit", "isalpha", "isalnum", "isspace",
-                                       "islower", "isupper"};
+                                       "islower", "isupper", "rfind", "index", "rindex", "removeprefix",
+                                       "removesuffix"};
   for (const char* k : kNames) {
     if (n == k) return true;
   }
