@@ -1,6 +1,8 @@
 #include "kernels/cpu_features.h"
 
+#include <array>
 #include <cstdio>
+#include <iterator>
 #include <cstdlib>
 #include <cstring>
 
@@ -53,8 +55,16 @@ bool Hardware(CpuIsa isa) {
 }  // namespace
 
 bool CpuHas(CpuIsa isa) {
-  static const int cap = Cap();
-  return Level(isa) <= cap && Hardware(isa);
+  // Answered once per ISA: kernels ask on every call (attention, SwiGLU).
+  static const auto has = [] {
+    constexpr CpuIsa kAll[] = {CpuIsa::kAvx2, CpuIsa::kAvxVnni, CpuIsa::kAvx512,
+                               CpuIsa::kAvx512Vnni, CpuIsa::kAmx};
+    const int cap = Cap();
+    std::array<bool, std::size(kAll)> out{};
+    for (CpuIsa i : kAll) out[size_t(i)] = Level(i) <= cap && Hardware(i);
+    return out;
+  }();
+  return has[size_t(isa)];
 }
 
 }  // namespace kvcast

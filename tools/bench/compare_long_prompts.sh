@@ -63,7 +63,7 @@ done
 log "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 fi
 python3 - "$out" "$ROUNDS" "$LENGTHS" <<'PY'
-import json, re, statistics, sys
+import json, os, re, statistics, sys
 d, rounds, lengths = sys.argv[1], int(sys.argv[2]), [int(x) for x in sys.argv[3].split(",")]
 def kv(n, r):
     rows = {}
@@ -78,7 +78,7 @@ def lc(n, r, fa):
 info = lc(lengths[0], 1, "nofa")[1]
 span = lambda v, f: f"{f(statistics.median(v))} ({f(min(v))}-{f(max(v))})"
 num, ratio = (lambda v: f"{v:.0f}"), (lambda v: f"{v:.2f}x")
-isa = open(f"{d}/kvcast_isa").read().strip() if __import__("os").path.exists(f"{d}/kvcast_isa") else ""
+isa = open(f"{d}/kvcast_isa").read().strip() if os.path.exists(f"{d}/kvcast_isa") else ""
 print(f"CPU: {info['cpu']} ({', '.join(info['cpu_flags'])}); {info['version']}, built with: "
       f"{info['system_info']}; kvcast KVCAST_CPU_ISA={isa or '(no cap)'}; {rounds} rounds, "
       f"median (range)\n")
