@@ -102,6 +102,8 @@ absl::StatusOr<std::unique_ptr<BpeTokenizer>> BpeTokenizer::FromJsonValue(
   } else {
     t->added_matcher_ = std::make_unique<tokenizer_internal::AddedTokenMatcher>(
         std::vector<std::pair<std::string, int32_t>>{});
+    t->is_special_.resize(t->id_to_token_.size(), false);
+    t->is_byte_fallback_.resize(t->id_to_token_.size(), false);
   }
   if (const json* n = Find(root, "normalizer"); n != nullptr && !n->is_null()) {
     ASSIGN_OR_RETURN(std::string type, GetType(*n, "normalizer"));
@@ -469,6 +471,17 @@ std::vector<int32_t> BpeTokenizer::RunBpe(const std::string& word) const {
 }
 
 std::string BpeTokenizer::Decode(absl::Span<const int32_t> ids, bool skip_special) const {
+  return tokenizer_internal::Utf8Lossy(DecodeBytes(ids, skip_special));
+}
+
+std::optional<std::string> BpeTokenizer::TokenBytes(int32_t id) const {
+  if (id < 0 || static_cast<size_t>(id) >= id_to_token_.size() || is_special_[id]) return std::nullopt;
+  std::string bytes = DecodeBytes({&id, 1}, /*skip_special=*/true);
+  if (bytes.empty()) return std::nullopt;
+  return bytes;
+}
+
+std::string BpeTokenizer::DecodeBytes(absl::Span<const int32_t> ids, bool skip_special) const {
   std::string bytes;
   for (int32_t id : ids) {
     if (id < 0 || static_cast<size_t>(id) >= id_to_token_.size()) continue;
@@ -487,7 +500,7 @@ std::string BpeTokenizer::Decode(absl::Span<const int32_t> ids, bool skip_specia
     }
     bytes += token;
   }
-  return tokenizer_internal::Utf8Lossy(bytes);
+  return bytes;
 }
 
 }  // namespace kvcast

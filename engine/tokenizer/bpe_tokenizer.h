@@ -60,6 +60,7 @@ class BpeTokenizer : public Tokenizer {
   absl::StatusOr<std::vector<int32_t>> Encode(std::string_view text,
                                               bool add_bos) const override;
   std::string Decode(absl::Span<const int32_t> ids, bool skip_special = false) const override;
+  std::optional<std::string> TokenBytes(int32_t id) const override;
   int32_t vocab_size() const override { return static_cast<int32_t>(id_to_token_.size()); }
   std::optional<int32_t> bos_id() const override { return bos_id_; }
   std::optional<int32_t> eos_id() const override { return eos_id_; }
@@ -88,6 +89,8 @@ class BpeTokenizer : public Tokenizer {
   absl::Status ParsePreTokenizer(const nlohmann::json& json, const std::string& field);
   absl::Status ParseDecoder(const nlohmann::json& json, const std::string& field);
 
+  // The bytes of `ids` before UTF-8 repair.
+  std::string DecodeBytes(absl::Span<const int32_t> ids, bool skip_special) const;
   absl::Status EncodePlain(std::string_view text, std::vector<int32_t>* ids) const;
   void EncodeWord(const std::string& word, std::vector<int32_t>* ids) const;
   std::vector<int32_t> RunBpe(const std::string& word) const;

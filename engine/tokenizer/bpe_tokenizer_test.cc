@@ -73,6 +73,12 @@ TEST(BpeTokenizerTest, PartialCharacterDecodesToReplacement) {
   ASSERT_EQ(ids->size(), 3u);
   EXPECT_EQ(t->Decode({(*ids)[0], (*ids)[1]}), "\xEF\xBF\xBD");
   EXPECT_EQ(t->Decode(*ids), "\xE2\x82\xAC");
+  // TokenBytes: each token's own byte, not U+FFFD; special tokens add none.
+  EXPECT_EQ(t->TokenBytes((*ids)[0]), "\xE2");
+  EXPECT_EQ(t->TokenBytes((*ids)[2]), "\xAC");
+  EXPECT_EQ(t->TokenBytes(*t->eos_id()), std::nullopt);
+  EXPECT_EQ(t->TokenBytes(-1), std::nullopt);
+  EXPECT_EQ(t->TokenBytes(t->vocab_size()), std::nullopt);
 }
 
 // A Llama-2-like vocabulary without byte-level mapping, with byte fallback.
@@ -91,6 +97,8 @@ TEST(BpeTokenizerTest, ByteFallbackEncodesAndDecodesRawBytes) {
   EXPECT_THAT(*ids, ElementsAre(3, 4, 5, 6, 1, 0));  // "é" has no byte tokens: <unk>.
   EXPECT_EQ((*t)->Decode({3, 4, 5, 6}), "ab\xE2\x82\xAC");
   EXPECT_EQ((*t)->Decode({4, 5}), "\xEF\xBF\xBD");
+  EXPECT_EQ((*t)->TokenBytes(4), "\xE2");
+  EXPECT_EQ((*t)->TokenBytes(3), "ab");
 }
 
 TEST(BpeTokenizerTest, MergeFormsAreEquivalentAndNfcApplies) {

@@ -42,6 +42,42 @@ class SpmGgufTokenizer : public Tokenizer {
   }
 
   std::string Decode(absl::Span<const int32_t> ids, bool skip_special) const override {
+    std::string text = DecodeBytes(ids, skip_special);
+    if (add_space_prefix_ && !text.empty() && text[0] == ' ') text.erase(0, 1);
+    return tokenizer_internal::Utf8Lossy(text);
+  }
+
+  // Mid-text bytes: the leading space of a word-start piece is kept.
+  std::optional<std::string> TokenBytes(int32_t id) const override {
+    if (id < 0 || id >= int32_t(tokens_.size())) return std::nullopt;
+    const int type = types_[id];
+    if (type == kControl || type == kUnknown || type == kUnused) return std::nullopt;
+    std::string bytes = DecodeBytes({&id, 1}, /*skip_special=*/true);
+    if (bytes.empty()) return std::nullopt;
+    return bytes;
+  }
+
+  int32_t vocab_size() const override { return int32_t(tokens_.size()); }
+  std::optional<int32_t> bos_id() const override { return bos_; }
+  std::optional<int32_t> eos_id() const override { return eos_; }
+  std::optional<int32_t> TokenId(std::string_view token) const override {
+    auto it = vocab_.find(absl::string_view(token.data(), token.size()));
+    if (it == vocab_.end()) return std::nullopt;
+    return it->second;
+  }
+
+  std::vector<std::string> tokens_;
+  std::vector<float> scores_;
+  std::vector<int> types_;
+  absl::flat_hash_map<std::string, int32_t> vocab_;
+  std::array<int32_t, 256> byte_ids_;
+  std::unique_ptr<tokenizer_internal::AddedTokenMatcher> added_;
+  std::optional<int32_t> bos_, eos_, unk_;
+  bool add_space_prefix_ = true;
+
+ private:
+  // The bytes of `ids` before UTF-8 repair, spaces restored.
+  std::string DecodeBytes(absl::Span<const int32_t> ids, bool skip_special) const {
     std::string bytes;
     for (int32_t id : ids) {
       if (id < 0 || id >= int32_t(tokens_.size())) continue;
@@ -64,29 +100,9 @@ class SpmGgufTokenizer : public Tokenizer {
         text += bytes[pos++];
       }
     }
-    if (add_space_prefix_ && !text.empty() && text[0] == ' ') text.erase(0, 1);
-    return tokenizer_internal::Utf8Lossy(text);
+    return text;
   }
 
-  int32_t vocab_size() const override { return int32_t(tokens_.size()); }
-  std::optional<int32_t> bos_id() const override { return bos_; }
-  std::optional<int32_t> eos_id() const override { return eos_; }
-  std::optional<int32_t> TokenId(std::string_view token) const override {
-    auto it = vocab_.find(absl::string_view(token.data(), token.size()));
-    if (it == vocab_.end()) return std::nullopt;
-    return it->second;
-  }
-
-  std::vector<std::string> tokens_;
-  std::vector<float> scores_;
-  std::vector<int> types_;
-  absl::flat_hash_map<std::string, int32_t> vocab_;
-  std::array<int32_t, 256> byte_ids_;
-  std::unique_ptr<tokenizer_internal::AddedTokenMatcher> added_;
-  std::optional<int32_t> bos_, eos_, unk_;
-  bool add_space_prefix_ = true;
-
- private:
   // Score-ordered merges over a linked list of symbols.
   void EncodePlain(const std::string& text, std::vector<int32_t>* ids) const {
     struct Symbol {

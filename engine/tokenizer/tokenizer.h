@@ -35,6 +35,22 @@ class Tokenizer {
   // tokens) become U+FFFD, as HF does; ids out of range are skipped.
   virtual std::string Decode(absl::Span<const int32_t> ids, bool skip_special = false) const = 0;
 
+  // The bytes token `id` adds to generated text, before any UTF-8 repair
+  // (a byte token's one byte; a byte-level token's own bytes), for
+  // constrained decoding (engine/grammar); nullopt for special tokens and
+  // ids out of range, which add no text of the model's own. The default
+  // decodes the token alone, so a token holding part of a multi-byte
+  // character reads as U+FFFD there; tokenizers override it with the exact
+  // bytes.
+  // (Inline: the interface keeps no key function, so its type information
+  // does not tie every implementation to tokenizer.cc.)
+  virtual std::optional<std::string> TokenBytes(int32_t id) const {
+    if (id < 0 || id >= vocab_size()) return std::nullopt;
+    std::string text = Decode({&id, 1}, /*skip_special=*/true);
+    if (text.empty()) return std::nullopt;
+    return text;
+  }
+
   // One more than the largest id this tokenizer can produce or decode.
   virtual int32_t vocab_size() const = 0;
   virtual std::optional<int32_t> bos_id() const = 0;

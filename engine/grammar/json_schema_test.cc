@@ -1,0 +1,222 @@
+#include "engine/grammar/json_schema.h"
+
+#include <memory>
+#include <random>
+#include <string>
+
+#include "engine/grammar/matcher.h"
+#include "engine/grammar/token_trie.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace kvcast::grammar {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+std::shared_ptr<const Grammar> FromSchema(const char* schema) {
+  absl::StatusOr<Grammar> g = JsonSchemaGrammar(Json::parse(schema));
+  EXPECT_TRUE(g.ok()) << g.status();
+  if (!g.ok()) return nullptr;
+  return std::make_shared<const Grammar>(std::move(*g));
+}
+
+bool Matches(const std::shared_ptr<const Grammar>& g, std::string_view text) {
+  Matcher m(g);
+  return m.Advance(text) && m.CanEnd();
+}
+
+std::string Refusal(const char* schema) {
+  absl::StatusOr<Grammar> g = JsonSchemaGrammar(Json::parse(schema));
+  return g.ok() ? "accepted" : std::string(g.status().message());
+}
+
+TEST(JsonSchemaTest, AnyObject) {
+  absl::StatusOr<Grammar> built = JsonObjectGrammar();
+  ASSERT_TRUE(built.ok()) << built.status();
+  auto g = std::make_shared<const Grammar>(std::move(*built));
+  EXPECT_TRUE(Matches(g, R"({"a": [1, -2.5e3, "x\n\u00e9", true, null, {"b": {}}], "c" :0})"));
+  EXPECT_TRUE(Matches(g, "{\n  \"name\": \"Ana\",\n  \"tags\": []\n}"));
+  EXPECT_TRUE(Matches(g, "{\"k\": \"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"}"));
+  EXPECT_FALSE(Matches(g, "[1]"));
+  EXPECT_FALSE(Matches(g, R"({"a" 1})"));
+  EXPECT_FALSE(Matches(g, R"({"a": 1,})"));
+  EXPECT_FALSE(Matches(g, R"({"a": 01})"));
+  EXPECT_FALSE(Matches(g, R"({"a": "\x"})"));
+  EXPECT_FALSE(Matches(g, "{\"a\": \"\xc3\"}"));  // a cut UTF-8 character
+  EXPECT_FALSE(Matches(g, "{\"a\": \"tab\there\"}"));  // a raw control byte
+  EXPECT_FALSE(Matches(g, "{" + std::string(kMaxWhitespace + 1, ' ') + "}"));
+  EXPECT_TRUE(Matches(g, "{" + std::string(kMaxWhitespace, ' ') + "}"));
+}
+
+TEST(JsonSchemaTest, PropertiesInOrderRequiredAndOptional) {
+  auto g = FromSchema(R"({"type": "object", "properties": {
+      "name": {"type": "string"}, "age": {"type": "integer"}, "email": {"type": "string"}},
+      "required": ["name", "email"]})");
+  EXPECT_TRUE(Matches(g, R"({"name": "Ana", "age": 31, "email": "a@b.c"})"));
+  EXPECT_TRUE(Matches(g, R"({"name":"Ana","email":"a@b.c"})"));
+  EXPECT_FALSE(Matches(g, R"({"name": "Ana", "age": 31})"));                  // email missing
+  EXPECT_FALSE(Matches(g, R"({"name": "Ana", "email": "x", "extra": 1})"));   // not named
+  EXPECT_FALSE(Matches(g, R"({"name": "Ana", "age": 3.5, "email": "x"})"));   // not an integer
+  EXPECT_FALSE(Matches(g, R"({"email": "x", "name": "Ana"})"));               // order
+  EXPECT_FALSE(Matches(g, R"({, "name": "Ana", "email": "x"})"));
+}
+
+TEST(JsonSchemaTest, AllOptionalProperties) {
+  auto g = FromSchema(R"({"properties": {"a": {"type": "boolean"}, "b": {"type": "null"}}})");
+  EXPECT_TRUE(Matches(g, "{}"));
+  EXPECT_TRUE(Matches(g, R"({"b": null})"));
+  EXPECT_TRUE(Matches(g, R"({"a": false, "b": null})"));
+  EXPECT_FALSE(Matches(g, R"({"a": false,})"));
+  EXPECT_FALSE(Matches(g, R"({,"b": null})"));
+}
+
+TEST(JsonSchemaTest, EnumConstAnyOfAndTypeLists) {
+  auto g = FromSchema(R"({"type": "object", "properties": {
+      "unit": {"enum": ["cm", "in", 3, null]},
+      "kind": {"const": "box"},
+      "size": {"anyOf": [{"type": "number"}, {"type": "string", "maxLength": 2}]},
+      "note": {"type": ["string", "null"]}},
+      "required": ["unit", "kind", "size", "note"], "additionalProperties": false})");
+  EXPECT_TRUE(Matches(g, R"({"unit": "cm", "kind": "box", "size": 1.5, "note": null})"));
+  EXPECT_TRUE(Matches(g, R"({"unit": 3, "kind": "box", "size": "xl", "note": "hi"})"));
+  EXPECT_TRUE(Matches(g, R"({"unit": null, "kind": "box", "size": -7, "note": ""})"));
+  EXPECT_FALSE(Matches(g, R"({"unit": "mm", "kind": "box", "size": 1, "note": null})"));
+  EXPECT_FALSE(Matches(g, R"({"unit": "cm", "kind": "bag", "size": 1, "note": null})"));
+  EXPECT_FALSE(Matches(g, R"({"unit": "cm", "kind": "box", "size": "xxl", "note": null})"));
+  EXPECT_FALSE(Matches(g, R"({"unit": "cm", "kind": "box", "size": 1, "note": 5})"));
+}
+
+TEST(JsonSchemaTest, ArraysCountItemsAndTuples) {
+  auto g = FromSchema(R"({"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 3})");
+  EXPECT_FALSE(Matches(g, "[]"));
+  EXPECT_FALSE(Matches(g, "[1]"));
+  EXPECT_TRUE(Matches(g, "[1, 2]"));
+  EXPECT_TRUE(Matches(g, "[ 1 ,2 , 3 ]"));
+  EXPECT_FALSE(Matches(g, "[1, 2, 3, 4]"));
+  EXPECT_FALSE(Matches(g, "[1, \"2\"]"));
+
+  auto tuple = FromSchema(R"({"prefixItems": [{"type": "string"}, {"type": "integer"}],
+                             "items": {"type": "boolean"}, "minItems": 1})");
+  EXPECT_FALSE(Matches(tuple, "[]"));
+  EXPECT_TRUE(Matches(tuple, R"(["a"])"));
+  EXPECT_TRUE(Matches(tuple, R"(["a", 1])"));
+  EXPECT_TRUE(Matches(tuple, R"(["a", 1, true, false])"));
+  EXPECT_FALSE(Matches(tuple, R"([1])"));
+  EXPECT_FALSE(Matches(tuple, R"(["a", 1, 2])"));
+
+  auto closed = FromSchema(R"({"prefixItems": [{"type": "null"}], "items": false})");
+  EXPECT_TRUE(Matches(closed, "[]"));
+  EXPECT_TRUE(Matches(closed, "[null]"));
+  EXPECT_FALSE(Matches(closed, "[null, null]"));
+}
+
+TEST(JsonSchemaTest, StringLengthsCountCharactersNotBytes) {
+  auto g = FromSchema(R"({"type": "string", "minLength": 2, "maxLength": 3})");
+  EXPECT_FALSE(Matches(g, R"("a")"));
+  EXPECT_TRUE(Matches(g, R"("ab")"));
+  EXPECT_TRUE(Matches(g, "\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\""));  // 3 characters, 9 bytes
+  EXPECT_TRUE(Matches(g, R"("\n\"")"));
+  EXPECT_FALSE(Matches(g, R"("abcd")"));
+}
+
+TEST(JsonSchemaTest, FormatsGiveOnlyValidValues) {
+  auto date = FromSchema(R"({"type": "string", "format": "date"})");
+  EXPECT_TRUE(Matches(date, R"("2026-11-28")"));
+  EXPECT_FALSE(Matches(date, R"("2026-13-01")"));
+  EXPECT_FALSE(Matches(date, R"("2026-02-30")"));
+  auto stamp = FromSchema(R"({"type": "string", "format": "date-time"})");
+  EXPECT_TRUE(Matches(stamp, R"("2026-11-28T04:00:38Z")"));
+  EXPECT_TRUE(Matches(stamp, R"("2026-11-28T23:59:59.123+05:30")"));
+  EXPECT_FALSE(Matches(stamp, R"("2026-11-28T24:00:00Z")"));
+  EXPECT_FALSE(Matches(stamp, R"("2026-11-28 04:00:38Z")"));
+  auto uuid = FromSchema(R"({"type": "string", "format": "uuid"})");
+  EXPECT_TRUE(Matches(uuid, R"("123e4567-e89b-12d3-a456-426614174000")"));
+  EXPECT_FALSE(Matches(uuid, R"("123e4567e89b12d3a456426614174000")"));
+}
+
+TEST(JsonSchemaTest, NumbersAreJsonNumbersOfBoundedLength) {
+  auto n = FromSchema(R"({"type": "number"})");
+  for (const char* ok : {"0", "-0", "12.5", "1e9", "-3.25E-2", "1234567890123456", "1e99"}) {
+    EXPECT_TRUE(Matches(n, ok)) << ok;
+  }
+  for (const char* bad : {"01", "+1", ".5", "1.", "1e", "12345678901234567", "1e100", "NaN"}) {
+    EXPECT_FALSE(Matches(n, bad)) << bad;
+  }
+  auto i = FromSchema(R"({"type": "integer"})");
+  EXPECT_TRUE(Matches(i, "-42"));
+  EXPECT_FALSE(Matches(i, "4.2"));
+  EXPECT_FALSE(Matches(i, "4e2"));
+}
+
+TEST(JsonSchemaTest, RefsIncludingRecursion) {
+  auto g = FromSchema(R"({"$defs": {"node": {"type": "object", "properties": {
+      "v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+      "required": ["v", "kids"]}}, "$ref": "#/$defs/node"})");
+  EXPECT_TRUE(Matches(g, R"({"v": 1, "kids": [{"v": 2, "kids": []}, {"v": 3, "kids": [{"v": 4, "kids": []}]}]})"));
+  EXPECT_FALSE(Matches(g, R"({"v": 1, "kids": [{"v": 2}]})"));
+  EXPECT_NE(Refusal(R"({"$ref": "#/$defs/none"})").find("names nothing"), std::string::npos);
+}
+
+TEST(JsonSchemaTest, RefusalsNameTheKeywordAndWhere) {
+  EXPECT_EQ(Refusal(R"({"not": {"type": "string"}})"), "unsupported JSON Schema keyword 'not' at #");
+  EXPECT_EQ(Refusal(R"({"type": "object", "properties": {"age": {"type": "integer", "minimum": 0}}})"),
+            "unsupported JSON Schema keyword 'minimum' at #/properties/age");
+  EXPECT_EQ(Refusal(R"({"type": "string", "format": "email"})"),
+            "unsupported JSON Schema keyword 'format: email' at #");
+  EXPECT_EQ(Refusal(R"({"type": "array", "items": {"type": "thing"}})"),
+            "JSON Schema at #/items/type: unknown type 'thing'");
+  EXPECT_EQ(Refusal(R"({"type": "object", "properties": {"a": {}}, "required": ["b"]})"),
+            "JSON Schema at #/required: 'b' is required but not in properties");
+  EXPECT_EQ(Refusal(R"({"allOf": [{"type": "string"}, {"maxLength": 3}]})"),
+            "unsupported JSON Schema keyword 'allOf (of more than one schema)' at #");
+  EXPECT_EQ(Refusal("false"), "JSON Schema at #: the schema false accepts nothing");
+  EXPECT_EQ(Refusal(R"({"title": "anything", "description": "goes"})"), "accepted");
+}
+
+// Random walks over a byte vocabulary (every byte a token), choosing among
+// the tokens the mask allows until the grammar completes: each document the
+// grammar lets out parses as JSON and keeps the schema's shape.
+TEST(JsonSchemaTest, EveryCompletedWalkIsJsonOfTheSchemasShape) {
+  auto g = FromSchema(R"({"type": "object", "properties": {
+      "id": {"type": "integer"}, "tags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 3},
+      "pos": {"prefixItems": [{"type": "number"}, {"type": "number"}], "items": false, "minItems": 2},
+      "who": {"type": "object", "properties": {"name": {"type": "string", "maxLength": 4}},
+              "required": ["name"]}},
+      "required": ["id", "pos", "who"]})");
+  std::vector<std::optional<std::string>> vocab;
+  for (int b = 0; b < 256; ++b) vocab.push_back(std::string(1, char(b)));
+  TokenTrie trie(vocab);
+  std::mt19937 rng(11);
+  int completed = 0;
+  for (int walk = 0; walk < 200; ++walk) {
+    Matcher m(g);
+    std::string text;
+    for (int step = 0; step < 400 && !(m.CanEnd() && !m.CanContinue()); ++step) {
+      if (m.CanEnd() && rng() % 4 == 0) break;
+      std::vector<uint32_t> mask(8);
+      m.FillMask(trie, absl::MakeSpan(mask));
+      std::vector<int> allowed;
+      for (int b = 0; b < 256; ++b) {
+        // Favour structure over whitespace and long strings.
+        if ((mask[size_t(b) >> 5] >> (b & 31)) & 1) allowed.push_back(b);
+      }
+      ASSERT_FALSE(allowed.empty()) << text;
+      const int b = allowed[rng() % allowed.size()];
+      ASSERT_TRUE(m.Advance(std::string(1, char(b))));
+      text.push_back(char(b));
+    }
+    if (!m.CanEnd()) continue;
+    ++completed;
+    Json doc = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+    ASSERT_FALSE(doc.is_discarded()) << text;
+    EXPECT_TRUE(doc["id"].is_number_integer()) << text;
+    EXPECT_EQ(doc["pos"].size(), 2u) << text;
+    EXPECT_TRUE(doc["who"]["name"].is_string()) << text;
+    if (doc.contains("tags")) EXPECT_LE(doc["tags"].size(), 3u) << text;
+  }
+  EXPECT_GT(completed, 20);
+}
+
+}  // namespace
+}  // namespace kvcast::grammar

@@ -1,0 +1,124 @@
+// Where a constrained generation stands in its grammar, and which tokens may
+// come next.
+//
+// A configuration is the set of parse stacks the bytes so far leave open (a
+// grammar may be ambiguous until later bytes decide), each stack a chain of
+// positions in the grammar's symbols: the top a byte set the next byte must
+// be in, below it where each enclosing rule goes on. Stacks are interned as
+// (position, parent) nodes, so equal stacks are one node and stacks sharing
+// their lower part share its nodes; sets of stacks are interned too, each
+// with a row of 256 transitions filled the first time a byte is tried. The
+// matcher thus builds, lazily, the part of the grammar's automaton that its
+// text visits: after the first step in a state, advancing by a byte is one
+// table lookup.
+//
+// FillMask walks the vocabulary's trie (token_trie.h) depth-first through
+// those transitions, skipping a node's subtree at the first byte no stack
+// takes: a token is allowed when every one of its bytes is. The mask of a
+// state is kept, so a state met again (the inside of a string, a list's
+// next item, the same schema's next request) costs a copy.
+#ifndef KVCAST_ENGINE_GRAMMAR_MATCHER_H_
+#define KVCAST_ENGINE_GRAMMAR_MATCHER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/types/span.h"
+#include "engine/grammar/grammar.h"
+#include "engine/grammar/token_trie.h"
+
+namespace kvcast::grammar {
+
+// The grammar's automaton, built as it is used. Shared by the matchers of
+// one grammar (so a state one sequence visited is known to the next); NOT
+// safe for concurrent use: one thread at a time (the engine's compute
+// thread).
+class Automaton {
+ public:
+  static constexpr int32_t kDead = -2;
+
+  explicit Automaton(std::shared_ptr<const Grammar> grammar);
+
+  int32_t start() const { return start_; }
+  // The state after byte `b` in `state`, or kDead.
+  int32_t Step(int32_t state, uint8_t b);
+  bool accepting(int32_t state) const { return sets_[size_t(state)].accepting; }
+  bool continues(int32_t state) const { return !sets_[size_t(state)].nodes.empty(); }
+  // See Matcher::FillMask. Masks are kept per state: use one trie with an
+  // automaton.
+  void FillMask(int32_t state, const TokenTrie& trie, absl::Span<uint32_t> mask);
+
+  int num_states() const { return int(sets_.size()); }
+  // Interned nodes and states plus kept masks, in bytes (an owner may start
+  // a fresh automaton past a budget).
+  size_t memory_bytes() const;
+  const Grammar& grammar() const { return *grammar_; }
+
+ private:
+  static constexpr int32_t kUnknown = -1;
+  struct Node {
+    int32_t pos;     // a position in the grammar's symbols
+    int32_t parent;  // the node below (where the enclosing rule goes on); -1 at the bottom
+  };
+  struct Set {
+    std::vector<int32_t> nodes;  // sorted; each node's position is a byte set
+    bool accepting = false;
+  };
+
+  int32_t NodeId(int32_t pos, int32_t parent);
+  int32_t SetId(Set set);
+  // Adds to `out` the stacks reached from position `pos` over `parent` by
+  // expanding rules until a byte set is on top; `accepting` when an
+  // expansion completes the root rule.
+  void Expand(int32_t pos, int32_t parent, Set* out, int depth);
+
+  std::shared_ptr<const Grammar> grammar_;
+  std::vector<Node> nodes_;
+  absl::flat_hash_map<uint64_t, int32_t> node_ids_;
+  std::vector<Set> sets_;
+  absl::flat_hash_map<std::vector<int32_t>, int32_t> set_ids_;  // key: nodes, then accepting
+  std::vector<int32_t> transitions_;                            // 256 per set
+  absl::flat_hash_map<int32_t, std::vector<uint32_t>> masks_;   // per set, FillMask's
+  int32_t start_ = 0;
+  std::vector<int32_t> levels_;  // FillMask's state per trie depth
+};
+
+// One sequence's place in its grammar: a state of a shared automaton.
+// Copies are independent states of the same automaton.
+class Matcher {
+ public:
+  explicit Matcher(std::shared_ptr<Automaton> automaton)
+      : automaton_(std::move(automaton)), state_(automaton_->start()) {}
+  // With an automaton of its own.
+  explicit Matcher(std::shared_ptr<const Grammar> grammar)
+      : Matcher(std::make_shared<Automaton>(std::move(grammar))) {}
+
+  // Consumes `bytes` when the grammar allows all of them (true); otherwise
+  // returns false and leaves the state as it was.
+  bool Advance(std::string_view bytes);
+  // The bytes so far form a complete sentence of the grammar.
+  bool CanEnd() const { return automaton_->accepting(state_); }
+  // Some byte may still follow.
+  bool CanContinue() const { return automaton_->continues(state_); }
+
+  // Sets bit t (mask[t / 32] >> t % 32) of every token of `trie` whose bytes
+  // the grammar allows next, and clears the others; `mask` holds
+  // ceil(trie.vocab_size() / 32) words. Tokens without bytes (special ones,
+  // EOS) stay clear: the caller decides those from CanEnd().
+  void FillMask(const TokenTrie& trie, absl::Span<uint32_t> mask) {
+    automaton_->FillMask(state_, trie, mask);
+  }
+
+  const Automaton& automaton() const { return *automaton_; }
+
+ private:
+  std::shared_ptr<Automaton> automaton_;
+  int32_t state_;
+};
+
+}  // namespace kvcast::grammar
+
+#endif  // KVCAST_ENGINE_GRAMMAR_MATCHER_H_
