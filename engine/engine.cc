@@ -25,6 +25,11 @@ struct Engine::Sequence {
   GenerationParams params;
   Sampler sampler;
   int generated = 0;
+  // Constrained decoding: the grammar, and (made on the compute thread at
+  // the first pick) the place in it after the last `replay` tokens.
+  std::shared_ptr<const grammar::Grammar> grammar;
+  std::optional<grammar::Matcher> matcher;
+  int replay = 0;
 
   Sequence(uint64_t id, std::vector<int32_t> prompt, const GenerationParams& p)
       : id(id), tokens(std::move(prompt)), params(p), sampler(p.sampling) {
@@ -134,6 +139,17 @@ absl::Status Engine::CheckRequest(const std::vector<int32_t>& prompt,
   if (params.max_tokens <= 0) {
     return absl::InvalidArgumentError("engine: max_tokens must be positive");
   }
+  if (params.response_format.constrained()) {
+    if (tokenizer_ == nullptr) {
+      return absl::InvalidArgumentError("engine: response_format needs the model's tokenizer");
+    }
+    const int generated = params.response_format.generated_tokens;
+    if (generated < 0 || generated >= int(prompt.size())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "engine: response_format.generated_tokens ", generated, " outside the prompt of ",
+          prompt.size()));
+    }
+  }
   if (int(prompt.size()) >= model_->max_sequence_len()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "engine: prompt of ", prompt.size(), " tokens leaves no room under the model's limit of ",
@@ -191,6 +207,25 @@ absl::StatusOr<uint64_t> Engine::Submit(std::vector<int32_t> prompt,
   // Refused, `kv`'s pages are released with it.
   if (absl::Status st = CheckRequest(prompt, params, kv); !st.ok()) return st;
   auto seq = std::make_unique<Sequence>(0, std::move(prompt), params);
+  if (params.response_format.constrained()) {
+    absl::StatusOr<std::shared_ptr<const grammar::Grammar>> g = grammars_.Get(params.response_format);
+    if (!g.ok()) return absl::InvalidArgumentError(absl::StrCat("response_format: ", g.status().message()));
+    seq->grammar = *std::move(g);
+    seq->replay = params.response_format.generated_tokens + (kv.next_token >= 0 ? 1 : 0);
+    // The output so far must fit: checked here on a private automaton (the
+    // shared ones belong to the compute thread), replayed there again.
+    grammar::Matcher check(seq->grammar);
+    const std::vector<int32_t>& t = seq->tokens;
+    std::vector<int32_t> out(t.end() - params.response_format.generated_tokens, t.end());
+    if (kv.next_token >= 0) out.push_back(kv.next_token);
+    for (size_t i = 0; i < out.size(); ++i) {
+      std::optional<std::string> bytes = tokenizer_->TokenBytes(out[i]);
+      if (!bytes || !check.Advance(*bytes)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "response_format: generated token ", i, " (id ", out[i], ") does not fit the format"));
+      }
+    }
+  }
   seq->seed = prefix_seed(params.tenant);
   if (kv.tokens == 0 && options_.prefix_caching) {
     seq->prompt_chain = ChunkHashChain(seq->seed, seq->tokens, options_.chunk_tokens);
@@ -349,7 +384,7 @@ absl::Status Engine::PickTokens(const std::vector<Sequence*>& batch,
     Sequence* s = batch[i];
     if (s->pending() != counts[i]) continue;  // more prompt to go
     if (s->sampler.PicksWithoutHistory() && s->generated >= s->params.min_tokens &&
-        !s->params.logprobs) {
+        !s->params.logprobs && s->grammar == nullptr) {
       draws.push_back(s->sampler.NextDraw(int(i)));
     } else {
       on_host.push_back(i);
@@ -373,11 +408,44 @@ absl::Status Engine::PickTokens(const std::vector<Sequence*>& batch,
         if (t >= 0 && t < vocab) host_logits_[size_t(t)] = -INFINITY;
       }
     }
+    if (batch[i]->grammar != nullptr) RETURN_IF_ERROR(MaskByGrammar(batch[i], absl::MakeSpan(host_logits_)));
     (*picked)[i] = batch[i]->sampler.Sample(host_logits_, batch[i]->tokens);
     if (want_logprobs) {
       (*logprobs)[i] = ComputeLogprobs(raw_logits_, (*picked)[i], batch[i]->params.top_logprobs);
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status Engine::MaskByGrammar(Sequence* seq, absl::Span<float> logits) {
+  if (trie_ == nullptr) {
+    trie_ = std::make_unique<grammar::TokenTrie>(grammar::TokenTrie::FromTokenizer(*tokenizer_));
+  }
+  if (!seq->matcher) {
+    seq->matcher.emplace(grammars_.AutomatonOf(seq->grammar));
+    for (auto it = seq->tokens.end() - seq->replay; it != seq->tokens.end(); ++it) {
+      const std::optional<std::string>& bytes = trie_->bytes_of(*it);
+      if (!bytes || !seq->matcher->Advance(*bytes)) {  // checked at Submit
+        return absl::InternalError("engine: replayed output does not fit its grammar");
+      }
+    }
+  }
+  const grammar::Matcher& m = *seq->matcher;
+  grammar_mask_.resize(size_t(trie_->vocab_size() + 31) / 32);
+  seq->matcher->FillMask(*trie_, absl::MakeSpan(grammar_mask_));
+  // EOS and stop tokens (no bytes of their own) once the output is complete.
+  if (m.CanEnd()) {
+    auto allow = [&](int32_t t) {
+      if (t >= 0 && t < trie_->vocab_size()) grammar_mask_[size_t(t) >> 5] |= 1u << (t & 31);
+    };
+    for (int32_t t : config().eos_token_ids) allow(t);
+    for (int32_t t : seq->params.stop_tokens) allow(t);
+  }
+  const size_t n = std::min(logits.size(), size_t(trie_->vocab_size()));
+  for (size_t t = 0; t < n; ++t) {
+    if (!((grammar_mask_[t >> 5] >> (t & 31)) & 1)) logits[t] = -INFINITY;
+  }
+  for (size_t t = n; t < logits.size(); ++t) logits[t] = -INFINITY;  // past the tokenizer's ids
   return absl::OkStatus();
 }
 
@@ -387,7 +455,12 @@ bool Engine::Accept(Sequence* seq, int32_t tok, SequenceEvent* ev) {
   ev->token = tok;
   const auto& eos = config().eos_token_ids;
   const auto& stop = seq->params.stop_tokens;
-  if (std::find(stop.begin(), stop.end(), tok) != stop.end() ||
+  bool complete = false;  // the grammar admits no more bytes
+  if (seq->matcher) {
+    const std::optional<std::string>& bytes = trie_->bytes_of(tok);
+    if (bytes && seq->matcher->Advance(*bytes)) complete = !seq->matcher->CanContinue();
+  }
+  if (complete || std::find(stop.begin(), stop.end(), tok) != stop.end() ||
       (!seq->params.ignore_eos && std::find(eos.begin(), eos.end(), tok) != eos.end())) {
     ev->finish = FinishReason::kStop;
   } else if (seq->generated >= seq->params.max_tokens ||

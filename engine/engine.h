@@ -33,6 +33,8 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
+#include "engine/grammar/grammar_cache.h"
+#include "engine/grammar/token_trie.h"
 #include "engine/kv/kv_page_pool.h"
 #include "engine/kv/prefix_cache.h"
 #include "engine/model/checkpoint.h"
@@ -102,6 +104,11 @@ struct GenerationParams {
   // host copy of its logits row.
   bool logprobs = false;
   int top_logprobs = 0;
+  // Constrained decoding: each step samples only among the tokens the
+  // format's grammar allows next (EOS and stop tokens once the output is
+  // complete), and a sequence whose output admits no more bytes finishes
+  // with kStop. Needs the model's tokenizer.
+  ResponseFormat response_format;
 };
 
 // KV of a prompt prefix computed elsewhere (a prefill worker), in pages of
@@ -210,6 +217,10 @@ class Engine {
                           std::vector<std::optional<TokenLogprob>>* logprobs);
   // Appends `token` to `seq`; true when the sequence is finished.
   bool Accept(Sequence* seq, int32_t token, SequenceEvent* event);
+  // Constrained decoding (compute thread): sets -inf in `logits` for the
+  // tokens `seq`'s grammar refuses next, first making its matcher (replaying
+  // the output generated so far) when it has none.
+  absl::Status MaskByGrammar(Sequence* seq, absl::Span<float> logits);
 
   const EngineOptions options_;
   std::unique_ptr<Backend> backend_;
@@ -225,6 +236,9 @@ class Engine {
   int64_t preemptions_ = 0;                          // compute thread only
   std::vector<float> host_logits_;                   // compute thread only
   std::vector<float> raw_logits_;                    // compute thread only: for logprobs
+  GrammarCache grammars_;                            // Get: any thread; automata: compute thread
+  std::unique_ptr<grammar::TokenTrie> trie_;         // compute thread only: made at first use
+  std::vector<uint32_t> grammar_mask_;               // compute thread only
 
   mutable absl::Mutex mu_;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;

@@ -1,0 +1,139 @@
+// Constrained decoding in the engine (response_format): every output the
+// engine completes is JSON of the schema's shape, however the model samples;
+// a request resumed elsewhere continues the same output; bad formats are
+// refused at Submit.
+#include <map>
+#include <set>
+#include <string>
+
+#include "engine/engine.h"
+#include "engine/testing/tiny_model_fixture.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace kvcast {
+namespace {
+
+constexpr char kSchema[] = R"({"type": "object", "properties": {
+    "ok": {"type": "boolean"}, "n": {"type": "integer"},
+    "color": {"enum": ["red", "green", "blue"]},
+    "tags": {"type": "array", "items": {"type": "string", "maxLength": 3}, "maxItems": 2}},
+    "required": ["ok", "n", "color", "tags"], "additionalProperties": false})";
+
+std::unique_ptr<Engine> MakeEngine() {
+  auto e = Engine::Create(TinyModelDir(), EngineOptions(), NewCpuBackend());
+  EXPECT_TRUE(e.ok()) << e.status();
+  return std::move(*e);
+}
+
+struct Output {
+  std::vector<int32_t> tokens;
+  FinishReason finish = FinishReason::kNone;
+  absl::Status status;
+};
+
+std::map<uint64_t, Output> RunAll(Engine* e) {
+  std::map<uint64_t, Output> out;
+  for (int guard = 0; e->HasWork() && guard < 5000; ++guard) {
+    auto events = e->Step();
+    EXPECT_TRUE(events.ok()) << events.status();
+    if (!events.ok()) break;
+    for (const SequenceEvent& ev : *events) {
+      if (ev.token >= 0) out[ev.id].tokens.push_back(ev.token);
+      if (ev.finish != FinishReason::kNone) {
+        out[ev.id].finish = ev.finish;
+        out[ev.id].status = ev.status;
+      }
+    }
+  }
+  return out;
+}
+
+GenerationParams Constrained(float temperature, uint64_t seed) {
+  GenerationParams p;
+  p.max_tokens = 400;
+  p.sampling.temperature = temperature;
+  p.sampling.seed = seed;
+  p.response_format.type = ResponseFormat::Type::kJsonSchema;
+  p.response_format.json_schema = kSchema;
+  return p;
+}
+
+std::vector<int32_t> Prompt(Engine& e) { return *e.tokenizer()->Encode("Reply in JSON:", true); }
+
+TEST(EngineGrammar, EverySampledOutputIsJsonOfTheSchemasShape) {
+  auto e = MakeEngine();
+  ASSERT_NE(e->tokenizer(), nullptr);
+  std::vector<uint64_t> ids;
+  for (uint64_t seed = 1; seed <= 8; ++seed) ids.push_back(*e->Submit(Prompt(*e), Constrained(1.f, seed)));
+  auto out = RunAll(e.get());  // the eight decode together
+  std::set<std::string> distinct;
+  for (uint64_t id : ids) {
+    ASSERT_EQ(out[id].finish, FinishReason::kStop) << out[id].status;
+    std::string text = e->tokenizer()->Decode(out[id].tokens, /*skip_special=*/true);
+    nlohmann::json doc = nlohmann::json::parse(text, nullptr, false);
+    ASSERT_FALSE(doc.is_discarded()) << text;
+    EXPECT_TRUE(doc["ok"].is_boolean()) << text;
+    EXPECT_TRUE(doc["n"].is_number_integer()) << text;
+    EXPECT_TRUE(doc["color"] == "red" || doc["color"] == "green" || doc["color"] == "blue") << text;
+    ASSERT_TRUE(doc["tags"].is_array()) << text;
+    EXPECT_LE(doc["tags"].size(), 2u) << text;
+    EXPECT_EQ(doc.size(), 4u) << text;
+    distinct.insert(text);
+  }
+  EXPECT_GE(distinct.size(), 4u);  // sampled, not one forced path
+  // The unconstrained model says something else entirely.
+  GenerationParams free = Constrained(1.f, 1);
+  free.response_format = ResponseFormat();
+  const uint64_t id = *e->Submit(Prompt(*e), free);
+  auto plain = RunAll(e.get());
+  const std::string text = e->tokenizer()->Decode(plain[id].tokens, true);
+  EXPECT_TRUE(nlohmann::json::parse(text, nullptr, false).is_discarded()) << text;
+}
+
+TEST(EngineGrammar, AResumedRequestContinuesTheSameOutput) {
+  auto a = MakeEngine();
+  const std::vector<int32_t> prompt = Prompt(*a);
+  const uint64_t whole_id = *a->Submit(prompt, Constrained(0.f, 0));
+  const std::vector<int32_t> whole = RunAll(a.get())[whole_id].tokens;
+  ASSERT_GT(whole.size(), 6u);
+  // Another engine gets the prompt and the first k tokens, as a decode
+  // worker does after the first one died.
+  for (int k : {1, 3, int(whole.size()) / 2}) {
+    auto b = MakeEngine();
+    std::vector<int32_t> resumed = prompt;
+    resumed.insert(resumed.end(), whole.begin(), whole.begin() + k);
+    GenerationParams p = Constrained(0.f, 0);
+    p.response_format.generated_tokens = k;
+    const uint64_t id = *b->Submit(resumed, p);
+    std::vector<int32_t> rest = RunAll(b.get())[id].tokens;
+    rest.insert(rest.begin(), whole.begin(), whole.begin() + k);
+    EXPECT_EQ(rest, whole) << "resumed after " << k;
+  }
+}
+
+TEST(EngineGrammar, BadFormatsAreRefusedAtSubmit) {
+  auto e = MakeEngine();
+  const std::vector<int32_t> prompt = Prompt(*e);
+  GenerationParams p = Constrained(0.f, 0);
+  p.response_format.json_schema = R"({"type": "object", "properties": {"a": {"not": {}}}})";
+  absl::StatusOr<uint64_t> r = e->Submit(prompt, p);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(r.status().message(),
+            "response_format: unsupported JSON Schema keyword 'not' at #/properties/a");
+  p.response_format.json_schema = "{not json";
+  EXPECT_EQ(e->Submit(prompt, p).status().message(), "response_format: the JSON schema is not JSON");
+  // Output said to be generated already must fit: the prompt's own text
+  // does not start a JSON object.
+  p = Constrained(0.f, 0);
+  p.response_format.generated_tokens = 2;
+  r = e->Submit(prompt, p);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("does not fit the format"), std::string::npos) << r.status();
+  p.response_format.generated_tokens = int(prompt.size());
+  EXPECT_EQ(e->Submit(prompt, p).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(e->HasWork());
+}
+
+}  // namespace
+}  // namespace kvcast
