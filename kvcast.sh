@@ -19,7 +19,7 @@ APT_PACKAGES=(
   openssl iproute2 nftables clang-14 libclang-rt-14-dev
 )
 PY_PACKAGES=(tokenizers==0.23.3 ml_dtypes==0.6.0 grpcio==1.85.1 protobuf==5.29.6 prometheus_client==0.26.0
-  openai==3.57.0 jinja2==3.1.6 transformers==5.17.0)
+  openai==3.57.0 jinja2==3.1.6 transformers==5.17.0 jsonschema==4.26.0)
 VENV=.venv
 MOQ_VENV=.venv-moq   # aiomoqt, the independent MoQT peer (Python >= 3.12)
 DEPLOY_VENV=build/venv-deploy   # Helm engine, Kubernetes schemas, linters for deploy/ tests

@@ -418,6 +418,7 @@ absl::Status Engine::PickTokens(const std::vector<Sequence*>& batch,
 }
 
 absl::Status Engine::MaskByGrammar(Sequence* seq, absl::Span<float> logits) {
+  const absl::Time start = absl::Now();
   if (trie_ == nullptr) {
     trie_ = std::make_unique<grammar::TokenTrie>(grammar::TokenTrie::FromTokenizer(*tokenizer_));
   }
@@ -446,6 +447,7 @@ absl::Status Engine::MaskByGrammar(Sequence* seq, absl::Span<float> logits) {
     if (!((grammar_mask_[t >> 5] >> (t & 31)) & 1)) logits[t] = -INFINITY;
   }
   for (size_t t = n; t < logits.size(); ++t) logits[t] = -INFINITY;  // past the tokenizer's ids
+  grammar_seconds_ += absl::ToDoubleSeconds(absl::Now() - start);
   return absl::OkStatus();
 }
 

@@ -195,6 +195,9 @@ class Engine {
   Backend* backend() const { return backend_.get(); }
   // Sequences whose pages were taken back to make room (compute thread).
   int64_t preemptions() const { return preemptions_; }
+  // Time spent masking logits by grammars (constrained decoding), in
+  // seconds since creation (compute thread).
+  double grammar_seconds() const { return grammar_seconds_; }
 
  private:
   struct Sequence;
@@ -239,6 +242,7 @@ class Engine {
   GrammarCache grammars_;                            // Get: any thread; automata: compute thread
   std::unique_ptr<grammar::TokenTrie> trie_;         // compute thread only: made at first use
   std::vector<uint32_t> grammar_mask_;               // compute thread only
+  double grammar_seconds_ = 0;                       // compute thread only
 
   mutable absl::Mutex mu_;
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;

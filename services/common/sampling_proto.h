@@ -1,9 +1,10 @@
 // kvcast.v1.SamplingParams -> the engine's SamplingParams (unset (0) top_p
-// and repetition_penalty mean "off" (1), as generation.proto documents), and
-// the engine's log-probabilities -> kvcast.v1.TokenLogprob.
+// and repetition_penalty mean "off" (1), as generation.proto documents) and
+// ResponseFormat; the engine's log-probabilities -> kvcast.v1.TokenLogprob.
 #ifndef KVCAST_SERVICES_COMMON_SAMPLING_PROTO_H_
 #define KVCAST_SERVICES_COMMON_SAMPLING_PROTO_H_
 
+#include "engine/grammar/grammar_cache.h"
 #include "engine/sampling/logprobs.h"
 #include "engine/sampling/sampler.h"
 #include "kvcast/v1/generation.pb.h"
@@ -18,6 +19,23 @@ inline SamplingParams SamplingFromProto(const v1::SamplingParams& s) {
   p.repetition_penalty = s.repetition_penalty() == 0 ? 1.f : s.repetition_penalty();
   p.seed = s.seed();
   return p;
+}
+
+inline ResponseFormat ResponseFormatFromProto(const v1::SamplingParams& s) {
+  ResponseFormat f;
+  switch (s.response_format().type()) {
+    case v1::ResponseFormat::RESPONSE_FORMAT_JSON_OBJECT:
+      f.type = ResponseFormat::Type::kJsonObject;
+      break;
+    case v1::ResponseFormat::RESPONSE_FORMAT_JSON_SCHEMA:
+      f.type = ResponseFormat::Type::kJsonSchema;
+      break;
+    default:
+      break;
+  }
+  f.json_schema = s.response_format().json_schema();
+  f.generated_tokens = s.response_format().generated_tokens();
+  return f;
 }
 
 // The engine's per-token log-probabilities, for the wire.

@@ -33,6 +33,7 @@ GenerationParams ParamsOf(const v1::DecodeStart& start) {
   p.min_tokens = start.sampling().min_tokens();
   p.logprobs = start.sampling().logprobs();
   p.top_logprobs = start.sampling().top_logprobs();
+  p.response_format = services::ResponseFormatFromProto(start.sampling());
   p.tenant = start.tenant();
   return p;
 }

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "grpcpp/client_context.h"
@@ -34,6 +35,7 @@ ApiError FromGrpc(const grpc::Status& s, bool tenant_limit, const std::string& r
     case grpc::OUT_OF_RANGE:
     case grpc::FAILED_PRECONDITION:
       e.status = 400;
+      if (absl::StartsWith(e.message, "response_format: ")) e.param = "response_format";
       break;
     case grpc::NOT_FOUND:
       e.status = 404;
@@ -541,6 +543,12 @@ class OpenAiFrontend::Impl {
       s->set_min_tokens(creq.min_tokens);
       s->set_logprobs(creq.logprobs);
       s->set_top_logprobs(creq.top_logprobs);
+      if (creq.format == CompletionRequest::Format::kJsonObject) {
+        s->mutable_response_format()->set_type(v1::ResponseFormat::RESPONSE_FORMAT_JSON_OBJECT);
+      } else if (creq.format == CompletionRequest::Format::kJsonSchema) {
+        s->mutable_response_format()->set_type(v1::ResponseFormat::RESPONSE_FORMAT_JSON_SCHEMA);
+        s->mutable_response_format()->set_json_schema(creq.json_schema);
+      }
       for (const std::string& stop : creq.stop) g.add_stop(stop);
       g.mutable_stop_token_ids()->Add(creq.stop_token_ids.begin(), creq.stop_token_ids.end());
       g.set_ignore_eos(creq.ignore_eos);

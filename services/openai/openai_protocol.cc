@@ -204,6 +204,62 @@ std::optional<ApiError> FlattenContent(const Json& content, std::string* out) {
   return std::nullopt;
 }
 
+// response_format {"type": "text" | "json_object" | "json_schema",
+// "json_schema": {"name", "schema", "strict", "description"}}, or vLLM's
+// guided_json (a schema, or its JSON text).
+std::optional<ApiError> ParseResponseFormat(const Json& j, CompletionRequest* r) {
+  using Format = CompletionRequest::Format;
+  if (auto it = j.find("response_format"); it != j.end() && !it->is_null()) {
+    if (!it->is_object() || !it->contains("type") || !(*it)["type"].is_string()) {
+      return Bad("response_format", "'response_format' must be an object with a 'type'");
+    }
+    const std::string type = (*it)["type"].get<std::string>();
+    if (type == "json_object") {
+      r->format = Format::kJsonObject;
+    } else if (type == "json_schema") {
+      auto spec = it->find("json_schema");
+      if (spec == it->end() || !spec->is_object()) {
+        return Bad("response_format.json_schema",
+                   "'response_format.json_schema' must be an object with the 'schema'");
+      }
+      if (auto strict = spec->find("strict"); strict != spec->end() && !strict->is_null() &&
+                                               !strict->is_boolean()) {
+        return Bad("response_format.json_schema.strict", "'strict' must be a boolean");
+      }
+      auto schema = spec->find("schema");
+      if (schema == spec->end() || schema->is_null()) {
+        r->format = Format::kJsonObject;  // no schema: any JSON object
+      } else if (!schema->is_object() && !schema->is_boolean()) {
+        return Bad("response_format.json_schema.schema", "'schema' must be a JSON Schema object");
+      } else {
+        r->format = Format::kJsonSchema;
+        r->json_schema = schema->dump();
+      }
+    } else if (type != "text") {
+      return Bad("response_format.type", absl::StrCat("'response_format.type' ", Json(type).dump(),
+                                                      " is not one of text, json_object, json_schema"));
+    }
+  }
+  if (auto it = j.find("guided_json"); it != j.end() && !it->is_null()) {
+    if (r->format != Format::kText) {
+      return Bad("guided_json", "give either 'guided_json' or a 'response_format', not both");
+    }
+    Json schema = *it;
+    if (it->is_string()) {
+      schema = Json::parse(it->get<std::string>(), nullptr, /*allow_exceptions=*/false);
+      if (schema.is_discarded()) return Bad("guided_json", "'guided_json' is not valid JSON");
+    }
+    if (!schema.is_object()) return Bad("guided_json", "'guided_json' must be a JSON Schema object");
+    r->format = Format::kJsonSchema;
+    r->json_schema = schema.dump();
+  }
+  for (const char* name : {"guided_regex", "guided_choice", "guided_grammar"}) {
+    if (auto e = Refuse(j, name, [](const Json&) { return false; },
+                        "is not supported (use response_format or guided_json)")) return e;
+  }
+  return std::nullopt;
+}
+
 std::optional<ApiError> ParseRequest(Endpoint endpoint, const std::string& body,
                                      CompletionRequest* out) {
   Json j = Json::parse(body, nullptr, /*allow_exceptions=*/false);
@@ -246,10 +302,8 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, const std::string& body,
       return Bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
     }
     r.top_logprobs = k ? int(*k) : 0;
-    if (auto e = Refuse(j, "response_format", [](const Json& v) {
-          return v.is_object() && v.value("type", "text") == "text"; },
-                        "other than {\"type\": \"text\"} is not supported")) return e;
   }
+  if (auto e = ParseResponseFormat(j, &r)) return e;
   if (auto e = Refuse(j, "n", [](const Json& v) { return v == 1; }, "must be 1 (one choice per prompt)")) return e;
   for (const char* name : {"presence_penalty", "frequency_penalty"}) {
     if (auto e = Refuse(j, name, [](const Json& v) { return v.is_number() && v.get<double>() == 0; },

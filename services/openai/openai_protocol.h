@@ -68,12 +68,19 @@ struct CompletionRequest {
   // 0-20: the top count).
   bool logprobs = false;
   int top_logprobs = 0;
+  // response_format (or vLLM's guided_json): the format the output must
+  // have, enforced by constrained decoding. The schema is checked by the
+  // scheduler (a 400 naming an unsupported keyword).
+  enum class Format { kText, kJsonObject, kJsonSchema };
+  Format format = Format::kText;
+  std::string json_schema;  // kJsonSchema: the schema's JSON text, key order kept
 };
 
 // Parses and validates a request body. Unknown fields are ignored (as vLLM
 // does); fields kvcast cannot honour (n > 1, echo, best_of > 1,
-// non-zero presence/frequency penalties, logit_bias, images) are refused
-// naming the field, never silently dropped.
+// non-zero presence/frequency penalties, logit_bias, images, vLLM's
+// guided_regex / guided_choice / guided_grammar) are refused naming the
+// field, never silently dropped.
 std::optional<ApiError> ParseRequest(Endpoint endpoint, const std::string& body,
                                      CompletionRequest* out);
 

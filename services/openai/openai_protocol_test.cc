@@ -112,6 +112,28 @@ TEST(OpenAiProtocolTest, RefusesBadFieldsNamingThem) {
       {Endpoint::kChat,
        R"({"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":21})",
        "top_logprobs", "[0, 20]"},
+      {Endpoint::kChat, R"({"messages":[{"role":"user","content":"x"}],"response_format":"json"})",
+       "response_format", "an object with a 'type'"},
+      {Endpoint::kChat,
+       R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"yaml"}})",
+       "response_format.type", "\"yaml\" is not one of text, json_object, json_schema"},
+      {Endpoint::kChat,
+       R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema"}})",
+       "response_format.json_schema", "must be an object"},
+      {Endpoint::kChat, R"({"messages":[{"role":"user","content":"x"}],
+          "response_format":{"type":"json_schema","json_schema":{"name":"a","schema":[1]}}})",
+       "response_format.json_schema.schema", "JSON Schema object"},
+      {Endpoint::kChat, R"({"messages":[{"role":"user","content":"x"}],
+          "response_format":{"type":"json_schema","json_schema":{"name":"a","strict":"yes"}}})",
+       "response_format.json_schema.strict", "boolean"},
+      {Endpoint::kCompletions, R"({"prompt":"a","guided_json":"{no"})", "guided_json", "not valid JSON"},
+      {Endpoint::kCompletions,
+       R"({"prompt":"a","guided_json":{},"response_format":{"type":"json_object"}})", "guided_json",
+       "not both"},
+      {Endpoint::kCompletions, R"({"prompt":"a","guided_regex":"a+"})", "guided_regex",
+       "not supported"},
+      {Endpoint::kCompletions, R"({"prompt":"a","guided_choice":["a"]})", "guided_choice",
+       "not supported"},
   };
   for (const Case& c : cases) {
     ApiError e = Refused(c.e, c.body);
@@ -119,6 +141,33 @@ TEST(OpenAiProtocolTest, RefusesBadFieldsNamingThem) {
     EXPECT_EQ(e.param, c.param) << c.body;
     EXPECT_THAT(e.message, HasSubstr(c.message)) << c.body;
   }
+}
+
+TEST(OpenAiProtocolTest, ResponseFormatsOnBothEndpoints) {
+  using Format = CompletionRequest::Format;
+  const std::string chat = R"({"messages":[{"role":"user","content":"x"}],)";
+  EXPECT_EQ(Parsed(Endpoint::kChat, chat + R"("response_format":{"type":"text"}})").format, Format::kText);
+  EXPECT_EQ(Parsed(Endpoint::kChat, chat + R"("response_format":null})").format, Format::kText);
+  EXPECT_EQ(Parsed(Endpoint::kChat, chat + R"("response_format":{"type":"json_object"}})").format,
+            Format::kJsonObject);
+  // The schema travels as text in the request's own key order.
+  CompletionRequest r = Parsed(Endpoint::kChat, chat + R"("response_format":{"type":"json_schema",
+      "json_schema":{"name":"p","strict":true,"schema":{"type":"object",
+      "properties":{"zeta":{"type":"integer"},"alpha":{"type":"string"}}}}}})");
+  EXPECT_EQ(r.format, Format::kJsonSchema);
+  EXPECT_EQ(r.json_schema,
+            R"({"type":"object","properties":{"zeta":{"type":"integer"},"alpha":{"type":"string"}}})");
+  // No schema: any JSON object.
+  EXPECT_EQ(Parsed(Endpoint::kChat, chat + R"("response_format":{"type":"json_schema",
+      "json_schema":{"name":"p"}}})").format, Format::kJsonObject);
+  // Completions take it too, and vLLM's guided_json as an object or text.
+  r = Parsed(Endpoint::kCompletions, R"({"prompt":"a","response_format":{"type":"json_object"}})");
+  EXPECT_EQ(r.format, Format::kJsonObject);
+  r = Parsed(Endpoint::kCompletions, R"({"prompt":"a","guided_json":"{\"type\": \"boolean\"}"})");
+  EXPECT_EQ(r.format, Format::kJsonSchema);
+  EXPECT_EQ(r.json_schema, R"({"type":"boolean"})");
+  r = Parsed(Endpoint::kCompletions, R"({"prompt":"a","guided_json":{"enum":[1,2]}})");
+  EXPECT_EQ(r.json_schema, R"({"enum":[1,2]})");
 }
 
 TEST(OpenAiProtocolTest, WritesChunksAndResponsesAsVllmDoes) {

@@ -192,6 +192,7 @@ grpc::Status PrefillService::Compute(grpc::ServerContext* context,
   params.sampling = services::SamplingFromProto(request.sampling());
   params.logprobs = request.sampling().logprobs();
   params.top_logprobs = request.sampling().top_logprobs();
+  params.response_format = services::ResponseFormatFromProto(request.sampling());
 
   // Announce the prompt; an identical prompt already published serves it.
   bool publishing = false;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/grammar/grammar_cache.h"
 #include "engine/sampling/logprobs.h"
 #include "engine/sampling/sampler.h"
 #include "services/scheduler/text_stream.h"
@@ -203,6 +204,12 @@ grpc::Status GenerationService::Request::Validate() {
                         absl::StrCat("top_logprobs must be in [0, ", kMaxTopLogprobs,
                                      "] and wants logprobs, got ", sampling_.top_logprobs()));
   }
+  if (absl::StatusOr<std::shared_ptr<const grammar::Grammar>> g =
+          CompileResponseFormat(services::ResponseFormatFromProto(sampling_));
+      !g.ok()) {
+    return grpc::Status(grpc::INVALID_ARGUMENT, absl::StrCat("response_format: ", g.status().message()));
+  }
+  sampling_.mutable_response_format()->set_generated_tokens(0);  // the scheduler's to set
   if (sampling_.min_tokens() < 0 || sampling_.min_tokens() > max_tokens_) {
     return grpc::Status(grpc::INVALID_ARGUMENT,
                         absl::StrCat("min_tokens must be in [0, max_tokens = ", max_tokens_,
@@ -289,6 +296,7 @@ v1::DecodeStart GenerationService::Request::DecodeStartFor(const WorkerRef* pref
   *start.mutable_sampling() = sampling_;
   start.mutable_sampling()->set_min_tokens(
       std::max(0, sampling_.min_tokens() - int(generated_.size())));
+  start.mutable_sampling()->mutable_response_format()->set_generated_tokens(int(generated_.size()));
   start.set_max_tokens(max_tokens_ - int(generated_.size()));
   *start.mutable_stop_token_ids() = req_.stop_token_ids();
   start.set_ignore_eos(req_.ignore_eos());

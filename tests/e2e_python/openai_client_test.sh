@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Bazel test: openai_client_test.py, PyPI's official `openai` client against
-# the scheduler's OpenAI-compatible HTTP API on `kvcast cluster up` serving
+# Bazel test: openai_client_test.py (or the script given as $1, e.g.
+# structured_output_test.py), PyPI's official `openai` client against the
+# scheduler's OpenAI-compatible HTTP API on `kvcast cluster up` serving
 # SmolLM2-135M-Instruct. The Python comes from KVCAST_PYTHON and the model
 # from KVCAST_SMOLLM2 (`./kvcast.sh test` provides both); without them the
 # test reports SKIPPED. By hand:
@@ -14,8 +15,10 @@ fi
 WORK=${TEST_TMPDIR:-$(mktemp -d)}
 XML=${XML_OUTPUT_FILE:-$WORK/test.xml}
 
+SCRIPT=${1:-tests/e2e_python/openai_client_test.py}
+SUITE=$(basename "$SCRIPT" _test.py)
 source tests/testing/junit_skip.sh
-skip() { junit_skip openai_client "SKIPPED: $1 (./kvcast.sh test provides them)"; }
+skip() { junit_skip "$SUITE" "SKIPPED: $1 (./kvcast.sh test provides them)"; }
 
 PY=${KVCAST_PYTHON:-}
 [[ -n "$PY" ]] || skip "KVCAST_PYTHON is not set"
@@ -24,7 +27,7 @@ PY=${KVCAST_PYTHON:-}
 MODEL=${KVCAST_SMOLLM2:-}
 [[ -f "$MODEL" ]] || skip "KVCAST_SMOLLM2 (the SmolLM2 GGUF file) is not set or missing"
 
-exec "$PY" tests/e2e_python/openai_client_test.py \
+exec "$PY" "$SCRIPT" \
   --xml "$XML" \
   --work "$WORK" \
   --model "$MODEL" \

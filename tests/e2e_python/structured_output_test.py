@@ -1,0 +1,348 @@
+"""Structured output (response_format) seen by the official `openai` client.
+
+Starts `kvcast cluster up` on SmolLM2-135M-Instruct (GGUF) with 1 prefill
+and 2 decode workers and PD fusion off (--pd_fusion_tokens=0: every request
+goes prefill -> MoQT -> decode), then, with PyPI's `openai`, `pydantic` and
+`jsonschema` packages and no kvcast code:
+  parse_models     client.beta.chat.completions.parse(response_format=M) for
+                   20 pydantic models of increasing depth (enums, optionals,
+                   lists with bounds, nested and recursive models, unions,
+                   dates, UUIDs): every answer parses into M and validates
+                   with jsonschema against the schema the client sent
+  json_object      response_format {"type": "json_object"} on chat and
+                   completions: the text is a JSON object
+  refused_schema   a schema keyword kvcast does not enforce: 400 naming it,
+                   with param response_format
+  decode_killed    two long structured streams; the decode worker serving
+                   them (one with running sequences) is killed -9 while they
+                   stream: the scheduler resumes on the other (the output
+                   so far replayed through the grammar), and both texts
+                   validate and equal the same requests run unharmed
+Writes one JUnit <testcase> per check to --xml; exits 1 if any failed.
+
+Usage: structured_output_test.py --xml OUT --work DIR --model GGUF --kvcast BIN
+  --scheduler BIN --prefill BIN --decode BIN --relay BIN
+"""
+import argparse
+import concurrent.futures
+import datetime
+import enum
+import importlib.metadata
+import json
+import os
+import pathlib
+import signal
+import sys
+import threading
+import time
+import uuid
+from typing import Annotated, List, Literal, Optional, Union
+
+import jsonschema
+import openai
+import pydantic
+from pydantic import BaseModel, Field
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from harness import Cluster, Runner, expect, log, scrape, wait_for  # noqa: E402
+
+Name = Field(max_length=24)
+
+
+class Color(str, enum.Enum):
+    red = "red"
+    green = "green"
+    blue = "blue"
+
+
+class Person(BaseModel):
+    name: str = Name
+    age: int
+
+
+class Flags(BaseModel):
+    active: bool
+    level: Literal["low", "mid", "high"]
+
+
+class MaybeAge(BaseModel):
+    name: str = Name
+    age: Optional[int]
+
+
+class Tags(BaseModel):
+    tags: List[str] = Field(max_length=3)
+
+
+class Address(BaseModel):
+    city: str = Name
+    country: str = Name
+
+
+class Resident(BaseModel):
+    name: str = Name
+    address: Address
+
+
+class Team(BaseModel):
+    team: str = Name
+    members: List[Person] = Field(max_length=2)
+
+
+class Paint(BaseModel):
+    color: Color
+    coats: int
+
+
+class Price(BaseModel):
+    item: str = Name
+    price: float
+
+
+class Event(BaseModel):
+    title: str = Name
+    day: datetime.date
+
+
+class Ticket(BaseModel):
+    id: uuid.UUID
+    seat: int
+
+
+class Country(BaseModel):
+    name: str = Name
+    capital: Resident
+
+
+class Cat(BaseModel):
+    kind: Literal["cat"]
+    lives: int
+
+
+class Dog(BaseModel):
+    kind: Literal["dog"]
+    good: bool
+
+
+class Pet(BaseModel):
+    pet: Union[Cat, Dog]
+
+
+class Tree(BaseModel):
+    label: str = Field(max_length=8)
+    children: List["Tree"] = Field(max_length=2)
+
+
+class Scores(BaseModel):
+    scores: List[int] = Field(min_length=1, max_length=4)
+
+
+class Dice(BaseModel):
+    roll: Literal[1, 2, 3, 4, 5, 6]
+
+
+class Grid(BaseModel):
+    rows: List[List[int]] = Field(max_length=2)
+
+
+class Profile(BaseModel):
+    first: str = Name
+    last: str = Name
+    age: int
+    email: str = Name
+    active: bool
+    color: Color
+    tags: List[Annotated[str, Field(max_length=12)]] = Field(max_length=2)
+    score: float
+
+
+class Company(BaseModel):
+    name: str = Name
+    ceo: Person
+    office: Resident
+    teams: List[Team] = Field(max_length=1)
+
+
+# (model, question, sampling): greedy unless a seed is given; a 135M model
+# decoding greedily repeats itself inside an unbounded construct (a
+# recursive tree nests until max_tokens), valid JSON all the way but never
+# finished, so the recursive model is sampled.
+MODELS = [
+    (Person, "Describe a person named Ana who is 31."),
+    (Flags, "Is the alarm active, and at what level?"),
+    (MaybeAge, "Name a famous painter and his age if known."),
+    (Tags, "Give up to three tags for a post about cats."),
+    (Address, "Where is the Eiffel Tower?"),
+    (Resident, "Describe someone who lives in Lisbon."),
+    (Team, "Describe a small team of two engineers."),
+    (Paint, "What color should I paint a barn, and how many coats?"),
+    (Price, "How much does a coffee cost?"),
+    (Event, "When is New Year's Day 2027?"),
+    (Ticket, "Issue a concert ticket."),
+    (Country, "Describe France and someone in its capital."),
+    (Pet, "Describe a pet."),
+    (Tree, "Describe a small family tree.", dict(temperature=0.8, seed=1)),
+    (Scores, "List some test scores."),
+    (Dice, "Roll a die."),
+    (Grid, "Give a 2x2 grid of numbers."),
+    (Profile, "Make a user profile for a gardener."),
+    (Company, "Describe a small company."),
+    (Person, "Describe the oldest person you know of."),
+]
+SYSTEM = "You are a helpful assistant. Answer in JSON."
+
+
+class Checks:
+    def __init__(self, cluster):
+        self.cluster = cluster
+        self.client = openai.OpenAI(base_url=f"http://{cluster.http}/v1", api_key="none",
+                                    max_retries=0, timeout=120)
+        self.model = None
+
+    def ready(self):
+        models = self.client.models.list().data
+        self.model = models[0].id
+
+    def chat(self, question):
+        return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": question}]
+
+    def parse_models(self):
+        failures = []
+        tokens = 0
+        for i, (model, question, *sampling) in enumerate(MODELS):
+            sent = openai.lib._pydantic.to_strict_json_schema(model)
+            t = time.monotonic()
+            try:
+                r = self.client.beta.chat.completions.parse(
+                    model=self.model, messages=self.chat(question), response_format=model,
+                    max_tokens=400, **(sampling[0] if sampling else dict(temperature=0)))
+            except Exception as e:  # noqa: BLE001 - each model's failure is reported
+                failures.append(f"{model.__name__}: {e!r}")
+                continue
+            msg = r.choices[0].message
+            tokens += r.usage.completion_tokens
+            log(f"{i + 1:2d} {model.__name__:9s} {r.usage.completion_tokens:3d} tokens "
+                f"{time.monotonic() - t:5.2f} s: {msg.content}")
+            try:
+                expect(r.choices[0].finish_reason == "stop", f"finish {r.choices[0].finish_reason}")
+                expect(isinstance(msg.parsed, model), f"parsed {msg.parsed!r}")
+                jsonschema.validate(json.loads(msg.content), sent)
+            except Exception as e:  # noqa: BLE001
+                failures.append(f"{model.__name__}: {e}")
+        expect(not failures, "\n".join(failures))
+        log(f"{len(MODELS)} models, {tokens} tokens, all valid")
+
+    def json_object(self):
+        r = self.client.chat.completions.create(
+            model=self.model,
+            messages=self.chat("Give me a JSON object with the moon's name and its distance from Earth."),
+            response_format={"type": "json_object"}, max_tokens=300, temperature=0)
+        expect(r.choices[0].finish_reason == "stop", f"{r}")
+        expect(isinstance(json.loads(r.choices[0].message.content), dict), f"{r}")
+        c = self.client.completions.create(
+            model=self.model, prompt="A JSON record of a book:", max_tokens=300, temperature=0.7,
+            seed=3, extra_body={"response_format": {"type": "json_object"}})
+        expect(c.choices[0].finish_reason == "stop", f"{c}")
+        expect(isinstance(json.loads(c.choices[0].text), dict), f"{c.choices[0].text!r}")
+
+    def refused_schema(self):
+        try:
+            self.client.chat.completions.create(
+                model=self.model, messages=self.chat("hi"), max_tokens=5,
+                response_format={"type": "json_schema", "json_schema": {
+                    "name": "n", "schema": {"type": "object", "properties": {
+                        "n": {"type": "integer", "multipleOf": 3}}}}})
+            raise AssertionError("a schema with multipleOf was accepted")
+        except openai.BadRequestError as e:
+            body = e.body if isinstance(e.body, dict) else {}
+            expect("'multipleOf' at #/properties/n" in str(e) and body.get("param") == "response_format",
+                   f"{e}")
+
+    def decode_killed(self):
+        schema = {"type": "object", "properties": {
+            "numbers": {"type": "array", "items": {"type": "integer"}, "minItems": 24, "maxItems": 30},
+            "done": {"type": "boolean"}}, "required": ["numbers", "done"], "additionalProperties": False}
+        fmt = {"type": "json_schema", "json_schema": {"name": "numbers", "schema": schema, "strict": True}}
+        questions = ["Count from one upwards.", "List the squares of the first numbers."]
+
+        def run(question, kill_after=None):
+            chunks = self.client.chat.completions.create(
+                model=self.model, messages=self.chat(question), response_format=fmt,
+                max_tokens=400, temperature=0, stream=True)
+            text, n = "", 0
+            for c in chunks:
+                if c.choices and c.choices[0].delta.content:
+                    text += c.choices[0].delta.content
+                    n += 1
+                    if kill_after is not None and n == 8:
+                        kill_after.wait(30)
+            return text
+
+        unharmed = [run(q) for q in questions]
+        retries = scrape(self.cluster.metrics["scheduler"], "kvcast_retries_total")
+        both_streaming = threading.Barrier(3)
+        gate = threading.Event()
+
+        def streaming(q):
+            class Hook:
+                def wait(self, t):
+                    both_streaming.wait(t)
+                    gate.wait(t)
+            return run(q, Hook())
+
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            futures = [pool.submit(streaming, q) for q in questions]
+            both_streaming.wait(60)  # both have 8 chunks, held on their decode workers
+            running = {n: scrape(self.cluster.metrics[n], "vllm:num_requests_running")
+                       for n in ("decode-0", "decode-1")}
+            victim = max(running, key=running.get)
+            expect(running[victim] >= 1, f"no decode worker runs the streams: {running}")
+            os.kill(self.cluster.pids[victim], signal.SIGKILL)
+            log(f"killed {victim} (pid {self.cluster.pids[victim]}, running {running}) mid-stream")
+            time.sleep(0.2)
+            gate.set()
+            texts = [f.result(timeout=120) for f in futures]
+        for q, text, base in zip(questions, texts, unharmed):
+            jsonschema.validate(json.loads(text), schema)
+            expect(text == base, f"{q!r}: resumed {text!r} != unharmed {base!r}")
+        after = scrape(self.cluster.metrics["scheduler"], "kvcast_retries_total")
+        expect(after > retries, f"kvcast_retries_total {retries} -> {after}: nothing was resumed")
+        log(f"both outputs valid and unchanged; retries {retries:g} -> {after:g}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    for flag in ("xml", "work", "model", "kvcast", "scheduler", "prefill", "decode", "relay"):
+        ap.add_argument("--" + flag, required=True)
+    args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    work = pathlib.Path(args.work).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    log(f"openai {openai.__version__}, pydantic {pydantic.VERSION}, "
+        f"jsonschema {importlib.metadata.version('jsonschema')}")
+    runner = Runner("structured_output")
+    cluster = None
+    state = {}
+
+    def setup():
+        nonlocal cluster
+        cluster = Cluster(args, args.model, work,
+                          ["--decode", "2", "--scheduler_flags=--pd_fusion_tokens=0"])
+        cluster.start()
+        expect(cluster.http, "cluster up printed no OpenAI-compatible API address")
+        state["checks"] = Checks(cluster)
+        state["checks"].ready()
+
+    try:
+        if runner.run("setup", setup):
+            c = state["checks"]
+            for name in ("parse_models", "json_object", "refused_schema", "decode_killed"):
+                runner.run(name, getattr(c, name))
+    finally:
+        if cluster is not None:
+            runner.stop_cluster(cluster)
+    return runner.finish(args.xml, cluster)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
