@@ -2,6 +2,7 @@
 
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 
 #include "engine/grammar/matcher.h"
@@ -216,6 +217,62 @@ TEST(JsonSchemaTest, EveryCompletedWalkIsJsonOfTheSchemasShape) {
     if (doc.contains("tags")) EXPECT_LE(doc["tags"].size(), 3u) << text;
   }
   EXPECT_GT(completed, 20);
+}
+
+// The mask's shortcuts (a subtree of plain bytes allowed whole where a
+// state takes any run of them, or a run as long as the subtree is tall;
+// kept masks) must give exactly the tokens Advance accepts: checked at
+// every step of walking documents, with a vocabulary of every substring of
+// up to 5 bytes of them (multi-byte tokens crossing quotes, escapes, keys
+// and values), for any JSON object and for a schema of bounded strings.
+void ExpectMaskEqualsAdvancing(const std::shared_ptr<const Grammar>& g,
+                               const std::vector<std::string>& docs) {
+  std::set<std::string> pieces;
+  for (const std::string& d : docs) {
+    for (size_t i = 0; i < d.size(); ++i) {
+      for (size_t len = 1; len <= 5 && i + len <= d.size(); ++len) pieces.insert(d.substr(i, len));
+    }
+  }
+  std::vector<std::optional<std::string>> vocab(pieces.begin(), pieces.end());
+  vocab.push_back(std::nullopt);  // a special token
+  TokenTrie trie(vocab);
+  auto automaton = std::make_shared<Automaton>(g);
+  int checked = 0;
+  for (int pass = 0; pass < 2; ++pass) {  // the second finds kept masks
+    for (const std::string& d : docs) {
+      Matcher m(automaton);
+      for (size_t i = 0; i <= d.size(); ++i) {
+        std::vector<uint32_t> mask((vocab.size() + 31) / 32);
+        m.FillMask(trie, absl::MakeSpan(mask));
+        for (size_t t = 0; t < vocab.size(); ++t) {
+          Matcher probe = m;
+          const bool expected = vocab[t] && probe.Advance(*vocab[t]);
+          ASSERT_EQ(bool((mask[t >> 5] >> (t & 31)) & 1), expected)
+              << "token '" << vocab[t].value_or("<special>") << "' after '" << d.substr(0, i) << "'";
+          checked += expected;
+        }
+        if (i < d.size()) ASSERT_TRUE(m.Advance(d.substr(i, 1))) << d.substr(0, i + 1);
+      }
+      EXPECT_TRUE(m.CanEnd()) << d;
+    }
+  }
+  EXPECT_GT(checked, 2000);
+}
+
+TEST(JsonSchemaTest, MaskEqualsAdvancingEachTokenOnJson) {
+  absl::StatusOr<Grammar> any = JsonObjectGrammar();
+  ASSERT_TRUE(any.ok());
+  ExpectMaskEqualsAdvancing(
+      std::make_shared<const Grammar>(std::move(*any)),
+      {R"({"name": "Ana \"Lo\" Pez", "tags": ["a b", "c\\d"], "n": -12.5e3, "ok": true})",
+       "{\"caf\xc3\xa9\": \"na\xc3\xafve \xe2\x82\xac\", \"x\": [null, {}, []]}"});
+  ExpectMaskEqualsAdvancing(
+      FromSchema(R"({"type": "object", "properties": {
+          "name": {"type": "string", "maxLength": 7},
+          "tags": {"type": "array", "items": {"type": "string", "minLength": 2, "maxLength": 4}}},
+          "required": ["name", "tags"]})"),
+      {R"({"name": "Ana Lop", "tags": ["ab", "abcd", "x y"]})", R"({"name": "", "tags": []})",
+       R"({"name":"a\"b","tags":["zz"]})"});
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 
 namespace kvcast::grammar {
 namespace {
@@ -41,6 +42,9 @@ int32_t Automaton::SetId(Set set) {
   key.push_back(set.accepting ? -1 : -2);
   auto [it, added] = set_ids_.try_emplace(std::move(key), int32_t(sets_.size()));
   if (added) {
+    continues_.push_back(!set.nodes.empty());
+    plain_run_.push_back(-1);
+    plain_exact_.push_back(0);
     sets_.push_back(std::move(set));
     transitions_.resize(transitions_.size() + 256, kUnknown);
   }
@@ -76,19 +80,49 @@ void Automaton::Expand(int32_t pos, int32_t parent, Set* out, int depth) {
 
 int32_t Automaton::Step(int32_t from, uint8_t b) {
   const size_t slot = size_t(from) * 256 + b;
-  if (transitions_[slot] != kUnknown) return transitions_[slot];
+  if (transitions_[slot] == kUnknown) FillRow(from);
+  return transitions_[size_t(from) * 256 + b];
+}
+
+void Automaton::FillRow(int32_t from) {
+  // Bytes that the same stacks take lead to the same state: group the 256
+  // bytes by which stacks take them (a bit per stack) and expand once per
+  // group (inside a string, ~95 printable bytes are one group).
   const std::vector<Symbol>& symbols = grammar_->symbols();
   const std::vector<ByteSet>& byte_sets = grammar_->byte_sets();
-  Set next;
-  for (int32_t n : sets_[size_t(from)].nodes) {
-    const Node node = nodes_[size_t(n)];
-    if (byte_sets[size_t(symbols[size_t(node.pos)].index)].Has(b)) {
-      Expand(node.pos + 1, node.parent, &next, 0);
+  const std::vector<int32_t> tops = sets_[size_t(from)].nodes;  // SetId may grow sets_
+  const size_t words = (tops.size() + 63) / 64;
+  std::vector<uint64_t> takers(256 * words, 0);  // byte b: takers[b * words ..]
+  for (size_t i = 0; i < tops.size(); ++i) {
+    const ByteSet& set = byte_sets[size_t(symbols[size_t(nodes_[size_t(tops[i])].pos)].index)];
+    for (int b = 0; b < 256; ++b) {
+      if (set.Has(uint8_t(b))) takers[size_t(b) * words + i / 64] |= uint64_t{1} << (i % 64);
     }
   }
-  const int32_t to = next.nodes.empty() && !next.accepting ? kDead : SetId(std::move(next));
-  transitions_[slot] = to;  // after SetId, which may grow the table
-  return to;
+  std::vector<std::pair<size_t, int32_t>> groups;  // (a byte of the group, its state)
+  for (size_t b = 0; b < 256; ++b) {
+    const uint64_t* mine = &takers[b * words];
+    int32_t to = kDead;
+    if (std::any_of(mine, mine + words, [](uint64_t w) { return w != 0; })) {
+      auto same = std::find_if(groups.begin(), groups.end(), [&](const auto& g) {
+        return std::equal(mine, mine + words, &takers[g.first * words]);
+      });
+      if (same != groups.end()) {
+        to = same->second;
+      } else {
+        Set next;
+        for (size_t i = 0; i < tops.size(); ++i) {
+          if ((mine[i / 64] >> (i % 64)) & 1) {
+            const Node node = nodes_[size_t(tops[i])];
+            Expand(node.pos + 1, node.parent, &next, 0);
+          }
+        }
+        if (!next.nodes.empty() || next.accepting) to = SetId(std::move(next));
+        groups.emplace_back(b, to);
+      }
+    }
+    transitions_[size_t(from) * 256 + b] = to;  // after SetId, which may grow the table
+  }
 }
 
 bool Matcher::Advance(std::string_view bytes) {
@@ -101,6 +135,61 @@ bool Matcher::Advance(std::string_view bytes) {
   return true;
 }
 
+int Automaton::PlainRun(int32_t state) {
+  if (plain_run_[size_t(state)] >= 0) return plain_run_[size_t(state)];
+  // Follow the chain of states that take every plain byte to one same live
+  // state; then give each state on it its run, from the last back.
+  std::vector<int32_t> chain;
+  int tail = 0;         // the run of the state after the chain's last
+  bool exact = false;   // ... and whether it is exact
+  for (int32_t s = state;;) {
+    if (plain_run_[size_t(s)] >= 0) {
+      tail = plain_run_[size_t(s)];
+      exact = plain_exact_[size_t(s)];
+      break;
+    }
+    if (std::find(chain.begin(), chain.end(), s) != chain.end()) {  // a loop: any run
+      tail = kAnyPlainRun;
+      exact = true;
+      break;
+    }
+    if (int(chain.size()) == kMaxPlainChain) break;  // run unknown past here: 0, inexact
+    int32_t next = kUnknown;
+    bool some_dead = false;
+    for (int b = 0; b < 256; ++b) {
+      if (!TokenTrie::IsPlain(uint8_t(b))) continue;
+      const int32_t t = Step(s, uint8_t(b));
+      if (t == kDead) {
+        some_dead = true;
+      } else if (next == kUnknown || next == t) {
+        next = t;
+      } else {
+        next = kDead;  // two live targets
+        break;
+      }
+    }
+    if (next == kUnknown) {  // every plain byte dies here: exactly no run
+      plain_run_[size_t(s)] = 0;
+      plain_exact_[size_t(s)] = 1;
+      exact = true;
+      break;
+    }
+    if (next == kDead || some_dead) {  // the bytes disagree: no run, inexact
+      plain_run_[size_t(s)] = 0;
+      plain_exact_[size_t(s)] = 0;
+      break;
+    }
+    chain.push_back(s);
+    s = next;
+  }
+  for (size_t i = chain.size(); i-- > 0;) {
+    tail = tail == kAnyPlainRun ? tail : tail + 1;
+    plain_run_[size_t(chain[i])] = int8_t(tail);
+    plain_exact_[size_t(chain[i])] = exact;
+  }
+  return plain_run_[size_t(state)];
+}
+
 void Automaton::FillMask(int32_t state, const TokenTrie& trie, absl::Span<uint32_t> mask) {
   if (auto it = masks_.find(state); it != masks_.end() && it->second.size() == mask.size()) {
     std::memcpy(mask.data(), it->second.data(), mask.size() * sizeof(uint32_t));
@@ -109,19 +198,66 @@ void Automaton::FillMask(int32_t state, const TokenTrie& trie, absl::Span<uint32
   std::fill(mask.begin(), mask.end(), 0u);
   levels_.resize(size_t(trie.max_depth()) + 1);
   levels_[0] = state;
-  for (int node = 1; node < trie.num_nodes();) {
-    const size_t d = size_t(trie.depth(node));
-    const int32_t s = Step(levels_[d - 1], trie.byte(node));
+  // The hot loop of a first visit: raw pointers, the transition looked up
+  // inline (Step only on a miss, after which the table may have moved).
+  const TokenTrie::Node* nodes = trie.nodes();
+  const int32_t* ids = trie.ids();
+  int32_t* level = levels_.data();
+  uint32_t* bits = mask.data();
+  auto allow = [&](int32_t first, int32_t last) {  // the tokens ids[first, last)
+    for (int32_t k = first; k < last; ++k) bits[size_t(ids[k]) >> 5] |= 1u << (ids[k] & 31);
+  };
+  const int end = trie.num_nodes();
+  // Inside a string every all-plain token short enough is allowed, whatever
+  // its bytes: one table of them per length, and the walk skips the
+  // all-plain subtrees at the top.
+  const int root_run = PlainRun(state);
+  const bool root_plain = root_run == kAnyPlainRun || (root_run > 0 && plain_exact_[size_t(state)]);
+  if (root_plain) {
+    const uint32_t* plain =
+        trie.plain_tokens_up_to(root_run == kAnyPlainRun ? std::numeric_limits<int>::max() : root_run);
+    for (size_t w = 0; w < mask.size(); ++w) bits[w] |= plain[w];
+  }
+  for (int node = 1; node < end;) {
+    const TokenTrie::Node& n = nodes[node];
+    const int32_t from = level[n.depth - 1];
+    if (root_plain && n.depth == 1 && n.plain) {
+      node = n.end;
+      continue;
+    }
+    if (n.plain) {
+      const int run = PlainRun(from);
+      if (run == kAnyPlainRun || run >= n.height) {  // every token below is allowed
+        allow(n.first, nodes[n.end].first);
+        node = n.end;
+        continue;
+      }
+      if (run > 0 && plain_exact_[size_t(from)]) {  // the tokens of `run` bytes or fewer
+        const int deepest = n.depth + run - 1;
+        for (int k = node; k < n.end;) {
+          if (nodes[k].depth > deepest) {
+            k = nodes[k].end;
+            continue;
+          }
+          allow(nodes[k].first, nodes[k + 1].first);
+          ++k;
+        }
+        node = n.end;
+        continue;
+      }
+    }
+    int32_t s = transitions_[size_t(from) * 256 + n.byte];
+    if (s == kUnknown) s = Step(from, n.byte);
     if (s == kDead) {
-      node = trie.subtree_end(node);
+      node = n.end;
       continue;
     }
-    for (int32_t t : trie.tokens(node)) mask[size_t(t) >> 5] |= 1u << (t & 31);
-    if (sets_[size_t(s)].nodes.empty()) {  // complete: no byte may follow
-      node = trie.subtree_end(node);
+    allow(n.first, nodes[node + 1].first);
+    if (!continues_[size_t(s)]) {  // complete: no byte may follow
+      node = n.end;
       continue;
     }
-    levels_[d] = s;
+    level[n.depth] = s;
     ++node;
   }
   if (masks_.size() >= kMaxMasks) masks_.clear();

@@ -7,14 +7,18 @@
 // be in, below it where each enclosing rule goes on. Stacks are interned as
 // (position, parent) nodes, so equal stacks are one node and stacks sharing
 // their lower part share its nodes; sets of stacks are interned too, each
-// with a row of 256 transitions filled the first time a byte is tried. The
+// with a row of 256 transitions filled the first time a byte is tried
+// (bytes the same stacks take share one expansion). The
 // matcher thus builds, lazily, the part of the grammar's automaton that its
 // text visits: after the first step in a state, advancing by a byte is one
 // table lookup.
 //
 // FillMask walks the vocabulary's trie (token_trie.h) depth-first through
 // those transitions, skipping a node's subtree at the first byte no stack
-// takes: a token is allowed when every one of its bytes is. The mask of a
+// takes: a token is allowed when every one of its bytes is. Where a state
+// takes any run of plain string bytes (PlainRun: inside a string), the
+// tokens made only of them are allowed without walking: from the trie's
+// table per length at the top, a subtree at a time below. The mask of a
 // state is kept, so a state met again (the inside of a string, a list's
 // next item, the same schema's next request) costs a copy.
 #ifndef KVCAST_ENGINE_GRAMMAR_MATCHER_H_
@@ -74,6 +78,17 @@ class Automaton {
   // expanding rules until a byte set is on top; `accepting` when an
   // expansion completes the root rule.
   void Expand(int32_t pos, int32_t parent, Set* out, int depth);
+  // Computes the 256 transitions of `from`.
+  void FillRow(int32_t from);
+  // How many TokenTrie::IsPlain bytes in a row `state` takes whichever they
+  // are (each state on the way leads all of them to one same live state):
+  // kAnyPlainRun inside an unbounded string, the characters left inside a
+  // bounded one. A subtree of plain bytes no taller than that is allowed
+  // whole without walking it; with plain_exact_ (no plain byte at all is
+  // taken after the run), a taller one's tokens of up to `run` bytes are.
+  int PlainRun(int32_t state);
+  static constexpr int kAnyPlainRun = 127;
+  static constexpr int kMaxPlainChain = 100;
 
   std::shared_ptr<const Grammar> grammar_;
   std::vector<Node> nodes_;
@@ -81,6 +96,9 @@ class Automaton {
   std::vector<Set> sets_;
   absl::flat_hash_map<std::vector<int32_t>, int32_t> set_ids_;  // key: nodes, then accepting
   std::vector<int32_t> transitions_;                            // 256 per set
+  std::vector<uint8_t> continues_;                              // per set: has nodes
+  std::vector<int8_t> plain_run_;                               // per set: -1 unknown
+  std::vector<uint8_t> plain_exact_;                            // per set: see PlainRun
   absl::flat_hash_map<int32_t, std::vector<uint32_t>> masks_;   // per set, FillMask's
   int32_t start_ = 0;
   std::vector<int32_t> levels_;  // FillMask's state per trie depth

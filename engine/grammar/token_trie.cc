@@ -1,7 +1,6 @@
 #include "engine/grammar/token_trie.h"
 
 #include <algorithm>
-#include <numeric>
 
 namespace kvcast::grammar {
 
@@ -9,16 +8,15 @@ TokenTrie::TokenTrie(const std::vector<std::optional<std::string>>& token_bytes)
     : vocab_size_(int(token_bytes.size())), bytes_(token_bytes) {
   std::vector<int32_t> order;
   for (int32_t id = 0; id < vocab_size_; ++id) {
-    if (token_bytes[size_t(id)].has_value() && !token_bytes[size_t(id)]->empty()) order.push_back(id);
+    const std::optional<std::string>& b = token_bytes[size_t(id)];
+    if (b.has_value() && !b->empty() && b->size() <= kMaxTokenBytes) order.push_back(id);
   }
   std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
     return *token_bytes[size_t(a)] < *token_bytes[size_t(b)];
   });
   // Nodes are made in preorder while walking the sorted tokens; `path`
   // holds the nodes of the previous token's bytes.
-  byte_.push_back(0);
-  depth_.push_back(0);
-  end_.push_back(0);
+  nodes_.emplace_back();
   std::vector<int32_t> path = {0};
   std::vector<int32_t> owner;  // per token of `order`: its node
   const std::string* prev = nullptr;
@@ -29,30 +27,62 @@ TokenTrie::TokenTrie(const std::vector<std::optional<std::string>>& token_bytes)
       while (common < s.size() && common < prev->size() && s[common] == (*prev)[common]) ++common;
     }
     while (path.size() > common + 1) {  // close the nodes past the shared prefix
-      end_[size_t(path.back())] = int32_t(byte_.size());
+      nodes_[size_t(path.back())].end = int32_t(nodes_.size());
       path.pop_back();
     }
     for (size_t d = common; d < s.size(); ++d) {
-      byte_.push_back(uint8_t(s[d]));
-      depth_.push_back(int32_t(d + 1));
-      end_.push_back(0);
-      path.push_back(int32_t(byte_.size() - 1));
+      Node node;
+      node.byte = uint8_t(s[d]);
+      node.depth = uint16_t(d + 1);
+      nodes_.push_back(node);
+      path.push_back(int32_t(nodes_.size() - 1));
     }
     max_depth_ = std::max(max_depth_, int(s.size()));
     owner.push_back(path.back());
     prev = &s;
   }
   while (!path.empty()) {
-    end_[size_t(path.back())] = int32_t(byte_.size());
+    nodes_[size_t(path.back())].end = int32_t(nodes_.size());
     path.pop_back();
   }
-  // Tokens grouped by node: `order` visits nodes in preorder already.
-  first_.assign(byte_.size() + 1, 0);
-  for (int32_t node : owner) ++first_[size_t(node) + 1];
-  std::partial_sum(first_.begin(), first_.end(), first_.begin());
-  ids_.resize(order.size());
-  std::vector<int32_t> next(first_.begin(), first_.end() - 1);
-  for (size_t i = 0; i < order.size(); ++i) ids_[size_t(next[size_t(owner[i])]++)] = order[i];
+  // Sorted bytes visit the nodes in preorder, a node's tokens together.
+  ids_ = order;
+  const size_t n = nodes_.size();
+  nodes_.emplace_back();  // the sentinel
+  std::vector<int32_t> count(n + 1, 0), impure(n + 1, 0);
+  for (int32_t node : owner) ++count[size_t(node)];
+  for (size_t i = 0; i < n; ++i) {
+    nodes_[i + 1].first = nodes_[i].first + count[i];
+    impure[i + 1] = impure[i] + (i > 0 && !IsPlain(nodes_[i].byte));
+  }
+  for (size_t i = 1; i < n; ++i) {
+    nodes_[i].plain = impure[size_t(nodes_[i].end)] == impure[i];
+  }
+  // All-plain tokens by length, each length's mask including the shorter.
+  mask_words_ = (size_t(vocab_size_) + 31) / 32;
+  for (int32_t id : order) {
+    const std::string& b = *token_bytes[size_t(id)];
+    if (std::all_of(b.begin(), b.end(), [](char c) { return IsPlain(uint8_t(c)); })) {
+      max_plain_length_ = std::max(max_plain_length_, int(b.size()));
+    }
+  }
+  plain_masks_.assign(size_t(max_plain_length_ + 1) * mask_words_, 0);
+  for (int32_t id : order) {
+    const std::string& b = *token_bytes[size_t(id)];
+    if (std::all_of(b.begin(), b.end(), [](char c) { return IsPlain(uint8_t(c)); })) {
+      plain_masks_[b.size() * mask_words_ + (size_t(id) >> 5)] |= 1u << (id & 31);
+    }
+  }
+  for (size_t len = 1; len <= size_t(max_plain_length_); ++len) {
+    for (size_t w = 0; w < mask_words_; ++w) plain_masks_[len * mask_words_ + w] |= plain_masks_[(len - 1) * mask_words_ + w];
+  }
+  for (size_t i = n; i-- > 1;) {  // children before their parent
+    int height = 1;
+    for (int32_t c = int32_t(i) + 1; c < nodes_[i].end; c = nodes_[size_t(c)].end) {
+      height = std::max(height, 1 + int(nodes_[size_t(c)].height));
+    }
+    nodes_[i].height = uint16_t(std::min(height, 65535));
+  }
 }
 
 TokenTrie TokenTrie::FromTokenizer(const Tokenizer& tokenizer) {

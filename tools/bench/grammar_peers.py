@@ -1,0 +1,128 @@
+"""Constrained decoding's per-token mask against llguidance and xgrammar:
+the same tokenizer (SmolLM2's, from the GGUF), the same grammars and the same
+documents, walked token by token, timing each engine's full-vocabulary mask
+at every step, in one run, the engines alternating per round.
+
+  .venv-grammar/bin/python tools/bench/grammar_peers.py --model M.gguf \
+      --mask_bench bazel-bin/engine/grammar/mask_bench [--rounds 3]
+
+(.venv-grammar: pip install llguidance xgrammar transformers gguf.) For each
+engine: the grammar's compile time, then per-token mask time on a fresh
+matcher of a freshly compiled grammar (cold: a schema's first request) and
+on a second matcher of the same compiled grammar (warm: its later ones).
+kvcast's numbers come from its own mask_bench binary, which measures the
+same way (engine/grammar/mask_bench.cc).
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+DOCS = [
+    ("any JSON object", None,
+     '{"name": "Ana Lopez", "age": 31, "tags": ["x", "yy"], "address": {"city": "Lisbon", "zip": "1000-001"}}'),
+    ("Profile schema", json.load(open(os.path.join(os.path.dirname(__file__), "grammar_profile_schema.json"))),
+     '{\n  "first": "Rosa",\n  "last": "Green",\n  "age": 42,\n  "email": "rosa@garden.org",\n'
+     '  "active": true,\n  "color": "green",\n  "tags": ["roses", "soil"],\n  "score": 9.5\n}'),
+]
+
+
+def summary(times_us):
+    return (f"mean {statistics.mean(times_us):7.1f} us, median {statistics.median(times_us):6.1f} us, "
+            f"max {max(times_us):7.1f} us")
+
+
+def walk(fill, accept, ids):
+    times = []
+    for t in ids:
+        a = time.perf_counter()
+        fill()
+        times.append((time.perf_counter() - a) * 1e6)
+        accept(t)
+    return times
+
+
+def run_xgrammar(tok, vocab, schema, ids):
+    import xgrammar as xgr
+    info = xgr.TokenizerInfo.from_huggingface(tok, vocab_size=vocab)
+    a = time.perf_counter()
+    compiler = xgr.GrammarCompiler(info, cache_enabled=False)
+    compiled = (compiler.compile_builtin_json_grammar() if schema is None
+                else compiler.compile_json_schema(json.dumps(schema), any_whitespace=True))
+    compile_us = (time.perf_counter() - a) * 1e6
+    bitmask = xgr.allocate_token_bitmask(1, vocab)
+    out = []
+    for _ in range(2):
+        m = xgr.GrammarMatcher(compiled)
+        out.append(walk(lambda: m.fill_next_token_bitmask(bitmask),
+                        lambda t: m.accept_token(t) or sys.exit(f"xgrammar refused {t}"), ids))
+    return compile_us, out
+
+
+def run_llguidance(tok, vocab, schema, ids):
+    import llguidance
+    import llguidance.hf
+    import llguidance.numpy
+    lltok = llguidance.hf.from_tokenizer(tok, n_vocab=vocab)
+    a = time.perf_counter()
+    grammar = llguidance.LLMatcher.grammar_from_json_schema(
+        schema if schema is not None else {"type": "object"})
+    compile_us = (time.perf_counter() - a) * 1e6
+    bitmask = llguidance.numpy.allocate_token_bitmask(1, vocab)
+    out = []
+    for _ in range(2):
+        m = llguidance.LLMatcher(lltok, grammar)
+        if m.is_error():
+            sys.exit(f"llguidance: {m.get_error()}")
+        out.append(walk(lambda: llguidance.numpy.fill_next_token_bitmask(m, bitmask, 0),
+                        lambda t: m.consume_token(t) or sys.exit(f"llguidance refused {t}"), ids))
+    return compile_us, out
+
+
+def run_kvcast(binary, model, schema, doc):
+    args = [binary, "--model", model, "--document", doc, "--repeats", "2"]
+    if schema is not None:
+        path = "/tmp/grammar_peers_schema.json"
+        with open(path, "w") as f:
+            json.dump(schema, f)
+        args += ["--schema_file", path]
+    out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
+    compile_us = float(re.search(r"compiled in (\d+) us", out).group(1))
+    rows = re.findall(r"mean ([\d.]+) us, median ([\d.]+) us, max ([\d.]+) us", out)
+    return compile_us, rows
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", required=True)
+    ap.add_argument("--mask_bench", required=True)
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(os.path.dirname(os.path.abspath(args.model)),
+                                        gguf_file=os.path.basename(args.model))
+    vocab = 49152
+    from importlib.metadata import version
+    print(f"tokenizer: {args.model}; xgrammar {version('xgrammar')}, llguidance {version('llguidance')}")
+    for name, schema, doc in DOCS:
+        ids = tok.encode(doc, add_special_tokens=False)
+        print(f"\n{name}: {len(ids)} tokens")
+        for r in range(args.rounds):
+            kc, krows = run_kvcast(args.mask_bench, args.model, schema, doc)
+            print(f"  round {r + 1} kvcast      compile {kc:8.0f} us; cold mean {float(krows[0][0]):7.1f} us, "
+                  f"median {float(krows[0][1]):6.1f} us, max {float(krows[0][2]):7.1f} us; "
+                  f"warm mean {float(krows[1][0]):7.1f} us")
+            for label, fn in (("xgrammar", run_xgrammar), ("llguidance", run_llguidance)):
+                c, (cold, warm) = fn(tok, vocab, schema, ids)
+                print(f"  round {r + 1} {label:11s} compile {c:8.0f} us; cold {summary(cold)}; "
+                      f"warm mean {statistics.mean(warm):7.1f} us")
+
+
+if __name__ == "__main__":
+    main()
