@@ -1,6 +1,7 @@
 #include "engine/grammar/json_schema.h"
 
 #include <algorithm>
+#include <cmath>
 #include <array>
 #include <optional>
 #include <string>
@@ -32,7 +33,7 @@ const absl::flat_hash_set<std::string>& Supported() {
   static const auto* names = new absl::flat_hash_set<std::string>{
       "type", "enum", "const", "properties", "required", "additionalProperties", "items",
       "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "format", "anyOf",
-      "oneOf", "allOf", "$ref"};
+      "oneOf", "allOf", "$ref", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
   return *names;
 }
 
@@ -69,6 +70,16 @@ class Compiler {
   absl::StatusOr<RuleId> FormattedString(const std::string& format, const std::string& path);
   RuleId Integer();
   RuleId Number();
+  // Integers / numbers within the schema's minimum, maximum,
+  // exclusiveMinimum, exclusiveMaximum.
+  absl::StatusOr<RuleId> BoundedNumber(const Json& s, bool integer, const std::string& path);
+  // Decimal integers in [lo, hi] (0 <= lo <= hi), no leading zeros.
+  std::vector<Seq> DigitRange(int64_t lo, int64_t hi);
+  void SameLength(const std::string& a, const std::string& b, Seq prefix, std::vector<Seq>* out);
+  // Non-negative numbers v with lo <= v (lo < v when lo_open), v <= hi
+  // (v < hi when hi_open; no hi when hi < 0), lo and hi whole; `integer`:
+  // no fraction.
+  std::vector<Seq> NonNegative(int64_t lo, bool lo_open, int64_t hi, bool hi_open, bool integer);
   absl::StatusOr<RuleId> Typed(const std::string& type, const Json& s, const std::string& path);
   absl::StatusOr<RuleId> Object(const Json& s, const std::string& path);
   absl::StatusOr<RuleId> Array(const Json& s, const std::string& path);
@@ -178,6 +189,130 @@ RuleId Compiler::Number() {
   number_ = b_.Rule("number", {{GrammarBuilder::Ref(Integer()), GrammarBuilder::Ref(fraction),
                                 GrammarBuilder::Ref(exponent)}});
   return number_;
+}
+
+void Compiler::SameLength(const std::string& a, const std::string& b, Seq prefix,
+                          std::vector<Seq>* out) {
+  if (a.empty()) {
+    out->push_back(std::move(prefix));
+    return;
+  }
+  const std::string rest_a = a.substr(1), rest_b = b.substr(1);
+  const bool full = rest_a.find_first_not_of('0') == std::string::npos &&
+                    rest_b.find_first_not_of('9') == std::string::npos;
+  if (full) {  // [a0-b0] then any digits
+    prefix.push_back(b_.Bytes(ByteSet::Range(uint8_t(a[0]), uint8_t(b[0]))));
+    for (size_t i = 0; i < rest_a.size(); ++i) prefix.push_back(b_.Bytes(ByteSet::Range('0', '9')));
+    out->push_back(std::move(prefix));
+    return;
+  }
+  auto with = [&](uint8_t lo, uint8_t hi) {
+    Seq p = prefix;
+    p.push_back(b_.Bytes(ByteSet::Range(lo, hi)));
+    return p;
+  };
+  if (a[0] == b[0]) {
+    SameLength(rest_a, rest_b, with(uint8_t(a[0]), uint8_t(a[0])), out);
+    return;
+  }
+  SameLength(rest_a, std::string(rest_a.size(), '9'), with(uint8_t(a[0]), uint8_t(a[0])), out);
+  if (b[0] - a[0] > 1) {
+    SameLength(std::string(rest_a.size(), '0'), std::string(rest_a.size(), '9'),
+               with(uint8_t(a[0] + 1), uint8_t(b[0] - 1)), out);
+  }
+  SameLength(std::string(rest_b.size(), '0'), rest_b, with(uint8_t(b[0]), uint8_t(b[0])), out);
+}
+
+std::vector<Seq> Compiler::DigitRange(int64_t lo, int64_t hi) {
+  std::vector<Seq> out;
+  const std::string l = std::to_string(lo), h = std::to_string(hi);
+  for (size_t len = l.size(); len <= h.size(); ++len) {
+    const std::string a = len == l.size() ? l : "1" + std::string(len - 1, '0');
+    const std::string b = len == h.size() ? h : std::string(len, '9');
+    SameLength(a, b, {}, &out);
+  }
+  return out;
+}
+
+std::vector<Seq> Compiler::NonNegative(int64_t lo, bool lo_open, int64_t hi, bool hi_open,
+                                                bool integer) {
+  const int64_t top = std::stoll(std::string(kMaxIntegerDigits, '9'));
+  std::vector<Seq> out;
+  Symbol fraction = GrammarBuilder::Ref(b_.Rule("fraction", {{Lit("."), Digits(1, kMaxFractionDigits)}, {}}));
+  // Whole parts that take any fraction: [lo (+1 when open), hi - 1], or to
+  // the top without hi; an integer schema's whole parts reach hi itself.
+  const int64_t first = lo + (lo_open ? 1 : 0);
+  const int64_t last = hi < 0 ? top : hi - ((integer && !hi_open) ? 0 : 1);
+  if (first <= last) {
+    for (Seq seq : DigitRange(first, std::min(last, top))) {
+      if (!integer) seq.push_back(fraction);
+      out.push_back(std::move(seq));
+    }
+  }
+  if (!integer && lo_open && (hi < 0 || lo < hi)) {  // lo itself with a fraction that is not 0
+    const int half = kMaxFractionDigits / 2;
+    RuleId nonzero = b_.Rule("nonzero_fraction", {{Lit("."), Digits(0, half - 1),
+                                                   b_.Bytes(ByteSet::Range('1', '9')), Digits(0, half)}});
+    for (Seq seq : DigitRange(lo, lo)) {
+      seq.push_back(GrammarBuilder::Ref(nonzero));
+      out.push_back(std::move(seq));
+    }
+  }
+  if (!integer && hi >= 0 && !hi_open && hi >= first && hi <= top) {  // hi itself, no fraction
+    for (Seq seq : DigitRange(hi, hi)) out.push_back(std::move(seq));
+  }
+  return out;
+}
+
+absl::StatusOr<RuleId> Compiler::BoundedNumber(const Json& s, bool integer, const std::string& path) {
+  // The bounds, as whole numbers: an integer schema rounds them inward; a
+  // number schema refuses fractional ones.
+  std::optional<int64_t> lo, hi;
+  bool lo_open = false, hi_open = false;
+  for (const char* key : {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"}) {
+    auto it = s.find(key);
+    if (it == s.end()) continue;
+    const std::string k = key;
+    if (!it->is_number()) return Bad(path + "/" + k, "must be a number");
+    const double v = it->get<double>();
+    if (std::abs(v) >= 1e15) return Unsupported(k + " beyond 1e15", path);
+    const bool is_min = k.find("inimum") != std::string::npos;
+    const bool open = k.rfind("exclusive", 0) == 0;
+    int64_t whole;
+    if (v == std::floor(v)) {
+      whole = int64_t(v);
+    } else if (integer) {  // the integers inside: strict bounds become inclusive
+      whole = int64_t(is_min ? std::ceil(v) : std::floor(v));
+    } else {
+      return Unsupported(k + " (not a whole number, on a number)", path);
+    }
+    const bool now_open = open && v == std::floor(v);
+    if (is_min) {
+      if (!lo || whole > *lo || (whole == *lo && now_open)) { lo = whole; lo_open = now_open; }
+    } else {
+      if (!hi || whole < *hi || (whole == *hi && now_open)) { hi = whole; hi_open = now_open; }
+    }
+  }
+  std::vector<Seq> alternatives;
+  // v >= 0: NonNegative over [max(lo, 0), hi]; v < 0: "-" then w = -v > 0
+  // over [max(-hi, 0) (open at 0), -lo].
+  if (!hi || *hi > 0 || (*hi == 0 && !hi_open)) {
+    const bool from_lo = lo && (*lo > 0 || (*lo == 0 && lo_open));
+    for (Seq& seq : NonNegative(from_lo ? *lo : 0, from_lo && lo_open, hi ? *hi : -1, hi_open, integer)) {
+      alternatives.push_back(std::move(seq));
+    }
+  }
+  if (!lo || *lo < 0) {
+    const bool from_hi = hi && *hi < 0;
+    const int64_t w_lo = from_hi ? -*hi : 0;
+    const bool w_lo_open = from_hi ? hi_open : true;  // w > 0: "-0" is left out
+    for (Seq seq : NonNegative(w_lo, w_lo_open, lo ? -*lo : -1, lo_open, integer)) {
+      seq.insert(seq.begin(), Lit("-"));
+      alternatives.push_back(std::move(seq));
+    }
+  }
+  if (alternatives.empty()) return Bad(path, "the bounds leave no value");
+  return b_.Rule(path, std::move(alternatives));
 }
 
 RuleId Compiler::Map(RuleId key, RuleId value) {
@@ -382,8 +517,12 @@ absl::StatusOr<RuleId> Compiler::Typed(const std::string& type, const Json& s,
     if (*max_length >= 0 && *max_length < *min_length) return Bad(path, "maxLength < minLength");
     return String(*min_length, *max_length);
   }
-  if (type == "integer") return Integer();
-  if (type == "number") return Number();
+  if (type == "integer" || type == "number") {
+    for (const char* bound : {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}) {
+      if (s.contains(bound)) return BoundedNumber(s, type == "integer", path);
+    }
+    return type == "integer" ? Integer() : Number();
+  }
   if (type == "boolean") return b_.Rule("boolean", {b_.Literal("true"), b_.Literal("false")});
   if (type == "null") return LiteralRule("null");
   if (type == "object") return Object(s, path);

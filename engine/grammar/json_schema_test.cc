@@ -150,6 +150,49 @@ TEST(JsonSchemaTest, NumbersAreJsonNumbersOfBoundedLength) {
   EXPECT_FALSE(Matches(i, "4e2"));
 }
 
+// Every integer in [-1200, 1200] (and some far ones) matches exactly when
+// it is within the bounds, for bounds of every kind and sign.
+TEST(JsonSchemaTest, IntegerBoundsAreExact) {
+  struct Case {
+    const char* bounds;
+    long lo, hi;  // inclusive; +-1e18: none
+  } cases[] = {
+      {R"("minimum": 0)", 0, long(1e18)},
+      {R"("minimum": 18, "maximum": 120)", 18, 120},
+      {R"("exclusiveMinimum": 0, "exclusiveMaximum": 1000)", 1, 999},
+      {R"("minimum": -40, "maximum": 85)", -40, 85},
+      {R"("maximum": -7)", long(-1e18), -7},
+      {R"("minimum": -1000, "exclusiveMaximum": -99)", -1000, -100},
+      {R"("minimum": 2.5, "maximum": 9.99)", 3, 9},
+      {R"("minimum": 5, "exclusiveMinimum": 5)", 6, long(1e18)},
+      {R"("minimum": 0, "maximum": 0)", 0, 0},
+  };
+  for (const Case& c : cases) {
+    auto g = FromSchema((std::string(R"({"type": "integer", )") + c.bounds + "}").c_str());
+    ASSERT_NE(g, nullptr) << c.bounds;
+    for (long v = -1200; v <= 1200; ++v) {
+      ASSERT_EQ(Matches(g, std::to_string(v)), v >= c.lo && v <= c.hi) << c.bounds << ": " << v;
+    }
+    for (long v : {-123456789L, 123456789L, 9999999999999999L}) {
+      EXPECT_EQ(Matches(g, std::to_string(v)), v >= c.lo && v <= c.hi) << c.bounds << ": " << v;
+    }
+    EXPECT_FALSE(Matches(g, "-0")) << c.bounds;
+    EXPECT_FALSE(Matches(g, "007")) << c.bounds;
+  }
+}
+
+TEST(JsonSchemaTest, NumberBoundsAdmitOnlyValuesWithin) {
+  auto unit = FromSchema(R"({"type": "number", "minimum": 0, "maximum": 1})");
+  for (const char* ok : {"0", "0.5", "0.999", "1", "0.0"}) EXPECT_TRUE(Matches(unit, ok)) << ok;
+  for (const char* bad : {"-0.5", "1.5", "2", "-1", "1e0", "1.5e-3"}) EXPECT_FALSE(Matches(unit, bad)) << bad;
+  auto positive = FromSchema(R"({"type": "number", "exclusiveMinimum": 0})");
+  for (const char* ok : {"0.001", "3", "12.25", "0.10"}) EXPECT_TRUE(Matches(positive, ok)) << ok;
+  for (const char* bad : {"0", "0.0", "0.000", "-1", "-0.5"}) EXPECT_FALSE(Matches(positive, bad)) << bad;
+  auto temp = FromSchema(R"({"type": "number", "minimum": -10, "exclusiveMaximum": 40})");
+  for (const char* ok : {"-10", "-9.5", "-0.25", "0", "39.99"}) EXPECT_TRUE(Matches(temp, ok)) << ok;
+  for (const char* bad : {"-10.5", "-11", "40", "40.0", "41"}) EXPECT_FALSE(Matches(temp, bad)) << bad;
+}
+
 TEST(JsonSchemaTest, RefsIncludingRecursion) {
   auto g = FromSchema(R"({"$defs": {"node": {"type": "object", "properties": {
       "v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
@@ -161,8 +204,12 @@ TEST(JsonSchemaTest, RefsIncludingRecursion) {
 
 TEST(JsonSchemaTest, RefusalsNameTheKeywordAndWhere) {
   EXPECT_EQ(Refusal(R"({"not": {"type": "string"}})"), "unsupported JSON Schema keyword 'not' at #");
-  EXPECT_EQ(Refusal(R"({"type": "object", "properties": {"age": {"type": "integer", "minimum": 0}}})"),
-            "unsupported JSON Schema keyword 'minimum' at #/properties/age");
+  EXPECT_EQ(Refusal(R"({"type": "object", "properties": {"age": {"type": "integer", "multipleOf": 2}}})"),
+            "unsupported JSON Schema keyword 'multipleOf' at #/properties/age");
+  EXPECT_EQ(Refusal(R"({"type": "number", "maximum": 2.5})"),
+            "unsupported JSON Schema keyword 'maximum (not a whole number, on a number)' at #");
+  EXPECT_EQ(Refusal(R"({"type": "integer", "minimum": 3, "maximum": 2})"),
+            "JSON Schema at #: the bounds leave no value");
   EXPECT_EQ(Refusal(R"({"type": "string", "format": "email"})"),
             "unsupported JSON Schema keyword 'format: email' at #");
   EXPECT_EQ(Refusal(R"({"type": "array", "items": {"type": "thing"}})"),

@@ -6,8 +6,8 @@ goes prefill -> MoQT -> decode), then, with PyPI's `openai`, `pydantic` and
 `jsonschema` packages and no kvcast code:
   parse_models     client.beta.chat.completions.parse(response_format=M) for
                    20 pydantic models of increasing depth (enums, optionals,
-                   lists with bounds, nested and recursive models, unions,
-                   dates, UUIDs): every answer parses into M and validates
+                   lists with bounds, numeric bounds, nested and recursive
+                   models, unions, dates, UUIDs): every answer parses into M and validates
                    with jsonschema against the schema the client sent
   json_object      response_format {"type": "json_object"} on chat and
                    completions: the text is a JSON object
@@ -57,7 +57,7 @@ class Color(str, enum.Enum):
 
 class Person(BaseModel):
     name: str = Name
-    age: int
+    age: int = Field(ge=0, le=130)
 
 
 class Flags(BaseModel):
@@ -96,7 +96,7 @@ class Paint(BaseModel):
 
 class Price(BaseModel):
     item: str = Name
-    price: float
+    price: float = Field(gt=0)
 
 
 class Event(BaseModel):
@@ -134,7 +134,7 @@ class Tree(BaseModel):
 
 
 class Scores(BaseModel):
-    scores: List[int] = Field(min_length=1, max_length=4)
+    scores: List[Annotated[int, Field(ge=0, le=100)]] = Field(min_length=1, max_length=4)
 
 
 class Dice(BaseModel):
