@@ -159,6 +159,19 @@ absl::StatusOr<Grammar> GrammarBuilder::Build(RuleId root) {
   return g;
 }
 
+std::vector<GrammarBuilder::Seq> Utf8NonAscii(GrammarBuilder& b) {
+  const Symbol cont = b.Bytes(ByteSet::Range(0x80, 0xbf));
+  return {
+      {b.Bytes(ByteSet::Range(0xc2, 0xdf)), cont},
+      {b.Bytes(ByteSet::Range(0xe1, 0xec).Add(0xee, 0xef)), cont, cont},
+      {b.Bytes(ByteSet::Of(0xe0)), b.Bytes(ByteSet::Range(0xa0, 0xbf)), cont},
+      {b.Bytes(ByteSet::Of(0xed)), b.Bytes(ByteSet::Range(0x80, 0x9f)), cont},
+      {b.Bytes(ByteSet::Range(0xf1, 0xf3)), cont, cont, cont},
+      {b.Bytes(ByteSet::Of(0xf0)), b.Bytes(ByteSet::Range(0x90, 0xbf)), cont, cont},
+      {b.Bytes(ByteSet::Of(0xf4)), b.Bytes(ByteSet::Range(0x80, 0x8f)), cont, cont},
+  };
+}
+
 namespace {
 
 std::string ByteSetText(const ByteSet& set) {

@@ -103,6 +103,10 @@ class GrammarBuilder {
   std::vector<bool> defined_;
 };
 
+// The byte sequences of one non-ASCII character in valid UTF-8 (U+0080 to
+// U+10FFFF, no surrogates), as alternatives.
+std::vector<GrammarBuilder::Seq> Utf8NonAscii(GrammarBuilder& b);
+
 // Appends `b` to `seq` (a small helper for compilers).
 inline void Append(GrammarBuilder::Seq& seq, const GrammarBuilder::Seq& b) {
   seq.insert(seq.end(), b.begin(), b.end());

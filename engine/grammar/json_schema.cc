@@ -11,6 +11,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "engine/grammar/regex.h"
 #include "nlohmann/json.hpp"
 
 namespace kvcast::grammar {
@@ -33,7 +34,7 @@ const absl::flat_hash_set<std::string>& Supported() {
   static const auto* names = new absl::flat_hash_set<std::string>{
       "type", "enum", "const", "properties", "required", "additionalProperties", "items",
       "prefixItems", "minItems", "maxItems", "minLength", "maxLength", "format", "anyOf",
-      "oneOf", "allOf", "$ref", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"};
+      "oneOf", "allOf", "$ref", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "pattern"};
   return *names;
 }
 
@@ -100,24 +101,17 @@ RuleId Compiler::Char() {
   if (char_ >= 0) return char_;
   // Printable ASCII but the quote and the backslash, which must be escaped.
   const ByteSet ascii = ByteSet::Range(0x20, 0x21).Add(0x23, 0x5b).Add(0x5d, 0x7e);
-  const Symbol cont = b_.Bytes(ByteSet::Range(0x80, 0xbf));
   const Symbol hex = b_.Bytes(ByteSet::Range('0', '9').Add('a', 'f').Add('A', 'F'));
   Seq escape_u = b_.Literal("\\u00");
   escape_u.push_back(hex);
   escape_u.push_back(hex);
-  char_ = b_.Rule("char", {
+  std::vector<Seq> alternatives = {
       {b_.Bytes(ascii)},
       {b_.Bytes(ByteSet::Of('\\')), b_.Bytes(ByteSet::Of('"').Add('\\', '\\').Add('/', '/').Add('b', 'b')
                                                  .Add('f', 'f').Add('n', 'n').Add('r', 'r').Add('t', 't'))},
-      escape_u,
-      {b_.Bytes(ByteSet::Range(0xc2, 0xdf)), cont},
-      {b_.Bytes(ByteSet::Range(0xe1, 0xec).Add(0xee, 0xef)), cont, cont},
-      {b_.Bytes(ByteSet::Of(0xe0)), b_.Bytes(ByteSet::Range(0xa0, 0xbf)), cont},
-      {b_.Bytes(ByteSet::Of(0xed)), b_.Bytes(ByteSet::Range(0x80, 0x9f)), cont},
-      {b_.Bytes(ByteSet::Range(0xf1, 0xf3)), cont, cont, cont},
-      {b_.Bytes(ByteSet::Of(0xf0)), b_.Bytes(ByteSet::Range(0x90, 0xbf)), cont, cont},
-      {b_.Bytes(ByteSet::Of(0xf4)), b_.Bytes(ByteSet::Range(0x80, 0x8f)), cont, cont},
-  });
+      escape_u};
+  for (Seq& multi : Utf8NonAscii(b_)) alternatives.push_back(std::move(multi));
+  char_ = b_.Rule("char", std::move(alternatives));
   return char_;
 }
 
@@ -503,6 +497,16 @@ absl::StatusOr<RuleId> Compiler::Array(const Json& s, const std::string& path) {
 absl::StatusOr<RuleId> Compiler::Typed(const std::string& type, const Json& s,
                                        const std::string& path) {
   if (type == "string") {
+    if (auto p = s.find("pattern"); p != s.end()) {
+      if (!p->is_string()) return Bad(path + "/pattern", "must be a string");
+      for (const char* other : {"format", "minLength", "maxLength"}) {
+        if (s.contains(other)) return Unsupported(absl::StrCat(other, " (beside pattern)"), path);
+      }
+      absl::StatusOr<RuleId> body = JsonStringPattern(b_, p->get<std::string>());
+      if (!body.ok()) return Bad(path + "/pattern", std::string(body.status().message()));
+      const Symbol quote = b_.Bytes(ByteSet::Of('"'));
+      return b_.Rule("pattern_string", {{quote, GrammarBuilder::Ref(*body), quote}});
+    }
     if (auto f = s.find("format"); f != s.end()) {
       if (!f->is_string()) return Bad(path + "/format", "must be a string");
       if (s.contains("minLength") || s.contains("maxLength")) {
@@ -620,7 +624,8 @@ absl::StatusOr<RuleId> Compiler::Compile(const Json& s, const std::string& path)
     } else if (s.contains("items") || s.contains("prefixItems") || s.contains("minItems") ||
                s.contains("maxItems")) {
       types.push_back("array");
-    } else if (s.contains("minLength") || s.contains("maxLength") || s.contains("format")) {
+    } else if (s.contains("minLength") || s.contains("maxLength") || s.contains("format") ||
+               s.contains("pattern")) {
       types.push_back("string");
     } else {
       return AnyValue();

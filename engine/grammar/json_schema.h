@@ -13,7 +13,8 @@
 //
 // Supported keywords: type (a name or a list), enum, const, properties,
 // required, additionalProperties, items, prefixItems, minItems, maxItems,
-// minLength, maxLength, format (date, time, date-time, uuid), minimum,
+// minLength, maxLength, format (date, time, date-time, uuid), pattern
+// (regex.h; alone, without format or lengths), minimum,
 // maximum, exclusiveMinimum, exclusiveMaximum (exact for integers; for
 // numbers whole bounds only, and no exponent then), anyOf, oneOf (generated
 // as anyOf), allOf with one schema, $ref into the document ("#/$defs/...",

@@ -193,6 +193,41 @@ TEST(JsonSchemaTest, NumberBoundsAdmitOnlyValuesWithin) {
   for (const char* bad : {"-10.5", "-11", "40", "40.0", "41"}) EXPECT_FALSE(Matches(temp, bad)) << bad;
 }
 
+// Patterns: the strings they match (anywhere unless anchored), written as
+// JSON writes them.
+TEST(JsonSchemaTest, PatternsMatchTheJsonTextOfMatchingStrings) {
+  struct Case {
+    const char* pattern;
+    std::vector<const char*> yes, no;  // JSON string literals
+  } cases[] = {
+      {R"(^\d{3}-\d{4}$)", {R"("555-1234")"}, {R"("55-1234")", R"("555-12345")", R"("abc-defg")"}},
+      {R"(^[A-Z][a-z]+(?: [A-Z][a-z]+)*$)", {R"("Ana")", R"("Ana Lopez Garcia")"}, {R"("ana")", R"("Ana ")", R"("A")"}},
+      {R"(^(cat|dog)s?$)", {R"("cat")", R"("dogs")"}, {R"("cow")", R"("catss")"}},
+      {R"(^[^\s@]+@[^\s@]+\.[a-z]{2,}$)", {R"("rosa@garden.org")"}, {R"("rosa@garden")", R"("a b@c.de")"}},
+      {R"(abc)", {R"("abc")", R"("xxabcyy")", R"("\n abc \"")"}, {R"("ab c")", R"("")"}},
+      {R"(^a"b\\c$)", {R"("a\"b\\c")"}, {R"("a"b\\c")", R"("a\"bc")"}},
+      {R"(^\w+\t\S?$)", {R"("x_1\t")", R"("x\t!")"}, {R"("x\t\t")", R"("x y\t")"}},
+      {R"(^caf\u00e9|ni\u00f1o$)", {"\"caf\xc3\xa9\"", "\"ni\xc3\xb1o\""}, {R"("cafe")"}},
+      {R"(^[\u00e9\u00e8a-c]{2}$)", {"\"\xc3\xa9" "a\"", R"("cb")"}, {R"("d")", "\"\xc3\xaa\xc3\xaa\""}},
+      {R"(^.{2,3}$)", {R"("ab")", "\"\xe2\x82\xac\xe2\x82\xac\"", R"("a\"b")"}, {R"("a")", R"("abcd")", R"("a\nb")"}},
+  };
+  for (const Case& c : cases) {
+    nlohmann::ordered_json schema = {{"type", "string"}, {"pattern", c.pattern}};
+    absl::StatusOr<Grammar> built = JsonSchemaGrammar(schema);
+    ASSERT_TRUE(built.ok()) << c.pattern << ": " << built.status();
+    auto g = std::make_shared<const Grammar>(std::move(*built));
+    for (const char* y : c.yes) EXPECT_TRUE(Matches(g, y)) << c.pattern << " should match " << y;
+    for (const char* n : c.no) EXPECT_FALSE(Matches(g, n)) << c.pattern << " should not match " << n;
+  }
+  for (const char* bad : {R"((a)\1)", R"((?=a)b)", R"(\bword)", R"(\p{L})", R"(a^b)", R"([z-a])", R"(a{2000})", R"((ab)"}) {
+    nlohmann::ordered_json schema = {{"type", "string"}, {"pattern", bad}};
+    absl::StatusOr<Grammar> built = JsonSchemaGrammar(schema);
+    EXPECT_FALSE(built.ok()) << bad;
+    EXPECT_NE(built.status().message().find("JSON Schema at #/pattern: unsupported pattern"), std::string::npos)
+        << built.status();
+  }
+}
+
 TEST(JsonSchemaTest, RefsIncludingRecursion) {
   auto g = FromSchema(R"({"$defs": {"node": {"type": "object", "properties": {
       "v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
@@ -261,7 +296,9 @@ TEST(JsonSchemaTest, EveryCompletedWalkIsJsonOfTheSchemasShape) {
     EXPECT_TRUE(doc["id"].is_number_integer()) << text;
     EXPECT_EQ(doc["pos"].size(), 2u) << text;
     EXPECT_TRUE(doc["who"]["name"].is_string()) << text;
-    if (doc.contains("tags")) EXPECT_LE(doc["tags"].size(), 3u) << text;
+    if (doc.contains("tags")) {
+      EXPECT_LE(doc["tags"].size(), 3u) << text;
+    }
   }
   EXPECT_GT(completed, 20);
 }
@@ -298,7 +335,9 @@ void ExpectMaskEqualsAdvancing(const std::shared_ptr<const Grammar>& g,
               << "token '" << vocab[t].value_or("<special>") << "' after '" << d.substr(0, i) << "'";
           checked += expected;
         }
-        if (i < d.size()) ASSERT_TRUE(m.Advance(d.substr(i, 1))) << d.substr(0, i + 1);
+        if (i < d.size()) {
+          ASSERT_TRUE(m.Advance(d.substr(i, 1))) << d.substr(0, i + 1);
+        }
       }
       EXPECT_TRUE(m.CanEnd()) << d;
     }

@@ -4,7 +4,7 @@
 // token (mean, median, max) and the grammar's compile time. The walks share
 // one automaton, as the requests of one schema do in the engine: the first
 // walk builds the states it visits (cold), the others find them (warm).
-//   bazel run -c opt //engine/grammar:mask_bench -- --model M.gguf \
+//   bazel run -c opt //engine/grammar:mask_bench -- --model M.gguf
 //     [--schema '{...}' | --schema_file F] --document '{...}' [--repeats 5]
 // Without --schema: response_format json_object.
 #include <algorithm>

@@ -6,8 +6,8 @@ goes prefill -> MoQT -> decode), then, with PyPI's `openai`, `pydantic` and
 `jsonschema` packages and no kvcast code:
   parse_models     client.beta.chat.completions.parse(response_format=M) for
                    20 pydantic models of increasing depth (enums, optionals,
-                   lists with bounds, numeric bounds, nested and recursive
-                   models, unions, dates, UUIDs): every answer parses into M and validates
+                   lists with bounds, numeric bounds, patterns, nested and
+                   recursive models, unions, dates, UUIDs): every answer parses into M and validates
                    with jsonschema against the schema the client sent
   json_object      response_format {"type": "json_object"} on chat and
                    completions: the text is a JSON object
@@ -107,6 +107,7 @@ class Event(BaseModel):
 class Ticket(BaseModel):
     id: uuid.UUID
     seat: int
+    flight: str = Field(pattern=r"^[A-Z]{2}\d{3,4}$")
 
 
 class Country(BaseModel):
@@ -178,7 +179,7 @@ MODELS = [
     (Paint, "What color should I paint a barn, and how many coats?"),
     (Price, "How much does a coffee cost?"),
     (Event, "When is New Year's Day 2027?"),
-    (Ticket, "Issue a concert ticket."),
+    (Ticket, "Issue a plane ticket."),
     (Country, "Describe France and someone in its capital."),
     (Pet, "Describe a pet."),
     (Tree, "Describe a small family tree.", dict(temperature=0.8, seed=1)),

@@ -8,7 +8,7 @@
 // the two step times. The first constrained round builds the grammar's
 // automaton (cold); the later ones find its states (warm), as a schema's
 // later requests do.
-//   bazel run -c opt //tools/bench:grammar_bench -- --model M.gguf \
+//   bazel run -c opt //tools/bench:grammar_bench -- --model M.gguf
 //     [--batches 1,32] [--rounds 3] [--steps 48] [--schema_file F]
 #include <chrono>
 #include <cstdio>
