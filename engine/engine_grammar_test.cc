@@ -3,6 +3,7 @@
 // a request resumed elsewhere continues the same output; bad formats are
 // refused at Submit.
 #include <map>
+#include <algorithm>
 #include <set>
 #include <string>
 
@@ -89,6 +90,36 @@ TEST(EngineGrammar, EverySampledOutputIsJsonOfTheSchemasShape) {
   auto plain = RunAll(e.get());
   const std::string text = e->tokenizer()->Decode(plain[id].tokens, true);
   EXPECT_TRUE(nlohmann::json::parse(text, nullptr, false).is_discarded()) << text;
+}
+
+// vLLM's guided_choice and guided_regex: sampled outputs are one of the
+// choices / match the whole regex.
+TEST(EngineGrammar, ChoicesAndRegexesHoldUnderSampling) {
+  auto e = MakeEngine();
+  const std::vector<std::string> choices = {"positive", "negative", "neutral and calm"};
+  std::vector<uint64_t> choice_ids, regex_ids;
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    GenerationParams p = Constrained(1.f, seed);
+    p.response_format = ResponseFormat();
+    p.response_format.type = ResponseFormat::Type::kChoice;
+    p.response_format.choices = choices;
+    choice_ids.push_back(*e->Submit(Prompt(*e), p));
+    p.response_format.type = ResponseFormat::Type::kRegex;
+    p.response_format.regex = "(19|20)[0-9]{2}-(0[1-9]|1[0-2])";
+    regex_ids.push_back(*e->Submit(Prompt(*e), p));
+  }
+  auto out = RunAll(e.get());
+  for (uint64_t id : choice_ids) {
+    ASSERT_EQ(out[id].finish, FinishReason::kStop);
+    const std::string text = e->tokenizer()->Decode(out[id].tokens, true);
+    EXPECT_NE(std::find(choices.begin(), choices.end(), text), choices.end()) << text;
+  }
+  for (uint64_t id : regex_ids) {
+    ASSERT_EQ(out[id].finish, FinishReason::kStop);
+    const std::string text = e->tokenizer()->Decode(out[id].tokens, true);
+    ASSERT_EQ(text.size(), 7u) << text;
+    EXPECT_TRUE((text.substr(0, 2) == "19" || text.substr(0, 2) == "20") && text[4] == '-') << text;
+  }
 }
 
 TEST(EngineGrammar, AResumedRequestContinuesTheSameOutput) {

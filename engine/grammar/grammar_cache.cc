@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/grammar/json_schema.h"
+#include "engine/grammar/regex.h"
 #include "nlohmann/json.hpp"
 
 namespace kvcast {
@@ -23,6 +24,20 @@ absl::StatusOr<std::shared_ptr<const grammar::Grammar>> CompileResponseFormat(
       g = grammar::JsonSchemaGrammar(schema);
       break;
     }
+    case ResponseFormat::Type::kRegex:
+      g = grammar::RegexGrammar(format.regex);
+      break;
+    case ResponseFormat::Type::kChoice: {
+      if (format.choices.empty()) return absl::InvalidArgumentError("no choices to choose from");
+      grammar::GrammarBuilder b;
+      std::vector<grammar::GrammarBuilder::Seq> alternatives;
+      for (const std::string& c : format.choices) {
+        if (c.empty()) return absl::InvalidArgumentError("an empty choice");
+        alternatives.push_back(b.Literal(c));
+      }
+      g = b.Build(b.Rule("choice", std::move(alternatives)));
+      break;
+    }
   }
   if (!g.ok()) return g.status();
   return std::make_shared<const grammar::Grammar>(std::move(*g));
@@ -31,7 +46,8 @@ absl::StatusOr<std::shared_ptr<const grammar::Grammar>> CompileResponseFormat(
 absl::StatusOr<std::shared_ptr<const grammar::Grammar>> GrammarCache::Get(
     const ResponseFormat& format) {
   if (!format.constrained()) return std::shared_ptr<const grammar::Grammar>();
-  const std::string key = absl::StrCat(int(format.type), ":", format.json_schema);
+  std::string key = absl::StrCat(int(format.type), ":", format.json_schema, "\n", format.regex);
+  for (const std::string& c : format.choices) absl::StrAppend(&key, "\n", c.size(), ":", c);
   {
     absl::MutexLock lock(&mu_);
     if (auto it = grammars_.find(key); it != grammars_.end()) return it->second;

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -17,9 +18,12 @@
 namespace kvcast {
 
 struct ResponseFormat {
-  enum class Type { kText, kJsonObject, kJsonSchema };
+  // kRegex and kChoice are vLLM's guided_regex and guided_choice.
+  enum class Type { kText, kJsonObject, kJsonSchema, kRegex, kChoice };
   Type type = Type::kText;
-  std::string json_schema;  // kJsonSchema: the schema's JSON text
+  std::string json_schema;           // kJsonSchema: the schema's JSON text
+  std::string regex;                 // kRegex: matched whole (regex.h)
+  std::vector<std::string> choices;  // kChoice: the output is one of them
   // The last `generated_tokens` prompt tokens were generated under this
   // format already (a request resumed on another worker): the engine replays
   // them through the grammar before it samples.

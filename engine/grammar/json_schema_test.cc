@@ -6,6 +6,7 @@
 #include <string>
 
 #include "engine/grammar/matcher.h"
+#include "engine/grammar/regex.h"
 #include "engine/grammar/token_trie.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -226,6 +227,26 @@ TEST(JsonSchemaTest, PatternsMatchTheJsonTextOfMatchingStrings) {
     EXPECT_NE(built.status().message().find("JSON Schema at #/pattern: unsupported pattern"), std::string::npos)
         << built.status();
   }
+}
+
+// vLLM's guided_regex: the whole text, raw (nothing escaped).
+TEST(JsonSchemaTest, GuidedRegexMatchesTheWholeRawText) {
+  auto grammar_of = [](const char* regex) {
+    absl::StatusOr<Grammar> g = RegexGrammar(regex);
+    EXPECT_TRUE(g.ok()) << regex << ": " << g.status();
+    return std::make_shared<const Grammar>(std::move(*g));
+  };
+  auto digits = grammar_of("[0-9]{3}");
+  EXPECT_TRUE(Matches(digits, "123"));
+  EXPECT_FALSE(Matches(digits, "1234"));
+  EXPECT_FALSE(Matches(digits, "a123"));
+  auto quoted = grammar_of(R"(^a"b\\c\n.$)");
+  EXPECT_TRUE(Matches(quoted, "a\"b\\c\nx"));
+  EXPECT_FALSE(Matches(quoted, R"(a\"b\\c\nx)"));  // JSON escapes are not what it matches
+  auto answer = grammar_of(R"((yes|no), because [^\n]{1,20}\.)");
+  EXPECT_TRUE(Matches(answer, "no, because \"it\" is late."));
+  EXPECT_FALSE(Matches(answer, "maybe, because."));
+  EXPECT_FALSE(RegexGrammar("(a").ok());
 }
 
 TEST(JsonSchemaTest, RefsIncludingRecursion) {

@@ -27,7 +27,8 @@ struct CharClass {
 
 class RegexCompiler {
  public:
-  RegexCompiler(GrammarBuilder& b, std::string_view pattern) : b_(b), p_(pattern) {}
+  RegexCompiler(GrammarBuilder& b, std::string_view pattern, bool raw)
+      : b_(b), p_(pattern), raw_(raw) {}
 
   absl::StatusOr<RuleId> Compile() {
     size_t end = p_.size();
@@ -45,9 +46,9 @@ class RegexCompiler {
     if (!body.ok()) return body.status();
     if (pos_ != end_) return Refuse(absl::StrCat("an unmatched ')' at ", pos_));
     Seq all;
-    if (!anchored_start) all.push_back(AnyText());
+    if (!anchored_start && !raw_) all.push_back(AnyText());
     Append(all, *body);
-    if (!anchored_end) all.push_back(AnyText());
+    if (!anchored_end && !raw_) all.push_back(AnyText());
     return b_.Rule("pattern", {all});
   }
 
@@ -67,6 +68,10 @@ class RegexCompiler {
   // One character as JSON writes it inside a string.
   Seq JsonChar(uint32_t cp) {
     std::string text;
+    if (raw_) {
+      AppendUtf8(cp, &text);
+      return b_.Literal(text);
+    }
     switch (cp) {
       case '"': text = "\\\""; break;
       case '\\': text = "\\\\"; break;
@@ -116,16 +121,17 @@ class RegexCompiler {
   // A class as one symbol: a rule of its characters' JSON forms.
   Symbol ClassSymbol(const CharClass& c) {
     std::vector<Seq> alternatives;
-    ByteSet plain;
-    for (int ch = 0x20; ch < 0x7f; ++ch) {
-      if (c.ascii.Has(uint8_t(ch)) && ch != '"' && ch != '\\') plain.Add(uint8_t(ch), uint8_t(ch));
-    }
-    if (!plain.Empty()) alternatives.push_back({b_.Bytes(plain)});
+    ByteSet plain;  // raw: every ASCII member; JSON: those written as themselves
     for (int ch = 0; ch < 0x80; ++ch) {
-      if (c.ascii.Has(uint8_t(ch)) && (ch < 0x20 || ch == '"' || ch == '\\' || ch == 0x7f)) {
+      const bool as_is = raw_ || (ch >= 0x20 && ch < 0x7f && ch != '"' && ch != '\\');
+      if (!c.ascii.Has(uint8_t(ch))) continue;
+      if (as_is) {
+        plain.Add(uint8_t(ch), uint8_t(ch));
+      } else {
         alternatives.push_back(JsonChar(uint32_t(ch)));
       }
     }
+    if (!plain.Empty()) alternatives.insert(alternatives.begin(), Seq{b_.Bytes(plain)});
     if (c.any_non_ascii) {
       for (Seq& s : Utf8NonAscii(b_)) alternatives.push_back(std::move(s));
     } else {
@@ -373,6 +379,7 @@ class RegexCompiler {
 
   GrammarBuilder& b_;
   std::string_view p_;
+  const bool raw_;  // the text itself (guided_regex), not a JSON string's contents
   size_t pos_ = 0;
   size_t end_ = 0;
 };
@@ -380,7 +387,14 @@ class RegexCompiler {
 }  // namespace
 
 absl::StatusOr<RuleId> JsonStringPattern(GrammarBuilder& b, std::string_view pattern) {
-  return RegexCompiler(b, pattern).Compile();
+  return RegexCompiler(b, pattern, /*raw=*/false).Compile();
+}
+
+absl::StatusOr<Grammar> RegexGrammar(std::string_view regex) {
+  GrammarBuilder b;
+  absl::StatusOr<RuleId> root = RegexCompiler(b, regex, /*raw=*/true).Compile();
+  if (!root.ok()) return root.status();
+  return b.Build(*root);
 }
 
 }  // namespace kvcast::grammar

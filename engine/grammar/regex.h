@@ -32,6 +32,10 @@ namespace kvcast::grammar {
 // strings `pattern` matches.
 absl::StatusOr<RuleId> JsonStringPattern(GrammarBuilder& b, std::string_view pattern);
 
+// The text `regex` matches whole (vLLM's guided_regex: anchored at both
+// ends whether or not it says so), as raw UTF-8, nothing escaped.
+absl::StatusOr<Grammar> RegexGrammar(std::string_view regex);
+
 }  // namespace kvcast::grammar
 
 #endif  // KVCAST_ENGINE_GRAMMAR_REGEX_H_

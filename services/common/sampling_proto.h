@@ -30,10 +30,18 @@ inline ResponseFormat ResponseFormatFromProto(const v1::SamplingParams& s) {
     case v1::ResponseFormat::RESPONSE_FORMAT_JSON_SCHEMA:
       f.type = ResponseFormat::Type::kJsonSchema;
       break;
+    case v1::ResponseFormat::RESPONSE_FORMAT_REGEX:
+      f.type = ResponseFormat::Type::kRegex;
+      break;
+    case v1::ResponseFormat::RESPONSE_FORMAT_CHOICE:
+      f.type = ResponseFormat::Type::kChoice;
+      break;
     default:
       break;
   }
   f.json_schema = s.response_format().json_schema();
+  f.regex = s.response_format().regex();
+  f.choices.assign(s.response_format().choices().begin(), s.response_format().choices().end());
   f.generated_tokens = s.response_format().generated_tokens();
   return f;
 }

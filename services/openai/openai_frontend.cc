@@ -548,6 +548,12 @@ class OpenAiFrontend::Impl {
       } else if (creq.format == CompletionRequest::Format::kJsonSchema) {
         s->mutable_response_format()->set_type(v1::ResponseFormat::RESPONSE_FORMAT_JSON_SCHEMA);
         s->mutable_response_format()->set_json_schema(creq.json_schema);
+      } else if (creq.format == CompletionRequest::Format::kRegex) {
+        s->mutable_response_format()->set_type(v1::ResponseFormat::RESPONSE_FORMAT_REGEX);
+        s->mutable_response_format()->set_regex(creq.regex);
+      } else if (creq.format == CompletionRequest::Format::kChoice) {
+        s->mutable_response_format()->set_type(v1::ResponseFormat::RESPONSE_FORMAT_CHOICE);
+        *s->mutable_response_format()->mutable_choices() = {creq.choices.begin(), creq.choices.end()};
       }
       for (const std::string& stop : creq.stop) g.add_stop(stop);
       g.mutable_stop_token_ids()->Add(creq.stop_token_ids.begin(), creq.stop_token_ids.end());

@@ -240,10 +240,13 @@ std::optional<ApiError> ParseResponseFormat(const Json& j, CompletionRequest* r)
                                                       " is not one of text, json_object, json_schema"));
     }
   }
+  auto one_format = [&](const char* name) -> std::optional<ApiError> {
+    if (r->format == Format::kText) return std::nullopt;
+    return Bad(name, absl::StrCat("give one of response_format, guided_json, guided_regex and "
+                                  "guided_choice, not '", name, "' beside another"));
+  };
   if (auto it = j.find("guided_json"); it != j.end() && !it->is_null()) {
-    if (r->format != Format::kText) {
-      return Bad("guided_json", "give either 'guided_json' or a 'response_format', not both");
-    }
+    if (auto e = one_format("guided_json")) return e;
     Json schema = *it;
     if (it->is_string()) {
       schema = Json::parse(it->get<std::string>(), nullptr, /*allow_exceptions=*/false);
@@ -253,10 +256,30 @@ std::optional<ApiError> ParseResponseFormat(const Json& j, CompletionRequest* r)
     r->format = Format::kJsonSchema;
     r->json_schema = schema.dump();
   }
-  for (const char* name : {"guided_regex", "guided_choice", "guided_grammar"}) {
-    if (auto e = Refuse(j, name, [](const Json&) { return false; },
-                        "is not supported (use response_format or guided_json)")) return e;
+  if (auto it = j.find("guided_regex"); it != j.end() && !it->is_null()) {
+    if (auto e = one_format("guided_regex")) return e;
+    if (!it->is_string() || it->get<std::string>().empty()) {
+      return Bad("guided_regex", "'guided_regex' must be a non-empty string");
+    }
+    r->format = Format::kRegex;
+    r->regex = it->get<std::string>();
   }
+  if (auto it = j.find("guided_choice"); it != j.end() && !it->is_null()) {
+    if (auto e = one_format("guided_choice")) return e;
+    if (!it->is_array() || it->empty()) {
+      return Bad("guided_choice", "'guided_choice' must be a non-empty list of strings");
+    }
+    for (const Json& c : *it) {
+      if (!c.is_string() || c.get<std::string>().empty()) {
+        return Bad("guided_choice", "'guided_choice' must be a non-empty list of non-empty strings");
+      }
+      r->choices.push_back(c.get<std::string>());
+    }
+    r->format = Format::kChoice;
+  }
+  if (auto e = Refuse(j, "guided_grammar", [](const Json&) { return false; },
+                      "is not supported (use response_format, guided_json, guided_regex or "
+                      "guided_choice)")) return e;
   return std::nullopt;
 }
 

@@ -71,16 +71,18 @@ struct CompletionRequest {
   // response_format (or vLLM's guided_json): the format the output must
   // have, enforced by constrained decoding. The schema is checked by the
   // scheduler (a 400 naming an unsupported keyword).
-  enum class Format { kText, kJsonObject, kJsonSchema };
+  // kRegex, kChoice: vLLM's guided_regex, guided_choice.
+  enum class Format { kText, kJsonObject, kJsonSchema, kRegex, kChoice };
   Format format = Format::kText;
   std::string json_schema;  // kJsonSchema: the schema's JSON text, key order kept
+  std::string regex;                 // kRegex
+  std::vector<std::string> choices;  // kChoice
 };
 
 // Parses and validates a request body. Unknown fields are ignored (as vLLM
 // does); fields kvcast cannot honour (n > 1, echo, best_of > 1,
 // non-zero presence/frequency penalties, logit_bias, images, vLLM's
-// guided_regex / guided_choice / guided_grammar) are refused naming the
-// field, never silently dropped.
+// guided_grammar) are refused naming the field, never silently dropped.
 std::optional<ApiError> ParseRequest(Endpoint endpoint, const std::string& body,
                                      CompletionRequest* out);
 

@@ -129,10 +129,14 @@ TEST(OpenAiProtocolTest, RefusesBadFieldsNamingThem) {
       {Endpoint::kCompletions, R"({"prompt":"a","guided_json":"{no"})", "guided_json", "not valid JSON"},
       {Endpoint::kCompletions,
        R"({"prompt":"a","guided_json":{},"response_format":{"type":"json_object"}})", "guided_json",
-       "not both"},
-      {Endpoint::kCompletions, R"({"prompt":"a","guided_regex":"a+"})", "guided_regex",
-       "not supported"},
-      {Endpoint::kCompletions, R"({"prompt":"a","guided_choice":["a"]})", "guided_choice",
+       "not 'guided_json' beside another"},
+      {Endpoint::kCompletions, R"({"prompt":"a","guided_regex":"a+","guided_choice":["a"]})",
+       "guided_choice", "beside another"},
+      {Endpoint::kCompletions, R"({"prompt":"a","guided_regex":""})", "guided_regex", "non-empty string"},
+      {Endpoint::kCompletions, R"({"prompt":"a","guided_choice":[]})", "guided_choice", "non-empty list"},
+      {Endpoint::kCompletions, R"({"prompt":"a","guided_choice":["a",""]})", "guided_choice",
+       "non-empty strings"},
+      {Endpoint::kCompletions, R"({"prompt":"a","guided_grammar":"root ::= x"})", "guided_grammar",
        "not supported"},
   };
   for (const Case& c : cases) {
@@ -168,6 +172,12 @@ TEST(OpenAiProtocolTest, ResponseFormatsOnBothEndpoints) {
   EXPECT_EQ(r.json_schema, R"({"type":"boolean"})");
   r = Parsed(Endpoint::kCompletions, R"({"prompt":"a","guided_json":{"enum":[1,2]}})");
   EXPECT_EQ(r.json_schema, R"({"enum":[1,2]})");
+  r = Parsed(Endpoint::kChat, chat + R"("guided_regex":"[0-9]+"})");
+  EXPECT_EQ(r.format, Format::kRegex);
+  EXPECT_EQ(r.regex, "[0-9]+");
+  r = Parsed(Endpoint::kChat, chat + R"("guided_choice":["yes","no"]})");
+  EXPECT_EQ(r.format, Format::kChoice);
+  EXPECT_THAT(r.choices, ElementsAre("yes", "no"));
 }
 
 TEST(OpenAiProtocolTest, WritesChunksAndResponsesAsVllmDoes) {

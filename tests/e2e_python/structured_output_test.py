@@ -11,6 +11,8 @@ goes prefill -> MoQT -> decode), then, with PyPI's `openai`, `pydantic` and
                    with jsonschema against the schema the client sent
   json_object      response_format {"type": "json_object"} on chat and
                    completions: the text is a JSON object
+  guided           vLLM's guided_choice and guided_regex (extra_body): the
+                   answer is one of the choices / matches the whole regex
   refused_schema   a schema keyword kvcast does not enforce: 400 naming it,
                    with param response_format
   decode_killed    two long structured streams; the decode worker serving
@@ -31,6 +33,7 @@ import importlib.metadata
 import json
 import os
 import pathlib
+import re
 import signal
 import sys
 import threading
@@ -246,6 +249,19 @@ class Checks:
         expect(c.choices[0].finish_reason == "stop", f"{c}")
         expect(isinstance(json.loads(c.choices[0].text), dict), f"{c.choices[0].text!r}")
 
+    def guided(self):
+        choices = ["positive", "negative", "neutral"]
+        r = self.client.chat.completions.create(
+            model=self.model, messages=self.chat("Is 'I loved this film' positive or negative?"),
+            max_tokens=20, temperature=0, extra_body={"guided_choice": choices})
+        expect(r.choices[0].message.content in choices and r.choices[0].finish_reason == "stop",
+               f"{r.choices[0]}")
+        c = self.client.completions.create(
+            model=self.model, prompt="The first moon landing happened on", max_tokens=20,
+            temperature=0, extra_body={"guided_regex": r" \d{4}-\d{2}-\d{2}"})
+        expect(re.fullmatch(r" \d{4}-\d{2}-\d{2}", c.choices[0].text) is not None, f"{c.choices[0]}")
+        log(f"guided_choice: {r.choices[0].message.content!r}; guided_regex: {c.choices[0].text!r}")
+
     def refused_schema(self):
         try:
             self.client.chat.completions.create(
@@ -337,7 +353,7 @@ def main():
     try:
         if runner.run("setup", setup):
             c = state["checks"]
-            for name in ("parse_models", "json_object", "refused_schema", "decode_killed"):
+            for name in ("parse_models", "json_object", "guided", "refused_schema", "decode_killed"):
                 runner.run(name, getattr(c, name))
     finally:
         if cluster is not None:
