@@ -21,7 +21,7 @@ absl::StatusOr<std::shared_ptr<const grammar::Grammar>> CompileResponseFormat(
       nlohmann::ordered_json schema =
           nlohmann::ordered_json::parse(format.json_schema, nullptr, /*allow_exceptions=*/false);
       if (schema.is_discarded()) return absl::InvalidArgumentError("the JSON schema is not JSON");
-      g = grammar::JsonSchemaGrammar(schema);
+      g = grammar::JsonSchemaGrammar(schema, format.json_prefix, format.json_suffix);
       break;
     }
     case ResponseFormat::Type::kRegex:
@@ -46,7 +46,9 @@ absl::StatusOr<std::shared_ptr<const grammar::Grammar>> CompileResponseFormat(
 absl::StatusOr<std::shared_ptr<const grammar::Grammar>> GrammarCache::Get(
     const ResponseFormat& format) {
   if (!format.constrained()) return std::shared_ptr<const grammar::Grammar>();
-  std::string key = absl::StrCat(int(format.type), ":", format.json_schema, "\n", format.regex);
+  std::string key = absl::StrCat(int(format.type), ":", format.json_schema, "\n", format.regex,
+                                 "\n", format.json_prefix.size(), ":", format.json_prefix,
+                                 format.json_suffix);
   for (const std::string& c : format.choices) absl::StrAppend(&key, "\n", c.size(), ":", c);
   {
     absl::MutexLock lock(&mu_);

@@ -22,6 +22,7 @@ struct ResponseFormat {
   enum class Type { kText, kJsonObject, kJsonSchema, kRegex, kChoice };
   Type type = Type::kText;
   std::string json_schema;           // kJsonSchema: the schema's JSON text
+  std::string json_prefix, json_suffix;  // kJsonSchema: literal text around the JSON
   std::string regex;                 // kRegex: matched whole (regex.h)
   std::vector<std::string> choices;  // kChoice: the output is one of them
   // The last `generated_tokens` prompt tokens were generated under this

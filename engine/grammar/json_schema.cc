@@ -55,6 +55,12 @@ class Compiler {
   }
 
   absl::StatusOr<Grammar> Finish(RuleId root) { return b_.Build(root); }
+  RuleId Around(std::string_view prefix, RuleId body, std::string_view suffix) {
+    Seq seq = b_.Literal(prefix);
+    seq.push_back(GrammarBuilder::Ref(body));
+    Append(seq, b_.Literal(suffix));
+    return b_.Rule("around", {seq});
+  }
   absl::StatusOr<RuleId> Compile(const Json& s, const std::string& path);
   RuleId AnyValue();
   RuleId AnyObject();
@@ -648,11 +654,13 @@ absl::StatusOr<Grammar> JsonObjectGrammar() {
   return c.Finish(c.AnyObject());
 }
 
-absl::StatusOr<Grammar> JsonSchemaGrammar(const Json& schema) {
+absl::StatusOr<Grammar> JsonSchemaGrammar(const Json& schema, std::string_view prefix,
+                                          std::string_view suffix) {
   Compiler c(&schema);
   absl::StatusOr<RuleId> root = c.Compile(schema, "#");
   if (!root.ok()) return root.status();
-  return c.Finish(*root);
+  if (prefix.empty() && suffix.empty()) return c.Finish(*root);
+  return c.Finish(c.Around(prefix, *root, suffix));
 }
 
 }  // namespace kvcast::grammar

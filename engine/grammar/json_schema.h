@@ -25,6 +25,8 @@
 #ifndef KVCAST_ENGINE_GRAMMAR_JSON_SCHEMA_H_
 #define KVCAST_ENGINE_GRAMMAR_JSON_SCHEMA_H_
 
+#include <string_view>
+
 #include "absl/status/statusor.h"
 #include "engine/grammar/grammar.h"
 #include "nlohmann/json_fwd.hpp"
@@ -35,9 +37,11 @@ inline constexpr int kMaxWhitespace = 20;
 
 // Any JSON object (with any values inside).
 absl::StatusOr<Grammar> JsonObjectGrammar();
-// JSON texts valid under `schema`; InvalidArgument naming what is not
-// supported, with its JSON pointer.
-absl::StatusOr<Grammar> JsonSchemaGrammar(const nlohmann::ordered_json& schema);
+// JSON texts valid under `schema`, between the literal `prefix` and
+// `suffix`; InvalidArgument naming what is not supported, with its JSON
+// pointer.
+absl::StatusOr<Grammar> JsonSchemaGrammar(const nlohmann::ordered_json& schema,
+                                          std::string_view prefix = "", std::string_view suffix = "");
 
 }  // namespace kvcast::grammar
 

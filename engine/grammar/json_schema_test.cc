@@ -249,6 +249,17 @@ TEST(JsonSchemaTest, GuidedRegexMatchesTheWholeRawText) {
   EXPECT_FALSE(RegexGrammar("(a").ok());
 }
 
+TEST(JsonSchemaTest, TextAroundTheJson) {
+  absl::StatusOr<Grammar> built = JsonSchemaGrammar(
+      Json::parse(R"({"type": "object", "properties": {"name": {"const": "f"}}, "required": ["name"]})"),
+      "<tool_call>\n", "\n</tool_call>");
+  ASSERT_TRUE(built.ok()) << built.status();
+  auto g = std::make_shared<const Grammar>(std::move(*built));
+  EXPECT_TRUE(Matches(g, "<tool_call>\n{\"name\": \"f\"}\n</tool_call>"));
+  EXPECT_FALSE(Matches(g, "{\"name\": \"f\"}"));
+  EXPECT_FALSE(Matches(g, "<tool_call>\n{\"name\": \"f\"}"));
+}
+
 TEST(JsonSchemaTest, RefsIncludingRecursion) {
   auto g = FromSchema(R"({"$defs": {"node": {"type": "object", "properties": {
       "v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}},

@@ -41,6 +41,8 @@ inline ResponseFormat ResponseFormatFromProto(const v1::SamplingParams& s) {
   }
   f.json_schema = s.response_format().json_schema();
   f.regex = s.response_format().regex();
+  f.json_prefix = s.response_format().json_prefix();
+  f.json_suffix = s.response_format().json_suffix();
   f.choices.assign(s.response_format().choices().begin(), s.response_format().choices().end());
   f.generated_tokens = s.response_format().generated_tokens();
   return f;

@@ -90,10 +90,13 @@ int64_t UnixNow() {
 class Job : public std::enable_shared_from_this<Job> {
  public:
   Job(CompletionRequest req, std::shared_ptr<HttpExchange> ex, std::string model, int n,
-      const Tokenizer* tokenizer)
+      const Tokenizer* tokenizer, ToolCallFormat tool_format)
       : req_(std::move(req)),
         ex_(std::move(ex)),
         tokenizer_(tokenizer),
+        tools_(req_.endpoint == Endpoint::kChat &&
+               req_.tool_choice != CompletionRequest::ToolChoice::kNone),
+        tool_format_(tool_format),
         id_(NewResponseId(req_.endpoint)),
         created_(UnixNow()),
         model_(std::move(model)),
@@ -122,7 +125,17 @@ class Job : public std::enable_shared_from_this<Job> {
       }
       StartStreamLocked();
       // A token whose text is held back (a stop string may be starting, or
-      // a character is incomplete) has its logprobs sent with the next text.
+      // a character is incomplete, or a tool call may be) has its logprobs
+      // sent with the next text.
+      if (tools_) {
+        c.text += d.text();
+        const size_t start = ToolCallStart(tool_format_, c.text);
+        if (start > c.text_sent) {
+          SendChunkLocked(index, c.text.substr(c.text_sent, start - c.text_sent), "");
+          c.text_sent = start;
+        }
+        return;
+      }
       if (!d.text().empty()) SendChunkLocked(index, d.text(), "");
     } else if (r.has_final()) {
       const v1::Final& f = r.final();
@@ -132,6 +145,19 @@ class Job : public std::enable_shared_from_this<Job> {
       c.completion_tokens = f.usage().generated_tokens();
       if (req_.stream) {
         StartStreamLocked();
+        if (tools_) {  // what was held back: text, and the calls in it
+          ParsedToolCalls parsed = ParseToolCalls(tool_format_, c.text.substr(c.text_sent));
+          if (parsed.content) SendChunkLocked(index, *parsed.content, "");
+          if (!parsed.calls.empty()) {
+            Json calls = Json::array();
+            for (size_t k = 0; k < parsed.calls.size(); ++k) {
+              const ToolCall& t = parsed.calls[k];
+              calls.push_back(ToolCallJson(t.id, t.name, t.arguments, int(k)));
+            }
+            SendJsonLocked(ToolCallsChunk(id_, created_, model_, index, std::move(calls)));
+            if (c.finish == "stop") c.finish = "tool_calls";
+          }
+        }
         SendChunkLocked(index, "", c.finish);
       }
     }
@@ -157,6 +183,14 @@ class Job : public std::enable_shared_from_this<Job> {
       std::vector<Choice> out;
       for (const ChoiceState& c : choices_) {
         out.push_back({c.text, c.finish, LogprobsJson(req_.endpoint, c.logprobs, 0, req_.logprobs)});
+        if (!tools_) continue;
+        ParsedToolCalls parsed = ParseToolCalls(tool_format_, c.text);
+        if (parsed.calls.empty()) continue;
+        out.back().text = parsed.content.value_or("");
+        for (const ToolCall& t : parsed.calls) {
+          out.back().tool_calls.push_back(ToolCallJson(t.id, t.name, t.arguments));
+        }
+        if (c.finish == "stop") out.back().finish_reason = "tool_calls";
       }
       ex_->Respond(200, "application/json",
                    Dump(FullResponse(req_.endpoint, id_, created_, model_, out, usage)));
@@ -181,7 +215,8 @@ class Job : public std::enable_shared_from_this<Job> {
 
  private:
   struct ChoiceState {
-    std::string text;
+    std::string text;  // the answer so far (streaming: only with tools, for ToolCallStart)
+    size_t text_sent = 0;  // streaming with tools: of `text`, sent as content
     std::string finish;
     int prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
     // With logprobs: every token's (not streaming), or those not sent yet.
@@ -256,6 +291,8 @@ class Job : public std::enable_shared_from_this<Job> {
   const CompletionRequest req_;
   const std::shared_ptr<HttpExchange> ex_;
   const Tokenizer* const tokenizer_;  // may be null
+  const bool tools_;                  // chat with tool_choice other than none: calls are parsed out
+  const ToolCallFormat tool_format_;
   const std::string id_;
   const int64_t created_;
   const std::string model_;
@@ -551,6 +588,14 @@ class OpenAiFrontend::Impl {
       } else if (creq.format == CompletionRequest::Format::kRegex) {
         s->mutable_response_format()->set_type(v1::ResponseFormat::RESPONSE_FORMAT_REGEX);
         s->mutable_response_format()->set_regex(creq.regex);
+      } else if (creq.tool_choice == CompletionRequest::ToolChoice::kRequired ||
+                 creq.tool_choice == CompletionRequest::ToolChoice::kNamed) {
+        const ForcedToolCall forced = ForcedToolCallOf(hooks_.tool_call_format, creq.tools, creq.tool_name);
+        v1::ResponseFormat* f = s->mutable_response_format();
+        f->set_type(v1::ResponseFormat::RESPONSE_FORMAT_JSON_SCHEMA);
+        f->set_json_schema(forced.schema);
+        f->set_json_prefix(forced.prefix);
+        f->set_json_suffix(forced.suffix);
       } else if (creq.format == CompletionRequest::Format::kChoice) {
         s->mutable_response_format()->set_type(v1::ResponseFormat::RESPONSE_FORMAT_CHOICE);
         *s->mutable_response_format()->mutable_choices() = {creq.choices.begin(), creq.choices.end()};
@@ -561,7 +606,7 @@ class OpenAiFrontend::Impl {
       calls.push_back(std::move(g));
     }
     auto job = std::make_shared<Job>(std::move(creq), ex, served->name, int(calls.size()),
-                                     tokenizer_);
+                                     tokenizer_, hooks_.tool_call_format);
     job->Start(stub_.get(), std::move(calls), authorization);
   }
 

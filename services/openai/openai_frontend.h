@@ -34,6 +34,7 @@
 #include "services/common/metrics.h"
 #include "services/common/work_pool.h"
 #include "services/openai/openai_protocol.h"
+#include "services/openai/tool_calls.h"
 
 namespace kvcast::openai {
 
@@ -54,6 +55,8 @@ struct FrontendHooks {
   std::function<absl::StatusOr<std::string>(const Json& messages, const Json& tools,
                                             bool add_generation_prompt, const Json& kwargs)>
       render_chat;
+  // How the chat template has the model write tool calls (tool_calls.h).
+  ToolCallFormat tool_call_format = ToolCallFormat::kHermes;
 };
 
 struct FrontendOptions {

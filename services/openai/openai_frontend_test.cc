@@ -27,7 +27,8 @@ using services::testing::SendAll;
 // Scripts: [1] three deltas then a Final; [2] one delta then UNAVAILABLE;
 // [3] RESOURCE_EXHAUSTED; [4] one delta, then waits to be cancelled;
 // [5] UNAUTHENTICATED unless the call carries "authorization: Bearer k";
-// [6] RESOURCE_EXHAUSTED for the tenant (trailing kvcast-limit, retry-after).
+// [6] RESOURCE_EXHAUSTED for the tenant (trailing kvcast-limit, retry-after);
+// [7] text, then a Hermes tool call split across deltas, then STOP.
 class ScriptedGeneration final : public v1::Generation::Service {
  public:
   grpc::Status Generate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
@@ -69,6 +70,16 @@ class ScriptedGeneration final : public v1::Generation::Service {
       case 2:
         delta("x", 10, true);
         return grpc::Status(grpc::UNAVAILABLE, "decode worker lost");
+      case 7: {
+        delta("Let me look. <tool", 'L', true);
+        delta("_call>\n{\"name\": \"get_weather\", ", 'n', false);
+        delta("\"arguments\": {\"city\": \"Lisbon\"}}\n</tool_call>", 'a', false);
+        v1::GenerateResponse r;
+        r.mutable_final()->set_finish_reason(v1::FINISH_REASON_STOP);
+        r.mutable_final()->mutable_usage()->set_generated_tokens(3);
+        w->Write(r);
+        return grpc::Status::OK;
+      }
       case 3:
         return grpc::Status(grpc::RESOURCE_EXHAUSTED, "queue full");
       case 4:
@@ -123,8 +134,10 @@ class OpenAiFrontendTest : public ::testing::Test {
     hooks.ready = [] { return true; };
     hooks.metrics = [] { return std::string("kvcast_x 1\n"); };
     hooks.render_chat = [](const Json& messages, const Json&, bool gen, const Json&) {
-      // Byte 1 first: the upstream's script [1].
-      return absl::StatusOr<std::string>("\x01" + messages.dump() + (gen ? "!" : ""));
+      // Byte 1 first: the upstream's script [1]; a question about the
+      // weather: [7].
+      const bool weather = messages.dump().find("weather") != std::string::npos;
+      return absl::StatusOr<std::string>((weather ? "\x07" : "\x01") + messages.dump() + (gen ? "!" : ""));
     };
     frontend_ = std::make_unique<OpenAiFrontend>(
         grpc_->InProcessChannel(grpc::ChannelArguments()), &tokenizer_, &keys_,
@@ -255,6 +268,61 @@ TEST_F(OpenAiFrontendTest, StreamedCompletionLogprobsTravelWithTheirText) {
                            "\"token_logprobs\":[-1.0,-1.5],"));
   EXPECT_THAT(r, HasSubstr(R"("text_offset":[1,2]})"));
   EXPECT_THAT(r, HasSubstr(R"("text":"","logprobs":null,"finish_reason":"stop")"));
+}
+
+constexpr char kWeatherChat[] = R"({"messages":[{"role":"user","content":"weather in Lisbon?"}],
+    "tools":[{"type":"function","function":{"name":"get_weather",
+      "parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}])";
+
+// With tools (tool_choice auto), the model's call comes back in
+// message.tool_calls, the text around it as content, finish "tool_calls".
+TEST_F(OpenAiFrontendTest, ToolCallsAreParsedOutOfTheAnswer) {
+  std::string r = Call(PostJson("/v1/chat/completions", std::string(kWeatherChat) + "}"), "}}}");
+  const Json body = Json::parse(r.substr(r.find("\r\n\r\n") + 4));
+  const Json& choice = body["choices"][0];
+  EXPECT_EQ(choice["finish_reason"], "tool_calls") << r;
+  EXPECT_EQ(choice["message"]["content"], "Let me look.");
+  ASSERT_EQ(choice["message"]["tool_calls"].size(), 1u) << r;
+  const Json& call = choice["message"]["tool_calls"][0];
+  EXPECT_EQ(call["type"], "function");
+  EXPECT_EQ(call["function"]["name"], "get_weather");
+  EXPECT_EQ(call["function"]["arguments"], R"({"city":"Lisbon"})");
+  EXPECT_EQ(call["id"].get<std::string>().rfind("chatcmpl-tool-", 0), 0u);
+  // tool_choice none: the text as the model wrote it.
+  r = Call(PostJson("/v1/chat/completions", std::string(kWeatherChat) + R"(,"tool_choice":"none"})"), "}}}");
+  const Json plain = Json::parse(r.substr(r.find("\r\n\r\n") + 4))["choices"][0];
+  EXPECT_EQ(plain["finish_reason"], "stop");
+  EXPECT_THAT(plain["message"]["content"].get<std::string>(), HasSubstr("<tool_call>"));
+  EXPECT_TRUE(plain["message"]["tool_calls"].empty());
+}
+
+// Streamed: text before the call streams (never a piece of the tag), then
+// one delta with the call (index, id, name, arguments), then the finish.
+TEST_F(OpenAiFrontendTest, StreamedToolCallsComeAsADelta) {
+  std::string r = Call(PostJson("/v1/chat/completions", std::string(kWeatherChat) + R"(,"stream":true})"),
+                       "data: [DONE]\n\n\r\n0\r\n\r\n");
+  const size_t text = r.find(R"("delta":{"content":"Let me look. "})");
+  const size_t calls = r.find(R"("delta":{"tool_calls":[{"index":0,"id":"chatcmpl-tool-)");
+  const size_t args = r.find(R"("function":{"name":"get_weather","arguments":"{\"city\":\"Lisbon\"}"}}]})");
+  const size_t finish = r.find(R"("finish_reason":"tool_calls")");
+  EXPECT_TRUE(text != std::string::npos && text < calls && calls < args && args < finish) << r;
+  EXPECT_THAT(r, Not(HasSubstr("<tool")));
+}
+
+// A forced call: the grammar's schema travels as the request's
+// response_format, the call's JSON between the template's tags.
+TEST_F(OpenAiFrontendTest, ForcedToolCallsAskForTheirGrammar) {
+  Call(PostJson("/v1/chat/completions", std::string(kWeatherChat) +
+                    R"(,"tool_choice":{"type":"function","function":{"name":"get_weather"}}})"),
+       "}}}");
+  const v1::ResponseFormat& f = upstream_.last_request_.sampling().response_format();
+  EXPECT_EQ(f.type(), v1::ResponseFormat::RESPONSE_FORMAT_JSON_SCHEMA);
+  EXPECT_EQ(f.json_prefix(), "<tool_call>\n");
+  EXPECT_EQ(f.json_suffix(), "\n</tool_call>");
+  EXPECT_EQ(Json::parse(f.json_schema()), Json::parse(R"({"type":"object","properties":{
+      "name":{"const":"get_weather"},
+      "arguments":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}},
+      "required":["name","arguments"],"additionalProperties":false})"));
 }
 
 TEST_F(OpenAiFrontendTest, ErrorAfterTheFirstTokenIsAnEventThenDone) {

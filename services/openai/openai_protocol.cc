@@ -204,6 +204,52 @@ std::optional<ApiError> FlattenContent(const Json& content, std::string* out) {
   return std::nullopt;
 }
 
+// tool_choice: "none" | "auto" | "required" | {"type": "function",
+// "function": {"name"}}, against the request's tools.
+std::optional<ApiError> ParseToolChoice(const Json& j, CompletionRequest* r) {
+  using ToolChoice = CompletionRequest::ToolChoice;
+  const bool have_tools = r->tools.is_array() && !r->tools.empty();
+  r->tool_choice = have_tools ? ToolChoice::kAuto : ToolChoice::kNone;
+  for (const Json& t : have_tools ? r->tools : Json::array()) {
+    if (!t.is_object() || t.value("type", "") != "function" || !t.contains("function") ||
+        !t["function"].is_object() || !t["function"].contains("name") || !t["function"]["name"].is_string()) {
+      return Bad("tools", "each of 'tools' must be {\"type\": \"function\", \"function\": {\"name\", ...}}");
+    }
+  }
+  auto it = j.find("tool_choice");
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (it->is_string()) {
+    const std::string c = it->get<std::string>();
+    if (c == "none") {
+      r->tool_choice = ToolChoice::kNone;
+    } else if (c == "auto") {
+      if (!have_tools) return Bad("tool_choice", "'tool_choice' \"auto\" needs 'tools'");
+    } else if (c == "required") {
+      if (!have_tools) return Bad("tool_choice", "'tool_choice' \"required\" needs 'tools'");
+      r->tool_choice = ToolChoice::kRequired;
+    } else {
+      return Bad("tool_choice", absl::StrCat("'tool_choice' ", Json(c).dump(),
+                                             " is not one of none, auto, required"));
+    }
+    return std::nullopt;
+  }
+  if (!it->is_object() || it->value("type", "") != "function" || !it->contains("function") ||
+      !(*it)["function"].is_object() || !(*it)["function"].contains("name") ||
+      !(*it)["function"]["name"].is_string()) {
+    return Bad("tool_choice", "'tool_choice' must be none, auto, required or "
+                              "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+  }
+  r->tool_name = (*it)["function"]["name"].get<std::string>();
+  bool known = false;
+  for (const Json& t : have_tools ? r->tools : Json::array()) known = known || t["function"]["name"] == r->tool_name;
+  if (!known) {
+    return Bad("tool_choice", absl::StrCat("'tool_choice' names ", Json(r->tool_name).dump(),
+                                           ", which is not among 'tools'"));
+  }
+  r->tool_choice = ToolChoice::kNamed;
+  return std::nullopt;
+}
+
 // response_format {"type": "text" | "json_object" | "json_schema",
 // "json_schema": {"name", "schema", "strict", "description"}}, or vLLM's
 // guided_json (a schema, or its JSON text).
@@ -313,6 +359,7 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, const std::string& body,
       if (!it->is_array()) return Bad("tools", "'tools' must be a list");
       r.tools = *it;
     }
+    if (auto e = ParseToolChoice(j, &r)) return e;
     if (auto e = ReadBool(j, "add_generation_prompt", &r.add_generation_prompt)) return e;
     if (auto it = j.find("chat_template_kwargs"); it != j.end() && !it->is_null()) {
       if (!it->is_object()) return Bad("chat_template_kwargs", "'chat_template_kwargs' must be an object");
@@ -327,6 +374,11 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, const std::string& body,
     r.top_logprobs = k ? int(*k) : 0;
   }
   if (auto e = ParseResponseFormat(j, &r)) return e;
+  if (r.format != CompletionRequest::Format::kText &&
+      (r.tool_choice == CompletionRequest::ToolChoice::kRequired ||
+       r.tool_choice == CompletionRequest::ToolChoice::kNamed)) {
+    return Bad("tool_choice", "a forced 'tool_choice' takes no response_format or guided_* beside it");
+  }
   if (auto e = Refuse(j, "n", [](const Json& v) { return v == 1; }, "must be 1 (one choice per prompt)")) return e;
   for (const char* name : {"presence_penalty", "frequency_penalty"}) {
     if (auto e = Refuse(j, name, [](const Json& v) { return v.is_number() && v.get<double>() == 0; },
@@ -491,6 +543,28 @@ Json StreamChunk(Endpoint endpoint, const std::string& id, int64_t created,
               {"choices", Json::array({choice})}};
 }
 
+Json ToolCallJson(const std::string& id, const std::string& name, const std::string& arguments,
+                  std::optional<int> index) {
+  Json call = Json::object();
+  if (index) call["index"] = *index;
+  call["id"] = id;
+  call["type"] = "function";
+  call["function"] = {{"name", name}, {"arguments", arguments}};
+  return call;
+}
+
+Json ToolCallsChunk(const std::string& id, int64_t created, const std::string& model, int index,
+                    Json tool_calls) {
+  return Json{{"id", id},
+              {"object", "chat.completion.chunk"},
+              {"created", created},
+              {"model", model},
+              {"choices", Json::array({{{"index", index},
+                                        {"delta", {{"tool_calls", std::move(tool_calls)}}},
+                                        {"logprobs", nullptr},
+                                        {"finish_reason", nullptr}}})}};
+}
+
 Json UsageChunk(Endpoint endpoint, const std::string& id, int64_t created,
                 const std::string& model, const Usage& usage) {
   return Json{{"id", id},
@@ -508,7 +582,10 @@ Json FullResponse(Endpoint endpoint, const std::string& id, int64_t created,
   for (size_t i = 0; i < choices.size(); ++i) {
     Json c = {{"index", int(i)}};
     if (endpoint == Endpoint::kChat) {
-      c["message"] = {{"role", "assistant"}, {"content", choices[i].text}, {"tool_calls", Json::array()}};
+      const bool only_calls = choices[i].text.empty() && !choices[i].tool_calls.empty();
+      c["message"] = {{"role", "assistant"},
+                      {"content", only_calls ? Json(nullptr) : Json(choices[i].text)},
+                      {"tool_calls", choices[i].tool_calls}};
     } else {
       c["text"] = choices[i].text;
     }

@@ -47,6 +47,12 @@ struct CompletionRequest {
   // joined with "\n"), and any other fields as given (e.g. tool_calls)}.
   Json messages;
   Json tools;                      // chat: passed to the template; null if absent
+  // Chat: `tool_choice` (default auto with tools, none without): none
+  // leaves tool calls in the text; auto parses them out of the answer;
+  // required / a named function force one by constrained decoding.
+  enum class ToolChoice { kNone, kAuto, kRequired, kNamed };
+  ToolChoice tool_choice = ToolChoice::kNone;
+  std::string tool_name;           // kNamed
   bool add_generation_prompt = true;
   Json chat_template_kwargs;       // chat: extra template variables (object or null)
 
@@ -138,7 +144,18 @@ struct Choice {
   std::string text;
   std::string finish_reason;
   Json logprobs;  // LogprobsJson, or null
+  // Chat: the calls parsed out of the answer (`text` is what remains;
+  // message.content is null when that is empty and there are calls).
+  Json tool_calls = Json::array();
 };
+
+// A tool call's JSON in a message: {"id", "type": "function", "function":
+// {"name", "arguments"}}; in a stream delta with its "index" first.
+Json ToolCallJson(const std::string& id, const std::string& name, const std::string& arguments,
+                  std::optional<int> index = std::nullopt);
+// A chat stream chunk whose delta carries tool calls.
+Json ToolCallsChunk(const std::string& id, int64_t created, const std::string& model, int index,
+                    Json tool_calls);
 // The whole (non-streamed) response.
 Json FullResponse(Endpoint endpoint, const std::string& id, int64_t created,
                   const std::string& model, const std::vector<Choice>& choices,

@@ -7,6 +7,8 @@ namespace kvcast::openai {
 namespace {
 
 using ::testing::ElementsAre;
+using ::testing::AnyOf;
+using ::testing::Eq;
 using ::testing::HasSubstr;
 
 CompletionRequest Parsed(Endpoint e, const std::string& body) {
@@ -178,6 +180,37 @@ TEST(OpenAiProtocolTest, ResponseFormatsOnBothEndpoints) {
   r = Parsed(Endpoint::kChat, chat + R"("guided_choice":["yes","no"]})");
   EXPECT_EQ(r.format, Format::kChoice);
   EXPECT_THAT(r.choices, ElementsAre("yes", "no"));
+}
+
+TEST(OpenAiProtocolTest, ToolChoiceAgainstTheTools) {
+  using ToolChoice = CompletionRequest::ToolChoice;
+  const std::string chat = R"({"messages":[{"role":"user","content":"x"}],)";
+  const std::string tools = R"("tools":[{"type":"function","function":{"name":"f"}}])";
+  EXPECT_EQ(Parsed(Endpoint::kChat, chat + R"("max_tokens":3})").tool_choice, ToolChoice::kNone);
+  EXPECT_EQ(Parsed(Endpoint::kChat, chat + tools + "}").tool_choice, ToolChoice::kAuto);
+  EXPECT_EQ(Parsed(Endpoint::kChat, chat + tools + R"(,"tool_choice":"none"})").tool_choice, ToolChoice::kNone);
+  EXPECT_EQ(Parsed(Endpoint::kChat, chat + tools + R"(,"tool_choice":"required"})").tool_choice,
+            ToolChoice::kRequired);
+  CompletionRequest r = Parsed(Endpoint::kChat, chat + tools +
+                               R"(,"tool_choice":{"type":"function","function":{"name":"f"}}})");
+  EXPECT_EQ(r.tool_choice, ToolChoice::kNamed);
+  EXPECT_EQ(r.tool_name, "f");
+  struct Case {
+    std::string body, message;
+  } cases[] = {
+      {chat + R"("tool_choice":"required"})", "needs 'tools'"},
+      {chat + tools + R"(,"tool_choice":"sometimes"})", "not one of none, auto, required"},
+      {chat + tools + R"(,"tool_choice":{"type":"function","function":{"name":"g"}}})", "not among 'tools'"},
+      {chat + tools + R"(,"tool_choice":{"type":"function"}})", "must be none, auto, required"},
+      {chat + R"("tools":[{"type":"function","function":{}}]})", "each of 'tools'"},
+      {chat + tools + R"(,"tool_choice":"required","response_format":{"type":"json_object"}})",
+       "takes no response_format"},
+  };
+  for (const Case& c : cases) {
+    ApiError e = Refused(Endpoint::kChat, c.body);
+    EXPECT_THAT(e.message, HasSubstr(c.message)) << c.body;
+    EXPECT_THAT(e.param, AnyOf(Eq("tool_choice"), Eq("tools"))) << c.body;
+  }
 }
 
 TEST(OpenAiProtocolTest, WritesChunksAndResponsesAsVllmDoes) {

@@ -142,6 +142,37 @@ ParsedToolCalls ParseToolCalls(ToolCallFormat format, std::string_view text) {
   return ParseWhole(format, text);
 }
 
+ForcedToolCall ForcedToolCallOf(ToolCallFormat format, const Json& tools, const std::string& name) {
+  const char* args = format == ToolCallFormat::kLlama3Json ? "parameters" : "arguments";
+  Json calls = Json::array();
+  for (const Json& t : tools) {
+    const Json& f = t["function"];
+    if (!name.empty() && f["name"] != name) continue;
+    Json params = f.contains("parameters") && f["parameters"].is_object() && !f["parameters"].empty()
+                      ? f["parameters"]
+                      : Json{{"type", "object"}};
+    calls.push_back({{"type", "object"},
+                     {"properties", {{"name", {{"const", f["name"]}}}, {args, params}}},
+                     {"required", {"name", args}},
+                     {"additionalProperties", false}});
+  }
+  ForcedToolCall out;
+  out.schema = (calls.size() == 1 ? calls[0] : Json{{"anyOf", calls}}).dump();
+  switch (format) {
+    case ToolCallFormat::kHermes:
+      out.prefix = "<tool_call>\n";
+      out.suffix = "\n</tool_call>";
+      break;
+    case ToolCallFormat::kMistral:  // [TOOL_CALLS] is a special token: the list alone
+      out.prefix = "[";
+      out.suffix = "]";
+      break;
+    case ToolCallFormat::kLlama3Json:
+      break;
+  }
+  return out;
+}
+
 size_t ToolCallStart(ToolCallFormat format, std::string_view text) {
   if (format == ToolCallFormat::kHermes) {
     if (size_t open = text.find(kHermesOpen); open != std::string_view::npos) return open;

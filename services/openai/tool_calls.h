@@ -16,6 +16,8 @@
 #include <string_view>
 #include <vector>
 
+#include "nlohmann/json.hpp"
+
 namespace kvcast::openai {
 
 enum class ToolCallFormat { kHermes, kLlama3Json, kMistral };
@@ -37,6 +39,16 @@ struct ParsedToolCalls {
 // The calls in `text` (a whole answer); text that is not a well-formed call
 // (bad JSON, no name, arguments not an object) stays content.
 ParsedToolCalls ParseToolCalls(ToolCallFormat format, std::string_view text);
+
+// A forced call (tool_choice required, or naming `name`): the JSON Schema of
+// the call's JSON in `format` (its "name" one of the tools', its arguments
+// valid under that tool's parameters) and the text around it, for
+// constrained decoding. `tools` as the request gives them (validated).
+struct ForcedToolCall {
+  std::string prefix, schema, suffix;  // schema: JSON text
+};
+ForcedToolCall ForcedToolCallOf(ToolCallFormat format, const nlohmann::ordered_json& tools,
+                                const std::string& name);
 
 // While streaming `text` (the answer so far): where a tool call may have
 // begun, so that text from there is held back until the answer ends;

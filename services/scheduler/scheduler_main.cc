@@ -237,6 +237,7 @@ int main(int argc, char** argv) {
     hooks.ready = [&registry] { return registry.counts().decode > 0; };
     hooks.metrics = [&metrics] { return metrics.Render(); };
     if (chat_template != nullptr) {
+      hooks.tool_call_format = openai::ToolCallFormatOf(chat_template->source());
       hooks.render_chat = [t = chat_template.get()](const openai::Json& messages,
                                                     const openai::Json& tools, bool add_generation,
                                                     const openai::Json& kwargs) {

@@ -13,6 +13,11 @@ goes prefill -> MoQT -> decode), then, with PyPI's `openai`, `pydantic` and
                    completions: the text is a JSON object
   guided           vLLM's guided_choice and guided_regex (extra_body): the
                    answer is one of the choices / matches the whole regex
+  tool_calls       tool_choice naming a function, and "required" over two:
+                   message.tool_calls holds the call (finish_reason
+                   tool_calls), its arguments valid under the tool's
+                   parameters; the streamed deltas, accumulated, are the
+                   same call
   refused_schema   a schema keyword kvcast does not enforce: 400 naming it,
                    with param response_format
   decode_killed    two long structured streams; the decode worker serving
@@ -262,6 +267,47 @@ class Checks:
         expect(re.fullmatch(r" \d{4}-\d{2}-\d{2}", c.choices[0].text) is not None, f"{c.choices[0]}")
         log(f"guided_choice: {r.choices[0].message.content!r}; guided_regex: {c.choices[0].text!r}")
 
+    def tool_calls(self):
+        weather = {"type": "function", "function": {
+            "name": "get_weather", "description": "The weather in a city",
+            "parameters": {"type": "object", "properties": {
+                "city": {"type": "string", "maxLength": 30},
+                "unit": {"enum": ["celsius", "fahrenheit"]}},
+                "required": ["city", "unit"], "additionalProperties": False}}}
+        clock = {"type": "function", "function": {
+            "name": "get_time", "parameters": {"type": "object", "properties": {
+                "zone": {"type": "string", "maxLength": 30}}, "required": ["zone"]}}}
+        tools = [weather, clock]
+        params = {t["function"]["name"]: t["function"]["parameters"] for t in tools}
+        messages = self.chat("What is the weather in Lisbon?")
+        for choice in ({"type": "function", "function": {"name": "get_weather"}}, "required"):
+            r = self.client.chat.completions.create(
+                model=self.model, messages=messages, tools=tools, tool_choice=choice,
+                max_tokens=120, temperature=0)
+            c = r.choices[0]
+            expect(c.finish_reason == "tool_calls" and c.message.tool_calls, f"{choice}: {c}")
+            call = c.message.tool_calls[0]
+            expect(call.type == "function" and call.id.startswith("chatcmpl-tool-"), f"{call}")
+            if choice != "required":
+                expect(call.function.name == "get_weather", f"{call}")
+            args = json.loads(call.function.arguments)
+            jsonschema.validate(args, params[call.function.name])
+            # Streamed, accumulated as clients do: the same call.
+            name, arguments, finish = None, "", None
+            for chunk in self.client.chat.completions.create(
+                    model=self.model, messages=messages, tools=tools, tool_choice=choice,
+                    max_tokens=120, temperature=0, stream=True):
+                if not chunk.choices:
+                    continue
+                d = chunk.choices[0].delta
+                for tc in d.tool_calls or []:
+                    name = tc.function.name or name
+                    arguments += tc.function.arguments or ""
+                finish = chunk.choices[0].finish_reason or finish
+            expect((name, json.loads(arguments), finish) == (call.function.name, args, "tool_calls"),
+                   f"stream {name} {arguments} {finish} != {call.function}")
+            log(f"tool_choice {choice}: {call.function.name}({call.function.arguments})")
+
     def refused_schema(self):
         try:
             self.client.chat.completions.create(
@@ -353,7 +399,8 @@ def main():
     try:
         if runner.run("setup", setup):
             c = state["checks"]
-            for name in ("parse_models", "json_object", "guided", "refused_schema", "decode_killed"):
+            for name in ("parse_models", "json_object", "guided", "tool_calls", "refused_schema",
+                         "decode_killed"):
                 runner.run(name, getattr(c, name))
     finally:
         if cluster is not None:
