@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <map>
+#include <random>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -244,9 +245,11 @@ class Job : public std::enable_shared_from_this<Job> {
 
   Usage TotalLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     Usage u;
-    for (const ChoiceState& c : choices_) {
-      u.prompt_tokens += c.prompt_tokens;
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      const ChoiceState& c = choices_[i];
       u.completion_tokens += c.completion_tokens;
+      if (i % size_t(req_.n) != 0) continue;  // a prompt counts once, not per choice
+      u.prompt_tokens += c.prompt_tokens;
       u.cached_tokens += c.cached_tokens;
     }
     return u;
@@ -564,7 +567,8 @@ class OpenAiFrontend::Impl {
     std::vector<std::vector<int32_t>> prompts;
     if (auto e = Tokenize(creq, *served, &prompts)) return fail(*e);
     std::vector<v1::GenerateRequest> calls;
-    for (auto& ids : prompts) {
+    static thread_local std::mt19937_64 seeds{std::random_device{}()};
+    for (auto& ids : prompts) for (int choice = 0; choice < creq.n; ++choice) {
       v1::GenerateRequest g;
       *g.mutable_token_ids()->mutable_ids() = {ids.begin(), ids.end()};
       v1::SamplingParams* s = g.mutable_sampling();
@@ -572,7 +576,9 @@ class OpenAiFrontend::Impl {
       s->set_top_k(creq.top_k);
       s->set_top_p(float(creq.top_p));
       s->set_repetition_penalty(float(creq.repetition_penalty));
-      if (creq.seed) s->set_seed(*creq.seed);
+      // As vLLM: a given seed makes the choices reproducible (seed + i per
+      // choice); none, a random one each.
+      s->set_seed(creq.seed ? *creq.seed + uint64_t(choice) : seeds());
       const int room = served->max_model_len - int(ids.size());
       g.set_max_tokens(creq.max_tokens ? *creq.max_tokens
                        : chat          ? std::max(1, std::min(room, options_.max_tokens_limit))

@@ -4,6 +4,8 @@
 #include "services/openai/openai_frontend.h"
 
 #include <atomic>
+#include <mutex>
+#include <set>
 #include <thread>
 
 #include "absl/synchronization/notification.h"
@@ -34,6 +36,10 @@ class ScriptedGeneration final : public v1::Generation::Service {
   grpc::Status Generate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
                         grpc::ServerWriter<v1::GenerateResponse>* w) override {
     last_request_ = *req;
+    {
+      std::lock_guard<std::mutex> l(seeds_mu_);
+      seeds_.push_back(req->sampling().seed());
+    }
     int step = 0;
     auto delta = [&](const std::string& text, int id, bool first) {
       v1::GenerateResponse r;
@@ -106,6 +112,8 @@ class ScriptedGeneration final : public v1::Generation::Service {
 
   std::atomic<bool> cancelled_{false};
   v1::GenerateRequest last_request_;
+  std::mutex seeds_mu_;
+  std::vector<uint64_t> seeds_;  // of every call
 };
 
 // One token per byte: enough for the frontend, which only counts and forwards ids.
@@ -376,6 +384,24 @@ TEST_F(OpenAiFrontendTest, SeveralPromptsAreSeveralChoices) {
   EXPECT_THAT(r, HasSubstr(R"("index":0,"text":"abc")"));
   EXPECT_THAT(r, HasSubstr(R"("index":1,"text":"abc")"));
   EXPECT_THAT(r, HasSubstr(R"("prompt_tokens":3,"total_tokens":9,"completion_tokens":6)"));
+}
+
+// n choices per prompt: n calls, seeds seed + i (random without a seed),
+// choice p * n + i, the prompt counted once in the usage.
+TEST_F(OpenAiFrontendTest, NChoicesAreNCallsWithTheirOwnSeeds) {
+  std::string r = Call(PostJson("/v1/completions", R"({"prompt":[[1],[1,2]],"n":3,"seed":10})"), "}}}");
+  for (int i = 0; i < 6; ++i) EXPECT_THAT(r, HasSubstr(absl::StrCat(R"("index":)", i, R"(,"text":"abc")")));
+  EXPECT_THAT(r, HasSubstr(R"("prompt_tokens":3,"total_tokens":21,"completion_tokens":18)")) << r;
+  {
+    std::lock_guard<std::mutex> l(upstream_.seeds_mu_);
+    std::multiset<uint64_t> seeds(upstream_.seeds_.begin(), upstream_.seeds_.end());
+    EXPECT_EQ(seeds, (std::multiset<uint64_t>{10, 10, 11, 11, 12, 12}));
+    upstream_.seeds_.clear();
+  }
+  Call(PostJson("/v1/completions", R"({"prompt":[1],"n":2})"), "}}}");
+  std::lock_guard<std::mutex> l(upstream_.seeds_mu_);
+  ASSERT_EQ(upstream_.seeds_.size(), 2u);
+  EXPECT_NE(upstream_.seeds_[0], upstream_.seeds_[1]);  // random, each its own
 }
 
 TEST_F(OpenAiFrontendTest, ModelsHealthMetrics) {

@@ -346,7 +346,7 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, const std::string& body,
     if (auto e = Refuse(j, "echo", [](const Json& v) { return v == false; }, "is not supported")) return e;
     if (auto e = Refuse(j, "suffix", [](const Json& v) { return v.is_string() && v.empty(); },
                         "is not supported")) return e;
-    if (auto e = Refuse(j, "best_of", [](const Json& v) { return v == 1; }, "must be 1")) return e;
+
     if (auto it = j.find("logprobs"); it != j.end() && !it->is_null() && *it != false) {
       std::optional<int64_t> k;
       if (auto e = ReadInt(j, "logprobs", 0, kMaxTopLogprobs, &k)) return e;
@@ -379,7 +379,22 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, const std::string& body,
        r.tool_choice == CompletionRequest::ToolChoice::kNamed)) {
     return Bad("tool_choice", "a forced 'tool_choice' takes no response_format or guided_* beside it");
   }
-  if (auto e = Refuse(j, "n", [](const Json& v) { return v == 1; }, "must be 1 (one choice per prompt)")) return e;
+  {
+    std::optional<int64_t> n;
+    if (auto e = ReadInt(j, "n", 1, 64, &n)) return e;
+    if (n) r.n = int(*n);
+    const size_t prompts = endpoint == Endpoint::kCompletions ? r.prompts.size() : 1;
+    if (prompts * size_t(r.n) > 64) {
+      return Bad("n", absl::StrCat("'n' x prompts = ", prompts * size_t(r.n), " choices; at most 64"));
+    }
+    if (endpoint == Endpoint::kCompletions) {
+      if (auto e = Refuse(j, "best_of", [](const Json& v) { return v.is_number_integer(); },
+                          "must be an integer")) return e;
+      if (auto it = j.find("best_of"); it != j.end() && !it->is_null() && *it != r.n) {
+        return Bad("best_of", "'best_of' other than n is not supported");
+      }
+    }
+  }
   for (const char* name : {"presence_penalty", "frequency_penalty"}) {
     if (auto e = Refuse(j, name, [](const Json& v) { return v.is_number() && v.get<double>() == 0; },
                         "is not supported (use repetition_penalty)")) return e;

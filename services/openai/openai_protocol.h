@@ -61,7 +61,10 @@ struct CompletionRequest {
   double top_p = 1.0;
   int top_k = 0;                   // 0 = off (vLLM's -1 is accepted as off)
   double repetition_penalty = 1.0;
-  std::optional<uint64_t> seed;
+  std::optional<uint64_t> seed;    // unset: a random seed per choice
+  // Choices per prompt (choice p * n + i is prompt p's i-th), each with its
+  // own seed stream (seed + i); the prompt counts once in the usage.
+  int n = 1;
   std::vector<std::string> stop;
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
@@ -86,7 +89,7 @@ struct CompletionRequest {
 };
 
 // Parses and validates a request body. Unknown fields are ignored (as vLLM
-// does); fields kvcast cannot honour (n > 1, echo, best_of > 1,
+// does); fields kvcast cannot honour (echo, best_of other than n,
 // non-zero presence/frequency penalties, logit_bias, images, vLLM's
 // guided_grammar) are refused naming the field, never silently dropped.
 std::optional<ApiError> ParseRequest(Endpoint endpoint, const std::string& body,

@@ -86,7 +86,9 @@ TEST(OpenAiProtocolTest, RefusesBadFieldsNamingThem) {
       {Endpoint::kCompletions, R"({"prompt":"a","max_tokens":"5"})", "max_tokens", "integer"},
       {Endpoint::kCompletions, R"({"prompt":"a","temperature":-1})", "temperature", "[0, 100]"},
       {Endpoint::kCompletions, R"({"prompt":"a","top_p":0})", "top_p", "(0, 1]"},
-      {Endpoint::kCompletions, R"({"prompt":"a","n":2})", "n", "must be 1"},
+      {Endpoint::kCompletions, R"({"prompt":"a","n":0})", "n", "[1, 64]"},
+      {Endpoint::kCompletions, R"({"prompt":["a","b"],"n":40})", "n", "80 choices; at most 64"},
+      {Endpoint::kCompletions, R"({"prompt":"a","n":2,"best_of":3})", "best_of", "other than n"},
       {Endpoint::kCompletions, R"({"prompt":"a","echo":true})", "echo", "not supported"},
       {Endpoint::kCompletions, R"({"prompt":"a","logprobs":21})", "logprobs", "[0, 20]"},
       {Endpoint::kCompletions, R"({"prompt":"a","logprobs":"3"})", "logprobs", "integer"},
@@ -180,6 +182,12 @@ TEST(OpenAiProtocolTest, ResponseFormatsOnBothEndpoints) {
   r = Parsed(Endpoint::kChat, chat + R"("guided_choice":["yes","no"]})");
   EXPECT_EQ(r.format, Format::kChoice);
   EXPECT_THAT(r.choices, ElementsAre("yes", "no"));
+}
+
+TEST(OpenAiProtocolTest, SeveralChoicesPerPrompt) {
+  EXPECT_EQ(Parsed(Endpoint::kChat, R"({"messages":[{"role":"user","content":"x"}],"n":4})").n, 4);
+  EXPECT_EQ(Parsed(Endpoint::kCompletions, R"({"prompt":["a","b"],"n":32,"best_of":32})").n, 32);
+  EXPECT_EQ(Parsed(Endpoint::kCompletions, R"({"prompt":"a"})").n, 1);
 }
 
 TEST(OpenAiProtocolTest, ToolChoiceAgainstTheTools) {

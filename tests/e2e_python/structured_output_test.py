@@ -18,6 +18,9 @@ goes prefill -> MoQT -> decode), then, with PyPI's `openai`, `pydantic` and
                    tool_calls), its arguments valid under the tool's
                    parameters; the streamed deltas, accumulated, are the
                    same call
+  n_choices        n=4 sampled choices of one structured request: indices
+                   0-3, each valid, not all the same, the prompt counted once
+                   in the usage; with a seed the same four again
   refused_schema   a schema keyword kvcast does not enforce: 400 naming it,
                    with param response_format
   decode_killed    two long structured streams; the decode worker serving
@@ -308,6 +311,25 @@ class Checks:
                    f"stream {name} {arguments} {finish} != {call.function}")
             log(f"tool_choice {choice}: {call.function.name}({call.function.arguments})")
 
+    def n_choices(self):
+        schema = openai.lib._pydantic.to_strict_json_schema(Paint)
+        fmt = {"type": "json_schema", "json_schema": {"name": "paint", "schema": schema, "strict": True}}
+        args = dict(model=self.model, messages=self.chat("What color should I paint a barn?"),
+                    response_format=fmt, max_tokens=60, temperature=1.0)
+        one = self.client.chat.completions.create(**args, n=1, seed=7)
+        r = self.client.chat.completions.create(**args, n=4, seed=7)
+        expect([c.index for c in r.choices] == [0, 1, 2, 3], f"{r.choices}")
+        texts = [c.message.content for c in r.choices]
+        for t in texts:
+            jsonschema.validate(json.loads(t), schema)
+        expect(len(set(texts)) > 1, f"four samples, all {texts[0]!r}")
+        expect(r.usage.prompt_tokens == one.usage.prompt_tokens,
+               f"prompt counted {r.usage.prompt_tokens}, once is {one.usage.prompt_tokens}")
+        expect(texts[0] == one.choices[0].message.content, "choice 0 is the n=1 answer of the seed")
+        again = self.client.chat.completions.create(**args, n=4, seed=7)
+        expect([c.message.content for c in again.choices] == texts, "the seed reproduces the choices")
+        log(f"n=4: {texts}")
+
     def refused_schema(self):
         try:
             self.client.chat.completions.create(
@@ -399,8 +421,8 @@ def main():
     try:
         if runner.run("setup", setup):
             c = state["checks"]
-            for name in ("parse_models", "json_object", "guided", "tool_calls", "refused_schema",
-                         "decode_killed"):
+            for name in ("parse_models", "json_object", "guided", "tool_calls", "n_choices",
+                         "refused_schema", "decode_killed"):
                 runner.run(name, getattr(c, name))
     finally:
         if cluster is not None:
