@@ -188,7 +188,7 @@ class Checks:
         cases = [
             ("max_tokens", lambda: self.client.completions.create(
                 model=self.model, prompt="x", max_tokens=0)),
-            ("n", lambda: self.client.completions.create(model=self.model, prompt="x", n=2)),
+            ("n", lambda: self.client.completions.create(model=self.model, prompt="x", n=65)),
             ("messages[0].content", lambda: self.client.chat.completions.create(
                 model=self.model, messages=[{"role": "user", "content": [
                     {"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}])),
