@@ -9,7 +9,7 @@
 // Supported: {{ }}, {% %}, {# #}, whitespace control (-, +, trim_blocks,
 // lstrip_blocks), {% raw %}; statements if/elif/else, for/else (loop.index,
 // index0, revindex, revindex0, first, last, length, previtem, nextitem,
-// cycle; "for x in xs if cond"), break/continue, set (also ns.attr = ...,
+// cycle, changed; "for x in xs if cond"), break/continue, set (also ns.attr = ...,
 // and {% set x %}...{% endset %}), macro (default arguments, varargs,
 // kwargs), call blocks, filter blocks, with, generation (rendered as is);
 // Python expressions with jinja2's precedence, slices, inline if, tests and
@@ -88,7 +88,8 @@ class JinjaTemplate {
 
   // Renders with the members of `context` (a JSON object; anything else is
   // InvalidArgument) as variables, over the globals range, namespace, dict,
-  // raise_exception and strftime_now (local time); `functions` are added as
+  // cycler, joiner, raise_exception and strftime_now (local time);
+  // `functions` are added as
   // globals and replace any of the same name. JSON objects keep their order
   // (an nlohmann::json object arrives sorted by key: parse requests with
   // nlohmann::ordered_json to keep the client's order, as Python would).

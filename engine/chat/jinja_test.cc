@@ -275,6 +275,18 @@ TEST(JinjaTest, LoopChangedAsJinja2) {
             "[a]12[b]3[a]4|TrueFalseTrue|TrueFalse");
 }
 
+// cycler() and joiner() as Jinja2 3.1.6 renders them (its output below).
+TEST(JinjaTest, CyclerAndJoinerAsJinja2) {
+  EXPECT_EQ(*Render("{% set row = cycler(\"odd\", \"even\") %}{% for i in range(5) %}{{ row.next() }}:"
+                    "{{ row.current }} {% endfor %}|{{ row.current }}{% set _ = row.reset() %}|"
+                    "{{ row.current }}|{% set j = joiner(\" | \") %}{% for x in [1,2,3] %}{{ j() }}{{ x }}"
+                    "{% endfor %}|{% set k = joiner() %}{{ k() }}{{ k() }}{{ k() }}"),
+            "odd:even even:odd odd:even even:odd odd:even |even|odd|1 | 2 | 3|, , ");
+  auto empty = Render("{% set c = cycler() %}{{ c.next() }}");
+  ASSERT_FALSE(empty.ok());
+  EXPECT_NE(empty.status().message().find("at least one item has to be provided"), std::string::npos);
+}
+
 // str.rfind / index / rindex (code-point offsets) and removeprefix /
 // removesuffix, as Jinja2 3.1.6 renders them; index of a missing substring
 // is an error, as Python's ValueError.

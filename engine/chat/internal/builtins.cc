@@ -480,6 +480,48 @@ void AddGlobals(Scope* scope) {
     for (const auto& [k, v] : a.kwargs) d->Set(Value::String(k), v);
     return Value::Dict(std::move(d));
   });
+  // cycler(*items): .next() gives the current item and moves on, .reset()
+  // goes back to the first, .current is the item next() would give.
+  scope->vars["cycler"] = Value::Function("cycler", [](Interpreter& in, CallArgs& a) -> absl::StatusOr<Value> {
+    if (a.args.empty()) return in.Error("at least one item has to be provided");
+    auto obj = std::make_shared<ValueDict>();
+    obj->is_namespace = true;  // attributes, printed as an object
+    auto items = std::make_shared<std::vector<Value>>(a.args);
+    auto pos = std::make_shared<size_t>(0);
+    std::weak_ptr<ValueDict> self = obj;  // the functions must not own their object
+    auto show = [self, items, pos] {
+      if (auto o = self.lock()) o->Set(Value::String("current"), (*items)[*pos]);
+    };
+    obj->Set(Value::String("next"), Value::Function("cycler.next", [items, pos, show](Interpreter&, CallArgs&)
+                                                                   -> absl::StatusOr<Value> {
+      Value v = (*items)[*pos];
+      *pos = (*pos + 1) % items->size();
+      show();
+      return v;
+    }));
+    obj->Set(Value::String("reset"), Value::Function("cycler.reset", [pos, show](Interpreter&, CallArgs&)
+                                                                     -> absl::StatusOr<Value> {
+      *pos = 0;
+      show();
+      return Value::None();
+    }));
+    obj->Set(Value::String("current"), (*items)[0]);
+    return Value::Dict(std::move(obj));
+  });
+  // joiner(sep=", "): "" on its first call, `sep` on every later one.
+  scope->vars["joiner"] = Value::Function("joiner", [](Interpreter& in, CallArgs& a) -> absl::StatusOr<Value> {
+    std::string sep = ", ";
+    if (!a.args.empty() || !a.kwargs.empty()) {
+      ASSIGN_OR_RETURN(std::vector<Value> p, Bind(in, "joiner", a, {"sep"}));
+      sep = p[0].ToString();
+    }
+    auto used = std::make_shared<bool>(false);
+    return Value::Function("joiner", [sep, used](Interpreter&, CallArgs&) -> absl::StatusOr<Value> {
+      const bool first = !*used;
+      *used = true;
+      return Value::String(first ? "" : sep);
+    });
+  });
   scope->vars["raise_exception"] =
       Value::Function("raise_exception", [](Interpreter& in, CallArgs& a) -> absl::StatusOr<Value> {
         ASSIGN_OR_RETURN(std::vector<Value> p, Bind(in, "raise_exception", a, {"message"}));
