@@ -89,10 +89,10 @@ class JinjaTemplate {
   // Renders with the members of `context` (a JSON object; anything else is
   // InvalidArgument) as variables, over the globals range, namespace, dict,
   // cycler, joiner, raise_exception and strftime_now (local time);
-  // `functions` are added as
-  // globals and replace any of the same name. JSON objects keep their order
-  // (an nlohmann::json object arrives sorted by key: parse requests with
-  // nlohmann::ordered_json to keep the client's order, as Python would).
+  // `functions` are added as globals and replace any of the same name. JSON
+  // objects keep their order (an nlohmann::json object arrives sorted by
+  // key: parse requests with nlohmann::ordered_json to keep the client's
+  // order, as Python would).
   absl::StatusOr<std::string> Render(const nlohmann::ordered_json& context,
                                      const std::map<std::string, JinjaFunction>& functions = {}) const;
 
