@@ -214,13 +214,14 @@ absl::StatusOr<uint64_t> Engine::Submit(std::vector<int32_t> prompt,
     seq->replay = params.response_format.generated_tokens + (kv.next_token >= 0 ? 1 : 0);
     // The output so far must fit: checked here on a private automaton (the
     // shared ones belong to the compute thread), replayed there again.
-    grammar::Matcher check(seq->grammar);
     const std::vector<int32_t>& t = seq->tokens;
     std::vector<int32_t> out(t.end() - params.response_format.generated_tokens, t.end());
     if (kv.next_token >= 0) out.push_back(kv.next_token);
+    std::optional<grammar::Matcher> check;
+    if (!out.empty()) check.emplace(seq->grammar);
     for (size_t i = 0; i < out.size(); ++i) {
       std::optional<std::string> bytes = tokenizer_->TokenBytes(out[i]);
-      if (!bytes || !check.Advance(*bytes)) {
+      if (!bytes || !check->Advance(*bytes)) {
         return absl::InvalidArgumentError(absl::StrCat(
             "response_format: generated token ", i, " (id ", out[i], ") does not fit the format"));
       }

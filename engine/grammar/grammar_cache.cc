@@ -64,7 +64,7 @@ absl::StatusOr<std::shared_ptr<const grammar::Grammar>> GrammarCache::Get(
 std::shared_ptr<grammar::Automaton> GrammarCache::AutomatonOf(
     const std::shared_ptr<const grammar::Grammar>& grammar) {
   std::shared_ptr<grammar::Automaton>& a = automata_[grammar.get()];
-  if (a == nullptr || &a->grammar() != grammar.get() || a->memory_bytes() > kAutomatonBytes) {
+  if (a == nullptr || a->memory_bytes() > kAutomatonBytes) {
     a = std::make_shared<grammar::Automaton>(grammar);
   }
   if (automata_.size() > 2 * kCapacity) {  // drop automata no sequence holds

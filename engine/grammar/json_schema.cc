@@ -77,6 +77,7 @@ class Compiler {
   absl::StatusOr<RuleId> FormattedString(const std::string& format, const std::string& path);
   RuleId Integer();
   RuleId Number();
+  RuleId Fraction();  // ("." digits)?
   // Integers / numbers within the schema's minimum, maximum,
   // exclusiveMinimum, exclusiveMaximum.
   absl::StatusOr<RuleId> BoundedNumber(const Json& s, bool integer, const std::string& path);
@@ -99,7 +100,8 @@ class Compiler {
   const Json* root_;
   GrammarBuilder b_;
   RuleId ws_;
-  RuleId char_ = -1, any_ = -1, any_object_ = -1, integer_ = -1, number_ = -1, string_ = -1;
+  RuleId char_ = -1, any_ = -1, any_object_ = -1, integer_ = -1, number_ = -1, string_ = -1,
+         fraction_ = -1;
   absl::flat_hash_map<std::string, RuleId> refs_;
 };
 
@@ -178,9 +180,16 @@ RuleId Compiler::Integer() {
   return integer_;
 }
 
+RuleId Compiler::Fraction() {
+  if (fraction_ < 0) {
+    fraction_ = b_.Rule("fraction", {{b_.Bytes(ByteSet::Of('.')), Digits(1, kMaxFractionDigits)}, {}});
+  }
+  return fraction_;
+}
+
 RuleId Compiler::Number() {
   if (number_ >= 0) return number_;
-  RuleId fraction = b_.Rule("fraction", {{b_.Bytes(ByteSet::Of('.')), Digits(1, kMaxFractionDigits)}, {}});
+  RuleId fraction = Fraction();
   RuleId exponent = b_.Rule(
       "exponent", {{b_.Bytes(ByteSet::Of('e').Add('E', 'E')),
                     GrammarBuilder::Ref(b_.Rule("exp_sign", {{b_.Bytes(ByteSet::Of('+').Add('-', '-'))}, {}})),
@@ -238,14 +247,13 @@ std::vector<Seq> Compiler::NonNegative(int64_t lo, bool lo_open, int64_t hi, boo
                                                 bool integer) {
   const int64_t top = std::stoll(std::string(kMaxIntegerDigits, '9'));
   std::vector<Seq> out;
-  Symbol fraction = GrammarBuilder::Ref(b_.Rule("fraction", {{Lit("."), Digits(1, kMaxFractionDigits)}, {}}));
   // Whole parts that take any fraction: [lo (+1 when open), hi - 1], or to
   // the top without hi; an integer schema's whole parts reach hi itself.
   const int64_t first = lo + (lo_open ? 1 : 0);
   const int64_t last = hi < 0 ? top : hi - ((integer && !hi_open) ? 0 : 1);
   if (first <= last) {
     for (Seq seq : DigitRange(first, std::min(last, top))) {
-      if (!integer) seq.push_back(fraction);
+      if (!integer) seq.push_back(GrammarBuilder::Ref(Fraction()));
       out.push_back(std::move(seq));
     }
   }

@@ -155,15 +155,15 @@ std::optional<ApiError> Refuse(const Json& body, const char* name, bool (*ok)(co
   return std::nullopt;
 }
 
-std::string HexId() {
+}  // namespace
+
+std::string RandomHexId() {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
   char buf[33];
   std::snprintf(buf, sizeof(buf), "%016llx%016llx", (unsigned long long)rng(),
                 (unsigned long long)rng());
   return buf;
 }
-
-}  // namespace
 
 std::string ApiError::Body() const {
   Json e = {{"message", message}, {"type", type}, {"param", nullptr}, {"code", nullptr}};
@@ -466,7 +466,7 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, const std::string& body,
 }
 
 std::string NewResponseId(Endpoint endpoint) {
-  return (endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-") + HexId();
+  return (endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-") + RandomHexId();
 }
 
 Json Usage::ToJson() const {

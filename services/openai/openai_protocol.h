@@ -99,7 +99,9 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, const std::string& body,
 // {"type":"text","text"} parts) into a string; other part types are an error.
 std::optional<ApiError> FlattenContent(const Json& content, std::string* out);
 
-// A response/chunk identifier: "cmpl-" or "chatcmpl-" and 32 random hex digits.
+// 32 random hex digits.
+std::string RandomHexId();
+// A response/chunk identifier: "cmpl-" or "chatcmpl-" and RandomHexId().
 std::string NewResponseId(Endpoint endpoint);
 
 struct Usage {

@@ -3,11 +3,10 @@
 #include <random>
 
 #include "nlohmann/json.hpp"
+#include "services/openai/openai_protocol.h"
 
 namespace kvcast::openai {
 namespace {
-
-using Json = nlohmann::ordered_json;
 
 constexpr std::string_view kHermesOpen = "<tool_call>";
 constexpr std::string_view kHermesClose = "</tool_call>";
@@ -31,10 +30,7 @@ std::string RandomId(ToolCallFormat format) {
     for (char& c : id) c = kAlnum[rng() % (sizeof(kAlnum) - 1)];
     return id;
   }
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string id = "chatcmpl-tool-";
-  for (int i = 0; i < 32; ++i) id.push_back(kHex[rng() % 16]);
-  return id;
+  return "chatcmpl-tool-" + RandomHexId();
 }
 
 // {"name": N, "arguments" (or `args_key`): {...} or its JSON text}.

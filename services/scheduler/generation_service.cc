@@ -205,7 +205,7 @@ grpc::Status GenerationService::Request::Validate() {
                                      "] and wants logprobs, got ", sampling_.top_logprobs()));
   }
   if (absl::StatusOr<std::shared_ptr<const grammar::Grammar>> g =
-          CompileResponseFormat(services::ResponseFormatFromProto(sampling_));
+          svc_->grammars_.Get(services::ResponseFormatFromProto(sampling_));
       !g.ok()) {
     return grpc::Status(grpc::INVALID_ARGUMENT, absl::StrCat("response_format: ", g.status().message()));
   }

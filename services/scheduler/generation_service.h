@@ -23,6 +23,7 @@
 #include <memory>
 #include <string>
 
+#include "engine/grammar/grammar_cache.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "kvcast/v1/generation.grpc.pb.h"
 #include "services/common/api_keys.h"
@@ -85,6 +86,8 @@ class GenerationService final : public v1::Generation::Service {
   const std::unique_ptr<Tokenizer> tokenizer_;
   const GenerationOptions options_;
   TenantLimits tenant_limits_;
+  // response_formats checked (compiled) once per schema, not per request.
+  GrammarCache grammars_;
   std::atomic<int> in_flight_{0};
   std::atomic<uint64_t> next_request_{1};
   StallWatchdog watchdog_;
