@@ -273,7 +273,7 @@ TEST_F(GenerationServiceTest, AStalledDecodeIsCancelledAndResumedElsewhere) {
   EXPECT_NE(Metrics().find("kvcast_stalls_total{phase=\"decode\"} 1"), std::string::npos);
 }
 
-TEST_F(GenerationServiceTest, AStalledPrefillIsCancelledAndRetriedElsewhere) {
+TEST_F(GenerationServiceTest, AStalledPrefillIsRetriedElsewhereFetchingWhatItPublished) {
   auto faults = Faults(1);
   FakeWorker* p0 = Prefill("prefill-0", {Fault::kStall, Fault::kNone, 0, faults});
   FakeWorker* p1 = Prefill("prefill-1", {Fault::kStall, Fault::kNone, 0, faults});
@@ -281,13 +281,23 @@ TEST_F(GenerationServiceTest, AStalledPrefillIsCancelledAndRetriedElsewhere) {
   GenerationOptions options;
   options.prefill_stall_floor = absl::Milliseconds(300);
   Start(options);
-  Outcome o = Generate(Request(300, 4));
+  // 500 tokens: the stalled worker reported 384 done before going silent.
+  Outcome o = Generate(Request(500, 4));
   ASSERT_TRUE(o.status.ok()) << o.status.error_message();
-  EXPECT_EQ(o.tokens, Expected(300, 4));
+  EXPECT_EQ(o.tokens, Expected(500, 4));
   EXPECT_EQ(o.final.retries(), 1);
-  EXPECT_EQ(p0->prefill_calls() + p1->prefill_calls(), 2);
+  ASSERT_EQ(p0->prefill_calls() + p1->prefill_calls(), 2);
   EXPECT_TRUE(Eventually([&] { return p0->cancelled_calls() + p1->cancelled_calls() == 1; }));
   EXPECT_NE(Metrics().find("kvcast_stalls_total{phase=\"prefill\"} 1"), std::string::npos);
+  // The retry fetches the chunks the stalled worker published, but the
+  // last one it reported (it may not have left whole): 2 of 3.
+  FakeWorker* stalled = p0->cancelled_calls() == 1 ? p0 : p1;
+  FakeWorker* retry = stalled == p0 ? p1 : p0;
+  const v1::PrefillRequest r = retry->prefill_requests().back();
+  ASSERT_TRUE(r.has_reuse());
+  EXPECT_EQ(r.reuse().groups(), 2);
+  EXPECT_EQ(r.reuse().moqt_address(), stalled->id() + ":moqt");
+  EXPECT_EQ(r.reuse().prompt_digest().size(), 32u);
 }
 
 TEST_F(GenerationServiceTest, ARequestsOwnFaultIsReturnedOnceNotRetried) {

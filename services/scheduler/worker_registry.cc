@@ -73,6 +73,7 @@ void WorkerRegistry::DropLocked(WorkerSlot slot) {
   by_id_.erase(it->second.ref.worker_id);
   index_.RemoveWorker(slot);
   workers_.erase(it);
+  ++version_;
 }
 
 grpc::Status WorkerRegistry::Register(grpc::ServerContext*, const v1::RegisterRequest* request,
@@ -124,6 +125,7 @@ grpc::Status WorkerRegistry::Register(grpc::ServerContext*, const v1::RegisterRe
   w.load = request->load();
   w.last_seen = absl::Now();
   by_id_[info.worker_id()] = slot;
+  ++version_;
   std::vector<Tier> tiers;
   for (int t : request->cached_chunk_tiers()) tiers.push_back(TierOf(t));
   index_.Replace(slot, HashesOf(request->cached_chunks()), tiers);
@@ -145,6 +147,7 @@ grpc::Status WorkerRegistry::Heartbeat(grpc::ServerContext*, const v1::Heartbeat
   Worker& w = workers_[it->second];
   w.load = request->load();
   w.last_seen = absl::Now();
+  if (w.suspended) ++version_;
   w.suspended = false;
   ++w.heartbeats;
   for (auto e = w.speculative.begin(); e != w.speculative.end();) {
@@ -262,6 +265,29 @@ absl::flat_hash_map<WorkerSlot, int> WorkerRegistry::HeldLocked(
     }
   }
   return held;
+}
+
+absl::StatusOr<RouteLease> WorkerRegistry::Lease(absl::Span<const Hash128> chain,
+                                                 int prompt_tokens, int max_tokens,
+                                                 const absl::flat_hash_set<WorkerSlot>& exclude) {
+  absl::StatusOr<Route> route = Choose(chain, prompt_tokens, max_tokens, exclude);
+  if (!route.ok()) return route.status();
+  return RouteLease(this, std::move(*route));
+}
+
+uint64_t WorkerRegistry::version() const {
+  absl::MutexLock lock(&mu_);
+  return version_;
+}
+
+bool WorkerRegistry::AwaitChange(uint64_t seen, absl::Time deadline) const {
+  struct Seen {
+    const uint64_t* version;
+    uint64_t seen;
+  } arg{&version_, seen};
+  absl::MutexLock lock(&mu_);
+  return mu_.AwaitWithDeadline(
+      absl::Condition(+[](Seen* a) { return *a->version != a->seen; }, &arg), deadline);
 }
 
 void WorkerRegistry::PrefillAnswered(Route* route) {

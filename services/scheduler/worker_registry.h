@@ -69,6 +69,8 @@ struct Route {
   uint64_t speculative_id = 0;  // its entry among the prefill worker's routed prompts
 };
 
+class RouteLease;
+
 class WorkerRegistry final : public v1::Registry::Service {
  public:
   struct Options {
@@ -112,6 +114,9 @@ class WorkerRegistry final : public v1::Registry::Service {
   // new holder for a heartbeat, and each recomputes it elsewhere.
   absl::StatusOr<Route> Choose(absl::Span<const Hash128> chain, int prompt_tokens,
                                int max_tokens, const absl::flat_hash_set<WorkerSlot>& exclude);
+  // Choose, as a lease that releases the route when it ends.
+  absl::StatusOr<RouteLease> Lease(absl::Span<const Hash128> chain, int prompt_tokens,
+                                   int max_tokens, const absl::flat_hash_set<WorkerSlot>& exclude);
   // The prefill worker answered (or failed): its share of the route is done.
   void PrefillAnswered(Route* route);
   // The request is over on its workers (calls PrefillAnswered if needed).
@@ -122,6 +127,13 @@ class WorkerRegistry final : public v1::Registry::Service {
   // A prefill published `chain` under `digest` at `publisher`.
   void Published(const std::string& digest, const std::string& publisher,
                  absl::Span<const Hash128> chain);
+
+  // Changes whenever a route may have become possible: a worker registered,
+  // left, or heartbeat after it was suspended (or was dropped).
+  uint64_t version() const;
+  // Blocks until version() differs from `seen` or `deadline` passes; true
+  // if it changed. Lets a request wait for a worker without polling.
+  bool AwaitChange(uint64_t seen, absl::Time deadline) const;
 
   struct Counts {
     int prefill = 0;
@@ -165,6 +177,7 @@ class WorkerRegistry final : public v1::Registry::Service {
   mutable absl::Mutex mu_;
   std::optional<ModelInfo> model_ ABSL_GUARDED_BY(mu_);
   WorkerSlot next_slot_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_speculative_id_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<WorkerSlot, Worker> workers_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, WorkerSlot> by_id_ ABSL_GUARDED_BY(mu_);
@@ -172,6 +185,31 @@ class WorkerRegistry final : public v1::Registry::Service {
   PublishedPrefixes published_ ABSL_GUARDED_BY(mu_);
   absl::Notification stop_;
   std::thread reaper_;
+};
+
+// A route held for one attempt: its workers count the request (the
+// router's load) until the lease ends, its prefill worker until
+// PrefillAnswered. Move-only; releases once.
+class RouteLease {
+ public:
+  RouteLease(RouteLease&& other) noexcept : registry_(other.registry_), route_(std::move(other.route_)) {
+    other.registry_ = nullptr;
+  }
+  RouteLease& operator=(RouteLease&&) = delete;
+  RouteLease(const RouteLease&) = delete;
+  ~RouteLease() {
+    if (registry_ != nullptr) registry_->Release(&route_);
+  }
+  const Route& operator*() const { return route_; }
+  const Route* operator->() const { return &route_; }
+  // The prefill worker's share is done (answered, failed, or not called).
+  void PrefillAnswered() { registry_->PrefillAnswered(&route_); }
+
+ private:
+  friend class WorkerRegistry;
+  RouteLease(WorkerRegistry* registry, Route route) : registry_(registry), route_(std::move(route)) {}
+  WorkerRegistry* registry_;  // null once moved from
+  Route route_;
 };
 
 // Parses 32 hex digits (Hash128::ToHex) back into a hash.

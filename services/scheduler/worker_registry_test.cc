@@ -1,5 +1,7 @@
 #include "services/scheduler/worker_registry.h"
 
+#include <thread>
+
 #include "gtest/gtest.h"
 
 namespace kvcast::scheduler {
@@ -159,6 +161,57 @@ TEST_F(WorkerRegistryTest, ARoutedPromptCountsAsHeldOnItsWorkerUntilItsEventsCan
   auto third = registry_->Choose(chain, 1000, 16, {});
   ASSERT_TRUE(third.ok() && third->prefill);
   EXPECT_EQ(third->prefill_plan.cached_chunks, 0);
+}
+
+}  // namespace
+}  // namespace kvcast::scheduler
+
+namespace kvcast::scheduler {
+namespace {
+
+TEST_F(WorkerRegistryTest, ALeaseCountsItsRouteUntilItEndsAndReleasesOnce) {
+  std::vector<Hash128> chain;
+  for (int i = 0; i < 7; ++i) chain.push_back(Hash128{9, uint64_t(i)});
+  {
+    auto lease = registry_->Lease(chain, 1000, 16, {});
+    ASSERT_TRUE(lease.ok() && (*lease)->prefill);
+    EXPECT_EQ((*lease)->prefill->worker_id, "prefill-a");
+    // While held, prefill-a is busier: the next prompt goes to prefill-b.
+    Route other = Cold(1);
+    EXPECT_EQ(other.prefill->worker_id, "prefill-b");
+    registry_->Release(&other);
+    RouteLease moved = std::move(*lease);  // released once, by `moved`
+  }
+  // Released: a tie again, which goes to prefill-a (a leaked lease would
+  // send it to prefill-b)...
+  Route a = Cold(2);
+  EXPECT_EQ(a.prefill->worker_id, "prefill-a");
+  // ...which now holds exactly that one (a double release would have left
+  // it below zero, and it would take this one too).
+  EXPECT_EQ(Cold(3).prefill->worker_id, "prefill-b");
+}
+
+TEST_F(WorkerRegistryTest, AwaitChangeWakesWhenASuspendedWorkerHeartbeats) {
+  auto route = registry_->Choose({}, 10, 4, {});
+  ASSERT_TRUE(route.ok());
+  registry_->MarkFailed(route->decode.slot);
+  registry_->Release(&*route);
+  EXPECT_FALSE(registry_->Choose({}, 10, 4, {}).ok());  // the only decode worker
+  const uint64_t seen = registry_->version();
+  // Nothing changes: the wait ends at its deadline.
+  EXPECT_FALSE(registry_->AwaitChange(seen, absl::Now() + absl::Milliseconds(50)));
+  // A heartbeat that does not revive anyone (a prefill worker) is no change.
+  Report("prefill-a", 0, 0);
+  EXPECT_FALSE(registry_->AwaitChange(seen, absl::Now() + absl::Milliseconds(50)));
+  std::thread beat([this] {
+    absl::SleepFor(absl::Milliseconds(50));
+    Report("decode", 0, 0);
+  });
+  const absl::Time t0 = absl::Now();
+  EXPECT_TRUE(registry_->AwaitChange(seen, absl::Now() + absl::Seconds(10)));
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
+  beat.join();
+  EXPECT_TRUE(registry_->Choose({}, 10, 4, {}).ok());
 }
 
 }  // namespace
