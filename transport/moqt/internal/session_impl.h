@@ -175,6 +175,37 @@ struct SessionImpl : public ControlMessageVisitor {
 
   // ---- control (session.cc) ----
   absl::Status OnControlMessage(ControlMessage msg) override;
+  // One handler per control message (session_control.cc).
+  absl::Status On(ClientSetup& m);
+  absl::Status On(ServerSetup& m);
+  absl::Status On(Goaway& m);
+  absl::Status On(MaxRequestId& m);
+  absl::Status On(RequestsBlocked& m);
+  absl::Status On(Subscribe& m);
+  absl::Status On(TrackStatus& m);
+  absl::Status On(SubscribeUpdate& m);
+  absl::Status On(Unsubscribe& m);
+  absl::Status On(Fetch& m);
+  absl::Status On(FetchCancel& m);
+  absl::Status On(SubscribeOk& m);
+  absl::Status On(TrackStatusOk& m);
+  absl::Status On(SubscribeError& m);
+  absl::Status On(TrackStatusError& m);
+  absl::Status On(FetchOk& m);
+  absl::Status On(FetchError& m);
+  absl::Status On(PublishDone& m);
+  absl::Status On(Publish& m);
+  absl::Status On(PublishOk& m);
+  absl::Status On(PublishError& m);
+  absl::Status On(PublishNamespace& m);
+  absl::Status On(PublishNamespaceDone& m);
+  absl::Status On(PublishNamespaceCancel& m);
+  absl::Status On(PublishNamespaceOk& m);
+  absl::Status On(PublishNamespaceError& m);
+  absl::Status On(SubscribeNamespace& m);
+  absl::Status On(SubscribeNamespaceOk& m);
+  absl::Status On(SubscribeNamespaceError& m);
+  absl::Status On(UnsubscribeNamespace& m);
   void SendControl(const ControlMessage& msg);
   // Assigns the next request id and sends (or queues) the request;
   // FAILED_PRECONDITION once the session is closed.
