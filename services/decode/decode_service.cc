@@ -9,6 +9,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "common/status_macros.h"
+#include "services/common/call_wait.h"
 #include "services/common/grpc_status.h"
 #include "services/worker/kv_landing.h"
 #include "services/common/sampling_proto.h"
@@ -43,10 +44,29 @@ v1::FinishReason ToProto(FinishReason r) {
 }
 
 // Tokens from the compute thread to the stream's handler thread.
+// A sequence's events, handed from the compute thread to the handler; the
+// handler sleeps on `wait` between them (shared: the compute thread may
+// hold it last).
 struct TokenQueue {
+  explicit TokenQueue(grpc::ServerContext* context)
+      : wait([context] { return context->IsCancelled(); }) {}
   absl::Mutex mu;
   std::deque<SequenceEvent> events ABSL_GUARDED_BY(mu);
+  services::CallWait wait;
 };
+
+absl::Status CheckStart(const v1::DecodeStart& start) {
+  const int n = start.prompt_size();
+  if (n == 0) return absl::InvalidArgumentError("decode: empty prompt");
+  if (start.kv_tokens() < 0 || start.kv_tokens() > n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("decode: kv_tokens ", start.kv_tokens(), " outside [0, ", n, "]"));
+  }
+  if (start.max_tokens() < 1) {
+    return absl::InvalidArgumentError("decode: max_tokens must be at least 1");
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace
 
@@ -221,23 +241,14 @@ grpc::Status DecodeService::Decode(
     return grpc::Status(grpc::INVALID_ARGUMENT, "decode: the first message must be `start`");
   }
   const v1::DecodeStart& start = first.start();
+  if (absl::Status s = CheckStart(start); !s.ok()) return services::ToGrpc(s);
   const int n = start.prompt_size();
-  if (n == 0) return grpc::Status(grpc::INVALID_ARGUMENT, "decode: empty prompt");
-  if (start.kv_tokens() < 0 || start.kv_tokens() > n) {
-    return grpc::Status(grpc::INVALID_ARGUMENT,
-                        absl::StrCat("decode: kv_tokens ", start.kv_tokens(), " outside [0, ", n,
-                                     "]"));
-  }
-  if (start.max_tokens() < 1) {
-    return grpc::Status(grpc::INVALID_ARGUMENT, "decode: max_tokens must be at least 1");
-  }
-  Landed kv;
   // While the KV lands, and while tokens are slow to come but the engine
   // runs (e.g. it computes the prompt), an empty message every kKeepalive
   // tells the scheduler this worker is alive (its stall watchdog cancels
   // silent streams; a frozen worker sends nothing).
   auto keepalive = [stream] { stream->Write(v1::DecodeResponse()); };
-  kv = LandPromptKv(context, start, keepalive);
+  Landed kv = LandPromptKv(context, start, keepalive);
   local_cached_tokens_->Increment(kv.local_cached);
 
   std::vector<int32_t> prompt(start.prompt().begin(), start.prompt().end());
@@ -263,12 +274,21 @@ grpc::Status DecodeService::Decode(
   ready.set_transfer_bytes(int64_t(kv.bytes));
   ready.set_transfer_ms(kv.ms);
   stream->Write(ready);
+  return StreamTokens(context, stream, std::move(prompt), params, std::move(prefilled));
+}
 
-  auto queue = std::make_shared<TokenQueue>();
+grpc::Status DecodeService::StreamTokens(
+    grpc::ServerContext* context,
+    grpc::ServerReaderWriter<v1::DecodeResponse, v1::DecodeRequest>* stream,
+    std::vector<int32_t> prompt, const GenerationParams& params, PrefilledKv prefilled) {
+  auto queue = std::make_shared<TokenQueue>(context);
   auto id = rt_->Submit(std::move(prompt), params, std::move(prefilled),
                         [queue](const SequenceEvent& ev) {
-                          absl::MutexLock lock(&queue->mu);
-                          queue->events.push_back(ev);
+                          {
+                            absl::MutexLock lock(&queue->mu);
+                            queue->events.push_back(ev);
+                          }
+                          queue->wait.Notify();
                         });
   if (!id.ok()) {
     requests_failed_->Increment();
@@ -279,23 +299,21 @@ grpc::Status DecodeService::Decode(
   auto last_write = last;
   uint64_t progress_at_write = rt_->progress();
   for (;;) {
+    const services::CallWait::Woke woke =
+        queue->wait.Wait(absl::Now() + absl::FromChrono(kKeepalive));
+    if (woke == services::CallWait::kCancelled && !cancelled) {
+      cancelled = true;
+      rt_->Cancel(*id);  // its finish event follows
+    }
     std::deque<SequenceEvent> events;
     {
       absl::MutexLock lock(&queue->mu);
-      auto has = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(queue->mu) {
-        return !queue->events.empty();
-      };
-      queue->mu.AwaitWithTimeout(absl::Condition(&has), absl::Milliseconds(20));
       events.swap(queue->events);
     }
-    if (!cancelled && context->IsCancelled()) {
-      cancelled = true;
-      rt_->Cancel(*id);
-    }
     const bool keepalive_due = !cancelled && events.empty() &&
-                               Clock::now() - last_write > kKeepalive &&
+                               Clock::now() - last_write >= kKeepalive &&
                                rt_->progress() != progress_at_write;
-    if (keepalive_due) keepalive();
+    if (keepalive_due) stream->Write(v1::DecodeResponse());
     if (keepalive_due || !events.empty()) {
       last_write = Clock::now();
       progress_at_write = rt_->progress();

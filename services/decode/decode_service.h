@@ -61,6 +61,11 @@ class DecodeService final : public v1::Decode::Service {
   // Step 1; on a transfer failure returns what the own cache held (and what
   // landed before it). `keepalive` runs on this thread about every
   // kKeepalive while it waits.
+  // Runs the sequence and streams its tokens until it finishes.
+  grpc::Status StreamTokens(grpc::ServerContext* context,
+                            grpc::ServerReaderWriter<v1::DecodeResponse, v1::DecodeRequest>* stream,
+                            std::vector<int32_t> prompt, const GenerationParams& params,
+                            PrefilledKv prefilled);
   Landed LandPromptKv(grpc::ServerContext* context, const v1::DecodeStart& start,
                       const std::function<void()>& keepalive);
   // Groups [first_group, end_group) of the request's prompt in one track.

@@ -5,9 +5,13 @@
 #include <chrono>
 #include <deque>
 #include <future>
+#include <memory>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/mutex.h"
+#include "services/common/call_wait.h"
 
 namespace kvcast::decode {
 
@@ -64,11 +68,20 @@ AbrOutcome LandAdaptively(AbrPlanner* planner, int first_group, int end_group, i
                           const std::function<void(AbrLanded)>& accept,
                           const std::function<bool()>& cancelled,
                           const std::function<void()>& tick) {
+  // A group's landing, on a thread of its own.
+  struct Slot {
+    absl::Mutex mu;
+    std::optional<absl::StatusOr<AbrLanded>> result ABSL_GUARDED_BY(mu);
+  };
   struct InFlight {
     int track;
-    std::future<absl::StatusOr<AbrLanded>> result;
+    std::shared_ptr<Slot> slot;
+    std::future<void> thread;
   };
   const size_t max_in_flight = std::max(1, depth);
+  // Woken by each landing as it ends (the cancellation is seen between
+  // groups, by `cancelled()`); `tick` runs every 250 ms meanwhile.
+  auto wait = std::make_shared<services::CallWait>([] { return false; });
   AbrOutcome out;
   std::deque<InFlight> flight;
   const absl::Time t0 = absl::Now();
@@ -93,15 +106,32 @@ AbrOutcome LandAdaptively(AbrPlanner* planner, int first_group, int end_group, i
       previous_track = t;
       const kvcache::KvCompression c = planner->ladder()[t].compression;
       const int g = next++;
-      flight.push_back({t, std::async(std::launch::async, [&land, c, g] { return land(c, g); })});
+      auto slot = std::make_shared<Slot>();
+      flight.push_back({t, slot, std::async(std::launch::async, [&land, c, g, slot, wait] {
+                          absl::StatusOr<AbrLanded> r = land(c, g);
+                          {
+                            absl::MutexLock lock(&slot->mu);
+                            slot->result = std::move(r);
+                          }
+                          wait->Notify();
+                        })});
     }
     if (flight.empty()) break;
     InFlight head = std::move(flight.front());
     flight.pop_front();
-    while (head.result.wait_for(std::chrono::milliseconds(20)) != std::future_status::ready) {
+    auto ended = [&head] {
+      absl::MutexLock lock(&head.slot->mu);
+      return head.slot->result.has_value();
+    };
+    while (!ended()) {
+      wait->Wait(absl::Now() + absl::Milliseconds(250));
       if (tick) tick();
     }
-    absl::StatusOr<AbrLanded> landed = head.result.get();
+    head.thread.wait();
+    absl::StatusOr<AbrLanded> landed = [&head] {
+      absl::MutexLock lock(&head.slot->mu);
+      return std::move(*head.slot->result);
+    }();
     if (!landed.ok()) {
       if (out.error.ok()) out.error = landed.status();
       abandon = true;

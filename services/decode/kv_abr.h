@@ -97,7 +97,7 @@ struct AbrOutcome {
 // dropped (their pages released) once they land: a group after a missing
 // one is of no use. A group's goodput sample is its
 // bytes over the time from the later of its first object and the previous
-// group's end to its own end. `tick` runs about every 20 ms while waiting.
+// group's end to its own end. `tick` runs every 250 ms while waiting.
 AbrOutcome LandAdaptively(AbrPlanner* planner, int first_group, int end_group, int chunk_tokens,
                           int num_tokens, int depth, const AbrLandFn& land,
                           const std::function<void(AbrLanded)>& accept,

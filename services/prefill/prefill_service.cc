@@ -6,8 +6,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/notification.h"
+#include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
+#include "services/common/call_wait.h"
 #include "services/common/grpc_status.h"
 #include "services/worker/kv_landing.h"
 #include "services/worker/land_kv.h"
@@ -167,49 +168,32 @@ grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
   return status;
 }
 
-grpc::Status PrefillService::Compute(grpc::ServerContext* context,
-                                     const v1::PrefillRequest& request, Progress* progress,
-                                     v1::PrefillResponse* response) {
-  const auto t0 = std::chrono::steady_clock::now();
-  Engine& engine = rt_->engine();
-  const int chunk = engine.options().chunk_tokens;
-  const int page_tokens = engine.pool().layout().page_tokens;
-  std::vector<int32_t> tokens(request.tokens().begin(), request.tokens().end());
-  const int n = int(tokens.size());
-  if (n == 0) return grpc::Status(grpc::INVALID_ARGUMENT, "prefill: empty prompt");
-  const std::string digest =
-      kvcache::PromptDigest(engine.prefix_seed(request.tenant()), tokens, chunk).ToHex();
-  response->set_prompt_digest(digest);
-  // Its full chunks, reported to every scheduler replica once published.
-  const std::vector<Hash128> chain =
-      ChunkHashChain(engine.prefix_seed(request.tenant()), tokens, chunk);
-
-  GenerationParams params;
-  params.max_tokens = 1;
-  params.ignore_eos = true;
-  params.min_tokens = request.sampling().min_tokens();
-  params.tenant = request.tenant();
-  params.sampling = services::SamplingFromProto(request.sampling());
-  params.logprobs = request.sampling().logprobs();
-  params.top_logprobs = request.sampling().top_logprobs();
-  params.response_format = services::ResponseFormatFromProto(request.sampling());
-
-  // Announce the prompt; an identical prompt already published serves it.
-  bool publishing = false;
-  absl::Status begin;
-  rt_->RunSync([&] {
-    begin = publisher_->BeginPrompt(digest, n);
-    publishing = begin.ok();
-  });
-  if (!begin.ok() && !absl::IsAlreadyExists(begin)) {
-    requests_failed_->Increment();
-    return ToGrpc(begin);
+// One prompt's publication: announced at construction, each chunk handed
+// to the publisher as the compute thread finishes it, ended once with the
+// prefill's outcome (a prefill that fails or is cancelled drops it; one
+// that never ends it explicitly, too).
+class PrefillService::Publication {
+ public:
+  Publication(PrefillService* svc, std::string digest, std::vector<Hash128> chain, int tokens)
+      : svc_(svc), digest_(std::move(digest)), chain_(std::move(chain)) {
+    svc_->rt_->RunSync([&] { begin_ = svc_->publisher_->BeginPrompt(digest_, tokens); });
   }
-  {
-    quic::EventLoop* loop = rt_->loop();
-    Publisher* pub = publishing ? publisher_.get() : nullptr;
-    params.on_prompt_chunk = [loop, pub, digest, progress, chunk, n](int c, KvPages pages) {
+  ~Publication() { End(absl::CancelledError("prefill abandoned")); }
+
+  const std::string& digest() const { return digest_; }
+  // OK; ALREADY_EXISTS when an identical prompt being published serves it
+  // (this one then computes without publishing); anything else: failed.
+  const absl::Status& begin() const { return begin_; }
+
+  // For GenerationParams::on_prompt_chunk (compute thread): reports chunk c's
+  // tokens as done (waking the handler) and publishes its pages.
+  std::function<void(int, KvPages)> OnChunk(Progress* progress, services::CallWait* wait,
+                                            int chunk, int n) {
+    quic::EventLoop* loop = svc_->rt_->loop();
+    Publisher* pub = begin_.ok() ? svc_->publisher_.get() : nullptr;
+    return [loop, pub, digest = digest_, progress, wait, chunk, n](int c, KvPages pages) {
       progress->Done(std::min(n, (c + 1) * chunk));
+      wait->Notify();
       if (pub == nullptr) return;
       // The publisher keeps the chunk's pages; a post that never runs drops them.
       auto held = std::make_shared<KvPages>(std::move(pages));
@@ -222,96 +206,169 @@ grpc::Status PrefillService::Compute(grpc::ServerContext* context,
       });
     };
   }
-  auto end_prompt = [&](const absl::Status& status) {
-    if (!publishing) return;
-    rt_->RunSync([&] {
-      absl::Status st = publisher_->EndPrompt(digest, status);
+
+  // Ends the publication (once): published prompts stay fetchable for
+  // `retain`, and every scheduler replica learns of them; failed ones go.
+  void End(const absl::Status& status) {
+    if (ended_ || !begin_.ok()) return;
+    ended_ = true;
+    worker::WorkerRuntime* rt = svc_->rt_;
+    rt->RunSync([&] {
+      Publisher* pub = svc_->publisher_.get();
+      absl::Status st = pub->EndPrompt(digest_, status);
       if (!status.ok() || !st.ok()) {
-        publisher_->DropPrompt(digest);
+        pub->DropPrompt(digest_);
         return;
       }
-      Publisher* pub = publisher_.get();
-      rt_->loop()->RunAfter(retain_, [pub, digest] { pub->DropPrompt(digest); });
+      rt->loop()->RunAfter(svc_->retain_, [pub, digest = digest_] { pub->DropPrompt(digest); });
     });
-    // Every scheduler replica, not only the caller, may send a later prompt
-    // sharing it here to be fetched.
-    if (status.ok()) rt_->ReportPublished(digest, chain);
-  };
+    if (status.ok()) rt->ReportPublished(digest_, chain_);
+  }
 
-  // Reuse a published prefix the scheduler named, beyond what we hold.
+ private:
+  PrefillService* const svc_;
+  const std::string digest_;
+  const std::vector<Hash128> chain_;  // its full chunks
+  absl::Status begin_;
+  bool ended_ = false;
+};
+
+namespace {
+
+GenerationParams FirstTokenParams(const v1::PrefillRequest& request) {
+  GenerationParams params;
+  params.max_tokens = 1;
+  params.ignore_eos = true;
+  params.min_tokens = request.sampling().min_tokens();
+  params.tenant = request.tenant();
+  params.sampling = services::SamplingFromProto(request.sampling());
+  params.logprobs = request.sampling().logprobs();
+  params.top_logprobs = request.sampling().top_logprobs();
+  params.response_format = services::ResponseFormatFromProto(request.sampling());
+  return params;
+}
+
+double Ms(std::chrono::steady_clock::duration d) {
+  return std::chrono::duration<double, std::milli>(d).count();
+}
+
+}  // namespace
+
+PrefilledKv PrefillService::ReusePrefix(grpc::ServerContext* context,
+                                        const v1::PrefillRequest& request,
+                                        absl::Span<const int32_t> tokens, Progress* progress,
+                                        int* fetched_tokens) {
   PrefilledKv kv;
-  int fetched_tokens = 0;
-  const auto& reuse = request.reuse();
-  const int max_reuse = (n - 1) / chunk;
-  if (reuse.groups() > 0 && reuse.groups() <= max_reuse) {
-    std::vector<Hash128> chain =
-        ChunkHashChain(engine.prefix_seed(request.tenant()),
-                       absl::MakeConstSpan(tokens).first(reuse.groups() * chunk), chunk);
-    KvPages own = engine.prefix_cache().Acquire(chain, reuse.groups());
-    const int own_chunks = own.size() / (chunk / page_tokens);
-    if (own_chunks < reuse.groups()) {
-      auto pages = FetchPrefix(context, reuse, std::move(own), own_chunks, progress);
-      if (pages.ok()) {
-        kv.pages = std::move(*pages);
-        kv.tokens = reuse.groups() * chunk;
-        fetched_tokens = (reuse.groups() - own_chunks) * chunk;
-      } else {
-        fetch_failures_->Increment();
-        std::fprintf(stderr, "kvcast-prefill: fetching %d groups of %s failed (%s); computing\n",
-                     reuse.groups(), reuse.prompt_digest().c_str(),
-                     pages.status().ToString().c_str());
-      }
-    }  // else all held: `own` is dropped, the engine finds them itself
+  Engine& engine = rt_->engine();
+  const int chunk = engine.options().chunk_tokens;
+  const v1::KvSource& reuse = request.reuse();
+  const int max_reuse = (int(tokens.size()) - 1) / chunk;
+  if (reuse.groups() <= 0 || reuse.groups() > max_reuse) return kv;
+  const std::vector<Hash128> chain = ChunkHashChain(
+      engine.prefix_seed(request.tenant()), tokens.first(reuse.groups() * chunk), chunk);
+  KvPages own = engine.prefix_cache().Acquire(chain, reuse.groups());
+  const int own_chunks = own.size() / (chunk / engine.pool().layout().page_tokens);
+  if (own_chunks >= reuse.groups()) return kv;  // all held: the engine finds them itself
+  auto pages = FetchPrefix(context, reuse, std::move(own), own_chunks, progress);
+  if (!pages.ok()) {
+    fetch_failures_->Increment();
+    std::fprintf(stderr, "kvcast-prefill: fetching %d groups of %s failed (%s); computing\n",
+                 reuse.groups(), reuse.prompt_digest().c_str(), pages.status().ToString().c_str());
+    return kv;
   }
-  if (context->IsCancelled()) {  // kv's pages are released with it
-    end_prompt(absl::CancelledError("prefill cancelled"));
-    return grpc::Status(grpc::CANCELLED, "prefill cancelled");
-  }
+  kv.pages = std::move(*pages);
+  kv.tokens = reuse.groups() * chunk;
+  *fetched_tokens = (reuse.groups() - own_chunks) * chunk;
+  return kv;
+}
 
-  struct Wait {
-    absl::Notification done;
-    SequenceEvent event;
+absl::StatusOr<SequenceEvent> PrefillService::FirstToken(grpc::ServerContext* context,
+                                                         std::vector<int32_t> tokens,
+                                                         const GenerationParams& params,
+                                                         PrefilledKv kv, Progress* progress,
+                                                         services::CallWait* wait) {
+  // The event is written by the compute thread before it notifies.
+  struct Result {
+    absl::Mutex mu;
+    std::optional<SequenceEvent> event ABSL_GUARDED_BY(mu);
   };
-  auto wait = std::make_shared<Wait>();
-  const auto t_submit = std::chrono::steady_clock::now();
-  auto id = rt_->Submit(std::move(tokens), params, std::move(kv), [wait](const SequenceEvent& ev) {
-    if (ev.finish == FinishReason::kNone) return;
-    wait->event = ev;
-    wait->done.Notify();
-  });
-  if (!id.ok()) {
-    requests_failed_->Increment();
-    end_prompt(id.status());
-    return ToGrpc(id.status());
-  }
+  auto result = std::make_shared<Result>();
+  auto id = rt_->Submit(std::move(tokens), params, std::move(kv),
+                        [result, wait](const SequenceEvent& ev) {
+                          if (ev.finish == FinishReason::kNone) return;
+                          {
+                            absl::MutexLock lock(&result->mu);
+                            result->event = ev;
+                          }
+                          wait->Notify();
+                        });
+  if (!id.ok()) return id.status();
   bool cancelled = false;
-  while (!wait->done.WaitForNotificationWithTimeout(absl::Milliseconds(20))) {
-    if (!cancelled && context->IsCancelled()) {
+  for (;;) {
+    {
+      absl::MutexLock lock(&result->mu);
+      if (result->event) break;
+    }
+    const services::CallWait::Woke woke =
+        wait->Wait(absl::Now() + absl::FromChrono(Progress::kKeepalive));
+    if (woke == services::CallWait::kCancelled && !cancelled) {
       cancelled = true;
-      rt_->Cancel(*id);
+      rt_->Cancel(*id);  // its finish event follows
     }
     if (!cancelled) progress->Tick(/*busy=*/false);
   }
-  const SequenceEvent& ev = wait->event;
-  if (ev.token < 0) {
+  absl::MutexLock lock(&result->mu);
+  const SequenceEvent& ev = *result->event;
+  if (ev.token >= 0) return ev;
+  if (ev.finish == FinishReason::kCancelled) return absl::CancelledError("prefill cancelled");
+  return absl::Status(ev.status.code(), absl::StrCat("prefill failed: ", ev.status.message()));
+}
+
+grpc::Status PrefillService::Compute(grpc::ServerContext* context,
+                                     const v1::PrefillRequest& request, Progress* progress,
+                                     v1::PrefillResponse* response) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Engine& engine = rt_->engine();
+  const int chunk = engine.options().chunk_tokens;
+  std::vector<int32_t> tokens(request.tokens().begin(), request.tokens().end());
+  const int n = int(tokens.size());
+  if (n == 0) return grpc::Status(grpc::INVALID_ARGUMENT, "prefill: empty prompt");
+  const Hash128 seed = engine.prefix_seed(request.tenant());
+  // Announce the prompt; an identical prompt already published serves it.
+  Publication publication(this, kvcache::PromptDigest(seed, tokens, chunk).ToHex(),
+                          ChunkHashChain(seed, tokens, chunk), n);
+  if (!publication.begin().ok() && !absl::IsAlreadyExists(publication.begin())) {
     requests_failed_->Increment();
-    absl::Status st = ev.finish == FinishReason::kCancelled
-                          ? absl::CancelledError("prefill cancelled")
-                          : absl::Status(ev.status.code(),
-                                         absl::StrCat("prefill failed: ", ev.status.message()));
-    end_prompt(st);
-    return ToGrpc(st);
+    return ToGrpc(publication.begin());
   }
-  end_prompt(absl::OkStatus());
+  response->set_prompt_digest(publication.digest());
+  services::CallWait wait([context] { return context->IsCancelled(); });
+  GenerationParams params = FirstTokenParams(request);
+  params.on_prompt_chunk = publication.OnChunk(progress, &wait, chunk, n);
+  // Reuse a published prefix the scheduler named, beyond what we hold.
+  int fetched_tokens = 0;
+  PrefilledKv kv = ReusePrefix(context, request, tokens, progress, &fetched_tokens);
+  if (context->IsCancelled()) {  // kv's pages are released with it
+    publication.End(absl::CancelledError("prefill cancelled"));
+    return grpc::Status(grpc::CANCELLED, "prefill cancelled");
+  }
+  const auto t_submit = std::chrono::steady_clock::now();
+  absl::StatusOr<SequenceEvent> ev =
+      FirstToken(context, std::move(tokens), params, std::move(kv), progress, &wait);
+  publication.End(ev.status());
+  if (!ev.ok()) {
+    requests_failed_->Increment();
+    return ToGrpc(ev.status());
+  }
   const auto t1 = std::chrono::steady_clock::now();
-  const int reused = ev.cached_tokens;
-  response->set_first_token(ev.token);
-  if (ev.logprob) *response->mutable_first_logprob() = services::LogprobToProto(*ev.logprob);
+  const int reused = ev->cached_tokens;
+  response->set_first_token(ev->token);
+  if (ev->logprob) *response->mutable_first_logprob() = services::LogprobToProto(*ev->logprob);
   response->set_fetched_tokens(fetched_tokens);
   response->set_cached_tokens(reused - fetched_tokens);
   response->set_computed_tokens(n - reused);
-  response->set_queue_ms(std::chrono::duration<double, std::milli>(t_submit - t0).count());
-  response->set_compute_ms(std::chrono::duration<double, std::milli>(t1 - t_submit).count());
+  response->set_queue_ms(Ms(t_submit - t0));
+  response->set_compute_ms(Ms(t1 - t_submit));
   requests_ok_->Increment();
   tokens_computed_->Increment(n - reused);
   tokens_cached_->Increment(reused - fetched_tokens);

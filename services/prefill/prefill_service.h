@@ -14,6 +14,7 @@
 #include <memory>
 
 #include "kvcast/v1/worker.grpc.pb.h"
+#include "services/common/call_wait.h"
 #include "services/common/metrics.h"
 #include "services/worker/worker_runtime.h"
 #include "transport/kvcache/publisher.h"
@@ -35,8 +36,21 @@ class PrefillService final : public v1::Prefill::Service {
  private:
   class Publisher;
   class Progress;
+  class Publication;
   grpc::Status Compute(grpc::ServerContext* context, const v1::PrefillRequest& request,
                        Progress* progress, v1::PrefillResponse* response);
+  // The published prefix the scheduler named (request.reuse), beyond what
+  // this worker holds: fetched and prepended to what it holds. Empty when
+  // there is none, all is held, or the fetch failed (then computed).
+  PrefilledKv ReusePrefix(grpc::ServerContext* context, const v1::PrefillRequest& request,
+                          absl::Span<const int32_t> tokens, Progress* progress,
+                          int* fetched_tokens);
+  // Runs the prompt on the compute thread to its first token, writing
+  // progress meanwhile and cancelling it with the call.
+  absl::StatusOr<SequenceEvent> FirstToken(grpc::ServerContext* context,
+                                           std::vector<int32_t> tokens,
+                                           const GenerationParams& params, PrefilledKv kv,
+                                           Progress* progress, services::CallWait* wait);
   // Fetches groups [own, source.groups()) of `source` after `own_pages`
   // (held chunks); returns all pages covering groups [0, source.groups()).
   absl::StatusOr<KvPages> FetchPrefix(grpc::ServerContext* context, const v1::KvSource& source,

@@ -4,11 +4,19 @@
 #include <algorithm>
 #include <memory>
 
-#include "absl/synchronization/notification.h"
+#include <atomic>
+
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
+#include "services/common/call_wait.h"
 
 namespace kvcast::worker {
+namespace {
+
+// How often a waiting landing calls `tick` (the callers' keepalives).
+constexpr absl::Duration kTick = absl::Milliseconds(250);
+
+}  // namespace
 
 KvLandingTarget TargetOf(WorkerRuntime* rt) {
   Engine& engine = rt->engine();
@@ -24,41 +32,45 @@ absl::StatusOr<KvLanded> LandKv(const KvLandingTarget& t, const KvRequest& r,
   const int tokens =
       std::min(r.end_group * r.chunk_tokens, r.num_tokens) - r.first_group * r.chunk_tokens;
   ASSIGN_OR_RETURN(KvPages fresh, t.pool->Allocate((tokens + page_tokens - 1) / page_tokens));
+  // Shared with the loop thread, which may hold it last.
   struct State {
-    absl::Notification done;
+    explicit State(std::function<bool()> cancelled) : wait(std::move(cancelled)) {}
+    services::CallWait wait;
+    std::atomic<bool> done{false};
     absl::StatusOr<KvPages> result = absl::UnknownError("pending");
     std::shared_ptr<KvLanding> landing;
+    void Finish(absl::StatusOr<KvPages> r) {
+      result = std::move(r);
+      done = true;
+      wait.Notify();
+    }
   };
-  auto state = std::make_shared<State>();
+  auto state = std::make_shared<State>(cancelled);
   t.run_on_loop([&] {
     auto session = t.session_for(r.address);
     if (!session.ok()) {  // `fresh` is released on return
-      state->result = session.status();
-      state->done.Notify();
+      state->Finish(session.status());
       return;
     }
     auto landing = KvLanding::Start(
         *session, t.pool, t.backend, t.fingerprint, r.track,
         kvcache::LandingSpec{r.chunk_tokens, r.num_tokens, r.first_group, r.end_group,
                              std::move(fresh), t.ac_thread},
-        r.mode, r.auth_token, [state](absl::StatusOr<KvPages> result) {
-          state->result = std::move(result);
-          state->done.Notify();
-        });
+        r.mode, r.auth_token,
+        [state](absl::StatusOr<KvPages> result) { state->Finish(std::move(result)); });
     if (landing.ok()) {
       state->landing = *landing;
     } else {
-      state->result = landing.status();
-      state->done.Notify();
+      state->Finish(landing.status());
     }
   });
-  while (!state->done.WaitForNotificationWithTimeout(absl::Milliseconds(20))) {
-    if (tick) tick();
-    if (cancelled()) {
+  while (!state->done) {
+    if (state->wait.Wait(absl::Now() + kTick) == services::CallWait::kCancelled) {
       t.run_on_loop([&] {
         if (state->landing) state->landing->Abort(absl::CancelledError("request cancelled"));
       });
     }
+    if (tick && !state->done) tick();
   }
   KvLanded out;
   t.run_on_loop([&] {

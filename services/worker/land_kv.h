@@ -2,8 +2,9 @@
 // for it. The landing (KvLanding) runs on the sessions' loop thread over
 // the session picked for the publisher's address (a worker's SessionFor:
 // the relay while it is up, else the publisher's own port); this thread
-// waits, calling `tick` about every 20 ms (keepalives) and aborting the
-// landing once `cancelled()`.
+// sleeps until it ends (services::CallWait), calling `tick` every 250 ms
+// (keepalives) and aborting the landing once `cancelled()`, which is
+// asked from CallWait's watcher thread.
 //
 // Thread safety: call from any thread but the runtime's loop thread.
 #ifndef KVCAST_SERVICES_WORKER_LAND_KV_H_

@@ -403,6 +403,93 @@ TEST_F(DisaggregatedTest, GatewayGaugesUnderVllmNames) {
   EXPECT_EQ(Metric(decode, "vllm:num_requests_running", model), 0);
 }
 
+// A client that cancels mid-stream stops the work it started: the
+// scheduler cancels its worker calls, the decode worker's handler (asleep
+// on its CallWait, not polling) sees the cancellation and cancels the
+// sequence in the engine, whose pages come back.
+TEST_F(DisaggregatedTest, AClientCancellingMidStreamStopsTheDecodeWorkersSequence) {
+  auto c = Start("client_cancel", 1, 1, {}, {}, 1, WideModelDir());
+  ASSERT_NE(c, nullptr);
+  const Labels model{{"model_name", "wide"}};
+  const Process& decode = c->worker(Role::kDecode, 0);
+  auto stub = v1::Generation::NewStub(
+      grpc::CreateChannel(c->scheduler_address(), grpc::InsecureChannelCredentials()));
+  v1::GenerateRequest req;
+  const std::vector<int32_t> prompt = Prompt(300, 5);
+  *req.mutable_token_ids()->mutable_ids() = {prompt.begin(), prompt.end()};
+  req.set_max_tokens(4000);
+  req.set_ignore_eos(true);
+  grpc::ClientContext ctx;
+  auto reader = stub->Generate(&ctx, req);
+  v1::GenerateResponse resp;
+  int tokens = 0;
+  while (tokens < 30 && reader->Read(&resp)) tokens += resp.delta().token_ids_size();
+  ASSERT_GE(tokens, 30);
+  EXPECT_EQ(Metric(decode, "vllm:num_requests_running", model), 1);
+  const auto cancelled_at = std::chrono::steady_clock::now();
+  ctx.TryCancel();
+  EXPECT_EQ(reader->Finish().error_code(), grpc::CANCELLED);
+  double running = -1;
+  while (running != 0 && std::chrono::steady_clock::now() - cancelled_at < std::chrono::seconds(3)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    running = Metric(decode, "vllm:num_requests_running", model);
+  }
+  EXPECT_EQ(running, 0) << "the decode worker still runs the cancelled sequence";
+  // It stopped far short of max_tokens (4,000 tokens take the wide model
+  // tens of seconds on this CPU).
+  EXPECT_LT(Metric(decode, "kvcast_decode_tokens_total"), 2000);
+  EXPECT_EQ(Metric(decode, "kvcast_decode_requests_total", {{"result", "error"}}), 1);
+  ExpectNoPagesLeaked(decode);
+}
+
+// The same while the decode worker computes a long prompt itself (fused):
+// no token is written that could fail, so only its handler's wait sees the
+// cancellation; the prompt (seconds of compute) stops within a chunk.
+TEST_F(DisaggregatedTest, AClientCancellingDuringALongFusedPromptStopsItsCompute) {
+  auto c = Start("cancel_prompt", 1, 1, {"--pd_fusion_tokens=8192"}, {}, 1, WideModelDir());
+  ASSERT_NE(c, nullptr);
+  const Labels model{{"model_name", "wide"}};
+  const Process& decode = c->worker(Role::kDecode, 0);
+  auto stub = v1::Generation::NewStub(
+      grpc::CreateChannel(c->scheduler_address(), grpc::InsecureChannelCredentials()));
+  v1::GenerateRequest req;
+  const std::vector<int32_t> prompt = Prompt(6000, 7);
+  *req.mutable_token_ids()->mutable_ids() = {prompt.begin(), prompt.end()};
+  req.set_max_tokens(4);
+  grpc::ClientContext ctx;
+  std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader;
+  std::thread call([&] {
+    reader = stub->Generate(&ctx, req);
+    v1::GenerateResponse resp;
+    while (reader->Read(&resp)) {
+    }
+  });
+  // Cancelled once the decode worker is computing it.
+  double busy = 0;
+  for (int i = 0; i < 200 && busy == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    busy = Metric(decode, "vllm:num_requests_running", model) +
+           Metric(decode, "vllm:num_requests_waiting", model);
+  }
+  ASSERT_GT(busy, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  const auto cancelled_at = std::chrono::steady_clock::now();
+  ctx.TryCancel();
+  call.join();
+  EXPECT_EQ(reader->Finish().error_code(), grpc::CANCELLED);
+  while (busy != 0 && std::chrono::steady_clock::now() - cancelled_at < std::chrono::seconds(5)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    busy = Metric(decode, "vllm:num_requests_running", model) +
+           Metric(decode, "vllm:num_requests_waiting", model);
+  }
+  const double took_ms = std::chrono::duration<double, std::milli>(
+                             std::chrono::steady_clock::now() - cancelled_at).count();
+  EXPECT_EQ(busy, 0);
+  EXPECT_LT(took_ms, 1000) << "the prompt's compute went on after the cancellation";
+  EXPECT_EQ(Metric(decode, "kvcast_decode_tokens_total"), 0);
+  ExpectNoPagesLeaked(decode);
+}
+
 // Both prefill workers frozen (SIGSTOP): each prefill call is cancelled
 // after its stall bound (--prefill_stall_s 1 + 10 x the time per token) and
 // retried elsewhere; after --max_attempts the decode worker computes the
