@@ -217,11 +217,14 @@ class Backend {
   // out + t * out_stride + a * row_bytes; DecodeKv is its inverse. `slots`
   // and `out` / `in` are host memory; buffers from AllocateStaging move
   // without a bounce through a driver buffer. They return when done: `out`
-  // holds the bytes / the caches hold the rows.
-  virtual void EncodeKv(KvFormat format, int block, const KvArrays& src, const int32_t* slots,
-                        int num_tokens, uint8_t* out, size_t out_stride) = 0;
-  virtual void DecodeKv(KvFormat format, int block, const uint8_t* in, size_t in_stride,
-                        const int32_t* slots, int num_tokens, const KvArrays& dst) = 0;
+  // holds the bytes / the caches hold the rows; or with the transfer's
+  // error (a device copy or kernel failed), which fails only this call: the
+  // bytes / rows it touched are then undefined, and compute ops go on.
+  virtual absl::Status EncodeKv(KvFormat format, int block, const KvArrays& src,
+                                const int32_t* slots, int num_tokens, uint8_t* out,
+                                size_t out_stride) = 0;
+  virtual absl::Status DecodeKv(KvFormat format, int block, const uint8_t* in, size_t in_stride,
+                                const int32_t* slots, int num_tokens, const KvArrays& dst) = 0;
   // Host memory for EncodeKv / DecodeKv buffers (page-locked on a GPU).
   virtual absl::StatusOr<std::unique_ptr<DeviceBuffer>> AllocateStaging(size_t bytes) = 0;
   // True when the pages are host memory (the CPU backend): an EncodeKv /

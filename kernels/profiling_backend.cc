@@ -74,15 +74,23 @@ absl::Status ProfilingBackend::SampleTokens(const float* logits, int vocab,
   Time("SampleTokens", [&] { status = inner_->SampleTokens(logits, vocab, params, num, tokens); });
   return status;
 }
-void ProfilingBackend::EncodeKv(KvFormat format, int block, const KvArrays& src,
-                                const int32_t* slots, int num_tokens, uint8_t* out,
-                                size_t out_stride) {
-  Time("EncodeKv",
-       [&] { inner_->EncodeKv(format, block, src, slots, num_tokens, out, out_stride); });
+absl::Status ProfilingBackend::EncodeKv(KvFormat format, int block, const KvArrays& src,
+                                        const int32_t* slots, int num_tokens, uint8_t* out,
+                                        size_t out_stride) {
+  absl::Status status;
+  Time("EncodeKv", [&] {
+    status = inner_->EncodeKv(format, block, src, slots, num_tokens, out, out_stride);
+  });
+  return status;
 }
-void ProfilingBackend::DecodeKv(KvFormat format, int block, const uint8_t* in, size_t in_stride,
-                                const int32_t* slots, int num_tokens, const KvArrays& dst) {
-  Time("DecodeKv", [&] { inner_->DecodeKv(format, block, in, in_stride, slots, num_tokens, dst); });
+absl::Status ProfilingBackend::DecodeKv(KvFormat format, int block, const uint8_t* in,
+                                        size_t in_stride, const int32_t* slots, int num_tokens,
+                                        const KvArrays& dst) {
+  absl::Status status;
+  Time("DecodeKv", [&] {
+    status = inner_->DecodeKv(format, block, in, in_stride, slots, num_tokens, dst);
+  });
+  return status;
 }
 
 }  // namespace kvcast

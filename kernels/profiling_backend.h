@@ -67,10 +67,10 @@ class ProfilingBackend : public Backend {
                       float* out) override;
   absl::Status SampleTokens(const float* logits, int vocab, const TokenSampling* params, int num,
                             int32_t* tokens) override;
-  void EncodeKv(KvFormat format, int block, const KvArrays& src, const int32_t* slots,
-                int num_tokens, uint8_t* out, size_t out_stride) override;
-  void DecodeKv(KvFormat format, int block, const uint8_t* in, size_t in_stride,
-                const int32_t* slots, int num_tokens, const KvArrays& dst) override;
+  absl::Status EncodeKv(KvFormat format, int block, const KvArrays& src, const int32_t* slots,
+                        int num_tokens, uint8_t* out, size_t out_stride) override;
+  absl::Status DecodeKv(KvFormat format, int block, const uint8_t* in, size_t in_stride,
+                        const int32_t* slots, int num_tokens, const KvArrays& dst) override;
 
  private:
   template <typename F>

@@ -51,7 +51,13 @@ void HostKvTier::Demote(const Hash128& hash, absl::Span<const int32_t> pages,
   }
   if (chunk_bytes() > budget_ && disk_ == nullptr) return;
   std::vector<uint8_t> bytes(chunk_bytes());
-  codec_.Encode(backend_, *pool_, Slots(pages), bytes.data());
+  if (absl::Status s = codec_.Encode(backend_, *pool_, Slots(pages), bytes.data()); !s.ok()) {
+    // The chunk is not kept below the pool (it leaves as it would without
+    // a tier): a failed copy loses a cache entry, no more.
+    absl::MutexLock lock(&mu_);
+    ++stats_.transfer_failures;
+    return;
+  }
   const uint64_t checksum = XXH3_64bits(bytes.data(), bytes.size());
   if (chunk_bytes() > budget_) {  // too big for host memory: straight to disk
     disk_->Put(hash, bytes, checksum, dropped);
@@ -107,8 +113,7 @@ absl::Status HostKvTier::Promote(const Hash128& hash, absl::Span<const int32_t> 
     if (disk_ == nullptr) return absl::NotFoundError("chunk not in the host tier");
     absl::StatusOr<std::vector<uint8_t>> bytes = disk_->Get(hash);
     if (!bytes.ok()) return bytes.status();
-    codec_.Decode(backend_, bytes->data(), Slots(pages), pool_);
-    return absl::OkStatus();
+    return codec_.Decode(backend_, bytes->data(), Slots(pages), pool_);
   }
   const Entry& e = it->second;
   if (XXH3_64bits(e.bytes.data(), e.bytes.size()) != e.checksum) {
@@ -116,7 +121,9 @@ absl::Status HostKvTier::Promote(const Hash128& hash, absl::Span<const int32_t> 
     ++stats_.corrupt;
     return absl::DataLossError("host tier: a chunk's bytes no longer match their checksum");
   }
-  codec_.Decode(backend_, e.bytes.data(), Slots(pages), pool_);
+  if (absl::Status s = codec_.Decode(backend_, e.bytes.data(), Slots(pages), pool_); !s.ok()) {
+    return s;  // the entry stays: the copy failed, not the bytes
+  }
   Touch(it->second);
   ++stats_.hits;
   return absl::OkStatus();

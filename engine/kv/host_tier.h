@@ -43,6 +43,7 @@ class HostKvTier {
     uint64_t demotions = 0;   // chunks copied in
     uint64_t evictions = 0;   // chunks dropped for the budget
     uint64_t corrupt = 0;     // chunks whose checksum failed (dropped)
+    uint64_t transfer_failures = 0;  // chunks the backend could not copy out (not kept)
   };
 
   // `pool` and `backend` (the pool's) are borrowed and must outlive the

@@ -11,6 +11,7 @@
 #include <numeric>
 
 #include "engine/kv/prefix_cache.h"
+#include "kernels/profiling_backend.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "xxhash.h"
@@ -81,6 +82,50 @@ TEST_F(HostTierTest, ADemotedChunkComesBackIntoOtherPages) {
   // int8 keeps half the bytes (plus scales).
   HostKvTier int8(pool_.get(), be_.get(), kChunk, KvFormat::kInt8, 1 << 20);
   EXPECT_LT(int8.chunk_bytes() * 10, tier.chunk_bytes() * 6);
+}
+
+// A backend whose KV transfers fail while `failing` is set, as a device's
+// copy would (a CUDA error).
+class FlakyTransferBackend : public ProfilingBackend {
+ public:
+  using ProfilingBackend::ProfilingBackend;
+  bool failing = false;
+  absl::Status EncodeKv(KvFormat format, int block, const KvArrays& src, const int32_t* slots,
+                        int num_tokens, uint8_t* out, size_t out_stride) override {
+    if (failing) return absl::InternalError("EncodeKv: an illegal copy");
+    return ProfilingBackend::EncodeKv(format, block, src, slots, num_tokens, out, out_stride);
+  }
+  absl::Status DecodeKv(KvFormat format, int block, const uint8_t* in, size_t in_stride,
+                        const int32_t* slots, int num_tokens, const KvArrays& dst) override {
+    if (failing) return absl::InternalError("DecodeKv: an illegal copy");
+    return ProfilingBackend::DecodeKv(format, block, in, in_stride, slots, num_tokens, dst);
+  }
+};
+
+TEST_F(HostTierTest, AFailedTransferLosesOnlyThatCopy) {
+  FlakyTransferBackend flaky(be_.get());
+  HostKvTier tier(pool_.get(), &flaky, kChunk, KvFormat::kFp16, 1 << 20);
+  const std::vector<Hash128> chain = Chain(2);
+  KvPages pages = *pool_->Allocate(2);
+  std::vector<Hash128> dropped;
+  // A demotion whose copy out fails keeps nothing (the chunk leaves as it
+  // would without a tier) and says so in the stats.
+  flaky.failing = true;
+  tier.Demote(chain[0], pages.ids(), &dropped);
+  EXPECT_FALSE(tier.Contains(chain[0]));
+  EXPECT_EQ(tier.stats().transfer_failures, 1u);
+  EXPECT_EQ(tier.stats().chunks, 0u);
+  // A promotion whose copy in fails is an error, and the chunk stays.
+  flaky.failing = false;
+  tier.Demote(chain[1], pages.ids(), &dropped);
+  ASSERT_TRUE(tier.Contains(chain[1]));
+  flaky.failing = true;
+  const absl::Status s = tier.Promote(chain[1], pages.ids());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
+  EXPECT_NE(s.message().find("an illegal copy"), std::string::npos);
+  EXPECT_TRUE(tier.Contains(chain[1]));
+  flaky.failing = false;
+  EXPECT_TRUE(tier.Promote(chain[1], pages.ids()).ok());
 }
 
 TEST_F(HostTierTest, TheBudgetDropsTheLeastRecentlyUsedChunk) {

@@ -19,16 +19,16 @@ KvArrays TokenCodec::Arrays(const KvPagePool& pool) const {
                   layout_.num_kv_heads, layout_.head_dim, pool.layout().storage};
 }
 
-void TokenCodec::Encode(Backend* backend, const KvPagePool& pool,
-                        absl::Span<const int32_t> slots, uint8_t* out) const {
-  backend->EncodeKv(format_, block_, Arrays(pool), slots.data(), int(slots.size()), out,
-                    token_bytes());
+absl::Status TokenCodec::Encode(Backend* backend, const KvPagePool& pool,
+                                absl::Span<const int32_t> slots, uint8_t* out) const {
+  return backend->EncodeKv(format_, block_, Arrays(pool), slots.data(), int(slots.size()), out,
+                           token_bytes());
 }
 
-void TokenCodec::Decode(Backend* backend, const uint8_t* in, absl::Span<const int32_t> slots,
-                        KvPagePool* pool) const {
-  backend->DecodeKv(format_, block_, in, token_bytes(), slots.data(), int(slots.size()),
-                    Arrays(*pool));
+absl::Status TokenCodec::Decode(Backend* backend, const uint8_t* in,
+                                absl::Span<const int32_t> slots, KvPagePool* pool) const {
+  return backend->DecodeKv(format_, block_, in, token_bytes(), slots.data(), int(slots.size()),
+                           Arrays(*pool));
 }
 
 std::vector<int32_t> SlotsOf(absl::Span<const int32_t> pages, int page_tokens, int first,

@@ -39,12 +39,13 @@ class TokenCodec {
   size_t token_bytes() const { return row_bytes_ * 2 * layout_.num_layers; }
 
   // Encodes the tokens at `slots` of `pool` into `out`, token t at
-  // out + t * token_bytes().
-  void Encode(Backend* backend, const KvPagePool& pool, absl::Span<const int32_t> slots,
-              uint8_t* out) const;
+  // out + t * token_bytes(). Errors: the backend's transfer's.
+  absl::Status Encode(Backend* backend, const KvPagePool& pool, absl::Span<const int32_t> slots,
+                      uint8_t* out) const;
   // Decodes token t at in + t * token_bytes() into slot slots[t] of `pool`.
-  void Decode(Backend* backend, const uint8_t* in, absl::Span<const int32_t> slots,
-              KvPagePool* pool) const;
+  // Errors: the backend's transfer's (those slots are then undefined).
+  absl::Status Decode(Backend* backend, const uint8_t* in, absl::Span<const int32_t> slots,
+                      KvPagePool* pool) const;
 
  private:
   // Every layer's K and V of `pool`, in payload order.

@@ -53,7 +53,7 @@ TEST_F(TokenCodecPool, PayloadIsLayerMajorKThenV) {
   TokenCodec codec(layout_, KvFormat::kFp16);
   ASSERT_EQ(codec.row_bytes(), 128u);
   std::vector<uint8_t> out(slots.size() * codec.token_bytes());
-  codec.Encode(backend_.get(), *pool_, slots, out.data());
+  ASSERT_TRUE(codec.Encode(backend_.get(), *pool_, slots, out.data()).ok());
   for (size_t t = 0; t < slots.size(); ++t) {
     for (int l = 0; l < 3; ++l) {
       for (int v = 0; v < 2; ++v) {
@@ -83,8 +83,8 @@ TEST_F(TokenCodecPool, EveryFormatRoundTripsLikeTheReferenceRowCodec) {
   for (KvFormat f : kAllKvFormats) {
     TokenCodec codec(layout_, f);
     std::vector<uint8_t> bytes(from.size() * codec.token_bytes());
-    codec.Encode(backend_.get(), *pool_, from, bytes.data());
-    codec.Decode(backend_.get(), bytes.data(), to, pool_.get());
+    ASSERT_TRUE(codec.Encode(backend_.get(), *pool_, from, bytes.data()).ok());
+    ASSERT_TRUE(codec.Decode(backend_.get(), bytes.data(), to, pool_.get()).ok());
     std::vector<uint8_t> enc(codec.row_bytes());
     std::vector<float> want(64);
     for (size_t t = 0; t < from.size(); ++t) {

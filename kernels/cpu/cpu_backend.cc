@@ -304,8 +304,8 @@ class CpuBackend : public Backend {
 
   // Rows of fp16 pages go to the wire as they are for the fp16 format, and
   // through float32 for the others.
-  void EncodeKv(KvFormat format, int block, const KvArrays& src, const int32_t* slots,
-                int num_tokens, uint8_t* out, size_t out_stride) override {
+  absl::Status EncodeKv(KvFormat format, int block, const KvArrays& src, const int32_t* slots,
+                        int num_tokens, uint8_t* out, size_t out_stride) override {
     const size_t row = size_t(src.num_heads) * src.head_dim;
     const size_t value_bytes = KvValueBytes(src.storage);
     const size_t row_bytes = KvRowBytes(format, src.num_heads, src.head_dim, block);
@@ -328,12 +328,13 @@ class CpuBackend : public Backend {
         }
       }
     }
+    return absl::OkStatus();
   }
 
   // Into fp16 pages, a format other than fp16 is rounded to fp16 on the
   // way (through float32).
-  void DecodeKv(KvFormat format, int block, const uint8_t* in, size_t in_stride,
-                const int32_t* slots, int num_tokens, const KvArrays& dst) override {
+  absl::Status DecodeKv(KvFormat format, int block, const uint8_t* in, size_t in_stride,
+                        const int32_t* slots, int num_tokens, const KvArrays& dst) override {
     const size_t row = size_t(dst.num_heads) * dst.head_dim;
     const size_t value_bytes = KvValueBytes(dst.storage);
     const size_t row_bytes = KvRowBytes(format, dst.num_heads, dst.head_dim, block);
@@ -356,6 +357,7 @@ class CpuBackend : public Backend {
         }
       }
     }
+    return absl::OkStatus();
   }
 
   absl::Status SampleTokens(const float* logits, int vocab, const TokenSampling* params, int num,

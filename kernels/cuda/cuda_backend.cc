@@ -406,45 +406,50 @@ class CudaBackend : public Backend {
     return Synchronize();
   }
 
-  void EncodeKv(KvFormat format, int block, const KvArrays& src, const int32_t* slots,
-                int num_tokens, uint8_t* out, size_t out_stride) override {
+  // A transfer's errors are its own: they fail its call (its group), not
+  // the compute thread's next step (no Fail()).
+  absl::Status EncodeKv(KvFormat format, int block, const KvArrays& src, const int32_t* slots,
+                        int num_tokens, uint8_t* out, size_t out_stride) override {
     absl::MutexLock lock(&transfer_mu_);
     Bind();
-    if (num_tokens == 0) return;
+    if (num_tokens == 0) return absl::OkStatus();
     const cuda::KvRowsLayout layout = RowsLayout(format, block, src);
     const size_t bytes = size_t(num_tokens) * out_stride;
     cudaError_t e = cudaSuccess;
     auto* dev_bytes = static_cast<uint8_t*>(transfer_bytes_.Get(bytes, &e));
     const int32_t* dev_slots = UploadSlots(slots, num_tokens, &e);
-    if (!Check(e, "EncodeKv")) return;
-    Check(cuda::LaunchEncodeKv(format, layout, static_cast<const float*>(src.base), dev_slots, num_tokens, dev_bytes,
-                               out_stride, transfer_),
-          "EncodeKv");
+    if (e == cudaSuccess) {
+      e = cuda::LaunchEncodeKv(format, layout, static_cast<const float*>(src.base), dev_slots,
+                               num_tokens, dev_bytes, out_stride, transfer_);
+    }
     // Only the rows: bytes between token rows (out_stride beyond them) are
     // the caller's, left as they were (the CPU backend's contract too).
     const size_t row_bytes = size_t(layout.num_arrays) * layout.row_bytes;
-    Check(cudaMemcpy2DAsync(out, out_stride, dev_bytes, out_stride, row_bytes, num_tokens,
-                            cudaMemcpyDeviceToHost, transfer_),
-          "EncodeKv");
-    Check(cudaStreamSynchronize(transfer_), "EncodeKv");
+    if (e == cudaSuccess) {
+      e = cudaMemcpy2DAsync(out, out_stride, dev_bytes, out_stride, row_bytes, num_tokens,
+                            cudaMemcpyDeviceToHost, transfer_);
+    }
+    return TransferStatus(e, cudaStreamSynchronize(transfer_), "EncodeKv");
   }
 
-  void DecodeKv(KvFormat format, int block, const uint8_t* in, size_t in_stride,
-                const int32_t* slots, int num_tokens, const KvArrays& dst) override {
+  absl::Status DecodeKv(KvFormat format, int block, const uint8_t* in, size_t in_stride,
+                        const int32_t* slots, int num_tokens, const KvArrays& dst) override {
     absl::MutexLock lock(&transfer_mu_);
     Bind();
-    if (num_tokens == 0) return;
+    if (num_tokens == 0) return absl::OkStatus();
     const cuda::KvRowsLayout layout = RowsLayout(format, block, dst);
     const size_t bytes = size_t(num_tokens) * in_stride;
     cudaError_t e = cudaSuccess;
     auto* dev_bytes = static_cast<uint8_t*>(transfer_bytes_.Get(bytes, &e));
     const int32_t* dev_slots = UploadSlots(slots, num_tokens, &e);
-    if (!Check(e, "DecodeKv")) return;
-    Check(cudaMemcpyAsync(dev_bytes, in, bytes, cudaMemcpyHostToDevice, transfer_), "DecodeKv");
-    Check(cuda::LaunchDecodeKv(format, layout, dev_bytes, in_stride, dev_slots, num_tokens,
-                               static_cast<float*>(dst.base), transfer_),
-          "DecodeKv");
-    Check(cudaStreamSynchronize(transfer_), "DecodeKv");
+    if (e == cudaSuccess) {
+      e = cudaMemcpyAsync(dev_bytes, in, bytes, cudaMemcpyHostToDevice, transfer_);
+    }
+    if (e == cudaSuccess) {
+      e = cuda::LaunchDecodeKv(format, layout, dev_bytes, in_stride, dev_slots, num_tokens,
+                               static_cast<float*>(dst.base), transfer_);
+    }
+    return TransferStatus(e, cudaStreamSynchronize(transfer_), "DecodeKv");
   }
 
  private:
@@ -473,6 +478,14 @@ class CudaBackend : public Backend {
     if (st == CUBLAS_STATUS_SUCCESS) return true;
     Fail(absl::StrCat("Linear: cuBLAS status ", int(st), " (m=", m, " k=", k, " n=", n, ")"));
     return false;
+  }
+
+  // The first of an enqueueing error and the stream's synchronize (which
+  // always runs: what was enqueued finishes before its buffers are reused).
+  static absl::Status TransferStatus(cudaError_t enqueued, cudaError_t synced, const char* op) {
+    const cudaError_t e = enqueued != cudaSuccess ? enqueued : synced;
+    if (e == cudaSuccess) return absl::OkStatus();
+    return absl::InternalError(absl::StrCat("cuda backend: ", op, ": ", cudaGetErrorString(e)));
   }
 
   bool Check(cudaError_t e, const char* op) {

@@ -320,23 +320,29 @@ TEST_F(CudaBackendTest, KvTransferIsBitIdenticalToTheCpuCodecs) {
     const size_t row_bytes = KvRowBytes(f, heads, dim, block);
     const size_t stride = arrays * row_bytes + 3;  // unaligned token rows
     std::vector<uint8_t> want(slots.size() * stride, 0), got(want.size(), 0);
-    cpu_->EncodeKv(f, block, KvArrays{cache.data(), arrays, array_floats, heads, dim},
-                   slots.data(), int(slots.size()), want.data(), stride);
+    ASSERT_TRUE(cpu_->EncodeKv(f, block, KvArrays{cache.data(), arrays, array_floats, heads, dim},
+                               slots.data(), int(slots.size()), want.data(), stride)
+                    .ok());
     auto staging = *gpu_->AllocateStaging(got.size());
     std::memset(staging->data(), 0, got.size());
-    gpu_->EncodeKv(f, block, KvArrays{F(d_cache), arrays, array_floats, heads, dim},
-                   slots.data(), int(slots.size()), static_cast<uint8_t*>(staging->data()),
-                   stride);
+    absl::Status encoded =
+        gpu_->EncodeKv(f, block, KvArrays{F(d_cache), arrays, array_floats, heads, dim},
+                       slots.data(), int(slots.size()), static_cast<uint8_t*>(staging->data()),
+                       stride);
+    ASSERT_TRUE(encoded.ok()) << encoded;
     std::memcpy(got.data(), staging->data(), got.size());
     EXPECT_EQ(got, want);
 
     // Decode from pageable memory into a fresh cache; compare with the CPU.
     std::vector<float> cpu_dst(cache.size(), -1.f);
-    cpu_->DecodeKv(f, block, want.data(), stride, slots.data(), int(slots.size()),
-                   KvArrays{cpu_dst.data(), arrays, array_floats, heads, dim});
+    ASSERT_TRUE(cpu_->DecodeKv(f, block, want.data(), stride, slots.data(), int(slots.size()),
+                               KvArrays{cpu_dst.data(), arrays, array_floats, heads, dim})
+                    .ok());
     auto d_dst = Up(std::vector<float>(cache.size(), -1.f));
-    gpu_->DecodeKv(f, block, want.data(), stride, slots.data(), int(slots.size()),
-                   KvArrays{F(d_dst), arrays, array_floats, heads, dim});
+    absl::Status decoded =
+        gpu_->DecodeKv(f, block, want.data(), stride, slots.data(), int(slots.size()),
+                       KvArrays{F(d_dst), arrays, array_floats, heads, dim});
+    ASSERT_TRUE(decoded.ok()) << decoded;
     const auto gpu_dst = Down(*d_dst, cache.size());
     ASSERT_EQ(std::memcmp(gpu_dst.data(), cpu_dst.data(), cache.size() * 4), 0);
   }

@@ -237,11 +237,11 @@ absl::Status Run() {
     const size_t bytes = size_t(N) * codec.token_bytes();
     ASSIGN_OR_RETURN(auto staging, backend->AllocateStaging(bytes));
     auto* buf = static_cast<uint8_t*>(staging->data());
-    codec.Encode(backend.get(), *pool, slots, buf);  // valid payloads
-    codec.Decode(backend.get(), buf, slots, pool.get());  // warm-up
+    RETURN_IF_ERROR(codec.Encode(backend.get(), *pool, slots, buf));  // valid payloads
+    RETURN_IF_ERROR(codec.Decode(backend.get(), buf, slots, pool.get()));  // warm-up
     const int reps = 10;
     auto t0 = Clock::now();
-    for (int i = 0; i < reps; ++i) codec.Decode(backend.get(), buf, slots, pool.get());
+    for (int i = 0; i < reps; ++i) RETURN_IF_ERROR(codec.Decode(backend.get(), buf, slots, pool.get()));
     const double gbs = double(bytes) * reps / Since(t0);
     std::printf("| %s | %d | %.1f MB | %.1f | %.0f%% |\n",
                 kvcache::TrackNameOf(f).c_str(), N, bytes / 1e6, gbs / 1e9,

@@ -8,17 +8,18 @@ AcPageCodec::AcPageCodec(const KvLayout& layout)
       shape_{layout.num_layers, layout.num_kv_heads, layout.head_dim},
       fp16_(layout, KvFormat::kFp16) {}
 
-void AcPageCodec::Encode(const ac::AcPolicy& policy, Backend* backend, const KvPagePool& pool,
-                         absl::Span<const int32_t> slots,
-                         std::vector<std::vector<uint8_t>>* objects) {
-  Gather(backend, pool, slots, &half_);
+absl::Status AcPageCodec::Encode(const ac::AcPolicy& policy, Backend* backend,
+                                 const KvPagePool& pool, absl::Span<const int32_t> slots,
+                                 std::vector<std::vector<uint8_t>>* objects) {
+  if (absl::Status s = Gather(backend, pool, slots, &half_); !s.ok()) return s;
   EncodeGathered(policy, half_.data(), int(slots.size()), objects);
+  return absl::OkStatus();
 }
 
-void AcPageCodec::Gather(Backend* backend, const KvPagePool& pool, absl::Span<const int32_t> slots,
-                         std::vector<uint8_t>* half) const {
+absl::Status AcPageCodec::Gather(Backend* backend, const KvPagePool& pool,
+                                 absl::Span<const int32_t> slots, std::vector<uint8_t>* half) const {
   half->resize(slots.size() * size_t(shape_.token_floats()) * 2);
-  fp16_.Encode(backend, pool, slots, half->data());
+  return fp16_.Encode(backend, pool, slots, half->data());
 }
 
 void AcPageCodec::EncodeGathered(const ac::AcPolicy& policy, const uint8_t* half, int tokens,
@@ -37,8 +38,7 @@ absl::Status AcPageCodec::Decode(Backend* backend,
     return absl::InvalidArgumentError("ac group: one object per slot");
   }
   if (absl::Status s = DecodeToHalf(objects, &half_); !s.ok()) return s;
-  Scatter(backend, half_.data(), slots, pool);
-  return absl::OkStatus();
+  return Scatter(backend, half_.data(), slots, pool);
 }
 
 absl::Status AcPageCodec::DecodeToHalf(absl::Span<const absl::Span<const uint8_t>> objects,
@@ -49,9 +49,9 @@ absl::Status AcPageCodec::DecodeToHalf(absl::Span<const absl::Span<const uint8_t
   return decoder_->DecodeGroupHalf(objects, reinterpret_cast<uint16_t*>(half->data()));
 }
 
-void AcPageCodec::Scatter(Backend* backend, const uint8_t* half, absl::Span<const int32_t> slots,
-                          KvPagePool* pool) const {
-  fp16_.Decode(backend, half, slots, pool);
+absl::Status AcPageCodec::Scatter(Backend* backend, const uint8_t* half,
+                                  absl::Span<const int32_t> slots, KvPagePool* pool) const {
+  return fp16_.Decode(backend, half, slots, pool);
 }
 
 }  // namespace kvcast::kvcache

@@ -32,31 +32,33 @@ class AcPageCodec {
   absl::Status Supported() const { return ac::ValidateShape(shape_); }
 
   // (*objects)[t] = object t of the group whose tokens sit at `slots` (the
-  // whole group, in order): Gather, then EncodeGathered.
-  void Encode(const ac::AcPolicy& policy, Backend* backend, const KvPagePool& pool,
-              absl::Span<const int32_t> slots, std::vector<std::vector<uint8_t>>* objects);
+  // whole group, in order): Gather, then EncodeGathered. Errors: Gather's.
+  absl::Status Encode(const ac::AcPolicy& policy, Backend* backend, const KvPagePool& pool,
+                      absl::Span<const int32_t> slots, std::vector<std::vector<uint8_t>>* objects);
   // The two halves of Encode. Gather reads the tokens at `slots` through
   // the backend as fp16 token payloads into *half (the thread that owns the
   // pool); EncodeGathered codes such payloads of `tokens` tokens and touches
   // neither pool nor backend (any thread, one at a time per codec).
-  void Gather(Backend* backend, const KvPagePool& pool, absl::Span<const int32_t> slots,
-              std::vector<uint8_t>* half) const;
+  // Gather's errors: the backend's transfer's.
+  absl::Status Gather(Backend* backend, const KvPagePool& pool, absl::Span<const int32_t> slots,
+                      std::vector<uint8_t>* half) const;
   void EncodeGathered(const ac::AcPolicy& policy, const uint8_t* half, int tokens,
                       std::vector<std::vector<uint8_t>>* objects);
 
   // Decodes a whole group, objects[t] = object t's payload, into `slots` of
-  // `pool`. The errors of ac::AcGroupDecoder::DecodeGroup; nothing is
-  // written on error.
+  // `pool`. The errors of ac::AcGroupDecoder::DecodeGroup (nothing is
+  // written) and of Scatter.
   absl::Status Decode(Backend* backend, absl::Span<const absl::Span<const uint8_t>> objects,
                       absl::Span<const int32_t> slots, KvPagePool* pool);
   // The two halves of Decode. DecodeToHalf decodes a group's objects into
   // fp16 token payloads in *half and touches neither pool nor backend (any
   // thread, one at a time per codec; same errors as Decode); Scatter writes
-  // such payloads into `slots` through the backend (the pool's thread).
+  // such payloads into `slots` through the backend (the pool's thread;
+  // errors: the backend's transfer's).
   absl::Status DecodeToHalf(absl::Span<const absl::Span<const uint8_t>> objects,
                             std::vector<uint8_t>* half);
-  void Scatter(Backend* backend, const uint8_t* half, absl::Span<const int32_t> slots,
-               KvPagePool* pool) const;
+  absl::Status Scatter(Backend* backend, const uint8_t* half, absl::Span<const int32_t> slots,
+                       KvPagePool* pool) const;
 
  private:
   const KvLayout layout_;

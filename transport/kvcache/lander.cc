@@ -104,14 +104,15 @@ absl::Status KvLander::Land(const moqt::ObjectHeader& h, absl::Span<const uint8_
   landed_[index] = true;
   ++landed_count_;
   if (staging_ == nullptr) {  // host pages: straight in, while the bytes are in cache
-    codec_.Decode(backend_, payload.data(), {&slot, 1}, pool_);
     ++flushes_;
-    return absl::OkStatus();
+    absl::Status s = codec_.Decode(backend_, payload.data(), {&slot, 1}, pool_);
+    return s.ok() ? s : GroupError(h.group, s);
   }
   std::memcpy(static_cast<uint8_t*>(staging_->data()) + staged_slots_.size() * payload.size(),
               payload.data(), payload.size());
   staged_slots_.push_back(slot);
-  if (staged_slots_.size() == size_t(spec_.chunk_tokens)) Flush();
+  staged_group_ = h.group;
+  if (staged_slots_.size() == size_t(spec_.chunk_tokens)) return Flush();
   return absl::OkStatus();
 }
 
@@ -162,30 +163,40 @@ void KvLander::AcDecoded(uint64_t group, absl::StatusOr<std::vector<uint8_t>> ha
     Finish(GroupError(group, half.status()));
     return;
   }
-  ac_->Scatter(backend_, half->data(), GroupSlots(group), pool_);
+  absl::Status s = ac_->Scatter(backend_, half->data(), GroupSlots(group), pool_);
   spec_.ac_thread->GiveBack(*std::move(half));
   ++flushes_;
+  if (!s.ok()) {
+    Finish(GroupError(group, s));
+    return;
+  }
   FinishIfComplete();
 }
 
 void KvLander::FinishIfComplete() {
   if (landed_count_ != tokens_wanted() || ac_decoding_ > 0 || finished_) return;
-  Flush();
+  if (absl::Status s = Flush(); !s.ok()) {
+    Finish(s);
+    return;
+  }
   Finish(std::move(spec_.pages));
 }
 
-void KvLander::Flush() {
-  if (staged_slots_.empty()) return;
-  codec_.Decode(backend_, static_cast<const uint8_t*>(staging_->data()), staged_slots_, pool_);
+absl::Status KvLander::Flush() {
+  if (staged_slots_.empty()) return absl::OkStatus();
+  absl::Status s =
+      codec_.Decode(backend_, static_cast<const uint8_t*>(staging_->data()), staged_slots_, pool_);
   ++flushes_;
   staged_slots_.clear();
+  return s.ok() ? s : GroupError(staged_group_, s);
 }
 
 void KvLander::OnObject(const moqt::ObjectHeader& header, absl::Span<const uint8_t> payload) {
   if (finished_) return;
   if (header.status == moqt::ObjectStatus::kEndOfGroup ||
       header.status == moqt::ObjectStatus::kEndOfTrack) {
-    Flush();  // a group is complete: land it while the next one is computed
+    // A group is complete: land it while the next one is computed.
+    if (absl::Status s = Flush(); !s.ok()) Finish(s);
     return;
   }
   if (absl::Status st = Land(header, payload); !st.ok()) {

@@ -97,8 +97,8 @@ class KvLander : public moqt::TrackConsumer, public std::enable_shared_from_this
   static absl::Status GroupError(uint64_t group, const absl::Status& s);  // names the group
   // An ac group decoded on the spec's thread: into its pages, or the error.
   void AcDecoded(uint64_t group, absl::StatusOr<std::vector<uint8_t>> half);
-  // Decodes the staged tokens into their pages.
-  void Flush();
+  // Decodes the staged tokens into their pages (a device: one DMA).
+  absl::Status Flush();
   // Every token landed and no group still decoding: done gets the pages.
   void FinishIfComplete();
   void Finish(absl::StatusOr<KvPages> result);
@@ -123,6 +123,7 @@ class KvLander : public moqt::TrackConsumer, public std::enable_shared_from_this
   // chunk_tokens payloads (fixed-size tracks on a device; null on host pages)
   const std::unique_ptr<DeviceBuffer> staging_;
   std::vector<int32_t> staged_slots_;             // slot of each staged payload
+  uint64_t staged_group_ = 0;                     // of the last one (named in errors)
   int flushes_ = 0;
 };
 

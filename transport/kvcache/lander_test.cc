@@ -31,6 +31,24 @@ class StagingCpuBackend : public ProfilingBackend {
   bool KvPagesInHostMemory() const override { return false; }
 };
 
+// A backend whose KV transfers fail from the `fail_after`-th call on, as a
+// device's copy would (a CUDA error): landing must fail the group.
+class FailingTransferBackend : public ProfilingBackend {
+ public:
+  FailingTransferBackend(Backend* inner, bool host_pages, int fail_after)
+      : ProfilingBackend(inner), host_pages_(host_pages), calls_left_(fail_after) {}
+  bool KvPagesInHostMemory() const override { return host_pages_; }
+  absl::Status DecodeKv(KvFormat format, int block, const uint8_t* in, size_t in_stride,
+                        const int32_t* slots, int num_tokens, const KvArrays& dst) override {
+    if (calls_left_-- <= 0) return absl::InternalError("cuda backend: DecodeKv: an illegal copy");
+    return ProfilingBackend::DecodeKv(format, block, in, in_stride, slots, num_tokens, dst);
+  }
+
+ private:
+  const bool host_pages_;
+  int calls_left_;
+};
+
 class LanderTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -412,6 +430,31 @@ TEST_F(LanderTest, AcGroupsDecodedOnTheCodecThreadLandTheSame) {
   (*loop)->RunSync([] {});
   EXPECT_EQ(done_calls_, 5);
   EXPECT_EQ(pool_->free_pages(), free_before);
+}
+
+TEST_F(LanderTest, AFailedTransferFailsTheLandingNamingItsGroupAndFreesThePages) {
+  TokenCodec codec(layout_, KvFormat::kFp16);
+  for (bool host_pages : {true, false}) {
+    SCOPED_TRACE(host_pages ? "host pages, a token at a time" : "staged, a group at a time");
+    // The first group lands; the second's transfer fails.
+    FailingTransferBackend failing(backend_.get(), host_pages,
+                                   /*fail_after=*/host_pages ? kChunk : 1);
+    lander_backend_ = &failing;
+    const int free_before = pool_->free_pages();
+    done_calls_ = 0;
+    auto lander = Make(19, 0, 3);
+    for (int t = 0; t < 19 && done_calls_ == 0; ++t) {
+      Send(*lander, t / kChunk, t % kChunk, Payload(codec, t));
+    }
+    ASSERT_EQ(done_calls_, 1);
+    EXPECT_EQ(result_.status().code(), absl::StatusCode::kInternal);
+    EXPECT_NE(result_.status().message().find("KV group 1"), std::string::npos)
+        << result_.status();
+    EXPECT_NE(result_.status().message().find("an illegal copy"), std::string::npos);
+    lander.reset();
+    result_ = absl::UnknownError("not done");
+    EXPECT_EQ(pool_->free_pages(), free_before);
+  }
 }
 
 }  // namespace

@@ -17,6 +17,11 @@ namespace {
 constexpr size_t kHostEncodeBytes = size_t{256} << 10;
 // Encoded batches kept for reuse (more in flight are freed once acknowledged).
 constexpr size_t kPooledBatchBytes = size_t{32} << 20;
+
+// A group's encode failed: what its subscribers are told.
+absl::Status GroupError(int group, const absl::Status& s) {
+  return absl::Status(s.code(), absl::StrCat("KV group ", group, ": ", s.message()));
+}
 }  // namespace
 
 KvPublisher::KvPublisher(KvPagePool* pool, Backend* backend, const Hash128& model_fingerprint,
@@ -253,16 +258,23 @@ bool KvPublisher::AcReady(Prompt& p, const std::shared_ptr<Outlet>& o) {
   if (piece.lo >= uint64_t(tokens_in(p, piece.group))) return true;  // the marker alone
   const AcKey key = AcKeyOf(p, piece.group, o->compression);
   if (CachedAc(key) != nullptr) return true;
-  if (!ac_thread_->busy()) StartAc(p, piece.group, key);
+  // A group the backend cannot read goes the synchronous way, whose encode
+  // fails the outlet with the error.
+  if (!ac_thread_->busy() && !StartAc(p, piece.group, key)) return true;
   ac_waiters_.emplace_back(p.digest, o);
   return false;
 }
 
-void KvPublisher::StartAc(const Prompt& p, int group, const AcKey& key) {
+bool KvPublisher::StartAc(const Prompt& p, int group, const AcKey& key) {
   const int n = tokens_in(p, group);
   std::vector<uint8_t> half = ac_thread_->TakeBuffer();
-  ac_.Gather(backend_, *pool_, SlotsOf(p.chunk_pages[group].ids(), pool_->layout().page_tokens, 0, n),
-             &half);
+  if (absl::Status s = ac_.Gather(
+          backend_, *pool_, SlotsOf(p.chunk_pages[group].ids(), pool_->layout().page_tokens, 0, n),
+          &half);
+      !s.ok()) {
+    ac_thread_->GiveBack(std::move(half));
+    return false;
+  }
   ac_thread_->SubmitEncode(*std::get<2>(key), std::move(half), n, [this, key](AcObjects objects) {
     ++stats_.encodes;
     ++stats_.encodes_ahead;
@@ -275,6 +287,7 @@ void KvPublisher::StartAc(const Prompt& p, int group, const AcKey& key) {
     }
     CodeAhead();
   });
+  return true;
 }
 
 void KvPublisher::CodeAhead() {
@@ -368,8 +381,13 @@ void KvPublisher::SendChunk(const Prompt& p, int group, const KvCompression& com
     std::shared_ptr<const AcObjects> objects = CachedAc(key);
     if (objects == nullptr) {  // a group goes out in pieces: encode it once
       AcObjects fresh;
-      ac_.Encode(*compression.ac, backend_, *pool_,
-                 SlotsOf(p.chunk_pages[group].ids(), page_tokens, 0, n), &fresh);
+      if (absl::Status s = ac_.Encode(*compression.ac, backend_, *pool_,
+                                      SlotsOf(p.chunk_pages[group].ids(), page_tokens, 0, n),
+                                      &fresh);
+          !s.ok()) {
+        for (const auto& d : to) d->OnDone(GroupError(group, s));
+        return;
+      }
       ++stats_.encodes;
       objects = CacheAc(key, std::move(fresh));
     }
@@ -392,7 +410,14 @@ void KvPublisher::SendChunk(const Prompt& p, int group, const KvCompression& com
         return;
       }
       auto* encoded = static_cast<uint8_t*>((*buffer)->data());
-      codec.Encode(backend_, *pool_, SlotsOf(p.chunk_pages[group].ids(), page_tokens, b, m), encoded);
+      if (absl::Status s = codec.Encode(backend_, *pool_,
+                                        SlotsOf(p.chunk_pages[group].ids(), page_tokens, b, m),
+                                        encoded);
+          !s.ok()) {
+        // The backend could not read the pages: the group fails, not a later step.
+        for (const auto& d : to) d->OnDone(GroupError(group, s));
+        return;
+      }
       for (int i = 0; i < m; ++i) send(b + i, {*buffer, {encoded + i * token_bytes, token_bytes}});
     }
   }

@@ -211,7 +211,8 @@ class KvPublisher : public moqt::RequestHandler {
   // `o`'s next piece are coded; if not, their group is being coded or
   // waits its turn, and `o` is pumped again when a group comes back.
   bool AcReady(Prompt& p, const std::shared_ptr<Outlet>& o);
-  void StartAc(const Prompt& p, int group, const AcKey& key);
+  // False when the backend could not read the group's pages (nothing started).
+  bool StartAc(const Prompt& p, int group, const AcKey& key);
   // Starts coding the first group some request's pending pieces need.
   void CodeAhead();
   AcPageCodec ac_;  // the ac tracks' codec (loop thread)

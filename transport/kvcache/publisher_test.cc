@@ -10,6 +10,7 @@
 
 #include <random>
 
+#include "kernels/profiling_backend.h"
 #include "transport/kvcache/lander.h"
 #include "transport/kvcache/naming.h"
 #include "transport/moqt/testing/moqt_test_util.h"
@@ -144,11 +145,13 @@ class KvOverMoqt : public ::testing::Test {
     }
     baseline_ = src_.pool->free_pages();
     h_.thread()->RunSync([&] {
-      publisher_ = std::make_unique<PublisherHandler>(src_.pool.get(), src_.backend.get(),
+      publisher_ = std::make_unique<PublisherHandler>(src_.pool.get(), PublisherBackend(),
                                                       kModel, kChunk);
     });
     pub_client_ = h_.Connect(publisher_.get());
   }
+  // The backend the publisher reads pages through (src_'s, or a wrapper).
+  virtual Backend* PublisherBackend() { return src_.backend.get(); }
   void TearDown() override {
     h_.Disconnect(pub_client_);
     h_.thread()->RunSync([&] { publisher_.reset(); });
@@ -699,5 +702,54 @@ TEST_F(KvOverMoqt, AcObjectsOutliveTheirGroupInThePublishersCache) {
   h_.thread()->RunSync([&] { publisher.reset(); });
   pages.Reset();
 }
+
+namespace {
+
+// A backend whose KV reads fail, as a device's copy would (a CUDA error).
+class EncodeFailingBackend : public ProfilingBackend {
+ public:
+  using ProfilingBackend::ProfilingBackend;
+  absl::Status EncodeKv(KvFormat, int, const KvArrays&, const int32_t*, int, uint8_t*,
+                        size_t) override {
+    return absl::InternalError("cuda backend: EncodeKv: an illegal copy");
+  }
+};
+
+class KvOverMoqtFailingEncode : public KvOverMoqt {
+ protected:
+  Backend* PublisherBackend() override {
+    failing_ = std::make_unique<EncodeFailingBackend>(src_.backend.get());
+    return failing_.get();
+  }
+  std::unique_ptr<EncodeFailingBackend> failing_;
+};
+
+// The publisher cannot read a group's pages: that group's requests are told
+// so at once (the decode worker computes the rest), for fixed-size and ac
+// tracks alike, instead of the failure surfacing at a later step.
+TEST_F(KvOverMoqtFailingEncode, AGroupTheBackendCannotReadEndsItsRequestsWithTheError) {
+  const int tokens = 80;
+  const auto pages = Pages(tokens);
+  h_.thread()->RunSync([&] { ASSERT_TRUE(publisher_->BeginPrompt(Digest(1), tokens).ok()); });
+  Ready(Digest(1), pages, 0);
+  moqt::MoqtClient* client = h_.Connect(&decode_);
+  std::vector<std::unique_ptr<Landing>> landings;
+  for (KvCompression c : {KvCompression(KvFormat::kFp16), KvCompression(KvFormat::kInt8),
+                          KvCompression(&ac::AcNearLossless())}) {
+    landings.push_back(Subscribe(client->session(),
+                                 FullTrackNameOf({ModelId(kModel), Digest(1), c}), tokens, 0, 3));
+  }
+  for (auto& l : landings) {
+    ASSERT_TRUE(WaitDone(*l));
+    EXPECT_FALSE(l->result.ok());
+    EXPECT_NE(l->result.status().message().find("KV group 0"), std::string::npos)
+        << l->result.status();
+  }
+  h_.thread()->RunSync([&] { publisher_->DropPrompt(Digest(1)); });
+  ReleasePages(pages);
+  EXPECT_EQ(dst_.pool->free_pages(), dst_.pool->num_pages());
+}
+
+}  // namespace
 
 }  // namespace kvcast::kvcache
