@@ -51,14 +51,7 @@ class Watcher {
 
 CallWait::CallWait(std::function<bool()> cancelled) : cancelled_fn_(std::move(cancelled)) {}
 
-CallWait::~CallWait() {
-  bool watched;
-  {
-    absl::MutexLock lock(&mu_);
-    watched = watched_;
-  }
-  if (watched) Watcher::Get().Remove(this);
-}
+CallWait::~CallWait() = default;
 
 void CallWait::Notify() {
   absl::MutexLock lock(&mu_);
@@ -76,28 +69,27 @@ void CallWait::CheckCancelled() {
 }
 
 CallWait::Woke CallWait::Wait(absl::Time deadline) {
+  // Watched only while a thread waits here: `cancelled()` is then never
+  // asked after its call ended, even if another thread keeps this object
+  // (a callback's state) alive longer.
+  Watcher::Get().Add(this);
+  Woke woke = kTimeout;
   {
     absl::MutexLock lock(&mu_);
-    if (!watched_) {
-      watched_ = true;
-      mu_.Unlock();
-      Watcher::Get().Add(this);  // outside mu_: the watcher locks its own, then ours
-      mu_.Lock();
-    }
     auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
       return notified_ || (cancelled_ && !cancel_reported_);
     };
     mu_.AwaitWithDeadline(absl::Condition(&woken), deadline);
     if (notified_) {
       notified_ = false;
-      return kNotified;
-    }
-    if (cancelled_ && !cancel_reported_) {
+      woke = kNotified;
+    } else if (cancelled_ && !cancel_reported_) {
       cancel_reported_ = true;
-      return kCancelled;
+      woke = kCancelled;
     }
   }
-  return kTimeout;
+  Watcher::Get().Remove(this);  // waits for a check in progress
+  return woke;
 }
 
 bool CallWait::cancelled() {

@@ -14,7 +14,8 @@
 // gRPC's synchronous API has no cancellation callback, so one watcher
 // thread per process asks every waiting call's `cancelled()` every 20 ms
 // and wakes only those cancelled: many waiting calls cost one thread's
-// polling, and none while nothing waits.
+// polling, and none while nothing waits. A cancellation that comes while
+// nobody waits is seen at the next Wait (within a tick).
 //
 // Thread safety: Notify from any thread; Wait from one thread at a time.
 #ifndef KVCAST_SERVICES_COMMON_CALL_WAIT_H_
@@ -30,8 +31,10 @@ namespace kvcast::services {
 
 class CallWait {
  public:
-  // `cancelled` is asked from the watcher thread while this waits; it must
-  // be safe to call from there (ServerContext::IsCancelled is).
+  // `cancelled` is asked from the watcher thread, only while a thread is
+  // inside Wait (so a call's context it reads is alive then, although this
+  // object may outlive the call); it must be safe to call from there
+  // (ServerContext::IsCancelled is).
   explicit CallWait(std::function<bool()> cancelled);
   ~CallWait();
   CallWait(const CallWait&) = delete;
@@ -59,7 +62,6 @@ class CallWait {
   bool notified_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
   bool cancel_reported_ ABSL_GUARDED_BY(mu_) = false;
-  bool watched_ ABSL_GUARDED_BY(mu_) = false;  // registered with the watcher while waiting
 };
 
 }  // namespace kvcast::services

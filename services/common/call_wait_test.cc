@@ -55,6 +55,21 @@ TEST(CallWaitTest, ACancelledCallWakesItsWaiterOnce) {
   winding_down.join();
 }
 
+TEST(CallWaitTest, TheCallIsAskedOnlyWhileSomeoneWaits) {
+  // A wait kept alive past its call (by a callback's shared state) must not
+  // read the call's context any more: it may be gone.
+  std::atomic<int> asked{0};
+  CallWait wait([&] {
+    ++asked;
+    return false;
+  });
+  EXPECT_EQ(wait.Wait(absl::Now() + absl::Milliseconds(100)), CallWait::kTimeout);
+  EXPECT_GE(asked.load(), 1);
+  const int after = asked.load();
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_EQ(asked.load(), after);
+}
+
 TEST(CallWaitTest, OnlyTheCancelledCallOfManyWakes) {
   std::vector<std::unique_ptr<std::atomic<bool>>> flags;
   std::vector<std::unique_ptr<CallWait>> waits;
