@@ -2,23 +2,14 @@
 // Serves kvcast.v1.Generation to clients and kvcast.v1.Registry to workers,
 // grpc.health.v1 on the same port, Prometheus /metrics, and (--http_listen)
 // the OpenAI-compatible HTTP API (docs/openai-api.md).
-#include <algorithm>
+// Flags become SchedulerServerOptions; scheduler_server.h runs them.
 #include <cstdio>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/strings/str_cat.h"
-#include "engine/chat/chat_template.h"
-#include "engine/tokenizer/tokenizer.h"
-#include "transport/kvcache/naming.h"
-#include "services/common/api_keys.h"
-#include "services/common/grpc_server.h"
-#include "services/common/http_server.h"
-#include "services/common/metrics_server.h"
 #include "services/common/shutdown.h"
-#include "services/openai/openai_frontend.h"
-#include "services/scheduler/generation_service.h"
+#include "services/scheduler/scheduler_server.h"
 
 ABSL_FLAG(std::string, grpc_listen, "0.0.0.0:50051", "gRPC HOST:PORT");
 ABSL_FLAG(std::string, grpc_cert, "", "gRPC server certificate (PEM); TLS when set");
@@ -91,189 +82,60 @@ ABSL_FLAG(bool, prefix_reuse, true,
           "route to cached prefixes and fetch published ones (false: for A/B runs)");
 ABSL_FLAG(double, drain_s, 30, "on SIGTERM: finish in-flight requests for up to this long");
 
+namespace {
+
+using kvcast::scheduler::SchedulerServerOptions;
+
+SchedulerServerOptions OptionsFromFlags() {
+  SchedulerServerOptions o;
+  o.grpc_listen = absl::GetFlag(FLAGS_grpc_listen);
+  o.grpc_tls = {absl::GetFlag(FLAGS_grpc_cert), absl::GetFlag(FLAGS_grpc_key),
+                absl::GetFlag(FLAGS_grpc_ca)};
+  o.internal_grpc_listen = absl::GetFlag(FLAGS_internal_grpc_listen);
+  o.internal_tls = {absl::GetFlag(FLAGS_internal_grpc_cert), absl::GetFlag(FLAGS_internal_grpc_key),
+                    absl::GetFlag(FLAGS_internal_grpc_ca)};
+  o.worker_tls_name = absl::GetFlag(FLAGS_worker_tls_name);
+  o.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
+  o.http_listen = absl::GetFlag(FLAGS_http_listen);
+  o.http_threads = absl::GetFlag(FLAGS_http_threads);
+  o.http_work_threads = absl::GetFlag(FLAGS_http_work_threads);
+  o.http_cert = absl::GetFlag(FLAGS_http_cert);
+  o.http_key = absl::GetFlag(FLAGS_http_key);
+  o.api_keys_file = absl::GetFlag(FLAGS_api_keys_file);
+  o.moqt_auth_key_file = absl::GetFlag(FLAGS_moqt_auth_key_file);
+  o.model = absl::GetFlag(FLAGS_model);
+  o.registry.lease = absl::Seconds(absl::GetFlag(FLAGS_lease_s));
+  o.registry.quiet = absl::Seconds(absl::GetFlag(FLAGS_worker_quiet_s));
+  o.registry.prefix_reuse = absl::GetFlag(FLAGS_prefix_reuse);
+  o.registry.router.fuse_tokens = absl::GetFlag(FLAGS_pd_fusion_tokens);
+  o.registry.router.host_weight = absl::GetFlag(FLAGS_router_host_weight);
+  o.registry.router.disk_weight = absl::GetFlag(FLAGS_router_disk_weight);
+  kvcast::scheduler::GenerationOptions& g = o.generation;
+  g.max_queue = absl::GetFlag(FLAGS_max_queue);
+  g.max_tokens_limit = absl::GetFlag(FLAGS_max_tokens_limit);
+  g.compression = absl::GetFlag(FLAGS_kv_compression);
+  g.kv_token_ttl = absl::Seconds(absl::GetFlag(FLAGS_kv_token_ttl_s));
+  g.decode_stall_floor = absl::Seconds(absl::GetFlag(FLAGS_decode_stall_s));
+  g.decode_first_message = absl::Seconds(absl::GetFlag(FLAGS_decode_first_message_s));
+  g.prefill_stall_floor = absl::Seconds(absl::GetFlag(FLAGS_prefill_stall_s));
+  g.tenant_limits.max_in_flight = absl::GetFlag(FLAGS_tenant_max_in_flight);
+  g.tenant_limits.prompt_tokens_per_minute = absl::GetFlag(FLAGS_tenant_prompt_tokens_per_minute);
+  o.drain = absl::Seconds(absl::GetFlag(FLAGS_drain_s));
+  return o;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   // Debian's Abseil is built with its debug checks: every Mutex operation
   // would feed the deadlock detector's graph (7% of the scheduler's CPU per
   // request, docs/benchmarks.md). Tests keep it; the servers do not.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  using namespace kvcast;
-  auto fail = [](const absl::Status& s) {
-    std::fprintf(stderr, "kvcast-scheduler: %s\n", s.ToString().c_str());
-    return absl::IsInvalidArgument(s) ? 2 : 1;
-  };
-  if (!(absl::GetFlag(FLAGS_lease_s) > 0) || absl::GetFlag(FLAGS_max_queue) < 1 ||
-      absl::GetFlag(FLAGS_max_tokens_limit) < 1) {
-    return fail(absl::InvalidArgumentError(
-        "--lease_s, --max_queue and --max_tokens_limit must be positive"));
-  }
-  if (absl::GetFlag(FLAGS_tenant_max_in_flight) < 0 ||
-      absl::GetFlag(FLAGS_tenant_prompt_tokens_per_minute) < 0) {
-    return fail(absl::InvalidArgumentError(
-        "--tenant_max_in_flight and --tenant_prompt_tokens_per_minute must be >= 0"));
-  }
-  if (auto f = kvcache::CompressionOfTrackName(absl::GetFlag(FLAGS_kv_compression));
-      !f.ok() && absl::GetFlag(FLAGS_kv_compression) != kvcache::kAdaptiveCompression) {
-    return fail(absl::InvalidArgumentError(absl::StrCat("--kv_compression: ", f.status().message())));
-  }
-  auto signal = services::ShutdownSignal::Create();
-  if (!signal.ok()) return fail(signal.status());
-  std::unique_ptr<Tokenizer> tokenizer;
-  std::unique_ptr<ChatTemplate> chat_template;
-  if (!absl::GetFlag(FLAGS_model).empty()) {
-    auto tok = LoadTokenizer(absl::GetFlag(FLAGS_model));
-    if (!tok.ok()) return fail(tok.status());
-    tokenizer = std::move(*tok);
-    auto tmpl = ChatTemplate::Load(absl::GetFlag(FLAGS_model));
-    if (tmpl.ok()) {
-      chat_template = std::move(*tmpl);
-    } else if (!absl::GetFlag(FLAGS_http_listen).empty()) {
-      std::fprintf(stderr, "kvcast-scheduler: no chat completions: %s\n",
-                   std::string(tmpl.status().message()).c_str());
-    }
-  }
-  const std::string cert = absl::GetFlag(FLAGS_grpc_cert), key = absl::GetFlag(FLAGS_grpc_key),
-                    ca = absl::GetFlag(FLAGS_grpc_ca);
-  // The workers' side: the internal port's TLS when there is one.
-  const bool internal = !absl::GetFlag(FLAGS_internal_grpc_listen).empty();
-  const std::string wcert = internal ? absl::GetFlag(FLAGS_internal_grpc_cert) : cert,
-                    wkey = internal ? absl::GetFlag(FLAGS_internal_grpc_key) : key,
-                    wca = internal ? absl::GetFlag(FLAGS_internal_grpc_ca) : ca;
-  auto creds = services::ClientCredentials(wca.empty() ? "" : wcert, wca.empty() ? "" : wkey, wca);
-  if (!creds.ok()) return fail(creds.status());
-  scheduler::WorkerRegistry::Options ro;
-  ro.lease = absl::Seconds(absl::GetFlag(FLAGS_lease_s));
-  ro.quiet = absl::Seconds(absl::GetFlag(FLAGS_worker_quiet_s));
-  ro.prefix_reuse = absl::GetFlag(FLAGS_prefix_reuse);
-  ro.router.fuse_tokens = absl::GetFlag(FLAGS_pd_fusion_tokens);
-  ro.router.host_weight = absl::GetFlag(FLAGS_router_host_weight);
-  ro.router.disk_weight = absl::GetFlag(FLAGS_router_disk_weight);
-  if (!(ro.router.host_weight >= 0) || !(ro.router.disk_weight >= 0)) {
-    return fail(absl::InvalidArgumentError(
-        "--router_host_weight and --router_disk_weight must be >= 0"));
-  }
-  if (ro.router.fuse_tokens < 0) {
-    return fail(absl::InvalidArgumentError("--pd_fusion_tokens must be >= 0"));
-  }
-  ro.make_channel = [creds = *creds,
-                     name = absl::GetFlag(FLAGS_worker_tls_name)](const std::string& address) {
-    return services::MakeChannel(address, creds, name);
-  };
-  services::ApiKeys api_keys;
-  if (!absl::GetFlag(FLAGS_api_keys_file).empty()) {
-    auto keys = services::ApiKeys::Load(absl::GetFlag(FLAGS_api_keys_file));
-    if (!keys.ok()) return fail(keys.status());
-    api_keys = std::move(*keys);
-  }
-  scheduler::WorkerRegistry registry(ro);
-  services::MetricsRegistry metrics;
-  scheduler::GenerationOptions go;
-  go.max_queue = absl::GetFlag(FLAGS_max_queue);
-  go.max_tokens_limit = absl::GetFlag(FLAGS_max_tokens_limit);
-  go.compression = absl::GetFlag(FLAGS_kv_compression);
-  go.api_keys = &api_keys;
-  if (!absl::GetFlag(FLAGS_moqt_auth_key_file).empty()) {
-    auto authority = moqt::HmacTokenAuthority::FromFile(absl::GetFlag(FLAGS_moqt_auth_key_file));
-    if (!authority.ok()) return fail(authority.status());
-    go.moqt_auth = *authority;
-  } else {
-    std::fprintf(stderr, "kvcast-scheduler: no --moqt_auth_key_file: KV sources carry no MoQT "
-                         "authorization token\n");
-  }
-  if (!(absl::GetFlag(FLAGS_kv_token_ttl_s) > 0)) {
-    return fail(absl::InvalidArgumentError("--kv_token_ttl_s must be positive"));
-  }
-  go.kv_token_ttl = absl::Seconds(absl::GetFlag(FLAGS_kv_token_ttl_s));
-  for (double s : {absl::GetFlag(FLAGS_decode_stall_s), absl::GetFlag(FLAGS_decode_first_message_s),
-                   absl::GetFlag(FLAGS_prefill_stall_s)}) {
-    if (!(s > 0)) {
-      return fail(absl::InvalidArgumentError(
-          "--decode_stall_s, --decode_first_message_s and --prefill_stall_s must be positive"));
-    }
-  }
-  go.decode_stall_floor = absl::Seconds(absl::GetFlag(FLAGS_decode_stall_s));
-  go.decode_first_message = absl::Seconds(absl::GetFlag(FLAGS_decode_first_message_s));
-  go.prefill_stall_floor = absl::Seconds(absl::GetFlag(FLAGS_prefill_stall_s));
-  go.tenant_limits.max_in_flight = absl::GetFlag(FLAGS_tenant_max_in_flight);
-  go.tenant_limits.prompt_tokens_per_minute = absl::GetFlag(FLAGS_tenant_prompt_tokens_per_minute);
-  const Tokenizer* http_tokenizer = tokenizer.get();
-  scheduler::GenerationService generation(&registry, std::move(tokenizer), &metrics, go);
-  services::GrpcServerOptions so;
-  so.listen = absl::GetFlag(FLAGS_grpc_listen);
-  so.cert_file = cert;
-  so.key_file = key;
-  so.ca_file = ca;
-  std::vector<services::NamedService> public_services = {
-      {v1::Generation::service_full_name(), &generation}};
-  if (!internal) public_services.push_back({v1::Registry::service_full_name(), &registry});
-  auto server = services::GrpcServer::Start(so, public_services);
-  if (!server.ok()) return fail(server.status());
-  std::unique_ptr<services::GrpcServer> internal_server;
-  if (internal) {
-    services::GrpcServerOptions io;
-    io.listen = absl::GetFlag(FLAGS_internal_grpc_listen);
-    io.cert_file = wcert;
-    io.key_file = wkey;
-    io.ca_file = wca;
-    auto s = services::GrpcServer::Start(io, {{v1::Registry::service_full_name(), &registry}});
-    if (!s.ok()) return fail(s.status());
-    internal_server = std::move(*s);
-  }
-  std::unique_ptr<services::MetricsServer> metrics_server;
-  if (!absl::GetFlag(FLAGS_metrics_listen).empty()) {
-    auto ms = services::MetricsServer::Start(absl::GetFlag(FLAGS_metrics_listen), &metrics);
-    if (!ms.ok()) return fail(ms.status());
-    metrics_server = std::move(*ms);
-  }
-  std::unique_ptr<openai::OpenAiFrontend> frontend;
-  std::unique_ptr<services::HttpServer> http;
-  if (!absl::GetFlag(FLAGS_http_listen).empty()) {
-    openai::FrontendHooks hooks;
-    hooks.model = [&registry]() -> std::optional<openai::ServedModel> {
-      auto m = registry.model();
-      if (!m) return std::nullopt;
-      return openai::ServedModel{m->name, m->max_sequence_len};
-    };
-    hooks.ready = [&registry] { return registry.counts().decode > 0; };
-    hooks.metrics = [&metrics] { return metrics.Render(); };
-    if (chat_template != nullptr) {
-      hooks.tool_call_format = openai::ToolCallFormatOf(chat_template->source());
-      hooks.render_chat = [t = chat_template.get()](const openai::Json& messages,
-                                                    const openai::Json& tools, bool add_generation,
-                                                    const openai::Json& kwargs) {
-        openai::Json extra = kwargs.is_object() ? kwargs : openai::Json::object();
-        if (!tools.is_null()) extra["tools"] = tools;
-        return t->Render(messages, add_generation, extra);
-      };
-    }
-    openai::FrontendOptions fo;
-    fo.max_tokens_limit = go.max_tokens_limit;
-    fo.work_threads = std::max(0, absl::GetFlag(FLAGS_http_work_threads));
-    frontend = std::make_unique<openai::OpenAiFrontend>(
-        (*server)->server()->InProcessChannel(grpc::ChannelArguments()), http_tokenizer,
-        &api_keys, &metrics, std::move(hooks), fo);
-    services::HttpServer::Options ho;
-    ho.listen = absl::GetFlag(FLAGS_http_listen);
-    ho.io_threads = absl::GetFlag(FLAGS_http_threads);
-    ho.tls_cert_file = absl::GetFlag(FLAGS_http_cert);
-    ho.tls_key_file = absl::GetFlag(FLAGS_http_key);
-    auto hs = services::HttpServer::Start(
-        ho, [f = frontend.get()](services::HttpRequest r, std::shared_ptr<services::HttpExchange> e) {
-          f->Handle(std::move(r), std::move(e));
-        });
-    if (!hs.ok()) return fail(hs.status());
-    http = std::move(*hs);
-  }
-  std::fprintf(stderr, "kvcast-scheduler: gRPC :%u, internal gRPC :%u%s, metrics :%u, http :%u%s%s\n",
-               (*server)->port(), internal_server ? internal_server->port() : (*server)->port(),
-               internal_server && internal_server->tls() ? " (mutual TLS)" : "",
-               metrics_server ? metrics_server->port() : 0, http ? http->port() : 0,
-               absl::GetFlag(FLAGS_http_cert).empty() ? "" : " (HTTPS)",
-               api_keys.enabled() ? " (API keys required)" : "");
-  (*signal)->Wait();
-  std::fprintf(stderr, "kvcast-scheduler: draining\n");
-  http.reset();  // open streams are cancelled; their calls end with the gRPC drain
-  (*server)->Shutdown(absl::Seconds(absl::GetFlag(FLAGS_drain_s)));
-  if (internal_server) internal_server->Shutdown(absl::Seconds(1));
-  return 0;
+  auto signal = kvcast::services::ShutdownSignal::Create();
+  absl::Status s = signal.ok() ? kvcast::scheduler::RunScheduler(OptionsFromFlags(), signal->get())
+                               : signal.status();
+  if (s.ok()) return 0;
+  std::fprintf(stderr, "kvcast-scheduler: %s\n", s.ToString().c_str());
+  return absl::IsInvalidArgument(s) ? 2 : 1;
 }
