@@ -329,19 +329,13 @@ std::optional<ApiError> ParseResponseFormat(const Json& j, CompletionRequest* r)
   return std::nullopt;
 }
 
-std::optional<ApiError> ParseRequest(Endpoint endpoint, const std::string& body,
-                                     CompletionRequest* out) {
-  Json j = Json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return Bad("", "the request body is not valid JSON");
-  if (!j.is_object()) return Bad("", "the request body must be a JSON object");
+namespace {
+
+// The fields only one endpoint takes: prompts and echo/suffix/logprobs
+// (completions), messages, tools and their template (chat).
+std::optional<ApiError> ParseEndpointFields(const Json& j, CompletionRequest* out) {
   CompletionRequest& r = *out;
-  r = CompletionRequest();
-  r.endpoint = endpoint;
-  if (auto it = j.find("model"); it != j.end() && !it->is_null()) {
-    if (!it->is_string()) return Bad("model", "'model' must be a string");
-    r.model = it->get<std::string>();
-  }
-  if (endpoint == Endpoint::kCompletions) {
+  if (r.endpoint == Endpoint::kCompletions) {
     if (auto e = ParsePrompts(j, &r.prompts)) return e;
     if (auto e = Refuse(j, "echo", [](const Json& v) { return v == false; }, "is not supported")) return e;
     if (auto e = Refuse(j, "suffix", [](const Json& v) { return v.is_string() && v.empty(); },
@@ -373,28 +367,32 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, const std::string& body,
     }
     r.top_logprobs = k ? int(*k) : 0;
   }
-  if (auto e = ParseResponseFormat(j, &r)) return e;
-  if (r.format != CompletionRequest::Format::kText &&
-      (r.tool_choice == CompletionRequest::ToolChoice::kRequired ||
-       r.tool_choice == CompletionRequest::ToolChoice::kNamed)) {
-    return Bad("tool_choice", "a forced 'tool_choice' takes no response_format or guided_* beside it");
+  return std::nullopt;
+}
+
+// n (with best_of on completions): at most 64 choices over all prompts.
+std::optional<ApiError> ParseChoices(const Json& j, CompletionRequest* out) {
+  CompletionRequest& r = *out;
+  std::optional<int64_t> n;
+  if (auto e = ReadInt(j, "n", 1, 64, &n)) return e;
+  if (n) r.n = int(*n);
+  const size_t prompts = r.endpoint == Endpoint::kCompletions ? r.prompts.size() : 1;
+  if (prompts * size_t(r.n) > 64) {
+    return Bad("n", absl::StrCat("'n' x prompts = ", prompts * size_t(r.n), " choices; at most 64"));
   }
-  {
-    std::optional<int64_t> n;
-    if (auto e = ReadInt(j, "n", 1, 64, &n)) return e;
-    if (n) r.n = int(*n);
-    const size_t prompts = endpoint == Endpoint::kCompletions ? r.prompts.size() : 1;
-    if (prompts * size_t(r.n) > 64) {
-      return Bad("n", absl::StrCat("'n' x prompts = ", prompts * size_t(r.n), " choices; at most 64"));
-    }
-    if (endpoint == Endpoint::kCompletions) {
-      if (auto e = Refuse(j, "best_of", [](const Json& v) { return v.is_number_integer(); },
-                          "must be an integer")) return e;
-      if (auto it = j.find("best_of"); it != j.end() && !it->is_null() && *it != r.n) {
-        return Bad("best_of", "'best_of' other than n is not supported");
-      }
+  if (r.endpoint == Endpoint::kCompletions) {
+    if (auto e = Refuse(j, "best_of", [](const Json& v) { return v.is_number_integer(); },
+                        "must be an integer")) return e;
+    if (auto it = j.find("best_of"); it != j.end() && !it->is_null() && *it != r.n) {
+      return Bad("best_of", "'best_of' other than n is not supported");
     }
   }
+  return std::nullopt;
+}
+
+// Lengths, sampling parameters and the penalties refused.
+std::optional<ApiError> ParseSampling(const Json& j, CompletionRequest* out) {
+  CompletionRequest& r = *out;
   for (const char* name : {"presence_penalty", "frequency_penalty"}) {
     if (auto e = Refuse(j, name, [](const Json& v) { return v.is_number() && v.get<double>() == 0; },
                         "is not supported (use repetition_penalty)")) return e;
@@ -427,6 +425,12 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, const std::string& body,
   if (r.repetition_penalty == 0) return Bad("repetition_penalty", "'repetition_penalty' must be > 0");
   if (auto e = ReadBool(j, "ignore_eos", &r.ignore_eos)) return e;
   if (auto e = ReadBool(j, "stream", &r.stream)) return e;
+  return std::nullopt;
+}
+
+// stop strings and stop_token_ids.
+std::optional<ApiError> ParseStops(const Json& j, CompletionRequest* out) {
+  CompletionRequest& r = *out;
   if (auto it = j.find("stop"); it != j.end() && !it->is_null()) {
     if (it->is_string()) {
       r.stop.push_back(it->get<std::string>());
@@ -446,6 +450,12 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, const std::string& body,
     if (!it->is_array()) return Bad("stop_token_ids", "'stop_token_ids' must be a list of token ids");
     if (auto e = ReadTokenIds(*it, "stop_token_ids", &r.stop_token_ids)) return e;
   }
+  return std::nullopt;
+}
+
+// stream, stream_options and user.
+std::optional<ApiError> ParseStreaming(const Json& j, CompletionRequest* out) {
+  CompletionRequest& r = *out;
   if (auto it = j.find("user"); it != j.end() && !it->is_null()) {
     if (!it->is_string()) return Bad("user", "'user' must be a string");
     r.user = it->get<std::string>();
@@ -463,6 +473,33 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, const std::string& body,
     }
   }
   return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<ApiError> ParseRequest(Endpoint endpoint, const std::string& body,
+                                     CompletionRequest* out) {
+  Json j = Json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Bad("", "the request body is not valid JSON");
+  if (!j.is_object()) return Bad("", "the request body must be a JSON object");
+  CompletionRequest& r = *out;
+  r = CompletionRequest();
+  r.endpoint = endpoint;
+  if (auto it = j.find("model"); it != j.end() && !it->is_null()) {
+    if (!it->is_string()) return Bad("model", "'model' must be a string");
+    r.model = it->get<std::string>();
+  }
+  if (auto e = ParseEndpointFields(j, &r)) return e;
+  if (auto e = ParseResponseFormat(j, &r)) return e;
+  if (r.format != CompletionRequest::Format::kText &&
+      (r.tool_choice == CompletionRequest::ToolChoice::kRequired ||
+       r.tool_choice == CompletionRequest::ToolChoice::kNamed)) {
+    return Bad("tool_choice", "a forced 'tool_choice' takes no response_format or guided_* beside it");
+  }
+  if (auto e = ParseChoices(j, &r)) return e;
+  if (auto e = ParseSampling(j, &r)) return e;
+  if (auto e = ParseStops(j, &r)) return e;
+  return ParseStreaming(j, &r);
 }
 
 std::string NewResponseId(Endpoint endpoint) {

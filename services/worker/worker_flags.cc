@@ -4,6 +4,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "services/worker/worker_runtime.h"
 #include "transport/kvcache/naming.h"
 
@@ -70,10 +71,11 @@ ABSL_FLAG(double, heartbeat_s, 1.0, "heartbeat period (at most a third of the le
 
 namespace kvcast::worker {
 
-absl::StatusOr<WorkerConfig> WorkerConfigFromFlags(v1::WorkerRole role,
-                                                   const std::string& default_grpc_listen) {
-  WorkerConfig c;
-  c.role = role;
+namespace {
+
+// The model, backend, KV cache and its tiers.
+absl::Status EngineFromFlags(WorkerConfig* config) {
+  WorkerConfig& c = *config;
   c.model_dir = absl::GetFlag(FLAGS_model);
   if (c.model_dir.empty()) return absl::InvalidArgumentError("--model is required");
   c.model_name = absl::GetFlag(FLAGS_model_name);
@@ -125,6 +127,12 @@ absl::StatusOr<WorkerConfig> WorkerConfigFromFlags(v1::WorkerRole role,
     return absl::InvalidArgumentError(
         "--kv_disk_tier_mb needs --kv_disk_tier_dir and a host tier (--kv_host_tier_mb)");
   }
+  return absl::OkStatus();
+}
+
+// The gRPC, metrics and MoQT endpoints, and where the scheduler and relay are.
+absl::Status NetworkFromFlags(const std::string& default_grpc_listen, WorkerConfig* config) {
+  WorkerConfig& c = *config;
   c.grpc.listen = absl::GetFlag(FLAGS_grpc_listen);
   if (c.grpc.listen.empty()) c.grpc.listen = default_grpc_listen;
   c.grpc.cert_file = absl::GetFlag(FLAGS_grpc_cert);
@@ -147,6 +155,12 @@ absl::StatusOr<WorkerConfig> WorkerConfigFromFlags(v1::WorkerRole role,
         "--quic_max_udp_payload must be 0 or 1200..16384, got ", udp));
   }
   c.quic_max_udp_payload = udp;
+  return absl::OkStatus();
+}
+
+// QUIC's TLS and MoQT authorization (or --insecure, loudly).
+absl::Status SecurityFromFlags(WorkerConfig* config) {
+  WorkerConfig& c = *config;
   const std::string cert = absl::GetFlag(FLAGS_quic_cert), key = absl::GetFlag(FLAGS_quic_key),
                     ca = absl::GetFlag(FLAGS_quic_ca);
   if (cert.empty() || key.empty()) {
@@ -189,6 +203,18 @@ absl::StatusOr<WorkerConfig> WorkerConfigFromFlags(v1::WorkerRole role,
     }
     c.moqt_auth = *authority;
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<WorkerConfig> WorkerConfigFromFlags(v1::WorkerRole role,
+                                                   const std::string& default_grpc_listen) {
+  WorkerConfig c;
+  c.role = role;
+  RETURN_IF_ERROR(EngineFromFlags(&c));
+  RETURN_IF_ERROR(NetworkFromFlags(default_grpc_listen, &c));
+  RETURN_IF_ERROR(SecurityFromFlags(&c));
   const double hb = absl::GetFlag(FLAGS_heartbeat_s);
   if (!(hb > 0)) return absl::InvalidArgumentError("--heartbeat_s must be positive");
   c.heartbeat = absl::Seconds(hb);
