@@ -15,7 +15,7 @@ APT_PACKAGES=(
   libabsl-dev libgtest-dev libbenchmark-dev libopenblas-dev libsentencepiece-dev
   nlohmann-json3-dev libpcre2-dev libxxhash-dev libboost1.74-dev libssl-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libngtcp2-dev libngtcp2-crypto-gnutls-dev libgnutls28-dev
+  libngtcp2-dev libngtcp2-crypto-gnutls-dev libgnutls28-dev libspdlog-dev libfmt-dev
   openssl iproute2 nftables clang-14 libclang-rt-14-dev
 )
 PY_PACKAGES=(tokenizers==0.23.3 ml_dtypes==0.6.0 grpcio==1.85.1 protobuf==5.29.6 prometheus_client==0.26.0

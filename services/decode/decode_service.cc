@@ -11,6 +11,7 @@
 #include "common/status_macros.h"
 #include "services/common/call_wait.h"
 #include "services/common/grpc_status.h"
+#include "services/common/log.h"
 #include "services/worker/kv_landing.h"
 #include "services/common/sampling_proto.h"
 #include "transport/kvcache/naming.h"
@@ -187,8 +188,9 @@ DecodeService::Landed DecodeService::LandPromptKv(grpc::ServerContext* context,
       // The session was lost under the request (e.g. the relay died): once
       // more, which goes to the publisher directly while the relay is down.
       if (absl::IsUnavailable(result.status()) && !context->IsCancelled()) {
-        std::fprintf(stderr, "kvcast-decode: KV of %s: %s; asking again\n",
-                     start.kv().prompt_digest().c_str(), result.status().ToString().c_str());
+        services::Log().warn("{}: KV of {}: {}; asking again", start.request_id(),
+                             start.kv().prompt_digest().c_str(),
+                             result.status().ToString().c_str());
         result = LandGroups(context, start, *compression, own_chunks, groups, keepalive);
       }
     }
@@ -196,8 +198,8 @@ DecodeService::Landed DecodeService::LandPromptKv(grpc::ServerContext* context,
       add(*std::move(result));
     } else {
       transfer_failures_->Increment();
-      std::fprintf(stderr, "kvcast-decode: KV of %s did not land (%s); computing it here\n",
-                   start.kv().prompt_digest().c_str(), result.status().ToString().c_str());
+      services::Log().warn("{}: KV of {} did not land ({}); computing it here", start.request_id(),
+                           start.kv().prompt_digest().c_str(), result.status().ToString().c_str());
     }
   }
   out.ms = Ms(Clock::now() - t0);
@@ -225,9 +227,9 @@ void DecodeService::LandAdaptively(grpc::ServerContext* context, const v1::Decod
   abr_recomputed_groups_->Increment(outcome.recomputed_groups);
   if (!outcome.error.ok()) {
     transfer_failures_->Increment();
-    std::fprintf(stderr, "kvcast-decode: KV of %s: %s; computing the %d groups left\n",
-                 start.kv().prompt_digest().c_str(), outcome.error.ToString().c_str(),
-                 outcome.recomputed_groups);
+    services::Log().warn("{}: KV of {}: {}; computing the {} groups left", start.request_id(),
+                         start.kv().prompt_digest().c_str(), outcome.error.ToString().c_str(),
+                         outcome.recomputed_groups);
   }
   abr_goodput_ = planner.goodput();
   abr_goodput_gauge_->Set(abr_goodput_);

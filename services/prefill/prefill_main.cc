@@ -5,6 +5,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/synchronization/mutex.h"
+#include "services/common/log.h"
 #include "services/common/shutdown.h"
 #include "services/prefill/prefill_service.h"
 
@@ -34,11 +35,11 @@ int main(int argc, char** argv) {
     (*rt)->Shutdown(absl::ZeroDuration());
     return fail(s);
   }
-  std::fprintf(stderr, "kvcast-prefill: serving %s; gRPC :%u, MoQT :%u (UDP), metrics :%u\n",
-               (*rt)->model_name().c_str(), (*rt)->grpc_port(), (*rt)->moqt_port(),
-               (*rt)->metrics_port());
+  services::Log().info("serving {}; gRPC :{}, MoQT :{} (UDP), metrics :{}",
+                       (*rt)->model_name(), (*rt)->grpc_port(), (*rt)->moqt_port(),
+                       (*rt)->metrics_port());
   (*signal)->Wait();
-  std::fprintf(stderr, "kvcast-prefill: draining\n");
+  services::Log().info("draining");
   (*rt)->Shutdown(absl::Seconds(absl::GetFlag(FLAGS_drain_s)));
   return 0;
 }

@@ -10,6 +10,7 @@
 #include "common/status_macros.h"
 #include "services/common/call_wait.h"
 #include "services/common/grpc_status.h"
+#include "services/common/log.h"
 #include "services/worker/kv_landing.h"
 #include "services/worker/land_kv.h"
 #include "services/common/sampling_proto.h"
@@ -39,8 +40,7 @@ class PrefillService::Publisher : public kvcache::KvPublisher {
       upstream_ = session;
       SetUpstream(session, [](const std::string& digest, absl::Status s) {
         if (!s.ok()) {
-          std::fprintf(stderr, "kvcast-prefill: relay refused prompt %s: %s\n", digest.c_str(),
-                       s.ToString().c_str());
+          services::Log().warn("relay refused prompt {}: {}", digest.c_str(), s.ToString().c_str());
         }
       });
     }
@@ -200,8 +200,7 @@ class PrefillService::Publication {
       loop->Post([pub, digest, c, held] {
         absl::Status st = pub->ChunkReady(digest, c, std::move(*held));
         if (!st.ok() && !absl::IsAlreadyExists(st)) {
-          std::fprintf(stderr, "kvcast-prefill: chunk %d of %s: %s\n", c, digest.c_str(),
-                       st.ToString().c_str());
+          services::Log().warn("chunk {} of {}: {}", c, digest.c_str(), st.ToString().c_str());
         }
       });
     };
@@ -272,8 +271,9 @@ PrefilledKv PrefillService::ReusePrefix(grpc::ServerContext* context,
   auto pages = FetchPrefix(context, reuse, std::move(own), own_chunks, progress);
   if (!pages.ok()) {
     fetch_failures_->Increment();
-    std::fprintf(stderr, "kvcast-prefill: fetching %d groups of %s failed (%s); computing\n",
-                 reuse.groups(), reuse.prompt_digest().c_str(), pages.status().ToString().c_str());
+    services::Log().warn("{}: fetching {} groups of {} failed ({}); computing",
+                         request.request_id(), reuse.groups(), reuse.prompt_digest().c_str(),
+                         pages.status().ToString().c_str());
     return kv;
   }
   kv.pages = std::move(*pages);

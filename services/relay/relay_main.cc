@@ -12,6 +12,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/synchronization/mutex.h"
+#include "services/common/log.h"
 #include "services/relay/relay_server.h"
 
 ABSL_FLAG(std::string, listen, "127.0.0.1:4433", "UDP address to listen on (HOST:PORT)");
@@ -42,6 +43,8 @@ ABSL_FLAG(int32_t, quic_max_udp_payload, 0,
 ABSL_FLAG(int64_t, stats_interval_s, 0, "print cache/session stats every N seconds (0: off)");
 ABSL_FLAG(std::string, grpc_listen, "", "gRPC HOST:PORT serving grpc.health.v1 (empty: off)");
 ABSL_FLAG(std::string, metrics_listen, "", "HTTP HOST:PORT of Prometheus /metrics (empty: off)");
+ABSL_FLAG(std::string, log_level, "info",
+          "log lines at this level and above: trace, debug, info, warn, error, critical, off");
 
 namespace {
 
@@ -75,7 +78,8 @@ int main(int argc, char** argv) {
   // would feed the deadlock detector's graph (7% of the scheduler's CPU per
   // request, docs/benchmarks.md). Tests keep it; the servers do not.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  const absl::Status s = kvcast::moqt::RunRelay(OptionsFromFlags());
+  absl::Status s = kvcast::services::InitLogging("kvcast-relay", absl::GetFlag(FLAGS_log_level));
+  if (s.ok()) s = kvcast::moqt::RunRelay(OptionsFromFlags());
   if (s.ok()) return 0;
   std::fprintf(stderr, "kvcast-relay: %s\n", s.ToString().c_str());
   return 1;

@@ -16,6 +16,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/status_macros.h"
 #include "services/common/grpc_server.h"
+#include "services/common/log.h"
 #include "services/common/metrics_server.h"
 #include "services/common/moqt_auth_metrics.h"
 #include "transport/moqt/moqt_endpoint.h"
@@ -30,9 +31,9 @@ absl::StatusOr<std::unique_ptr<GroupSpill>> OpenSpill(const RelayServerOptions& 
   if (o.spill_dir.empty()) return nullptr;
   ASSIGN_OR_RETURN(auto spill, GroupSpill::Open(o.spill_dir, uint64_t(o.spill_mb) << 20));
   const GroupSpill::Stats s = spill->stats();
-  std::fprintf(stderr, "kvcast-relay: spill %s: %llu groups (%llu bytes) from before, %llu rejected\n",
-               o.spill_dir.c_str(), (unsigned long long)s.groups, (unsigned long long)s.bytes,
-               (unsigned long long)s.rejected);
+  services::Log().info("spill {}: {} groups ({} bytes) from before, {} rejected",
+                       o.spill_dir.c_str(), (unsigned long long)s.groups,
+                       (unsigned long long)s.bytes, (unsigned long long)s.rejected);
   return spill;
 }
 
@@ -135,8 +136,8 @@ absl::Status RunRelay(const RelayServerOptions& o) {
     ASSIGN_OR_RETURN(authority, HmacTokenAuthority::FromFile(o.auth_key_file));
     session_options.authorizer = authority;
   } else {
-    std::fprintf(stderr, "kvcast-relay: WARNING: --insecure: any client that connects may "
-                         "publish, subscribe to and fetch any track\n");
+    services::Log().warn(
+        "--insecure: any client that connects may publish, subscribe to and fetch any track");
   }
   ASSIGN_OR_RETURN(auto loop, quic::EventLoop::Create());
   quic::TransportOptions transport;

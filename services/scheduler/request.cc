@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "services/common/grpc_status.h"
+#include "services/common/log.h"
 #include "transport/kvcache/naming.h"
 #include "transport/moqt/codec.h"
 
@@ -107,7 +108,7 @@ grpc::Status RequestRun::Run() {
         return o.status;
       case Outcome::kRetryPrefill:
         if (++prefill_failures_ == s_.options->max_attempts) {
-          std::fprintf(stderr, "kvcast-scheduler: %s: recomputing on decode\n", request_id_.c_str());
+          services::Log().warn("{}: recomputing on decode", request_id_.c_str());
         }
         break;
       case Outcome::kRetryDecode:
@@ -312,8 +313,8 @@ RequestRun::Outcome RequestRun::Failed(Outcome::Kind retry, const WorkerRef& wor
   const bool prefill = retry == Outcome::kRetryPrefill;
   if (stalled) (prefill ? s_.metrics->prefill_stalls : s_.metrics->decode_stalls)->Increment();
   last_error_ = absl::StrCat(prefill ? "prefill " : "decode ", worker.worker_id, ": ", what);
-  std::fprintf(stderr, "kvcast-scheduler: %s: %s after %zu tokens; retrying\n",
-               request_id_.c_str(), last_error_.c_str(), generated_.size());
+  services::Log().warn("{}: {} after {} tokens; retrying", request_id_.c_str(), last_error_.c_str(),
+                       generated_.size());
   // Unreachable or frozen: no more requests until its next heartbeat.
   if (status.error_code() == grpc::UNAVAILABLE || stalled) s_.registry->MarkFailed(worker.slot);
   exclude_.insert(worker.slot);

@@ -8,6 +8,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/synchronization/mutex.h"
+#include "services/common/log.h"
 #include "services/common/shutdown.h"
 #include "services/scheduler/scheduler_server.h"
 
@@ -80,6 +81,8 @@ ABSL_FLAG(double, router_disk_weight, kvcast::scheduler::RouterOptions().disk_we
           "router: the same from a worker's disk tier");
 ABSL_FLAG(bool, prefix_reuse, true,
           "route to cached prefixes and fetch published ones (false: for A/B runs)");
+ABSL_FLAG(std::string, log_level, "info",
+          "log lines at this level and above: trace, debug, info, warn, error, critical, off");
 ABSL_FLAG(double, drain_s, 30, "on SIGTERM: finish in-flight requests for up to this long");
 
 namespace {
@@ -132,9 +135,11 @@ int main(int argc, char** argv) {
   // would feed the deadlock detector's graph (7% of the scheduler's CPU per
   // request, docs/benchmarks.md). Tests keep it; the servers do not.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  absl::Status s =
+      kvcast::services::InitLogging("kvcast-scheduler", absl::GetFlag(FLAGS_log_level));
   auto signal = kvcast::services::ShutdownSignal::Create();
-  absl::Status s = signal.ok() ? kvcast::scheduler::RunScheduler(OptionsFromFlags(), signal->get())
-                               : signal.status();
+  if (s.ok()) s = signal.status();
+  if (s.ok()) s = kvcast::scheduler::RunScheduler(OptionsFromFlags(), signal->get());
   if (s.ok()) return 0;
   std::fprintf(stderr, "kvcast-scheduler: %s\n", s.ToString().c_str());
   return absl::IsInvalidArgument(s) ? 2 : 1;

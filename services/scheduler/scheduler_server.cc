@@ -11,6 +11,7 @@
 #include "services/common/api_keys.h"
 #include "services/common/grpc_server.h"
 #include "services/common/http_server.h"
+#include "services/common/log.h"
 #include "services/common/metrics_server.h"
 #include "services/openai/openai_frontend.h"
 #include "services/scheduler/generation_service.h"
@@ -121,8 +122,7 @@ absl::Status RunScheduler(SchedulerServerOptions o, services::ShutdownSignal* sh
     if (tmpl.ok()) {
       chat_template = std::move(*tmpl);
     } else if (!o.http_listen.empty()) {
-      std::fprintf(stderr, "kvcast-scheduler: no chat completions: %s\n",
-                   std::string(tmpl.status().message()).c_str());
+      services::Log().warn("no chat completions: {}", std::string(tmpl.status().message()).c_str());
     }
   }
   // The workers' side: the internal port's TLS when there is one.
@@ -143,8 +143,7 @@ absl::Status RunScheduler(SchedulerServerOptions o, services::ShutdownSignal* sh
     ASSIGN_OR_RETURN(o.generation.moqt_auth,
                      moqt::HmacTokenAuthority::FromFile(o.moqt_auth_key_file));
   } else {
-    std::fprintf(stderr, "kvcast-scheduler: no --moqt_auth_key_file: KV sources carry no MoQT "
-                         "authorization token\n");
+    services::Log().warn("no --moqt_auth_key_file: KV sources carry no MoQT authorization token");
   }
   WorkerRegistry registry(o.registry);
   services::MetricsRegistry metrics;
@@ -171,14 +170,14 @@ absl::Status RunScheduler(SchedulerServerOptions o, services::ShutdownSignal* sh
     ASSIGN_OR_RETURN(http, StartHttpApi(o, &registry, &metrics, chat_template.get(),
                                         http_tokenizer, &api_keys, server->server()));
   }
-  std::fprintf(stderr, "kvcast-scheduler: gRPC :%u, internal gRPC :%u%s, metrics :%u, http :%u%s%s\n",
-               server->port(), internal_server ? internal_server->port() : server->port(),
-               internal_server && internal_server->tls() ? " (mutual TLS)" : "",
-               metrics_server ? metrics_server->port() : 0, http ? http->server->port() : 0,
-               o.http_cert.empty() ? "" : " (HTTPS)",
-               api_keys.enabled() ? " (API keys required)" : "");
+  services::Log().info("gRPC :{}, internal gRPC :{}{}, metrics :{}, http :{}{}{}", server->port(),
+                       internal_server ? internal_server->port() : server->port(),
+                       internal_server && internal_server->tls() ? " (mutual TLS)" : "",
+                       metrics_server ? metrics_server->port() : 0, http ? http->server->port() : 0,
+                       o.http_cert.empty() ? "" : " (HTTPS)",
+                       api_keys.enabled() ? " (API keys required)" : "");
   shutdown->Wait();
-  std::fprintf(stderr, "kvcast-scheduler: draining\n");
+  services::Log().info("draining");
   http.reset();  // open streams are cancelled; their calls end with the gRPC drain
   server->Shutdown(o.drain);
   if (internal_server) internal_server->Shutdown(absl::Seconds(1));

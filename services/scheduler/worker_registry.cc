@@ -5,6 +5,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "services/common/log.h"
 
 namespace kvcast::scheduler {
 namespace {
@@ -61,8 +62,7 @@ void WorkerRegistry::Reap() {
     if (now - w.last_seen > options_.lease) dead.push_back(slot);
   }
   for (WorkerSlot s : dead) {
-    std::fprintf(stderr, "kvcast-scheduler: worker %s missed its lease; dropped\n",
-                 workers_[s].ref.worker_id.c_str());
+    services::Log().warn("worker {} missed its lease; dropped", workers_[s].ref.worker_id.c_str());
     DropLocked(s);
   }
 }
@@ -129,9 +129,9 @@ grpc::Status WorkerRegistry::Register(grpc::ServerContext*, const v1::RegisterRe
   std::vector<Tier> tiers;
   for (int t : request->cached_chunk_tiers()) tiers.push_back(TierOf(t));
   index_.Replace(slot, HashesOf(request->cached_chunks()), tiers);
-  std::fprintf(stderr, "kvcast-scheduler: %s worker %s registered (%d chunks cached)\n",
-               info.role() == v1::WORKER_ROLE_PREFILL ? "prefill" : "decode",
-               info.worker_id().c_str(), request->cached_chunks_size());
+  services::Log().info("{} worker {} registered ({} chunks cached)",
+                       info.role() == v1::WORKER_ROLE_PREFILL ? "prefill" : "decode",
+                       info.worker_id().c_str(), request->cached_chunks_size());
   response->set_lease_s(absl::ToDoubleSeconds(options_.lease));
   return grpc::Status::OK;
 }
@@ -172,7 +172,7 @@ grpc::Status WorkerRegistry::Deregister(grpc::ServerContext*,
   absl::MutexLock lock(&mu_);
   auto it = by_id_.find(request->worker_id());
   if (it != by_id_.end()) {
-    std::fprintf(stderr, "kvcast-scheduler: worker %s left\n", request->worker_id().c_str());
+    services::Log().info("worker {} left", request->worker_id().c_str());
     DropLocked(it->second);
   }
   return grpc::Status::OK;
@@ -316,8 +316,8 @@ void WorkerRegistry::MarkFailed(WorkerSlot slot) {
   absl::MutexLock lock(&mu_);
   auto it = workers_.find(slot);
   if (it == workers_.end()) return;
-  std::fprintf(stderr, "kvcast-scheduler: worker %s failed a call; suspended until it heartbeats\n",
-               it->second.ref.worker_id.c_str());
+  services::Log().warn("worker {} failed a call; suspended until it heartbeats",
+                       it->second.ref.worker_id.c_str());
   it->second.suspended = true;
 }
 

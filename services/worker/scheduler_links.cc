@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "services/common/grpc_server.h"
+#include "services/common/log.h"
 
 namespace kvcast::worker {
 namespace {
@@ -131,9 +132,9 @@ void SchedulerLinks::Resolve() {
     auto replicas = ResolveReplicas(t);
     const std::string tls_name = IsAddress(t.host) ? "" : t.host;
     if (!replicas.ok()) {
-      std::fprintf(stderr, "kvcast worker: scheduler %s: %s (keeping %s)\n", t.host.c_str(),
-                   std::string(replicas.status().message()).c_str(),
-                   links_.empty() ? "none" : "the replicas it had");
+      services::Log().warn("scheduler {}: {} (keeping {})", t.host.c_str(),
+                           std::string(replicas.status().message()).c_str(),
+                           links_.empty() ? "none" : "the replicas it had");
       for (const auto& [address, link] : links_) {
         if (link->tls_name == tls_name) want[address] = tls_name;
       }
@@ -146,7 +147,7 @@ void SchedulerLinks::Resolve() {
       ++it;
       continue;
     }
-    std::fprintf(stderr, "kvcast worker: scheduler replica %s left\n", it->first.c_str());
+    services::Log().info("scheduler replica {} left", it->first.c_str());
     it->second->stop.Notify();
     it->second->thread.join();
     it = links_.erase(it);
@@ -200,8 +201,8 @@ void SchedulerLinks::Run(Link* link) {
         if (resp.lease_s() > 0) {
           interval = std::min(options_.heartbeat, absl::Seconds(resp.lease_s() / 3));
         }
-        std::fprintf(stderr, "kvcast worker %s: registered with %s\n", options_.worker_id.c_str(),
-                     link->address.c_str());
+        services::Log().info("worker {}: registered with {}", options_.worker_id.c_str(),
+                             link->address.c_str());
       }
     } else {
       v1::HeartbeatRequest req;
@@ -219,8 +220,8 @@ void SchedulerLinks::Run(Link* link) {
       if (!st.ok() || resp.reregister()) set_registered(false);
     }
     if (!st.ok() && st.error_message() != last_error) {
-      std::fprintf(stderr, "kvcast worker: scheduler %s: %s (retrying)\n", link->address.c_str(),
-                   st.error_message().c_str());
+      services::Log().warn("scheduler {}: {} (retrying)", link->address.c_str(),
+                           st.error_message().c_str());
     }
     last_error = st.ok() ? "" : st.error_message();
   } while (!link->stop.WaitForNotificationWithTimeout(interval));

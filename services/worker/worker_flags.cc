@@ -5,6 +5,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "services/common/log.h"
 #include "services/worker/worker_runtime.h"
 #include "transport/kvcache/naming.h"
 
@@ -68,6 +69,8 @@ ABSL_FLAG(std::string, kv_host_tier_track, "fp16",
           "the host tier's format: fp16, bf16, int8, fp8-e4m3, int4 or fp4-e2m1 (fewer bytes, "
           "more chunks, less exact)");
 ABSL_FLAG(double, heartbeat_s, 1.0, "heartbeat period (at most a third of the lease)");
+ABSL_FLAG(std::string, log_level, "info",
+          "log lines at this level and above: trace, debug, info, warn, error, critical, off");
 
 namespace kvcast::worker {
 
@@ -176,9 +179,9 @@ absl::Status SecurityFromFlags(WorkerConfig* config) {
         "verification off, for development only");
   }
   if (insecure) {
-    std::fprintf(stderr,
-                 "kvcast worker: WARNING: --insecure: QUIC peers are NOT verified and any host "
-                 "that reaches the MoQT port may fetch or publish KV\n");
+    services::Log().warn(
+        "--insecure: QUIC peers are NOT verified and any host that reaches the MoQT port may fetch "
+        "or publish KV");
   }
   c.quic_server.cert_file = cert;
   c.quic_server.key_file = key;
@@ -212,6 +215,9 @@ absl::StatusOr<WorkerConfig> WorkerConfigFromFlags(v1::WorkerRole role,
                                                    const std::string& default_grpc_listen) {
   WorkerConfig c;
   c.role = role;
+  RETURN_IF_ERROR(services::InitLogging(
+      role == v1::WORKER_ROLE_PREFILL ? "kvcast-prefill" : "kvcast-decode",
+      absl::GetFlag(FLAGS_log_level)));
   RETURN_IF_ERROR(EngineFromFlags(&c));
   RETURN_IF_ERROR(NetworkFromFlags(default_grpc_listen, &c));
   RETURN_IF_ERROR(SecurityFromFlags(&c));

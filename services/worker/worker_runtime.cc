@@ -11,6 +11,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/status_macros.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "services/common/log.h"
 #include "services/common/moqt_auth_metrics.h"
 #include "transport/kvcache/naming.h"
 #include "transport/moqt/tools/tool_flags.h"
@@ -85,16 +86,15 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(const Worke
       Calibrate(rt->engine_->model(), &rt->engine_->pool(), config.chunk_tokens);
   if (!calibration.ok()) {
     // The scheduler then bounds this worker's silence by its floors alone.
-    std::fprintf(stderr, "kvcast worker: no calibration: %s\n",
-                 calibration.status().ToString().c_str());
+    services::Log().warn("no calibration: {}", calibration.status().ToString().c_str());
   } else {
     rt->calibration_ = *calibration;
-    std::fprintf(stderr,
-               "kvcast worker: calibrated on --backend=%s: a %d-token prompt chunk in %.1f ms "
-               "(%.0f tokens/s), a decode step in %.2f ms\n",
-               config.backend.c_str(), rt->calibration_.chunk_tokens, rt->calibration_.chunk_ms,
-               1000.0 * rt->calibration_.chunk_tokens / rt->calibration_.chunk_ms,
-               rt->calibration_.step_ms);
+    services::Log().info(
+        "calibrated on --backend={}: a {}-token prompt chunk in {:.1f} ms ({:.0f} tokens/s), a "
+        "decode step in {:.2f} ms",
+        config.backend.c_str(), rt->calibration_.chunk_tokens, rt->calibration_.chunk_ms,
+        1000.0 * rt->calibration_.chunk_tokens / rt->calibration_.chunk_ms,
+        rt->calibration_.step_ms);
   }
   ASSIGN_OR_RETURN(rt->loop_thread_, quic::LoopThread::Start("moqt-loop"));
   rt->ac_thread_ = std::make_unique<kvcache::AcCodecThread>(rt->engine_->pool().layout(),
@@ -142,8 +142,9 @@ absl::Status WorkerRuntime::PinPrompts() {
     ASSIGN_OR_RETURN(std::vector<int32_t> ids, tokenizer->Encode(line, /*add_bos=*/true));
     const std::vector<Hash128> chain = ChunkHashChain(engine_->prefix_seed(""), ids, chunk);
     if (chain.empty()) {
-      std::fprintf(stderr, "kvcast worker: --kv_pin_prompts line %d: %zu tokens, less than a "
-                   "chunk (%d): nothing to pin\n", line_no, ids.size(), chunk);
+      services::Log().warn(
+          "--kv_pin_prompts line {}: {} tokens, less than a chunk ({}): nothing to pin", line_no,
+          ids.size(), chunk);
       continue;
     }
     engine_->prefix_cache().Pin(chain);
@@ -163,7 +164,7 @@ absl::Status WorkerRuntime::PinPrompts() {
         "--kv_pin_prompts: ", chunks, " chunks to pin, ", engine_->prefix_cache().num_pinned(),
         " in the page pool: raise --kv_cache_mb"));
   }
-  std::fprintf(stderr, "kvcast worker: pinned %d chunks of %d prompts\n", chunks, prompts);
+  services::Log().info("pinned {} chunks of {} prompts", chunks, prompts);
   return absl::OkStatus();
 }
 
@@ -183,8 +184,7 @@ void WorkerRuntime::ComputeLoop() {
     absl::StatusOr<std::vector<SequenceEvent>> events = engine_->Step();
     if (!events.ok()) {
       // The engine cannot go on: fail every request rather than hang them.
-      std::fprintf(stderr, "kvcast worker: engine step failed: %s\n",
-                   events.status().ToString().c_str());
+      services::Log().error("engine step failed: {}", events.status().ToString().c_str());
       absl::flat_hash_map<uint64_t, EventCallback> all;
       {
         absl::MutexLock lock(&mu_);
@@ -323,8 +323,8 @@ void WorkerRuntime::WatchRelay() {
   if (loop_stopping_) return;
   const bool up = relay_session() != nullptr && relay_session()->ready();
   if (relay_up_.exchange(up) != up) {
-    std::fprintf(stderr, "kvcast worker: relay %s %s\n", config_.relay.c_str(),
-                 up ? "connected" : "lost: fetching KV from publishers directly");
+    services::Log().info("relay {} {}", config_.relay.c_str(),
+                         up ? "connected" : "lost: fetching KV from publishers directly");
   }
   if (relay_client_ == nullptr || relay_client_->session()->closed()) {
     relay_client_.reset();
@@ -334,8 +334,8 @@ void WorkerRuntime::WatchRelay() {
     if (client.ok()) {
       relay_client_ = std::move(*client);
     } else {
-      std::fprintf(stderr, "kvcast worker: relay %s: %s (retrying)\n", config_.relay.c_str(),
-                   client.status().ToString().c_str());
+      services::Log().warn("relay {}: {} (retrying)", config_.relay.c_str(),
+                           client.status().ToString().c_str());
     }
   }
   loop()->RunAfter(absl::Milliseconds(250), [this] { WatchRelay(); });
