@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""No include of a higher layer from a lower one.
+"""No include of a higher layer from a lower one, no package public by default.
 
 Layers, lowest first: common < kernels < engine < transport < services <
 tools, tests, deploy. A product source (.h, .cc, .cu) of one layer may
@@ -50,6 +50,20 @@ def violations(root):
     return found
 
 
+def public_packages(root):
+    """BUILD files of the layers that default their targets to public: each
+    exported target lists who may depend on it instead (issue 39)."""
+    found = []
+    for layer in LAYERS:
+        for dirpath, _, files in os.walk(os.path.join(root, layer)):
+            if "BUILD" in files:
+                path = os.path.join(dirpath, "BUILD")
+                with open(path) as f:
+                    if re.search(r'default_visibility\s*=\s*\["//visibility:public"\]', f.read()):
+                        found.append(f"{os.path.relpath(path, root)}: defaults to public visibility")
+    return found
+
+
 def main():
     if len(sys.argv) > 1:
         root = sys.argv[1]
@@ -59,11 +73,13 @@ def main():
         print(f"layering_test: no source tree at {root}")
         return 1
     found = violations(root)
-    for v in found:
+    public = public_packages(root)
+    for v in found + public:
         print(v)
     print(f"layering_test: {len(found)} includes of a higher layer "
-          f"({', '.join(LAYERS)}, then tools/tests/deploy)")
-    return 1 if found else 0
+          f"({', '.join(LAYERS)}, then tools/tests/deploy), {len(public)} packages "
+          f"public by default")
+    return 1 if found or public else 0
 
 
 if __name__ == "__main__":
