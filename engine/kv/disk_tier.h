@@ -14,27 +14,25 @@
 // deletes the file and reads as DataLoss. Files are written to a temporary
 // name and renamed, so a crash never leaves a half-written chunk.
 //
-// Writes happen on a thread of the tier's own, so the thread that evicts
-// never waits for the disk: a chunk is held (and read back) from memory
-// until its file is written. Destruction finishes the queued writes.
+// The files are kept by a WriteBehindStore (common/write_behind_store.h):
+// writes happen on a thread of its own, so the thread that evicts never
+// waits for the disk; a chunk is held (and read back) from memory until its
+// file is written; destruction finishes the queued writes. The budget
+// counts payload bytes (a whole number of chunks).
 //
 // Thread safety: all methods may be called from any thread.
 #ifndef KVCAST_ENGINE_KV_DISK_TIER_H_
 #define KVCAST_ENGINE_KV_DISK_TIER_H_
 
+#include <atomic>
 #include <cstdint>
-#include <deque>
-#include <list>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "common/write_behind_store.h"
 #include "engine/kv/kv_page_pool.h"
 #include "engine/kv/prefix_hash.h"
 #include "kernels/kv_codec.h"
@@ -68,8 +66,6 @@ class DiskKvTier {
                                                           const Shape& shape,
                                                           uint64_t budget_bytes);
 
-  ~DiskKvTier();
-
   // Queues a chunk's payload (with its checksum) for writing unless
   // present; chunks deleted to stay within the budget are appended to
   // `dropped`. A write that fails (disk full, I/O error) loses only that
@@ -77,8 +73,8 @@ class DiskKvTier {
   void Put(const Hash128& hash, const std::vector<uint8_t>& payload, uint64_t checksum,
            std::vector<Hash128>* dropped);
   // Returns once every queued chunk is on disk (or failed).
-  void WaitForWrites();
-  bool Contains(const Hash128& hash) const;
+  void WaitForWrites() { store_->WaitForWrites(); }
+  bool Contains(const Hash128& hash) const { return store_->Contains(hash.ToHex()); }
   // The chunk's payload, its checksum verified. NotFound; DataLoss for a
   // file that changed (deleted).
   absl::StatusOr<std::vector<uint8_t>> Get(const Hash128& hash);
@@ -87,31 +83,11 @@ class DiskKvTier {
   Stats stats() const;
 
  private:
-  DiskKvTier(std::string dir, const Shape& shape, uint64_t budget);
-  std::string PathOf(const Hash128& hash) const;
-  void Remove(const Hash128& hash) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The writer thread: writes queued chunks until told to stop.
-  void WriteLoop();
-  bool WriteFile(const Hash128& hash, const std::vector<uint8_t>& payload,
-                 uint64_t checksum) const;
-  struct Entry {
-    uint64_t bytes = 0;
-    std::list<Hash128>::iterator lru;  // front = newest
-    // Not on disk yet: the bytes and their checksum.
-    std::shared_ptr<const std::vector<uint8_t>> pending;
-    uint64_t checksum = 0;
-  };
+  DiskKvTier(const Shape& shape, std::unique_ptr<WriteBehindStore> store);
 
-  const std::string dir_;
   const Shape shape_;
-  const uint64_t budget_;
-  mutable absl::Mutex mu_;
-  absl::flat_hash_map<Hash128, Entry> entries_ ABSL_GUARDED_BY(mu_);
-  std::list<Hash128> lru_ ABSL_GUARDED_BY(mu_);
-  Stats stats_ ABSL_GUARDED_BY(mu_);
-  std::deque<Hash128> queue_ ABSL_GUARDED_BY(mu_);  // chunks to write
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread writer_;
+  std::unique_ptr<WriteBehindStore> store_;
+  std::atomic<uint64_t> hits_{0};
 };
 
 }  // namespace kvcast

@@ -1,9 +1,5 @@
 #include "transport/moqt/group_spill.h"
 
-#include <pthread.h>
-#include <signal.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -11,7 +7,6 @@
 #include <fstream>
 #include <iterator>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "xxhash.h"
 
@@ -129,6 +124,16 @@ std::optional<std::pair<GroupSpill::Entry, std::vector<SpilledObject>>> Parse(
   return std::make_pair(std::move(e), std::move(objects));
 }
 
+// The store's key of a group: its track and number, length-prefixed.
+std::string KeyOf(const FullTrackName& track, uint64_t group) {
+  std::string key;
+  PutU32(&key, uint32_t(track.ns.size()));
+  for (const std::string& e : track.ns) PutBytes(&key, e);
+  PutBytes(&key, track.name);
+  PutU64(&key, group);
+  return key;
+}
+
 std::optional<std::string> ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return std::nullopt;
@@ -137,188 +142,77 @@ std::optional<std::string> ReadFile(const std::string& path) {
 
 }  // namespace
 
-GroupSpill::GroupSpill(std::string dir, uint64_t budget) : dir_(std::move(dir)), budget_(budget) {}
-
 absl::StatusOr<std::unique_ptr<GroupSpill>> GroupSpill::Open(const std::string& dir,
                                                             uint64_t budget_bytes) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return absl::PermissionDeniedError(absl::StrCat("spill dir ", dir, ": ", ec.message()));
-  std::unique_ptr<GroupSpill> spill(new GroupSpill(dir, budget_bytes));
-  // What an earlier run left, by serial number (the order it was written).
-  std::vector<std::pair<uint64_t, std::string>> files;
-  for (const auto& f : std::filesystem::directory_iterator(dir, ec)) {
-    const std::string name = f.path().filename().string();
-    uint64_t serial = 0;
-    if (name.size() > 4 && name.substr(name.size() - 4) == ".kvg" &&
-        absl::SimpleAtoi(name.substr(0, name.size() - 4), &serial)) {
-      files.emplace_back(serial, f.path().string());
-    } else if (name.size() > 4 && name.substr(name.size() - 4) == ".tmp") {
-      std::filesystem::remove(f.path(), ec);  // a write cut short
-    }
-  }
-  if (ec) return absl::PermissionDeniedError(absl::StrCat("spill dir ", dir, ": ", ec.message()));
-  std::sort(files.begin(), files.end());
-  absl::MutexLock lock(&spill->mu_);
-  for (const auto& [serial, path] : files) {
-    spill->serial_ = std::max(spill->serial_, serial + 1);
+  absl::flat_hash_map<std::string, Entry> found;
+  auto accept = [&found](const std::string& path, uint64_t) -> std::optional<std::string> {
     std::optional<std::string> bytes = ReadFile(path);
     auto parsed = bytes ? Parse(*bytes) : std::nullopt;
-    if (!parsed) {
-      std::filesystem::remove(path, ec);
-      ++spill->stats_.rejected;
-      continue;
-    }
-    Key key{parsed->first.track, parsed->first.group};
-    if (auto old = spill->held_.find(key); old != spill->held_.end()) spill->DropLocked(old);
-    while (spill->stats_.bytes + bytes->size() > budget_bytes && !spill->lru_.empty()) {
-      spill->DropLocked(spill->held_.find(spill->lru_.front()));
-      ++spill->stats_.evictions;
-    }
-    if (bytes->size() > budget_bytes) {
-      std::filesystem::remove(path, ec);
-      continue;
-    }
-    Held& h = spill->held_[key];
-    h.entry = std::move(parsed->first);
-    h.path = path;
-    h.bytes = bytes->size();
-    h.lru = spill->lru_.insert(spill->lru_.end(), key);
-    spill->stats_.bytes += h.bytes;
-    ++spill->stats_.groups;
-  }
-  spill->writer_ = std::thread([s = spill.get()] { s->Writer(); });
+    if (!parsed) return std::nullopt;
+    std::string key = KeyOf(parsed->first.track, parsed->first.group);
+    found[key] = std::move(parsed->first);
+    return key;
+  };
+  absl::StatusOr<std::unique_ptr<WriteBehindStore>> store = WriteBehindStore::Open(
+      "relay spill", dir, ".kvg", WriteBehindStore::Names::kBySerial, budget_bytes, accept);
+  if (!store.ok()) return absl::PermissionDeniedError(store.status().message());
+  std::unique_ptr<GroupSpill> spill(new GroupSpill(*std::move(store)));
+  absl::MutexLock lock(&spill->mu_);
+  spill->entries_ = std::move(found);
   return spill;
-}
-
-GroupSpill::~GroupSpill() {
-  {
-    absl::MutexLock lock(&mu_);
-    stop_ = true;
-  }
-  writer_.join();
-}
-
-void GroupSpill::DropLocked(std::map<Key, Held>::iterator it) {
-  Held& h = it->second;
-  if (h.pending == nullptr) {
-    unlink(h.path.c_str());
-  } else {
-    // Still queued: forget the write. Being written: the writer finds the
-    // entry gone and deletes the file.
-    auto q = std::find_if(queue_.begin(), queue_.end(),
-                          [&](const auto& w) { return w.first == h.path; });
-    if (q != queue_.end()) queue_.erase(q);
-  }
-  stats_.bytes -= h.bytes;
-  --stats_.groups;
-  lru_.erase(h.lru);
-  held_.erase(it);
 }
 
 void GroupSpill::Put(const FullTrackName& track, uint64_t group,
                      std::vector<SpilledObject> objects, bool ends_track) {
-  auto bytes = std::make_shared<const std::string>(Serialize(track, group, objects, ends_track));
+  auto file = std::make_shared<const std::string>(Serialize(track, group, objects, ends_track));
   Entry e{track, group, 0, ends_track};
   for (const SpilledObject& o : objects) e.last_object = std::max(e.last_object, o.header.object);
+  const std::string key = KeyOf(track, group);
   absl::MutexLock lock(&mu_);
-  Key key{track, group};
-  if (auto old = held_.find(key); old != held_.end()) DropLocked(old);
-  if (bytes->size() > budget_) return;
-  while (stats_.bytes + bytes->size() > budget_ && !lru_.empty()) {
-    DropLocked(held_.find(lru_.front()));
-    ++stats_.evictions;
+  std::vector<std::string> evicted;
+  const bool held = store_->Put(key, std::move(file), &evicted);
+  for (const std::string& k : evicted) entries_.erase(k);
+  if (held) {
+    entries_[key] = std::move(e);
+  } else {
+    entries_.erase(key);
   }
-  Held& h = held_[key];
-  h.entry = std::move(e);
-  h.path = absl::StrCat(dir_, "/", serial_++, ".kvg");
-  h.bytes = bytes->size();
-  h.pending = bytes;
-  h.lru = lru_.insert(lru_.end(), key);
-  stats_.bytes += h.bytes;
-  ++stats_.groups;
-  queue_.emplace_back(h.path, bytes);
 }
 
 std::optional<std::vector<SpilledObject>> GroupSpill::Take(const FullTrackName& track,
                                                            uint64_t group) {
+  const std::string key = KeyOf(track, group);
   absl::MutexLock lock(&mu_);
-  auto it = held_.find(Key{track, group});
-  if (it == held_.end()) return std::nullopt;
-  std::optional<std::string> bytes =
-      it->second.pending ? std::optional<std::string>(*it->second.pending)
-                         : ReadFile(it->second.path);
-  auto parsed = bytes ? Parse(*bytes) : std::nullopt;
-  DropLocked(it);
-  if (!parsed) {
-    ++stats_.rejected;
-    return std::nullopt;
-  }
-  ++stats_.reads;
+  absl::StatusOr<std::shared_ptr<const std::string>> file = store_->Read(key);
+  entries_.erase(key);
+  if (!file.ok()) return std::nullopt;  // absent, or unreadable (dropped)
+  auto parsed = Parse(**file);
+  store_->Remove(key, /*rejected=*/!parsed.has_value());
+  if (!parsed) return std::nullopt;
+  ++reads_;
   return std::move(parsed->second);
 }
 
 std::vector<GroupSpill::Entry> GroupSpill::Entries() const {
   absl::MutexLock lock(&mu_);
   std::vector<Entry> out;
-  for (const Key& k : lru_) out.push_back(held_.at(k).entry);
+  for (const std::string& k : store_->Keys()) {
+    if (auto it = entries_.find(k); it != entries_.end()) out.push_back(it->second);
+  }
   return out;
 }
 
 GroupSpill::Stats GroupSpill::stats() const {
+  const WriteBehindStore::Stats s = store_->stats();
   absl::MutexLock lock(&mu_);
-  return stats_;
-}
-
-void GroupSpill::WaitForWrites() {
-  absl::MutexLock lock(&mu_);
-  mu_.Await(absl::Condition(
-      +[](GroupSpill* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
-        return s->queue_.empty() && !s->writing_;
-      },
-      this));
-}
-
-void GroupSpill::Writer() {
-  // Signals are the owning process's to handle (the relay waits for SIGTERM
-  // on a signalfd): never deliver one to this thread.
-  sigset_t all;
-  sigfillset(&all);
-  pthread_sigmask(SIG_BLOCK, &all, nullptr);
-  for (;;) {
-    std::pair<std::string, std::shared_ptr<const std::string>> job;
-    {
-      absl::MutexLock lock(&mu_);
-      mu_.Await(absl::Condition(
-          +[](GroupSpill* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
-            return s->stop_ || !s->queue_.empty();
-          },
-          this));
-      if (queue_.empty()) return;  // stopping, every write done
-      job = std::move(queue_.front());
-      queue_.pop_front();
-      writing_ = true;
-    }
-    const std::string tmp = job.first + ".tmp";
-    bool ok = false;
-    if (FILE* f = std::fopen(tmp.c_str(), "wb")) {
-      ok = std::fwrite(job.second->data(), 1, job.second->size(), f) == job.second->size();
-      ok = std::fclose(f) == 0 && ok;
-    }
-    ok = ok && std::rename(tmp.c_str(), job.first.c_str()) == 0;
-    absl::MutexLock lock(&mu_);
-    writing_ = false;
-    auto it = std::find_if(held_.begin(), held_.end(),
-                           [&](const auto& kv) { return kv.second.path == job.first; });
-    if (it == held_.end() || !ok) {
-      unlink(tmp.c_str());
-      unlink(job.first.c_str());
-      if (it != held_.end()) DropLocked(it);  // could not write: not held
-      continue;
-    }
-    it->second.pending = nullptr;
-    ++stats_.writes;
-  }
+  Stats out;
+  out.bytes = s.bytes;
+  out.groups = s.files;
+  out.writes = s.writes;
+  out.reads = reads_;
+  out.evictions = s.evictions;
+  out.rejected = s.rejected;
+  return out;
 }
 
 }  // namespace kvcast::moqt

@@ -12,7 +12,8 @@
 // length + payload. Written to NAME.tmp and renamed. Open deletes files
 // that are truncated, fail their checksum or are not this format.
 //
-// Writes run on a thread of their own, so the relay's loop never waits for
+// The files are kept by a WriteBehindStore (common/write_behind_store.h):
+// writes run on a thread of their own, so the relay's loop never waits for
 // the disk; a group queued for writing is read back from memory.
 //
 // Thread safety: all methods may be called from any thread.
@@ -20,19 +21,16 @@
 #define KVCAST_TRANSPORT_MOQT_GROUP_SPILL_H_
 
 #include <cstdint>
-#include <deque>
-#include <list>
-#include <map>
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
-#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/write_behind_store.h"
 #include "transport/moqt/messages.h"
 
 namespace kvcast::moqt {
@@ -46,7 +44,7 @@ class GroupSpill {
  public:
   static absl::StatusOr<std::unique_ptr<GroupSpill>> Open(const std::string& dir,
                                                          uint64_t budget_bytes);
-  ~GroupSpill();  // finishes the queued writes
+  ~GroupSpill() = default;  // the store finishes the queued writes
 
   // Stores a complete group (replacing one already there).
   void Put(const FullTrackName& track, uint64_t group, std::vector<SpilledObject> objects,
@@ -69,34 +67,17 @@ class GroupSpill {
   };
   Stats stats() const;
   // Blocks until every queued write is on disk (tests).
-  void WaitForWrites();
+  void WaitForWrites() { store_->WaitForWrites(); }
 
  private:
-  struct Held {
-    Entry entry;
-    std::string path;
-    uint64_t bytes = 0;
-    std::shared_ptr<const std::string> pending;  // the file's bytes until written
-    std::list<std::pair<FullTrackName, uint64_t>>::iterator lru;
-  };
-  using Key = std::pair<FullTrackName, uint64_t>;
-  GroupSpill(std::string dir, uint64_t budget);
-  void Writer();
-  void DropLocked(std::map<Key, Held>::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  explicit GroupSpill(std::unique_ptr<WriteBehindStore> store) : store_(std::move(store)) {}
 
-  const std::string dir_;
-  const uint64_t budget_;
+  std::unique_ptr<WriteBehindStore> store_;
   mutable absl::Mutex mu_;
-  std::map<Key, Held> held_ ABSL_GUARDED_BY(mu_);
-  std::list<Key> lru_ ABSL_GUARDED_BY(mu_);  // oldest first
-  // (path, bytes) to write, in order.
-  std::deque<std::pair<std::string, std::shared_ptr<const std::string>>> queue_
-      ABSL_GUARDED_BY(mu_);
-  bool writing_ ABSL_GUARDED_BY(mu_) = false;
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  uint64_t serial_ ABSL_GUARDED_BY(mu_) = 0;
-  Stats stats_ ABSL_GUARDED_BY(mu_);
-  std::thread writer_;
+  // What each held file is, by its store key (a key the store dropped by
+  // itself, for a failed write, is ignored: Entries lists the store's keys).
+  absl::flat_hash_map<std::string, Entry> entries_ ABSL_GUARDED_BY(mu_);
+  uint64_t reads_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace kvcast::moqt
