@@ -101,16 +101,25 @@ struct Result {
   v1::Final final;
 };
 
-// Streams one greedy request; `on_delta` sees the token count so far. With
-// top_logprobs >= 0 it asks for logprobs.
-Result Generate(const std::string& scheduler, const std::vector<int32_t>& prompt, int max_tokens,
-                std::function<void(int)> on_delta = nullptr, int top_logprobs = -1) {
-  auto stub = v1::Generation::NewStub(
-      grpc::CreateChannel(scheduler, grpc::InsecureChannelCredentials()));
+std::unique_ptr<v1::Generation::Stub> StubOf(const std::string& scheduler) {
+  return v1::Generation::NewStub(grpc::CreateChannel(scheduler, grpc::InsecureChannelCredentials()));
+}
+
+// A greedy request for `prompt` that ignores EOS.
+v1::GenerateRequest GreedyRequest(const std::vector<int32_t>& prompt, int max_tokens) {
   v1::GenerateRequest req;
   *req.mutable_token_ids()->mutable_ids() = {prompt.begin(), prompt.end()};
   req.set_max_tokens(max_tokens);
   req.set_ignore_eos(true);
+  return req;
+}
+
+// Streams one greedy request; `on_delta` sees the token count so far. With
+// top_logprobs >= 0 it asks for logprobs.
+Result Generate(const std::string& scheduler, const std::vector<int32_t>& prompt, int max_tokens,
+                std::function<void(int)> on_delta = nullptr, int top_logprobs = -1) {
+  auto stub = StubOf(scheduler);
+  v1::GenerateRequest req = GreedyRequest(prompt, max_tokens);
   if (top_logprobs >= 0) {
     req.mutable_sampling()->set_logprobs(true);
     req.mutable_sampling()->set_top_logprobs(top_logprobs);
@@ -412,15 +421,9 @@ TEST_F(DisaggregatedTest, AClientCancellingMidStreamStopsTheDecodeWorkersSequenc
   ASSERT_NE(c, nullptr);
   const Labels model{{"model_name", "wide"}};
   const Process& decode = c->worker(Role::kDecode, 0);
-  auto stub = v1::Generation::NewStub(
-      grpc::CreateChannel(c->scheduler_address(), grpc::InsecureChannelCredentials()));
-  v1::GenerateRequest req;
-  const std::vector<int32_t> prompt = Prompt(300, 5);
-  *req.mutable_token_ids()->mutable_ids() = {prompt.begin(), prompt.end()};
-  req.set_max_tokens(4000);
-  req.set_ignore_eos(true);
+  auto stub = StubOf(c->scheduler_address());
   grpc::ClientContext ctx;
-  auto reader = stub->Generate(&ctx, req);
+  auto reader = stub->Generate(&ctx, GreedyRequest(Prompt(300, 5), 4000));
   v1::GenerateResponse resp;
   int tokens = 0;
   while (tokens < 30 && reader->Read(&resp)) tokens += resp.delta().token_ids_size();
@@ -450,12 +453,8 @@ TEST_F(DisaggregatedTest, AClientCancellingDuringALongFusedPromptStopsItsCompute
   ASSERT_NE(c, nullptr);
   const Labels model{{"model_name", "wide"}};
   const Process& decode = c->worker(Role::kDecode, 0);
-  auto stub = v1::Generation::NewStub(
-      grpc::CreateChannel(c->scheduler_address(), grpc::InsecureChannelCredentials()));
-  v1::GenerateRequest req;
-  const std::vector<int32_t> prompt = Prompt(6000, 7);
-  *req.mutable_token_ids()->mutable_ids() = {prompt.begin(), prompt.end()};
-  req.set_max_tokens(4);
+  auto stub = StubOf(c->scheduler_address());
+  const v1::GenerateRequest req = GreedyRequest(Prompt(6000, 7), 4);
   grpc::ClientContext ctx;
   std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader;
   std::thread call([&] {
@@ -465,11 +464,14 @@ TEST_F(DisaggregatedTest, AClientCancellingDuringALongFusedPromptStopsItsCompute
     }
   });
   // Cancelled once the decode worker is computing it.
+  auto sequences = [&] {
+    return Metric(decode, "vllm:num_requests_running", model) +
+           Metric(decode, "vllm:num_requests_waiting", model);
+  };
   double busy = 0;
   for (int i = 0; i < 200 && busy == 0; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    busy = Metric(decode, "vllm:num_requests_running", model) +
-           Metric(decode, "vllm:num_requests_waiting", model);
+    busy = sequences();
   }
   ASSERT_GT(busy, 0);
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
@@ -479,8 +481,7 @@ TEST_F(DisaggregatedTest, AClientCancellingDuringALongFusedPromptStopsItsCompute
   EXPECT_EQ(reader->Finish().error_code(), grpc::CANCELLED);
   while (busy != 0 && std::chrono::steady_clock::now() - cancelled_at < std::chrono::seconds(5)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    busy = Metric(decode, "vllm:num_requests_running", model) +
-           Metric(decode, "vllm:num_requests_waiting", model);
+    busy = sequences();
   }
   const double took_ms = std::chrono::duration<double, std::milli>(
                              std::chrono::steady_clock::now() - cancelled_at).count();
