@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <chrono>
 #include <deque>
-#include <future>
 #include <memory>
 #include <optional>
 
@@ -12,6 +11,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "services/common/call_wait.h"
+#include "services/common/work_pool.h"
 
 namespace kvcast::decode {
 
@@ -68,7 +68,8 @@ AbrOutcome LandAdaptively(AbrPlanner* planner, int first_group, int end_group, i
                           const std::function<void(AbrLanded)>& accept,
                           const std::function<bool()>& cancelled,
                           const std::function<void()>& tick) {
-  // A group's landing, on a thread of its own.
+  // A group's landing, on one of `depth` threads kept for this call (not a
+  // thread per group).
   struct Slot {
     absl::Mutex mu;
     std::optional<absl::StatusOr<AbrLanded>> result ABSL_GUARDED_BY(mu);
@@ -76,12 +77,12 @@ AbrOutcome LandAdaptively(AbrPlanner* planner, int first_group, int end_group, i
   struct InFlight {
     int track;
     std::shared_ptr<Slot> slot;
-    std::future<void> thread;
   };
   const size_t max_in_flight = std::max(1, depth);
   // Woken by each landing as it ends (the cancellation is seen between
   // groups, by `cancelled()`); `tick` runs every 250 ms meanwhile.
   auto wait = std::make_shared<services::CallWait>([] { return false; });
+  services::WorkPool landers(int(max_in_flight), max_in_flight);
   AbrOutcome out;
   std::deque<InFlight> flight;
   const absl::Time t0 = absl::Now();
@@ -107,14 +108,15 @@ AbrOutcome LandAdaptively(AbrPlanner* planner, int first_group, int end_group, i
       const kvcache::KvCompression c = planner->ladder()[t].compression;
       const int g = next++;
       auto slot = std::make_shared<Slot>();
-      flight.push_back({t, slot, std::async(std::launch::async, [&land, c, g, slot, wait] {
-                          absl::StatusOr<AbrLanded> r = land(c, g);
-                          {
-                            absl::MutexLock lock(&slot->mu);
-                            slot->result = std::move(r);
-                          }
-                          wait->Notify();
-                        })});
+      flight.push_back({t, slot});
+      landers.Post([&land, c, g, slot, wait] {
+        absl::StatusOr<AbrLanded> r = land(c, g);
+        {
+          absl::MutexLock lock(&slot->mu);
+          slot->result = std::move(r);
+        }
+        wait->Notify();
+      });
     }
     if (flight.empty()) break;
     InFlight head = std::move(flight.front());
@@ -127,7 +129,6 @@ AbrOutcome LandAdaptively(AbrPlanner* planner, int first_group, int end_group, i
       wait->Wait(absl::Now() + absl::Milliseconds(250));
       if (tick) tick();
     }
-    head.thread.wait();
     absl::StatusOr<AbrLanded> landed = [&head] {
       absl::MutexLock lock(&head.slot->mu);
       return std::move(*head.slot->result);

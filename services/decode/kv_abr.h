@@ -74,7 +74,8 @@ class AbrPlanner {
 
 // One group's landing, as the caller's landing function reports it.
 using AbrLanded = worker::KvLanded;
-// Lands `group` in `compression`, blocking; called from threads of its own.
+// Lands `group` in `compression`, blocking; called from `depth` threads
+// LandAdaptively keeps for the call (not a thread per group).
 using AbrLandFn =
     std::function<absl::StatusOr<AbrLanded>(const kvcache::KvCompression& compression, int group)>;
 

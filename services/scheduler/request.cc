@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 
 #include "absl/strings/str_cat.h"
 #include "services/common/grpc_status.h"
