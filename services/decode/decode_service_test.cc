@@ -1,0 +1,135 @@
+// DecodeService on a real worker runtime (the tiny model): a prompt it
+// computes itself, its prefix cache on a repeat, KV that cannot land
+// computed instead, and starts it refuses.
+#include "services/decode/decode_service.h"
+
+#include "gtest/gtest.h"
+#include "services/worker/testing/test_worker.h"
+
+namespace kvcast::decode {
+namespace {
+
+using worker::testing::MetricOf;
+
+v1::DecodeStart Start(int prompt_tokens, int max_tokens) {
+  v1::DecodeStart s;
+  s.set_request_id("req-t");
+  for (int i = 0; i < prompt_tokens; ++i) s.add_prompt(3 + (i * 11) % 250);
+  s.set_max_tokens(max_tokens);
+  s.set_ignore_eos(true);
+  return s;
+}
+
+// Decode serves no MoQT requests.
+class NoRequests : public moqt::RequestHandler {};
+
+class DecodeServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto rt = worker::testing::StartTestWorker(v1::WORKER_ROLE_DECODE,
+                                               ::testing::TempDir() + "/decode_worker");
+    ASSERT_TRUE(rt.ok()) << rt.status();
+    rt_ = std::move(*rt);
+    auto service = DecodeService::Create(rt_.get(), DecodeService::Options());
+    ASSERT_TRUE(service.ok()) << service.status();
+    service_ = std::move(*service);
+    ASSERT_TRUE(rt_->Serve(&handler_, {{v1::Decode::service_full_name(), service_.get()}}).ok());
+    stub_ = v1::Decode::NewStub(worker::testing::ChannelTo(*rt_));
+  }
+  void TearDown() override {
+    if (rt_ != nullptr) rt_->Shutdown(absl::ZeroDuration());
+    service_.reset();
+  }
+
+  struct Call {
+    std::vector<v1::DecodeResponse> messages;
+    std::vector<int32_t> tokens;
+    v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
+    grpc::Status status;
+  };
+  // Sends `first` (and `first_token` when >= 0), then reads to the end.
+  Call Decode(const v1::DecodeRequest& first, int32_t first_token = -1) {
+    grpc::ClientContext ctx;
+    auto stream = stub_->Decode(&ctx);
+    stream->Write(first);
+    if (first_token >= 0) {
+      v1::DecodeRequest t;
+      t.set_first_token(first_token);
+      stream->Write(t);
+    }
+    stream->WritesDone();
+    Call call;
+    v1::DecodeResponse r;
+    while (stream->Read(&r)) {
+      call.messages.push_back(r);
+      call.tokens.insert(call.tokens.end(), r.token_ids().begin(), r.token_ids().end());
+      if (r.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) call.finish = r.finish_reason();
+    }
+    call.status = stream->Finish();
+    return call;
+  }
+  static v1::DecodeRequest Of(const v1::DecodeStart& s) {
+    v1::DecodeRequest r;
+    *r.mutable_start() = s;
+    return r;
+  }
+
+  NoRequests handler_;
+  std::unique_ptr<worker::WorkerRuntime> rt_;
+  std::unique_ptr<DecodeService> service_;
+  std::unique_ptr<v1::Decode::Stub> stub_;
+};
+
+TEST_F(DecodeServiceTest, APromptItComputesItselfStreamsMaxTokensThenLength) {
+  Call c = Decode(Of(Start(300, 12)));
+  ASSERT_TRUE(c.status.ok()) << c.status.error_message();
+  ASSERT_FALSE(c.messages.empty());
+  EXPECT_TRUE(c.messages[0].kv_ready()) << "the KV state comes first";
+  EXPECT_EQ(c.messages[0].local_cached_tokens(), 0);
+  EXPECT_EQ(c.tokens.size(), 12u);
+  EXPECT_EQ(c.finish, v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(MetricOf(*rt_, "kvcast_decode_tokens_total"), 12);
+  // The same prompt again: its full chunks come from the prefix cache, and
+  // greedy decoding gives the same tokens.
+  Call again = Decode(Of(Start(300, 12)));
+  ASSERT_TRUE(again.status.ok()) << again.status.error_message();
+  EXPECT_EQ(again.messages[0].local_cached_tokens(), 256);
+  EXPECT_EQ(again.tokens, c.tokens);
+}
+
+TEST_F(DecodeServiceTest, KvThatCannotLandIsComputedHereFromTheFirstToken) {
+  v1::DecodeStart s = Start(300, 6);
+  s.set_kv_tokens(300);
+  v1::KvSource* kv = s.mutable_kv();
+  kv->set_prompt_digest(std::string(32, 'b'));
+  kv->set_groups(3);
+  kv->set_moqt_address("127.0.0.1:9");  // nobody publishes there
+  Call c = Decode(Of(s), /*first_token=*/42);
+  ASSERT_TRUE(c.status.ok()) << c.status.error_message();
+  ASSERT_FALSE(c.messages.empty());
+  EXPECT_TRUE(c.messages[0].kv_ready());
+  EXPECT_EQ(c.messages[0].landed_tokens(), 0);
+  EXPECT_EQ(c.tokens.size(), 5u) << "the first token was the prefill's";
+  EXPECT_EQ(c.finish, v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(MetricOf(*rt_, "kvcast_kv_transfer_failures_total"), 1);
+}
+
+TEST_F(DecodeServiceTest, BadStartsAreRefusedNamingTheField) {
+  v1::DecodeRequest not_a_start;
+  not_a_start.set_first_token(1);
+  Call c = Decode(not_a_start);
+  EXPECT_EQ(c.status.error_code(), grpc::INVALID_ARGUMENT);
+  EXPECT_NE(c.status.error_message().find("must be `start`"), std::string::npos);
+  v1::DecodeStart s = Start(10, 4);
+  s.set_kv_tokens(11);
+  c = Decode(Of(s));
+  EXPECT_EQ(c.status.error_code(), grpc::INVALID_ARGUMENT);
+  EXPECT_NE(c.status.error_message().find("kv_tokens 11 outside [0, 10]"), std::string::npos);
+  c = Decode(Of(Start(10, 0)));
+  EXPECT_NE(c.status.error_message().find("max_tokens must be at least 1"), std::string::npos);
+  c = Decode(Of(Start(0, 4)));
+  EXPECT_NE(c.status.error_message().find("empty prompt"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvcast::decode
