@@ -7,7 +7,6 @@
 #include <filesystem>
 #include <system_error>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "xxhash.h"
@@ -21,7 +20,7 @@ namespace fs = std::filesystem;
 
 constexpr char kMagic[8] = {'K', 'V', 'C', 'H', 'U', 'N', 'K', '1'};
 constexpr char kSuffix[] = ".kvchunk";
-constexpr size_t kHeaderBytes = 8 + 16 + 16 + 5 * 4 + 8 + 8;
+constexpr size_t kHeaderBytes = DiskKvTier::kHeaderBytes;
 
 struct Header {
   Hash128 model;
@@ -143,14 +142,11 @@ void DiskKvTier::Put(const Hash128& hash, const std::vector<uint8_t>& payload,
   std::vector<std::string> evicted;
   store_->Put(key, std::move(file), &evicted);
   for (const std::string& k : evicted) {
-    uint64_t hi = 0, lo = 0;
-    if (absl::SimpleHexAtoi(k.substr(0, 16), &hi) && absl::SimpleHexAtoi(k.substr(16), &lo)) {
-      dropped->push_back(Hash128{lo, hi});
-    }
+    if (auto h = Hash128FromHex(k); h.ok()) dropped->push_back(*h);
   }
 }
 
-absl::StatusOr<std::vector<uint8_t>> DiskKvTier::Get(const Hash128& hash) {
+absl::StatusOr<DiskKvTier::Chunk> DiskKvTier::Get(const Hash128& hash) {
   const std::string key = hash.ToHex();
   absl::StatusOr<std::shared_ptr<const std::string>> file = store_->Read(key);
   if (absl::IsNotFound(file.status())) return absl::NotFoundError("chunk not in the disk tier");
@@ -166,16 +162,13 @@ absl::StatusOr<std::vector<uint8_t>> DiskKvTier::Get(const Hash128& hash) {
         absl::StrCat("disk KV tier: chunk ", key, " no longer matches its checksum; dropped"));
   }
   ++hits_;
-  return std::vector<uint8_t>(payload, payload + shape_.chunk_bytes);
+  return Chunk{*std::move(file)};
 }
 
 std::vector<Hash128> DiskKvTier::Chunks() const {
   std::vector<Hash128> out;
   for (const std::string& k : store_->Keys()) {
-    uint64_t hi = 0, lo = 0;
-    if (absl::SimpleHexAtoi(k.substr(0, 16), &hi) && absl::SimpleHexAtoi(k.substr(16), &lo)) {
-      out.push_back(Hash128{lo, hi});
-    }
+    if (auto h = Hash128FromHex(k); h.ok()) out.push_back(*h);
   }
   return out;
 }

@@ -75,9 +75,19 @@ class DiskKvTier {
   // Returns once every queued chunk is on disk (or failed).
   void WaitForWrites() { store_->WaitForWrites(); }
   bool Contains(const Hash128& hash) const { return store_->Contains(hash.ToHex()); }
+  // Bytes before a chunk file's payload (its header).
+  static constexpr size_t kHeaderBytes = 8 + 16 + 16 + 5 * 4 + 8 + 8;
+  // A chunk's payload, in the file read from disk (or queued), not copied.
+  struct Chunk {
+    std::shared_ptr<const std::string> file;
+    const uint8_t* data() const {
+      return reinterpret_cast<const uint8_t*>(file->data()) + kHeaderBytes;
+    }
+    size_t size() const { return file->size() - kHeaderBytes; }
+  };
   // The chunk's payload, its checksum verified. NotFound; DataLoss for a
   // file that changed (deleted).
-  absl::StatusOr<std::vector<uint8_t>> Get(const Hash128& hash);
+  absl::StatusOr<Chunk> Get(const Hash128& hash);
   // Every chunk held (for the worker's registration snapshot).
   std::vector<Hash128> Chunks() const;
   Stats stats() const;

@@ -111,7 +111,7 @@ absl::Status HostKvTier::Promote(const Hash128& hash, absl::Span<const int32_t> 
   auto it = entries_.find(hash);
   if (it == entries_.end()) {
     if (disk_ == nullptr) return absl::NotFoundError("chunk not in the host tier");
-    absl::StatusOr<std::vector<uint8_t>> bytes = disk_->Get(hash);
+    absl::StatusOr<DiskKvTier::Chunk> bytes = disk_->Get(hash);
     if (!bytes.ok()) return bytes.status();
     return codec_.Decode(backend_, bytes->data(), Slots(pages), pool_);
   }

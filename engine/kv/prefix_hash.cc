@@ -2,6 +2,8 @@
 
 #include <cstring>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "xxhash.h"
 
@@ -39,6 +41,15 @@ bool HashFromBytes(std::string_view b, Hash128* h) {
 }
 
 std::string Hash128::ToHex() const { return absl::StrFormat("%016x%016x", hi, lo); }
+
+absl::StatusOr<Hash128> Hash128FromHex(const std::string& hex) {
+  uint64_t hi = 0, lo = 0;
+  if (hex.size() != 32 || !absl::SimpleHexAtoi(hex.substr(0, 16), &hi) ||
+      !absl::SimpleHexAtoi(hex.substr(16), &lo)) {
+    return absl::InvalidArgumentError(absl::StrCat("\"", hex, "\" is not 32 hex digits"));
+  }
+  return Hash128{lo, hi};
+}
 
 Hash128 HashBytes(const void* data, size_t size) {
   XXH128_hash_t h = XXH3_128bits(data, size);

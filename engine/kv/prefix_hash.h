@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/types/span.h"
 
 namespace kvcast {
@@ -33,6 +34,9 @@ struct Hash128 {
   // 32 lowercase hex digits, hi first.
   std::string ToHex() const;
 };
+
+// ToHex's inverse: InvalidArgument unless `hex` is 32 hex digits.
+absl::StatusOr<Hash128> Hash128FromHex(const std::string& hex);
 
 // The 16-byte wire form of a hash (KV events, registration snapshots): lo
 // then hi, each little-endian. FromBytes: false unless exactly 16 bytes.

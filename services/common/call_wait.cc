@@ -72,7 +72,8 @@ CallWait::Woke CallWait::Wait(absl::Time deadline) {
   // Watched only while a thread waits here: `cancelled()` is then never
   // asked after its call ended, even if another thread keeps this object
   // (a callback's state) alive longer.
-  Watcher::Get().Add(this);
+  const bool watched = bool(cancelled_fn_);
+  if (watched) Watcher::Get().Add(this);
   Woke woke = kTimeout;
   {
     absl::MutexLock lock(&mu_);
@@ -88,7 +89,7 @@ CallWait::Woke CallWait::Wait(absl::Time deadline) {
       woke = kCancelled;
     }
   }
-  Watcher::Get().Remove(this);  // waits for a check in progress
+  if (watched) Watcher::Get().Remove(this);  // waits for a check in progress
   return woke;
 }
 

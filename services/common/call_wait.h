@@ -34,7 +34,7 @@ class CallWait {
   // `cancelled` is asked from the watcher thread, only while a thread is
   // inside Wait (so a call's context it reads is alive then, although this
   // object may outlive the call); it must be safe to call from there
-  // (ServerContext::IsCancelled is).
+  // (ServerContext::IsCancelled is). Null: no call to watch (work only).
   explicit CallWait(std::function<bool()> cancelled);
   ~CallWait();
   CallWait(const CallWait&) = delete;

@@ -70,6 +70,14 @@ TEST(CallWaitTest, TheCallIsAskedOnlyWhileSomeoneWaits) {
   EXPECT_EQ(asked.load(), after);
 }
 
+TEST(CallWaitTest, AWaitWithNoCallIsWokenByItsWorkOnly) {
+  CallWait wait(nullptr);
+  EXPECT_EQ(wait.Wait(absl::Now() + absl::Milliseconds(30)), CallWait::kTimeout);
+  wait.Notify();
+  EXPECT_EQ(wait.Wait(absl::Now() + absl::Seconds(10)), CallWait::kNotified);
+  EXPECT_FALSE(wait.cancelled());
+}
+
 TEST(CallWaitTest, OnlyTheCancelledCallOfManyWakes) {
   std::vector<std::unique_ptr<std::atomic<bool>>> flags;
   std::vector<std::unique_ptr<CallWait>> waits;

@@ -7,7 +7,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
 #include "common/status_macros.h"
 #include "services/common/call_wait.h"
 #include "services/common/grpc_status.h"

@@ -81,7 +81,7 @@ AbrOutcome LandAdaptively(AbrPlanner* planner, int first_group, int end_group, i
   const size_t max_in_flight = std::max(1, depth);
   // Woken by each landing as it ends (the cancellation is seen between
   // groups, by `cancelled()`); `tick` runs every 250 ms meanwhile.
-  auto wait = std::make_shared<services::CallWait>([] { return false; });
+  auto wait = std::make_shared<services::CallWait>(nullptr);
   services::WorkPool landers(int(max_in_flight), max_in_flight);
   AbrOutcome out;
   std::deque<InFlight> flight;

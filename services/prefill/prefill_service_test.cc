@@ -78,7 +78,7 @@ TEST_F(PrefillServiceTest, ProgressComesChunkByChunkThenTheFirstToken) {
   EXPECT_EQ(c.result.prompt_digest().size(), 32u);
   EXPECT_EQ(c.result.computed_tokens(), 600);
   EXPECT_EQ(c.result.cached_tokens(), 0);
-  EXPECT_EQ(MetricOf(*rt_, "kvcast_prefill_requests_total", "result=\"ok\""), 1);
+  EXPECT_EQ(MetricOf(*rt_, "kvcast_prefill_requests_total", {{"result", "ok"}}), 1);
 }
 
 TEST_F(PrefillServiceTest, ARepeatedPromptComputesOnlyWhatItsCachedChunksLeave) {

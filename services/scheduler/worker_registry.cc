@@ -33,15 +33,6 @@ std::vector<Hash128> HashesOf(const google::protobuf::RepeatedPtrField<std::stri
 
 }  // namespace
 
-absl::StatusOr<Hash128> ParseHash128Hex(const std::string& hex) {
-  uint64_t hi = 0, lo = 0;
-  if (hex.size() != 32 || !absl::SimpleHexAtoi(hex.substr(0, 16), &hi) ||
-      !absl::SimpleHexAtoi(hex.substr(16), &lo)) {
-    return absl::InvalidArgumentError(absl::StrCat("\"", hex, "\" is not 32 hex digits"));
-  }
-  return Hash128{lo, hi};
-}
-
 WorkerRegistry::WorkerRegistry(Options options)
     : options_(std::move(options)), published_(options_.published_chunks) {
   reaper_ = std::thread([this] {
@@ -84,7 +75,7 @@ grpc::Status WorkerRegistry::Register(grpc::ServerContext*, const v1::RegisterRe
     return grpc::Status(grpc::INVALID_ARGUMENT,
                         "register: worker_id, grpc_address and a role are required");
   }
-  auto fingerprint = ParseHash128Hex(info.model_id());
+  auto fingerprint = Hash128FromHex(info.model_id());
   if (!fingerprint.ok()) {
     return grpc::Status(grpc::INVALID_ARGUMENT,
                         absl::StrCat("register: model_id ", fingerprint.status().message()));

@@ -212,9 +212,6 @@ class RouteLease {
   Route route_;
 };
 
-// Parses 32 hex digits (Hash128::ToHex) back into a hash.
-absl::StatusOr<Hash128> ParseHash128Hex(const std::string& hex);
-
 }  // namespace kvcast::scheduler
 
 #endif  // KVCAST_SERVICES_SCHEDULER_WORKER_REGISTRY_H_

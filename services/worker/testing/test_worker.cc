@@ -1,7 +1,5 @@
 #include "services/worker/testing/test_worker.h"
 
-#include <sstream>
-
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "engine/testing/tiny_model_fixture.h"
@@ -35,13 +33,9 @@ std::shared_ptr<grpc::Channel> ChannelTo(const WorkerRuntime& rt) {
                              grpc::InsecureChannelCredentials());
 }
 
-double MetricOf(WorkerRuntime& rt, const std::string& name, const std::string& labels) {
-  std::istringstream text(rt.metrics().Render());
-  const std::string want = labels.empty() ? name + " " : name + "{" + labels + "} ";
-  for (std::string line; std::getline(text, line);) {
-    if (line.rfind(want, 0) == 0) return std::stod(line.substr(want.size()));
-  }
-  return -1;
+double MetricOf(WorkerRuntime& rt, const std::string& name, const cluster::Labels& labels) {
+  absl::StatusOr<double> v = cluster::ScrapeMetric(rt.metrics().Render(), name, labels);
+  return v.ok() ? *v : -1;
 }
 
 }  // namespace kvcast::worker::testing

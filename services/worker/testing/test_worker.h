@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "grpcpp/grpcpp.h"
 #include "services/worker/worker_runtime.h"
+#include "tools/cluster/metrics_scrape.h"
 
 namespace kvcast::worker::testing {
 
@@ -22,9 +23,9 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> StartTestWorker(v1::WorkerRole ro
 // A channel to the served runtime's gRPC port.
 std::shared_ptr<grpc::Channel> ChannelTo(const WorkerRuntime& rt);
 
-// The value of metric `name` (with `labels`, as "k=\"v\"" text) in the
-// runtime's registry; -1 when absent.
-double MetricOf(WorkerRuntime& rt, const std::string& name, const std::string& labels = "");
+// The value of metric `name` (the series with `labels`) in the runtime's
+// registry; -1 when absent.
+double MetricOf(WorkerRuntime& rt, const std::string& name, const cluster::Labels& labels = {});
 
 }  // namespace kvcast::worker::testing
 
