@@ -57,10 +57,13 @@ struct TransportOptions {
   // CPU per byte (docs/benchmarks.md); on a path that cannot carry them
   // nothing gets through.
   size_t max_udp_payload = 0;
-  // Client: end the connection at once (UNAVAILABLE "peer unreachable")
-  // when the network reports the server unreachable (ICMP port or host
-  // unreachable, e.g. its process died); false waits for the idle timeout
-  // (a server restarting on the same port may still answer).
+  // End a connection at once (UNAVAILABLE "peer unreachable") when the
+  // network reports its peer unreachable (ICMP port or host unreachable,
+  // e.g. the peer's process died): a client hears it for its server, a
+  // server for each client it sends to (IP_RECVERR). false waits for the
+  // idle timeout (a server restarting on the same port may still answer).
+  // Inside a cluster the reports are trustworthy; across the Internet an
+  // off-path attacker who knows a connection's addresses could forge one.
   bool fail_fast_on_unreachable = true;
 
   // Added with the ngtcp2 implementation:

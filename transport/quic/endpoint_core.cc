@@ -13,10 +13,11 @@ EndpointCore::~EndpointCore() {
   if (socket_ != nullptr) loop_->RemoveFd(socket_->fd());
 }
 
-absl::Status EndpointCore::Start(const SocketAddress& local) {
+absl::Status EndpointCore::Start(const SocketAddress& local, bool report_unreachable) {
   UdpSocket::Options socket_options;
   socket_options.batch_send = options_.batch_send;
   socket_options.filter = options_.outgoing_packet_filter;
+  socket_options.report_unreachable = report_unreachable;
   absl::StatusOr<std::unique_ptr<UdpSocket>> socket =
       UdpSocket::Bind(local, std::move(socket_options));
   if (!socket.ok()) return socket.status();
@@ -58,11 +59,32 @@ size_t EndpointCore::LiveConnections() const {
   return n;
 }
 
+std::vector<ConnectionImpl*> EndpointCore::ConnectionsTo(const std::string& peer_address) const {
+  std::vector<ConnectionImpl*> out;
+  for (const auto& [conn, slot] : slots_) {
+    if (conn->peer_address() == peer_address) out.push_back(conn);
+  }
+  return out;
+}
+
 void EndpointCore::OnReadable() {
   socket_->Receive([this](const SocketAddress& from, absl::Span<uint8_t> data) {
     OnDatagram(from, data);
   });
   if (int error = socket_->TakeError()) OnSocketError(error);
+  std::vector<std::pair<SocketAddress, int>> unreachable;
+  socket_->TakeUnreachable([&](const SocketAddress& peer, int error) {
+    unreachable.emplace_back(peer, error);
+  });
+  ServiceTouched();
+  if (unreachable.empty()) return;
+  // Only after the datagrams are in: a peer that closed before its port
+  // went away (its CONNECTION_CLOSE is among them) ends as it said.
+  for (const auto& [peer, error] : unreachable) OnPeerUnreachable(peer, error);
+  ServiceTouched();
+}
+
+void EndpointCore::ServiceTouched() {
   std::vector<ConnectionImpl*> touched;
   touched.swap(touched_);
   touched_set_.clear();

@@ -21,6 +21,7 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -46,18 +47,24 @@ class EndpointCore : public ConnectionHost {
                std::unique_ptr<TlsContext> tls);
 
   // Binds the socket and starts reading from it.
-  absl::Status Start(const SocketAddress& local);
+  // `report_unreachable`: OnPeerUnreachable hears of peers the network
+  // reports unreachable (UdpSocket::Options::report_unreachable).
+  absl::Status Start(const SocketAddress& local, bool report_unreachable = false);
   ConnectionImpl* AddConnection(std::unique_ptr<ConnectionImpl> conn);
   // The connection got a packet in the current read batch: it is serviced
   // once the batch is done.
   void Touch(ConnectionImpl* conn);
   // After any event of `conn`: flush, deliver a close, re-arm the timer.
   void Service(ConnectionImpl* conn);
+  // Services every connection touched since the last call.
+  void ServiceTouched();
   // Teardown (call first in the subclass destructor): open connections send
   // CONNECTION_CLOSE and every handler not yet told gets OnClosed now.
   void ShutdownAll();
   // Connections neither closed nor closing.
   size_t LiveConnections() const;
+  // The connections whose peer is at `peer_address` (SocketAddress::ToString).
+  std::vector<ConnectionImpl*> ConnectionsTo(const std::string& peer_address) const;
   ConnectionConfig MakeConfig(const SocketAddress& remote,
                               ConnectionHandler* handler) const;
 
@@ -66,6 +73,9 @@ class EndpointCore : public ConnectionHost {
                           absl::Span<uint8_t> data) = 0;
   // The socket reported `error` (an errno, e.g. ECONNREFUSED).
   virtual void OnSocketError(int error) {}
+  // A datagram to `peer` was reported unreachable (`error`: ECONNREFUSED,
+  // EHOSTUNREACH or ENETUNREACH); only with Start's report_unreachable.
+  virtual void OnPeerUnreachable(const SocketAddress& peer, int error) {}
   // A finished connection is about to be destroyed (server: drop its CIDs).
   virtual void OnConnectionRemoved(ConnectionImpl* conn) {}
   // Server: destroy finished connections. Client: keep its one connection

@@ -243,6 +243,37 @@ TEST(QuicCloseTest, ServerKilledClientNoticesAtItsNextPacket) {
   std::printf("server process loss noticed after %s\n", absl::FormatDuration(noticed).c_str());
 }
 
+// The same from the server's side: a client process dies without a word;
+// the server's next packet to it (a keep-alive PING) draws an ICMP port
+// unreachable, reported on the server's unconnected socket (IP_RECVERR)
+// for that client's address, and only that connection ends, at once.
+TEST(QuicCloseTest, ClientKilledServerNoticesAtItsNextPacket) {
+  QuicTestEnv env;
+  PacketDropper dropper;
+  TransportOptions server_opts;
+  server_opts.idle_timeout = absl::Seconds(10);
+  server_opts.keep_alive = absl::Milliseconds(300);
+  TransportOptions client_opts;
+  client_opts.outgoing_packet_filter = dropper.Filter();
+  client_opts.idle_timeout = absl::Seconds(10);
+  ConnectPair(env, server_opts, client_opts);
+  absl::StatusOr<size_t> other = env.Connect(env.ClientTls(), TransportOptions{});
+  ASSERT_TRUE(other.ok()) << other.status();
+  ASSERT_TRUE(env.client_handler(*other)->WaitHandshake(kWait));
+  dropper.set_blackhole(true);  // its CONNECTION_CLOSE is lost with it
+  absl::Time killed = absl::Now();
+  env.DestroyClient(0);
+  std::optional<absl::Status> st = env.ServerHandler(0)->WaitClosed(kWait);
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->code(), absl::StatusCode::kUnavailable) << *st;
+  EXPECT_TRUE(absl::StrContains(st->message(), "peer unreachable")) << *st;
+  absl::Duration noticed = absl::Now() - killed;
+  EXPECT_LT(noticed, absl::Seconds(2)) << noticed;
+  std::printf("client process loss noticed after %s\n", absl::FormatDuration(noticed).c_str());
+  EXPECT_FALSE(env.ServerHandler(1)->WaitClosed(absl::Milliseconds(500)).has_value())
+      << "the other client's connection stays";
+}
+
 // Nothing listens on the port: the first Initial draws an ICMP port
 // unreachable and the connection attempt fails at once, not at the
 // handshake timeout.

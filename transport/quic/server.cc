@@ -41,7 +41,9 @@ class ServerImpl final : public Server, private EndpointCore {
         return absl::InternalError("gnutls_rnd failed");
       }
     }
-    return Start(local);
+    // A client that died is then noticed at our next packet to it (its
+    // port answers ICMP "unreachable"), not at the idle timeout.
+    return Start(local, /*report_unreachable=*/options_.fail_fast_on_unreachable);
   }
 
   uint16_t port() const override { return socket_->local_address().port(); }
@@ -85,6 +87,14 @@ class ServerImpl final : public Server, private EndpointCore {
       if (route != by_cid_.end() && route->second == conn) by_cid_.erase(route);
     }
     cids_of_.erase(it);
+  }
+
+  void OnPeerUnreachable(const SocketAddress& peer, int error) override {
+    const std::string address = peer.ToString();
+    for (ConnectionImpl* conn : ConnectionsTo(address)) {
+      conn->PeerUnreachable(absl::StrCat(std::strerror(error), " (ICMP)"));
+      Touch(conn);
+    }
   }
 
   void OnDatagram(const SocketAddress& from,

@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <linux/errqueue.h>
 #include <netdb.h>
 #include <netinet/udp.h>
 #include <unistd.h>
@@ -103,10 +104,52 @@ absl::StatusOr<std::unique_ptr<UdpSocket>> UdpSocket::Bind(
     return absl::UnavailableError(absl::StrCat(
         "cannot bind UDP ", local.ToString(), ": ", std::strerror(err)));
   }
+  if (options.report_unreachable) {
+    const int on = 1;
+    // An IPv6 socket may carry IPv4-mapped peers too: ask for both.
+    if (local.family() == AF_INET6) setsockopt(fd, SOL_IPV6, IPV6_RECVERR, &on, sizeof(on));
+    setsockopt(fd, SOL_IP, IP_RECVERR, &on, sizeof(on));
+  }
   SocketAddress bound;
   bound.len = sizeof(bound.storage);
   getsockname(fd, bound.sa(), &bound.len);
   return std::unique_ptr<UdpSocket>(new UdpSocket(fd, bound, std::move(options)));
+}
+
+size_t UdpSocket::TakeUnreachable(
+    absl::FunctionRef<void(const SocketAddress& peer, int error)> fn) {
+  if (!options_.report_unreachable) return 0;
+  size_t reported = 0;
+  // Bounded: the queue holds what the receive buffer allows.
+  for (int i = 0; i < 256; ++i) {
+    SocketAddress peer;
+    uint8_t head[64];  // the start of the datagram the report is about
+    iovec iov{head, sizeof(head)};
+    alignas(cmsghdr) char control[256];
+    msghdr msg{};
+    msg.msg_name = &peer.storage;
+    msg.msg_namelen = sizeof(peer.storage);
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    if (recvmsg(fd_, &msg, MSG_ERRQUEUE | MSG_DONTWAIT) < 0) break;
+    peer.len = msg.msg_namelen;
+    for (cmsghdr* cm = CMSG_FIRSTHDR(&msg); cm != nullptr; cm = CMSG_NXTHDR(&msg, cm)) {
+      const bool v4 = cm->cmsg_level == SOL_IP && cm->cmsg_type == IP_RECVERR;
+      const bool v6 = cm->cmsg_level == SOL_IPV6 && cm->cmsg_type == IPV6_RECVERR;
+      if (!v4 && !v6) continue;
+      sock_extended_err ee;
+      std::memcpy(&ee, CMSG_DATA(cm), sizeof(ee));
+      if (ee.ee_origin != SO_EE_ORIGIN_ICMP && ee.ee_origin != SO_EE_ORIGIN_ICMP6) continue;
+      const int e = int(ee.ee_errno);
+      if (e == ECONNREFUSED || e == EHOSTUNREACH || e == ENETUNREACH) {
+        fn(peer, e);
+        ++reported;
+      }
+    }
+  }
+  return reported;
 }
 
 absl::Status UdpSocket::Connect(const SocketAddress& remote) {
@@ -159,7 +202,12 @@ size_t UdpSocket::Receive(
       }
     }
     int n = recvmmsg(fd_, msgs, rx_batch_, MSG_DONTWAIT, nullptr);
-    if (n < 0 && !WouldBlock(errno) && errno != EINTR) error_ = errno;
+    if (n < 0 && !WouldBlock(errno) && errno != EINTR) {
+      // A pending ICMP error is reported once, ahead of the datagrams
+      // queued behind it: note it and read them.
+      error_ = errno;
+      continue;
+    }
     if (n <= 0) break;
     for (int i = 0; i < n; ++i) {
       const msghdr& hdr = msgs[i].msg_hdr;

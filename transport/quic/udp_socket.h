@@ -54,6 +54,10 @@ class UdpSocket {
     // sendmmsg/GSO when true; one sendmsg per datagram when false.
     bool batch_send = true;
     OutgoingFilter filter;  // May be empty.
+    // Queue the network's "unreachable" reports (ICMP) for datagrams sent to
+    // any peer (IP_RECVERR), so that an unconnected (server) socket learns
+    // which peer is gone: drain them with TakeUnreachable.
+    bool report_unreachable = false;
   };
 
   // Binds `local` (port 0 picks one). UNAVAILABLE if the bind fails.
@@ -77,6 +81,12 @@ class UdpSocket {
   // process that died is noticed at the next packet, not at the idle
   // timeout. Errors: the errno's code.
   absl::Status Connect(const SocketAddress& remote);
+  // With Options::report_unreachable: calls fn(peer, errno) for each
+  // report queued since the last call that a datagram sent to `peer` was
+  // refused (ICMP port unreachable: ECONNREFUSED) or could not be routed
+  // (EHOSTUNREACH, ENETUNREACH). Other reports are dropped. Returns the
+  // number of reports passed to fn.
+  size_t TakeUnreachable(absl::FunctionRef<void(const SocketAddress& peer, int error)> fn);
   // The last receive error other than "no data" (e.g. ECONNREFUSED), once;
   // 0 for none.
   int TakeError() {
