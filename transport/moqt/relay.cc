@@ -22,6 +22,12 @@ uint64_t RequestErrorFor(const absl::Status& s) {
 
 constexpr Location kEndOfEverything{UINT64_MAX, UINT64_MAX};
 
+// The last object a FETCH asks for (end object 0: the whole end group).
+Location FetchEnd(const Fetch& request) {
+  return request.end.object == 0 ? Location{request.end.group, UINT64_MAX}
+                                 : Location{request.end.group, request.end.object - 1};
+}
+
 }  // namespace
 
 struct Relay::Track {
@@ -100,7 +106,7 @@ class Relay::FetchForwarder : public TrackConsumer {
 
   void OnReply(const absl::StatusOr<TrackInfo>& info) {
     if (!info.ok()) {
-      downstream_->Reject(RequestErrorFor(info.status()), std::string(info.status().message()));
+      Fail(info.status());
       return;
     }
     downstream_->Accept(*info);
@@ -156,13 +162,22 @@ class Relay::FetchForwarder : public TrackConsumer {
       End(status);
     } else {
       done_ = status;
-      if (!status.ok()) {
-        downstream_->Reject(RequestErrorFor(status), std::string(status.message()));
-      }
+      if (!status.ok()) Fail(status);
     }
   }
 
  private:
+  // The publisher refused or went away before FETCH_OK: what the cache
+  // holds of the range (a prefix a fetcher can use), else the error.
+  void Fail(const absl::Status& status) {
+    if (failed_) return;
+    failed_ = true;
+    if (!alive_.expired() && relay_->ServeFetchFromCache(request_, downstream_)) {
+      ++relay_->stats_.served_from_cache;
+      return;
+    }
+    downstream_->Reject(RequestErrorFor(status), std::string(status.message()));
+  }
   void Forward(const ObjectHeader& header, const quic::SharedBytes& payload, bool cached) {
     if (feed_ != nullptr && !alive_.expired()) {
       relay_->Offer(feed_, header, payload, cached);
@@ -184,6 +199,7 @@ class Relay::FetchForwarder : public TrackConsumer {
   std::shared_ptr<Downstream> downstream_;
   std::shared_ptr<Feed> feed_;  // once accepted
   bool accepted_ = false;
+  bool failed_ = false;  // answered from the cache or rejected
   std::optional<absl::Status> done_;
   std::vector<std::pair<ObjectHeader, quic::SharedBytes>> buffered_;  // before FETCH_OK
   std::vector<bool> cached_;  // of each buffered object
@@ -236,7 +252,9 @@ MoqtSession* Relay::FindPublisher(const TrackNamespace& ns) const {
   MoqtSession* best = nullptr;
   size_t best_len = 0;
   for (const auto& [prefix, session] : publishers_) {
-    if (IsNamespacePrefix(prefix, ns) && (best == nullptr || prefix.size() > best_len)) {
+    // Of equally long prefixes the latest announced: a prompt published
+    // again (a retry elsewhere) is served by its newest publisher.
+    if (IsNamespacePrefix(prefix, ns) && (best == nullptr || prefix.size() >= best_len)) {
       best = session;
       best_len = prefix.size();
     }
@@ -641,32 +659,36 @@ void Relay::OnTrackStatus(MoqtSession* session, const Subscribe& request,
 
 // ---- fetch ---------------------------------------------------------------------
 
+bool Relay::ServeFetchFromCache(const Fetch& request, std::shared_ptr<Downstream> d) {
+  const FullTrackName& name = request.track;
+  // FETCH_OK names the last object, so find it before sending any.
+  std::optional<Location> last;
+  cache_.ForEach(name, request.start, FetchEnd(request),
+                 [&](const ObjectHeader& h, const quic::SharedBytes&) {
+                   last = Location{h.group, h.object};
+                 });
+  if (!last) return false;
+  std::optional<Location> eot = cache_.EndOfTrack(name);
+  d->Accept(TrackInfo{last, GroupOrder::kAscending, eot && *eot <= *last});
+  std::shared_ptr<Feed> f = NewFeed(name, d);
+  cache_.ForEach(name, request.start, *last,
+                 [&](const ObjectHeader& h, const quic::SharedBytes&) { f->owed.push_back(h); });
+  EndFeed(f, absl::OkStatus());
+  return true;
+}
+
 void Relay::OnFetch(MoqtSession* session, const Fetch& request,
                     std::shared_ptr<Downstream> d) {
   const FullTrackName& name = request.track;
-  Location start = request.start;
-  Location end = request.end.object == 0 ? Location{request.end.group, UINT64_MAX}
-                                         : Location{request.end.group, request.end.object - 1};
   bool local = IsLocal(name.ns);
   MoqtSession* publisher = local ? nullptr : FindPublisher(name.ns);
-  bool covered = cache_.Has(name) && cache_.Covers(name, start, end);
+  bool covered = cache_.Has(name) && cache_.Covers(name, request.start, FetchEnd(request));
   if (local || covered || (publisher == nullptr && cache_.Has(name))) {
-    // FETCH_OK names the last object, so find it before sending any.
-    std::optional<Location> last;
-    cache_.ForEach(name, start, end, [&](const ObjectHeader& h, const quic::SharedBytes&) {
-      last = Location{h.group, h.object};
-    });
-    if (!last) {
+    if (!ServeFetchFromCache(request, d)) {
       d->Reject(kErrNoObjects, "no objects in the requested range");
-      return;
+    } else if (!local) {
+      ++stats_.served_from_cache;
     }
-    if (!local) ++stats_.served_from_cache;
-    std::optional<Location> eot = cache_.EndOfTrack(name);
-    d->Accept(TrackInfo{last, GroupOrder::kAscending, eot && *eot <= *last});
-    std::shared_ptr<Feed> f = NewFeed(name, d);
-    cache_.ForEach(name, start, *last,
-                   [&](const ObjectHeader& h, const quic::SharedBytes&) { f->owed.push_back(h); });
-    EndFeed(f, absl::OkStatus());
     return;
   }
   if (publisher == nullptr) {

@@ -134,9 +134,13 @@ class Relay : public RequestHandler {
     quic::EventLoop::TimerId timer = 0;
   };
 
-  // The publisher session for `ns` (longest prefix), or null.
+  // The publisher session for `ns` (longest prefix; of equal ones, the
+  // latest announced), or null.
   MoqtSession* FindPublisher(const TrackNamespace& ns) const;
   bool IsLocal(const TrackNamespace& ns) const;
+  // Answers a FETCH with the cached objects of its range (FETCH_OK names
+  // the last of them); false, answering nothing, when none are cached.
+  bool ServeFetchFromCache(const Fetch& request, std::shared_ptr<Downstream> downstream);
   void StartSubscribe(const Subscribe& request, std::shared_ptr<Downstream> downstream);
   // Accepts the feed's request with content up to `largest` and queues the
   // cached objects an absolute filter asks for (the session applies the

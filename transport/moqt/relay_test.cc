@@ -43,6 +43,10 @@ class Origin : public Relay {
   }
   void OnFetch(MoqtSession* s, const Fetch& r, std::shared_ptr<Downstream> d) override {
     ++fetches;
+    if (refuse_fetches) {
+      d->Reject(kErrInternal, "the origin is going away");
+      return;
+    }
     Relay::OnFetch(s, r, std::move(d));
   }
   void PublishTrack(const FullTrackName& track, int groups) {
@@ -58,6 +62,7 @@ class Origin : public Relay {
     EndTrack(track);
   }
   bool announced = false;
+  bool refuse_fetches = false;
   int subscribes = 0;
   int fetches = 0;
 };
@@ -391,6 +396,58 @@ TEST_F(RelayTest, FetchGoesUpstreamOnceThenComesFromTheCache) {
     });
   }
   harness_->thread()->RunSync([&] {
+    EXPECT_EQ(harness_->relay()->stats().served_from_cache, 1u);
+    handlers_.push_back(std::move(handler));
+  });
+}
+
+// The publisher fails a FETCH the cache holds only part of (it is going
+// away): the relay answers with what it cached from the range's start, a
+// prefix the fetcher can use, rather than the error; with nothing cached
+// in the range, the error.
+TEST_F(RelayTest, AFetchItsPublisherFailsIsAnsweredFromTheCache) {
+  const FullTrackName other = {kNs, "partly"};
+  harness_->thread()->RunSync([&] { origin_->PublishTrack(other, kGroups); });
+  auto handler = std::make_unique<ClientHandler>();
+  MoqtClient* client = harness_->Connect(handler.get());
+  struct Answer {
+    std::shared_ptr<CollectingConsumer> consumer = std::make_shared<CollectingConsumer>();
+    absl::StatusOr<TrackInfo> reply = absl::UnknownError("none");
+    bool replied = false;
+  };
+  auto fetch = [&](uint64_t first, uint64_t last) {
+    auto a = std::make_shared<Answer>();
+    harness_->thread()->RunSync([&] {
+      Fetch f;
+      f.track = other;
+      f.start = Location{first, 0};
+      f.end = Location{last, 0};
+      ASSERT_TRUE(client->session()
+                      ->Fetch(f, a->consumer,
+                              [a](auto r) {
+                                a->reply = r;
+                                a->replied = true;
+                              })
+                      .ok());
+    });
+    EXPECT_TRUE(WaitOnLoop(harness_->thread(), [&] { return a->replied && (!a->reply.ok() ||
+                                                                         a->consumer->done); }));
+    return a;
+  };
+  auto group0 = fetch(0, 0);  // now cached
+  harness_->thread()->RunSync([&] { origin_->refuse_fetches = true; });
+  auto partly = fetch(0, 2);
+  auto uncached = fetch(1, 2);
+  harness_->thread()->RunSync([&] {
+    ASSERT_TRUE(partly->reply.ok()) << partly->reply.status();
+    EXPECT_EQ(partly->reply->largest, (Location{0, kObjects - 1}));
+    EXPECT_TRUE(partly->consumer->done_status.ok()) << partly->consumer->done_status;
+    ExpectAllObjects(*partly->consumer, 1);
+    EXPECT_EQ(uncached->reply.status().code(), absl::StatusCode::kInternal);
+    EXPECT_NE(uncached->reply.status().message().find("going away"), std::string::npos)
+        << uncached->reply.status();
+    EXPECT_EQ(origin_->fetches, 3);
+    EXPECT_EQ(harness_->relay()->stats().upstream_fetches, 3u);
     EXPECT_EQ(harness_->relay()->stats().served_from_cache, 1u);
     handlers_.push_back(std::move(handler));
   });

@@ -526,7 +526,9 @@ void MoqtSession::OnClosed(quic::Connection*, const absl::Status& reason) {
   SessionImpl& s = *impl_;
   if (s.closed_reported) return;
   s.closed_reported = true;
-  absl::Status status = reason.ok() ? absl::CancelledError("session closed") : reason;
+  // Not closed by us (CloseWith came first otherwise): the peer or the
+  // network ended it, so what is outstanding is unavailable, not cancelled.
+  absl::Status status = reason.ok() ? absl::UnavailableError("session closed by the peer") : reason;
   if (s.state != SessionImpl::State::kClosed) {
     s.state = SessionImpl::State::kClosed;
     s.FailEverything(status);

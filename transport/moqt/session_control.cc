@@ -266,9 +266,9 @@ absl::Status SessionImpl::On(PublishDone& m) {
   req.done_status =
       m.status_code == kDoneTrackEnded
           ? absl::OkStatus()
-          : absl::Status(m.status_code == kDoneSubscriptionEnded
-                             ? absl::StatusCode::kCancelled
-                             : absl::StatusCode::kAborted,
+          : absl::Status(m.status_code == kDoneSubscriptionEnded ? absl::StatusCode::kCancelled
+                         : m.status_code == kDoneGoingAway      ? absl::StatusCode::kUnavailable
+                                                                : absl::StatusCode::kAborted,
                          absl::StrCat("PUBLISH_DONE 0x", absl::Hex(m.status_code),
                                       ": ", m.reason));
   uint64_t id = m.request_id;

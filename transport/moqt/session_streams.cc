@@ -353,7 +353,9 @@ void DownstreamImpl::OnDone(const absl::Status& status) {
                                  ? kDoneMalformedTrack
                                  : status.code() == absl::StatusCode::kResourceExhausted
                                        ? kDoneTooFarBehind
-                                       : kDoneInternalError;
+                                       : status.code() == absl::StatusCode::kUnavailable
+                                             ? kDoneGoingAway  // e.g. our upstream is gone
+                                             : kDoneInternalError;
     done.reason = std::string(status.message()).substr(0, 1024);
   }
   s.SendControl(done);
