@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 
 namespace kvcast {
 
@@ -68,6 +69,20 @@ absl::StatusOr<KvPages> KvPagePool::Allocate(int n) {
     return absl::ResourceExhaustedError(absl::StrCat(
         "kv page pool: need ", n, " pages, ", free_list_.size(), " of ",
         num_pages_, " free"));
+  }
+}
+
+absl::StatusOr<KvPages> KvPagePool::AllocateBy(int n, absl::Time deadline) {
+  for (;;) {
+    absl::StatusOr<KvPages> pages = Allocate(n);
+    if (pages.ok() || n > num_pages_ || absl::Now() >= deadline) return pages;
+    struct Want {
+      const std::vector<int32_t>* free;
+      int n;
+    } want{&free_list_, n};
+    absl::MutexLock lock(&mu_);
+    mu_.AwaitWithDeadline(
+        absl::Condition(+[](Want* w) { return int(w->free->size()) >= w->n; }, &want), deadline);
   }
 }
 

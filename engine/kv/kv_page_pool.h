@@ -22,6 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "engine/kv/kv_pages.h"
 #include "kernels/backend.h"
 
@@ -65,6 +66,10 @@ class KvPagePool {
   // ResourceExhausted when fewer than n pages are free even after
   // reclaiming; then nothing is allocated.
   absl::StatusOr<KvPages> Allocate(int n);
+  // As Allocate, but while fewer than n pages are free it waits, until
+  // `deadline`, for references to come back (sequences ending); then
+  // Allocate's ResourceExhausted. More pages than the pool has fail at once.
+  absl::StatusOr<KvPages> AllocateBy(int n, absl::Time deadline);
 
   int RefCount(int32_t page) const;
   int num_pages() const { return num_pages_; }

@@ -1,5 +1,8 @@
 #include "engine/kv/kv_page_pool.h"
 
+#include <thread>
+
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 
 namespace kvcast {
@@ -24,6 +27,34 @@ TEST(KvPagePool, AllocatesAllPagesThenRefusesWithoutPartialAllocation) {
   a->Reset();
   EXPECT_TRUE(a->empty());
   EXPECT_EQ(pool->free_pages(), 4);
+}
+
+// AllocateBy waits for pages coming back, up to its deadline; more pages
+// than the pool has fail at once.
+TEST(KvPagePool, AllocateByWaitsForPagesComingBack) {
+  auto be = NewCpuBackend();
+  auto pool = MakePool(be.get(), 4);
+  KvPages held = *pool->Allocate(3);
+  absl::Time start = absl::Now();
+  auto short_of_pages = pool->AllocateBy(2, start + absl::Milliseconds(100));
+  EXPECT_EQ(short_of_pages.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(100));
+  start = absl::Now();
+  EXPECT_EQ(pool->AllocateBy(5, start + absl::Seconds(10)).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
+  std::thread ender([&] {
+    absl::SleepFor(absl::Milliseconds(50));
+    held.Reset();
+  });
+  start = absl::Now();
+  auto pages = pool->AllocateBy(2, start + absl::Seconds(10));
+  const absl::Duration waited = absl::Now() - start;
+  ender.join();
+  ASSERT_TRUE(pages.ok()) << pages.status();
+  EXPECT_EQ(pages->size(), 2);
+  EXPECT_GE(waited, absl::Milliseconds(40));
+  EXPECT_LT(waited, absl::Seconds(5));
 }
 
 // KvPages: a destroyed, reset or moved-over handle gives its references

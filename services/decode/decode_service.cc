@@ -184,9 +184,12 @@ DecodeService::Landed DecodeService::LandPromptKv(grpc::ServerContext* context,
       result = compression.status();
     } else {
       result = LandGroups(context, start, *compression, own_chunks, groups, keepalive);
-      // The session was lost under the request (e.g. the relay died): once
-      // more, which goes to the publisher directly while the relay is down.
-      if (absl::IsUnavailable(result.status()) && !context->IsCancelled()) {
+      // The session was lost under the request (e.g. the relay died), or
+      // the relay's upstream was (the publisher died; a retry of the request
+      // publishes it elsewhere): once more, which goes to the publisher
+      // directly while the relay is down, or to the prompt's new publisher.
+      if ((absl::IsUnavailable(result.status()) || absl::IsInternal(result.status())) &&
+          !context->IsCancelled()) {
         services::Log().warn("{}: KV of {}: {}; asking again", start.request_id(),
                              start.kv().prompt_digest().c_str(),
                              result.status().ToString().c_str());
@@ -195,7 +198,7 @@ DecodeService::Landed DecodeService::LandPromptKv(grpc::ServerContext* context,
     }
     if (result.ok()) {
       add(*std::move(result));
-    } else {
+    } else if (!context->IsCancelled()) {
       transfer_failures_->Increment();
       services::Log().warn("{}: KV of {} did not land ({}); computing it here", start.request_id(),
                            start.kv().prompt_digest().c_str(), result.status().ToString().c_str());

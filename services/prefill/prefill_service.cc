@@ -129,7 +129,7 @@ PrefillService::~PrefillService() {
 
 moqt::RequestHandler* PrefillService::moqt_handler() { return publisher_.get(); }
 
-absl::StatusOr<KvPages> PrefillService::FetchPrefix(
+absl::StatusOr<worker::KvLanded> PrefillService::FetchPrefix(
     grpc::ServerContext* context, const v1::KvSource& source, KvPages own_pages,
     int own_chunks, Progress* progress) {
   Engine& engine = rt_->engine();
@@ -149,13 +149,15 @@ absl::StatusOr<KvPages> PrefillService::FetchPrefix(
     request.first_group = own_chunks;
     request.end_group = source.groups();
     request.mode = worker::KvLanding::Mode::kFetch;
+    request.keep_whole_groups = true;  // a relay may hold less than the publisher did
     landed = worker::LandKv(worker::TargetOf(rt_), request,
                             [context] { return context->IsCancelled(); },
                             [progress] { progress->Tick(/*busy=*/true); });
   }
   if (!landed.ok()) return landed.status();  // own_pages are released
   own_pages.Append(std::move(landed->pages));
-  return own_pages;
+  landed->pages = std::move(own_pages);
+  return landed;
 }
 
 grpc::Status PrefillService::Prefill(grpc::ServerContext* context,
@@ -268,17 +270,23 @@ PrefilledKv PrefillService::ReusePrefix(grpc::ServerContext* context,
   KvPages own = engine.prefix_cache().Acquire(chain, reuse.groups());
   const int own_chunks = own.size() / (chunk / engine.pool().layout().page_tokens);
   if (own_chunks >= reuse.groups()) return kv;  // all held: the engine finds them itself
-  auto pages = FetchPrefix(context, reuse, std::move(own), own_chunks, progress);
-  if (!pages.ok()) {
+  auto fetched = FetchPrefix(context, reuse, std::move(own), own_chunks, progress);
+  if (!fetched.ok()) {
     fetch_failures_->Increment();
     services::Log().warn("{}: fetching {} groups of {} failed ({}); computing",
                          request.request_id(), reuse.groups(), reuse.prompt_digest().c_str(),
-                         pages.status().ToString().c_str());
+                         fetched.status().ToString().c_str());
     return kv;
   }
-  kv.pages = std::move(*pages);
-  kv.tokens = reuse.groups() * chunk;
-  *fetched_tokens = (reuse.groups() - own_chunks) * chunk;
+  if (!fetched->shortfall.ok()) {
+    services::Log().warn("{}: fetched {} of {} groups of {} ({}); computing the rest",
+                         request.request_id(), own_chunks + fetched->tokens / chunk,
+                         reuse.groups(), reuse.prompt_digest().c_str(),
+                         fetched->shortfall.ToString().c_str());
+  }
+  kv.pages = std::move(fetched->pages);
+  kv.tokens = own_chunks * chunk + fetched->tokens;
+  *fetched_tokens = fetched->tokens;
   return kv;
 }
 

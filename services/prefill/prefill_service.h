@@ -16,6 +16,7 @@
 #include "kvcast/v1/worker.grpc.pb.h"
 #include "services/common/call_wait.h"
 #include "services/common/metrics.h"
+#include "services/worker/kv_landed.h"
 #include "services/worker/worker_runtime.h"
 #include "transport/kvcache/publisher.h"
 
@@ -51,10 +52,13 @@ class PrefillService final : public v1::Prefill::Service {
                                            std::vector<int32_t> tokens,
                                            const GenerationParams& params, PrefilledKv kv,
                                            Progress* progress, services::CallWait* wait);
-  // Fetches groups [own, source.groups()) of `source` after `own_pages`
-  // (held chunks); returns all pages covering groups [0, source.groups()).
-  absl::StatusOr<KvPages> FetchPrefix(grpc::ServerContext* context, const v1::KvSource& source,
-                                      KvPages own_pages, int own_chunks, Progress* progress);
+  // Fetches groups [own_chunks, source.groups()) of `source`; returns
+  // `own_pages` (held chunks) followed by the fetched ones: all of them, or
+  // the leading whole groups of a fetch cut short (`tokens`: the fetched
+  // ones; `shortfall`: why the rest did not come).
+  absl::StatusOr<worker::KvLanded> FetchPrefix(grpc::ServerContext* context,
+                                               const v1::KvSource& source, KvPages own_pages,
+                                               int own_chunks, Progress* progress);
 
   worker::WorkerRuntime* const rt_;
   const absl::Duration retain_;

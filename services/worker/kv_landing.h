@@ -41,6 +41,9 @@ class KvLanding {
   // at the publisher in any case (the destructor does the same).
   void Abort(const absl::Status& reason);
   int tokens_landed() const { return lander_->tokens_landed(); }
+  // OK, or why the pages handed to `done` hold only the leading whole
+  // groups (LandingSpec::keep_whole_groups).
+  const absl::Status& shortfall() const { return lander_->shortfall(); }
   uint64_t bytes_landed() const { return bytes_; }
   // When the first object arrived (InfiniteFuture before): a goodput
   // measure excludes the wait for the publisher to compute the KV.

@@ -2,9 +2,8 @@
 #include "services/worker/land_kv.h"
 
 #include <algorithm>
-#include <memory>
-
 #include <atomic>
+#include <memory>
 
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
@@ -15,6 +14,25 @@ namespace {
 
 // How often a waiting landing calls `tick` (the callers' keepalives).
 constexpr absl::Duration kTick = absl::Milliseconds(250);
+// How long a landing waits for pages when the pool is short of them.
+constexpr absl::Duration kPageWait = absl::Seconds(2);
+
+// The landing's pages: a pool short of them gets kPageWait for other
+// requests to give theirs back (e.g. a retried request's earlier attempt
+// on this worker, which is ending), ticking, unless cancelled.
+absl::StatusOr<KvPages> AllocatePages(KvPagePool* pool, int n,
+                                      const std::function<bool()>& cancelled,
+                                      const std::function<void()>& tick) {
+  const absl::Time give_up = absl::Now() + kPageWait;
+  for (;;) {
+    absl::StatusOr<KvPages> pages = pool->AllocateBy(n, std::min(give_up, absl::Now() + kTick));
+    if (pages.ok() || !absl::IsResourceExhausted(pages.status()) || n > pool->num_pages() ||
+        absl::Now() >= give_up || (cancelled && cancelled())) {
+      return pages;
+    }
+    if (tick) tick();
+  }
+}
 
 }  // namespace
 
@@ -31,7 +49,8 @@ absl::StatusOr<KvLanded> LandKv(const KvLandingTarget& t, const KvRequest& r,
   const int page_tokens = t.pool->layout().page_tokens;
   const int tokens =
       std::min(r.end_group * r.chunk_tokens, r.num_tokens) - r.first_group * r.chunk_tokens;
-  ASSIGN_OR_RETURN(KvPages fresh, t.pool->Allocate((tokens + page_tokens - 1) / page_tokens));
+  ASSIGN_OR_RETURN(KvPages fresh, AllocatePages(t.pool, (tokens + page_tokens - 1) / page_tokens,
+                                                cancelled, tick));
   // Shared with the loop thread, which may hold it last.
   struct State {
     explicit State(std::function<bool()> cancelled) : wait(std::move(cancelled)) {}
@@ -55,7 +74,7 @@ absl::StatusOr<KvLanded> LandKv(const KvLandingTarget& t, const KvRequest& r,
     auto landing = KvLanding::Start(
         *session, t.pool, t.backend, t.fingerprint, r.track,
         kvcache::LandingSpec{r.chunk_tokens, r.num_tokens, r.first_group, r.end_group,
-                             std::move(fresh), t.ac_thread},
+                             std::move(fresh), t.ac_thread, r.keep_whole_groups},
         r.mode, r.auth_token,
         [state](absl::StatusOr<KvPages> result) { state->Finish(std::move(result)); });
     if (landing.ok()) {
@@ -78,12 +97,13 @@ absl::StatusOr<KvLanded> LandKv(const KvLandingTarget& t, const KvRequest& r,
     if (state->landing) {
       out.bytes = state->landing->bytes_landed();
       out.first_object = state->landing->first_object_at();
+      out.shortfall = state->landing->shortfall();
     }
     state->landing.reset();  // ends the request at the publisher
   });
   if (!state->result.ok()) return state->result.status();
   out.pages = *std::move(state->result);
-  out.tokens = tokens;
+  out.tokens = out.shortfall.ok() ? tokens : out.pages.size() * page_tokens;
   return out;
 }
 

@@ -33,6 +33,8 @@ struct KvRequest {
   int first_group = 0;
   int end_group = 0;
   KvLanding::Mode mode = KvLanding::Mode::kSubscribe;
+  // A track cut short still lands its leading whole groups (KvLanded::shortfall).
+  bool keep_whole_groups = false;
 };
 
 // Where KV lands and how to reach its publisher.
@@ -50,8 +52,9 @@ struct KvLandingTarget {
 // A worker's: its engine's pool and model, its loop, SessionFor, its ac thread.
 KvLandingTarget TargetOf(WorkerRuntime* rt);
 
-// Allocates the pages of groups [first_group, end_group) and lands them.
-// Errors: the pool's, the session's, the landing's (pages released).
+// Allocates the pages of groups [first_group, end_group) (a pool short of
+// them gets up to 2 s for other requests to give theirs back) and lands
+// them. Errors: the pool's, the session's, the landing's (pages released).
 absl::StatusOr<KvLanded> LandKv(const KvLandingTarget& target, const KvRequest& request,
                                 const std::function<bool()>& cancelled,
                                 const std::function<void()>& tick);

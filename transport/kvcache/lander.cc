@@ -69,6 +69,7 @@ KvLander::KvLander(KvPagePool* pool, Backend* backend, KvFormat format,
       end_token_(std::min(spec_.end_group * spec_.chunk_tokens, spec_.num_tokens)),
       done_(std::move(done)),
       landed_(end_token_ - first_token_, false),
+      ac_decoded_(ac_ ? size_t(spec_.end_group - spec_.first_group) : 0, false),
       staging_(std::move(staging)) {
   staged_slots_.reserve(spec_.chunk_tokens);
 }
@@ -153,7 +154,9 @@ absl::Status KvLander::LandAc(const moqt::ObjectHeader& h, absl::Span<const uint
   absl::Status s = ac_->Decode(backend_, spans, GroupSlots(h.group), pool_);
   ac_groups_.erase(h.group);
   ++flushes_;
-  return s.ok() ? s : GroupError(h.group, s);
+  if (!s.ok()) return GroupError(h.group, s);
+  ac_decoded_[h.group - spec_.first_group] = true;
+  return s;
 }
 
 void KvLander::AcDecoded(uint64_t group, absl::StatusOr<std::vector<uint8_t>> half) {
@@ -170,6 +173,7 @@ void KvLander::AcDecoded(uint64_t group, absl::StatusOr<std::vector<uint8_t>> ha
     Finish(GroupError(group, s));
     return;
   }
+  ac_decoded_[group - spec_.first_group] = true;
   FinishIfComplete();
 }
 
@@ -211,12 +215,47 @@ void KvLander::OnDone(const absl::Status& status) {
   if (finished_ || landed_count_ == tokens_wanted()) return;
   const int missing = tokens_wanted() - landed_count_;
   if (status.ok()) {
-    Finish(absl::DataLossError(absl::StrCat("KV track ended with ", missing, " of ",
-                                            tokens_wanted(), " tokens missing")));
+    FinishShort(absl::DataLossError(absl::StrCat("KV track ended with ", missing, " of ",
+                                                 tokens_wanted(), " tokens missing")));
   } else {
-    Finish(absl::Status(status.code(), absl::StrCat("KV transfer failed with ", missing,
-                                                    " tokens missing: ", status.message())));
+    FinishShort(absl::Status(status.code(), absl::StrCat("KV transfer failed with ", missing,
+                                                         " tokens missing: ", status.message())));
   }
+}
+
+int KvLander::WholeLeadingGroups() const {
+  int n = 0;
+  for (int g = spec_.first_group; g < spec_.end_group; ++g, ++n) {
+    if (ac_) {
+      if (!ac_decoded_[g - spec_.first_group]) break;
+      continue;
+    }
+    const int first = g * spec_.chunk_tokens - first_token_;
+    const auto begin = landed_.begin() + first;
+    if (std::find(begin, begin + TokensIn(g), false) != begin + TokensIn(g)) break;
+  }
+  return n;
+}
+
+void KvLander::FinishShort(const absl::Status& cause) {
+  // Staged tokens are landed ones: into their pages first.
+  if (!spec_.keep_whole_groups || !Flush().ok()) {
+    Finish(cause);
+    return;
+  }
+  const int groups = WholeLeadingGroups();
+  if (groups == 0) {
+    Finish(cause);
+    return;
+  }
+  absl::StatusOr<KvPages> kept =
+      spec_.pages.Share(0, groups * spec_.chunk_tokens / pool_->layout().page_tokens);
+  if (!kept.ok()) {
+    Finish(cause);
+    return;
+  }
+  shortfall_ = cause;
+  Finish(std::move(kept));  // the rest of spec_.pages is released
 }
 
 void KvLander::Abort(const absl::Status& reason) {

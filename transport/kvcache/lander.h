@@ -22,6 +22,12 @@
 // pool, and later objects are ignored; the caller should then end the
 // subscription. `done` is called exactly once (success, failure or Abort)
 // unless the lander is destroyed first.
+// With LandingSpec::keep_whole_groups, a track that ends (OK or with an
+// error) with tokens missing still hands over what is usable: the pages of
+// the leading groups, from first_group on, whose every token is in its
+// pages (landed, flushed, an ac group decoded), as a success with fewer
+// pages; shortfall() then says why the rest is missing. With no such group
+// it fails as above. Bad objects and Abort never keep anything.
 //
 // Errors: InvalidArgument (bad track name, model id of another model,
 // group outside the range, object id past its chunk, wrong payload length,
@@ -58,6 +64,8 @@ struct LandingSpec {
   KvPages pages;  // owned by the lander from Create on
   // Borrowed, on the session's loop (null: ac groups decode on the loop).
   AcCodecThread* ac_thread = nullptr;
+  // A track cut short keeps its leading whole groups (see above).
+  bool keep_whole_groups = false;
 };
 
 class KvLander : public moqt::TrackConsumer, public std::enable_shared_from_this<KvLander> {
@@ -79,6 +87,9 @@ class KvLander : public moqt::TrackConsumer, public std::enable_shared_from_this
   int tokens_landed() const { return landed_count_; }  // received, staged or in pages
   int tokens_wanted() const { return end_token_ - first_token_; }
   int flushes() const { return flushes_; }  // DecodeKv calls (or ac groups decoded) so far
+  // OK, or why a keep_whole_groups landing handed over only its leading
+  // whole groups.
+  const absl::Status& shortfall() const { return shortfall_; }
 
   // moqt::TrackConsumer
   void OnObject(const moqt::ObjectHeader& header, absl::Span<const uint8_t> payload) override;
@@ -101,6 +112,11 @@ class KvLander : public moqt::TrackConsumer, public std::enable_shared_from_this
   absl::Status Flush();
   // Every token landed and no group still decoding: done gets the pages.
   void FinishIfComplete();
+  // How many groups from first_group on have every token in their pages.
+  int WholeLeadingGroups() const;
+  // The track ended short with `cause`: done gets the leading whole groups
+  // (keep_whole_groups), else `cause`.
+  void FinishShort(const absl::Status& cause);
   void Finish(absl::StatusOr<KvPages> result);
 
   KvPagePool* const pool_;
@@ -118,6 +134,8 @@ class KvLander : public moqt::TrackConsumer, public std::enable_shared_from_this
   const int end_token_;
   DoneCallback done_;
   std::vector<bool> landed_;
+  std::vector<bool> ac_decoded_;  // of each group in range (ac tracks)
+  absl::Status shortfall_;
   int landed_count_ = 0;
   bool finished_ = false;
   // chunk_tokens payloads (fixed-size tracks on a device; null on host pages)

@@ -79,11 +79,12 @@ class LanderTest : public ::testing::Test {
   // Creates a lander for groups [first, end) of a `tokens`-token sequence.
   std::shared_ptr<KvLander> Make(int tokens, int first, int end,
                                  KvCompression f = KvFormat::kFp16,
-                                 AcCodecThread* ac_thread = nullptr) {
+                                 AcCodecThread* ac_thread = nullptr,
+                                 bool keep_whole_groups = false) {
     const int n = std::min(end * kChunk, tokens) - first * kChunk;
     LandingSpec spec{kChunk, tokens, first, end,
                      *pool_->Allocate((n + layout_.page_tokens - 1) / layout_.page_tokens),
-                     ac_thread};
+                     ac_thread, keep_whole_groups};
     pages_.assign(spec.pages.ids().begin(), spec.pages.ids().end());
     auto lander = KvLander::Create(pool_.get(), lander_backend_, kModel, Track(f),
                                    std::move(spec), [this](auto r) {
@@ -280,6 +281,56 @@ TEST_F(LanderTest, TrackEndingEarlyIsDataLossAndAbortReleases) {
 
   lander = Make(16, 0, 2);
   lander.reset();  // destroyed unfinished: pages go back too
+  EXPECT_EQ(pool_->free_pages(), free_before);
+}
+
+// keep_whole_groups: a track cut short hands over its leading whole groups
+// (here 0 and 1; group 2 lacks tokens, so group 3 cannot follow), staged
+// tokens included, and releases the rest; with no whole leading group, or
+// without the option, it fails as before.
+TEST_F(LanderTest, TrackCutShortKeepsItsLeadingWholeGroups) {
+  StagingCpuBackend staging(backend_.get());
+  TokenCodec codec(layout_, KvFormat::kFp16);
+  const int free_before = pool_->free_pages();
+  const int per_group = kChunk / layout_.page_tokens;
+  for (bool staged : {false, true}) {
+    SCOPED_TRACE(staged ? "device pages (staged)" : "host pages");
+    lander_backend_ = staged ? static_cast<Backend*>(&staging) : backend_.get();
+    auto lander = Make(32, 0, 4, KvFormat::kFp16, nullptr, /*keep_whole_groups=*/true);
+    const std::vector<int32_t> pages = pages_;
+    // Groups 0 and 3 whole, group 1 whole once its last token (15) comes,
+    // group 2 only 3 of 8 tokens.
+    for (int t : {0, 1, 2, 3, 4, 5, 6, 7, 24, 25, 26, 27, 28, 29, 30, 31, 8, 9, 10, 11, 12, 13,
+                  14, 16, 17, 18, 15}) {
+      Send(*lander, t / kChunk, t % kChunk, Payload(codec, t));
+    }
+    EXPECT_EQ(done_calls_, 0);
+    lander->OnDone(absl::UnavailableError("publisher gone"));
+    ASSERT_TRUE(result_.ok()) << result_.status();
+    EXPECT_EQ(result_->ids(), absl::MakeConstSpan(pages).first(2 * per_group));
+    EXPECT_EQ(lander->shortfall().code(), absl::StatusCode::kUnavailable);
+    EXPECT_NE(lander->shortfall().message().find("with 5 tokens missing: publisher gone"),
+              std::string::npos)
+        << lander->shortfall();
+    for (int p = 0; p < 2 * per_group; ++p) EXPECT_FALSE(Untouched(pages[p])) << p;
+    EXPECT_EQ(pool_->free_pages(), free_before - 2 * per_group);
+    result_ = absl::UnknownError("taken");
+    EXPECT_EQ(pool_->free_pages(), free_before);
+    done_calls_ = 0;
+  }
+  lander_backend_ = backend_.get();
+  // Group 0 incomplete: nothing to keep.
+  auto lander = Make(32, 0, 4, KvFormat::kFp16, nullptr, /*keep_whole_groups=*/true);
+  for (int t = 1; t < 16; ++t) Send(*lander, t / kChunk, t % kChunk, Payload(codec, t));
+  lander->OnDone(absl::OkStatus());
+  EXPECT_EQ(result_.status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_TRUE(lander->shortfall().ok());
+  EXPECT_EQ(pool_->free_pages(), free_before);
+  // A bad object keeps nothing, whole groups or not.
+  lander = Make(32, 0, 4, KvFormat::kFp16, nullptr, /*keep_whole_groups=*/true);
+  for (int t = 0; t < 8; ++t) Send(*lander, 0, t, Payload(codec, t));
+  Send(*lander, 1, 0, std::vector<uint8_t>(3));
+  EXPECT_EQ(result_.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(pool_->free_pages(), free_before);
 }
 
