@@ -108,6 +108,17 @@ std::optional<absl::Status> ConnectionImpl::TakeCloseStatus() {
   return out;
 }
 
+absl::Duration ConnectionImpl::NegotiatedIdleTimeout() const {
+  absl::Duration idle = options_.idle_timeout;
+  const ngtcp2_transport_params* peer =
+      conn_ == nullptr ? nullptr : ngtcp2_conn_get_remote_transport_params(conn_);
+  if (peer != nullptr && peer->max_idle_timeout > 0) {
+    const absl::Duration theirs = absl::Nanoseconds(int64_t(peer->max_idle_timeout));
+    if (idle <= absl::ZeroDuration() || theirs < idle) idle = theirs;
+  }
+  return idle;
+}
+
 void ConnectionImpl::FailWithLibError(int liberr) {
   CloseAction action = CloseAction::kSendClose;
   absl::Status status;
@@ -136,7 +147,7 @@ void ConnectionImpl::FailWithLibError(int liberr) {
     case NGTCP2_ERR_IDLE_CLOSE:
       status = absl::DeadlineExceededError(
           absl::StrCat("idle timeout: nothing heard from the peer for ",
-                       DurationText(options_.idle_timeout)));
+                       DurationText(NegotiatedIdleTimeout())));
       action = CloseAction::kDrop;
       break;
     case NGTCP2_ERR_HANDSHAKE_TIMEOUT:

@@ -126,6 +126,9 @@ class ConnectionImpl final : public Connection {
   // unreachable): ends the connection now with UNAVAILABLE naming `why`,
   // sending nothing, instead of waiting out the idle timeout.
   void PeerUnreachable(absl::string_view why);
+  // The idle timeout in force: the shorter of ours and the peer's
+  // max_idle_timeout (either may be none).
+  absl::Duration NegotiatedIdleTimeout() const;
 
  private:
   friend struct ConnectionCallbacks;
