@@ -909,6 +909,54 @@ TEST_F(DisaggregatedTest, AKilledSchedulerReplicaLosesOnlyItsRequestsInFlight) {
   ExpectNoPagesLeaked(c->worker(Role::kPrefill, 0));
 }
 
+// Concurrent requests while the relay is down, then back: KV goes straight
+// from the publisher's port (subscriptions that come before their prompt
+// begins wait for it), then through the relay again once the workers have
+// reconnected; every request is served exactly and no page is kept.
+TEST_F(DisaggregatedTest, ConcurrentRequestsWhileTheRelayGoesAndComesBack) {
+  // The expected outputs first: four clients computing them at once would
+  // thrash the cores the cluster needs.
+  constexpr int kClients = 4, kPrompts = 40;
+  std::vector<std::vector<int32_t>> prompts, references;
+  for (int i = 0; i < kClients * kPrompts; ++i) {
+    prompts.push_back(Prompt(150 + 10 * (i % kClients), 5000 + i));
+    references.push_back(Reference(prompts.back(), 16));
+  }
+  auto c = Start("relay_flap", 1, 1);
+  ASSERT_NE(c, nullptr);
+  ASSERT_TRUE(c->Kill(Role::kRelay, 0, SIGKILL).ok());
+  std::atomic<int> failures{0}, served{0};
+  std::atomic<bool> stop{false};
+  std::string first_error;
+  absl::Mutex mu;
+  auto client = [&](int k) {
+    for (int i = 0; !stop.load() && i < kPrompts; ++i) {
+      const int n = i * kClients + k;
+      Result r = Generate(c->scheduler_address(), prompts[n], 16);
+      if (!r.status.ok() || r.tokens != references[n]) {
+        ++failures;
+        absl::MutexLock lock(&mu);
+        if (first_error.empty()) first_error = r.status.error_message();
+      } else {
+        ++served;
+      }
+    }
+  };
+  std::vector<std::thread> clients;
+  for (int k = 0; k < kClients; ++k) clients.emplace_back(client, k);
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  EXPECT_TRUE(c->Restart(Role::kRelay, 0).ok());  // the clients are running: no early return
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  stop = true;
+  for (auto& t : clients) t.join();
+  EXPECT_EQ(failures.load(), 0) << first_error;
+  EXPECT_GE(served.load(), 8);
+  EXPECT_TRUE(c->Running(Role::kPrefill, 0));
+  EXPECT_TRUE(c->Running(Role::kDecode, 0));
+  ExpectNoPagesLeaked(c->worker(Role::kPrefill, 0));
+  ExpectNoPagesLeaked(c->worker(Role::kDecode, 0));
+}
+
 TEST_F(DisaggregatedTest, PinnedPromptsAreComputedAtStartAndKept) {
   const std::string pins = TmpDir() + "/pins.txt";
   {
