@@ -472,10 +472,16 @@ void SessionImpl::ArmPublishDoneLinger(uint64_t request_id, absl::Duration delay
     auto it = out.find(request_id);
     if (it == out.end()) return;
     it->second.linger_timer = 0;
-    // Streams still delivering (a slow or lossy path) keep the subscription.
+    // Streams still delivering (a slow or lossy path) keep the subscription,
+    // and so does a silence a loss repair may explain: three losses in a
+    // row of one packet take 1 + 2 + 4 probe timeouts (a 300 ms RTT path
+    // under load: seconds).
+    const absl::Duration allowed =
+        std::max(options.publish_done_linger,
+                 conn == nullptr ? absl::ZeroDuration() : 7 * conn->probe_timeout());
     const absl::Duration idle = absl::Now() - it->second.last_data;
-    if (idle < options.publish_done_linger) {
-      ArmPublishDoneLinger(request_id, options.publish_done_linger - idle);
+    if (idle < allowed) {
+      ArmPublishDoneLinger(request_id, allowed - idle);
       return;
     }
     CompleteOut(request_id, it->second.done_status);

@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "transport/quic/shared_bytes.h"
 
@@ -66,6 +67,10 @@ class Connection {
   virtual bool is_server() const = 0;
   // Peer address as "ip:port".
   virtual std::string peer_address() const = 0;
+  // The current probe timeout (RFC 9002: smoothed RTT + 4 x RTT variance +
+  // max ack delay): how long a lost packet may go unrepaired, doubling with
+  // each consecutive loss. Zero when not known.
+  virtual absl::Duration probe_timeout() const { return absl::ZeroDuration(); }
 
   // Opens a stream. RESOURCE_EXHAUSTED while the peer's stream limit is
   // reached; FAILED_PRECONDITION before the handshake or after close.

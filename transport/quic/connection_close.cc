@@ -108,6 +108,11 @@ std::optional<absl::Status> ConnectionImpl::TakeCloseStatus() {
   return out;
 }
 
+absl::Duration ConnectionImpl::probe_timeout() const {
+  return conn_ == nullptr ? absl::ZeroDuration()
+                          : absl::Nanoseconds(int64_t(ngtcp2_conn_get_pto(conn_)));
+}
+
 absl::Duration ConnectionImpl::NegotiatedIdleTimeout() const {
   absl::Duration idle = options_.idle_timeout;
   const ngtcp2_transport_params* peer =

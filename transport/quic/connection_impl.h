@@ -90,6 +90,7 @@ class ConnectionImpl final : public Connection {
   // Connection.
   bool is_server() const override { return is_server_; }
   std::string peer_address() const override { return remote_.ToString(); }
+  absl::Duration probe_timeout() const override;
   absl::StatusOr<int64_t> OpenBidiStream() override;
   absl::StatusOr<int64_t> OpenUniStream() override;
   using Connection::Send;

@@ -249,6 +249,18 @@ TEST(QuicCloseTest, ServerKilledClientNoticesAtItsNextPacket) {
   std::printf("server process loss noticed after %s\n", absl::FormatDuration(noticed).c_str());
 }
 
+// The probe timeout (what a MoQT subscription's linger allows for a loss
+// repair) is known once the handshake has measured the path: on loopback,
+// about the 25 ms max ack delay plus the timer granularity.
+TEST(QuicCloseTest, ProbeTimeoutIsKnownAfterTheHandshake) {
+  QuicTestEnv env;
+  size_t c = ConnectPair(env, {}, {});
+  absl::Duration pto;
+  env.Run([&] { pto = env.client(c)->connection()->probe_timeout(); });
+  EXPECT_GT(pto, absl::Milliseconds(1));
+  EXPECT_LT(pto, absl::Seconds(1));
+}
+
 // The same from the server's side: a client process dies without a word;
 // the server's next packet to it (a keep-alive PING) draws an ICMP port
 // unreachable, reported on the server's unconnected socket (IP_RECVERR)
