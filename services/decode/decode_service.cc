@@ -133,6 +133,7 @@ absl::StatusOr<worker::KvLanded> DecodeService::LandGroups(
   request.num_tokens = start.kv_tokens();
   request.first_group = first_group;
   request.end_group = end_group;
+  request.keep_whole_groups = true;
   auto last_keepalive = Clock::now();
   return worker::LandKv(
       worker::TargetOf(rt_), request,
@@ -178,31 +179,7 @@ DecodeService::Landed DecodeService::LandPromptKv(grpc::ServerContext* context,
   if (name == kvcache::kAdaptiveCompression) {
     LandAdaptively(context, start, own_chunks, groups, keepalive, add);
   } else {
-    absl::StatusOr<worker::KvLanded> result = absl::UnknownError("not tried");
-    auto compression = kvcache::CompressionOfTrackName(name.empty() ? "fp16" : name);
-    if (!compression.ok()) {
-      result = compression.status();
-    } else {
-      result = LandGroups(context, start, *compression, own_chunks, groups, keepalive);
-      // The session was lost under the request (e.g. the relay died), or
-      // the relay's upstream was (the publisher died; a retry of the request
-      // publishes it elsewhere): once more, which goes to the publisher
-      // directly while the relay is down, or to the prompt's new publisher.
-      if ((absl::IsUnavailable(result.status()) || absl::IsInternal(result.status())) &&
-          !context->IsCancelled()) {
-        services::Log().warn("{}: KV of {}: {}; asking again", start.request_id(),
-                             start.kv().prompt_digest().c_str(),
-                             result.status().ToString().c_str());
-        result = LandGroups(context, start, *compression, own_chunks, groups, keepalive);
-      }
-    }
-    if (result.ok()) {
-      add(*std::move(result));
-    } else if (!context->IsCancelled()) {
-      transfer_failures_->Increment();
-      services::Log().warn("{}: KV of {} did not land ({}); computing it here", start.request_id(),
-                           start.kv().prompt_digest().c_str(), result.status().ToString().c_str());
-    }
+    LandTrack(context, start, name, own_chunks, groups, keepalive, add);
   }
   out.ms = Ms(Clock::now() - t0);
   if (out.landed > 0) {
@@ -210,6 +187,43 @@ DecodeService::Landed DecodeService::LandPromptKv(grpc::ServerContext* context,
     transfer_seconds_->Observe(out.ms / 1000);
   }
   return out;
+}
+
+void DecodeService::LandTrack(grpc::ServerContext* context, const v1::DecodeStart& start,
+                              const std::string& track, int first_group, int end_group,
+                              const std::function<void()>& keepalive,
+                              const std::function<void(worker::KvLanded)>& add) {
+  const int chunk = rt_->engine().options().chunk_tokens;
+  auto compression = kvcache::CompressionOfTrackName(track.empty() ? "fp16" : track);
+  absl::Status why = compression.status();
+  for (int attempt = 0; compression.ok() && attempt < 2 && first_group < end_group; ++attempt) {
+    absl::StatusOr<worker::KvLanded> landed =
+        LandGroups(context, start, *compression, first_group, end_group, keepalive);
+    why = landed.ok() ? landed->shortfall : landed.status();
+    if (landed.ok()) {
+      first_group += (landed->tokens + chunk - 1) / chunk;
+      add(*std::move(landed));
+    }
+    // The session was lost under the request (e.g. the relay died), or
+    // the relay's upstream was (the publisher died; a retry of the request
+    // publishes it elsewhere): once more for what is missing, which goes to
+    // the publisher directly while the relay is down, or to the prompt's
+    // new publisher.
+    if (why.ok() || context->IsCancelled() ||
+        !(absl::IsUnavailable(why) || absl::IsInternal(why))) {
+      break;
+    }
+    if (attempt == 0) {
+      services::Log().warn("{}: KV of {}: {}; asking again from group {}", start.request_id(),
+                           start.kv().prompt_digest().c_str(), why.ToString().c_str(),
+                           first_group);
+    }
+  }
+  if (why.ok() || context->IsCancelled()) return;
+  transfer_failures_->Increment();
+  services::Log().warn("{}: KV of {} did not land from group {} ({}); computing the rest here",
+                       start.request_id(), start.kv().prompt_digest().c_str(), first_group,
+                       why.ToString().c_str());
 }
 
 void DecodeService::LandAdaptively(grpc::ServerContext* context, const v1::DecodeStart& start,

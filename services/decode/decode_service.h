@@ -68,12 +68,20 @@ class DecodeService final : public v1::Decode::Service {
                             PrefilledKv prefilled);
   Landed LandPromptKv(grpc::ServerContext* context, const v1::DecodeStart& start,
                       const std::function<void()>& keepalive);
-  // Groups [first_group, end_group) of the request's prompt in one track.
+  // Groups [first_group, end_group) of the request's prompt in one track;
+  // a track cut short lands its leading whole groups (KvLanded::shortfall).
   absl::StatusOr<worker::KvLanded> LandGroups(grpc::ServerContext* context,
                                           const v1::DecodeStart& start,
                                           const kvcache::KvCompression& compression,
                                           int first_group, int end_group,
                                           const std::function<void()>& keepalive);
+  // Groups [first_group, end_group) in the request's track (its name:
+  // `track`), handing what lands to `add`: a landing cut short or failed by
+  // a lost session is asked once more for the groups still missing.
+  void LandTrack(grpc::ServerContext* context, const v1::DecodeStart& start,
+                 const std::string& track, int first_group, int end_group,
+                 const std::function<void()>& keepalive,
+                 const std::function<void(worker::KvLanded)>& add);
   // Groups [first_group, end_group), each in the track the planner picks,
   // handing each to `add`; stops at the first failure or when time is up.
   void LandAdaptively(grpc::ServerContext* context, const v1::DecodeStart& start,
