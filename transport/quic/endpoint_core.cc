@@ -71,11 +71,15 @@ void EndpointCore::OnReadable() {
   socket_->Receive([this](const SocketAddress& from, absl::Span<uint8_t> data) {
     OnDatagram(from, data);
   });
-  if (int error = socket_->TakeError()) OnSocketError(error);
+  // A queued ICMP report is what makes a receive fail: only then is the
+  // error queue read (no extra system call per receive otherwise).
   std::vector<std::pair<SocketAddress, int>> unreachable;
-  socket_->TakeUnreachable([&](const SocketAddress& peer, int error) {
-    unreachable.emplace_back(peer, error);
-  });
+  if (int error = socket_->TakeError()) {
+    OnSocketError(error);
+    socket_->TakeUnreachable([&](const SocketAddress& peer, int error) {
+      unreachable.emplace_back(peer, error);
+    });
+  }
   ServiceTouched();
   if (unreachable.empty()) return;
   // Only after the datagrams are in: a peer that closed before its port
