@@ -15,9 +15,13 @@ APT_PACKAGES=(
   libabsl-dev libgtest-dev libbenchmark-dev libopenblas-dev libsentencepiece-dev
   nlohmann-json3-dev libpcre2-dev libxxhash-dev libboost1.74-dev libssl-dev
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libngtcp2-dev libngtcp2-crypto-gnutls-dev libgnutls28-dev libspdlog-dev libfmt-dev
+  libgnutls28-dev libspdlog-dev libfmt-dev
   openssl iproute2 nftables clang-14 libclang-rt-14-dev
 )
+# From the release's backports suite (tools/setup/apt_backports.sh adds it):
+# ngtcp2 1.x, which bookworm's own archive does not have (it has 0.12).
+BACKPORTS_PACKAGES=(libngtcp2-dev libngtcp2-crypto-gnutls-dev)
+BACKPORTS_MIN_VERSION=1.11
 PY_PACKAGES=(tokenizers==0.23.3 ml_dtypes==0.6.0 grpcio==1.85.1 protobuf==5.29.6 prometheus_client==0.26.0
   openai==3.57.0 jinja2==3.1.6 transformers==5.17.0 jsonschema==4.26.0)
 VENV=.venv
@@ -33,12 +37,26 @@ setup_apt() {
   for p in "${APT_PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
-  [ ${#missing[@]} -eq 0 ] && return
-  log "installing Debian packages: ${missing[*]}"
   local sudo=""
   [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  if [ ${#missing[@]} -gt 0 ]; then
+    log "installing Debian packages: ${missing[*]}"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+  local old=()
+  for p in "${BACKPORTS_PACKAGES[@]}"; do
+    dpkg --compare-versions "$(dpkg-query -W -f='${Version}' "$p" 2>/dev/null || echo 0)" \
+      ge "$BACKPORTS_MIN_VERSION" || old+=("$p")
+  done
+  [ ${#old[@]} -eq 0 ] && return
+  local codename
+  codename=$(. /etc/os-release && echo "$VERSION_CODENAME")
+  log "installing from $codename-backports: ${old[*]}"
+  tools/setup/apt_backports.sh
   $sudo apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+    -t "$codename-backports" "${old[@]}" >/dev/null
 }
 
 setup_venv() {

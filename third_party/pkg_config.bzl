@@ -10,9 +10,16 @@ def _pkg_config_library_impl(rctx):
     args = [str(pc)] + rctx.attr.modules
     cflags = rctx.execute(args[:1] + ["--cflags"] + args[1:])
     libs = rctx.execute(args[:1] + ["--libs"] + args[1:])
-    if cflags.return_code != 0 or libs.return_code != 0:
+    versions = rctx.execute(args[:1] + ["--modversion"] + args[1:])
+    if cflags.return_code != 0 or libs.return_code != 0 or versions.return_code != 0:
         fail("pkg-config could not find %s: %s%s" % (rctx.attr.modules, cflags.stderr, libs.stderr))
-    defines = []
+
+    # The modules' versions as a define: headers in /usr/include are not
+    # inputs Bazel tracks, so an upgraded package (refetched by `bazel sync
+    # --only=NAME`, or in a fresh output base) must change the command line
+    # of everything compiled against it.
+    stamp = "_".join(_split(versions.stdout.replace("\n", " "))).replace(".", "_").replace("-", "_").replace("~", "_").replace("+", "_")
+    defines = ["KVCAST_PKG_%s_VERSIONS=%s" % (rctx.attr.name.upper().replace("-", "_").replace(".", "_"), stamp)]
     includes = []
     for f in _split(cflags.stdout):
         if f.startswith("-I"):

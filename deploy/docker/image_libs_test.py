@@ -214,11 +214,22 @@ class Dockerfile(unittest.TestCase):
         cmd = re.search(r'eval "\$\((sed .*?kvcast\.sh)\)"', body).group(1)
         # //:kvcast.sh is in this test's data.
         cmd = cmd.replace("/src/kvcast.sh", str(ROOT / "kvcast.sh"))
-        got = subprocess.run(["bash", "-c", f'eval "$({cmd})"; printf "%s\\n" "${{APT_PACKAGES[@]}}"'],
-                             capture_output=True, text=True, check=True).stdout.split()
-        for pkg in ("bazel-bootstrap", "libabsl-dev", "libngtcp2-dev", "libgrpc++-dev"):
+        def listed(array):
+            return subprocess.run(["bash", "-c", f'eval "$({cmd})"; printf "%s\\n" "${{{array}[@]}}"'],
+                                  capture_output=True, text=True, check=True).stdout.split()
+        got = listed("APT_PACKAGES")
+        for pkg in ("bazel-bootstrap", "libabsl-dev", "libgrpc++-dev"):
             self.assertIn(pkg, got)
         self.assertIn('"${APT_PACKAGES[@]}"', body)
+        # ngtcp2 1.x from the backports suite, which the stage adds first.
+        self.assertIn("libngtcp2-dev", listed("BACKPORTS_PACKAGES"))
+        self.assertIn('-backports" "${BACKPORTS_PACKAGES[@]}"', body)
+        self.assertLess(body.index("apt_backports.sh"), body.index("BACKPORTS_PACKAGES[@]"))
+
+    def test_runtime_stages_can_install_backports_libraries(self):
+        body = "\n".join(stages()["runtime-base"][1])
+        self.assertIn("COPY tools/setup/apt_backports.sh", body)
+        self.assertIn("RUN apt_backports.sh", body)
 
     def test_build_targets_cover_every_image_binary(self):
         targets = re.search(r'^ARG KVCAST_TARGETS="([^"]*)"', dockerfile(), re.M).group(1).split()

@@ -54,7 +54,7 @@ void ConnectionImpl::SetPendingClose(absl::Status status, CloseAction action) {
   PendingClose pc;
   pc.status = std::move(status);
   pc.action = action;
-  ngtcp2_connection_close_error_default(&pc.ccerr);
+  ngtcp2_ccerr_default(&pc.ccerr);
   pending_close_ = std::move(pc);
 }
 
@@ -66,7 +66,7 @@ void ConnectionImpl::Close(uint64_t app_error, absl::string_view reason) {
   SetPendingClose(ApplicationCloseStatus(app_error, reason),
                   CloseAction::kSendClose);
   pending_close_->reason = std::string(reason);
-  ngtcp2_connection_close_error_set_application_error(&pending_close_->ccerr,
+  ngtcp2_ccerr_set_application_error(&pending_close_->ccerr,
                                                       app_error, nullptr, 0);
   host_->RequestFlush(this);
 }
@@ -77,7 +77,7 @@ void ConnectionImpl::Refuse(absl::string_view reason) {
                       "refused by the server's accept callback: ", reason)),
                   CloseAction::kSendClose);
   pending_close_->reason = std::string(reason);
-  ngtcp2_connection_close_error_set_transport_error(
+  ngtcp2_ccerr_set_transport_error(
       &pending_close_->ccerr, NGTCP2_CONNECTION_REFUSED, nullptr, 0);
 }
 
@@ -86,7 +86,7 @@ void ConnectionImpl::Shutdown(absl::Status status) {
     pending_close_.reset();
     SetPendingClose(std::move(status), CloseAction::kSendClose);
     pending_close_->reason = "endpoint shut down";
-    ngtcp2_connection_close_error_set_application_error(&pending_close_->ccerr,
+    ngtcp2_ccerr_set_application_error(&pending_close_->ccerr,
                                                         0, nullptr, 0);
     ExecutePendingClose();
   } else if (pending_close_.has_value()) {
@@ -188,10 +188,10 @@ void ConnectionImpl::FailWithLibError(int liberr) {
   SetPendingClose(std::move(status), action);
   if (action == CloseAction::kSendClose) {
     if (alert_close) {
-      ngtcp2_connection_close_error_set_transport_error_tls_alert(
+      ngtcp2_ccerr_set_tls_alert(
           &pending_close_->ccerr, alert, nullptr, 0);
     } else {
-      ngtcp2_connection_close_error_set_transport_error_liberr(
+      ngtcp2_ccerr_set_liberr(
           &pending_close_->ccerr, liberr, nullptr, 0);
     }
   }
@@ -212,8 +212,8 @@ void ConnectionImpl::ExecutePendingClose() {
     return;
   }
   if (pc.action == CloseAction::kSendClose &&
-      !ngtcp2_conn_is_in_closing_period(conn_) &&
-      !ngtcp2_conn_is_in_draining_period(conn_)) {
+      !ngtcp2_conn_in_closing_period(conn_) &&
+      !ngtcp2_conn_in_draining_period(conn_)) {
     pc.ccerr.reason = reinterpret_cast<uint8_t*>(pc.reason.data());
     pc.ccerr.reasonlen = pc.reason.size();
     ngtcp2_path_storage ps;
@@ -236,15 +236,14 @@ void ConnectionImpl::ExecutePendingClose() {
 }
 
 absl::Status ConnectionImpl::PeerCloseStatus() {
-  ngtcp2_connection_close_error ccerr;
-  ngtcp2_conn_get_connection_close_error(conn_, &ccerr);
+  const ngtcp2_ccerr& ccerr = *ngtcp2_conn_get_ccerr(conn_);
   std::string reason(reinterpret_cast<const char*>(ccerr.reason),
                      ccerr.reasonlen);
   std::string suffix = reason.empty() ? "" : absl::StrCat(": ", reason);
   switch (ccerr.type) {
-    case NGTCP2_CONNECTION_CLOSE_ERROR_CODE_TYPE_APPLICATION:
+    case NGTCP2_CCERR_TYPE_APPLICATION:
       return ApplicationCloseStatus(ccerr.error_code, reason);
-    case NGTCP2_CONNECTION_CLOSE_ERROR_CODE_TYPE_TRANSPORT:
+    case NGTCP2_CCERR_TYPE_TRANSPORT:
       if (ccerr.error_code == NGTCP2_NO_ERROR) return absl::OkStatus();
       if (IsCryptoError(ccerr.error_code)) {
         uint8_t alert = static_cast<uint8_t>(ccerr.error_code & 0xff);

@@ -148,6 +148,7 @@ absl::Status ConnectionImpl::Init(const ngtcp2_cid& dcid,
   params.active_connection_id_limit = 4;
   if (is_server_) {
     params.original_dcid = initial->dcid;
+    params.original_dcid_present = 1;
     params.stateless_reset_token_present = 1;
     std::memcpy(params.stateless_reset_token, reset_token,
                 NGTCP2_STATELESS_RESET_TOKENLEN);
@@ -227,6 +228,11 @@ absl::Status ConnectionImpl::Queue(int64_t stream_id, bool fin,
     return absl::FailedPreconditionError("connection is not open");
   }
   auto it = streams_.find(stream_id);
+  // A peer's unidirectional stream is receive-only, also once it is closed.
+  if (it == streams_.end() && !ngtcp2_is_bidi_stream(stream_id) &&
+      !ngtcp2_conn_is_local_stream(conn_, stream_id)) {
+    return absl::FailedPreconditionError(absl::StrCat("stream ", stream_id, " is receive-only"));
+  }
   if (it == streams_.end()) {
     return absl::NotFoundError(absl::StrCat("unknown stream ", stream_id));
   }
@@ -270,7 +276,7 @@ void ConnectionImpl::ApplyPendingResets() {
   std::vector<std::pair<int64_t, uint64_t>> resets;
   resets.swap(pending_resets_);
   for (const auto& [id, code] : resets) {
-    ngtcp2_conn_shutdown_stream(conn_, id, code);
+    ngtcp2_conn_shutdown_stream(conn_, /*flags=*/0, id, code);
   }
 }
 

@@ -149,7 +149,7 @@ class ConnectionImpl final : public Connection {
   enum class CloseAction { kSendClose, kDrain, kDrop };
   struct PendingClose {
     absl::Status status;
-    ngtcp2_connection_close_error ccerr;
+    ngtcp2_ccerr ccerr;
     CloseAction action;
     std::string reason;  // Backs ccerr.reason.
   };

@@ -97,9 +97,12 @@ void Check(bool ok, const char* what) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   namespace fs = std::filesystem;
-  static const std::string root = [] {
-    char tmpl[] = "/tmp/disk_tier_fuzz.XXXXXX";
-    return std::string(mkdtemp(tmpl));
+  static const std::string root = [] {  // $TMPDIR (e.g. a tmpfs) or /tmp
+    const char* tmp = std::getenv("TMPDIR");
+    std::string tmpl = std::string(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp") +
+                       "/disk_tier_fuzz.XXXXXX";
+    Check(mkdtemp(tmpl.data()) != nullptr, "mkdtemp failed");
+    return tmpl;
   }();
   const DiskKvTier::Shape shape = TheShape();
   const Hash128 chunk{0xabcdef, 0x42};
