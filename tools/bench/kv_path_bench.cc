@@ -1,45 +1,45 @@
-// kv_path_bench: the KV data path at real sizes, all cases in one run so
-// the ratios compare like with like (issue 19). Llama-3-8B-shaped KV (32
-// layers, 8 KV heads x 128), per track and prompt length:
-//   direct   KvPublisher -> KvLander over MoQT (QUIC + TLS 1.3)
-//   direct2  the same over two connections, each landing half of the
-//            groups on a decode loop of its own (the publisher keeps one)
-//   relay    KvPublisher -> Relay -> KvLander, live (the track not cached
-//            yet; the relay's cache full of other tracks: --relay_warm)
-//   cached   Relay -> KvLander, the same track again (from the relay cache)
-//   tls-tcp  the same bytes on one TLS 1.3 TCP stream (GnuTLS, AES-128-GCM
-//            as QUIC negotiates), written and read by this tool
+// kv_path_bench: the KV data path at real sizes, all cases in one run and
+// in turn, round after round, so the ratios compare like with like (issues
+// 19 and 40). Llama-3-8B-shaped KV (32 layers, 8 KV heads x 128), per track
+// and prompt length:
+//   moqt-bytes  the track's bytes from a hot buffer (objects of one token's
+//               size, 128 a group, sent by reference) to a subscriber that
+//               counts them: MoQT + QUIC + TLS 1.3, no codec
+//   tls         the same bytes on one TLS 1.3 TCP stream (GnuTLS, AES-128-GCM
+//               as QUIC negotiates), 1 MiB writes and reads: the byte baseline
+//   direct      KvPublisher -> KvLander over MoQT: pages encoded into the
+//               track, landed and decoded into the decode side's pages
+//   tls-kv      the same KV work over TLS/TCP: pages encoded (TokenCodec) and
+//               written, read and decoded into pages (fixed-size tracks)
+//   direct2     direct over two connections, each landing half of the
+//               groups on a decode loop of its own (the publisher keeps one)
+//   relay       KvPublisher -> Relay -> KvLander, live (the track not cached
+//               yet; the relay's cache full of other tracks: --relay_warm)
+//   cached      Relay -> KvLander, the same track again (from the relay cache)
 // then live fan-out through the relay to 1, 4, 16 subscribers that count
 // the bytes (the relay fans out; the publisher sends one copy).
 //
 //   bazel build -c opt //tools/bench:kv_path_bench &&
 //   bazel-bin/tools/bench/kv_path_bench [--tokens 1024,4096] [--tracks fp16,int8,ac]
-//                                       [--fanout 1,4,16] [--fanout_tokens 1024]
+//                                       [--rounds 3] [--cases ...] [--fanout 1,4,16]
 //
-// Each side (prefill, relay, decode, fan-out clients) has a loop thread of
-// its own; MiB/s counts the track's encoded bytes. Time runs from
-// SUBSCRIBE to the last token landed: encoding on demand, the transport,
-// decoding into the decode side's pages. tls-tcp moves bytes only. CPU
-// ms/MiB: what every thread of the process (publisher, relay, decode side,
-// or the TLS pair) spent on the case, per MiB moved: with both cores busy,
-// rate ~= 2 cores / CPU per byte, so the ratio of two cases' CPU per MiB
-// bounds the ratio of their rates.
-#include <arpa/inet.h>
-#include <dirent.h>
+// Each side (prefill, relay, decode, fan-out clients; the TLS pair's two
+// ends) has a thread of its own; MiB/s counts the track's encoded bytes.
+// Time runs from SUBSCRIBE (the first write for TLS) to the last byte
+// counted or the last token landed. CPU ms/MiB: what the whole process
+// spent on the case per MiB moved, and the same by thread name (the loops
+// "prefill", "relay", "decode", "decode2", "fanout"; "ac-coder"; "tls-send"
+// and "tls-recv"): with both cores busy, rate ~= 2 cores / CPU per byte, so
+// the ratio of two cases' CPU per MiB bounds the ratio of their rates. The
+// tables give each case's median and range over the rounds, and the ratios
+// of the cases that compare like with like, round by round.
 #include <gnutls/gnutls.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <sys/resource.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <map>
-#include <thread>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -58,6 +58,8 @@
 #include "transport/moqt/moqt_endpoint.h"
 #include "transport/moqt/relay.h"
 #include "tools/bench/moqt_peers.h"
+#include "tools/bench/thread_cpu.h"
+#include "tools/bench/tls_tcp_pair.h"
 #include "tools/devcert/devcert.h"
 
 ABSL_FLAG(std::string, tokens, "1024,4096", "prompt lengths (tokens)");
@@ -80,8 +82,10 @@ ABSL_FLAG(int, max_udp_payload, 0,
 ABSL_FLAG(bool, ac_threads, true,
           "ac groups coded and decoded on threads of their own, as the workers do "
           "(KvPublisher::CodeAcInBackground, LandingSpec.ac_thread); false: on the loops");
-ABSL_FLAG(std::string, cases, "direct,direct2,relay,cached,tls,fanout",
-          "the cases to run (others print -), e.g. direct alone under perf");
+ABSL_FLAG(std::string, cases, "moqt-bytes,tls,direct,tls-kv,direct2,relay,cached,fanout",
+          "the cases to run, e.g. direct alone under perf");
+ABSL_FLAG(int, rounds, 3, "rounds: each runs every case once, in turn; results are medians and "
+          "ranges over the rounds");
 
 namespace kvcast::kvcache {
 namespace {
@@ -138,101 +142,6 @@ quic::TransportOptions Transport() {
 }
 
 
-// ---- TLS 1.3 over TCP, the baseline ------------------------------------------
-
-void Check(int rc, const char* what) {
-  if (rc < 0) {
-    std::fprintf(stderr, "kv_path_bench: %s: %s\n", what, gnutls_strerror(rc));
-    std::exit(1);
-  }
-}
-
-gnutls_session_t TlsSession(int fd, bool server, gnutls_certificate_credentials_t cred) {
-  gnutls_session_t s;
-  Check(gnutls_init(&s, server ? GNUTLS_SERVER : GNUTLS_CLIENT), "gnutls_init");
-  Check(gnutls_priority_set_direct(
-            s, "NORMAL:-VERS-ALL:+VERS-TLS1.3:-CIPHER-ALL:+AES-128-GCM", nullptr),
-        "priority");
-  Check(gnutls_credentials_set(s, GNUTLS_CRD_CERTIFICATE, cred), "credentials");
-  if (!server) {
-    gnutls_server_name_set(s, GNUTLS_NAME_DNS, "localhost", 9);
-    gnutls_session_set_verify_cert(s, "localhost", 0);
-  }
-  gnutls_transport_set_int(s, fd);
-  int rc;
-  do rc = gnutls_handshake(s);
-  while (rc < 0 && !gnutls_error_is_fatal(rc));
-  Check(rc, "handshake");
-  return s;
-}
-
-// Seconds to move `bytes` from a client to a server over loopback TCP with
-// TLS 1.3 (handshake excluded), written in 1 MiB calls.
-double TlsTcpSeconds(uint64_t bytes, const devcert::DevCertPaths& certs) {
-  int listener = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  if (bind(listener, reinterpret_cast<sockaddr*>(&addr), len) != 0 || listen(listener, 1) != 0 ||
-      getsockname(listener, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    std::perror("kv_path_bench: tcp listen");
-    std::exit(1);
-  }
-  gnutls_certificate_credentials_t server_cred, client_cred;
-  gnutls_certificate_allocate_credentials(&server_cred);
-  gnutls_certificate_allocate_credentials(&client_cred);
-  Check(gnutls_certificate_set_x509_key_file(server_cred, certs.server_cert.c_str(),
-                                             certs.server_key.c_str(), GNUTLS_X509_FMT_PEM),
-        "server key");
-  Check(gnutls_certificate_set_x509_trust_file(client_cred, certs.ca_cert.c_str(),
-                                               GNUTLS_X509_FMT_PEM),
-        "trust file");
-  absl::Notification handshaken;
-  absl::Time end;
-  std::thread server([&] {
-    int fd = accept(listener, nullptr, nullptr);
-    gnutls_session_t s = TlsSession(fd, true, server_cred);
-    handshaken.Notify();
-    std::vector<uint8_t> buf(1 << 20);
-    uint64_t got = 0;
-    while (got < bytes) {
-      ssize_t n = gnutls_record_recv(s, buf.data(), buf.size());
-      if (n == GNUTLS_E_AGAIN || n == GNUTLS_E_INTERRUPTED) continue;
-      Check(int(std::min<ssize_t>(n, 0)), "recv");
-      if (n == 0) break;
-      got += n;
-    }
-    end = absl::Now();
-    gnutls_bye(s, GNUTLS_SHUT_WR);
-    gnutls_deinit(s);
-    close(fd);
-  });
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), len) != 0) {
-    std::perror("kv_path_bench: tcp connect");
-    std::exit(1);
-  }
-  gnutls_session_t c = TlsSession(fd, false, client_cred);
-  handshaken.WaitForNotification();
-  std::vector<uint8_t> payload(1 << 20, 0x5a);
-  const absl::Time start = absl::Now();
-  for (uint64_t sent = 0; sent < bytes;) {
-    const size_t want = std::min<uint64_t>(payload.size(), bytes - sent);
-    ssize_t n = gnutls_record_send(c, payload.data(), want);
-    if (n == GNUTLS_E_AGAIN || n == GNUTLS_E_INTERRUPTED) continue;
-    Check(int(std::min<ssize_t>(n, 0)), "send");
-    sent += n;
-  }
-  server.join();
-  gnutls_deinit(c);
-  close(fd);
-  close(listener);
-  gnutls_certificate_free_credentials(server_cred);
-  gnutls_certificate_free_credentials(client_cred);
-  return absl::ToDoubleSeconds(end - start);
-}
-
 // ---- the MoQT cases ------------------------------------------------------------
 
 // Development certificates in a fresh temporary directory.
@@ -258,10 +167,15 @@ struct Bench {
   std::unique_ptr<moqt::MoqtServer> publisher_server, relay_server;
   std::unique_ptr<moqt::Relay> relay;
   std::unique_ptr<moqt::MoqtClient> direct, via_relay, direct2;  // direct2: decode2's
+  // The byte-transport case: a hot buffer served on the prefill loop.
+  bench::BytePublisher byte_publisher;
+  std::unique_ptr<moqt::MoqtServer> byte_server;
+  std::unique_ptr<moqt::MoqtClient> byte_client;
+  Ready byte_ready;
   // The decode loops' ac threads; null without --ac_threads.
   std::unique_ptr<AcCodecThread> decode_ac, decode2_ac;
   Ready direct_ready, relay_ready, direct2_ready;
-  int prompts = 0;
+  int prompts = 0, byte_tracks = 0;
 
   Bench(int layers, int max_tokens) : layout{layers, 8, 128, 16} {
     // As the workers keep KV (fp16 pages by default).
@@ -319,6 +233,11 @@ struct Bench {
                                             Transport(), moqt::SessionOptions{},
                                             publisher.get());
     });
+    prefill.Run([&] {
+      byte_server = *moqt::MoqtServer::Create(prefill.thread->loop(), "127.0.0.1", 0, server_tls,
+                                              Transport(), moqt::SessionOptions{},
+                                              &byte_publisher);
+    });
     publisher->ready.WaitForNotification();
     // A decode side's client of `port` and its ac thread (--ac_threads).
     auto connect = [&](Loop& side, uint16_t port, Ready* ready) {
@@ -334,6 +253,7 @@ struct Bench {
       decode_ac = ac_thread(decode);
       direct = connect(decode, publisher_server->port(), &direct_ready);
       via_relay = connect(decode, relay_server->port(), &relay_ready);
+      byte_client = connect(decode, byte_server->port(), &byte_ready);
     });
     decode2.Run([&] {
       decode2_ac = ac_thread(decode2);
@@ -342,12 +262,14 @@ struct Bench {
     direct_ready.ready.WaitForNotification();
     relay_ready.ready.WaitForNotification();
     direct2_ready.ready.WaitForNotification();
+    byte_ready.ready.WaitForNotification();
   }
 
   ~Bench() {
     decode.Run([&] {
       direct.reset();
       via_relay.reset();
+      byte_client.reset();
       decode_ac.reset();
     });
     decode2.Run([&] {
@@ -358,6 +280,7 @@ struct Bench {
       publisher->upstream.reset();
       publisher_server.reset();
       publisher.reset();
+      byte_server.reset();
       prompt_pages.Reset();
     });
     relay_loop.Run([&] {
@@ -453,6 +376,77 @@ struct Bench {
     return secs;
   }
 
+  // About `bytes` (whole objects of bytes / tokens) from the byte
+  // publisher's hot buffer to a counting subscriber on the decode loop, over
+  // MoQT as the track would go: seconds.
+  double MoveBytes(uint64_t bytes, int tokens) {
+    const size_t object_bytes = bytes / uint64_t(tokens);
+    prefill.Run([&] { byte_publisher.SetTrack(object_bytes, uint64_t(tokens)); });
+    std::atomic<int> done{0};
+    auto counter = std::make_shared<Counter>(&done);
+    moqt::Subscribe s;
+    s.track = moqt::FullTrackName{{"kv_path_bench"}, absl::StrCat("bytes-", ++byte_tracks)};
+    s.filter_type = moqt::FilterType::kAbsoluteStart;
+    s.start = moqt::Location{0, 0};
+    const absl::Time start = absl::Now();
+    decode.Run([&] { (void)byte_client->session()->Subscribe(s, counter, [](auto) {}); });
+    while (done.load() == 0) absl::SleepFor(absl::Microseconds(200));
+    const double secs = absl::ToDoubleSeconds(absl::Now() - start);
+    decode.Run([&] { Check(s.track, counter->status); });
+    if (counter->bytes != object_bytes * tokens) {
+      std::fprintf(stderr, "kv_path_bench: byte track: %llu of %llu bytes\n",
+                   (unsigned long long)counter->bytes,
+                   (unsigned long long)(object_bytes * tokens));
+      std::exit(1);
+    }
+    return secs;
+  }
+
+  // The direct case's KV work over TLS 1.3/TCP instead of MoQT: the sender
+  // encodes the prompt's pages into the track's bytes (TokenCodec, as
+  // KvPublisher does for host pages, about 1 MiB of tokens at a time) and
+  // writes them; the receiver reads each batch and decodes it into the decode
+  // side's pages, as KvLander does. Fixed-size tracks only.
+  bench::TlsTcpRun TlsKv(const KvCompression& c, int tokens) {
+    const TokenCodec codec(layout, c.format);
+    const size_t token_bytes = codec.token_bytes();
+    const int batch = std::max<int>(1, int((1 << 20) / token_bytes));
+    // The pool is the decode loop's (whose landings return pages there).
+    KvPages landing;
+    decode.Run([&] {
+      landing = *decode_pool->Allocate((tokens + layout.page_tokens - 1) / layout.page_tokens);
+    });
+    const std::vector<int32_t> from = SlotsOf(prompt_pages.ids(), layout.page_tokens, 0, tokens);
+    const std::vector<int32_t> to = SlotsOf(landing.ids(), layout.page_tokens, 0, tokens);
+    auto check = [](const absl::Status& st) {
+      if (st.ok()) return;
+      std::fprintf(stderr, "kv_path_bench: tls-kv: %s\n", st.ToString().c_str());
+      std::exit(1);
+    };
+    const bench::TlsTcpRun run = bench::OverTlsTcp(
+        certs.paths,
+        [&](gnutls_session_t session) {
+          std::vector<uint8_t> buf(batch * token_bytes);
+          for (int t = 0; t < tokens; t += batch) {
+            const int n = std::min(batch, tokens - t);
+            check(codec.Encode(prefill_backend.get(), *prefill_pool,
+                               absl::MakeConstSpan(from).subspan(t, n), buf.data()));
+            bench::TlsSendAll(session, buf.data(), n * token_bytes);
+          }
+        },
+        [&](gnutls_session_t session) {
+          std::vector<uint8_t> buf(batch * token_bytes);
+          for (int t = 0; t < tokens; t += batch) {
+            const int n = std::min(batch, tokens - t);
+            bench::TlsReceiveExactly(session, buf.data(), n * token_bytes);
+            check(codec.Decode(decode_backend.get(), buf.data(),
+                               absl::MakeConstSpan(to).subspan(t, n), decode_pool.get()));
+          }
+        });
+    decode.Run([&] { landing.Reset(); });
+    return run;
+  }
+
   uint64_t PublisherBytes() {
     uint64_t b = 0;
     prefill.Run([&] { b = publisher->stats().bytes_sent; });
@@ -519,64 +513,53 @@ uint64_t TrackBytes(Bench& b, const KvCompression& c, const std::string& digest,
 
 double MiBps(uint64_t bytes, double secs) { return bytes / secs / (1 << 20); }
 
-// Seconds of CPU (user + system) every thread of this process has used.
-double ProcessCpuSeconds() {
-  rusage u;
-  getrusage(RUSAGE_SELF, &u);
-  return u.ru_utime.tv_sec + u.ru_stime.tv_sec + (u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+// `bytes` from a hot buffer over loopback TLS 1.3/TCP, written and read
+// 1 MiB at a time: the byte-transport baseline.
+bench::TlsTcpRun TlsBytes(const devcert::DevCertPaths& certs, uint64_t bytes) {
+  constexpr size_t kPiece = 1 << 20;
+  return bench::OverTlsTcp(
+      certs,
+      [&](gnutls_session_t session) {
+        const std::vector<uint8_t> payload(kPiece, 0x5a);
+        for (uint64_t sent = 0; sent < bytes; sent += kPiece) {
+          bench::TlsSendAll(session, payload.data(), std::min<uint64_t>(kPiece, bytes - sent));
+        }
+      },
+      [&](gnutls_session_t session) {
+        std::vector<uint8_t> buf(kPiece);
+        for (uint64_t got = 0; got < bytes; got += kPiece) {
+          bench::TlsReceiveExactly(session, buf.data(), std::min<uint64_t>(kPiece, bytes - got));
+        }
+      });
 }
 
-// Each thread's name and CPU seconds so far, by thread id
-// (/proc/self/task/<tid>/comm and schedstat).
-std::map<int, std::pair<std::string, double>> ThreadCpuSeconds() {
-  std::map<int, std::pair<std::string, double>> out;
-  DIR* dir = opendir("/proc/self/task");
-  if (dir == nullptr) return out;
-  while (dirent* e = readdir(dir)) {
-    int tid = 0;
-    if (!absl::SimpleAtoi(e->d_name, &tid)) continue;
-    const std::string task = absl::StrCat("/proc/self/task/", tid, "/");
-    std::ifstream comm(task + "comm"), stat(task + "schedstat");
-    std::string name;
-    uint64_t ns = 0;
-    if (std::getline(comm, name) && (stat >> ns)) out[tid] = {name, ns * 1e-9};
-  }
-  closedir(dir);
-  return out;
-}
-
-// The two busiest threads between two snapshots, in cores over `secs`:
-// "prefill 0.96, decode 0.61". The limit of a case whose busiest thread
-// is near 1 is that thread.
-std::string Busiest(const std::map<int, std::pair<std::string, double>>& before,
-                    const std::map<int, std::pair<std::string, double>>& after, double secs) {
-  std::vector<std::pair<double, std::string>> busy;
-  for (const auto& [tid, cpu] : after) {
-    auto it = before.find(tid);
-    busy.emplace_back((cpu.second - (it == before.end() ? 0 : it->second.second)) / secs,
-                      cpu.first);
-  }
-  std::sort(busy.rbegin(), busy.rend());
-  std::string out;
-  for (size_t i = 0; i < busy.size() && i < 2; ++i) {
-    absl::StrAppend(&out, i ? ", " : "", busy[i].second, absl::StrFormat(" %.2f", busy[i].first));
-  }
-  return out;
-}
-
-// A case's wall seconds, the CPU seconds the whole process spent in it,
-// and its busiest threads.
+// One run of a case: wall seconds, the process's CPU seconds, and CPU
+// seconds by thread name.
 struct Cost {
   double secs = 0, cpu = 0;
-  std::string threads = "-";
+  std::vector<std::pair<std::string, double>> threads;
 };
 template <typename F>
-Cost Measure(bool want, F run) {
-  if (!want) return {};
-  const double cpu0 = ProcessCpuSeconds();
-  const auto threads0 = ThreadCpuSeconds();
+Cost Measure(F run) {
+  const double cpu0 = bench::ProcessCpuSeconds();
+  const bench::ThreadCpu threads0 = bench::SnapshotThreadCpu();
   const double secs = run();
-  return {secs, ProcessCpuSeconds() - cpu0, Busiest(threads0, ThreadCpuSeconds(), secs)};
+  return {secs, bench::ProcessCpuSeconds() - cpu0,
+          bench::CpuByName(threads0, bench::SnapshotThreadCpu())};
+}
+// The TLS ends' threads are gone when Measure looks: they report their own.
+template <typename F>
+Cost MeasureTls(F run) {
+  bench::TlsTcpRun r;
+  Cost c = Measure([&] {
+    r = run();
+    return r.seconds;
+  });
+  c.threads.emplace_back("tls-send", r.send_cpu_seconds);
+  c.threads.emplace_back("tls-recv", r.receive_cpu_seconds);
+  std::sort(c.threads.begin(), c.threads.end(),
+            [](const auto& a, const auto& b) { return a.second > b.second; });
+  return c;
 }
 
 bool Want(absl::string_view name) {
@@ -586,10 +569,101 @@ bool Want(absl::string_view name) {
   return false;
 }
 
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0 : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+// "812 (730-850)": the median and the range of `v`, printf-formatted.
+std::string MedianRange(const std::vector<double>& v, const char* format) {
+  if (v.empty()) return "-";
+  const auto [lo, hi] = std::minmax_element(v.begin(), v.end());
+  return absl::StrCat(absl::StrFormat(format, Median(v)), " (", absl::StrFormat(format, *lo), "-",
+                      absl::StrFormat(format, *hi), ")");
+}
+
+// Every round's runs of each case of one track and prompt length.
+struct Runs {
+  uint64_t bytes = 0;
+  std::map<std::string, std::vector<Cost>> by_case;
+  double Mib() const { return bytes / double(1 << 20); }
+  std::vector<double> Rates(const std::string& c) const {
+    std::vector<double> out;
+    if (auto it = by_case.find(c); it != by_case.end()) {
+      for (const Cost& r : it->second) out.push_back(MiBps(bytes, r.secs));
+    }
+    return out;
+  }
+  std::vector<double> CpuPerMib(const std::string& c) const {
+    std::vector<double> out;
+    if (auto it = by_case.find(c); it != by_case.end()) {
+      for (const Cost& r : it->second) out.push_back(r.cpu * 1e3 / Mib());
+    }
+    return out;
+  }
+  // Per round: case a's value over case b's (rates or CPU per MiB).
+  static std::vector<double> Ratios(const std::vector<double>& a, const std::vector<double>& b) {
+    std::vector<double> out;
+    for (size_t i = 0; i < a.size() && i < b.size(); ++i) out.push_back(a[i] / b[i]);
+    return out;
+  }
+  // The threads of the case's median-rate run: "prefill 1.10, decode 0.85".
+  std::string Threads(const std::string& c) const {
+    auto it = by_case.find(c);
+    if (it == by_case.end() || it->second.empty()) return "-";
+    std::vector<Cost> runs = it->second;
+    std::sort(runs.begin(), runs.end(), [](const Cost& x, const Cost& y) { return x.secs < y.secs; });
+    std::string out;
+    for (const auto& [name, cpu] : runs[runs.size() / 2].threads) {
+      const double ms = cpu * 1e3 / Mib();
+      if (ms >= 0.05) absl::StrAppend(&out, out.empty() ? "" : ", ", name, absl::StrFormat(" %.2f", ms));
+    }
+    return out;
+  }
+};
+
+// The cases in the order each round runs them ("cached" reads what "relay"
+// left in the relay's cache).
+constexpr const char* kCases[] = {"moqt-bytes", "tls", "direct", "tls-kv", "direct2", "relay",
+                                  "cached"};
+
+void PrintRuns(const std::map<std::pair<int, std::string>, Runs>& all) {
+  std::printf("\n| tokens | track | case | MiB | MiB/s: median (range) | CPU ms/MiB, process: median "
+              "(range) | CPU ms/MiB by thread (the median run) |\n"
+              "|---|---|---|---|---|---|---|\n");
+  for (const auto& [key, runs] : all) {
+    for (const char* c : kCases) {
+      if (!runs.by_case.count(c)) continue;
+      std::printf("| %d | %s | %s | %.1f | %s | %s | %s |\n", key.first, key.second.c_str(), c,
+                  runs.Mib(), MedianRange(runs.Rates(c), "%.0f").c_str(),
+                  MedianRange(runs.CpuPerMib(c), "%.2f").c_str(), runs.Threads(c).c_str());
+    }
+  }
+  std::printf("\nRatios of the same round's runs, median (range):\n\n"
+              "| tokens | track | moqt-bytes / tls: rate | CPU per MiB | direct / tls-kv: rate | "
+              "CPU per MiB | relay live / direct: rate |\n|---|---|---|---|---|---|---|\n");
+  for (const auto& [key, r] : all) {
+    std::printf("| %d | %s | %s | %s | %s | %s | %s |\n", key.first, key.second.c_str(),
+                MedianRange(Runs::Ratios(r.Rates("moqt-bytes"), r.Rates("tls")), "%.2fx").c_str(),
+                MedianRange(Runs::Ratios(r.CpuPerMib("moqt-bytes"), r.CpuPerMib("tls")), "%.2fx")
+                    .c_str(),
+                MedianRange(Runs::Ratios(r.Rates("direct"), r.Rates("tls-kv")), "%.2fx").c_str(),
+                MedianRange(Runs::Ratios(r.CpuPerMib("direct"), r.CpuPerMib("tls-kv")), "%.2fx")
+                    .c_str(),
+                MedianRange(Runs::Ratios(r.Rates("relay"), r.Rates("direct")), "%.2fx").c_str());
+  }
+  std::fflush(stdout);
+}
+
 int Main() {
   const std::vector<int> token_counts = Ints(absl::GetFlag(FLAGS_tokens));
   const std::vector<int> fanouts = Ints(absl::GetFlag(FLAGS_fanout));
   const int fan_tokens = absl::GetFlag(FLAGS_fanout_tokens);
+  const int rounds = absl::GetFlag(FLAGS_rounds);
+  if (rounds < 1) {
+    std::fprintf(stderr, "kv_path_bench: --rounds must be at least 1\n");
+    return 2;
+  }
   std::vector<KvCompression> tracks;
   for (absl::string_view t : absl::StrSplit(absl::GetFlag(FLAGS_tracks), ',', absl::SkipEmpty())) {
     absl::StatusOr<KvCompression> c = CompressionOfTrackName(std::string(t));
@@ -617,69 +691,65 @@ int Main() {
     }
   }
 
-  std::printf("| tokens | track | MiB | direct MiB/s | direct, 2 connections MiB/s | relay live "
-              "MiB/s | relay cached MiB/s | tls-tcp MiB/s | direct / tls-tcp | live / direct | "
-              "CPU ms/MiB: direct, 2 connections, live, tls-tcp | busiest threads (cores): "
-              "direct; live |\n"
-              "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::map<std::pair<int, std::string>, Runs> all;
   for (int tokens : token_counts) {
     for (const KvCompression& c : tracks) {
-      const std::string digest = b.NewPrompt(tokens);
-      const auto track = FullTrackNameOf({ModelId(kModel), digest, c});
-      const uint64_t bytes = TrackBytes(b, c, digest, tokens);
-      const Cost direct_cost =
-          Measure(Want("direct"), [&] { return b.Land(b.direct.get(), track, tokens); });
-      const Cost split_cost = Measure(Want("direct2"), [&] { return b.LandSplit(track, tokens); });
-      const Cost live_cost =
-          Measure(Want("relay"), [&] { return b.Land(b.via_relay.get(), track, tokens); });
-      const double cached = Want("cached") ? b.Land(b.via_relay.get(), track, tokens) : 0;
-      const Cost tls_cost =
-          Measure(Want("tls"), [&] { return TlsTcpSeconds(bytes, b.certs.paths); });
-      const double direct = direct_cost.secs, live = live_cost.secs, tls = tls_cost.secs;
-      auto cpu = [&](const Cost& c) {
-        return c.secs > 0 ? absl::StrFormat("%.1f", c.cpu * 1e3 / (bytes / double(1 << 20)))
-                          : std::string("-");
-      };
-      auto rate = [&](double secs) {
-        return secs > 0 ? absl::StrFormat("%.0f", MiBps(bytes, secs)) : std::string("-");
-      };
-      auto ratio = [](double num, double den) {
-        return num > 0 && den > 0 ? absl::StrFormat("%.2fx", num / den) : std::string("-");
-      };
-      std::printf("| %d | %s | %.1f | %s | %s | %s | %s | %s | %s | %s | %s, %s, %s, %s | %s; %s |\n",
-                  tokens, TrackNameOf(c).c_str(), bytes / double(1 << 20), rate(direct).c_str(),
-                  rate(split_cost.secs).c_str(), rate(live).c_str(), rate(cached).c_str(),
-                  rate(tls).c_str(), ratio(tls, direct).c_str(), ratio(direct, live).c_str(),
-                  cpu(direct_cost).c_str(), cpu(split_cost).c_str(), cpu(live_cost).c_str(),
-                  cpu(tls_cost).c_str(), direct_cost.threads.c_str(), live_cost.threads.c_str());
-      std::fflush(stdout);
+      all[{tokens, TrackNameOf(c)}].bytes = TrackBytes(b, c, b.NewPrompt(tokens), tokens);
     }
   }
+  for (int round = 1; round <= rounds; ++round) {
+    for (int tokens : token_counts) {
+      for (const KvCompression& c : tracks) {
+        Runs& runs = all[{tokens, TrackNameOf(c)}];
+        const auto track = FullTrackNameOf({ModelId(kModel), b.NewPrompt(tokens), c});
+        auto run = [&](const char* name, auto measure) {
+          if (!Want(name)) return;
+          const Cost cost = measure();
+          runs.by_case[name].push_back(cost);
+          std::fprintf(stderr, "kv_path_bench: round %d/%d, %d tokens, %s, %s: %.0f MiB/s, %.2f "
+                       "CPU ms/MiB\n", round, rounds, tokens, TrackNameOf(c).c_str(), name,
+                       MiBps(runs.bytes, cost.secs), cost.cpu * 1e3 / runs.Mib());
+        };
+        run("moqt-bytes", [&] { return Measure([&] { return b.MoveBytes(runs.bytes, tokens); }); });
+        run("tls", [&] { return MeasureTls([&] { return TlsBytes(b.certs.paths, runs.bytes); }); });
+        run("direct", [&] { return Measure([&] { return b.Land(b.direct.get(), track, tokens); }); });
+        if (!c.ac) run("tls-kv", [&] { return MeasureTls([&] { return b.TlsKv(c, tokens); }); });
+        run("direct2", [&] { return Measure([&] { return b.LandSplit(track, tokens); }); });
+        run("relay", [&] { return Measure([&] { return b.Land(b.via_relay.get(), track, tokens); }); });
+        run("cached", [&] { return Measure([&] { return b.Land(b.via_relay.get(), track, tokens); }); });
+      }
+    }
+  }
+  PrintRuns(all);
 
   if (!Want("fanout")) return 0;
   const KvCompression fan_track = tracks.front();
   const uint64_t fan_bytes = TrackBytes(b, fan_track, b.NewPrompt(fan_tokens), fan_tokens);
-  std::printf("\nLive fan-out through the relay, %s, %d tokens (%.1f MiB):\n\n"
-              "| subscribers | seconds | delivered MiB/s | publisher sent (copies) | "
-              "vs 1 subscriber x N | CPU ms per MiB delivered | cores busy | busiest threads "
-              "(cores) |\n"
-              "|---|---|---|---|---|---|---|---|\n",
+  std::map<int, Runs> fan;  // by subscribers; bytes: what they all received
+  std::map<int, std::vector<double>> copies;  // the publisher's bytes / one track's
+  for (int round = 1; round <= rounds; ++round) {
+    for (int n : fanouts) {
+      Runs& runs = fan[n];
+      runs.bytes = fan_bytes * n;
+      const Cost cost = Measure([&] {
+        const auto [secs, publisher_sent] = b.FanOut(n, fan_track, fan_tokens, fan_bytes);
+        copies[n].push_back(double(publisher_sent) / fan_bytes);
+        return secs;
+      });
+      runs.by_case["fanout"].push_back(cost);
+      std::fprintf(stderr, "kv_path_bench: round %d/%d, fan-out to %d: %.0f MiB/s delivered\n",
+                   round, rounds, n, MiBps(runs.bytes, cost.secs));
+    }
+  }
+  std::printf("\nLive fan-out through the relay, %s, %d tokens (%.1f MiB), median (range):\n\n"
+              "| subscribers | delivered MiB/s | publisher sent (copies) | CPU ms per MiB delivered "
+              "| CPU ms per MiB delivered by thread (the median run) |\n|---|---|---|---|---|\n",
               TrackNameOf(fan_track).c_str(), fan_tokens, fan_bytes / double(1 << 20));
-  double one = 0;
-  for (int n : fanouts) {
-    uint64_t sent = 0;
-    const Cost cost = Measure(true, [&] {
-      const auto [secs, publisher_sent] = b.FanOut(n, fan_track, fan_tokens, fan_bytes);
-      sent = publisher_sent;
-      return secs;
-    });
-    const double rate = MiBps(fan_bytes * n, cost.secs);
-    if (one == 0) one = rate / n;
-    std::printf("| %d | %.3f | %.0f | %.2f | %.2fx | %.2f | %.2f | %s |\n", n, cost.secs, rate,
-                double(sent) / fan_bytes, rate / (one * n),
-                cost.cpu * 1e3 / (double(fan_bytes) * n / (1 << 20)), cost.cpu / cost.secs,
-                cost.threads.c_str());
-    std::fflush(stdout);
+  for (const auto& [n, runs] : fan) {
+    std::printf("| %d | %s | %s | %s | %s |\n", n, MedianRange(runs.Rates("fanout"), "%.0f").c_str(),
+                MedianRange(copies[n], "%.2f").c_str(),
+                MedianRange(runs.CpuPerMib("fanout"), "%.2f").c_str(),
+                runs.Threads("fanout").c_str());
   }
   return 0;
 }

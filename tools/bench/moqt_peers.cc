@@ -8,6 +8,35 @@
 
 namespace kvcast::bench {
 
+void BytePublisher::SetTrack(size_t object_bytes, uint64_t objects) {
+  buffer_ = std::make_shared<const std::vector<uint8_t>>(object_bytes, uint8_t{0x5a});
+  objects_ = objects;
+}
+
+void BytePublisher::OnSubscribe(moqt::MoqtSession*, const moqt::Subscribe&,
+                                std::shared_ptr<moqt::Downstream> downstream) {
+  downstream->Accept(moqt::TrackInfo{});
+  Pump(std::make_shared<Outlet>(Outlet{std::move(downstream)}));
+}
+
+void BytePublisher::Pump(const std::shared_ptr<Outlet>& o) {
+  constexpr size_t kWindow = 8 << 20;
+  moqt::Downstream& d = *o->downstream;
+  const quic::SharedBytes payload{buffer_, {buffer_->data(), buffer_->size()}};
+  for (; o->next < objects_; ++o->next) {
+    if (d.cancelled()) return;
+    if (d.queued_bytes() >= kWindow) {  // the callback holds `o` until it runs
+      d.WhenQueuedBelow(kWindow / 2, [this, o] { Pump(o); });
+      return;
+    }
+    moqt::ObjectHeader h;
+    h.group = o->next / 128;
+    h.object = o->next % 128;
+    d.OnSharedObject(h, payload);
+  }
+  d.OnDone(absl::OkStatus());
+}
+
 quic::TlsOptions LoopbackCerts::Server() const {
   quic::TlsOptions tls;
   tls.cert_file = paths.server_cert;

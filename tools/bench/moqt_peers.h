@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/notification.h"
@@ -27,6 +28,27 @@ class UpstreamPublisher : public kvcache::KvPublisher {
   }
   std::unique_ptr<moqt::MoqtClient> upstream;
   absl::Notification ready;
+};
+
+// Serves every track it is asked for as `objects` objects of one hot buffer
+// of `object_bytes` (128 a group), by reference and with KvPublisher's
+// 8 MiB send window: the MoQT side of a byte-transport comparison (no
+// codec; the TLS baseline also sends from a hot buffer). Loop thread only.
+class BytePublisher : public moqt::RequestHandler {
+ public:
+  void SetTrack(size_t object_bytes, uint64_t objects);
+  void OnSubscribe(moqt::MoqtSession* session, const moqt::Subscribe& request,
+                   std::shared_ptr<moqt::Downstream> downstream) override;
+
+ private:
+  struct Outlet {
+    std::shared_ptr<moqt::Downstream> downstream;
+    uint64_t next = 0;
+  };
+  void Pump(const std::shared_ptr<Outlet>& o);
+
+  std::shared_ptr<const std::vector<uint8_t>> buffer_;
+  uint64_t objects_ = 0;
 };
 
 class Ready : public moqt::RequestHandler {
