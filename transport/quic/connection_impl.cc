@@ -385,6 +385,17 @@ void ConnectionImpl::MarkReady(int64_t stream_id, Stream& s) {
   ready_[s.priority].push_back(stream_id);
 }
 
+void ConnectionImpl::ReadyQueue::push_back(int64_t id) {
+  if (size_ == ids_.size()) {  // full: unroll into twice the room
+    std::vector<int64_t> grown(std::max<size_t>(4, 2 * ids_.size()));
+    for (size_t i = 0; i < size_; ++i) grown[i] = ids_[(head_ + i) % ids_.size()];
+    ids_.swap(grown);
+    head_ = 0;
+  }
+  ids_[(head_ + size_) % ids_.size()] = id;
+  ++size_;
+}
+
 void ConnectionImpl::PopReady(uint64_t priority) {
   auto bucket = ready_.find(priority);
   if (bucket == ready_.end()) return;
@@ -436,7 +447,17 @@ void ConnectionImpl::AfterStreamWrite(int64_t stream_id, Stream& s,
     s.drained = true;
     drained_.push_back(stream_id);
   }
-  // Round robin: the stream goes to the back if it still has something.
+  // Round robin: the stream goes to the back of its bucket if it still has
+  // something (the bucket kept: no allocation per packet), else leaves it.
+  if ((s.send.unsent() > 0 || (s.fin_queued && !s.fin_sent)) && !s.blocked) {
+    auto bucket = ready_.find(s.priority);
+    if (bucket != ready_.end() && !bucket->second.empty() &&
+        bucket->second.front() == stream_id) {
+      bucket->second.pop_front();
+      bucket->second.push_back(stream_id);
+      return;
+    }
+  }
   PopReady(s.priority);
   s.in_ready = false;
   if (s.send.unsent() > 0 || (s.fin_queued && !s.fin_sent)) {

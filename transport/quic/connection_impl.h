@@ -221,9 +221,25 @@ class ConnectionImpl final : public Connection {
   State state_ = State::kHandshake;
 
   absl::flat_hash_map<int64_t, Stream> streams_;
+  // A FIFO of stream ids on storage it keeps: the packet loop rotates a
+  // bucket once a packet, which must not allocate.
+  class ReadyQueue {
+   public:
+    bool empty() const { return size_ == 0; }
+    int64_t front() const { return ids_[head_]; }
+    void pop_front() {
+      head_ = (head_ + 1) % ids_.size();
+      --size_;
+    }
+    void push_back(int64_t id);
+
+   private:
+    std::vector<int64_t> ids_;
+    size_t head_ = 0, size_ = 0;
+  };
   // Streams with data or FIN to hand to QUIC, by priority (lowest first),
-  // round robin within one priority.
-  std::map<uint64_t, std::deque<int64_t>> ready_;
+  // round robin within one priority. A bucket is erased when it empties.
+  std::map<uint64_t, ReadyQueue> ready_;
   std::vector<int64_t> drained_;
   std::vector<std::pair<int64_t, uint64_t>> pending_resets_;
   std::deque<std::vector<uint8_t>> datagrams_;
