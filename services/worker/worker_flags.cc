@@ -32,9 +32,10 @@ ABSL_FLAG(std::string, advertise_host, "127.0.0.1", "host the scheduler and peer
 ABSL_FLAG(std::string, moqt_listen, "0.0.0.0:4433", "MoQT/QUIC HOST:PORT (UDP)");
 ABSL_FLAG(std::string, relay, "", "MoQT relay HOST:PORT; empty: peers connect directly");
 ABSL_FLAG(int32_t, quic_max_udp_payload, 0,
-          "largest QUIC datagram sent, bytes (0: 1452 with path MTU discovery; up to 16384 on "
-          "paths that carry them, e.g. 8952 on a jumbo-frame network): fewer packets, less CPU "
-          "per KV byte");
+          "largest QUIC datagram sent, bytes (0: by path: 16376 to a peer on this host, path MTU "
+          "discovery up to the route's MTU on jumbo-frame routes, else 1452 and discovery; set: "
+          "up to 16384 from the first packet, for paths that carry them, e.g. 8952 on a "
+          "jumbo-frame network): fewer packets, less CPU per KV byte");
 ABSL_FLAG(std::string, quic_cert, "", "QUIC certificate (PEM), also the client certificate");
 ABSL_FLAG(std::string, quic_key, "", "QUIC key (PEM)");
 ABSL_FLAG(std::string, quic_ca, "",

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "transport/quic/datagram_plan.h"
 
 namespace kvcast::quic {
 namespace {
@@ -129,9 +130,14 @@ absl::Status ConnectionImpl::Init(const ngtcp2_cid& dcid,
   settings.max_window = options_.max_data;
   settings.max_stream_window = options_.max_stream_data;
   if (std::getenv("KVCAST_QUIC_LOG") != nullptr) settings.log_printf = LogPrintf;
-  if (options_.max_udp_payload > 0) {
-    settings.max_tx_udp_payload_size = std::min(options_.max_udp_payload, kMaxUdpDatagram);
-    settings.no_tx_udp_payload_size_shaping = 1;
+  // Kept until ngtcp2_conn_*_new has copied it.
+  const DatagramPlan datagrams =
+      PlanDatagrams(options_.max_udp_payload, LookUpPath(remote_), remote_.family());
+  settings.max_tx_udp_payload_size = datagrams.max_payload;
+  settings.no_tx_udp_payload_size_shaping = datagrams.fixed ? 1 : 0;
+  if (!datagrams.probes.empty()) {
+    settings.pmtud_probes = datagrams.probes.data();
+    settings.pmtud_probeslen = datagrams.probes.size();
   }
 
   ngtcp2_transport_params params;

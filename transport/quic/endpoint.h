@@ -49,13 +49,15 @@ struct TransportOptions {
   uint64_t max_datagram_frame_size = 1200;
   // Batch outgoing packets with sendmmsg/UDP GSO where the kernel allows.
   bool batch_send = true;
-  // Largest UDP datagram payload we send. 0: ngtcp2's 1452 bytes, with
-  // path MTU discovery. Larger (up to kMaxUdpDatagram in udp_socket.h, the
-  // largest we accept): datagrams up to this size and the peer's
-  // max_udp_payload_size, for paths known to carry them: loopback,
-  // jumbo-frame networks (MTU 9000: 8952). Fewer, larger packets cost less
-  // CPU per byte (docs/benchmarks.md); on a path that cannot carry them
-  // nothing gets through.
+  // Largest UDP datagram payload we send. 0: chosen per connection from
+  // the path (datagram_plan.h): 16,376 bytes to a peer on this host, path
+  // MTU discovery up to the route's MTU on jumbo-frame routes, ngtcp2's
+  // 1452 bytes and discovery elsewhere. Set (up to kMaxUdpDatagram in
+  // udp_socket.h, the largest we accept): datagrams up to this size and the
+  // peer's max_udp_payload_size from the first packet, for paths known to
+  // carry them (MTU 9000: 8952). Fewer, larger packets cost less CPU per
+  // byte (docs/benchmarks.md); on a path that cannot carry them nothing
+  // gets through.
   size_t max_udp_payload = 0;
   // End a connection at once (UNAVAILABLE "peer unreachable") when the
   // network reports its peer unreachable (ICMP port or host unreachable,

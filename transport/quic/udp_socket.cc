@@ -235,8 +235,9 @@ size_t UdpSocket::Receive(
 }
 
 size_t UdpSocket::MaxGsoSegments(size_t segment_size) {
-  // The whole train is one UDP datagram before segmentation: < 64 KiB.
-  return std::max<size_t>(1, std::min<size_t>(64, 65000 / segment_size));
+  // The whole train is one UDP datagram before segmentation: at most
+  // 65,507 bytes (65,535 less the IPv4 and UDP headers).
+  return std::max<size_t>(1, std::min<size_t>(64, 65507 / segment_size));
 }
 
 size_t UdpSocket::Send(const SocketAddress& to, absl::Span<const uint8_t> data,
