@@ -493,7 +493,8 @@ void KvPublisher::OnFetch(moqt::MoqtSession* session, const moqt::Fetch& request
   Prompt& p = *found;
   // Draft-14: an end object of 0 means the whole end group.
   const uint64_t first = request.start.group;
-  const uint64_t last = request.end.group;
+  uint64_t last = request.end.group;
+  bool cut = false;  // the prompt failed: the range ends at its last chunk computed
   std::string problem;
   if (first > last) {
     problem = absl::StrCat("fetch range starts at group ", first, " after its end ", last);
@@ -501,10 +502,17 @@ void KvPublisher::OnFetch(moqt::MoqtSession* session, const moqt::Fetch& request
     problem = absl::StrCat("group ", last, " is past the prompt's ", num_groups(p), " chunks");
   } else {
     for (uint64_t g = first; g <= last; ++g) {
-      if (p.chunk_pages[g].empty()) {
+      if (!p.chunk_pages[g].empty()) continue;
+      if (!p.ended || p.end_status.ok()) {
         problem = absl::StrCat("chunk ", g, " is not computed yet; SUBSCRIBE to get it live");
-        break;
+      } else if (g == first) {
+        problem = absl::StrCat("chunk ", g, " was never computed: the prompt failed (",
+                               p.end_status.ToString(), ")");
+      } else {  // what was computed is all there will be: serve that
+        last = g - 1;
+        cut = true;
       }
+      break;
     }
   }
   if (!problem.empty()) {
@@ -512,12 +520,12 @@ void KvPublisher::OnFetch(moqt::MoqtSession* session, const moqt::Fetch& request
     downstream->Reject(moqt::kErrInvalidRange, problem);
     return;
   }
-  const bool whole_end = request.end.object == 0;
+  const bool whole_end = request.end.object == 0 || cut;
   const uint64_t last_object =
       whole_end ? uint64_t(tokens_in(p, last)) : std::min<uint64_t>(request.end.object - 1,
                                                                     tokens_in(p, last));
   downstream->Accept(moqt::TrackInfo{Location{last, last_object}, moqt::GroupOrder::kAscending,
-                                     p.ended && last + 1 == uint64_t(num_groups(p))});
+                                     p.ended && (cut || last + 1 == uint64_t(num_groups(p)))});
   auto out = std::make_shared<Outlet>();
   out->downstream = downstream;
   out->compression = compression;

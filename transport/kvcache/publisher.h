@@ -12,7 +12,11 @@
 //    prompt was abandoned. Chunks may become ready in any order.
 //  - FETCH of a group range: served from ready chunks; a range reaching past
 //    the prompt or into chunks not computed yet is refused (INVALID_RANGE)
-//    with a message naming the missing chunk.
+//    with a message naming the missing chunk. Once the prompt failed
+//    (EndPrompt with an error) no missing chunk will come: a range that
+//    starts with ready chunks is served up to its last ready one (FETCH_OK
+//    ends there, end of track), one that starts with a missing chunk is
+//    refused naming the failure.
 //  - Pacing: each request's objects go out a piece (a quarter of a chunk)
 //    at a time while its send queue holds less than the send window
 //    (SetSendWindow; QUIC flow control and congestion drain it), so a slow

@@ -539,6 +539,47 @@ TEST_F(KvOverMoqt, RequestsThePublisherCannotServeAreRefusedWithTheirReason) {
     EXPECT_NE(reply.message().find(c.message), std::string::npos) << reply;
   }
 
+  // The prompt fails after its first chunk: a FETCH of both gets the one
+  // computed (FETCH_OK ending there), a FETCH of the other names the failure.
+  h_.thread()->RunSync([&] {
+    ASSERT_TRUE(
+        publisher_->EndPrompt(Digest(5), absl::UnavailableError("prefill worker lost")).ok());
+  });
+  for (uint64_t start : {uint64_t{0}, uint64_t{1}}) {
+    auto sink = std::make_shared<moqt::testing::CollectingConsumer>();
+    absl::StatusOr<moqt::TrackInfo> reply = absl::UnknownError("pending");
+    bool replied = false;
+    h_.thread()->RunSync([&] {
+      moqt::Fetch f;
+      f.track = FullTrackNameOf({ModelId(kModel), Digest(5), KvFormat::kFp16});
+      f.start = {start, 0};
+      f.end = {1, 0};
+      ASSERT_TRUE(client->session()
+                      ->Fetch(f, sink,
+                              [&](absl::StatusOr<moqt::TrackInfo> r) {
+                                replied = true;
+                                reply = std::move(r);
+                              })
+                      .ok());
+    });
+    ASSERT_TRUE(WaitOnLoop(h_.thread(), [&] { return replied && (!reply.ok() || sink->done); }));
+    if (start == 1) {
+      EXPECT_FALSE(reply.ok());
+      EXPECT_NE(reply.status().message().find("chunk 1 was never computed: the prompt failed"),
+                std::string::npos)
+          << reply.status();
+      continue;
+    }
+    ASSERT_TRUE(reply.ok()) << reply.status();
+    EXPECT_EQ(reply->largest->group, 0u) << "the range ends at the last chunk computed";
+    EXPECT_TRUE(reply->end_of_track);
+    h_.thread()->RunSync([&] {
+      EXPECT_TRUE(sink->done_status.ok()) << sink->done_status;
+      EXPECT_EQ(sink->objects.size(), 32u) << "chunk 0's tokens";
+      for (const auto& [loc, payload] : sink->objects) EXPECT_EQ(loc.first, 0u);
+    });
+  }
+
   // A decoder whose model has another KV shape refuses the objects by size
   // and gets its pages back.
   Memory other(KvLayout{2, 2, 16, 16});
