@@ -16,14 +16,22 @@ using testing::Pattern;
 using testing::QuicTestEnv;
 using testing::RecordingHandler;
 
-TEST(QuicPriorityTest, LowerPriorityValueFinishesFirst) {
-  QuicTestEnv env;
+// A server and one client connection to it, handshake done.
+void Connect(QuicTestEnv& env, size_t* client, RecordingHandler** server) {
   ASSERT_TRUE(env.StartServer(env.ServerTls(), {}).ok());
   absl::StatusOr<size_t> c = env.Connect(env.ClientTls(), {});
   ASSERT_TRUE(c.ok()) << c.status();
   ASSERT_TRUE(env.client_handler(*c)->WaitHandshake(absl::Seconds(10)));
-  RecordingHandler* server = env.ServerHandler(0);
-  ASSERT_NE(server, nullptr);
+  *client = *c;
+  *server = env.ServerHandler(0);
+  ASSERT_NE(*server, nullptr);
+}
+
+TEST(QuicPriorityTest, LowerPriorityValueFinishesFirst) {
+  QuicTestEnv env;
+  size_t c = 0;
+  RecordingHandler* server = nullptr;
+  ASSERT_NO_FATAL_FAILURE(Connect(env, &c, &server));
   absl::Mutex mu;
   std::vector<int64_t> fin_order;
   env.Run([&] {
@@ -36,7 +44,7 @@ TEST(QuicPriorityTest, LowerPriorityValueFinishesFirst) {
   const std::string bulk = Pattern(1 << 20, 7), urgent = Pattern(4 << 20, 8);
   int64_t late = -1, first = -1;
   env.Run([&] {
-    Connection* conn = env.client(*c)->connection();
+    Connection* conn = env.client(c)->connection();
     late = *conn->OpenUniStream();
     first = *conn->OpenUniStream();
     conn->SetStreamPriority(late, 100);
@@ -58,12 +66,9 @@ TEST(QuicPriorityTest, LowerPriorityValueFinishesFirst) {
 
 TEST(QuicPriorityTest, EqualPrioritiesTakeTurns) {
   QuicTestEnv env;
-  ASSERT_TRUE(env.StartServer(env.ServerTls(), {}).ok());
-  absl::StatusOr<size_t> c = env.Connect(env.ClientTls(), {});
-  ASSERT_TRUE(c.ok()) << c.status();
-  ASSERT_TRUE(env.client_handler(*c)->WaitHandshake(absl::Seconds(10)));
-  RecordingHandler* server = env.ServerHandler(0);
-  ASSERT_NE(server, nullptr);
+  size_t c = 0;
+  RecordingHandler* server = nullptr;
+  ASSERT_NO_FATAL_FAILURE(Connect(env, &c, &server));
   absl::Mutex mu;
   std::map<int64_t, size_t> received;
   size_t other_at_first_fin = 0;
@@ -84,7 +89,7 @@ TEST(QuicPriorityTest, EqualPrioritiesTakeTurns) {
   const std::string a = Pattern(kBytes, 3), b = Pattern(kBytes, 4);
   int64_t ida = -1, idb = -1;
   env.Run([&] {
-    Connection* conn = env.client(*c)->connection();
+    Connection* conn = env.client(c)->connection();
     ida = *conn->OpenUniStream();
     idb = *conn->OpenUniStream();
     conn->SetStreamPriority(ida, 5);
