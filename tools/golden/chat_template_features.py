@@ -28,7 +28,7 @@ LINES_TEXT = r'''
 {% for i in range(10) %}{% if i == 2 %}{% continue %}{% endif %}{% if i == 5 %}{% break %}{% endif %}{{ i }}{% endfor %}|{{ range(3)|list }}|{{ range(1, 10, 3)|list }}|{{ range(5, 0, -2)|list }}
 {% set ns = namespace(a=1, b='x') %}{% for i in l %}{% set ns.a = ns.a + i %}{% endfor %}{{ ns.a }}{{ ns.b }}|{% set y = 1 %}{% for i in l %}{% set y = y + i %}{% endfor %}{{ y }}|{% if true %}{% set z = 3 %}{% endif %}{{ z }}|{% set a, b = 1, 2 %}{{ a }}{{ b }}|{% set q %}block {{ x }}{% endset %}{{ q }}|{% set r | upper %}up{% endset %}{{ r }}
 {% macro m(a, b=2, c='c') %}[{{ a }},{{ b }},{{ c }}]{% endmacro %}{{ m(1) }}{{ m(1, 3) }}{{ m(1, c='z') }}{{ m() }}|{% macro w() %}<{{ caller() }}>{% endmacro %}{% call w() %}inner {{ x }}{% endcall %}|{% macro v() %}{{ varargs }}{{ kwargs }}{% endmacro %}{{ v(1, 2, k=3) }}
-{% filter upper %}shout {{ x }}{% endfilter %}|{% with p = 5, q2 = 6 %}{{ p + q2 }}{% endwith %}{{ p }}|{% raw %}{{ not rendered }}{% endraw %}|{# comment #}|{{ strftime_now('%d %b %Y') }}|{% generation %}gen{% endgeneration %}
+{% filter upper %}shout {{ x }}{% endfilter %}|{% with p = 5, q2 = 6 %}{{ p + q2 }}{% endwith %}{{ p }}|{% raw %}{{ not rendered }}{% endraw %}|{# comment #}|{{ strftime_now('%d %b %Y') }}|{{ strftime_now('%H:%M %Z|%z|%f|%%Z|100%%') }}|{% generation %}gen{% endgeneration %}
 {{ [1, 'a', none, true, 2.5, (1, 2), {'k': 'v'}] }}|{{ n }}|{{ t }}|{{ u8 }}|{{ ['a\u200b', 'é', '😀', '\x7f'] }}|{{ x|string ~ 'a' }}|{{ 'x' if 0 else 'y' if '' else 'z' }}|{{ ('a', 'b')|join }}|{{ (l|list)[0] }}
 {{ '%s' }}|{{ d|length }}|{{ 'abc'.find('c') }}|{{ 'banana'.count('a') }}|{{ '-'.join(['a', 'b']) }}|{{ 'a\nb'.splitlines() }}|{{ '12'.isdigit() }}|{{ l.index(2) }}|{{ y|length }}|{{ y|list }}
 '''

@@ -531,17 +531,11 @@ void AddGlobals(Scope* scope) {
       Value::Function("strftime_now", [](Interpreter& in, CallArgs& a) -> absl::StatusOr<Value> {
         ASSIGN_OR_RETURN(std::vector<Value> p, Bind(in, "strftime_now", a, {"format"}));
         RETURN_IF_ERROR(NeedString(in, "strftime_now", p[0]));
-        std::time_t now = std::time(nullptr);
+        timespec now{};
+        clock_gettime(CLOCK_REALTIME, &now);
         std::tm local{};
-        localtime_r(&now, &local);
-        if (p[0].str().empty()) return Value::String("");
-        std::string buffer(256, '\0');
-        for (int attempt = 0; attempt < 6; ++attempt) {
-          size_t n = std::strftime(buffer.data(), buffer.size(), p[0].str().c_str(), &local);
-          if (n > 0) return Value::String(buffer.substr(0, n));
-          buffer.resize(buffer.size() * 4);
-        }
-        return Value::String("");
+        localtime_r(&now.tv_sec, &local);
+        return Value::String(PyStrftime(p[0].str(), local, int(now.tv_nsec / 1000)));
       });
 }
 

@@ -1,6 +1,7 @@
 #include "engine/chat/internal/text.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "absl/strings/str_format.h"
 #include "engine/chat/internal/value.h"
@@ -245,6 +246,34 @@ std::string PyReplace(absl::string_view s, absl::string_view old, absl::string_v
   }
   out.append(s.data() + start, s.size() - start);
   return out;
+}
+
+std::string PyStrftime(const std::string& format, const std::tm& time, int microseconds) {
+  std::string c_format;  // %z, %Z and %f done here, as Python does first
+  for (size_t i = 0; i < format.size(); ++i) {
+    if (format[i] != '%' || i + 1 == format.size()) {
+      c_format += format[i];
+      continue;
+    }
+    const char d = format[++i];
+    if (d == 'z' || d == 'Z') continue;
+    if (d == 'f') {
+      char micro[8];
+      std::snprintf(micro, sizeof(micro), "%06d", microseconds);
+      c_format += micro;
+      continue;
+    }
+    c_format += '%';
+    c_format += d;
+  }
+  if (c_format.empty()) return "";
+  std::string buffer(256, '\0');
+  for (int attempt = 0; attempt < 6; ++attempt) {
+    const size_t n = std::strftime(buffer.data(), buffer.size(), c_format.c_str(), &time);
+    if (n > 0) return buffer.substr(0, n);
+    buffer.resize(buffer.size() * 4);
+  }
+  return "";
 }
 
 std::vector<std::string> PySplitLines(absl::string_view s) {

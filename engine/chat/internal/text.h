@@ -5,6 +5,7 @@
 #define KVCAST_ENGINE_CHAT_INTERNAL_TEXT_H_
 
 #include <cstdint>
+#include <ctime>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,10 @@ std::vector<std::string> PySplit(absl::string_view s, const std::string* sep, in
 std::vector<std::string> PyRSplit(absl::string_view s, const std::string* sep, int64_t maxsplit);
 // str.replace(old, new, count); count < 0 means all.
 std::string PyReplace(absl::string_view s, absl::string_view old, absl::string_view replacement, int64_t count);
+// datetime.strftime(format) of a naive datetime (as transformers'
+// strftime_now passes): %z and %Z are empty, %f the microseconds (6
+// digits); the rest is C's strftime, as Python's is.
+std::string PyStrftime(const std::string& format, const std::tm& time, int microseconds);
 // str.splitlines() (\n, \r\n, \r, \v, \f, \x1c-\x1e, U+0085, U+2028/9).
 std::vector<std::string> PySplitLines(absl::string_view s);
 // Non-ASCII code points as \uXXXX (surrogate pairs above U+FFFF), as

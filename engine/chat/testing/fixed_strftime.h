@@ -1,5 +1,6 @@
 // A strftime_now for tests and golden comparisons: formats one fixed
-// moment (jinja2's side uses the same, see tools/golden/chat_template_golden.py).
+// moment as a naive datetime (jinja2's side uses the same, see
+// tools/golden/chat_template_golden.py; transformers passes a naive one).
 #ifndef KVCAST_ENGINE_CHAT_TESTING_FIXED_STRFTIME_H_
 #define KVCAST_ENGINE_CHAT_TESTING_FIXED_STRFTIME_H_
 
@@ -7,6 +8,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "engine/chat/internal/text.h"
 #include "engine/chat/jinja.h"
 
 namespace kvcast {
@@ -24,11 +26,7 @@ inline JinjaFunction FixedStrftimeNow(int year, int month, int day, int hour, in
     tm.tm_sec = second;
     std::time_t t = timegm(&tm);
     gmtime_r(&t, &tm);
-    std::string format = args[0].get<std::string>();
-    if (format.empty()) return std::string();
-    std::string buffer(4096, '\0');
-    size_t n = std::strftime(buffer.data(), buffer.size(), format.c_str(), &tm);
-    return buffer.substr(0, n);
+    return jinja_internal::PyStrftime(args[0].get<std::string>(), tm, 0);
   };
 }
 
