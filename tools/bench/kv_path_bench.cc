@@ -389,7 +389,11 @@ struct Bench {
     s.filter_type = moqt::FilterType::kAbsoluteStart;
     s.start = moqt::Location{0, 0};
     const absl::Time start = absl::Now();
-    decode.Run([&] { (void)byte_client->session()->Subscribe(s, counter, [](auto) {}); });
+    decode.Run([&] {
+      if (auto id = byte_client->session()->Subscribe(s, counter, [](auto) {}); !id.ok()) {
+        Check(s.track, id.status());
+      }
+    });
     while (done.load() == 0) absl::SleepFor(absl::Microseconds(200));
     const double secs = absl::ToDoubleSeconds(absl::Now() - start);
     decode.Run([&] { Check(s.track, counter->status); });

@@ -66,8 +66,7 @@ void ConnectionImpl::Close(uint64_t app_error, absl::string_view reason) {
   SetPendingClose(ApplicationCloseStatus(app_error, reason),
                   CloseAction::kSendClose);
   pending_close_->reason = std::string(reason);
-  ngtcp2_ccerr_set_application_error(&pending_close_->ccerr,
-                                                      app_error, nullptr, 0);
+  ngtcp2_ccerr_set_application_error(&pending_close_->ccerr, app_error, nullptr, 0);
   host_->RequestFlush(this);
 }
 
@@ -77,8 +76,8 @@ void ConnectionImpl::Refuse(absl::string_view reason) {
                       "refused by the server's accept callback: ", reason)),
                   CloseAction::kSendClose);
   pending_close_->reason = std::string(reason);
-  ngtcp2_ccerr_set_transport_error(
-      &pending_close_->ccerr, NGTCP2_CONNECTION_REFUSED, nullptr, 0);
+  ngtcp2_ccerr_set_transport_error(&pending_close_->ccerr, NGTCP2_CONNECTION_REFUSED, nullptr,
+                                   0);
 }
 
 void ConnectionImpl::Shutdown(absl::Status status) {
@@ -86,8 +85,7 @@ void ConnectionImpl::Shutdown(absl::Status status) {
     pending_close_.reset();
     SetPendingClose(std::move(status), CloseAction::kSendClose);
     pending_close_->reason = "endpoint shut down";
-    ngtcp2_ccerr_set_application_error(&pending_close_->ccerr,
-                                                        0, nullptr, 0);
+    ngtcp2_ccerr_set_application_error(&pending_close_->ccerr, 0, nullptr, 0);
     ExecutePendingClose();
   } else if (pending_close_.has_value()) {
     ExecutePendingClose();
@@ -188,11 +186,9 @@ void ConnectionImpl::FailWithLibError(int liberr) {
   SetPendingClose(std::move(status), action);
   if (action == CloseAction::kSendClose) {
     if (alert_close) {
-      ngtcp2_ccerr_set_tls_alert(
-          &pending_close_->ccerr, alert, nullptr, 0);
+      ngtcp2_ccerr_set_tls_alert(&pending_close_->ccerr, alert, nullptr, 0);
     } else {
-      ngtcp2_ccerr_set_liberr(
-          &pending_close_->ccerr, liberr, nullptr, 0);
+      ngtcp2_ccerr_set_liberr(&pending_close_->ccerr, liberr, nullptr, 0);
     }
   }
 }
@@ -211,8 +207,7 @@ void ConnectionImpl::ExecutePendingClose() {
     linger_until_ = now + linger;
     return;
   }
-  if (pc.action == CloseAction::kSendClose &&
-      !ngtcp2_conn_in_closing_period(conn_) &&
+  if (pc.action == CloseAction::kSendClose && !ngtcp2_conn_in_closing_period(conn_) &&
       !ngtcp2_conn_in_draining_period(conn_)) {
     pc.ccerr.reason = reinterpret_cast<uint8_t*>(pc.reason.data());
     pc.ccerr.reasonlen = pc.reason.size();
