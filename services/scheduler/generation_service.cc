@@ -112,6 +112,18 @@ grpc::Status GenerationService::Generate(grpc::ServerContext* context,
   return Run(context, *request, [writer](const v1::GenerateResponse& r) { return writer->Write(r); });
 }
 
+GenerationService::Totals GenerationService::totals() const {
+  Totals t;
+  t.requests = m_.ok->value() + m_.failed->value() + m_.rejected->value();
+  t.prompt_tokens = m_.prompt_tokens->value();
+  t.served_cached_tokens = m_.served_cached_tokens->value();
+  t.generated_tokens = m_.generated_tokens->value();
+  const services::Histogram::Snapshot tbt = m_.tbt->Read();
+  t.tbt_seconds = tbt.sum;
+  t.tbt_count = double(tbt.count);
+  return t;
+}
+
 grpc::Status GenerationService::GenerateUnary(grpc::ServerContext* context,
                                               const v1::GenerateRequest* request,
                                               v1::GenerateResult* result) {

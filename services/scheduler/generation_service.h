@@ -35,6 +35,14 @@ class GenerationService final : public v1::Generation::Service {
   grpc::Status GenerateUnary(grpc::ServerContext* context, const v1::GenerateRequest* request,
                              v1::GenerateResult* result) override;
 
+  // What it counted since it started (cumulative; the planner's load).
+  struct Totals {
+    double requests = 0;
+    double prompt_tokens = 0, served_cached_tokens = 0, generated_tokens = 0;
+    double tbt_seconds = 0, tbt_count = 0;  // time between tokens, summed
+  };
+  Totals totals() const;
+
  private:
   grpc::Status Run(grpc::ServerContext* context, const v1::GenerateRequest& request,
                    const RequestRun::Emit& emit);

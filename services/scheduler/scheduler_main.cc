@@ -84,6 +84,11 @@ ABSL_FLAG(bool, prefix_reuse, true,
 ABSL_FLAG(std::string, log_level, "info",
           "log lines at this level and above: trace, debug, info, warn, error, critical, off");
 ABSL_FLAG(double, drain_s, 30, "on SIGTERM: finish in-flight requests for up to this long");
+ABSL_FLAG(double, planner_interval_s, 30,
+          "how often the planner sizes each role for the SLOs and exports "
+          "kvcast_planner_desired_replicas (0: off)");
+ABSL_FLAG(double, slo_ttft_ms, 2000, "the planner's time-to-first-token target");
+ABSL_FLAG(double, slo_itl_ms, 100, "the planner's inter-token latency target");
 
 namespace {
 
@@ -124,6 +129,9 @@ SchedulerServerOptions OptionsFromFlags() {
   g.tenant_limits.max_in_flight = absl::GetFlag(FLAGS_tenant_max_in_flight);
   g.tenant_limits.prompt_tokens_per_minute = absl::GetFlag(FLAGS_tenant_prompt_tokens_per_minute);
   o.drain = absl::Seconds(absl::GetFlag(FLAGS_drain_s));
+  o.planner.interval = absl::Seconds(absl::GetFlag(FLAGS_planner_interval_s));
+  o.planner.slo_ttft_ms = absl::GetFlag(FLAGS_slo_ttft_ms);
+  o.planner.slo_itl_ms = absl::GetFlag(FLAGS_slo_itl_ms);
   return o;
 }
 

@@ -15,6 +15,7 @@
 #include "services/common/metrics_server.h"
 #include "services/openai/openai_frontend.h"
 #include "services/scheduler/generation_service.h"
+#include "services/scheduler/planner_task.h"
 #include "transport/kvcache/naming.h"
 
 namespace kvcast::scheduler {
@@ -109,6 +110,11 @@ absl::Status ValidateSchedulerOptions(const SchedulerServerOptions& o) {
           "--decode_stall_s, --decode_first_message_s and --prefill_stall_s must be positive");
     }
   }
+  const PlannerOptions& p = o.planner;
+  if (p.interval < absl::ZeroDuration() || !(p.slo_ttft_ms > 0) || !(p.slo_itl_ms > 0)) {
+    return absl::InvalidArgumentError(
+        "--planner_interval_s must be >= 0, --slo_ttft_ms and --slo_itl_ms positive");
+  }
   return absl::OkStatus();
 }
 
@@ -149,6 +155,22 @@ absl::Status RunScheduler(SchedulerServerOptions o, services::ShutdownSignal* sh
   services::MetricsRegistry metrics;
   const Tokenizer* http_tokenizer = tokenizer.get();
   GenerationService generation(&registry, std::move(tokenizer), &metrics, o.generation);
+  std::unique_ptr<PlannerTask> planner;
+  if (o.planner.interval > absl::ZeroDuration()) {
+    planner = std::make_unique<PlannerTask>(
+        o.planner,
+        [&generation] {
+          const GenerationService::Totals t = generation.totals();
+          return LoadTotals{t.requests, t.prompt_tokens - t.served_cached_tokens,
+                            t.generated_tokens, t.tbt_seconds, t.tbt_count};
+        },
+        [&registry] {
+          const WorkerRegistry::Fleet f = registry.Summary();
+          return FleetNow{f.prefill_tokens_per_s, f.decode_step_ms, f.decode_running};
+        },
+        &metrics);
+    planner->Start();
+  }
   std::vector<services::NamedService> public_services = {
       {v1::Generation::service_full_name(), &generation}};
   if (!internal) public_services.push_back({v1::Registry::service_full_name(), &registry});

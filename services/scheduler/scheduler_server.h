@@ -2,7 +2,8 @@
 // its drain: kvcast.v1.Generation and grpc.health.v1 on the public gRPC
 // port, kvcast.v1.Registry for the workers (there, or on an internal port
 // with its own TLS), Prometheus /metrics, and the OpenAI-compatible HTTP
-// API. scheduler_main.cc only turns flags into SchedulerServerOptions.
+// API, and the planner's metrics (planner_task.h). scheduler_main.cc only
+// turns flags into SchedulerServerOptions.
 #ifndef KVCAST_SERVICES_SCHEDULER_SCHEDULER_SERVER_H_
 #define KVCAST_SERVICES_SCHEDULER_SCHEDULER_SERVER_H_
 
@@ -11,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "services/common/shutdown.h"
+#include "services/scheduler/planner.h"
 #include "services/scheduler/request.h"
 #include "services/scheduler/worker_registry.h"
 
@@ -37,6 +39,7 @@ struct SchedulerServerOptions {
   std::string model;  // the tokenizer and chat template's source; empty: token ids only
   WorkerRegistry::Options registry;  // make_channel is set by RunScheduler
   GenerationOptions generation;      // api_keys and moqt_auth are set by RunScheduler
+  PlannerOptions planner;            // interval 0: no planner
   absl::Duration drain = absl::Seconds(30);
 };
 

@@ -42,6 +42,12 @@ TEST(SchedulerServerTest, EachBadOptionIsRefusedNamingItsFlag) {
   o = Loopback();
   o.generation.kv_token_ttl = absl::ZeroDuration();
   EXPECT_NE(Refusal(o).find("--kv_token_ttl_s"), std::string::npos);
+  o = Loopback();
+  o.planner.slo_itl_ms = 0;
+  EXPECT_NE(Refusal(o).find("--slo_itl_ms"), std::string::npos);
+  o = Loopback();
+  o.planner.interval = absl::Seconds(-1);
+  EXPECT_NE(Refusal(o).find("--planner_interval_s"), std::string::npos);
 }
 
 TEST(SchedulerServerTest, ServesUntilShutdownThenDrains) {

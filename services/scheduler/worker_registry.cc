@@ -127,6 +127,32 @@ grpc::Status WorkerRegistry::Register(grpc::ServerContext*, const v1::RegisterRe
   return grpc::Status::OK;
 }
 
+WorkerRegistry::Fleet WorkerRegistry::Summary() const {
+  absl::MutexLock lock(&mu_);
+  Fleet f;
+  int rated = 0, stepped = 0;
+  for (const auto& [slot, w] : workers_) {
+    if (w.info.role() == v1::WORKER_ROLE_PREFILL) {
+      ++f.prefill_workers;
+      if (w.info.calibrated_chunk_ms() > 0) {
+        f.prefill_tokens_per_s += w.info.chunk_tokens() / w.info.calibrated_chunk_ms() * 1e3;
+        ++rated;
+      }
+    } else {
+      ++f.decode_workers;
+      f.decode_running += w.load.running();
+      if (w.info.calibrated_step_ms() > 0) {
+        f.decode_step_ms += w.info.calibrated_step_ms();
+        ++stepped;
+      }
+    }
+  }
+  if (rated > 0) f.prefill_tokens_per_s /= rated;
+  if (stepped > 0) f.decode_step_ms /= stepped;
+  if (f.decode_workers > 0) f.decode_running /= f.decode_workers;
+  return f;
+}
+
 grpc::Status WorkerRegistry::Heartbeat(grpc::ServerContext*, const v1::HeartbeatRequest* request,
                                        v1::HeartbeatResponse* response) {
   absl::MutexLock lock(&mu_);

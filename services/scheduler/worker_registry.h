@@ -96,6 +96,15 @@ class WorkerRegistry final : public v1::Registry::Service {
                           v1::DeregisterResponse* response) override;
 
   std::optional<ModelInfo> model() const;
+  // The registered workers per role, with their start-up calibration and
+  // load averaged over those that reported it (the planner's capacity).
+  struct Fleet {
+    int prefill_workers = 0, decode_workers = 0;
+    double prefill_tokens_per_s = 0;  // chunk_tokens / calibrated chunk time
+    double decode_step_ms = 0;        // calibrated single-sequence step
+    double decode_running = 0;        // sequences in a decode worker's batch
+  };
+  Fleet Summary() const;
   // Picks workers for a prompt (its chunk hash chain), skipping `exclude`.
   // Unavailable when no decode worker is registered (or all are excluded).
   // Counts the prompt's work on the prefill worker until PrefillAnswered,

@@ -1,0 +1,82 @@
+#include "services/scheduler/planner_task.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "absl/time/clock.h"
+
+namespace kvcast::scheduler {
+namespace {
+
+PlannerOptions Exact() {
+  PlannerOptions o;
+  o.alpha = 1;  // the forecast is the last interval
+  o.beta = 0;
+  return o;
+}
+
+bool Has(const std::string& text, const std::string& line) {
+  return text.find(line) != std::string::npos;
+}
+
+TEST(PlannerTaskTest, ExportsThePlanOfEachIntervalsLoad) {
+  LoadTotals totals;
+  totals.requests = 1000;  // before the task: not this interval's
+  FleetNow fleet{2000, 20, 1};
+  services::MetricsRegistry metrics;
+  PlannerTask task(Exact(), [&] { return totals; }, [&] { return fleet; }, &metrics);
+  // 30 s of 10 requests/s, 1000 uncached prompt tokens and 100 output
+  // tokens each; decode batches of 31 sequences, 50 ms between tokens.
+  totals.requests += 300;
+  totals.uncached_prompt_tokens += 300000;
+  totals.output_tokens += 30000;
+  totals.tbt_seconds += 30000 * 0.05;
+  totals.tbt_count += 30000;
+  fleet.decode_running = 31;
+  PlanDecision d = task.Tick();
+  EXPECT_DOUBLE_EQ(d.requests_per_s, 10);
+  EXPECT_EQ(d.prefill.replicas, 7);  // planner_test: 10000 / (2000 x 0.8)
+  // Each further sequence costs (50 - 20) / 30 = 1 ms: a batch of 61 fits
+  // the ITL budget, 762.5 tokens/s a worker.
+  EXPECT_EQ(d.decode_batch, 61);
+  EXPECT_EQ(d.decode.replicas, 2);
+  const std::string text = metrics.Render();
+  EXPECT_TRUE(Has(text, "kvcast_planner_desired_replicas{role=\"prefill\"} 7")) << text;
+  EXPECT_TRUE(Has(text, "kvcast_planner_desired_replicas{role=\"decode\"} 2")) << text;
+  EXPECT_TRUE(Has(text, "kvcast_planner_predicted{quantity=\"requests_per_s\"} 10")) << text;
+  EXPECT_TRUE(Has(text, "kvcast_planner_decode_step_ms_per_seq 1")) << text;
+
+  // The next interval counts only what came since; with batches of one the
+  // batch cost estimate stays.
+  totals.requests += 600;
+  totals.uncached_prompt_tokens += 600000;
+  totals.output_tokens += 60000;
+  fleet.decode_running = 1;
+  d = task.Tick();
+  EXPECT_DOUBLE_EQ(d.requests_per_s, 20);
+  EXPECT_EQ(d.prefill.replicas, 13);
+  EXPECT_EQ(d.decode_batch, 61);
+  EXPECT_EQ(d.decode.replicas, 3);  // 2000 / 762.5
+}
+
+TEST(PlannerTaskTest, ItsThreadTicksEveryIntervalAndStopsWithIt) {
+  services::MetricsRegistry metrics;
+  PlannerOptions o = Exact();
+  o.interval = absl::Milliseconds(10);
+  o.min_replicas = 3;
+  const std::string planned = "kvcast_planner_desired_replicas{role=\"decode\"} 3";
+  {
+    PlannerTask task(
+        o, [] { return LoadTotals{}; }, [] { return FleetNow{}; }, &metrics);
+    task.Start();
+    const absl::Time deadline = absl::Now() + absl::Seconds(10);
+    while (!Has(metrics.Render(), planned) && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(5));
+    }
+  }  // the destructor stops and joins the thread
+  EXPECT_TRUE(Has(metrics.Render(), planned));
+}
+
+}  // namespace
+}  // namespace kvcast::scheduler
