@@ -96,6 +96,22 @@ class Replicas(unittest.TestCase):
         prefill = the(o, "HorizontalPodAutoscaler", "prefill")["spec"]
         self.assertEqual((prefill["minReplicas"], prefill["maxReplicas"]), (2, 6))
 
+    def test_planner_metric_asks_for_the_planners_replicas(self):
+        o = objs("planner")
+        for role, bounds in (("prefill", (1, 12)), ("decode", (2, 20))):
+            spec = the(o, "HorizontalPodAutoscaler", role)["spec"]
+            self.assertEqual((spec["minReplicas"], spec["maxReplicas"]), bounds)
+            [metric] = spec["metrics"]
+            self.assertEqual(metric["type"], "External")
+            self.assertEqual(metric["external"]["metric"],
+                             {"name": "kvcast_planner_desired_replicas",
+                              "selector": {"matchLabels": {"role": role}}})
+            # A target average of 1: desired replicas = the metric's value.
+            self.assertEqual(metric["external"]["target"], {"type": "AverageValue", "averageValue": "1"})
+            self.assertNotIn("replicas", the(o, "Deployment", role)["spec"], role)
+        for role in ("scheduler", "relay"):
+            self.assertEqual(find(o, "HorizontalPodAutoscaler", role), [], role)
+
 
 class Gpus(unittest.TestCase):
     def gpu(self, deployment):

@@ -41,6 +41,9 @@ SCHEMA_REJECTS = {
 }
 # Refused by the templates (values.schema.json cannot compare two values).
 TEMPLATE_REJECTS = {
+    "planner_metric_on_the_relay": (
+        {"relay": {"autoscaling": {"enabled": True, "metric": "planner"}}},
+        "relay.autoscaling.metric planner: the planner sizes prefill and decode only"),
     "hpa_min_above_max": (
         {"decode": {"autoscaling": {"enabled": True, "minReplicas": 9, "maxReplicas": 3}}},
         "decode.autoscaling.minReplicas (9) is greater than maxReplicas (3)"),

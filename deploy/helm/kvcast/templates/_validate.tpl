@@ -25,6 +25,9 @@ with a message that names the values involved.
 {{- fail (printf "kvcast: %s.kvDiskTier.mb needs %s.kvHostTierMB > 0: the disk tier holds what the host tier pushes out" $role $role) }}
 {{- end }}
 {{- $a := $v.autoscaling }}
+{{- if and $a.enabled (eq $a.metric "planner") (not (has $role (list "prefill" "decode"))) }}
+{{- fail (printf "kvcast: %s.autoscaling.metric planner: the planner sizes prefill and decode only" $role) }}
+{{- end }}
 {{- if and $a.enabled (gt (int $a.minReplicas) (int $a.maxReplicas)) }}
 {{- fail (printf "kvcast: %s.autoscaling.minReplicas (%d) is greater than maxReplicas (%d)" $role (int $a.minReplicas) (int $a.maxReplicas)) }}
 {{- end }}
