@@ -112,6 +112,26 @@ class Replicas(unittest.TestCase):
         for role in ("scheduler", "relay"):
             self.assertEqual(find(o, "HorizontalPodAutoscaler", role), [], role)
 
+    def test_keda_asks_prometheus_for_the_planners_replicas(self):
+        o = objs("planner-keda")
+        for role, bounds in (("prefill", (1, 12)), ("decode", (2, 20))):
+            spec = the(o, "ScaledObject", role)["spec"]
+            self.assertEqual(spec["scaleTargetRef"]["name"],
+                             the(o, "Deployment", role)["metadata"]["name"])
+            self.assertEqual((spec["minReplicaCount"], spec["maxReplicaCount"]), bounds)
+            self.assertEqual((spec["pollingInterval"], spec["cooldownPeriod"]), (15, 120))
+            [trigger] = spec["triggers"]
+            self.assertEqual(trigger["type"], "prometheus")
+            self.assertEqual(trigger["metricType"], "AverageValue")
+            self.assertEqual(trigger["metadata"], {
+                "serverAddress": "http://prometheus.monitoring:9090",
+                "query": f'sum(kvcast_planner_desired_replicas{{role="{role}"}})',
+                "threshold": "1"})
+            # KEDA makes the HPA: the chart renders none, nor a replica count.
+            self.assertEqual(find(o, "HorizontalPodAutoscaler", role), [], role)
+            self.assertNotIn("replicas", the(o, "Deployment", role)["spec"], role)
+        self.assertEqual(find(objs("planner"), "ScaledObject"), [])
+
 
 class Gpus(unittest.TestCase):
     def gpu(self, deployment):

@@ -6,10 +6,12 @@ kubernetes-validate knows.
 
 Run by run_in_venv.sh with the venv from setup_deploy_venv.sh.
 """
+import json
 import pathlib
 import unittest
 
 import helm_python as helm
+import jsonschema
 import kubernetes_validate
 import yaml
 from yamllint import config as yl_config, linter as yl_linter
@@ -17,9 +19,11 @@ from yamllint import config as yl_config, linter as yl_linter
 import kvtest
 
 KUBE_VERSIONS = ("1.27", kubernetes_validate.utils.latest_version())
-# Kinds kubernetes-validate has no schema for (CRDs); chart_mapping_test.py
-# checks their shape.
-CRD_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor")}
+# Kinds kubernetes-validate has no schema for (CRDs): chart_mapping_test.py
+# checks their shape, and those with a schema under schemas/ (KEDA's
+# ScaledObject, from its documentation) are validated against it.
+CRD_KINDS = {("monitoring.coreos.com/v1", "ServiceMonitor"): None,
+             ("keda.sh/v1alpha1", "ScaledObject"): "keda_scaledobject.schema.json"}
 YAMLLINT = yl_config.YamlLintConfig(file=str(kvtest.HERE / "yamllint.yaml"))
 
 
@@ -72,7 +76,14 @@ def _add_value_set_tests(name: str) -> None:
         for path, doc in kvtest.manifests(kvtest.render_set(name)):
             obj = yaml.safe_load(doc)
             what = f"{path}: {obj['kind']} {obj['metadata']['name']}"
-            if (obj["apiVersion"], obj["kind"]) in CRD_KINDS:
+            crd = (obj["apiVersion"], obj["kind"])
+            if crd in CRD_KINDS:
+                if CRD_KINDS[crd] is not None:
+                    schema = json.loads((kvtest.HERE / "schemas" / CRD_KINDS[crd]).read_text())
+                    errors = [f"{'.'.join(map(str, e.path))}: {e.message}"
+                              for e in jsonschema.Draft202012Validator(schema).iter_errors(obj)]
+                    self.assertEqual(errors, [], what)
+                    checked += 1
                 continue
             for version in KUBE_VERSIONS:
                 try:

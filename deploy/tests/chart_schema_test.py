@@ -35,6 +35,11 @@ SCHEMA_REJECTS = {
     "bad_pdb": ({"relay": {"pdb": {"maxUnavailable": "half"}}}, "at '/relay/pdb/maxUnavailable'"),
     "unknown_hpa_metric": ({"scheduler": {"autoscaling": {"metric": "memory"}}},
                            "at '/scheduler/autoscaling/metric'"),
+    "unknown_autoscaling_engine": ({"decode": {"autoscaling": {"engine": "vpa"}}},
+                                   "at '/decode/autoscaling/engine'"),
+    "keda_address_not_a_url": (
+        {"prefill": {"autoscaling": {"keda": {"prometheusAddress": "prometheus:9090"}}}},
+        "at '/prefill/autoscaling/keda/prometheusAddress'"),
     "host_network_not_boolean": ({"hostNetwork": "yes"}, "at '/hostNetwork'"),
     "service_type": ({"scheduler": {"service": {"type": "Ingress"}}}, "at '/scheduler/service/type'"),
     "extra_arg_not_a_flag": ({"prefill": {"extraArgs": ["rm -rf /"]}}, "at '/prefill/extraArgs/0'"),
@@ -44,6 +49,9 @@ TEMPLATE_REJECTS = {
     "planner_metric_on_the_relay": (
         {"relay": {"autoscaling": {"enabled": True, "metric": "planner"}}},
         "relay.autoscaling.metric planner: the planner sizes prefill and decode only"),
+    "keda_without_the_planner": (
+        {"decode": {"autoscaling": {"enabled": True, "engine": "keda", "metric": "custom"}}},
+        "decode.autoscaling.engine keda scales on the planner's metric"),
     "hpa_min_above_max": (
         {"decode": {"autoscaling": {"enabled": True, "minReplicas": 9, "maxReplicas": 3}}},
         "decode.autoscaling.minReplicas (9) is greater than maxReplicas (3)"),

@@ -28,6 +28,12 @@ with a message that names the values involved.
 {{- if and $a.enabled (eq $a.metric "planner") (not (has $role (list "prefill" "decode"))) }}
 {{- fail (printf "kvcast: %s.autoscaling.metric planner: the planner sizes prefill and decode only" $role) }}
 {{- end }}
+{{- if and $a.enabled (eq ($a.engine | default "hpa") "keda") (ne $a.metric "planner") }}
+{{- fail (printf "kvcast: %s.autoscaling.engine keda scales on the planner's metric: set %s.autoscaling.metric planner" $role $role) }}
+{{- end }}
+{{- if and $a.enabled (eq ($a.engine | default "hpa") "keda") (not $a.keda) }}
+{{- fail (printf "kvcast: %s.autoscaling.engine keda needs %s.autoscaling.keda.prometheusAddress" $role $role) }}
+{{- end }}
 {{- if and $a.enabled (gt (int $a.minReplicas) (int $a.maxReplicas)) }}
 {{- fail (printf "kvcast: %s.autoscaling.minReplicas (%d) is greater than maxReplicas (%d)" $role (int $a.minReplicas) (int $a.maxReplicas)) }}
 {{- end }}
