@@ -49,6 +49,8 @@ from kvtest import container, find
 # tiers; everything
 # else is values.yaml's.
 VALUES = {
+    # The planner every second, so that its metric is there to read.
+    "scheduler": {"planner": {"intervalSeconds": 1, "sloTtftMs": 2000, "sloItlMs": 100}},
     "prefill": {"backend": "cpu", "kvCacheMB": 64},
     # The decode worker with both KV tiers below its pool (the disk tier on
     # its emptyDir).
@@ -407,6 +409,18 @@ class Rehearsal(unittest.TestCase):
         self.assertEqual(metric(scrape(self.pods.local("decode", "metrics")),
                                 "kvcast_kv_transfer_failures_total"), 0)
         self.assertGreater(metric(scrape(self.pods.local("relay", "metrics")), "kvcast_relay_cache_tracks"), 0)
+        # What an autoscaler on the planner reads (autoscaling.metric planner).
+        deadline = time.monotonic() + 10
+        while True:
+            text = scrape(self.metrics_port)
+            plan = {r: metric(text, "kvcast_planner_desired_replicas", {"role": r}) or 0
+                    for r in ("prefill", "decode")}
+            if all(v >= 1 for v in plan.values()) or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        print(f"kvcast_planner_desired_replicas: {plan}")
+        self.assertGreaterEqual(plan["prefill"], 1, plan)
+        self.assertGreaterEqual(plan["decode"], 1, plan)
 
     def test_4_generate_text(self):
         # Text needs the tokenizer: the scheduler's --model (the model volume).

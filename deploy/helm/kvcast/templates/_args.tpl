@@ -62,6 +62,9 @@ cancelled, and the process exits, before the kubelet's SIGKILL.
 - --moqt_auth_key_file={{ include "kvcast.moqtAuthKeyFile" . }}
 - --lease_s={{ int $v.leaseSeconds }}
 - --max_queue={{ int $v.maxQueue }}
+- --planner_interval_s={{ $v.planner.intervalSeconds }}
+- --slo_ttft_ms={{ $v.planner.sloTtftMs }}
+- --slo_itl_ms={{ $v.planner.sloItlMs }}
 {{ include "kvcast.args.drain" . }}
 {{- end }}
 
