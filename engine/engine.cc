@@ -245,6 +245,7 @@ absl::StatusOr<uint64_t> Engine::Submit(std::vector<int32_t> prompt,
   seq->id = next_id_++;
   const uint64_t id = seq->id;
   waiting_.push_back(std::move(seq));
+  sequences_total_.fetch_add(1, std::memory_order_relaxed);
   return id;
 }
 
@@ -455,6 +456,7 @@ absl::Status Engine::MaskByGrammar(Sequence* seq, absl::Span<float> logits) {
 bool Engine::Accept(Sequence* seq, int32_t tok, SequenceEvent* ev) {
   seq->tokens.push_back(tok);
   ++seq->generated;
+  generated_total_.fetch_add(1, std::memory_order_relaxed);
   ev->token = tok;
   const auto& eos = config().eos_token_ids;
   const auto& stop = seq->params.stop_tokens;
@@ -601,6 +603,8 @@ absl::StatusOr<std::vector<SequenceEvent>> Engine::Step() {
   std::vector<Sequence*> finished;
   for (size_t i = 0; i < batch.size(); ++i) {
     Sequence* s = batch[i];
+    prompt_tokens_total_.fetch_add(std::clamp(s->prompt_len - s->kv_len, 0, counts[i]),
+                                   std::memory_order_relaxed);
     s->kv_len += counts[i];
     PublishChunks(s);
     ReportChunks(s);

@@ -20,6 +20,7 @@
 #ifndef KVCAST_ENGINE_ENGINE_H_
 #define KVCAST_ENGINE_ENGINE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -195,6 +196,17 @@ class Engine {
   Backend* backend() const { return backend_.get(); }
   // Sequences whose pages were taken back to make room (compute thread).
   int64_t preemptions() const { return preemptions_; }
+  // Work done since creation, readable from any thread: sequences
+  // submitted, prompt tokens computed (not reused from a cache or landed),
+  // tokens generated.
+  struct Totals {
+    int64_t sequences = 0, prompt_tokens_computed = 0, tokens_generated = 0;
+  };
+  Totals totals() const {
+    return {sequences_total_.load(std::memory_order_relaxed),
+            prompt_tokens_total_.load(std::memory_order_relaxed),
+            generated_total_.load(std::memory_order_relaxed)};
+  }
   // Time spent masking logits by grammars (constrained decoding), in
   // seconds since creation (compute thread).
   double grammar_seconds() const { return grammar_seconds_; }
@@ -237,6 +249,7 @@ class Engine {
   Hash128 prefix_seed_;
   std::vector<std::unique_ptr<Sequence>> running_;  // compute thread only
   int64_t preemptions_ = 0;                          // compute thread only
+  std::atomic<int64_t> sequences_total_{0}, prompt_tokens_total_{0}, generated_total_{0};
   std::vector<float> host_logits_;                   // compute thread only
   std::vector<float> raw_logits_;                    // compute thread only: for logprobs
   GrammarCache grammars_;                            // Get: any thread; automata: compute thread

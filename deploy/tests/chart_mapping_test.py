@@ -125,7 +125,7 @@ class Replicas(unittest.TestCase):
             self.assertEqual(trigger["metricType"], "AverageValue")
             self.assertEqual(trigger["metadata"], {
                 "serverAddress": "http://prometheus.monitoring:9090",
-                "query": f'sum(kvcast_planner_desired_replicas{{role="{role}"}})',
+                "query": f'max(kvcast_planner_desired_replicas{{role="{role}"}})',
                 "threshold": "1"})
             # KEDA makes the HPA: the chart renders none, nor a replica count.
             self.assertEqual(find(o, "HorizontalPodAutoscaler", role), [], role)

@@ -112,16 +112,9 @@ grpc::Status GenerationService::Generate(grpc::ServerContext* context,
   return Run(context, *request, [writer](const v1::GenerateResponse& r) { return writer->Write(r); });
 }
 
-GenerationService::Totals GenerationService::totals() const {
-  Totals t;
-  t.requests = m_.ok->value() + m_.failed->value() + m_.rejected->value();
-  t.prompt_tokens = m_.prompt_tokens->value();
-  t.served_cached_tokens = m_.served_cached_tokens->value();
-  t.generated_tokens = m_.generated_tokens->value();
+std::pair<double, double> GenerationService::TimeBetweenTokens() const {
   const services::Histogram::Snapshot tbt = m_.tbt->Read();
-  t.tbt_seconds = tbt.sum;
-  t.tbt_count = double(tbt.count);
-  return t;
+  return {tbt.sum, double(tbt.count)};
 }
 
 grpc::Status GenerationService::GenerateUnary(grpc::ServerContext* context,

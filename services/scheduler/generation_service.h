@@ -9,6 +9,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <utility>
 #include <string>
 
 #include "engine/grammar/grammar_cache.h"
@@ -35,13 +36,9 @@ class GenerationService final : public v1::Generation::Service {
   grpc::Status GenerateUnary(grpc::ServerContext* context, const v1::GenerateRequest* request,
                              v1::GenerateResult* result) override;
 
-  // What it counted since it started (cumulative; the planner's load).
-  struct Totals {
-    double requests = 0;
-    double prompt_tokens = 0, served_cached_tokens = 0, generated_tokens = 0;
-    double tbt_seconds = 0, tbt_count = 0;  // time between tokens, summed
-  };
-  Totals totals() const;
+  // The time between tokens it streamed since it started: their sum in
+  // seconds and their count (the planner's sample of decode steps).
+  std::pair<double, double> TimeBetweenTokens() const;
 
  private:
   grpc::Status Run(grpc::ServerContext* context, const v1::GenerateRequest& request,

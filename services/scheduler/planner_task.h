@@ -1,6 +1,6 @@
 // PlannerTask: the scheduler's planning loop. Every interval it turns the
-// scheduler's cumulative counts into one interval's load, reads the
-// workers' calibration, runs the Planner (planner.h) and exports the plan:
+// cumulative counts into one interval's load, reads the workers'
+// calibration, runs the Planner (planner.h) and exports the plan:
 //   kvcast_planner_desired_replicas{role="prefill"|"decode"}
 //   kvcast_planner_predicted{quantity="requests_per_s"|"uncached_tokens_per_s"|"output_tokens_per_s"}
 //   kvcast_planner_decode_step_ms_per_seq  (the batch cost estimate)
@@ -27,10 +27,12 @@
 
 namespace kvcast::scheduler {
 
-// Cumulative counts since the scheduler started.
+// Cumulative counts since the scheduler started: the work the workers
+// reported (WorkerRegistry::WorkDone, the same on every scheduler replica)
+// and this replica's times between tokens.
 struct LoadTotals {
   double requests = 0;
-  double uncached_prompt_tokens = 0;  // prompt tokens less those served from cache
+  double uncached_prompt_tokens = 0;  // prompt tokens the prefill workers computed
   double output_tokens = 0;
   double tbt_seconds = 0, tbt_count = 0;  // time between tokens, summed
 };

@@ -159,10 +159,13 @@ absl::Status RunScheduler(SchedulerServerOptions o, services::ShutdownSignal* sh
   if (o.planner.interval > absl::ZeroDuration()) {
     planner = std::make_unique<PlannerTask>(
         o.planner,
-        [&generation] {
-          const GenerationService::Totals t = generation.totals();
-          return LoadTotals{t.requests, t.prompt_tokens - t.served_cached_tokens,
-                            t.generated_tokens, t.tbt_seconds, t.tbt_count};
+        // The load every replica sees (the workers' reports), and this
+        // replica's own sample of the time between tokens.
+        [&generation, &registry] {
+          const WorkerRegistry::Work w = registry.WorkDone();
+          const auto [tbt_seconds, tbt_count] = generation.TimeBetweenTokens();
+          return LoadTotals{w.requests, w.prefill_prompt_tokens, w.generated_tokens,
+                            tbt_seconds, tbt_count};
         },
         [&registry] {
           const WorkerRegistry::Fleet f = registry.Summary();

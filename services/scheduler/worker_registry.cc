@@ -31,6 +31,21 @@ std::vector<Hash128> HashesOf(const google::protobuf::RepeatedPtrField<std::stri
   return out;
 }
 
+
+// Adds what a worker's cumulative totals grew by between two reports to
+// `work` (a total that fell: the counts started again, so all of it).
+void AddWork(v1::WorkerRole role, const v1::WorkerLoad& before, const v1::WorkerLoad& now,
+             WorkerRegistry::Work* work) {
+  auto grown = [](int64_t was, int64_t is) { return double(is >= was ? is - was : is); };
+  work->generated_tokens += grown(before.tokens_generated_total(), now.tokens_generated_total());
+  if (role == v1::WORKER_ROLE_PREFILL) {
+    work->prefill_prompt_tokens +=
+        grown(before.prompt_tokens_computed_total(), now.prompt_tokens_computed_total());
+  } else {
+    work->requests += grown(before.sequences_total(), now.sequences_total());
+  }
+}
+
 }  // namespace
 
 WorkerRegistry::WorkerRegistry(Options options)
@@ -127,6 +142,11 @@ grpc::Status WorkerRegistry::Register(grpc::ServerContext*, const v1::RegisterRe
   return grpc::Status::OK;
 }
 
+WorkerRegistry::Work WorkerRegistry::WorkDone() const {
+  absl::MutexLock lock(&mu_);
+  return work_;
+}
+
 WorkerRegistry::Fleet WorkerRegistry::Summary() const {
   absl::MutexLock lock(&mu_);
   Fleet f;
@@ -162,6 +182,7 @@ grpc::Status WorkerRegistry::Heartbeat(grpc::ServerContext*, const v1::Heartbeat
     return grpc::Status::OK;
   }
   Worker& w = workers_[it->second];
+  AddWork(w.info.role(), w.load, request->load(), &work_);
   w.load = request->load();
   w.last_seen = absl::Now();
   if (w.suspended) ++version_;

@@ -105,6 +105,16 @@ class WorkerRegistry final : public v1::Registry::Service {
     double decode_running = 0;        // sequences in a decode worker's batch
   };
   Fleet Summary() const;
+  // The work the workers reported done since this registry started
+  // (cumulative: each heartbeat adds what changed since the worker's last
+  // report; a worker's totals before it registered here are not counted),
+  // the same on every scheduler replica the workers heartbeat.
+  struct Work {
+    double requests = 0;                // sequences started on decode workers
+    double prefill_prompt_tokens = 0;   // prompt tokens prefill workers computed
+    double generated_tokens = 0;        // tokens generated (prefill's first ones too)
+  };
+  Work WorkDone() const;
   // Picks workers for a prompt (its chunk hash chain), skipping `exclude`.
   // Unavailable when no decode worker is registered (or all are excluded).
   // Counts the prompt's work on the prefill worker until PrefillAnswered,
@@ -160,7 +170,7 @@ class WorkerRegistry final : public v1::Registry::Service {
   struct Worker {
     WorkerRef ref;
     v1::WorkerInfo info;
-    v1::WorkerLoad load;
+    v1::WorkerLoad load;  // the last report (its totals: what WorkDone counted)
     absl::Time last_seen;
     int dispatched = 0;             // requests chosen, not yet answered / released
     double dispatched_work = 0;     // their prefill work (PrefillPlan::work)
@@ -187,6 +197,7 @@ class WorkerRegistry final : public v1::Registry::Service {
   std::optional<ModelInfo> model_ ABSL_GUARDED_BY(mu_);
   WorkerSlot next_slot_ ABSL_GUARDED_BY(mu_) = 1;
   uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
+  Work work_ ABSL_GUARDED_BY(mu_);
   uint64_t next_speculative_id_ ABSL_GUARDED_BY(mu_) = 0;
   absl::flat_hash_map<WorkerSlot, Worker> workers_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, WorkerSlot> by_id_ ABSL_GUARDED_BY(mu_);

@@ -49,6 +49,20 @@ class WorkerRegistryTest : public testing::Test {
     ASSERT_TRUE(registry_->Heartbeat(nullptr, &req, &resp).ok());
   }
 
+  // A heartbeat with the worker's cumulative totals.
+  void ReportTotals(const std::string& id, int64_t sequences, int64_t prompt_tokens,
+                    int64_t generated) {
+    v1::HeartbeatRequest req;
+    req.set_worker_id(id);
+    v1::WorkerLoad* load = req.mutable_load();
+    load->set_free_pages(1000);
+    load->set_sequences_total(sequences);
+    load->set_prompt_tokens_computed_total(prompt_tokens);
+    load->set_tokens_generated_total(generated);
+    v1::HeartbeatResponse resp;
+    ASSERT_TRUE(registry_->Heartbeat(nullptr, &req, &resp).ok());
+  }
+
   // The prefill worker a fresh 1000-token prompt goes to.
   Route Cold(uint64_t salt) {
     std::vector<Hash128> chain;
@@ -60,6 +74,34 @@ class WorkerRegistryTest : public testing::Test {
 
   std::unique_ptr<WorkerRegistry> registry_;
 };
+
+TEST_F(WorkerRegistryTest, WorkDoneAddsWhatEachWorkersTotalsGrewBy) {
+  ReportTotals("prefill-a", 1, 1000, 1);
+  ReportTotals("decode", 1, 0, 10);
+  ReportTotals("prefill-a", 2, 1500, 2);
+  ReportTotals("prefill-b", 1, 300, 1);
+  WorkerRegistry::Work w = registry_->WorkDone();
+  EXPECT_EQ(w.requests, 1);  // requests are counted where they decode
+  EXPECT_EQ(w.prefill_prompt_tokens, 1800);
+  EXPECT_EQ(w.generated_tokens, 13);
+  // A worker older than this scheduler: only what it does from now on.
+  v1::RegisterRequest req;
+  v1::WorkerInfo* info = req.mutable_worker();
+  info->set_worker_id("decode-old");
+  info->set_role(v1::WORKER_ROLE_DECODE);
+  info->set_grpc_address("decode-old:1");
+  info->set_model_id(Hash128{1, 2}.ToHex());
+  info->set_chunk_tokens(kChunk);
+  info->set_page_tokens(16);
+  req.mutable_load()->set_sequences_total(500);
+  req.mutable_load()->set_tokens_generated_total(50000);
+  v1::RegisterResponse resp;
+  ASSERT_TRUE(registry_->Register(nullptr, &req, &resp).ok());
+  ReportTotals("decode-old", 503, 0, 50040);
+  w = registry_->WorkDone();
+  EXPECT_EQ(w.requests, 4);
+  EXPECT_EQ(w.generated_tokens, 53);
+}
 
 TEST_F(WorkerRegistryTest, APromptsWorkCountsOnItsPrefillWorkerUntilItAnswers) {
   Route first = Cold(1);

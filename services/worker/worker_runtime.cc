@@ -387,6 +387,10 @@ v1::WorkerLoad WorkerRuntime::Load() const {
   load.set_running(engine_->num_running());
   load.set_queued(engine_->num_waiting());
   load.set_queued_tokens(engine_->waiting_prompt_tokens());
+  const Engine::Totals done = engine_->totals();
+  load.set_sequences_total(done.sequences);
+  load.set_prompt_tokens_computed_total(done.prompt_tokens_computed);
+  load.set_tokens_generated_total(done.tokens_generated);
   return load;
 }
 
