@@ -593,12 +593,19 @@ absl::StatusOr<std::vector<SequenceEvent>> Engine::Step() {
     items.push_back(ForwardItem{absl::MakeConstSpan(s->tokens).subspan(s->kv_len, counts[i]),
                                 s->kv_len, s->pages.ids()});
   }
+  const absl::Time pass_start = absl::Now();
   ASSIGN_OR_RETURN(const float* logits,
                    model_->ForwardLogits(items, pool_.get(), /*all_logits=*/false));
   // Before publishing: the transfer ops read pages the pass writes.
   std::vector<int32_t> picked;
   std::vector<std::optional<TokenLogprob>> logprobs;
   RETURN_IF_ERROR(PickTokens(batch, counts, logits, &picked, &logprobs));
+  // Only this thread writes them: a load and a store, no lost update.
+  step_seconds_total_.store(step_seconds_total_.load(std::memory_order_relaxed) +
+                                absl::ToDoubleSeconds(absl::Now() - pass_start),
+                            std::memory_order_relaxed);
+  steps_total_.fetch_add(1, std::memory_order_relaxed);
+  step_sequences_total_.fetch_add(int64_t(batch.size()), std::memory_order_relaxed);
 
   std::vector<Sequence*> finished;
   for (size_t i = 0; i < batch.size(); ++i) {

@@ -198,14 +198,20 @@ class Engine {
   int64_t preemptions() const { return preemptions_; }
   // Work done since creation, readable from any thread: sequences
   // submitted, prompt tokens computed (not reused from a cache or landed),
-  // tokens generated.
+  // tokens generated, and the forward passes (steps) that did it: their
+  // count, the sequences in them summed, and their seconds.
   struct Totals {
     int64_t sequences = 0, prompt_tokens_computed = 0, tokens_generated = 0;
+    int64_t steps = 0, step_sequences = 0;
+    double step_seconds = 0;
   };
   Totals totals() const {
     return {sequences_total_.load(std::memory_order_relaxed),
             prompt_tokens_total_.load(std::memory_order_relaxed),
-            generated_total_.load(std::memory_order_relaxed)};
+            generated_total_.load(std::memory_order_relaxed),
+            steps_total_.load(std::memory_order_relaxed),
+            step_sequences_total_.load(std::memory_order_relaxed),
+            step_seconds_total_.load(std::memory_order_relaxed)};
   }
   // Time spent masking logits by grammars (constrained decoding), in
   // seconds since creation (compute thread).
@@ -249,7 +255,9 @@ class Engine {
   Hash128 prefix_seed_;
   std::vector<std::unique_ptr<Sequence>> running_;  // compute thread only
   int64_t preemptions_ = 0;                          // compute thread only
-  std::atomic<int64_t> sequences_total_{0}, prompt_tokens_total_{0}, generated_total_{0};
+  std::atomic<int64_t> sequences_total_{0}, prompt_tokens_total_{0}, generated_total_{0},
+      steps_total_{0}, step_sequences_total_{0};
+  std::atomic<double> step_seconds_total_{0};
   std::vector<float> host_logits_;                   // compute thread only
   std::vector<float> raw_logits_;                    // compute thread only: for logprobs
   GrammarCache grammars_;                            // Get: any thread; automata: compute thread

@@ -112,11 +112,6 @@ grpc::Status GenerationService::Generate(grpc::ServerContext* context,
   return Run(context, *request, [writer](const v1::GenerateResponse& r) { return writer->Write(r); });
 }
 
-std::pair<double, double> GenerationService::TimeBetweenTokens() const {
-  const services::Histogram::Snapshot tbt = m_.tbt->Read();
-  return {tbt.sum, double(tbt.count)};
-}
-
 grpc::Status GenerationService::GenerateUnary(grpc::ServerContext* context,
                                               const v1::GenerateRequest* request,
                                               v1::GenerateResult* result) {

@@ -9,7 +9,6 @@
 #include <atomic>
 #include <functional>
 #include <memory>
-#include <utility>
 #include <string>
 
 #include "engine/grammar/grammar_cache.h"
@@ -35,10 +34,6 @@ class GenerationService final : public v1::Generation::Service {
                         grpc::ServerWriter<v1::GenerateResponse>* writer) override;
   grpc::Status GenerateUnary(grpc::ServerContext* context, const v1::GenerateRequest* request,
                              v1::GenerateResult* result) override;
-
-  // The time between tokens it streamed since it started: their sum in
-  // seconds and their count (the planner's sample of decode steps).
-  std::pair<double, double> TimeBetweenTokens() const;
 
  private:
   grpc::Status Run(grpc::ServerContext* context, const v1::GenerateRequest& request,

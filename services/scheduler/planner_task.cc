@@ -22,8 +22,13 @@ PlannerTask::PlannerTask(PlannerOptions options, std::function<LoadTotals()> tot
                                 {{"quantity", "uncached_tokens_per_s"}});
   output_ = metrics->AddGauge("kvcast_planner_predicted", predicted,
                               {{"quantity", "output_tokens_per_s"}});
-  per_seq_ = metrics->AddGauge("kvcast_planner_decode_step_ms_per_seq",
-                               "estimated decode step time each further sequence adds");
+  const std::string capacity = "the worker capacity the planner uses";
+  prefill_rate_gauge_ = metrics->AddGauge("kvcast_planner_capacity", capacity,
+                                          {{"quantity", "prefill_tokens_per_s"}});
+  step_gauge_ = metrics->AddGauge("kvcast_planner_capacity", capacity,
+                                  {{"quantity", "decode_step_ms"}});
+  per_seq_ = metrics->AddGauge("kvcast_planner_capacity", capacity,
+                               {{"quantity", "decode_step_ms_per_seq"}});
 }
 
 PlannerTask::~PlannerTask() {
@@ -44,14 +49,27 @@ PlanDecision PlannerTask::Tick() {
   load.requests = now.requests - last_.requests;
   load.uncached_prompt_tokens = now.uncached_prompt_tokens - last_.uncached_prompt_tokens;
   load.output_tokens = now.output_tokens - last_.output_tokens;
-  const double tbt_count = now.tbt_count - last_.tbt_count;
-  if (tbt_count > 0 && fleet.decode_running > 1.5 && fleet.decode_step_ms > 0) {
-    const double tbt_ms = (now.tbt_seconds - last_.tbt_seconds) / tbt_count * 1e3;
-    per_seq_ms_ = std::max(0.0, (tbt_ms - fleet.decode_step_ms) / (fleet.decode_running - 1));
+  // Capacity from the interval's work, when it had enough to measure.
+  const double prefill_seconds = now.prefill_step_seconds - last_.prefill_step_seconds;
+  if (prefill_seconds >= 0.1 && load.uncached_prompt_tokens > 0) {
+    prefill_rate_ = load.uncached_prompt_tokens / prefill_seconds;
+  }
+  const double steps = now.decode_steps - last_.decode_steps;
+  if (steps >= 10) {
+    const double step_ms = (now.decode_step_seconds - last_.decode_step_seconds) / steps * 1e3;
+    const double batch = (now.decode_step_sequences - last_.decode_step_sequences) / steps;
+    if (batch < 1.5) {
+      step_1_ms_ = step_ms;
+    } else if (const double one = step_1_ms_ > 0 ? step_1_ms_ : fleet.decode_step_ms; one > 0) {
+      per_seq_ms_ = std::max(0.0, (step_ms - one) / (batch - 1));
+    }
   }
   last_ = now;
-  const PlanDecision d = planner_.Plan(
-      load, WorkerCapacity{fleet.prefill_tokens_per_s, fleet.decode_step_ms, per_seq_ms_});
+  const WorkerCapacity capacity{prefill_rate_ > 0 ? prefill_rate_ : fleet.prefill_tokens_per_s,
+                                step_1_ms_ > 0 ? step_1_ms_ : fleet.decode_step_ms, per_seq_ms_};
+  const PlanDecision d = planner_.Plan(load, capacity);
+  prefill_rate_gauge_->Set(capacity.prefill_tokens_per_s);
+  step_gauge_->Set(capacity.decode_step_ms);
   prefill_replicas_->Set(d.prefill.replicas);
   decode_replicas_->Set(d.decode.replicas);
   requests_->Set(d.requests_per_s);

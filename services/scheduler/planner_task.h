@@ -3,15 +3,18 @@
 // calibration, runs the Planner (planner.h) and exports the plan:
 //   kvcast_planner_desired_replicas{role="prefill"|"decode"}
 //   kvcast_planner_predicted{quantity="requests_per_s"|"uncached_tokens_per_s"|"output_tokens_per_s"}
-//   kvcast_planner_decode_step_ms_per_seq  (the batch cost estimate)
+//   kvcast_planner_capacity{quantity="prefill_tokens_per_s"|"decode_step_ms"|"decode_step_ms_per_seq"}
 // and logs each change of a role's replicas with its reason. An autoscaler
 // (KEDA, an HPA on an external metric) reads the first.
 //
-// A decode worker reports only a single sequence's step (its start-up
-// calibration); what each further sequence adds is estimated from the
-// interval's mean time between tokens and the decode workers' mean batch:
-// (mean TBT - step) / (batch - 1), kept from the last interval that had a
-// batch above one.
+// Capacity is measured from the work itself once there is some: a prefill
+// worker's rate is the prompt tokens the prefill workers computed over the
+// seconds their forward passes took; a decode step's time by batch comes
+// from the decode workers' passes (seconds and sequences per pass): an
+// interval whose mean batch is about one measures a single sequence's step,
+// one with a larger batch what each further sequence adds. Until then the
+// workers' start-up calibration stands in (which, on a machine whose
+// workers calibrate at once on shared cores, can be far off).
 //
 // Thread safety: Tick runs on the task's thread (or a test's); the reads
 // must be safe from it.
@@ -27,21 +30,20 @@
 
 namespace kvcast::scheduler {
 
-// Cumulative counts since the scheduler started: the work the workers
-// reported (WorkerRegistry::WorkDone, the same on every scheduler replica)
-// and this replica's times between tokens.
+// Cumulative counts: the work the workers reported (WorkerRegistry::
+// WorkDone, the same on every scheduler replica).
 struct LoadTotals {
   double requests = 0;
   double uncached_prompt_tokens = 0;  // prompt tokens the prefill workers computed
   double output_tokens = 0;
-  double tbt_seconds = 0, tbt_count = 0;  // time between tokens, summed
+  double prefill_step_seconds = 0;    // the prefill workers' forward passes
+  double decode_steps = 0, decode_step_sequences = 0, decode_step_seconds = 0;
 };
 
-// The workers now.
+// The workers' start-up calibration (WorkerRegistry::Summary).
 struct FleetNow {
   double prefill_tokens_per_s = 0;  // one prefill worker's (0: none measured)
   double decode_step_ms = 0;        // one sequence's step on a decode worker
-  double decode_running = 0;        // sequences in a decode worker's batch, mean
 };
 
 class PlannerTask {
@@ -61,10 +63,12 @@ class PlannerTask {
   const std::function<LoadTotals()> totals_;
   const std::function<FleetNow()> fleet_;
   LoadTotals last_;
-  double per_seq_ms_ = 0;
+  // Measured from the work (0: not yet): a prefill worker's tokens per
+  // second, a single sequence's decode step, what each further one adds.
+  double prefill_rate_ = 0, step_1_ms_ = 0, per_seq_ms_ = 0;
   int prefill_ = -1, decode_ = -1;  // last logged
   services::Gauge *prefill_replicas_, *decode_replicas_, *requests_, *uncached_, *output_,
-      *per_seq_;
+      *prefill_rate_gauge_, *step_gauge_, *per_seq_;
   absl::Notification stop_;
   std::thread thread_;
 };

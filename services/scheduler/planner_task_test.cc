@@ -20,44 +20,53 @@ bool Has(const std::string& text, const std::string& line) {
   return text.find(line) != std::string::npos;
 }
 
-TEST(PlannerTaskTest, ExportsThePlanOfEachIntervalsLoad) {
+TEST(PlannerTaskTest, PlansEachIntervalsLoadOnTheCapacityItsWorkShowed) {
   LoadTotals totals;
   totals.requests = 1000;  // before the task: not this interval's
-  FleetNow fleet{2000, 20, 1};
+  // Calibration far off (workers that calibrated at once on shared cores).
+  FleetNow fleet{40, 900};
   services::MetricsRegistry metrics;
   PlannerTask task(Exact(), [&] { return totals; }, [&] { return fleet; }, &metrics);
+  // Nothing computed yet: the calibration stands in.
+  PlanDecision d = task.Tick();
+  EXPECT_EQ(d.prefill.replicas, 1);
   // 30 s of 10 requests/s, 1000 uncached prompt tokens and 100 output
-  // tokens each; decode batches of 31 sequences, 50 ms between tokens.
+  // tokens each; the prefill workers' passes took 150 s for them (2000
+  // tokens/s), the decode workers' 1000 single-sequence steps 20 s.
   totals.requests += 300;
   totals.uncached_prompt_tokens += 300000;
   totals.output_tokens += 30000;
-  totals.tbt_seconds += 30000 * 0.05;
-  totals.tbt_count += 30000;
-  fleet.decode_running = 31;
-  PlanDecision d = task.Tick();
+  totals.prefill_step_seconds += 150;
+  totals.decode_steps += 1000;
+  totals.decode_step_sequences += 1000;
+  totals.decode_step_seconds += 20;
+  d = task.Tick();
   EXPECT_DOUBLE_EQ(d.requests_per_s, 10);
   EXPECT_EQ(d.prefill.replicas, 7);  // planner_test: 10000 / (2000 x 0.8)
-  // Each further sequence costs (50 - 20) / 30 = 1 ms: a batch of 61 fits
-  // the ITL budget, 762.5 tokens/s a worker.
-  EXPECT_EQ(d.decode_batch, 61);
-  EXPECT_EQ(d.decode.replicas, 2);
-  const std::string text = metrics.Render();
+  std::string text = metrics.Render();
   EXPECT_TRUE(Has(text, "kvcast_planner_desired_replicas{role=\"prefill\"} 7")) << text;
-  EXPECT_TRUE(Has(text, "kvcast_planner_desired_replicas{role=\"decode\"} 2")) << text;
+  EXPECT_TRUE(Has(text, "kvcast_planner_capacity{quantity=\"prefill_tokens_per_s\"} 2000")) << text;
+  EXPECT_TRUE(Has(text, "kvcast_planner_capacity{quantity=\"decode_step_ms\"} 20")) << text;
   EXPECT_TRUE(Has(text, "kvcast_planner_predicted{quantity=\"requests_per_s\"} 10")) << text;
-  EXPECT_TRUE(Has(text, "kvcast_planner_decode_step_ms_per_seq 1")) << text;
 
-  // The next interval counts only what came since; with batches of one the
-  // batch cost estimate stays.
+  // Twice the load; decode ran batches of 31 at 50 ms a step: each further
+  // sequence costs (50 - 20) / 30 = 1 ms, so a batch of 61 fits the ITL
+  // budget, 762.5 tokens/s a worker, for 2000.
   totals.requests += 600;
   totals.uncached_prompt_tokens += 600000;
   totals.output_tokens += 60000;
-  fleet.decode_running = 1;
+  totals.prefill_step_seconds += 300;
+  totals.decode_steps += 1000;
+  totals.decode_step_sequences += 31000;
+  totals.decode_step_seconds += 50;
   d = task.Tick();
   EXPECT_DOUBLE_EQ(d.requests_per_s, 20);
   EXPECT_EQ(d.prefill.replicas, 13);
   EXPECT_EQ(d.decode_batch, 61);
-  EXPECT_EQ(d.decode.replicas, 3);  // 2000 / 762.5
+  EXPECT_EQ(d.decode.replicas, 3);
+  text = metrics.Render();
+  EXPECT_TRUE(Has(text, "kvcast_planner_desired_replicas{role=\"decode\"} 3")) << text;
+  EXPECT_TRUE(Has(text, "kvcast_planner_capacity{quantity=\"decode_step_ms_per_seq\"} 1")) << text;
 }
 
 TEST(PlannerTaskTest, ItsThreadTicksEveryIntervalAndStopsWithIt) {

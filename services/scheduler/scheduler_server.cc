@@ -159,17 +159,16 @@ absl::Status RunScheduler(SchedulerServerOptions o, services::ShutdownSignal* sh
   if (o.planner.interval > absl::ZeroDuration()) {
     planner = std::make_unique<PlannerTask>(
         o.planner,
-        // The load every replica sees (the workers' reports), and this
-        // replica's own sample of the time between tokens.
-        [&generation, &registry] {
+        // The load and work every replica sees: the workers' reports.
+        [&registry] {
           const WorkerRegistry::Work w = registry.WorkDone();
-          const auto [tbt_seconds, tbt_count] = generation.TimeBetweenTokens();
-          return LoadTotals{w.requests, w.prefill_prompt_tokens, w.generated_tokens,
-                            tbt_seconds, tbt_count};
+          return LoadTotals{w.requests,     w.prefill_prompt_tokens, w.generated_tokens,
+                            w.prefill_step_seconds, w.decode_steps, w.decode_step_sequences,
+                            w.decode_step_seconds};
         },
         [&registry] {
           const WorkerRegistry::Fleet f = registry.Summary();
-          return FleetNow{f.prefill_tokens_per_s, f.decode_step_ms, f.decode_running};
+          return FleetNow{f.prefill_tokens_per_s, f.decode_step_ms};
         },
         &metrics);
     planner->Start();

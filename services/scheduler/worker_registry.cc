@@ -36,13 +36,18 @@ std::vector<Hash128> HashesOf(const google::protobuf::RepeatedPtrField<std::stri
 // `work` (a total that fell: the counts started again, so all of it).
 void AddWork(v1::WorkerRole role, const v1::WorkerLoad& before, const v1::WorkerLoad& now,
              WorkerRegistry::Work* work) {
-  auto grown = [](int64_t was, int64_t is) { return double(is >= was ? is - was : is); };
+  auto grown = [](double was, double is) { return is >= was ? is - was : is; };
   work->generated_tokens += grown(before.tokens_generated_total(), now.tokens_generated_total());
   if (role == v1::WORKER_ROLE_PREFILL) {
     work->prefill_prompt_tokens +=
         grown(before.prompt_tokens_computed_total(), now.prompt_tokens_computed_total());
+    work->prefill_step_seconds += grown(before.step_seconds_total(), now.step_seconds_total());
   } else {
     work->requests += grown(before.sequences_total(), now.sequences_total());
+    work->decode_steps += grown(before.steps_total(), now.steps_total());
+    work->decode_step_sequences +=
+        grown(before.step_sequences_total(), now.step_sequences_total());
+    work->decode_step_seconds += grown(before.step_seconds_total(), now.step_seconds_total());
   }
 }
 
@@ -160,7 +165,6 @@ WorkerRegistry::Fleet WorkerRegistry::Summary() const {
       }
     } else {
       ++f.decode_workers;
-      f.decode_running += w.load.running();
       if (w.info.calibrated_step_ms() > 0) {
         f.decode_step_ms += w.info.calibrated_step_ms();
         ++stepped;
@@ -169,7 +173,6 @@ WorkerRegistry::Fleet WorkerRegistry::Summary() const {
   }
   if (rated > 0) f.prefill_tokens_per_s /= rated;
   if (stepped > 0) f.decode_step_ms /= stepped;
-  if (f.decode_workers > 0) f.decode_running /= f.decode_workers;
   return f;
 }
 

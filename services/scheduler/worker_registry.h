@@ -102,7 +102,6 @@ class WorkerRegistry final : public v1::Registry::Service {
     int prefill_workers = 0, decode_workers = 0;
     double prefill_tokens_per_s = 0;  // chunk_tokens / calibrated chunk time
     double decode_step_ms = 0;        // calibrated single-sequence step
-    double decode_running = 0;        // sequences in a decode worker's batch
   };
   Fleet Summary() const;
   // The work the workers reported done since this registry started
@@ -113,6 +112,8 @@ class WorkerRegistry final : public v1::Registry::Service {
     double requests = 0;                // sequences started on decode workers
     double prefill_prompt_tokens = 0;   // prompt tokens prefill workers computed
     double generated_tokens = 0;        // tokens generated (prefill's first ones too)
+    double prefill_step_seconds = 0;    // prefill workers' forward passes, seconds
+    double decode_steps = 0, decode_step_sequences = 0, decode_step_seconds = 0;
   };
   Work WorkDone() const;
   // Picks workers for a prompt (its chunk hash chain), skipping `exclude`.

@@ -51,7 +51,7 @@ class WorkerRegistryTest : public testing::Test {
 
   // A heartbeat with the worker's cumulative totals.
   void ReportTotals(const std::string& id, int64_t sequences, int64_t prompt_tokens,
-                    int64_t generated) {
+                    int64_t generated, double step_seconds = 0, int64_t steps = 0) {
     v1::HeartbeatRequest req;
     req.set_worker_id(id);
     v1::WorkerLoad* load = req.mutable_load();
@@ -59,6 +59,9 @@ class WorkerRegistryTest : public testing::Test {
     load->set_sequences_total(sequences);
     load->set_prompt_tokens_computed_total(prompt_tokens);
     load->set_tokens_generated_total(generated);
+    load->set_step_seconds_total(step_seconds);
+    load->set_steps_total(steps);
+    load->set_step_sequences_total(2 * steps);
     v1::HeartbeatResponse resp;
     ASSERT_TRUE(registry_->Heartbeat(nullptr, &req, &resp).ok());
   }
@@ -76,14 +79,18 @@ class WorkerRegistryTest : public testing::Test {
 };
 
 TEST_F(WorkerRegistryTest, WorkDoneAddsWhatEachWorkersTotalsGrewBy) {
-  ReportTotals("prefill-a", 1, 1000, 1);
-  ReportTotals("decode", 1, 0, 10);
-  ReportTotals("prefill-a", 2, 1500, 2);
-  ReportTotals("prefill-b", 1, 300, 1);
+  ReportTotals("prefill-a", 1, 1000, 1, 0.5, 8);
+  ReportTotals("decode", 1, 0, 10, 0.2, 10);
+  ReportTotals("prefill-a", 2, 1500, 2, 0.75, 12);
+  ReportTotals("prefill-b", 1, 300, 1, 0.25, 3);
   WorkerRegistry::Work w = registry_->WorkDone();
   EXPECT_EQ(w.requests, 1);  // requests are counted where they decode
   EXPECT_EQ(w.prefill_prompt_tokens, 1800);
   EXPECT_EQ(w.generated_tokens, 13);
+  EXPECT_DOUBLE_EQ(w.prefill_step_seconds, 1.0);
+  EXPECT_EQ(w.decode_steps, 10);
+  EXPECT_EQ(w.decode_step_sequences, 20);
+  EXPECT_DOUBLE_EQ(w.decode_step_seconds, 0.2);
   // A worker older than this scheduler: only what it does from now on.
   v1::RegisterRequest req;
   v1::WorkerInfo* info = req.mutable_worker();

@@ -391,6 +391,9 @@ v1::WorkerLoad WorkerRuntime::Load() const {
   load.set_sequences_total(done.sequences);
   load.set_prompt_tokens_computed_total(done.prompt_tokens_computed);
   load.set_tokens_generated_total(done.tokens_generated);
+  load.set_steps_total(done.steps);
+  load.set_step_sequences_total(done.step_sequences);
+  load.set_step_seconds_total(done.step_seconds);
   return load;
 }
 

@@ -63,7 +63,8 @@ absl::Status ValidateClusterUp(const cluster::ClusterOptions& o) {
   return absl::OkStatus();
 }
 
-absl::Status ClusterUp(const cluster::ClusterOptions& options, bool restart) {
+absl::Status ClusterUp(const cluster::ClusterOptions& options, bool restart,
+                       const std::optional<AutoscaleOptions>& autoscale) {
   if (absl::Status s = InstallSignalPipe(); !s.ok()) return s;
   std::fprintf(stderr, "kvcast cluster: starting in %s ...\n", options.work_dir.c_str());
   auto started = cluster::LocalCluster::Start(options);
@@ -102,6 +103,7 @@ absl::Status ClusterUp(const cluster::ClusterOptions& options, bool restart) {
     int quick_exits = 0;
   };
   std::map<std::string, Supervised> state;
+  absl::Time next_scale = autoscale ? absl::Now() + autoscale->interval : absl::InfiniteFuture();
   int signo = 0;
   while (signo == 0) {
     pollfd p{g_signal_pipe[0], POLLIN, 0};
@@ -109,10 +111,14 @@ absl::Status ClusterUp(const cluster::ClusterOptions& options, bool restart) {
       unsigned char b;
       if (read(g_signal_pipe[0], &b, 1) == 1) signo = b;
     }
+    if (absl::Now() >= next_scale) {
+      std::fputs(Autoscale(c, *autoscale).c_str(), stderr);
+      next_scale = absl::Now() + autoscale->interval;
+    }
     for (const cluster::Process* proc : c.processes()) {
       Supervised& s = state[proc->name];
       const absl::Time now = absl::Now();
-      if (c.Running(proc->role, proc->index)) continue;
+      if (proc->draining || c.Running(proc->role, proc->index)) continue;  // drained: not restarted
       if (s.restart_at == absl::InfiniteFuture()) {  // it has just exited
         s.quick_exits = now - s.started < kStableRun ? s.quick_exits + 1 : 1;
         const absl::Duration backoff =

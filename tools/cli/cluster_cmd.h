@@ -3,7 +3,10 @@
 #ifndef KVCAST_TOOLS_CLI_CLUSTER_CMD_H_
 #define KVCAST_TOOLS_CLI_CLUSTER_CMD_H_
 
+#include <optional>
+
 #include "absl/status/status.h"
+#include "tools/cli/autoscale.h"
 #include "tools/cluster/local_cluster.h"
 
 namespace kvcast::cli {
@@ -17,7 +20,10 @@ absl::Status ValidateClusterUp(const cluster::ClusterOptions& options);
 // then after 1 s, doubling for a process that keeps exiting within 30 s of
 // its start, up to 30 s); on SIGINT/SIGTERM stops them all. Errors:
 // LocalCluster::Start's, or Stop's.
-absl::Status ClusterUp(const cluster::ClusterOptions& options, bool restart);
+// With `autoscale`, the workers follow the scheduler's planner
+// (autoscale.h); a drained worker is not restarted.
+absl::Status ClusterUp(const cluster::ClusterOptions& options, bool restart,
+                       const std::optional<AutoscaleOptions>& autoscale = std::nullopt);
 
 }  // namespace kvcast::cli
 

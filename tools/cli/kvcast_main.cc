@@ -85,6 +85,12 @@ ABSL_FLAG(bool, restart, true,
 ABSL_FLAG(bool, http_tls, false,
           "cluster up: HTTPS on the HTTP port, with the cluster's development certificate "
           "(WORK_DIR/certs/server.pem, CA certs/ca.pem)");
+ABSL_FLAG(bool, autoscale, false,
+          "cluster up: workers follow the scheduler's planner (kvcast_planner_desired_replicas): "
+          "one started or drained per role every --autoscale_interval_s, within "
+          "1..--autoscale_max_workers; the planner runs every 5 s unless --scheduler_flags say");
+ABSL_FLAG(double, autoscale_interval_s, 5, "cluster up --autoscale: seconds between steps");
+ABSL_FLAG(int, autoscale_max_workers, 4, "cluster up --autoscale: most workers of a role");
 ABSL_FLAG(std::string, bin_dir, "", "directory with the kvcast-* binaries (default: found)");
 ABSL_FLAG(std::string, scheduler_flags, "", "extra scheduler flags, space-separated");
 ABSL_FLAG(std::string, prefill_flags, "", "extra prefill flags, space-separated");
@@ -108,7 +114,7 @@ constexpr char kUsage[] =
     "usage:\n"
     "  kvcast generate --model DIR [--backend cpu|cuda --device N] --prompt TEXT [flags]\n"
     "  kvcast generate --scheduler HOST:PORT (--prompt TEXT | --prompt_ids 1,2,3) [flags]\n"
-    "  kvcast cluster up --model DIR [--prefill N --decode M --relay --work_dir DIR]\n"
+    "  kvcast cluster up --model DIR [--prefill N --decode M --relay --work_dir DIR --autoscale]\n"
     "  kvcast bench --scheduler HOST:PORT [--requests --rate --concurrency ...] [--json FILE]\n"
     "kvcast COMMAND --help lists that command's flags.\n";
 
@@ -132,8 +138,9 @@ const std::vector<CommandHelp>& Commands() {
         "kv_cache_precision"}},
       {"cluster up", "a local cluster (scheduler, workers, relay) in the foreground",
        {"model", "prefill", "decode", "relay", "work_dir", "scheduler_port", "http_port",
-        "http_tls", "kv_cache_mb", "backend", "bin_dir", "restart", "scheduler_flags",
-        "prefill_flags", "decode_flags", "relay_flags"}},
+        "http_tls", "kv_cache_mb", "backend", "bin_dir", "restart", "autoscale",
+        "autoscale_interval_s", "autoscale_max_workers", "scheduler_flags", "prefill_flags",
+        "decode_flags", "relay_flags"}},
       {"bench", "a shared-prefix workload against a cluster; latency and throughput",
        {"scheduler", "requests", "rate", "concurrency", "prefixes", "prefix_tokens",
         "suffix_tokens", "max_tokens", "seed", "vocab", "deadline_s", "json", "allow_failures",
@@ -248,8 +255,19 @@ int ClusterUpCommand() {
   o.prefill_flags = Words(absl::GetFlag(FLAGS_prefill_flags));
   o.decode_flags = Words(absl::GetFlag(FLAGS_decode_flags));
   o.relay_flags = Words(absl::GetFlag(FLAGS_relay_flags));
+  std::optional<AutoscaleOptions> autoscale;
+  if (absl::GetFlag(FLAGS_autoscale)) {
+    autoscale.emplace();
+    autoscale->interval = absl::Seconds(absl::GetFlag(FLAGS_autoscale_interval_s));
+    autoscale->max_workers = absl::GetFlag(FLAGS_autoscale_max_workers);
+    if (!(autoscale->interval > absl::ZeroDuration()) || autoscale->max_workers < 1) {
+      return Usage("--autoscale_interval_s must be positive and --autoscale_max_workers >= 1");
+    }
+    // The user's own --planner_interval_s, later in the list, wins.
+    o.scheduler_flags.insert(o.scheduler_flags.begin(), "--planner_interval_s=5");
+  }
   if (absl::Status s = ValidateClusterUp(o); !s.ok()) return Usage(std::string(s.message()));
-  return Result(ClusterUp(o, absl::GetFlag(FLAGS_restart)));
+  return Result(ClusterUp(o, absl::GetFlag(FLAGS_restart), autoscale));
 }
 
 int BenchCommand() {

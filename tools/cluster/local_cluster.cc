@@ -76,7 +76,8 @@ absl::Status LocalCluster::Launch() {
   devcert::DevCertOptions dc;
   dc.out_dir = work_dir_ + "/certs";
   RETURN_IF_ERROR(devcert::WriteDevCertificates(dc));
-  const devcert::DevCertPaths certs = devcert::PathsIn(dc.out_dir);
+  certs_ = devcert::PathsIn(dc.out_dir);
+  const devcert::DevCertPaths& certs = certs_;
 
   auto binary = [](const std::string& given, const char* name, const char* pkg) -> absl::StatusOr<std::string> {
     if (given.empty()) return FindBinary(name, pkg);
@@ -85,25 +86,18 @@ absl::Status LocalCluster::Launch() {
   };
   ASSIGN_OR_RETURN(std::string scheduler_bin,
                    binary(options_.scheduler_bin, "kvcast-scheduler", "services/scheduler"));
-  ASSIGN_OR_RETURN(std::string prefill_bin, binary(options_.prefill_bin, "kvcast-prefill", "services/prefill"));
-  ASSIGN_OR_RETURN(std::string decode_bin, binary(options_.decode_bin, "kvcast-decode", "services/decode"));
+  ASSIGN_OR_RETURN(prefill_bin_, binary(options_.prefill_bin, "kvcast-prefill", "services/prefill"));
+  ASSIGN_OR_RETURN(decode_bin_, binary(options_.decode_bin, "kvcast-decode", "services/decode"));
   std::string relay_bin;
   if (options_.relay) {
     ASSIGN_OR_RETURN(relay_bin, binary(options_.relay_bin, "kvcast-relay", "services/relay"));
   }
 
-  std::set<int> used;
-  if (options_.scheduler_port != 0) used.insert(options_.scheduler_port);
-  if (options_.http_port > 0) used.insert(options_.http_port);
-  auto pick = [&used](int type) -> absl::StatusOr<std::string> {
-    for (int attempt = 0; attempt < 100; ++attempt) {
-      ASSIGN_OR_RETURN(int port, PickFreePort(type));
-      if (used.insert(port).second) return absl::StrCat("127.0.0.1:", port);
-    }
-    return absl::ResourceExhaustedError("no free port");
-  };
+  if (options_.scheduler_port != 0) used_ports_.insert(options_.scheduler_port);
+  if (options_.http_port > 0) used_ports_.insert(options_.http_port);
+  auto pick = [this](int type) { return PickAddress(type); };
 
-  std::string relay_address;
+  std::string& relay_address = relay_address_;
   if (options_.relay) {
     ASSIGN_OR_RETURN(relay_address, pick(SOCK_DGRAM));
     ASSIGN_OR_RETURN(std::string relay_metrics, pick(SOCK_STREAM));
@@ -157,7 +151,7 @@ absl::Status LocalCluster::Launch() {
     p->http_address = http;
     internal_addresses.push_back(internal);
   }
-  const std::string scheduler_internal = absl::StrJoin(internal_addresses, ",");
+  scheduler_internal_ = absl::StrJoin(internal_addresses, ",");
   // Workers start once the scheduler answers, so their first Register
   // does not land in gRPC's reconnect backoff.
   const absl::Time deadline = absl::Now() + options_.start_timeout;
@@ -176,31 +170,71 @@ absl::Status LocalCluster::Launch() {
   }
 
   for (Role role : {Role::kPrefill, Role::kDecode}) {
-    const bool prefill = role == Role::kPrefill;
-    for (int i = 0; i < (prefill ? options_.num_prefill : options_.num_decode); ++i) {
-      ASSIGN_OR_RETURN(std::string grpc, pick(SOCK_STREAM));
-      ASSIGN_OR_RETURN(std::string metrics, pick(SOCK_STREAM));
-      ASSIGN_OR_RETURN(std::string moqt, pick(SOCK_DGRAM));
-      std::vector<std::string> args = {
-          "--model=" + options_.model_dir, "--backend=" + options_.backend,
-          absl::StrCat("--kv_cache_mb=", options_.kv_cache_mb), "--grpc_listen=" + grpc,
-          "--metrics_listen=" + metrics, "--scheduler=" + scheduler_internal,
-          "--grpc_cert=" + certs.server_cert, "--grpc_key=" + certs.server_key,
-          "--grpc_ca=" + certs.ca_cert,
-          "--advertise_host=127.0.0.1", "--moqt_listen=" + moqt, "--quic_cert=" + certs.server_cert,
-          "--quic_key=" + certs.server_key, "--quic_ca=" + certs.ca_cert,
-          "--moqt_auth_key_file=" + certs.moqt_auth_key};
-      if (options_.relay) args.push_back("--relay=" + relay_address);
-      const auto& extra = prefill ? options_.prefill_flags : options_.decode_flags;
-      args.insert(args.end(), extra.begin(), extra.end());
-      ASSIGN_OR_RETURN(Process * p, Spawn(role, i, prefill ? prefill_bin : decode_bin, std::move(args)));
-      p->grpc_address = grpc;
-      p->metrics_address = metrics;
-      p->moqt_address = moqt;
+    for (int i = 0; i < (role == Role::kPrefill ? options_.num_prefill : options_.num_decode); ++i) {
+      RETURN_IF_ERROR(SpawnWorker(role, i).status());
     }
   }
   return WaitForWorkers(options_.num_prefill, options_.num_decode,
                         std::max(deadline - absl::Now(), absl::Seconds(1)));
+}
+
+absl::StatusOr<std::string> LocalCluster::PickAddress(int type) {
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    ASSIGN_OR_RETURN(int port, PickFreePort(type));
+    if (used_ports_.insert(port).second) return absl::StrCat("127.0.0.1:", port);
+  }
+  return absl::ResourceExhaustedError("no free port");
+}
+
+absl::StatusOr<Process*> LocalCluster::SpawnWorker(Role role, int index) {
+  const bool prefill = role == Role::kPrefill;
+  ASSIGN_OR_RETURN(std::string grpc, PickAddress(SOCK_STREAM));
+  ASSIGN_OR_RETURN(std::string metrics, PickAddress(SOCK_STREAM));
+  ASSIGN_OR_RETURN(std::string moqt, PickAddress(SOCK_DGRAM));
+  std::vector<std::string> args = {
+      "--model=" + options_.model_dir, "--backend=" + options_.backend,
+      absl::StrCat("--kv_cache_mb=", options_.kv_cache_mb), "--grpc_listen=" + grpc,
+      "--metrics_listen=" + metrics, "--scheduler=" + scheduler_internal_,
+      "--grpc_cert=" + certs_.server_cert, "--grpc_key=" + certs_.server_key,
+      "--grpc_ca=" + certs_.ca_cert,
+      "--advertise_host=127.0.0.1", "--moqt_listen=" + moqt, "--quic_cert=" + certs_.server_cert,
+      "--quic_key=" + certs_.server_key, "--quic_ca=" + certs_.ca_cert,
+      "--moqt_auth_key_file=" + certs_.moqt_auth_key};
+  if (options_.relay) args.push_back("--relay=" + relay_address_);
+  const auto& extra = prefill ? options_.prefill_flags : options_.decode_flags;
+  args.insert(args.end(), extra.begin(), extra.end());
+  ASSIGN_OR_RETURN(Process * p, Spawn(role, index, prefill ? prefill_bin_ : decode_bin_, std::move(args)));
+  p->grpc_address = grpc;
+  p->metrics_address = metrics;
+  p->moqt_address = moqt;
+  return p;
+}
+
+absl::StatusOr<int> LocalCluster::AddWorker(Role role) {
+  if (role != Role::kPrefill && role != Role::kDecode) {
+    return absl::InvalidArgumentError(absl::StrCat("AddWorker: ", RoleName(role), " is no worker role"));
+  }
+  RETURN_IF_ERROR(SpawnWorker(role, num_workers(role)).status());
+  return num_workers(role) - 1;
+}
+
+absl::StatusOr<int> LocalCluster::DrainWorker(Role role) {
+  for (auto it = processes_.rbegin(); it != processes_.rend(); ++it) {
+    Process* p = it->get();
+    if (p->role != role || p->draining || Reap(p, false)) continue;
+    if (kill(-p->pid, SIGTERM) != 0) {
+      return absl::InternalError(absl::StrCat("kill ", p->name, ": ", strerror(errno)));
+    }
+    p->draining = true;
+    return p->index;
+  }
+  return absl::FailedPreconditionError(absl::StrCat("no running ", RoleName(role), " worker to drain"));
+}
+
+int LocalCluster::serving_workers(Role role) {
+  int n = 0;
+  for (auto& p : processes_) n += p->role == role && !p->draining && !Reap(p.get(), false);
+  return n;
 }
 
 absl::StatusOr<Process*> LocalCluster::Spawn(Role role, int index, const std::string& binary,
@@ -264,7 +298,8 @@ bool LocalCluster::Reap(Process* p, bool block) {
 
 absl::Status LocalCluster::CheckChildren() {
   for (auto& p : processes_) {
-    if (!p->exited && Reap(p.get(), false)) {
+    if (!p->exited && Reap(p.get(), false) &&
+        !(p->draining && WIFEXITED(p->wait_status) && WEXITSTATUS(p->wait_status) == 0)) {
       return absl::FailedPreconditionError(absl::StrCat(p->name, " (pid ", p->pid, ") ",
                                                         DescribeWaitStatus(p->wait_status), "; ",
                                                         p->log_path, ":\n", LogTail(*p)));

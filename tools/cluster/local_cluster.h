@@ -33,12 +33,14 @@
 #include <sys/types.h>
 
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "tools/devcert/devcert.h"
 
 namespace kvcast::cluster {
 
@@ -85,6 +87,7 @@ struct Process {
   int wait_status = 0;          // waitpid status once exited
   std::vector<std::string> argv;  // binary and flags, as spawned (Restart reuses them)
   int restarts = 0;               // Restart() calls so far
+  bool draining = false;          // DrainWorker sent it SIGTERM; its exit 0 is expected
 };
 
 class LocalCluster {
@@ -131,6 +134,17 @@ class LocalCluster {
   // is appended to). FAILED_PRECONDITION while it is still running;
   // INVALID_ARGUMENT for an unknown role/index; the spawn error.
   absl::Status Restart(Role role, int index);
+  // Starts one more worker of `role` (kPrefill or kDecode) with ports of
+  // its own, under the next index; it registers with every scheduler
+  // replica by itself (WaitForWorkers waits for that). Returns its index.
+  absl::StatusOr<int> AddWorker(Role role);
+  // Sends SIGTERM to the running worker of `role` with the highest index:
+  // it drains (health NOT_SERVING, deregisters, its streams get its
+  // --drain_s) and exits, which CheckChildren then expects. Returns its
+  // index; FAILED_PRECONDITION when none of the role is serving.
+  absl::StatusOr<int> DrainWorker(Role role);
+  // Workers of `role` running and not draining.
+  int serving_workers(Role role);
   // Waits until every running scheduler's /metrics shows exactly these
   // worker counts (e.g. after Kill, once the lease expires). Errors as for
   // Start().
@@ -150,12 +164,18 @@ class LocalCluster {
   absl::StatusOr<Process*> Spawn(Role role, int index, const std::string& binary,
                                  std::vector<std::string> args);
   Process* Find(Role role, int index) const;
+  absl::StatusOr<std::string> PickAddress(int type);  // "127.0.0.1:PORT", not used before
+  absl::StatusOr<Process*> SpawnWorker(Role role, int index);
   bool Reap(Process* p, bool block);
   absl::Status CheckChildren();  // FAILED_PRECONDITION for one that exited
 
   ClusterOptions options_;
   std::string work_dir_;
   std::vector<std::unique_ptr<Process>> processes_;
+  // Set by Launch for SpawnWorker.
+  devcert::DevCertPaths certs_;
+  std::string prefill_bin_, decode_bin_, relay_address_, scheduler_internal_;
+  std::set<int> used_ports_;
   bool stopped_ = false;
 };
 

@@ -136,6 +136,35 @@ TEST_F(LocalClusterTest, GeneratesThroughTheRelayAndStopsCleanly) {
   EXPECT_EQ(errno, ECHILD);
 }
 
+TEST_F(LocalClusterTest, AnAddedWorkerRegistersAndADrainedOneLeaves) {
+  auto cluster = LocalCluster::Start(Options("scaling"));
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  LocalCluster& c = **cluster;
+  auto added = c.AddWorker(Role::kPrefill);
+  ASSERT_TRUE(added.ok()) << added.status();
+  EXPECT_EQ(*added, 1);
+  ASSERT_TRUE(c.WaitForWorkers(2, 1, absl::Seconds(60)).ok());
+  EXPECT_EQ(c.serving_workers(Role::kPrefill), 2);
+  EXPECT_EQ(c.AddWorker(Role::kRelay).status().code(), absl::StatusCode::kInvalidArgument);
+
+  // The newest prefill worker drains: it deregisters and exits 0, which the
+  // cluster expects (WaitForWorkers does not call it a crash).
+  auto drained = c.DrainWorker(Role::kPrefill);
+  ASSERT_TRUE(drained.ok()) << drained.status();
+  EXPECT_EQ(*drained, 1);
+  EXPECT_EQ(c.serving_workers(Role::kPrefill), 1);
+  for (int i = 0; i < 300 && c.Running(Role::kPrefill, 1); ++i) absl::SleepFor(absl::Milliseconds(100));
+  ASSERT_FALSE(c.Running(Role::kPrefill, 1)) << LocalCluster::LogTail(c.worker(Role::kPrefill, 1));
+  const int status = c.worker(Role::kPrefill, 1).wait_status;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  absl::Status left = c.WaitForWorkers(1, 1, absl::Seconds(30));
+  EXPECT_TRUE(left.ok()) << left;
+  // The last one of a role can be drained too; then none is left to drain.
+  ASSERT_TRUE(c.DrainWorker(Role::kPrefill).ok());
+  EXPECT_EQ(c.DrainWorker(Role::kPrefill).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(c.Stop().ok());
+}
+
 TEST_F(LocalClusterTest, StartFailsWithTheLogOfAChildThatExits) {
   ClusterOptions o = Options("bad");
   o.relay = false;
