@@ -221,7 +221,15 @@ class PrefillService::Publication {
         pub->DropPrompt(digest_);
         return;
       }
-      rt->loop()->RunAfter(svc_->retain_, [pub, digest = digest_] { pub->DropPrompt(digest); });
+      svc_->retained_.push_back(digest_);
+      rt->loop()->RunAfter(svc_->retain_, [svc = svc_, digest = digest_] {
+        auto& kept = svc->retained_;
+        if (svc->publisher_ == nullptr) return;  // the service is going
+        if (auto it = std::find(kept.begin(), kept.end(), digest); it != kept.end()) {
+          kept.erase(it);
+          svc->publisher_->DropPrompt(digest);
+        }
+      });
     });
     if (status.ok()) rt->ReportPublished(digest_, chain_);
   }
@@ -332,6 +340,14 @@ absl::StatusOr<SequenceEvent> PrefillService::FirstToken(grpc::ServerContext* co
   return absl::Status(ev.status.code(), absl::StrCat("prefill failed: ", ev.status.message()));
 }
 
+void PrefillService::MakeRoom(int pages) {
+  const KvPagePool& pool = rt_->engine().pool();
+  while (!retained_.empty() && pool.free_pages() < pages) {
+    publisher_->DropPrompt(retained_.front());
+    retained_.pop_front();
+  }
+}
+
 grpc::Status PrefillService::Compute(grpc::ServerContext* context,
                                      const v1::PrefillRequest& request, Progress* progress,
                                      v1::PrefillResponse* response) {
@@ -342,6 +358,9 @@ grpc::Status PrefillService::Compute(grpc::ServerContext* context,
   const int n = int(tokens.size());
   if (n == 0) return grpc::Status(grpc::INVALID_ARGUMENT, "prefill: empty prompt");
   const Hash128 seed = engine.prefix_seed(request.tenant());
+  // Room for the prompt's pages, retained prompts giving way first.
+  const int page_tokens = engine.options().page_tokens;
+  rt_->RunSync([&] { MakeRoom((n + page_tokens - 1) / page_tokens); });
   // Announce the prompt; an identical prompt already published serves it.
   Publication publication(this, kvcache::PromptDigest(seed, tokens, chunk).ToHex(),
                           ChunkHashChain(seed, tokens, chunk), n);

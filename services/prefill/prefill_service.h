@@ -7,10 +7,12 @@
 // most every 250 ms while the model computes or KV lands), so the scheduler
 // bounds silence, not the length of the prompt. Published prompts stay
 // fetchable for `retain` (later requests reuse them), then their pages are
-// released.
+// released; sooner, oldest first, when a new prompt needs their pages (the
+// relay caches them, and a lost one is computed again).
 #ifndef KVCAST_SERVICES_PREFILL_PREFILL_SERVICE_H_
 #define KVCAST_SERVICES_PREFILL_PREFILL_SERVICE_H_
 
+#include <deque>
 #include <memory>
 
 #include "kvcast/v1/worker.grpc.pb.h"
@@ -60,9 +62,14 @@ class PrefillService final : public v1::Prefill::Service {
                                                const v1::KvSource& source, KvPages own_pages,
                                                int own_chunks, Progress* progress);
 
+  // Drops retained prompts, oldest first, until `pages` pages are free or
+  // none is retained (loop thread).
+  void MakeRoom(int pages);
+
   worker::WorkerRuntime* const rt_;
   const absl::Duration retain_;
   std::unique_ptr<Publisher> publisher_;  // loop thread
+  std::deque<std::string> retained_;      // ended prompts kept, oldest first (loop thread)
   services::Counter* requests_ok_;
   services::Counter* requests_failed_;
   services::Counter* tokens_computed_;

@@ -63,6 +63,25 @@ class PrefillServiceTest : public ::testing::Test {
   std::unique_ptr<v1::Prefill::Stub> stub_;
 };
 
+// Published prompts stay fetchable for --retain_s, but not at the cost of
+// the prompts that come next: with more distinct prompts than the page pool
+// holds, the oldest retained ones make room (their KV is at the relay or
+// computed again), and no prefill fails for want of pages.
+TEST_F(PrefillServiceTest, RetainedPromptsMakeRoomForNewOnes) {
+  const KvPagePool& pool = rt_->engine().pool();
+  const int prompt_tokens = 300;
+  const int pages_each = (prompt_tokens + pool.layout().page_tokens - 1) / pool.layout().page_tokens;
+  const int prompts = 2 * pool.num_pages() / pages_each + 2;
+  for (int p = 0; p < prompts; ++p) {
+    v1::PrefillRequest r;
+    r.set_request_id("req-" + std::to_string(p));
+    for (int i = 0; i < prompt_tokens; ++i) r.add_tokens(3 + (i * 7 + p * 13) % 250);
+    Call c = Prefill(r);
+    ASSERT_TRUE(c.status.ok()) << "prompt " << p << " of " << prompts << ": "
+                               << c.status.error_message();
+  }
+}
+
 TEST_F(PrefillServiceTest, ProgressComesChunkByChunkThenTheFirstToken) {
   Call c = Prefill(Request(600));
   ASSERT_TRUE(c.status.ok()) << c.status.error_message();
