@@ -393,7 +393,8 @@ absl::Status LocalCluster::Stop() {
   // Workers first (they deregister), then the scheduler, then the relay.
   for (Role role : {Role::kPrefill, Role::kDecode, Role::kScheduler, Role::kRelay}) {
     for (auto& p : processes_) {
-      if (p->role == role && !Reap(p.get(), false)) kill(-p->pid, SIGTERM);
+      // A draining worker has had its SIGTERM (a second one cuts its drain short).
+      if (p->role == role && !p->draining && !Reap(p.get(), false)) kill(-p->pid, SIGTERM);
     }
   }
   const absl::Time deadline = absl::Now() + options_.stop_timeout;
