@@ -96,10 +96,9 @@ class WorkerRegistry final : public v1::Registry::Service {
                           v1::DeregisterResponse* response) override;
 
   std::optional<ModelInfo> model() const;
-  // The registered workers per role, with their start-up calibration and
-  // load averaged over those that reported it (the planner's capacity).
+  // The registered workers' start-up calibration, averaged per role over
+  // those that reported it (the planner's capacity until it has measured).
   struct Fleet {
-    int prefill_workers = 0, decode_workers = 0;
     double prefill_tokens_per_s = 0;  // chunk_tokens / calibrated chunk time
     double decode_step_ms = 0;        // calibrated single-sequence step
   };
