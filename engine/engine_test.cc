@@ -236,17 +236,6 @@ TEST(Engine, EvictedChunksComeBackFromTheHostTier) {
   EXPECT_EQ(e->waiting_prompt_tokens(), 290 - 256);
   auto r2 = RunToCompletion(e.get());
   EXPECT_EQ(r2[second].cached, 256);
-  // The work done, as the worker reports it: both prompts, less the reused
-  // chunks; four tokens each.
-  const Engine::Totals totals = e->totals();
-  EXPECT_EQ(totals.sequences, 2);
-  EXPECT_EQ(totals.prompt_tokens_computed, 300 + (290 - 256));
-  EXPECT_EQ(totals.tokens_generated, 8);
-  // One step per token after the prompt's (one chunk pass per 128 tokens
-  // at most): each sequence alone in its steps here.
-  EXPECT_GE(totals.steps, 8);
-  EXPECT_EQ(totals.step_sequences, totals.steps);
-  EXPECT_GT(totals.step_seconds, 0);
   EXPECT_EQ(e->host_tier()->stats().hits, 2u);
   auto fresh = MakeEngine();
   uint64_t id = *fresh->Submit(other, Greedy(4));

@@ -16,6 +16,20 @@ PlannerOptions Exact() {
   return o;
 }
 
+// One interval of `requests` requests of 1000 uncached prompt tokens and
+// 100 output tokens each, computed by prefill passes of `prefill_seconds`
+// and decode steps of `batch` sequences at `step_ms`.
+void AddInterval(LoadTotals* t, double requests, double prefill_seconds, double steps,
+                 double batch, double step_ms) {
+  t->requests += requests;
+  t->uncached_prompt_tokens += requests * 1000;
+  t->output_tokens += requests * 100;
+  t->prefill_step_seconds += prefill_seconds;
+  t->decode_steps += steps;
+  t->decode_step_sequences += steps * batch;
+  t->decode_step_seconds += steps * step_ms / 1e3;
+}
+
 bool Has(const std::string& text, const std::string& line) {
   return text.find(line) != std::string::npos;
 }
@@ -33,13 +47,7 @@ TEST(PlannerTaskTest, PlansEachIntervalsLoadOnTheCapacityItsWorkShowed) {
   // 30 s of 10 requests/s, 1000 uncached prompt tokens and 100 output
   // tokens each; the prefill workers' passes took 150 s for them (2000
   // tokens/s), the decode workers' 1000 single-sequence steps 20 s.
-  totals.requests += 300;
-  totals.uncached_prompt_tokens += 300000;
-  totals.output_tokens += 30000;
-  totals.prefill_step_seconds += 150;
-  totals.decode_steps += 1000;
-  totals.decode_step_sequences += 1000;
-  totals.decode_step_seconds += 20;
+  AddInterval(&totals, 300, 150, 1000, 1, 20);
   d = task.Tick();
   EXPECT_DOUBLE_EQ(d.requests_per_s, 10);
   EXPECT_EQ(d.prefill.replicas, 7);  // planner_test: 10000 / (2000 x 0.8)
@@ -52,13 +60,7 @@ TEST(PlannerTaskTest, PlansEachIntervalsLoadOnTheCapacityItsWorkShowed) {
   // Twice the load; decode ran batches of 31 at 50 ms a step: each further
   // sequence costs (50 - 20) / 30 = 1 ms, so a batch of 61 fits the ITL
   // budget, 762.5 tokens/s a worker, for 2000.
-  totals.requests += 600;
-  totals.uncached_prompt_tokens += 600000;
-  totals.output_tokens += 60000;
-  totals.prefill_step_seconds += 300;
-  totals.decode_steps += 1000;
-  totals.decode_step_sequences += 31000;
-  totals.decode_step_seconds += 50;
+  AddInterval(&totals, 600, 300, 1000, 31, 50);
   d = task.Tick();
   EXPECT_DOUBLE_EQ(d.requests_per_s, 20);
   EXPECT_EQ(d.prefill.replicas, 13);
