@@ -12,35 +12,22 @@
 #include <memory>
 #include <string>
 
-#include "kernels/backend.h"
+#include "kernels/forwarding_backend.h"
 
 namespace kvcast {
 
-class ProfilingBackend : public Backend {
+class ProfilingBackend : public ForwardingBackend {
  public:
-  explicit ProfilingBackend(Backend* inner) : inner_(inner) {}
+  explicit ProfilingBackend(Backend* inner) : ForwardingBackend(inner) {}
 
   // Seconds spent per op name ("Linear", "PagedAttention", ...).
   const std::map<std::string, double>& seconds() const { return seconds_; }
   double total_seconds() const;
   void Reset() { seconds_.clear(); }
 
-  std::string_view name() const override { return inner_->name(); }
-  absl::StatusOr<std::unique_ptr<DeviceBuffer>> Allocate(size_t bytes) override {
-    return inner_->Allocate(bytes);
-  }
+  // The timed ops; the rest pass through ForwardingBackend untimed.
   void CopyToDevice(void* dst, const void* src, size_t bytes) override;
   void CopyToHost(void* dst, const void* src, size_t bytes) override;
-  absl::Status Synchronize() override { return inner_->Synchronize(); }
-  size_t AvailableMemory() const override { return inner_->AvailableMemory(); }
-  absl::StatusOr<std::unique_ptr<DeviceBuffer>> AllocateStaging(size_t bytes) override {
-    return inner_->AllocateStaging(bytes);
-  }
-  absl::StatusOr<Weight> LoadWeight(WeightType type, WeightKind kind, const void* src,
-                                    size_t rows, size_t cols) override {
-    return inner_->LoadWeight(type, kind, src, rows, cols);
-  }
-  bool TakesWeightType(WeightType type) const override { return inner_->TakesWeightType(type); }
   void Embedding(const int32_t* ids, int num_tokens, const Weight& table, int dim,
                  float* out) override;
   void GatherRows(const float* x, const int32_t* rows, int num_rows, int dim,
@@ -57,11 +44,6 @@ class ProfilingBackend : public Backend {
   void WriteKv(const float* k, const float* v, int num_tokens, int stride, const int32_t* slots,
                int num_kv_heads, int head_dim, KvStorage storage, void* k_cache,
                void* v_cache) override;
-  bool SupportsHalfKvPages() const override { return inner_->SupportsHalfKvPages(); }
-  bool KvPagesInHostMemory() const override { return inner_->KvPagesInHostMemory(); }
-  absl::Status SupportsAttention(int num_heads, int num_kv_heads, int head_dim) const override {
-    return inner_->SupportsAttention(num_heads, num_kv_heads, head_dim);
-  }
   void PagedAttention(const float* q, int q_stride, const AttentionSeq* seqs, int num_seqs,
                       const AttentionShape& shape, const void* k_cache, const void* v_cache,
                       float* out) override;
@@ -76,7 +58,6 @@ class ProfilingBackend : public Backend {
   template <typename F>
   void Time(const char* op, F&& f);
 
-  Backend* const inner_;
   std::map<std::string, double> seconds_;
 };
 

@@ -1,0 +1,73 @@
+// The KV quality evaluation (docs/kv-quality.md): every KV track scored on
+// windows of natural text by the project's own engine, in two modes.
+//
+//  - product: a window's first prefix_tokens tokens are prefilled with
+//    exact KV, which then crosses the track's wire codec into other pages
+//    (as a prefill worker publishes it and a decode worker lands it); the
+//    continuation is teacher-forced on top, its own KV exact, as a decode
+//    worker computes it. What a user of a disaggregated deployment gets.
+//  - all-kv: every position's K and V goes through the track as the model
+//    writes it (group-sized chunks; the papers' measurement).
+//
+// Each window's continuation positions but the last are scored (the
+// position's logits against the next token of the window) against the
+// same window with exact KV (pages keeping fp16 values, as the workers
+// keep them: the fp16 track is then exact).
+//
+// Thread safety: one call at a time per backend.
+#ifndef KVCAST_TOOLS_KVQUALITY_EVALUATE_H_
+#define KVCAST_TOOLS_KVQUALITY_EVALUATE_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "engine/model/checkpoint.h"
+#include "kernels/backend.h"
+#include "tools/kvquality/metrics.h"
+
+namespace kvcast::kvquality {
+
+enum class Mode { kProduct, kAllKv };
+std::string_view ModeName(Mode mode);  // "product", "all-kv"
+// InvalidArgument naming the modes for any other name.
+absl::StatusOr<Mode> ModeOfName(std::string_view name);
+
+struct EvalOptions {
+  int prefix_tokens = 512;        // a multiple of group_tokens
+  int continuation_tokens = 256;  // at least 2
+  int group_tokens = 128;         // tokens per group, as the KV tracks publish them
+  std::vector<std::string> tracks = {"fp16", "bf16", "fp8-e4m3", "int8",
+                                     "fp4-e2m1", "int4", "ac", "ac-lo"};
+  std::vector<Mode> modes = {Mode::kProduct, Mode::kAllKv};
+  int resamples = 2000;  // bootstrap resamples (metrics.h)
+  // Called after each window with (windows done, windows in all).
+  std::function<void(int, int)> progress;
+};
+
+struct TrackResult {
+  std::string track;
+  Mode mode = Mode::kProduct;
+  // Bits per KV value of the prefixes' objects, headers, scales and tables
+  // counted (fp16: 16).
+  double bits_per_value = 0;
+  TrackQuality quality;
+};
+
+// Loads `checkpoint` onto `backend` and scores every track of `options` in
+// every mode on `windows` (each prefix_tokens + continuation_tokens
+// tokens). Results in the order of options.modes, then options.tracks.
+// InvalidArgument for options out of range, a window of another length,
+// an unknown track (naming the known ones), or an ac track the model's
+// shape has not; the engine's errors.
+absl::StatusOr<std::vector<TrackResult>> EvaluateTracks(
+    const Checkpoint& checkpoint, Backend* backend,
+    const std::vector<absl::Span<const int32_t>>& windows, const EvalOptions& options);
+
+}  // namespace kvcast::kvquality
+
+#endif  // KVCAST_TOOLS_KVQUALITY_EVALUATE_H_

@@ -1,0 +1,133 @@
+// The evaluation on the tiny model: exact tracks change nothing, coarser
+// tracks more, all-kv more than product, sizes as the codecs say.
+#include "tools/kvquality/evaluate.h"
+
+#include <random>
+
+#include "engine/kv/token_codec.h"
+#include "engine/testing/tiny_model_fixture.h"
+#include "gtest/gtest.h"
+
+namespace kvcast::kvquality {
+namespace {
+
+class EvaluateTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto ckpt = Checkpoint::Open(TinyModelDir());
+    ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+    checkpoint_ = std::move(*ckpt);
+    std::mt19937 rng(7);
+    for (int w = 0; w < 3; ++w) {
+      tokens_.emplace_back(kWindow);
+      for (int32_t& t : tokens_.back()) t = int32_t(rng() % 512);
+    }
+    for (const auto& t : tokens_) windows_.push_back(t);
+    options_.prefix_tokens = 128;
+    options_.continuation_tokens = 32;
+    options_.resamples = 200;
+  }
+  absl::StatusOr<std::vector<TrackResult>> Evaluate() {
+    return EvaluateTracks(*checkpoint_, backend_.get(), windows_, options_);
+  }
+  static const TrackResult& Find(const std::vector<TrackResult>& rs, const std::string& track,
+                                 Mode mode) {
+    for (const TrackResult& r : rs) {
+      if (r.track == track && r.mode == mode) return r;
+    }
+    ADD_FAILURE() << "no " << track;
+    return rs[0];
+  }
+
+  static constexpr int kWindow = 160;
+  std::unique_ptr<Checkpoint> checkpoint_;
+  std::unique_ptr<Backend> backend_ = NewCpuBackend();
+  std::vector<std::vector<int32_t>> tokens_;
+  std::vector<absl::Span<const int32_t>> windows_;
+  EvalOptions options_;
+};
+
+TEST_F(EvaluateTest, CoarserTracksCostMoreAndAllKvMoreThanProduct) {
+  options_.tracks = {"fp16", "int8", "int4", "ac"};
+  int progress = 0;
+  options_.progress = [&](int done, int total) {
+    EXPECT_EQ(total, 3);
+    EXPECT_EQ(done, ++progress);
+  };
+  const auto rs = Evaluate();
+  ASSERT_TRUE(rs.ok()) << rs.status();
+  ASSERT_EQ(rs->size(), 8u);
+  EXPECT_EQ(progress, 3);
+  for (Mode m : {Mode::kProduct, Mode::kAllKv}) {
+    // The pages keep fp16 values, so the fp16 track is exact.
+    const TrackQuality& fp16 = Find(*rs, "fp16", m).quality;
+    EXPECT_EQ(fp16.positions, 3 * 31);
+    EXPECT_EQ(fp16.ppl_change, 0.0);
+    EXPECT_EQ(fp16.mean_kl, 0.0);
+    EXPECT_EQ(fp16.top1, 1.0);
+    const TrackQuality& int8 = Find(*rs, "int8", m).quality;
+    const TrackQuality& int4 = Find(*rs, "int4", m).quality;
+    EXPECT_GT(int8.mean_kl, 0.0) << ModeName(m);
+    EXPECT_GT(int4.mean_kl, 2 * int8.mean_kl) << ModeName(m);
+    EXPECT_GT(Find(*rs, "ac", m).quality.mean_kl, 0.0) << ModeName(m);
+    EXPECT_NEAR(int8.ppl_exact, fp16.ppl_exact, 1e-9);  // one exact run per window
+  }
+  EXPECT_GT(Find(*rs, "int4", Mode::kAllKv).quality.mean_kl,
+            Find(*rs, "int4", Mode::kProduct).quality.mean_kl);
+  // Sizes: the row codecs' token bytes; ac's its objects'.
+  const KvLayout layout{2, 2, 16, 16};
+  const double values = 2.0 * layout.num_layers * layout.token_floats();
+  for (const char* t : {"fp16", "int8", "int4"}) {
+    const KvFormat f = t == std::string("fp16")   ? KvFormat::kFp16
+                       : t == std::string("int8") ? KvFormat::kInt8
+                                                  : KvFormat::kInt4;
+    for (Mode m : {Mode::kProduct, Mode::kAllKv}) {
+      EXPECT_DOUBLE_EQ(Find(*rs, t, m).bits_per_value,
+                       8.0 * TokenCodec(layout, f).token_bytes() / values)
+          << t;
+    }
+  }
+  const double ac_bits = Find(*rs, "ac", Mode::kProduct).bits_per_value;
+  EXPECT_GT(ac_bits, 2.0);
+  EXPECT_LT(ac_bits, 16.0);
+}
+
+TEST_F(EvaluateTest, RotatedTracksRotateBackAndCostTheirFormatsBytes) {
+  options_.tracks = {"int8", "int4", "int4+rot", "fp16+rot"};
+  const auto rs = Evaluate();
+  ASSERT_TRUE(rs.ok()) << rs.status();
+  for (Mode m : {Mode::kProduct, Mode::kAllKv}) {
+    const TrackResult& rot = Find(*rs, "int4+rot", m);
+    const TrackResult& plain = Find(*rs, "int4", m);
+    EXPECT_EQ(rot.bits_per_value, plain.bits_per_value);
+    EXPECT_GT(rot.quality.mean_kl, 0.0);
+    EXPECT_NE(rot.quality.mean_kl, plain.quality.mean_kl) << ModeName(m);
+    // fp16 of rotated values, rotated back: fp16 rounding's error only.
+    const double fp16_rot = Find(*rs, "fp16+rot", m).quality.mean_kl;
+    EXPECT_GT(fp16_rot, 0.0) << ModeName(m);
+    EXPECT_LT(fp16_rot, Find(*rs, "int8", m).quality.mean_kl / 10) << ModeName(m);
+  }
+  options_.tracks = {"ac+rot"};
+  EXPECT_EQ(Evaluate().status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(EvaluateTest, OptionsOutOfRangeAreNamed) {
+  options_.tracks = {"int8", "int3"};
+  auto rs = Evaluate();
+  EXPECT_EQ(rs.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(rs.status().message().find("int3"), std::string::npos) << rs.status();
+  options_.tracks = {"int8"};
+  options_.prefix_tokens = 100;  // not a multiple of the 128-token group
+  options_.continuation_tokens = 60;
+  rs = Evaluate();
+  EXPECT_EQ(rs.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(rs.status().message().find("prefix 100"), std::string::npos) << rs.status();
+  options_.prefix_tokens = 128;
+  options_.continuation_tokens = 16;  // windows hold 160 tokens, not 144
+  rs = Evaluate();
+  EXPECT_EQ(rs.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(rs.status().message().find("160"), std::string::npos) << rs.status();
+}
+
+}  // namespace
+}  // namespace kvcast::kvquality

@@ -1,0 +1,177 @@
+// kv_quality: every KV track judged on natural text by the project's own
+// engine (docs/kv-quality.md).
+//
+//   kv_quality --model FILE.gguf --text FILE[,FILE...] [--windows 48]
+//              [--prefix 512] [--continuation 256] [--tracks fp16,...,ac-lo]
+//              [--modes product,all-kv] [--backend cpu-f32] [--json OUT.json]
+//              [--windows_out WINDOWS.json]
+//
+// Prints, per mode, a table of each track's size (bits per value,
+// everything counted) and quality against exact KV: perplexity change with
+// its 95% paired-bootstrap interval, mean and 99.9th-percentile KL,
+// first-token KL, teacher-forced top-1 agreement. --json writes the same
+// with the date, CPU and command. A progress line goes to stderr per window.
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/status_macros.h"
+#include "engine/model/checkpoint.h"
+#include "engine/tokenizer/tokenizer.h"
+#include "nlohmann/json.hpp"
+#include "tools/kvquality/corpus.h"
+#include "tools/kvquality/evaluate.h"
+
+ABSL_FLAG(std::string, model, "", "the model: a .gguf file or HF model directory");
+ABSL_FLAG(std::string, backend, "cpu-f32",
+          "compute backend: cpu-f32 (float32 weights and activations, the default: the "
+          "codec's effect alone), cpu (Q8 activations add their rounding), cpu-bf16, ...");
+ABSL_FLAG(std::vector<std::string>, text, {}, "text files, read as they are and joined");
+ABSL_FLAG(int, windows, 48, "windows of prefix + continuation tokens, spread over the text");
+ABSL_FLAG(int, prefix, 512, "prompt tokens per window (their KV crosses the track)");
+ABSL_FLAG(int, continuation, 256, "teacher-forced tokens per window");
+ABSL_FLAG(std::vector<std::string>, tracks,
+          std::vector<std::string>({"fp16", "bf16", "fp8-e4m3", "int8", "fp4-e2m1", "int4",
+                                    "ac", "ac-lo"}),
+          "KV tracks to judge");
+ABSL_FLAG(std::vector<std::string>, modes, std::vector<std::string>({"product", "all-kv"}),
+          "product (the prompt's KV through the track) and/or all-kv (every position's)");
+ABSL_FLAG(int, resamples, 2000, "paired-bootstrap resamples for the perplexity interval");
+ABSL_FLAG(std::string, json, "", "also write the results here as JSON");
+ABSL_FLAG(std::string, windows_out, "",
+          "write the windows' token ids here as JSON (for hf_crosscheck.py)");
+
+namespace kvcast::kvquality {
+namespace {
+
+std::string CpuModel() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("model name", 0) == 0) {
+      const size_t colon = line.find(':');
+      if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
+    }
+  }
+  return "unknown";
+}
+
+std::string Today() {
+  const std::time_t now = std::time(nullptr);
+  char buf[16];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d", std::gmtime(&now));
+  return buf;
+}
+
+void PrintTable(Mode mode, const std::vector<TrackResult>& results) {
+  std::printf("\n#### %s mode\n\n", std::string(ModeName(mode)).c_str());
+  std::printf("| track | bits/value | smaller than fp16 | perplexity change (95%% CI) | "
+              "mean KL | p99.9 KL | first-token KL | top-1 agreement |\n"
+              "|---|---|---|---|---|---|---|---|\n");
+  for (const TrackResult& r : results) {
+    if (r.mode != mode) continue;
+    const TrackQuality& q = r.quality;
+    std::printf("| %s | %.2f | %.2fx | %+.3f%% (%+.3f, %+.3f) | %.2e | %.2e | %.2e | %.2f%% |\n",
+                r.track.c_str(), r.bits_per_value,
+                r.bits_per_value > 0 ? 16.0 / r.bits_per_value : 0.0, 100 * q.ppl_change,
+                100 * q.ppl_change_lo, 100 * q.ppl_change_hi, q.mean_kl, q.p999_kl, q.first_kl,
+                100 * q.top1);
+  }
+}
+
+nlohmann::json ToJson(const std::vector<TrackResult>& results) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const TrackResult& r : results) {
+    const TrackQuality& q = r.quality;
+    rows.push_back({{"track", r.track}, {"mode", std::string(ModeName(r.mode))},
+                    {"bits_per_value", r.bits_per_value}, {"windows", q.windows},
+                    {"positions", q.positions}, {"ppl_exact", q.ppl_exact},
+                    {"ppl_track", q.ppl_track}, {"ppl_change", q.ppl_change},
+                    {"ppl_change_lo", q.ppl_change_lo}, {"ppl_change_hi", q.ppl_change_hi},
+                    {"mean_kl", q.mean_kl}, {"p999_kl", q.p999_kl}, {"first_kl", q.first_kl},
+                    {"top1", q.top1}});
+  }
+  return rows;
+}
+
+absl::Status WriteJson(const std::string& path, const nlohmann::json& doc) {
+  std::ofstream out(path);
+  out << doc.dump(1) << "\n";
+  if (!out) return absl::UnavailableError(absl::StrCat("cannot write ", path));
+  return absl::OkStatus();
+}
+
+absl::Status Main(const std::string& command) {
+  const std::string model_path = absl::GetFlag(FLAGS_model);
+  if (model_path.empty()) return absl::InvalidArgumentError("--model is required");
+  EvalOptions o;
+  o.prefix_tokens = absl::GetFlag(FLAGS_prefix);
+  o.continuation_tokens = absl::GetFlag(FLAGS_continuation);
+  o.tracks = absl::GetFlag(FLAGS_tracks);
+  o.resamples = absl::GetFlag(FLAGS_resamples);
+  o.modes.clear();
+  for (const std::string& m : absl::GetFlag(FLAGS_modes)) {
+    ASSIGN_OR_RETURN(Mode mode, ModeOfName(m));
+    o.modes.push_back(mode);
+  }
+  ASSIGN_OR_RETURN(std::string text, ReadCorpus(absl::GetFlag(FLAGS_text)));
+  ASSIGN_OR_RETURN(auto tokenizer, LoadTokenizer(model_path));
+  ASSIGN_OR_RETURN(std::vector<int32_t> tokens, tokenizer->Encode(text, /*add_bos=*/false));
+  ASSIGN_OR_RETURN(auto windows, Windows(tokens, o.prefix_tokens + o.continuation_tokens,
+                                         absl::GetFlag(FLAGS_windows)));
+  if (const std::string path = absl::GetFlag(FLAGS_windows_out); !path.empty()) {
+    nlohmann::json ids = nlohmann::json::array();
+    for (const auto& w : windows) ids.push_back(std::vector<int32_t>(w.begin(), w.end()));
+    RETURN_IF_ERROR(WriteJson(path, {{"prefix", o.prefix_tokens},
+                                     {"continuation", o.continuation_tokens},
+                                     {"windows", ids}}));
+  }
+  ASSIGN_OR_RETURN(auto checkpoint, Checkpoint::Open(model_path));
+  ASSIGN_OR_RETURN(auto backend, NewBackend(absl::GetFlag(FLAGS_backend)));
+  const auto start = std::chrono::steady_clock::now();
+  o.progress = [&](int done, int total) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::fprintf(stderr, "\rwindow %d/%d, %.0f s, about %.0f s left   %s", done, total, s,
+                 s / done * (total - done), done == total ? "\n" : "");
+  };
+  ASSIGN_OR_RETURN(auto results, EvaluateTracks(*checkpoint, backend.get(), windows, o));
+
+  std::printf("### KV quality: %s\n\n%s, backend %s, %s; text %s (%zu tokens); %zu windows of "
+              "%d + %d tokens; exact perplexity %.4f\n",
+              model_path.c_str(), Today().c_str(), absl::GetFlag(FLAGS_backend).c_str(),
+              CpuModel().c_str(), absl::StrJoin(absl::GetFlag(FLAGS_text), ", ").c_str(),
+              tokens.size(), windows.size(), o.prefix_tokens, o.continuation_tokens,
+              results.empty() ? 0.0 : results[0].quality.ppl_exact);
+  for (Mode m : o.modes) PrintTable(m, results);
+  if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
+    const nlohmann::json doc = {
+        {"tool", "kv_quality"}, {"date", Today()}, {"cpu", CpuModel()}, {"command", command},
+        {"model", model_path}, {"backend", absl::GetFlag(FLAGS_backend)},
+        {"text", absl::GetFlag(FLAGS_text)}, {"corpus_tokens", tokens.size()},
+        {"windows", windows.size()}, {"prefix", o.prefix_tokens},
+        {"continuation", o.continuation_tokens}, {"results", ToJson(results)}};
+    RETURN_IF_ERROR(WriteJson(path, doc));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace kvcast::kvquality
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv, argv + argc);
+  absl::ParseCommandLine(argc, argv);
+  const absl::Status s = kvcast::kvquality::Main(absl::StrJoin(args, " "));
+  if (!s.ok()) {
+    std::fprintf(stderr, "kv_quality: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}
