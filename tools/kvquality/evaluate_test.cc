@@ -93,7 +93,7 @@ TEST_F(EvaluateTest, CoarserTracksCostMoreAndAllKvMoreThanProduct) {
 }
 
 TEST_F(EvaluateTest, RotatedTracksRotateBackAndCostTheirFormatsBytes) {
-  options_.tracks = {"int8", "int4", "int4+rot", "fp16+rot"};
+  options_.tracks = {"int8", "int4", "int4+rot", "fp16+rot", "ac", "ac+rot"};
   const auto rs = Evaluate();
   ASSERT_TRUE(rs.ok()) << rs.status();
   for (Mode m : {Mode::kProduct, Mode::kAllKv}) {
@@ -106,9 +106,35 @@ TEST_F(EvaluateTest, RotatedTracksRotateBackAndCostTheirFormatsBytes) {
     const double fp16_rot = Find(*rs, "fp16+rot", m).quality.mean_kl;
     EXPECT_GT(fp16_rot, 0.0) << ModeName(m);
     EXPECT_LT(fp16_rot, Find(*rs, "int8", m).quality.mean_kl / 10) << ModeName(m);
+    // ac codes the rotated values: other bytes, other error.
+    const TrackResult& ac = Find(*rs, "ac", m);
+    const TrackResult& ac_rot = Find(*rs, "ac+rot", m);
+    EXPECT_GT(ac_rot.quality.mean_kl, 0.0);
+    EXPECT_NE(ac_rot.quality.mean_kl, ac.quality.mean_kl);
   }
-  options_.tracks = {"ac+rot"};
-  EXPECT_EQ(Evaluate().status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(Find(*rs, "ac+rot", Mode::kProduct).bits_per_value,
+            Find(*rs, "ac", Mode::kProduct).bits_per_value);
+}
+
+TEST_F(EvaluateTest, AnExploredAcPointAtTheTracksLevelsIsThatTrack) {
+  options_.tracks = {"ac-lo", "ac@127/32", "ac@7/4"};
+  const auto rs = Evaluate();
+  ASSERT_TRUE(rs.ok()) << rs.status();
+  for (Mode m : {Mode::kProduct, Mode::kAllKv}) {
+    const TrackResult& lo = Find(*rs, "ac-lo", m);
+    const TrackResult& same = Find(*rs, "ac@127/32", m);
+    EXPECT_EQ(same.bits_per_value, lo.bits_per_value);
+    EXPECT_EQ(same.quality.mean_kl, lo.quality.mean_kl);
+    const TrackResult& coarse = Find(*rs, "ac@7/4", m);
+    EXPECT_LT(coarse.bits_per_value, lo.bits_per_value);
+    EXPECT_GT(coarse.quality.mean_kl, lo.quality.mean_kl);
+  }
+  for (const char* bad : {"ac@0/3", "ac@7", "ac@x/4"}) {
+    options_.tracks = {bad};
+    const auto r = Evaluate();
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(r.status().message().find(bad), std::string::npos) << r.status();
+  }
 }
 
 TEST_F(EvaluateTest, OptionsOutOfRangeAreNamed) {

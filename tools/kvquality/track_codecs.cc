@@ -3,7 +3,9 @@
 
 #include <algorithm>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "engine/kv/token_codec.h"
 #include "common/dtype.h"
 #include "kernels/kv_codec.h"
@@ -12,23 +14,73 @@
 namespace kvcast::kvquality {
 
 absl::StatusOr<HarnessTrack> ParseTrack(std::string_view name) {
-  constexpr std::string_view kRot = "+rot";
+  constexpr std::string_view kRot = "+rot", kExplored = "ac@";
   HarnessTrack t;
   if (name.size() > kRot.size() && name.substr(name.size() - kRot.size()) == kRot) {
     name.remove_suffix(kRot.size());
     t.rotate = true;
   }
+  if (name.substr(0, kExplored.size()) == kExplored) {
+    const std::vector<std::string> levels =
+        absl::StrSplit(std::string(name.substr(kExplored.size())), '/');
+    float k = 0, v = 0;
+    if (levels.size() != 2 || !absl::SimpleAtof(levels[0], &k) ||
+        !absl::SimpleAtof(levels[1], &v) || !(k > 0) || !(v > 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "\"", std::string(name), "\": an explored ac point is ac@K_LEVELS/V_LEVELS, both > 0"));
+    }
+    t.explored = std::make_shared<const kvcache::ac::AcPolicy>(
+        kvcache::ac::AcPolicy{kvcache::ac::AcNearLossless().track, k, v});
+    t.compression = kvcache::KvCompression(t.explored.get());
+    return t;
+  }
   auto c = kvcache::CompressionOfTrackName(name);
   if (!c.ok()) return absl::InvalidArgumentError(c.status().message());
   t.compression = *c;
-  if (t.rotate && t.compression.ac != nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("\"", std::string(name), "+rot\": only the row formats rotate"));
-  }
   return t;
 }
 
-TrackTransfer::TrackTransfer(const KvLayout& layout) : layout_(layout), ac_(layout) {}
+FloatGroupCoder::FloatGroupCoder(int layers, int num_kv_heads, int head_dim)
+    : layers_(layers), heads_(num_kv_heads), head_dim_(head_dim) {}
+
+absl::StatusOr<size_t> FloatGroupCoder::Code(const kvcache::KvCompression& track, float* tokens,
+                                             int count, int first_layer) {
+  const int row = heads_ * head_dim_;
+  if (const kvcache::ac::AcPolicy* p = track.ac; p != nullptr) {
+    const kvcache::ac::AcShape shape{layers_, heads_, head_dim_};
+    auto& encoder = encoders_[{p, first_layer}];
+    if (!encoder) {
+      // Layers coded apart from the rest take their own layer's levels: an
+      // ac group codes every unit on its own, so the values are those the
+      // whole token's group would give.
+      const kvcache::ac::AcPolicy policy =
+          first_layer == 0 ? *p
+                           : kvcache::ac::AcPolicy{p->track, p->LevelsOf(first_layer, false),
+                                                   p->LevelsOf(first_layer, true)};
+      encoder = std::make_unique<kvcache::ac::AcGroupEncoder>(shape, policy);
+    }
+    if (!decoder_) decoder_ = std::make_unique<kvcache::ac::AcGroupDecoder>(shape);
+    encoder->Encode(tokens, count, &objects_);
+    size_t bytes = 0;
+    for (const auto& o : objects_) bytes += o.size();
+    const std::vector<absl::Span<const uint8_t>> spans(objects_.begin(), objects_.end());
+    if (absl::Status s = decoder_->DecodeGroup(spans, tokens); !s.ok()) return s;
+    return bytes;
+  }
+  const int block = ScaleBlock(track.format, head_dim_);
+  row_.resize(KvRowBytes(track.format, heads_, head_dim_, block));
+  const size_t rows = size_t(count) * 2 * layers_;
+  for (size_t r = 0; r < rows; ++r) {
+    EncodeKvRow(track.format, tokens + r * row, heads_, head_dim_, block, row_.data());
+    DecodeKvRow(track.format, row_.data(), heads_, head_dim_, block, tokens + r * row);
+  }
+  return row_.size() * rows;
+}
+
+TrackTransfer::TrackTransfer(const KvLayout& layout)
+    : layout_(layout),
+      ac_(layout),
+      floats_(layout.num_layers, layout.num_kv_heads, layout.head_dim) {}
 
 absl::StatusOr<size_t> TrackTransfer::Transfer(const HarnessTrack& harness_track,
                                                Backend* backend, KvPagePool* pool,
@@ -41,11 +93,11 @@ absl::StatusOr<size_t> TrackTransfer::Transfer(const HarnessTrack& harness_track
                                                    group_tokens));
   }
   const kvcache::KvCompression& track = harness_track.compression;
-  if (harness_track.rotate) {
-    return TransferRotated(track.format, backend, pool, src_slots, dst_slots);
-  }
   if (track.ac != nullptr) {
     if (absl::Status s = ac_.Supported(); !s.ok()) return s;
+  }
+  if (harness_track.rotate) {
+    return TransferRotated(track, backend, pool, src_slots, dst_slots, group_tokens);
   }
   const TokenCodec codec(layout_, track.format);
   size_t bytes = 0;
@@ -68,64 +120,56 @@ absl::StatusOr<size_t> TrackTransfer::Transfer(const HarnessTrack& harness_track
   return bytes;
 }
 
-absl::StatusOr<size_t> TrackTransfer::TransferRotated(KvFormat format, Backend* backend,
-                                                      KvPagePool* pool,
+absl::StatusOr<size_t> TrackTransfer::TransferRotated(const kvcache::KvCompression& track,
+                                                      Backend* backend, KvPagePool* pool,
                                                       absl::Span<const int32_t> src_slots,
-                                                      absl::Span<const int32_t> dst_slots) {
-  const int heads = layout_.num_kv_heads, dim = layout_.head_dim;
+                                                      absl::Span<const int32_t> dst_slots,
+                                                      int group_tokens) {
+  const int dim = layout_.head_dim;
   if (!RotatableHeadDim(dim)) {
     return absl::InvalidArgumentError(
         absl::StrCat("rotation: heads of ", dim, " (a power of two rotates)"));
   }
   // The tokens as fp16 payloads (every layer's K row, then V row: what the
-  // pages hold, in any storage), each row rotated, coded and rotated back.
+  // pages hold, in any storage, in an ac group's token order), rotated as
+  // floats, coded group by group, rotated back.
   const TokenCodec fp16(layout_, KvFormat::kFp16);
   std::vector<uint8_t> half(src_slots.size() * fp16.token_bytes());
   if (absl::Status s = fp16.Encode(backend, *pool, src_slots, half.data()); !s.ok()) return s;
-  const int row = heads * dim, block = ScaleBlock(format, dim);
-  bytes_.resize(KvRowBytes(format, heads, dim, block));
-  rows_.resize(row);
+  const size_t token_values = fp16.token_bytes() / 2;
   uint16_t* values = reinterpret_cast<uint16_t*>(half.data());
-  const size_t rows = src_slots.size() * 2 * layout_.num_layers;
-  for (size_t r = 0; r < rows; ++r) {
-    uint16_t* h = values + r * row;
-    for (int i = 0; i < row; ++i) rows_[i] = HalfToFloat(h[i]);
-    RotateHeads(rows_.data(), row, dim, false);
-    EncodeKvRow(format, rows_.data(), heads, dim, block, bytes_.data());
-    DecodeKvRow(format, bytes_.data(), heads, dim, block, rows_.data());
-    RotateHeads(rows_.data(), row, dim, true);
-    for (int i = 0; i < row; ++i) h[i] = FloatToHalf(rows_[i]);
+  values_.resize(src_slots.size() * token_values);
+  for (size_t i = 0; i < values_.size(); ++i) values_[i] = HalfToFloat(values[i]);
+  RotateHeads(values_.data(), int(values_.size()), dim, false);
+  size_t bytes = 0;
+  for (size_t first = 0; first < src_slots.size(); first += group_tokens) {
+    const int count = int(std::min(src_slots.size() - first, size_t(group_tokens)));
+    auto b = floats_.Code(track, values_.data() + first * token_values, count);
+    if (!b.ok()) return b.status();
+    bytes += *b;
   }
+  RotateHeads(values_.data(), int(values_.size()), dim, true);
+  for (size_t i = 0; i < values_.size(); ++i) values[i] = FloatToHalf(values_[i]);
   if (absl::Status s = fp16.Decode(backend, half.data(), dst_slots, pool); !s.ok()) return s;
-  return bytes_.size() * rows;
+  return bytes;
 }
 
-absl::Status RoundTripBackend::SetTrack(std::optional<HarnessTrack> harness_track,
+absl::Status RoundTripBackend::SetTrack(std::optional<HarnessTrack> track,
                                         const KvPagePool* pool) {
-  if (harness_track && harness_track->rotate && !RotatableHeadDim(pool->layout().head_dim)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rotation: heads of ", pool->layout().head_dim, " (a power of two rotates)"));
-  }
-  std::optional<kvcache::KvCompression> track;
-  if (harness_track) track = harness_track->compression;
-  if (track && track->ac != nullptr) {
+  if (track) {
     const KvLayout& l = pool->layout();
-    const kvcache::ac::AcShape layer_shape{1, l.num_kv_heads, l.head_dim};
-    if (absl::Status s = kvcache::ac::ValidateShape(layer_shape); !s.ok()) return s;
-    // One encoder per layer, with that layer's levels: an ac group codes
-    // every unit on its own, so coding a layer alone gives its values as
-    // the whole token's group would.
-    ac_encoders_.clear();
-    const kvcache::ac::AcPolicy& p = *track->ac;
-    for (int layer = 0; layer < l.num_layers; ++layer) {
-      const kvcache::ac::AcPolicy layer_policy{p.track, p.LevelsOf(layer, false),
-                                               p.LevelsOf(layer, true)};
-      ac_encoders_.push_back(
-          std::make_unique<kvcache::ac::AcGroupEncoder>(layer_shape, layer_policy));
+    if (track->rotate && !RotatableHeadDim(l.head_dim)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("rotation: heads of ", l.head_dim, " (a power of two rotates)"));
     }
-    ac_decoder_ = std::make_unique<kvcache::ac::AcGroupDecoder>(layer_shape);
+    if (track->compression.ac != nullptr) {
+      if (absl::Status s = kvcache::ac::ValidateShape({1, l.num_kv_heads, l.head_dim}); !s.ok()) {
+        return s;
+      }
+    }
+    if (!coder_) coder_ = std::make_unique<FloatGroupCoder>(1, l.num_kv_heads, l.head_dim);
   }
-  track_ = harness_track;
+  track_ = track;
   pool_ = pool;
   return absl::OkStatus();
 }
@@ -134,28 +178,6 @@ absl::Status RoundTripBackend::TakeError() {
   absl::Status s = error_;
   error_ = absl::OkStatus();
   return s;
-}
-
-void RoundTripBackend::RoundTrip(int layer, int tokens, int row_floats) {
-  const int heads = pool_->layout().num_kv_heads, dim = pool_->layout().head_dim;
-  const kvcache::KvCompression& track = track_->compression;
-  if (track.ac != nullptr) {
-    ac_encoders_[layer]->Encode(rows_.data(), tokens, &objects_);
-    const std::vector<absl::Span<const uint8_t>> spans(objects_.begin(), objects_.end());
-    if (absl::Status s = ac_decoder_->DecodeGroup(spans, rows_.data()); !s.ok() && error_.ok()) {
-      error_ = s;
-    }
-    return;
-  }
-  const int block = ScaleBlock(track.format, dim);
-  coded_.resize(KvRowBytes(track.format, heads, dim, block));
-  for (size_t r = 0; r < size_t(tokens) * 2; ++r) {
-    float* row = rows_.data() + r * row_floats;
-    if (track_->rotate) RotateHeads(row, row_floats, dim, false);
-    EncodeKvRow(track.format, row, heads, dim, block, coded_.data());
-    DecodeKvRow(track.format, coded_.data(), heads, dim, block, row);
-    if (track_->rotate) RotateHeads(row, row_floats, dim, true);
-  }
 }
 
 void RoundTripBackend::WriteKv(const float* k, const float* v, int num_tokens, int stride,
@@ -180,7 +202,12 @@ void RoundTripBackend::WriteKv(const float* k, const float* v, int num_tokens, i
     std::copy(v + size_t(t) * stride, v + size_t(t) * stride + row,
               &rows_[(size_t(t) * 2 + 1) * row]);
   }
-  RoundTrip(layer, num_tokens, row);
+  if (track_->rotate) RotateHeads(rows_.data(), int(rows_.size()), head_dim, false);
+  if (auto b = coder_->Code(track_->compression, rows_.data(), num_tokens, layer);
+      !b.ok() && error_.ok()) {
+    error_ = b.status();
+  }
+  if (track_->rotate) RotateHeads(rows_.data(), int(rows_.size()), head_dim, true);
   inner()->WriteKv(rows_.data(), rows_.data() + row, num_tokens, 2 * row, slots, num_kv_heads,
                    head_dim, storage, k_cache, v_cache);
 }

@@ -13,9 +13,11 @@
 #define KVCAST_TOOLS_KVQUALITY_TRACK_CODECS_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -33,11 +35,40 @@ namespace kvcast::kvquality {
 struct HarnessTrack {
   kvcache::KvCompression compression;
   bool rotate = false;
+  // An ac operating point of the harness's own ("ac@K/V"), which
+  // compression.ac points to.
+  std::shared_ptr<const kvcache::ac::AcPolicy> explored;
 };
-// A track name ("int8", "ac", ...), or a row format's with "+rot"
-// ("int4+rot"). InvalidArgument naming the known tracks, or saying that
-// the ac tracks do not rotate.
+// A track name ("int8", "ac", ...); a row format's with "+rot"
+// ("int4+rot"); or "ac@K/V": the ac coder at K levels for K units and V
+// for V units (any levels > 0: the operating points' space; one decoder
+// reads them all). InvalidArgument naming the known tracks, for levels
+// that are not positive numbers, or saying that the ac tracks do not
+// rotate.
 absl::StatusOr<HarnessTrack> ParseTrack(std::string_view name);
+
+// Codes groups of float tokens in place through a track: each token is
+// `layers` layers' K row then V row (num_kv_heads * head_dim values each),
+// as an ac group holds them, and becomes what the track's decoder gives
+// back for it.
+class FloatGroupCoder {
+ public:
+  FloatGroupCoder(int layers, int num_kv_heads, int head_dim);
+
+  // Codes `count` tokens at `tokens` as one group; returns the objects'
+  // bytes. An ac track's levels are those of layers [first_layer,
+  // first_layer + layers). Errors: a group that did not decode.
+  absl::StatusOr<size_t> Code(const kvcache::KvCompression& track, float* tokens, int count,
+                              int first_layer = 0);
+
+ private:
+  const int layers_, heads_, head_dim_;
+  std::map<std::pair<const kvcache::ac::AcPolicy*, int>,
+           std::unique_ptr<kvcache::ac::AcGroupEncoder>> encoders_;
+  std::unique_ptr<kvcache::ac::AcGroupDecoder> decoder_;
+  std::vector<std::vector<uint8_t>> objects_;
+  std::vector<uint8_t> row_;
+};
 
 class TrackTransfer {
  public:
@@ -46,25 +77,26 @@ class TrackTransfer {
   // Encodes the tokens at src_slots (in order) into `track`'s objects in
   // groups of group_tokens, decodes each group into the same positions of
   // dst_slots; returns the objects' payload bytes (headers, scales and
-  // tables included). A rotated track codes each rotated row, its bytes
-  // those of its format. InvalidArgument for slot lists of different sizes,
-  // an ac track this shape has not, or a rotation of heads that cannot
-  // rotate; the codecs' errors.
+  // tables included). A rotated track codes the rotated values, its bytes
+  // those of its format. InvalidArgument for slot lists of different
+  // sizes, an ac track this shape has not, or a rotation of heads that
+  // cannot rotate; the codecs' errors.
   absl::StatusOr<size_t> Transfer(const HarnessTrack& track, Backend* backend, KvPagePool* pool,
                                   absl::Span<const int32_t> src_slots,
                                   absl::Span<const int32_t> dst_slots, int group_tokens);
 
  private:
-  // The rotated row path of Transfer.
-  absl::StatusOr<size_t> TransferRotated(KvFormat format, Backend* backend, KvPagePool* pool,
-                                         absl::Span<const int32_t> src_slots,
-                                         absl::Span<const int32_t> dst_slots);
+  // Transfer's path for rotated tracks: through fp16 payloads as floats.
+  absl::StatusOr<size_t> TransferRotated(const kvcache::KvCompression& track, Backend* backend,
+                                         KvPagePool* pool, absl::Span<const int32_t> src_slots,
+                                         absl::Span<const int32_t> dst_slots, int group_tokens);
 
   const KvLayout layout_;
   kvcache::AcPageCodec ac_;
+  FloatGroupCoder floats_;
   std::vector<uint8_t> bytes_;
   std::vector<std::vector<uint8_t>> objects_;
-  std::vector<float> rows_;
+  std::vector<float> values_;
 };
 
 class RoundTripBackend : public ForwardingBackend {
@@ -74,8 +106,8 @@ class RoundTripBackend : public ForwardingBackend {
   // From now on WriteKv into `pool`'s layers codes rows through `track`
   // (nullopt: stores them exactly, as the inner backend does). The rows of
   // one WriteKv call are one group for the ac tracks, so a caller forwards
-  // group-sized chunks. InvalidArgument for an ac track the pool's shape
-  // has not.
+  // group-sized chunks. InvalidArgument for a track the pool's shape has
+  // not (ac, rotation).
   absl::Status SetTrack(std::optional<HarnessTrack> track, const KvPagePool* pool);
 
   void WriteKv(const float* k, const float* v, int num_tokens, int stride, const int32_t* slots,
@@ -87,18 +119,11 @@ class RoundTripBackend : public ForwardingBackend {
   absl::Status TakeError();
 
  private:
-  // Replaces rows_ ([tokens][K row, V row]) by what `track_` gives back for
-  // them, layer `layer`'s.
-  void RoundTrip(int layer, int tokens, int row_floats);
-
   std::optional<HarnessTrack> track_;
   absl::Status error_;
   const KvPagePool* pool_ = nullptr;
+  std::unique_ptr<FloatGroupCoder> coder_;  // one layer's shape
   std::vector<float> rows_;
-  std::vector<uint8_t> coded_;
-  std::vector<std::vector<uint8_t>> objects_;
-  std::vector<std::unique_ptr<kvcache::ac::AcGroupEncoder>> ac_encoders_;  // per layer
-  std::unique_ptr<kvcache::ac::AcGroupDecoder> ac_decoder_;
 };
 
 }  // namespace kvcast::kvquality
