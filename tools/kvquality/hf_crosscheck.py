@@ -48,7 +48,8 @@ def main():
     torch.set_num_threads(2)
     model = AutoModelForCausalLM.from_pretrained(
         os.path.dirname(os.path.abspath(gguf)), gguf_file=os.path.basename(gguf),
-        torch_dtype=torch.float32, attn_implementation="eager", local_files_only=True).eval()
+        torch_dtype=torch.float32, attn_implementation="eager", tie_word_embeddings=True,
+        local_files_only=True).eval()
     w = json.load(open(windows_path))
     prefix, windows = w["prefix"], w["windows"]
     nll_exact = nll_track = kl_sum = agree = n = 0.0
