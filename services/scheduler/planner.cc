@@ -68,7 +68,8 @@ RolePlan Planner::PlanPrefill(double tokens_per_s, double tokens_per_request,
         "no replica count meets it; sized for throughput",
         tokens_per_request, service_ms, options_.slo_ttft_ms);
   } else {
-    const double rho = 2 * (r - 1) / (1 + 2 * (r - 1));
+    const double k = 2 * (r - 1) / std::log(100.0);  // the 99th percentile's wait
+    const double rho = k / (1 + k);
     *utilisation = std::min(rho, *utilisation);
     bound = absl::StrFormat("utilisation %.2f keeps a %.0f-token prompt's TTFT within %.0f ms",
                             *utilisation, tokens_per_request, options_.slo_ttft_ms);
@@ -102,7 +103,7 @@ RolePlan Planner::PlanDecode(double tokens_per_s, const WorkerCapacity& capacity
     bound = absl::StrFormat("batch %d keeps a step within %.1f ms", *batch, budget);
   }
   const double step_ms = step_1 + std::max(0.0, per_seq) * (*batch - 1);
-  const double worker_tokens_per_s = *batch / step_ms * 1e3;
+  const double worker_tokens_per_s = *batch / step_ms * 1e3 * (1 - options_.headroom);
   plan.wanted = Clamp(tokens_per_s / worker_tokens_per_s);
   plan.reason = absl::StrFormat("%.0f output tokens/s predicted, %.0f tokens/s a worker; %s",
                                 tokens_per_s, worker_tokens_per_s, bound);
@@ -112,17 +113,29 @@ RolePlan Planner::PlanDecode(double tokens_per_s, const WorkerCapacity& capacity
 PlanDecision Planner::Plan(const IntervalLoad& observed, const WorkerCapacity& capacity) {
   const double seconds = absl::ToDoubleSeconds(options_.interval);
   PlanDecision d;
+  // Demand = served + the backlog's growth (see the header).
+  if (observed.requests > 0) {  // a request's size, from what was served
+    output_per_request_ = observed.output_tokens / observed.requests;
+    tokens_per_request_ = observed.uncached_prompt_tokens / observed.requests;
+  }
+  const double prefill_demand = std::max(
+      0.0, observed.uncached_prompt_tokens + observed.prefill_backlog_tokens - prefill_backlog_);
+  const double decode_demand =
+      std::max(0.0, observed.output_tokens + (observed.decode_backlog_requests - decode_backlog_) *
+                                                 output_per_request_);
+  prefill_backlog_ = observed.prefill_backlog_tokens;
+  decode_backlog_ = observed.decode_backlog_requests;
   const double requests = requests_.Next(observed.requests, options_.alpha, options_.beta);
-  const double uncached =
-      uncached_.Next(observed.uncached_prompt_tokens, options_.alpha, options_.beta);
-  const double output = output_.Next(observed.output_tokens, options_.alpha, options_.beta);
+  const double uncached = uncached_.Next(prefill_demand, options_.alpha, options_.beta);
+  const double output = output_.Next(decode_demand, options_.alpha, options_.beta);
   d.requests_per_s = requests / seconds;
   d.uncached_tokens_per_s = uncached / seconds;
   d.output_tokens_per_s = output / seconds;
-  const double tokens_per_request = requests > 0 ? uncached / requests : 0;
-  d.prefill = PlanPrefill(d.uncached_tokens_per_s, tokens_per_request, capacity,
-                          &d.prefill_utilisation);
-  d.decode = PlanDecode(d.output_tokens_per_s, capacity, &d.decode_batch);
+  // Sized to also clear what waits now within the next interval.
+  d.prefill = PlanPrefill(d.uncached_tokens_per_s + prefill_backlog_ / seconds,
+                          tokens_per_request_, capacity, &d.prefill_utilisation);
+  d.decode = PlanDecode(d.output_tokens_per_s + decode_backlog_ * output_per_request_ / seconds,
+                        capacity, &d.decode_batch);
   prefill_ = d.prefill.replicas = Stabilise(d.prefill.wanted, prefill_, &prefill_wants_);
   decode_ = d.decode.replicas = Stabilise(d.decode.wanted, decode_, &decode_wants_);
   return d;

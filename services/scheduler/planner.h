@@ -15,16 +15,28 @@
 // Prefill: a prompt's service time s = its uncached tokens / one worker's
 // prefill rate. With prompts arriving at random and a worker's queue served
 // in order (M/D/1: deterministic service), the mean wait is
-// rho / (2 (1 - rho)) * s at utilisation rho, so TTFT <= slo needs
-//   rho <= 2 (r - 1) / (1 + 2 (r - 1)),  r = slo / s.
-// The replicas are the predicted prompt tokens per second over what a
-// worker computes at min(that rho, 1 - headroom). r < 1 (one prompt alone
+// rho / (2 (1 - rho)) * s at utilisation rho. The SLO holds for a
+// percentile (99%), and a queue's waits have an exponential tail, the
+// 99th percentile about ln(100) = 4.6 times the mean, so TTFT <= slo at
+// the 99th percentile needs
+//   rho <= k / (1 + k),  k = 2 (r - 1) / ln(100),  r = slo / s.
+// The replicas are the predicted prompt tokens per second, plus the
+// backlog's to clear it within the next interval, over what a worker
+// computes at min(that rho, 1 - headroom). r < 1 (one prompt alone
 // outlasts the SLO) is reported: no replica count meets it.
 //
 // Decode: a worker's step time grows with its batch (step_ms(B) = step_1 +
 // per_seq * (B - 1)); the largest batch whose step meets the ITL SLO, less
-// headroom, sets its tokens per second (B / step), and the replicas are the
-// predicted output tokens per second over that.
+// headroom, sets its tokens per second (B / step), less headroom again (a
+// worker's batch varies with arrivals around its mean), and the replicas are the
+// predicted output tokens per second (plus the waiting sequences' tokens
+// over the next interval) over that.
+//
+// Demand, not throughput: a saturated interval serves what the workers can
+// compute, so the load the predictor sees is what was served plus how much
+// the backlog grew (work queued at the interval's end against its start);
+// without it the plan would follow its own capacity upward one worker at
+// a time.
 //
 // Stability: more replicas at once; fewer only after scale_down_after
 // intervals in a row that all asked for fewer, to the largest count asked
@@ -58,6 +70,10 @@ struct IntervalLoad {
   double requests = 0;                // arrivals
   double uncached_prompt_tokens = 0;  // prompt tokens to compute, after prefix hits and fusion
   double output_tokens = 0;           // tokens generated
+  // Waiting at the interval's end: prompt tokens queued on prefill workers
+  // (beyond what they cache), and sequences waiting for a decode slot.
+  double prefill_backlog_tokens = 0;
+  double decode_backlog_requests = 0;
 };
 
 // What one worker of each role can do (0: not measured yet).
@@ -108,6 +124,10 @@ class Planner {
   const PlannerOptions options_;
   Holt requests_, uncached_, output_;
   int prefill_ = 0, decode_ = 0;  // the last plan
+  double prefill_backlog_ = 0, decode_backlog_ = 0;  // at the last interval's end
+  // A request's uncached prompt and output tokens, the last interval's
+  // with requests (served work: the backlog is not a larger prompt).
+  double tokens_per_request_ = 0, output_per_request_ = 0;
   std::deque<int> prefill_wants_, decode_wants_;
 };
 

@@ -49,6 +49,8 @@ PlanDecision PlannerTask::Tick() {
   load.requests = now.requests - last_.requests;
   load.uncached_prompt_tokens = now.uncached_prompt_tokens - last_.uncached_prompt_tokens;
   load.output_tokens = now.output_tokens - last_.output_tokens;
+  load.prefill_backlog_tokens = fleet.prefill_backlog_tokens;
+  load.decode_backlog_requests = fleet.decode_backlog_requests;
   // Capacity from the interval's work, when it had enough to measure.
   const double prefill_seconds = now.prefill_step_seconds - last_.prefill_step_seconds;
   if (prefill_seconds >= 0.1 && load.uncached_prompt_tokens > 0) {

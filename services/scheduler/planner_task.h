@@ -44,6 +44,8 @@ struct LoadTotals {
 struct FleetNow {
   double prefill_tokens_per_s = 0;  // one prefill worker's (0: none measured)
   double decode_step_ms = 0;        // one sequence's step on a decode worker
+  double prefill_backlog_tokens = 0;   // waiting now (IntervalLoad)
+  double decode_backlog_requests = 0;
 };
 
 class PlannerTask {

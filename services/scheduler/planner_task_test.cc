@@ -50,24 +50,31 @@ TEST(PlannerTaskTest, PlansEachIntervalsLoadOnTheCapacityItsWorkShowed) {
   AddInterval(&totals, 300, 150, 1000, 1, 20);
   d = task.Tick();
   EXPECT_DOUBLE_EQ(d.requests_per_s, 10);
-  EXPECT_EQ(d.prefill.replicas, 7);  // planner_test: 10000 / (2000 x 0.8)
+  EXPECT_EQ(d.prefill.replicas, 9);  // planner_test: 10000 / (2000 x 0.566)
   std::string text = metrics.Render();
-  EXPECT_TRUE(Has(text, "kvcast_planner_desired_replicas{role=\"prefill\"} 7")) << text;
+  EXPECT_TRUE(Has(text, "kvcast_planner_desired_replicas{role=\"prefill\"} 9")) << text;
   EXPECT_TRUE(Has(text, "kvcast_planner_capacity{quantity=\"prefill_tokens_per_s\"} 2000")) << text;
   EXPECT_TRUE(Has(text, "kvcast_planner_capacity{quantity=\"decode_step_ms\"} 20")) << text;
   EXPECT_TRUE(Has(text, "kvcast_planner_predicted{quantity=\"requests_per_s\"} 10")) << text;
 
   // Twice the load; decode ran batches of 31 at 50 ms a step: each further
   // sequence costs (50 - 20) / 30 = 1 ms, so a batch of 61 fits the ITL
-  // budget, 762.5 tokens/s a worker, for 2000.
+  // budget, 762.5 tokens/s a worker (610 with the headroom), for 2000.
   AddInterval(&totals, 600, 300, 1000, 31, 50);
   d = task.Tick();
   EXPECT_DOUBLE_EQ(d.requests_per_s, 20);
-  EXPECT_EQ(d.prefill.replicas, 13);
+  EXPECT_EQ(d.prefill.replicas, 18);
   EXPECT_EQ(d.decode_batch, 61);
-  EXPECT_EQ(d.decode.replicas, 3);
+  EXPECT_EQ(d.decode.replicas, 4);
   text = metrics.Render();
-  EXPECT_TRUE(Has(text, "kvcast_planner_desired_replicas{role=\"decode\"} 3")) << text;
+  EXPECT_TRUE(Has(text, "kvcast_planner_desired_replicas{role=\"decode\"} 4")) << text;
+  // The same work, but the prefill workers now report 60000 prompt tokens
+  // waiting: demand, and cleared within the next interval (planner_test).
+  fleet.prefill_backlog_tokens = 60000;
+  AddInterval(&totals, 600, 300, 1000, 31, 50);
+  d = task.Tick();
+  EXPECT_DOUBLE_EQ(d.uncached_tokens_per_s, 22000);
+  EXPECT_EQ(d.prefill.replicas, 22);  // (22000 + 2000) / 1131.6
   EXPECT_TRUE(Has(text, "kvcast_planner_capacity{quantity=\"decode_step_ms_per_seq\"} 1")) << text;
 }
 

@@ -1,5 +1,7 @@
 #include "services/scheduler/planner.h"
 
+#include <cmath>
+
 #include <gtest/gtest.h>
 
 namespace kvcast::scheduler {
@@ -30,28 +32,56 @@ TEST(PlannerTest, SizesEachRoleFromItsCapacityAndTheSlos) {
   const PlanDecision d = p.Plan(Load(10), Capacity());
   EXPECT_DOUBLE_EQ(d.requests_per_s, 10);
   EXPECT_DOUBLE_EQ(d.uncached_tokens_per_s, 10000);
-  // A 1000-token prompt takes 500 ms: the TTFT SLO (2 s) allows utilisation
-  // 6/7, the headroom 0.8; 10000 / (2000 * 0.8) = 6.25.
-  EXPECT_DOUBLE_EQ(d.prefill_utilisation, 0.8);
-  EXPECT_EQ(d.prefill.replicas, 7) << d.prefill.reason;
+  // A 1000-token prompt takes 500 ms (r = 4): the TTFT SLO (2 s) at the
+  // 99th percentile allows utilisation k / (1 + k), k = 6 / ln(100) = 1.30:
+  // 0.566 (under the headroom's 0.8); 10000 / (2000 * 0.566) = 8.8.
+  EXPECT_NEAR(d.prefill_utilisation, 0.5658, 1e-4);
+  EXPECT_EQ(d.prefill.replicas, 9) << d.prefill.reason;
   // The ITL budget (100 ms less 20%) fits a batch of 61 (20 + 60 x 1 ms):
-  // 762.5 tokens/s a worker, for 1000 tokens/s.
+  // 762.5 tokens/s a worker, 610 with the headroom, for 1000 tokens/s.
   EXPECT_EQ(d.decode_batch, 61);
   EXPECT_EQ(d.decode.replicas, 2) << d.decode.reason;
   // The same load again: the same plan.
   const PlanDecision again = p.Plan(Load(10), Capacity());
-  EXPECT_EQ(again.prefill.replicas, 7);
+  EXPECT_EQ(again.prefill.replicas, 9);
   EXPECT_EQ(again.decode.replicas, 2);
+}
+
+TEST(PlannerTest, ABacklogThatGrewIsDemandAndIsClearedInTheNextInterval) {
+  Planner p(Exact());
+  // Served: 10 requests/s as above (9 prefill, 2 decode workers), but
+  // 60000 prompt tokens and 60 sequences now wait that did not before.
+  IntervalLoad saturated = Load(10);
+  saturated.prefill_backlog_tokens = 60000;
+  saturated.decode_backlog_requests = 60;
+  const PlanDecision d = p.Plan(saturated, Capacity());
+  // Demand (300000 + 60000) / 30 = 12000 tokens/s, plus 2000/s to clear
+  // the backlog: 14000 / 1131.6 = 12.4.
+  EXPECT_DOUBLE_EQ(d.uncached_tokens_per_s, 12000);
+  EXPECT_EQ(d.prefill.replicas, 13) << d.prefill.reason;
+  // Decode: (3000 + 60 x 100) / 30 = 300 more tokens/s of demand, and 200
+  // to clear: 1500 / 610 = 2.5.
+  EXPECT_DOUBLE_EQ(d.output_tokens_per_s, 1200);
+  EXPECT_EQ(d.decode.replicas, 3) << d.decode.reason;
+  // The backlog stays where it was: served is demand again, and it is
+  // still cleared (10000 + 2000 tokens/s: 10.6).
+  const PlanDecision same = p.Plan(saturated, Capacity());
+  EXPECT_DOUBLE_EQ(same.uncached_tokens_per_s, 10000);
+  EXPECT_EQ(same.prefill.replicas, 13);  // fewer only after the delay
+  EXPECT_EQ(same.prefill.wanted, 11);
 }
 
 TEST(PlannerTest, TheTtftSloBoundsUtilisationByTheQueueingDelay) {
   Planner p(Exact());
-  // 1000-token prompts at 1000 tokens/s: 1 s each, r = 2, so utilisation
-  // 2/3 (M/D/1: a mean wait of one second); 10000 / (1000 * 2/3) = 15.
+  // 1000-token prompts at 1000 tokens/s: 1 s each, r = 2, so k = 2 /
+  // ln(100) and utilisation k / (1 + k) = 0.303 (M/D/1: a mean wait of
+  // 0.22 s, its exponential tail's 99th percentile 1 s);
+  // 10000 / (1000 * 0.303) = 33.0.
   const PlanDecision d = p.Plan(Load(10), Capacity(1000));
-  EXPECT_NEAR(d.prefill_utilisation, 2.0 / 3, 1e-12);
-  EXPECT_EQ(d.prefill.replicas, 15) << d.prefill.reason;
-  EXPECT_NE(d.prefill.reason.find("utilisation 0.67"), std::string::npos) << d.prefill.reason;
+  const double k = 2 / std::log(100.0);
+  EXPECT_NEAR(d.prefill_utilisation, k / (1 + k), 1e-12);
+  EXPECT_EQ(d.prefill.replicas, 34) << d.prefill.reason;
+  EXPECT_NE(d.prefill.reason.find("utilisation 0.30"), std::string::npos) << d.prefill.reason;
 }
 
 TEST(PlannerTest, AnSloNoReplicaCountMeetsIsSaidAndSizedForThroughput) {
@@ -88,21 +118,21 @@ TEST(PlannerTest, FewerReplicasOnlyAfterTheLoadStayedLow) {
   PlannerOptions o = Exact();
   o.scale_down_after = 3;
   Planner p(o);
-  EXPECT_EQ(p.Plan(Load(10), Capacity()).prefill.replicas, 7);
-  // Low for two intervals: still 7.
+  EXPECT_EQ(p.Plan(Load(10), Capacity()).prefill.replicas, 9);
+  // Low for two intervals: still 9.
   for (int i = 0; i < 2; ++i) {
     const PlanDecision d = p.Plan(Load(2), Capacity());
     EXPECT_EQ(d.prefill.wanted, 2);
-    EXPECT_EQ(d.prefill.replicas, 7);
+    EXPECT_EQ(d.prefill.replicas, 9);
   }
   // Up again in between: the count starts over.
-  EXPECT_EQ(p.Plan(Load(10), Capacity()).prefill.replicas, 7);
-  for (int i = 0; i < 2; ++i) EXPECT_EQ(p.Plan(Load(2), Capacity()).prefill.replicas, 7);
+  EXPECT_EQ(p.Plan(Load(10), Capacity()).prefill.replicas, 9);
+  for (int i = 0; i < 2; ++i) EXPECT_EQ(p.Plan(Load(2), Capacity()).prefill.replicas, 9);
   // The third low interval in a row: down to the most any of them asked
-  // (5000 / 1600 = 3.1 here).
-  EXPECT_EQ(p.Plan(Load(5), Capacity()).prefill.replicas, 4);
+  // (5000 / 1131.6 = 4.4 here).
+  EXPECT_EQ(p.Plan(Load(5), Capacity()).prefill.replicas, 5);
   // More is granted at once.
-  EXPECT_EQ(p.Plan(Load(20), Capacity()).prefill.replicas, 13);
+  EXPECT_EQ(p.Plan(Load(20), Capacity()).prefill.replicas, 18);
 }
 
 TEST(PlannerTest, UnmeasuredCapacityOrNoLoadKeepsTheMinimum) {

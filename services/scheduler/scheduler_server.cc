@@ -168,7 +168,8 @@ absl::Status RunScheduler(SchedulerServerOptions o, services::ShutdownSignal* sh
         },
         [&registry] {
           const WorkerRegistry::Fleet f = registry.Summary();
-          return FleetNow{f.prefill_tokens_per_s, f.decode_step_ms};
+          return FleetNow{f.prefill_tokens_per_s, f.decode_step_ms, f.prefill_backlog_tokens,
+                          f.decode_backlog_requests};
         },
         &metrics);
     planner->Start();

@@ -158,13 +158,17 @@ WorkerRegistry::Fleet WorkerRegistry::Summary() const {
   int rated = 0, stepped = 0;
   for (const auto& [slot, w] : workers_) {
     if (w.info.role() == v1::WORKER_ROLE_PREFILL) {
+      f.prefill_backlog_tokens += double(w.load.queued_tokens());
       if (w.info.calibrated_chunk_ms() > 0) {
         f.prefill_tokens_per_s += w.info.chunk_tokens() / w.info.calibrated_chunk_ms() * 1e3;
         ++rated;
       }
-    } else if (w.info.calibrated_step_ms() > 0) {
-      f.decode_step_ms += w.info.calibrated_step_ms();
-      ++stepped;
+    } else {
+      f.decode_backlog_requests += double(w.load.queued());
+      if (w.info.calibrated_step_ms() > 0) {
+        f.decode_step_ms += w.info.calibrated_step_ms();
+        ++stepped;
+      }
     }
   }
   if (rated > 0) f.prefill_tokens_per_s /= rated;

@@ -101,6 +101,10 @@ class WorkerRegistry final : public v1::Registry::Service {
   struct Fleet {
     double prefill_tokens_per_s = 0;  // chunk_tokens / calibrated chunk time
     double decode_step_ms = 0;        // calibrated single-sequence step
+    // Waiting, as the workers last reported: prefill workers' queued prompt
+    // tokens (beyond what they cache), decode workers' queued sequences.
+    double prefill_backlog_tokens = 0;
+    double decode_backlog_requests = 0;
   };
   Fleet Summary() const;
   // The work the workers reported done since this registry started

@@ -6,6 +6,7 @@
 #include <deque>
 #include <list>
 #include <memory>
+#include <optional>
 #include <queue>
 #include <random>
 
@@ -42,42 +43,72 @@ struct Request {
   int routed_work = 0;  // uncached prompt tokens when routed (the live baselines)
   int remaining = 0;  // decode tokens still to generate
   double first_token = -1, end = -1;
+  bool missed = false;  // an SLO, counted once
 };
 
-std::vector<Request> MakeTrace(const Workload& w, const Cluster& c, double rate) {
-  std::mt19937_64 rng(w.seed);
-  std::uniform_int_distribution<int> sys_len(w.system_tokens_min, w.system_tokens_max);
-  std::uniform_int_distribution<int> user_len(w.user_tokens_min, w.user_tokens_max);
-  std::uniform_int_distribution<int> out_len(w.output_tokens_min, w.output_tokens_max);
-  std::uniform_int_distribution<int32_t> token(0, kVocab - 1);
-  std::exponential_distribution<double> gap(rate);
-  std::vector<std::vector<int32_t>> systems(w.system_prompts);
+// System prompts of random tokens and their Zipf popularity (a CDF).
+struct PromptPool {
+  std::vector<std::vector<int32_t>> systems;
   std::vector<double> cdf;
-  double total = 0;
-  for (int k = 0; k < w.system_prompts; ++k) {
-    systems[k].resize(sys_len(rng));
-    for (int32_t& t : systems[k]) t = token(rng);
-    total += 1.0 / std::pow(k + 1, w.zipf);
-    cdf.push_back(total);
+  std::vector<int> hot_order;
+  PromptPool(const Workload& w, int count, std::mt19937_64& rng) {
+    std::uniform_int_distribution<int> sys_len(w.system_tokens_min, w.system_tokens_max);
+    std::uniform_int_distribution<int32_t> token(0, kVocab - 1);
+    systems.resize(count);
+    double total = 0;
+    for (int k = 0; k < count; ++k) {
+      systems[k].resize(sys_len(rng));
+      for (int32_t& t : systems[k]) t = token(rng);
+      total += 1.0 / std::pow(k + 1, w.zipf);
+      cdf.push_back(total);
+    }
+    hot_order.resize(count);
+    for (int k = 0; k < count; ++k) hot_order[k] = k;
+    std::shuffle(hot_order.begin(), hot_order.end(), rng);
   }
-  std::uniform_real_distribution<double> pick(0, total);
-  std::uniform_real_distribution<double> unit(0, 1);
-  std::vector<int> hot_order(w.system_prompts);
-  for (int k = 0; k < w.system_prompts; ++k) hot_order[k] = k;
-  std::shuffle(hot_order.begin(), hot_order.end(), rng);
-  const Hash128 seed = PrefixSeed(Hash128{1, 2});
-  std::vector<Request> trace(w.requests);
-  double t = 0;
-  std::vector<int32_t> tokens;
-  for (Request& r : trace) {
-    t += gap(rng);
-    r.arrival = t;
-    int s = int(std::lower_bound(cdf.begin(), cdf.end(), pick(rng)) - cdf.begin());
+  const std::vector<int32_t>& Pick(const Workload& w, double t, std::mt19937_64& rng) const {
+    std::uniform_real_distribution<double> unit(0, 1);
+    int s = int(std::lower_bound(cdf.begin(), cdf.end(), unit(rng) * cdf.back()) - cdf.begin());
     if (w.hot_share > 0 && unit(rng) < w.hot_share) {
       s = hot_order[size_t(t / w.hot_period_s) % hot_order.size()];
     }
-    tokens = systems[std::min(s, w.system_prompts - 1)];
-    for (int n = user_len(rng); n > 0; --n) tokens.push_back(token(rng));
+    return systems[std::min(s, int(systems.size()) - 1)];
+  }
+};
+
+// The arrival rate at time t (the day's shape, or constant).
+double RateAt(const Workload& w, double rate, double t) {
+  if (w.day_s <= 0) return rate;
+  const double s = std::sin(M_PI * t / w.day_s);
+  return rate * (1 + (w.peak - 1) * s * s);
+}
+
+std::vector<Request> MakeTrace(const Workload& w, const Cluster& c, double rate) {
+  std::mt19937_64 rng(w.seed);
+  std::uniform_int_distribution<int> user_len(w.user_tokens_min, w.user_tokens_max);
+  std::uniform_int_distribution<int> out_len(w.output_tokens_min, w.output_tokens_max);
+  std::uniform_int_distribution<int32_t> token(0, kVocab - 1);
+  std::uniform_real_distribution<double> unit(0, 1);
+  const PromptPool before(w, w.system_prompts, rng);
+  std::optional<PromptPool> after;  // drawn only with a shift: the same traces without one
+  if (w.shift_at > 0) after.emplace(w, w.shift_system_prompts, rng);
+  // Arrivals: Poisson at the peak rate, each kept with probability
+  // RateAt / peak (thinning: a Poisson process of rate RateAt).
+  const double top = w.day_s > 0 ? rate * std::max(1.0, w.peak) : rate;
+  std::exponential_distribution<double> gap(top);
+  const Hash128 seed = PrefixSeed(Hash128{1, 2});
+  std::vector<Request> trace;
+  double t = 0;
+  std::vector<int32_t> tokens;
+  while (w.day_s > 0 ? t < w.day_s : int(trace.size()) < w.requests) {
+    t += gap(rng);
+    if (w.day_s > 0 && (t >= w.day_s || unit(rng) * top > RateAt(w, rate, t))) continue;
+    const bool shifted = w.shift_at > 0 && t >= w.shift_at * w.day_s;
+    Request& r = trace.emplace_back();
+    r.arrival = t;
+    tokens = (shifted ? *after : before).Pick(w, t, rng);
+    const int user = int(user_len(rng) * (shifted ? w.shift_user_tokens : 1.0));
+    for (int n = std::max(1, user); n > 0; --n) tokens.push_back(token(rng));
     r.prompt_tokens = int(tokens.size());
     r.output_tokens = out_len(rng);
     r.chain = ChunkHashChain(seed, tokens, c.chunk_tokens);
@@ -122,7 +153,15 @@ class LruChunks {
   absl::flat_hash_map<Hash128, std::list<Hash128>::iterator> where_;
 };
 
-struct PrefillWorker {
+// A worker's life: started (counted from then), serving once registered,
+// draining once scaled down (no new routes), gone when drained.
+struct Lifetime {
+  double started = 0, gone = -1;
+  bool serving = true, draining = false;
+  bool active() const { return !draining && gone < 0; }
+};
+
+struct PrefillWorker : Lifetime {
   explicit PrefillWorker(int capacity) : cache(capacity) {}
   std::string id;
   std::deque<int> queue;
@@ -137,8 +176,9 @@ struct PrefillWorker {
   int64_t pending_work = 0;
 };
 
-struct DecodeWorker {
+struct DecodeWorker : Lifetime {
   std::string id;
+  double busy_s = 0;         // stepping
   std::vector<int> running;
   std::deque<int> waiting;
   int used_pages = 0;
@@ -152,13 +192,15 @@ struct DecodeWorker {
 class Simulation {
  public:
   Simulation(Policy policy, const Workload& w, const Cluster& c, const CostModel& m,
-             std::vector<Request> trace)
-      : policy_(policy), w_(w), c_(c), m_(m), reqs_(std::move(trace)) {}
+             const Scaling& scaling, std::vector<Request> trace)
+      : policy_(policy), w_(w), c_(c), m_(m), s_(scaling), reqs_(std::move(trace)) {}
 
   absl::StatusOr<Result> Run();
 
  private:
-  enum Kind { kArrival, kPrefillDone, kDecodeJoin, kStepDone, kHeartbeat };
+  enum Kind { kArrival, kPrefillDone, kDecodeJoin, kStepDone, kHeartbeat, kWorkerUp, kScale };
+  // Heartbeat and start events name a worker by role and index.
+  static int Key(bool decode, int i) { return 2 * i + (decode ? 1 : 0); }
   struct Event {
     double t;
     uint64_t seq;
@@ -169,6 +211,24 @@ class Simulation {
   void At(double t, Kind k, int id) { events_.push(Event{t, next_seq_++, k, id}); }
 
   absl::Status Start();
+  // Adds a worker of the role (serving at once, or after the start latency).
+  void AddWorker(bool decode, bool serving);
+  absl::Status Register(bool decode, int i);
+  void WorkerUp(int key);
+  // The scaling interval that just ended: observe, decide, resize.
+  void Scale();
+  int HpaReplicas(double busy_s, int serving, int active,
+                  std::deque<std::pair<double, int>>* recommendations) const;
+  void Resize(bool decode, int target);
+  // A draining worker with nothing routed to it leaves.
+  void MaybeGone(bool decode, int i);
+  Lifetime& LifeOf(bool decode, int i) {
+    return decode ? static_cast<Lifetime&>(decode_[i]) : prefill_[i];
+  }
+  int ActiveCount(bool decode) const;
+  void Miss(Request& q, bool missed) {
+    if (missed && !q.missed) q.missed = true, misses_ += 1;
+  }
   absl::Status Route(int r);
   void StartPrefill(int p);
   void PrefillDone(int p);
@@ -196,9 +256,12 @@ class Simulation {
   const Workload w_;
   const Cluster c_;
   const CostModel m_;
+  const Scaling s_;
   std::vector<Request> reqs_;
-  std::vector<PrefillWorker> prefill_;
-  std::vector<DecodeWorker> decode_;
+  // Deques: a worker added later leaves the others in place (a cache's list
+  // iterators must not move).
+  std::deque<PrefillWorker> prefill_;
+  std::deque<DecodeWorker> decode_;
   std::unique_ptr<WorkerRegistry> registry_;  // kKvcast
   absl::flat_hash_map<std::string, int> index_of_;
   // What the baselines know: KV events and loads as of each heartbeat.
@@ -211,24 +274,72 @@ class Simulation {
   uint64_t next_seq_ = 0;
   double now_ = 0;
   int ended_ = 0;
+  int misses_ = 0;
+  // Scaling: the planner, the interval's counts, the HPA's recent
+  // recommendations, the decisions and the timeline.
+  std::unique_ptr<scheduler::Planner> planner_;
+  int interval_arrivals_ = 0;
+  double interval_computed_ = 0, interval_output_ = 0;
+  double busy_mark_[2] = {0, 0};  // prefill, decode busy seconds at the last Scale
+  std::deque<std::pair<double, int>> hpa_recs_[2];
+  int changes_[2] = {0, 0};
+  std::vector<Result::Interval> timeline_;
 };
 
-absl::Status Simulation::Start() {
-  for (int i = 0; i < c_.prefill; ++i) {
-    prefill_.emplace_back(c_.prefill_cache_chunks);
-    prefill_.back().id = absl::StrCat("prefill-", i);
-    index_of_[prefill_.back().id] = i;
-  }
-  for (int i = 0; i < c_.decode; ++i) {
+void Simulation::AddWorker(bool decode, bool serving) {
+  Lifetime* life;
+  std::string id;
+  if (decode) {
+    const int i = int(decode_.size());
     decode_.emplace_back();
-    decode_.back().id = absl::StrCat("decode-", i);
-    index_of_[decode_.back().id] = i;
+    id = decode_.back().id = absl::StrCat("decode-", i);
+    index_of_[id] = i;
     Candidate cand;
     cand.slot = scheduler::WorkerSlot(i);
     cand.free_pages = c_.decode_pages;
     cand.page_tokens = c_.page_tokens;
     decode_view_.push_back(cand);
+    life = &decode_.back();
+  } else {
+    const int i = int(prefill_.size());
+    prefill_.emplace_back(c_.prefill_cache_chunks);
+    id = prefill_.back().id = absl::StrCat("prefill-", i);
+    index_of_[id] = i;
+    life = &prefill_.back();
   }
+  life->started = now_;
+  life->serving = serving;
+  if (!serving) {
+    const int i = decode ? int(decode_.size()) - 1 : int(prefill_.size()) - 1;
+    At(now_ + s_.start_latency_s, kWorkerUp, Key(decode, i));
+  }
+}
+
+absl::Status Simulation::Register(bool decode, int i) {
+  if (!registry_) return absl::OkStatus();
+  v1::RegisterRequest req;
+  v1::WorkerInfo* info = req.mutable_worker();
+  info->set_worker_id(decode ? decode_[i].id : prefill_[i].id);
+  info->set_role(decode ? v1::WORKER_ROLE_DECODE : v1::WORKER_ROLE_PREFILL);
+  info->set_grpc_address(info->worker_id());
+  info->set_moqt_address(info->worker_id());
+  info->set_model_name("sim");
+  info->set_model_id(Hash128{1, 2}.ToHex());
+  info->set_chunk_tokens(c_.chunk_tokens);
+  info->set_page_tokens(c_.page_tokens);
+  info->set_total_pages(c_.decode_pages);
+  info->set_vocab_size(kVocab);
+  info->set_max_sequence_len(1 << 20);
+  req.mutable_load()->set_free_pages(c_.decode_pages);
+  v1::RegisterResponse resp;
+  grpc::Status st = registry_->Register(nullptr, &req, &resp);
+  if (!st.ok()) return absl::InternalError(st.error_message());
+  return absl::OkStatus();
+}
+
+absl::Status Simulation::Start() {
+  for (int i = 0; i < c_.prefill; ++i) AddWorker(false, true);
+  for (int i = 0; i < c_.decode; ++i) AddWorker(true, true);
   if (policy_ == Policy::kKvcast) {
     WorkerRegistry::Options o;
     o.lease = absl::InfiniteDuration();  // virtual time: no worker goes quiet
@@ -237,36 +348,29 @@ absl::Status Simulation::Start() {
     o.router = c_.router;
     o.router.fuse_tokens = 0;  // not modelled: every request is disaggregated
     registry_ = std::make_unique<WorkerRegistry>(std::move(o));
-    auto add = [&](const std::string& id, v1::WorkerRole role) -> absl::Status {
-      v1::RegisterRequest req;
-      v1::WorkerInfo* info = req.mutable_worker();
-      info->set_worker_id(id);
-      info->set_role(role);
-      info->set_grpc_address(id);
-      info->set_moqt_address(id);
-      info->set_model_name("sim");
-      info->set_model_id(Hash128{1, 2}.ToHex());
-      info->set_chunk_tokens(c_.chunk_tokens);
-      info->set_page_tokens(c_.page_tokens);
-      info->set_total_pages(c_.decode_pages);
-      info->set_vocab_size(kVocab);
-      info->set_max_sequence_len(1 << 20);
-      req.mutable_load()->set_free_pages(c_.decode_pages);
-      v1::RegisterResponse resp;
-      grpc::Status st = registry_->Register(nullptr, &req, &resp);
-      if (!st.ok()) return absl::InternalError(st.error_message());
-      return absl::OkStatus();
-    };
-    for (const auto& p : prefill_) {
-      if (absl::Status s = add(p.id, v1::WORKER_ROLE_PREFILL); !s.ok()) return s;
+    for (int i = 0; i < c_.prefill; ++i) {
+      if (absl::Status s = Register(false, i); !s.ok()) return s;
     }
-    for (const auto& d : decode_) {
-      if (absl::Status s = add(d.id, v1::WORKER_ROLE_DECODE); !s.ok()) return s;
+    for (int i = 0; i < c_.decode; ++i) {
+      if (absl::Status s = Register(true, i); !s.ok()) return s;
     }
   }
   for (int r = 0; r < int(reqs_.size()); ++r) At(reqs_[r].arrival, kArrival, r);
   const int workers = c_.prefill + c_.decode;
-  for (int i = 0; i < workers; ++i) At(c_.heartbeat_s * i / workers, kHeartbeat, i);
+  for (int i = 0; i < workers; ++i) {
+    At(c_.heartbeat_s * i / workers, kHeartbeat,
+       i < c_.prefill ? Key(false, i) : Key(true, i - c_.prefill));
+  }
+  if (s_.scaler != Scaler::kFixed) {
+    scheduler::PlannerOptions o = s_.planner;
+    o.interval = absl::Seconds(s_.interval_s);
+    o.slo_ttft_ms = s_.slo_ttft_ms;
+    o.slo_itl_ms = s_.slo_itl_ms;
+    o.min_replicas = s_.min_workers;
+    o.max_replicas = s_.max_workers;
+    planner_ = std::make_unique<scheduler::Planner>(o);
+    At(s_.interval_s, kScale, 0);
+  }
   return absl::OkStatus();
 }
 
@@ -436,6 +540,7 @@ void Simulation::StartPrefill(int p) {
   }
   q.fetched_chunks = std::max(0, published - q.cached_chunks);
   const int computed = q.prompt_tokens - (q.cached_chunks + q.fetched_chunks) * c_.chunk_tokens;
+  interval_computed_ += computed;
   const double s = m_.prefill_overhead_ms / 1e3 + computed / m_.prefill_tokens_per_s +
                    q.fetched_chunks * c_.chunk_tokens * m_.kv_bytes_per_token /
                        m_.fetch_bytes_per_s;
@@ -454,6 +559,7 @@ void Simulation::PrefillDone(int p) {
     if (registry_) registry_->Published(absl::StrCat("req-", r), pw.id, q.chain);
   }
   q.first_token = now_;
+  Miss(q, (q.first_token - q.arrival) * 1e3 > s_.slo_ttft_ms);
   pw.outstanding -= 1;
   pw.pending_work -= q.routed_work;
   for (const Hash128& h : q.chain) {
@@ -464,6 +570,7 @@ void Simulation::PrefillDone(int p) {
       std::min(q.prompt_tokens, c_.chunk_tokens) * m_.kv_bytes_per_token / m_.transfer_bytes_per_s;
   At(now_ + chunk_s, kDecodeJoin, r);
   StartPrefill(p);
+  MaybeGone(false, p);
 }
 
 void Simulation::Integrate(DecodeWorker& dw) {
@@ -491,13 +598,16 @@ void Simulation::TryAdmit(int d) {
   }
   if (!dw.stepping && !dw.running.empty()) {
     dw.stepping = true;
-    At(now_ + m_.DecodeStepMs(int(dw.running.size())) / 1e3, kStepDone, d);
+    const double step_s = m_.DecodeStepMs(int(dw.running.size())) / 1e3;
+    dw.busy_s += step_s;
+    At(now_ + step_s, kStepDone, d);
   }
 }
 
 void Simulation::StepDone(int d) {
   DecodeWorker& dw = decode_[d];
   dw.stepping = false;
+  interval_output_ += double(dw.running.size());  // one token each
   std::vector<int> still;
   for (int r : dw.running) {
     Request& q = reqs_[r];
@@ -508,6 +618,8 @@ void Simulation::StepDone(int d) {
     }
     q.end = now_;
     ended_ += 1;
+    Miss(q, q.output_tokens > 1 &&
+                (q.end - q.first_token) * 1e3 / (q.output_tokens - 1) > s_.slo_itl_ms);
     dw.used_pages -= PagesFor(q);
     dw.dispatched -= 1;
     dw.committed_pages -= PagesFor(q);
@@ -516,12 +628,16 @@ void Simulation::StepDone(int d) {
   Integrate(dw);
   dw.running = std::move(still);
   TryAdmit(d);
+  MaybeGone(true, d);
 }
 
-void Simulation::Heartbeat(int worker) {
+void Simulation::Heartbeat(int key) {
+  const bool decode = key & 1;
+  const int worker = key >> 1;
+  if (!LifeOf(decode, worker).active()) return;  // left the registry: no more heartbeats
   v1::HeartbeatRequest req;
   v1::WorkerLoad* load = req.mutable_load();
-  if (worker < c_.prefill) {
+  if (!decode) {
     PrefillWorker& pw = prefill_[worker];
     req.set_worker_id(pw.id);
     int64_t waiting = 0;  // as the engine counts: tokens its cache does not hold
@@ -547,12 +663,12 @@ void Simulation::Heartbeat(int worker) {
     event(v1::KvEvent::KIND_STORED, &pw.stored);
     event(v1::KvEvent::KIND_EVICTED, &pw.evicted);
   } else {
-    DecodeWorker& dw = decode_[worker - c_.prefill];
+    DecodeWorker& dw = decode_[worker];
     req.set_worker_id(dw.id);
     load->set_free_pages(c_.decode_pages - dw.used_pages);
     load->set_running(int(dw.running.size()));
     load->set_queued(int(dw.waiting.size()));
-    Candidate& view = decode_view_[worker - c_.prefill];
+    Candidate& view = decode_view_[worker];
     view.free_pages = load->free_pages();
     view.active = load->running() + load->queued();
   }
@@ -560,7 +676,127 @@ void Simulation::Heartbeat(int worker) {
     v1::HeartbeatResponse resp;
     registry_->Heartbeat(nullptr, &req, &resp);
   }
-  if (ended_ < int(reqs_.size())) At(now_ + c_.heartbeat_s, kHeartbeat, worker);
+  if (ended_ < int(reqs_.size())) At(now_ + c_.heartbeat_s, kHeartbeat, key);
+}
+
+void Simulation::WorkerUp(int key) {
+  const bool decode = key & 1;
+  const int i = key >> 1;
+  Lifetime& life = LifeOf(decode, i);
+  if (!life.active()) return;  // scaled down while starting
+  life.serving = true;
+  (void)Register(decode, i);  // the sim's registry accepts every well-formed worker
+  At(now_, kHeartbeat, key);
+}
+
+int Simulation::ActiveCount(bool decode) const {
+  int n = 0;
+  if (decode) {
+    for (const DecodeWorker& w : decode_) n += w.active();
+  } else {
+    for (const PrefillWorker& w : prefill_) n += w.active();
+  }
+  return n;
+}
+
+void Simulation::MaybeGone(bool decode, int i) {
+  Lifetime& life = LifeOf(decode, i);
+  if (!life.draining || life.gone >= 0) return;
+  const bool idle = decode ? decode_[i].dispatched == 0 && !decode_[i].stepping
+                           : prefill_[i].outstanding == 0 && prefill_[i].current < 0;
+  if (idle) life.gone = now_;
+}
+
+void Simulation::Resize(bool decode, int target) {
+  int active = ActiveCount(decode);
+  if (target != active) changes_[decode] += 1;
+  for (; active < target; ++active) AddWorker(decode, /*serving=*/false);
+  const int n = decode ? int(decode_.size()) : int(prefill_.size());
+  // Fewer: workers still starting go first, then those with the least routed to them.
+  auto load = [&](int i) {
+    return decode ? decode_[i].dispatched : prefill_[i].outstanding;
+  };
+  while (active > target) {
+    int victim = -1;
+    for (int i = 0; i < n; ++i) {
+      const Lifetime& l = LifeOf(decode, i);
+      if (!l.active()) continue;
+      if (victim < 0 || (!l.serving && LifeOf(decode, victim).serving) ||
+          (l.serving == LifeOf(decode, victim).serving && load(i) < load(victim))) {
+        victim = i;
+      }
+    }
+    Lifetime& life = LifeOf(decode, victim);
+    life.draining = true;
+    if (registry_ && life.serving) {
+      v1::DeregisterRequest req;
+      req.set_worker_id(decode ? decode_[victim].id : prefill_[victim].id);
+      v1::DeregisterResponse resp;
+      registry_->Deregister(nullptr, &req, &resp);
+    }
+    if (!life.serving) life.gone = now_;
+    MaybeGone(decode, victim);
+    --active;
+  }
+}
+
+int Simulation::HpaReplicas(double busy_s, int serving, int active,
+                            std::deque<std::pair<double, int>>* recs) const {
+  int want = active;
+  if (serving > 0) {
+    const double ratio = busy_s / (serving * s_.interval_s) / s_.hpa_target;
+    if (std::fabs(ratio - 1) > 0.1) want = int(std::ceil(serving * ratio));
+  }
+  want = std::clamp(want, s_.min_workers, s_.max_workers);
+  recs->emplace_back(now_, want);
+  while (!recs->empty() && recs->front().first < now_ - s_.hpa_downscale_window_s) {
+    recs->pop_front();
+  }
+  if (want < active) {  // down only to the window's highest recommendation
+    for (const auto& [t, r] : *recs) want = std::max(want, r);
+    want = std::min(want, active);
+  }
+  return want;
+}
+
+void Simulation::Scale() {
+  double busy[2] = {0, 0};
+  int serving[2] = {0, 0};
+  for (const PrefillWorker& w : prefill_) busy[0] += w.busy_s, serving[0] += w.serving && w.active();
+  for (const DecodeWorker& w : decode_) busy[1] += w.busy_s, serving[1] += w.serving && w.active();
+  int target[2];
+  if (s_.scaler == Scaler::kPlanner) {
+    scheduler::WorkerCapacity cap;
+    cap.prefill_tokens_per_s = m_.prefill_tokens_per_s;
+    cap.decode_step_ms = m_.DecodeStepMs(1);
+    cap.decode_step_ms_per_seq = (m_.DecodeStepMs(32) - m_.DecodeStepMs(1)) / 31;
+    scheduler::IntervalLoad load{double(interval_arrivals_), interval_computed_, interval_output_};
+    for (const PrefillWorker& w : prefill_) {
+      for (int r : w.queue) load.prefill_backlog_tokens += reqs_[r].routed_work;
+    }
+    for (const DecodeWorker& w : decode_) load.decode_backlog_requests += double(w.waiting.size());
+    const scheduler::PlanDecision d = planner_->Plan(load, cap);
+    target[0] = d.prefill.replicas;
+    target[1] = d.decode.replicas;
+  } else {
+    for (int role = 0; role < 2; ++role) {
+      target[role] = HpaReplicas(busy[role] - busy_mark_[role], serving[role],
+                                 ActiveCount(role == 1), &hpa_recs_[role]);
+    }
+  }
+  Resize(false, target[0]);
+  Resize(true, target[1]);
+  Result::Interval iv;
+  iv.t = now_ - s_.interval_s;
+  iv.prefill = ActiveCount(false);
+  iv.decode = ActiveCount(true);
+  iv.arrivals_per_s = interval_arrivals_ / s_.interval_s;
+  timeline_.push_back(iv);
+  busy_mark_[0] = busy[0];
+  busy_mark_[1] = busy[1];
+  interval_arrivals_ = 0;
+  interval_computed_ = interval_output_ = 0;
+  if (ended_ < int(reqs_.size())) At(now_ + s_.interval_s, kScale, 0);
 }
 
 absl::StatusOr<Result> Simulation::Run() {
@@ -571,6 +807,7 @@ absl::StatusOr<Result> Simulation::Run() {
     now_ = e.t;
     switch (e.kind) {
       case kArrival:
+        interval_arrivals_ += 1;
         if (absl::Status s = Route(e.id); !s.ok()) return s;
         prefill_[reqs_[e.id].prefill].queue.push_back(e.id);
         StartPrefill(reqs_[e.id].prefill);
@@ -587,6 +824,20 @@ absl::StatusOr<Result> Simulation::Run() {
       case kHeartbeat:
         Heartbeat(e.id);
         break;
+      case kWorkerUp:
+        WorkerUp(e.id);
+        break;
+      case kScale:
+        Scale();
+        break;
+    }
+    if (s_.max_misses >= 0 && misses_ > s_.max_misses) {
+      Result r;
+      r.abandoned = true;
+      r.requests = int(reqs_.size());
+      r.slo_met = 1 - double(misses_) / r.requests;
+      r.simulated_s = now_;
+      return r;
     }
   }
   if (ended_ != int(reqs_.size())) {
@@ -598,12 +849,17 @@ absl::StatusOr<Result> Simulation::Run() {
 Result Simulation::Summarize() const {
   Result res;
   const size_t first = size_t(w_.warmup_fraction * double(reqs_.size()));
-  std::vector<double> ttft, e2e;
+  std::vector<double> ttft, e2e, itl;
   double prompt = 0, held = 0, reused = 0, out = 0, t0 = reqs_[first].arrival, t1 = 0;
+  int met = 0;
   for (size_t i = first; i < reqs_.size(); ++i) {
     const Request& q = reqs_[i];
     ttft.push_back((q.first_token - q.arrival) * 1e3);
     e2e.push_back((q.end - q.arrival) * 1e3);
+    // Mean inter-token latency after the first token (the KV's crossing and
+    // any wait for a decode slot included).
+    itl.push_back(q.output_tokens > 1 ? (q.end - q.first_token) * 1e3 / (q.output_tokens - 1) : 0);
+    met += ttft.back() <= s_.slo_ttft_ms && itl.back() <= s_.slo_itl_ms;
     prompt += q.prompt_tokens;
     held += q.cached_chunks * c_.chunk_tokens;
     reused += (q.cached_chunks + q.fetched_chunks) * c_.chunk_tokens;
@@ -611,6 +867,25 @@ Result Simulation::Summarize() const {
     t1 = std::max(t1, q.end);
   }
   res.requests = int(ttft.size());
+  res.slo_met = double(met) / std::max<size_t>(1, ttft.size());
+  res.itl_p99_ms = Percentile(itl, 0.99);
+  double end = 0;
+  for (const Request& q : reqs_) end = std::max(end, q.end);
+  auto hours = [&](const Lifetime& l) { return ((l.gone >= 0 ? l.gone : end) - l.started) / 3600; };
+  for (const PrefillWorker& w : prefill_) res.prefill_worker_hours += hours(w);
+  for (const DecodeWorker& w : decode_) res.decode_worker_hours += hours(w);
+  res.prefill_changes = changes_[0];
+  res.decode_changes = changes_[1];
+  res.timeline = timeline_;
+  for (Result::Interval& iv : res.timeline) {
+    std::vector<double> in;
+    for (const Request& q : reqs_) {
+      if (q.arrival >= iv.t && q.arrival < iv.t + s_.interval_s) {
+        in.push_back((q.first_token - q.arrival) * 1e3);
+      }
+    }
+    iv.ttft_p99_ms = Percentile(in, 0.99);
+  }
   res.hit_rate = held / prompt;
   res.reuse_rate = reused / prompt;
   res.ttft_p50_ms = Percentile(ttft, 0.5);
@@ -688,9 +963,29 @@ double DefaultRate(const Workload& w, const Cluster& c, const CostModel& m, doub
   return utilization * c.prefill / per_request;
 }
 
+const char* ScalerName(Scaler s) {
+  switch (s) {
+    case Scaler::kFixed:
+      return "fixed";
+    case Scaler::kPlanner:
+      return "planner";
+    case Scaler::kHpa:
+      return "hpa";
+  }
+  return "?";
+}
+
 absl::StatusOr<Result> Simulate(Policy policy, const Workload& workload, const Cluster& cluster,
-                                const CostModel& model) {
-  if (workload.requests < 10 || workload.system_prompts < 1 || cluster.prefill < 1 ||
+                                const CostModel& model, const Scaling& scaling) {
+  if (scaling.scaler != Scaler::kFixed &&
+      (policy != Policy::kKvcast || scaling.interval_s <= 0 || scaling.start_latency_s < 0 ||
+       scaling.min_workers < 1 || scaling.max_workers < scaling.min_workers ||
+       scaling.hpa_target <= 0)) {
+    return absl::InvalidArgumentError(
+        "routing simulation: scaling needs the kvcast policy, a positive interval and "
+        "1 <= min_workers <= max_workers");
+  }
+  if ((workload.day_s <= 0 && workload.requests < 10) || workload.system_prompts < 1 || cluster.prefill < 1 ||
       cluster.decode < 1 || cluster.chunk_tokens < 1 || cluster.page_tokens < 1 ||
       workload.system_tokens_min < 1 || workload.system_tokens_max < workload.system_tokens_min ||
       workload.user_tokens_min < 1 || workload.user_tokens_max < workload.user_tokens_min ||
@@ -698,7 +993,9 @@ absl::StatusOr<Result> Simulate(Policy policy, const Workload& workload, const C
       model.decode_step_ms.empty()) {
     return absl::InvalidArgumentError("routing simulation: inconsistent workload or cluster");
   }
-  const int longest = workload.system_tokens_max + workload.user_tokens_max;
+  const int longest =
+      workload.system_tokens_max +
+      int(workload.user_tokens_max * (workload.shift_at > 0 ? std::max(1.0, workload.shift_user_tokens) : 1.0));
   if ((longest + workload.output_tokens_max) / cluster.page_tokens + 1 > cluster.decode_pages) {
     return absl::InvalidArgumentError(
         absl::StrCat("routing simulation: a request of ", longest + workload.output_tokens_max,
@@ -706,7 +1003,9 @@ absl::StatusOr<Result> Simulate(Policy policy, const Workload& workload, const C
   }
   const double rate =
       workload.rate > 0 ? workload.rate : DefaultRate(workload, cluster, model, 0.7);
-  Simulation sim(policy, workload, cluster, model, MakeTrace(workload, cluster, rate));
+  std::vector<Request> trace = MakeTrace(workload, cluster, rate);
+  if (trace.size() < 10) return absl::InvalidArgumentError("routing simulation: under 10 arrivals");
+  Simulation sim(policy, workload, cluster, model, scaling, std::move(trace));
   return sim.Run();
 }
 

@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "services/scheduler/planner.h"
 #include "services/scheduler/router.h"
 
 namespace kvcast::sim {
@@ -85,6 +86,17 @@ struct Workload {
   int user_tokens_min = 32, user_tokens_max = 256;
   int output_tokens_min = 16, output_tokens_max = 128;
   uint64_t seed = 1;
+  // A day: with day_s > 0, arrivals come for day_s seconds (`requests` is
+  // ignored) at rate x (1 + (peak - 1) sin^2(pi t / day_s)): rising to
+  // `peak` times the rate at midday and falling back.
+  double day_s = 0;
+  double peak = 4;
+  // From shift_at x day_s on (0: never), user prompts are
+  // shift_user_tokens times longer and system prompts come from a new pool
+  // of shift_system_prompts (cold caches, less reuse).
+  double shift_at = 0;
+  double shift_user_tokens = 1;
+  int shift_system_prompts = 64;
 };
 
 struct Cluster {
@@ -98,6 +110,36 @@ struct Cluster {
   double heartbeat_s = 1.0;
   bool relay = true;
   scheduler::RouterOptions router;  // the kvcast policy's
+};
+
+// Who sets each role's worker count while the trace runs. kFixed: the
+// Cluster's counts throughout. kPlanner: the scheduler's planner
+// (services/scheduler/planner.h) every interval_s, fed the interval's
+// arrivals, uncached prompt tokens computed and output tokens, and the cost
+// model as the workers' measured capacity. kHpa: a CPU-utilisation HPA per
+// role, as Kubernetes computes it: ceil(replicas x busy fraction / target),
+// no change within 10% of the target, down only to the highest
+// recommendation of the last hpa_downscale_window_s. A started worker
+// serves (registers) start_latency_s later; a worker scaled down leaves the
+// router at once and finishes what was routed to it. The Cluster's counts
+// are those at t = 0. Scaling needs the kvcast policy.
+enum class Scaler { kFixed, kPlanner, kHpa };
+const char* ScalerName(Scaler s);
+
+struct Scaling {
+  Scaler scaler = Scaler::kFixed;
+  double interval_s = 30;
+  double start_latency_s = 60;
+  // The SLOs a request must meet to count as served well (and the
+  // planner's targets): time to first token, and mean inter-token latency.
+  double slo_ttft_ms = 2000, slo_itl_ms = 100;
+  scheduler::PlannerOptions planner;  // its interval and SLOs come from above
+  double hpa_target = 0.6;
+  double hpa_downscale_window_s = 300;
+  int min_workers = 1, max_workers = 64;
+  // Stop once more requests than this missed an SLO (-1: never): a search
+  // over fixed splits learns a hopeless one early (Result::abandoned).
+  int max_misses = -1;
 };
 
 // Arrival rate at which the prefill workers would be `utilization` busy if
@@ -116,10 +158,28 @@ struct Result {
   double prefill_balance = 0;
   double output_tokens_per_s = 0;
   double simulated_s = 0;
+  // Against Scaling's SLOs: the share of counted requests meeting both, and
+  // the mean inter-token latency's p99.
+  double slo_met = 0;
+  double itl_p99_ms = 0;
+  // Worker time from start (or t = 0) to leaving (or the last request's end).
+  double prefill_worker_hours = 0, decode_worker_hours = 0;
+  int prefill_changes = 0, decode_changes = 0;  // scaling decisions that changed a count
+  // Per scaling interval (kPlanner, kHpa): its start, the workers serving
+  // and starting at its end, its arrivals per second and TTFT p99 of them.
+  struct Interval {
+    double t = 0;
+    int prefill = 0, decode = 0;
+    double arrivals_per_s = 0, ttft_p99_ms = 0;
+  };
+  std::vector<Interval> timeline;
+  // Stopped at Scaling::max_misses: only `requests` (all of the trace's)
+  // and slo_met (at most this) are set.
+  bool abandoned = false;
 };
 
 absl::StatusOr<Result> Simulate(Policy policy, const Workload& workload, const Cluster& cluster,
-                                const CostModel& model);
+                                const CostModel& model, const Scaling& scaling = Scaling());
 
 }  // namespace kvcast::sim
 

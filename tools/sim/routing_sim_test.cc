@@ -124,5 +124,72 @@ TEST(RoutingSim, RefusesWhatCannotRun) {
             absl::StatusCode::kInvalidArgument);
 }
 
+// A short day: arrivals rise 4x and fall, and prompts grow halfway.
+Workload ShortDay() {
+  Workload w;
+  w.day_s = 900;
+  w.peak = 4;
+  w.system_prompts = 16;
+  w.shift_at = 0.5;
+  w.shift_user_tokens = 2;
+  w.shift_system_prompts = 32;
+  w.warmup_fraction = 0;
+  Cluster two;
+  two.prefill = 2;
+  w.rate = DefaultRate(w, two, CostModel(), 0.6);
+  return w;
+}
+
+TEST(RoutingSim, ThePlannerFollowsTheDayAndDrainedWorkersFinishTheirWork) {
+  const Workload w = ShortDay();
+  Cluster c;
+  c.prefill = 10;
+  c.decode = 6;
+  auto fixed = Simulate(Policy::kKvcast, w, c, CostModel());
+  Scaling s;
+  s.scaler = Scaler::kPlanner;
+  s.start_latency_s = 30;
+  auto planned = Simulate(Policy::kKvcast, w, c, CostModel(), s);
+  // Every request ended (Simulate fails otherwise), also those routed to
+  // workers scaled down before they finished.
+  ASSERT_TRUE(fixed.ok()) << fixed.status();
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  EXPECT_EQ(planned->requests, fixed->requests);
+  EXPECT_NEAR(fixed->prefill_worker_hours, 10 * fixed->simulated_s / 3600, 0.05);
+  EXPECT_EQ(fixed->prefill_changes, 0);
+  EXPECT_TRUE(fixed->timeline.empty());
+  // The planner's counts rise toward midday and fall after it.
+  ASSERT_GE(planned->timeline.size(), 30u);  // 900 s in 30 s intervals, and the last ones' ends
+  int most = 0, at = 0;
+  for (size_t i = 0; i < planned->timeline.size(); ++i) {
+    if (planned->timeline[i].prefill > most) most = planned->timeline[i].prefill, at = int(i);
+  }
+  EXPECT_GT(most, planned->timeline.front().prefill);
+  EXPECT_GT(most, planned->timeline.back().prefill);
+  EXPECT_GT(at, 5);
+  EXPECT_LT(at, 25);
+  EXPECT_GT(planned->prefill_changes, 2);
+  EXPECT_LT(planned->prefill_worker_hours, fixed->prefill_worker_hours);
+  EXPECT_GT(planned->slo_met, 0.5);
+}
+
+TEST(RoutingSim, AHopelessRunStopsAtItsMisses) {
+  const Workload w = ShortDay();
+  Cluster c;
+  c.prefill = 1;  // a quarter of midday's work
+  c.decode = 1;
+  Scaling s;
+  s.max_misses = 100;
+  auto r = Simulate(Policy::kKvcast, w, c, CostModel(), s);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->abandoned);
+  EXPECT_LT(r->simulated_s, w.day_s);
+  EXPECT_NEAR(r->slo_met, 1 - 101.0 / r->requests, 1e-9);
+  s.scaler = Scaler::kHpa;
+  s.max_misses = -1;
+  EXPECT_EQ(Simulate(Policy::kLlmd, w, c, CostModel(), s).status().code(),
+            absl::StatusCode::kInvalidArgument);  // scaling needs the kvcast policy
+}
+
 }  // namespace
 }  // namespace kvcast::sim
