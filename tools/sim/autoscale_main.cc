@@ -66,7 +66,8 @@ absl::StatusOr<Result> Day(const Workload& w, Cluster c, Scaling s) {
 
 // The fewest workers (P + D) whose fixed split meets the goal all day: for
 // each P, the smallest D that does (a binary search; the SLOs met grow with
-// D), until one more prefill worker cannot beat the best. A split that
+// D, and a larger P needs no more D than a smaller one did), until one
+// more prefill worker cannot beat the best. A split that
 // misses the goal is abandoned as soon as it has (Scaling::max_misses).
 absl::StatusOr<Run> BestFixed(const Workload& w, Scaling fixed, int requests) {
   const int most = absl::GetFlag(FLAGS_max_fixed);
@@ -74,6 +75,7 @@ absl::StatusOr<Run> BestFixed(const Workload& w, Scaling fixed, int requests) {
   fixed.max_misses = int((1 - goal) * requests);
   std::optional<Run> best;
   int best_workers = 0;
+  int d_cap = most;  // a larger P needs no more decode workers than a smaller one did
   for (int p = 1; p <= most && (!best || p + 1 < best_workers); ++p) {
     auto day = [&](int decode) {
       Cluster c;
@@ -82,11 +84,11 @@ absl::StatusOr<Run> BestFixed(const Workload& w, Scaling fixed, int requests) {
       return Day(w, c, fixed);
     };
     auto meets = [&](const Result& r) { return !r.abandoned && r.slo_met >= goal; };
-    auto top = day(most);
+    auto top = day(d_cap);
     if (!top.ok()) return top.status();
-    if (!meets(*top)) continue;  // not even with the most decode workers
+    if (!meets(*top)) continue;  // not even with that many decode workers
     Result at_hi = *top;
-    int lo = 1, hi = most;  // hi meets the goal; the smallest that does is in [lo, hi]
+    int lo = 1, hi = d_cap;  // hi meets the goal; the smallest that does is in [lo, hi]
     while (lo < hi) {
       const int mid = (lo + hi) / 2;
       auto r = day(mid);
@@ -98,6 +100,7 @@ absl::StatusOr<Run> BestFixed(const Workload& w, Scaling fixed, int requests) {
         lo = mid + 1;
       }
     }
+    d_cap = hi;
     if (!best || p + hi < best_workers) {
       best = Run{absl::StrCat("best fixed (", p, " prefill + ", hi, " decode)"), at_hi, p, hi};
       best_workers = p + hi;
