@@ -32,12 +32,17 @@ int Planner::Clamp(double replicas) const {
   return int(std::clamp<double>(up, options_.min_replicas, options_.max_replicas));
 }
 
-int Planner::Stabilise(int wanted, int current, std::deque<int>* history) const {
-  if (wanted >= current) {
+int Planner::Stabilise(int wanted, int wanted_with_margin, int current,
+                       std::deque<int>* history) const {
+  if (wanted > current) {
     history->clear();
     return wanted;
   }
-  history->push_back(wanted);
+  if (wanted_with_margin >= current) {
+    history->clear();
+    return current;
+  }
+  history->push_back(wanted_with_margin);
   if (int(history->size()) < options_.scale_down_after) return current;
   const int down = *std::max_element(history->begin(), history->end());
   history->clear();
@@ -103,7 +108,7 @@ RolePlan Planner::PlanDecode(double tokens_per_s, const WorkerCapacity& capacity
     bound = absl::StrFormat("batch %d keeps a step within %.1f ms", *batch, budget);
   }
   const double step_ms = step_1 + std::max(0.0, per_seq) * (*batch - 1);
-  const double worker_tokens_per_s = *batch / step_ms * 1e3 * (1 - options_.headroom);
+  const double worker_tokens_per_s = *batch / step_ms * 1e3;
   plan.wanted = Clamp(tokens_per_s / worker_tokens_per_s);
   plan.reason = absl::StrFormat("%.0f output tokens/s predicted, %.0f tokens/s a worker; %s",
                                 tokens_per_s, worker_tokens_per_s, bound);
@@ -132,12 +137,22 @@ PlanDecision Planner::Plan(const IntervalLoad& observed, const WorkerCapacity& c
   d.uncached_tokens_per_s = uncached / seconds;
   d.output_tokens_per_s = output / seconds;
   // Sized to also clear what waits now within the next interval.
-  d.prefill = PlanPrefill(d.uncached_tokens_per_s + prefill_backlog_ / seconds,
-                          tokens_per_request_, capacity, &d.prefill_utilisation);
-  d.decode = PlanDecode(d.output_tokens_per_s + decode_backlog_ * output_per_request_ / seconds,
-                        capacity, &d.decode_batch);
-  prefill_ = d.prefill.replicas = Stabilise(d.prefill.wanted, prefill_, &prefill_wants_);
-  decode_ = d.decode.replicas = Stabilise(d.decode.wanted, decode_, &decode_wants_);
+  const double prefill_tokens = d.uncached_tokens_per_s + prefill_backlog_ / seconds;
+  const double decode_tokens =
+      d.output_tokens_per_s + decode_backlog_ * output_per_request_ / seconds;
+  d.prefill = PlanPrefill(prefill_tokens, tokens_per_request_, capacity, &d.prefill_utilisation);
+  d.decode = PlanDecode(decode_tokens, capacity, &d.decode_batch);
+  // Fewer only for a load that fits them with the margin to spare.
+  const double more = 1 + options_.scale_down_margin;
+  double unused = 0;
+  int unused_batch = 0;
+  const int prefill_margin =
+      PlanPrefill(prefill_tokens * more, tokens_per_request_, capacity, &unused).wanted;
+  const int decode_margin = PlanDecode(decode_tokens * more, capacity, &unused_batch).wanted;
+  prefill_ = d.prefill.replicas =
+      Stabilise(d.prefill.wanted, prefill_margin, prefill_, &prefill_wants_);
+  decode_ = d.decode.replicas =
+      Stabilise(d.decode.wanted, decode_margin, decode_, &decode_wants_);
   return d;
 }
 

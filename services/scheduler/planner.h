@@ -27,8 +27,7 @@
 //
 // Decode: a worker's step time grows with its batch (step_ms(B) = step_1 +
 // per_seq * (B - 1)); the largest batch whose step meets the ITL SLO, less
-// headroom, sets its tokens per second (B / step), less headroom again (a
-// worker's batch varies with arrivals around its mean), and the replicas are the
+// headroom, sets its tokens per second (B / step), and the replicas are the
 // predicted output tokens per second (plus the waiting sequences' tokens
 // over the next interval) over that.
 //
@@ -39,8 +38,10 @@
 // a time.
 //
 // Stability: more replicas at once; fewer only after scale_down_after
-// intervals in a row that all asked for fewer, to the largest count asked
-// in them. Both clamped to [min_replicas, max_replicas].
+// intervals in a row that all asked for fewer even with scale_down_margin
+// more load (hysteresis: a load hovering at a count's edge does not flap
+// between it and the next), to the largest count asked in them. Both
+// clamped to [min_replicas, max_replicas].
 //
 // Thread safety: none (one caller: the scheduler's planning task).
 #ifndef KVCAST_SERVICES_SCHEDULER_PLANNER_H_
@@ -59,6 +60,7 @@ struct PlannerOptions {
   double slo_itl_ms = 100;
   double headroom = 0.2;  // capacity left spare, as a fraction
   int scale_down_after = 4;
+  double scale_down_margin = 0.15;  // see Stability above
   int min_replicas = 1;
   int max_replicas = 64;
   double alpha = 0.5;  // Holt's level smoothing
@@ -113,9 +115,10 @@ class Planner {
     double level = 0, trend = 0;
     double Next(double x, double alpha, double beta);
   };
-  // Applies the scale-down delay to `wanted` for a role whose last plan was
-  // `current`; `history` keeps the wants since the role last changed.
-  int Stabilise(int wanted, int current, std::deque<int>* history) const;
+  // Applies the scale-down delay to `wanted` (and, for fewer, what the
+  // load with the margin wants) for a role whose last plan was `current`;
+  // `history` keeps the wants since the role last changed.
+  int Stabilise(int wanted, int wanted_with_margin, int current, std::deque<int>* history) const;
   RolePlan PlanPrefill(double tokens_per_s, double tokens_per_request,
                        const WorkerCapacity& capacity, double* utilisation) const;
   RolePlan PlanDecode(double tokens_per_s, const WorkerCapacity& capacity, int* batch) const;
