@@ -9,7 +9,6 @@
 #include "engine/kv/token_codec.h"
 #include "engine/transformer.h"
 #include "tools/kvquality/track_codecs.h"
-#include "transport/kvcache/naming.h"
 
 namespace kvcast::kvquality {
 
