@@ -203,7 +203,7 @@ class CpuBackend : public Backend {
 
   void RmsNorm(const float* x, const float* weight, int rows, int dim,
                float eps, float* out) override {
-#pragma omp parallel for schedule(static) if (int64_t(rows) * dim >= (1 << 15))
+#pragma omp parallel for schedule(static) if (Omp() && int64_t(rows) * dim >= (1 << 15))
     for (int r = 0; r < rows; ++r) {
       const float* xr = x + size_t(r) * dim;
       float* yr = out + size_t(r) * dim;
@@ -217,7 +217,7 @@ class CpuBackend : public Backend {
   void AddRmsNorm(float* x, const float* y, const float* weight, int rows, int dim,
                   float eps, float* out) override {
     const int64_t n = int64_t(rows) * dim;
-#pragma omp parallel for schedule(static) if (n >= (1 << 15))
+#pragma omp parallel for schedule(static) if (Omp() && n >= (1 << 15))
     for (int64_t i = 0; i < n; ++i) x[i] += y[i];
     RmsNorm(x, weight, rows, dim, eps, out);
   }
@@ -269,7 +269,7 @@ class CpuBackend : public Backend {
   }
 
   void SwiGlu(const float* gate_up, int rows, int dim, float* out) override {
-    CpuSwiGlu(gate_up, rows, dim, out);
+    CpuSwiGlu(gate_up, rows, dim, out, Omp());
   }
 
   void WriteKv(const float* k, const float* v, int num_tokens, int stride,
@@ -383,12 +383,17 @@ class CpuBackend : public Backend {
                       int num_seqs, const AttentionShape& s,
                       const void* k_cache, const void* v_cache,
                       float* out) override {
-    // Float32 weights run their GEMMs on OpenBLAS's threads; OpenMP stays off.
-    CpuPagedAttention(q, q_stride, seqs, num_seqs, s, k_cache, v_cache, out,
-                      /*parallel=*/weights_ != CpuWeights::kF32, CpuAttentionKernelFromEnv());
+    CpuPagedAttention(q, q_stride, seqs, num_seqs, s, k_cache, v_cache, out, Omp(),
+                      CpuAttentionKernelFromEnv());
   }
 
  private:
+  // Float32 weights run their GEMMs on OpenBLAS's threads, and OpenMP stays
+  // off in every op: after a parallel region OpenMP's threads spin waiting
+  // for the next, and on a small machine they and OpenBLAS's took the
+  // cores from each other (2.4x slower on 2 cores; docs/benchmarks.md).
+  bool Omp() const { return weights_ != CpuWeights::kF32; }
+
   TokenPicker picker_;  // SampleTokens scratch
   const CpuWeights weights_;
 };

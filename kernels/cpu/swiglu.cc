@@ -60,9 +60,9 @@ void CpuSwiGluScalar(const float* gate_up, int rows, int dim, float* out) {
   }
 }
 
-void CpuSwiGlu(const float* gate_up, int rows, int dim, float* out) {
+void CpuSwiGlu(const float* gate_up, int rows, int dim, float* out, bool parallel) {
   const bool avx512 = CpuHas(CpuIsa::kAvx512), avx2 = CpuHas(CpuIsa::kAvx2);
-#pragma omp parallel for schedule(static) if (int64_t(rows) * dim >= (1 << 16))
+#pragma omp parallel for schedule(static) if (parallel && int64_t(rows) * dim >= (1 << 16))
   for (int r = 0; r < rows; ++r) {
     const float* g = gate_up + int64_t(r) * 2 * dim;
     float* o = out + int64_t(r) * dim;

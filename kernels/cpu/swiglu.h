@@ -11,7 +11,8 @@
 
 namespace kvcast {
 
-void CpuSwiGlu(const float* gate_up, int rows, int dim, float* out);
+// `parallel`: rows on OpenMP's threads when there are enough of them.
+void CpuSwiGlu(const float* gate_up, int rows, int dim, float* out, bool parallel = true);
 
 // The portable loop CpuSwiGlu falls back to, for tests.
 void CpuSwiGluScalar(const float* gate_up, int rows, int dim, float* out);
