@@ -135,14 +135,6 @@ int Main() {
               w.shift_system_prompts, s.slo_ttft_ms, s.slo_itl_ms,
               100 * absl::GetFlag(FLAGS_slo_goal), s.start_latency_s, s.interval_s);
   std::vector<Run> runs;
-  Cluster probe;  // the trace's size (the same for every split)
-  Scaling count = s;
-  count.max_misses = 0;
-  auto sized = Simulate(Policy::kKvcast, w, probe, CostModel(), count);
-  if (!sized.ok()) {
-    std::fprintf(stderr, "autoscale_sim: %s\n", std::string(sized.status().message()).c_str());
-    return 2;
-  }
   absl::StatusOr<Run> fixed;
   if (const std::string spec = absl::GetFlag(FLAGS_fixed); !spec.empty()) {
     Cluster c;
@@ -154,7 +146,7 @@ int Main() {
     if (r.ok()) fixed = Run{absl::StrCat("fixed (", spec, ")"), *r, c.prefill, c.decode};
     else fixed = r.status();
   } else {
-    fixed = BestFixed(w, s, sized->requests);
+    fixed = BestFixed(w, s, TraceRequests(w, base, CostModel()));  // the same for every split
   }
   if (!fixed.ok()) {
     std::fprintf(stderr, "autoscale_sim: %s\n", std::string(fixed.status().message()).c_str());

@@ -431,14 +431,14 @@ Result Simulation::Summarize() const {
   res.prefill_changes = changes_[0];
   res.decode_changes = changes_[1];
   res.timeline = timeline_;
-  for (Result::Interval& iv : res.timeline) {
-    std::vector<double> in;
-    for (const Request& q : reqs_) {
-      if (q.arrival >= iv.t && q.arrival < iv.t + s_.interval_s) {
-        in.push_back((q.first_token - q.arrival) * 1e3);
-      }
-    }
-    iv.ttft_p99_ms = Percentile(in, 0.99);
+  // Interval i starts at i x interval_s (Scale runs every interval from 0).
+  std::vector<std::vector<double>> ttft_by_interval(res.timeline.size());
+  for (const Request& q : reqs_) {
+    const size_t i = size_t(q.arrival / s_.interval_s);
+    if (i < ttft_by_interval.size()) ttft_by_interval[i].push_back((q.first_token - q.arrival) * 1e3);
+  }
+  for (size_t i = 0; i < res.timeline.size(); ++i) {
+    res.timeline[i].ttft_p99_ms = Percentile(std::move(ttft_by_interval[i]), 0.99);
   }
   res.hit_rate = held / prompt;
   res.reuse_rate = reused / prompt;
@@ -517,6 +517,19 @@ double DefaultRate(const Workload& w, const Cluster& c, const CostModel& m, doub
   return utilization * c.prefill / per_request;
 }
 
+namespace {
+
+// The trace Simulate runs: at the workload's rate, or 70% of DefaultRate.
+std::vector<internal::Request> TraceOf(const Workload& w, const Cluster& c, const CostModel& m) {
+  return internal::MakeTrace(w, c, w.rate > 0 ? w.rate : DefaultRate(w, c, m, 0.7));
+}
+
+}  // namespace
+
+int TraceRequests(const Workload& workload, const Cluster& cluster, const CostModel& model) {
+  return int(TraceOf(workload, cluster, model).size());
+}
+
 const char* ScalerName(Scaler s) {
   switch (s) {
     case Scaler::kFixed:
@@ -555,9 +568,7 @@ absl::StatusOr<Result> Simulate(Policy policy, const Workload& workload, const C
         absl::StrCat("routing simulation: a request of ", longest + workload.output_tokens_max,
                      " tokens does not fit in a decode worker's ", cluster.decode_pages, " pages"));
   }
-  const double rate =
-      workload.rate > 0 ? workload.rate : DefaultRate(workload, cluster, model, 0.7);
-  std::vector<internal::Request> trace = internal::MakeTrace(workload, cluster, rate);
+  std::vector<internal::Request> trace = TraceOf(workload, cluster, model);
   if (trace.size() < 10) return absl::InvalidArgumentError("routing simulation: under 10 arrivals");
   internal::Simulation sim(policy, workload, cluster, model, scaling, std::move(trace));
   return sim.Run();

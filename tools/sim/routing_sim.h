@@ -178,6 +178,10 @@ struct Result {
   bool abandoned = false;
 };
 
+// The requests in the trace Simulate runs for these arguments (the day's,
+// or workload.requests).
+int TraceRequests(const Workload& workload, const Cluster& cluster, const CostModel& model);
+
 absl::StatusOr<Result> Simulate(Policy policy, const Workload& workload, const Cluster& cluster,
                                 const CostModel& model, const Scaling& scaling = Scaling());
 
