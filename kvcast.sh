@@ -6,6 +6,8 @@
 #   ./kvcast.sh demo tiny   the same on the tiny random model (gibberish by design)
 #   ./kvcast.sh test    build and run every test; lists failed and skipped cases
 #                       (with the reason), then ends with "N passed, N failed"
+#   ./kvcast.sh report  regenerate docs/images (plots from docs/results, the
+#                       architecture diagram from docs/architecture.dot)
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -18,12 +20,15 @@ APT_PACKAGES=(
   libgnutls28-dev libspdlog-dev libfmt-dev
   openssl iproute2 nftables clang-14 libclang-rt-14-dev
 )
+# For the plots and the diagram (./kvcast.sh report and its test), not the
+# build: Graphviz renders docs/architecture.dot.
+REPORT_APT_PACKAGES=(graphviz)
 # From the release's backports suite (tools/setup/apt_backports.sh adds it):
 # ngtcp2 1.x, which bookworm's own archive does not have (it has 0.12).
 BACKPORTS_PACKAGES=(libngtcp2-dev libngtcp2-crypto-gnutls-dev)
 BACKPORTS_MIN_VERSION=1.11
 PY_PACKAGES=(tokenizers==0.23.3 ml_dtypes==0.6.0 grpcio==1.85.1 protobuf==5.29.6 prometheus_client==0.26.0
-  openai==3.57.0 jinja2==3.1.6 transformers==5.17.0 jsonschema==4.26.0)
+  openai==3.57.0 jinja2==3.1.6 transformers==5.17.0 jsonschema==4.26.0 matplotlib==3.11.2)
 VENV=.venv
 MOQ_VENV=.venv-moq   # aiomoqt, the independent MoQT peer (Python >= 3.12)
 DEPLOY_VENV=build/venv-deploy   # Helm engine, Kubernetes schemas, linters for deploy/ tests
@@ -32,9 +37,9 @@ MODELS_DIR=build/models/smollm2   # SmolLM2-135M-Instruct GGUF (tools/models/fet
 
 log() { printf '\033[1m[kvcast]\033[0m %s\n' "$*" >&2; }
 
-setup_apt() {
+setup_apt() {  # [extra packages]
   local missing=()
-  for p in "${APT_PACKAGES[@]}"; do
+  for p in "${APT_PACKAGES[@]}" "$@"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
   done
   local sudo=""
@@ -145,7 +150,7 @@ setup_deploy_venv() {
 }
 
 test_all() {
-  setup_apt
+  setup_apt "${REPORT_APT_PACKAGES[@]}"
   setup_venv
   local moq_venv deploy_venv rc=0
   moq_venv=$(setup_moq_venv)
@@ -164,8 +169,15 @@ test_all() {
   return $rc
 }
 
+report() {
+  setup_apt "${REPORT_APT_PACKAGES[@]}"
+  setup_venv
+  MPLCONFIGDIR=$(mktemp -d) "$VENV/bin/python" tools/report/make_plots.py "$@"
+}
+
 case "${1:-}" in
   demo) demo "${2:-}" ;;
   test) test_all ;;
-  *) echo "usage: $0 demo|test" >&2; exit 2 ;;
+  report) shift; report "$@" ;;
+  *) echo "usage: $0 demo|test|report" >&2; exit 2 ;;
 esac

@@ -8,11 +8,13 @@
 # untimed run of the same prompt before it measures. Measured: prefill
 # tokens/s of the prompt, then DECODE_TOKENS (default 32) decode steps at
 # batch 1 at that context. Prints per length the median and range of each
-# number and of kvcast / llama.cpp against each llama.cpp setting, and the CPU.
+# number and of kvcast / llama.cpp against each llama.cpp setting, and the CPU;
+# JSON=FILE also writes every round's numbers as a result file (tools/report).
 #
 #   tools/bench/compare_long_prompts.sh [GGUF] [ROUNDS]
 #   LENGTHS=4096 tools/bench/compare_long_prompts.sh
 #   RESULTS=DIR LENGTHS=... tools/bench/compare_long_prompts.sh   (summarize DIR again)
+#   JSON=docs/results/llamacpp_by_length.json tools/bench/compare_long_prompts.sh
 #   KVCAST_CPU_ISA=avx2 LLAMACPP_VENV=.venv-llamacpp-avx2 tools/bench/compare_long_prompts.sh
 #     (both engines' AVX2 code on a CPU that has AVX-512: kvcast capped by
 #     KVCAST_CPU_ISA, llama.cpp built by setup_llamacpp.sh with
@@ -42,7 +44,7 @@ echo "${KVCAST_CPU_ISA:-}" >"$out/kvcast_isa"
 kvcast() {  # LEN ROUND
   OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 bazel-bin/tools/bench/engine_bench --model "$model" \
     --backend cpu --prompt_len "$1" --batches 1 --decode_steps "$DECODE_TOKENS" \
-    >"$out/kvcast-$1-$2.md"
+    --json "$out/kvcast-$1-$2.json" >"$out/kvcast-$1-$2.md"
 }
 llamacpp() {  # LEN ROUND fa|nofa
   "$LLAMACPP_VENV/bin/python" tools/bench/llamacpp_bench.py --model "$model" --threads 2 \
@@ -62,16 +64,13 @@ for len in "${lens[@]}"; do
 done
 log "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 fi
-python3 - "$out" "$ROUNDS" "$LENGTHS" <<'PY'
-import json, os, re, statistics, sys
+PYTHONPATH=tools/report python3 - "$out" "$ROUNDS" "$LENGTHS" "${JSON:-}" "$0 $*" <<'PY'
+import json, os, statistics, sys
+import results
 d, rounds, lengths = sys.argv[1], int(sys.argv[2]), [int(x) for x in sys.argv[3].split(",")]
 def kv(n, r):
-    rows = {}
-    for line in open(f"{d}/kvcast-{n}-{r}.md"):
-        m = re.match(r"\|[^|]*\| (prefill \d+ tokens|decode batch 1) [^|]*\| ([\d.]+) \|", line)
-        if m:
-            rows["prefill" if m.group(1).startswith("prefill") else "b1"] = float(m.group(2))
-    return rows
+    rows = json.load(open(f"{d}/kvcast-{n}-{r}.json"))["results"]
+    return {"prefill" if x["measurement"] == "prefill" else "b1": x["tokens_per_s"] for x in rows}
 def lc(n, r, fa):
     x = json.load(open(f"{d}/llamacpp-{fa}-{n}-{r}.json"))
     return {"prefill": x["prefill_tok_s"], "b1": x["decode_tok_s"]}, x
@@ -94,4 +93,18 @@ for n in lengths:
         print(f"| {n} | {name} | {span(k, num)} | {span(a, num)} | {span(b, num)} | "
               f"{span([x / y for x, y in zip(k, a)], ratio)} | "
               f"{span([x / y for x, y in zip(k, b)], ratio)} |")
+if sys.argv[4]:
+    rows = []
+    for n in lengths:
+        for engine, get in (("kvcast", lambda r: kv(n, r)),
+                            ("llama.cpp", lambda r: lc(n, r, "nofa")[0]),
+                            ("llama.cpp FA", lambda r: lc(n, r, "fa")[0])):
+            per_round = [get(r) for r in range(1, rounds + 1)]
+            for key, name in (("prefill", "prefill"), ("b1", "decode batch 1")):
+                rows.append({"prompt_tokens": n, "engine": engine, "measurement": name,
+                             "tokens_per_s": [x[key] for x in per_round]})
+    results.write(sys.argv[4], results.header("compare_long_prompts", sys.argv[5].split()), rows,
+                  rounds=rounds, threads=2, kvcast_isa=isa or "(no cap)",
+                  llamacpp={"version": info["version"], "system_info": info["system_info"]})
+    print(f"\nresult file: {sys.argv[4]}")
 PY

@@ -3,7 +3,8 @@
 //
 //   engine_bench --preset tiny|100m [--prompt_len 512] [--decode_steps 32]
 //   engine_bench --model DIR
-// Prints one markdown table row per measurement.
+// Prints one markdown table row per measurement; --json FILE also writes
+// them as a result file (tools/bench/result_file.h).
 #include <chrono>
 #include <cstdio>
 #include <numeric>
@@ -21,6 +22,7 @@
 #include "kernels/q4_matmul.h"
 #include "kernels/q8_matmul.h"
 #include "tools/bench/bench_models.h"
+#include "tools/bench/result_file.h"
 
 ABSL_FLAG(std::string, model, "", ".gguf file or HF model directory (overrides --preset)");
 ABSL_FLAG(std::string, preset, "tiny", "tiny (the test model) or 100m (~125M-parameter Llama)");
@@ -32,6 +34,7 @@ ABSL_FLAG(bool, ops, false, "print each op's share of the time after every row")
 ABSL_FLAG(std::string, backend, "cpu", "cpu (Q8 weights), cpu-bf16, cpu-f32 (float32 weights) or cuda");
 ABSL_FLAG(std::string, kv_cache_precision, "fp16",
           "fp16 (as the workers keep KV: fp16 pages where the backend has them) or fp32");
+ABSL_FLAG(std::string, json, "", "also write the measurements here as a JSON result file");
 
 namespace kvcast {
 namespace {
@@ -44,7 +47,7 @@ absl::StatusOr<std::string> ModelDir() {
   return WriteBenchModel(absl::GetFlag(FLAGS_preset));
 }
 
-absl::Status Run() {
+absl::Status Run(nlohmann::json header) {
   ASSIGN_OR_RETURN(std::string dir, ModelDir());
   ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(dir));
   ASSIGN_OR_RETURN(auto backend, NewBackend(absl::GetFlag(FLAGS_backend)));
@@ -85,8 +88,15 @@ absl::Status Run() {
   const std::string name = absl::StrCat(c.architecture, " h", c.hidden_size, " L",
                                         c.num_hidden_layers, " V", c.vocab_size, " on ",
                                         std::string(backend->name()));
-  auto report = [&](const std::string& what, double tokens, double secs) {
+  nlohmann::json rows = nlohmann::json::array();
+  // kind: "prefill" or "decode"; batch: sequences per step.
+  auto report = [&](const std::string& what, const char* kind, int batch, double tokens,
+                    double secs) {
     double gemm = prof.seconds().count("Linear") ? prof.seconds().at("Linear") : 0;
+    nlohmann::json ops = nlohmann::json::object();
+    for (const auto& [op, op_secs] : prof.seconds()) ops[op] = op_secs;
+    rows.push_back({{"measurement", kind}, {"batch", batch}, {"context", prompt_len},
+                    {"tokens_per_s", tokens / secs}, {"seconds", secs}, {"op_seconds", ops}});
     std::printf("| %s | %s | %.1f | %.0f%% |\n", name.c_str(), what.c_str(), tokens / secs,
                 100 * gemm / prof.total_seconds());
     if (absl::GetFlag(FLAGS_ops)) {
@@ -108,7 +118,7 @@ absl::Status Run() {
     auto t0 = Clock::now();
     RETURN_IF_ERROR(PrefillInChunks(*model, prompt, tables[b], absl::GetFlag(FLAGS_chunk),
                                     pool.get(), &logits));
-    if (b == 0) report(absl::StrCat("prefill ", prompt_len, " tokens"), prompt_len, Since(t0));
+    if (b == 0) report(absl::StrCat("prefill ", prompt_len, " tokens"), "prefill", 1, prompt_len, Since(t0));
   }
   for (int batch : batches) {
     std::vector<int32_t> next(batch, 1);
@@ -128,8 +138,17 @@ absl::Status Run() {
       }
       RETURN_IF_ERROR(model->Forward(items, pool.get(), false, &logits));
     }
-    report(absl::StrCat("decode batch ", batch, " (context ", prompt_len, ")"),
+    report(absl::StrCat("decode batch ", batch, " (context ", prompt_len, ")"), "decode", batch,
            double(batch) * steps, Since(t0));
+  }
+  if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
+    header.update({{"model", absl::GetFlag(FLAGS_model).empty() ? absl::GetFlag(FLAGS_preset)
+                                                                 : absl::GetFlag(FLAGS_model)},
+                   {"backend", std::string(backend->name())},
+                   {"kernels", {{"q4", std::string(Q4KernelName())},
+                                {"q8", std::string(Q8KernelName())}}},
+                   {"kv_cache_precision", precision}, {"decode_steps", steps}});
+    return bench::WriteResultFile(path, std::move(header), std::move(rows));
   }
   return absl::OkStatus();
 }
@@ -138,8 +157,9 @@ absl::Status Run() {
 }  // namespace kvcast
 
 int main(int argc, char** argv) {
+  nlohmann::json header = kvcast::bench::ResultHeader("engine_bench", argc, argv);
   absl::ParseCommandLine(argc, argv);
-  absl::Status s = kvcast::Run();
+  absl::Status s = kvcast::Run(std::move(header));
   if (!s.ok()) {
     std::fprintf(stderr, "engine_bench: %s\n", s.ToString().c_str());
     return 1;

@@ -58,6 +58,7 @@
 #include "transport/moqt/moqt_endpoint.h"
 #include "transport/moqt/relay.h"
 #include "tools/bench/moqt_peers.h"
+#include "tools/bench/result_file.h"
 #include "tools/bench/thread_cpu.h"
 #include "tools/bench/tls_tcp_pair.h"
 #include "tools/devcert/devcert.h"
@@ -84,6 +85,7 @@ ABSL_FLAG(bool, ac_threads, true,
           "(KvPublisher::CodeAcInBackground, LandingSpec.ac_thread); false: on the loops");
 ABSL_FLAG(std::string, cases, "moqt-bytes,tls,direct,tls-kv,direct2,relay,cached,fanout",
           "the cases to run, e.g. direct alone under perf");
+ABSL_FLAG(std::string, json, "", "also write every round's numbers here as a JSON result file");
 ABSL_FLAG(int, rounds, 3, "rounds: each runs every case once, in turn; results are medians and "
           "ranges over the rounds");
 
@@ -631,6 +633,16 @@ struct Runs {
 constexpr const char* kCases[] = {"moqt-bytes", "tls", "direct", "tls-kv", "direct2", "relay",
                                   "cached"};
 
+// One result row per case: every round's rate and CPU per MiB.
+void AddRows(const Runs& runs, nlohmann::json extra, nlohmann::json* rows) {
+  for (const auto& [name, costs] : runs.by_case) {
+    nlohmann::json row = extra;
+    row.update({{"case", name}, {"mib", runs.Mib()}, {"mib_per_s", runs.Rates(name)},
+                {"cpu_ms_per_mib", runs.CpuPerMib(name)}});
+    rows->push_back(std::move(row));
+  }
+}
+
 void PrintRuns(const std::map<std::pair<int, std::string>, Runs>& all) {
   std::printf("\n| tokens | track | case | MiB | MiB/s: median (range) | CPU ms/MiB, process: median "
               "(range) | CPU ms/MiB by thread (the median run) |\n"
@@ -659,7 +671,15 @@ void PrintRuns(const std::map<std::pair<int, std::string>, Runs>& all) {
   std::fflush(stdout);
 }
 
-int Main() {
+absl::Status WriteJson(nlohmann::json header, nlohmann::json rows) {
+  const std::string path = absl::GetFlag(FLAGS_json);
+  if (path.empty()) return absl::OkStatus();
+  header.update({{"layers", absl::GetFlag(FLAGS_layers)}, {"rounds", absl::GetFlag(FLAGS_rounds)},
+                 {"max_udp_payload", absl::GetFlag(FLAGS_max_udp_payload)}});
+  return bench::WriteResultFile(path, std::move(header), std::move(rows));
+}
+
+int Main(nlohmann::json header) {
   const std::vector<int> token_counts = Ints(absl::GetFlag(FLAGS_tokens));
   const std::vector<int> fanouts = Ints(absl::GetFlag(FLAGS_fanout));
   const int fan_tokens = absl::GetFlag(FLAGS_fanout_tokens);
@@ -725,8 +745,18 @@ int Main() {
     }
   }
   PrintRuns(all);
-
-  if (!Want("fanout")) return 0;
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& [key, runs] : all) {
+    AddRows(runs, {{"tokens", key.first}, {"track", key.second}}, &rows);
+  }
+  auto finish = [&] {
+    if (absl::Status s = WriteJson(std::move(header), std::move(rows)); !s.ok()) {
+      std::fprintf(stderr, "kv_path_bench: %s\n", s.ToString().c_str());
+      return 1;
+    }
+    return 0;
+  };
+  if (!Want("fanout")) return finish();
   const KvCompression fan_track = tracks.front();
   const uint64_t fan_bytes = TrackBytes(b, fan_track, b.NewPrompt(fan_tokens), fan_tokens);
   std::map<int, Runs> fan;  // by subscribers; bytes: what they all received
@@ -754,14 +784,18 @@ int Main() {
                 MedianRange(copies[n], "%.2f").c_str(),
                 MedianRange(runs.CpuPerMib("fanout"), "%.2f").c_str(),
                 runs.Threads("fanout").c_str());
+    AddRows(runs, {{"tokens", fan_tokens}, {"track", TrackNameOf(fan_track)}, {"subscribers", n},
+                   {"publisher_copies", copies[n]}},
+            &rows);
   }
-  return 0;
+  return finish();
 }
 
 }  // namespace
 }  // namespace kvcast::kvcache
 
 int main(int argc, char** argv) {
+  nlohmann::json header = kvcast::bench::ResultHeader("kv_path_bench", argc, argv);
   absl::ParseCommandLine(argc, argv);
   const std::string precision = absl::GetFlag(FLAGS_kv_cache_precision);
   if (precision != "fp16" && precision != "fp32") {
@@ -769,5 +803,5 @@ int main(int argc, char** argv) {
                  precision.c_str());
     return 2;
   }
-  return kvcast::kvcache::Main();
+  return kvcast::kvcache::Main(std::move(header));
 }

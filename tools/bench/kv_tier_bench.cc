@@ -21,7 +21,8 @@
 // rate and TTFT p50 / p90.
 //
 //   bazel build -c opt //tools/bench:kv_tier_bench && bazel-bin/tools/bench/kv_tier_bench \
-//     --model build/models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf [--prefix 2048] [--tail 32]
+//     --model build/models/smollm2/SmolLM2-135M-Instruct.Q4_1.gguf [--prefix 512,2048] \
+//     [--tail 32] [--json FILE]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -33,6 +34,8 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/status_macros.h"
 #include "engine/engine.h"
@@ -43,12 +46,16 @@
 #include "transport/moqt/moqt_endpoint.h"
 #include "transport/moqt/relay.h"
 #include "tools/bench/moqt_peers.h"
+#include "tools/bench/result_file.h"
 
 ABSL_FLAG(std::string, model, "", "a .gguf file or an HF directory");
 ABSL_FLAG(std::string, backend, "cpu", "cpu (Q8 weights), cpu-bf16, cpu-f32 or cuda");
-ABSL_FLAG(int, prefix, 2048, "tokens of the shared prefix (a multiple of 128 is all reusable)");
+ABSL_FLAG(std::vector<std::string>, prefix, {"2048"},
+          "tokens of the shared prefix (a multiple of 128 is all reusable); a list measures "
+          "each length in turn (the replay takes the first)");
 ABSL_FLAG(int, tail, 32, "new tokens after the prefix");
 ABSL_FLAG(int, runs, 3, "timed runs per case (median reported)");
+ABSL_FLAG(std::string, json, "", "also write every run's TTFT here as a JSON result file");
 ABSL_FLAG(int, replay, 0, "requests of the working-set replay (0: the single-prompt cases)");
 ABSL_FLAG(int, replay_prefixes, 16, "distinct prefixes of the replay");
 ABSL_FLAG(int, pool_chunks, 12, "the replay's page pool, in chunks");
@@ -98,7 +105,7 @@ absl::StatusOr<double> FirstToken(Engine* e, const std::vector<int32_t>& prompt,
 using bench::Ready;
 using bench::UpstreamPublisher;
 
-absl::StatusOr<double> RelayTtft(const std::string& model, const std::vector<int32_t>& prefix,
+absl::StatusOr<std::vector<double>> RelayTtft(const std::string& model, const std::vector<int32_t>& prefix,
                                  const std::vector<int32_t>& prompt, int runs, int* reused) {
   auto engine = [&]() -> absl::StatusOr<std::unique_ptr<Engine>> {
     EngineOptions o;
@@ -220,8 +227,7 @@ absl::StatusOr<double> RelayTtft(const std::string& model, const std::vector<int
   });
   pages.Reset();
   std::filesystem::remove_all(certs.dir);
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
+  return times;
 }
 
 double Percentile(std::vector<double> v, double q) {
@@ -229,9 +235,9 @@ double Percentile(std::vector<double> v, double q) {
   return v[std::min(v.size() - 1, size_t(q * v.size()))];
 }
 
-absl::Status Replay(const std::string& model) {
+absl::Status Replay(const std::string& model, int prefix_len) {
   const int requests = absl::GetFlag(FLAGS_replay), prefixes = absl::GetFlag(FLAGS_replay_prefixes);
-  const int prefix_len = absl::GetFlag(FLAGS_prefix), tail_len = absl::GetFlag(FLAGS_tail);
+  const int tail_len = absl::GetFlag(FLAGS_tail);
   std::printf("| host tier | requests | prefix tokens reused | TTFT p50 (s) | TTFT p90 (s) |\n"
               "|---|---|---|---|---|\n");
   // Prefix k is drawn with weight 1 / (k + 1)^zipf.
@@ -283,22 +289,26 @@ absl::Status Replay(const std::string& model) {
   return absl::OkStatus();
 }
 
-absl::Status Main() {
-  const std::string model = absl::GetFlag(FLAGS_model);
-  if (model.empty()) return absl::InvalidArgumentError("--model is required");
-  if (absl::GetFlag(FLAGS_replay) > 0) return Replay(model);
-  const int prefix_len = absl::GetFlag(FLAGS_prefix), tail_len = absl::GetFlag(FLAGS_tail);
+struct Row {
+  std::string name;
+  std::vector<double> ttft;  // every run's, seconds
+  int cached;
+  double Median() const {
+    std::vector<double> v = ttft;
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  }
+};
+
+// The single-prompt cases at one prefix length, recompute last.
+absl::StatusOr<std::vector<Row>> PrefixCases(const std::string& model, int prefix_len) {
+  const int tail_len = absl::GetFlag(FLAGS_tail);
   const Case cases[] = {
       {"pool", true, 0, KvFormat::kFp16, false},
       {"host-fp16", true, 1ll << 30, KvFormat::kFp16, true},
       {"host-int8", true, 1ll << 30, KvFormat::kInt8, true},
       {"disk-fp16", true, 1, KvFormat::kFp16, true, true},
       {"recompute", false, 0, KvFormat::kFp16, false},
-  };
-  struct Row {
-    std::string name;
-    double ttft;
-    int cached;
   };
   std::vector<Row> rows;
   for (const Case& c : cases) {
@@ -328,9 +338,8 @@ absl::Status Main() {
       ASSIGN_OR_RETURN(double secs, FirstToken(engine.get(), prompt, &cached));
       times.push_back(secs);
     }
-    std::sort(times.begin(), times.end());
-    rows.push_back({c.name, times[times.size() / 2], cached});
-    std::fprintf(stderr, "kv_tier_bench: %s done\n", c.name);
+    rows.push_back({c.name, times, cached});
+    std::fprintf(stderr, "kv_tier_bench: prefix %d, %s done\n", prefix_len, c.name);
     if (std::string(c.name) == "disk-fp16") {  // then the relay, before recompute
       std::mt19937 rng(7);
       std::vector<int32_t> prefix(prefix_len);
@@ -338,16 +347,47 @@ absl::Status Main() {
       std::vector<int32_t> prompt = prefix;
       for (int i = 0; i < tail_len; ++i) prompt.push_back(int32_t(30000 + rng() % 10000));
       int reused = 0;
-      ASSIGN_OR_RETURN(double secs,
+      ASSIGN_OR_RETURN(std::vector<double> secs,
                        RelayTtft(model, prefix, prompt, absl::GetFlag(FLAGS_runs), &reused));
       rows.push_back({"relay", secs, reused});
-      std::fprintf(stderr, "kv_tier_bench: relay done\n");
+      std::fprintf(stderr, "kv_tier_bench: prefix %d, relay done\n", prefix_len);
     }
   }
-  std::printf("| prefix KV in | TTFT (s) | prompt tokens reused | vs recompute |\n|---|---|---|---|\n");
-  for (const Row& r : rows) {
-    std::printf("| %s | %.3f | %d | %.1fx |\n", r.name.c_str(), r.ttft, r.cached,
-                rows.back().ttft / r.ttft);
+  return rows;
+}
+
+absl::Status Main(nlohmann::json header) {
+  const std::string model = absl::GetFlag(FLAGS_model);
+  if (model.empty()) return absl::InvalidArgumentError("--model is required");
+  std::vector<int> prefixes;
+  for (const std::string& p : absl::GetFlag(FLAGS_prefix)) {
+    int n = 0;
+    if (!absl::SimpleAtoi(p, &n) || n <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("--prefix: '", p, "' is not a token count"));
+    }
+    prefixes.push_back(n);
+  }
+  if (prefixes.empty()) return absl::InvalidArgumentError("--prefix: no length given");
+  if (absl::GetFlag(FLAGS_replay) > 0) return Replay(model, prefixes.front());
+  nlohmann::json results = nlohmann::json::array();
+  for (int prefix_len : prefixes) {
+    ASSIGN_OR_RETURN(std::vector<Row> rows, PrefixCases(model, prefix_len));
+    std::printf("\nPrefix %d tokens + %d new, median of %d runs:\n\n"
+                "| prefix KV in | TTFT (s) | prompt tokens reused | vs recompute |\n"
+                "|---|---|---|---|\n",
+                prefix_len, absl::GetFlag(FLAGS_tail), absl::GetFlag(FLAGS_runs));
+    for (const Row& r : rows) {
+      std::printf("| %s | %.3f | %d | %.1fx |\n", r.name.c_str(), r.Median(), r.cached,
+                  rows.back().Median() / r.Median());
+      results.push_back({{"prefix_tokens", prefix_len}, {"tier", r.name}, {"ttft_s", r.ttft},
+                         {"reused_tokens", r.cached}});
+    }
+    std::fflush(stdout);
+  }
+  if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
+    header.update({{"model", model}, {"backend", absl::GetFlag(FLAGS_backend)},
+                   {"tail_tokens", absl::GetFlag(FLAGS_tail)}, {"runs", absl::GetFlag(FLAGS_runs)}});
+    return bench::WriteResultFile(path, std::move(header), std::move(results));
   }
   return absl::OkStatus();
 }
@@ -356,8 +396,9 @@ absl::Status Main() {
 }  // namespace kvcast
 
 int main(int argc, char** argv) {
+  nlohmann::json header = kvcast::bench::ResultHeader("kv_tier_bench", argc, argv);
   absl::ParseCommandLine(argc, argv);
-  absl::Status s = kvcast::Main();
+  absl::Status s = kvcast::Main(std::move(header));
   if (!s.ok()) {
     std::fprintf(stderr, "kv_tier_bench: %s\n", s.ToString().c_str());
     return 1;

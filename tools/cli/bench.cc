@@ -114,7 +114,8 @@ std::vector<std::vector<int32_t>> MakeBenchWorkload(const BenchOptions& o) {
   return prompts;
 }
 
-absl::StatusOr<BenchReport> RunBench(const BenchOptions& o) {
+absl::StatusOr<BenchReport> RunBench(const BenchOptions& o,
+                                     const std::function<void(const BenchProgress&)>& progress) {
   auto channel = MakeSchedulerChannel(o.scheduler, o.tls);
   if (!channel.ok()) return channel.status();
   auto stub = v1::Generation::NewStub(*channel);
@@ -133,12 +134,22 @@ absl::StatusOr<BenchReport> RunBench(const BenchOptions& o) {
   std::vector<Outcome> outcomes(prompts.size());
   std::atomic<size_t> next{0};
   const Clock::time_point start = Clock::now();
+  absl::Mutex progress_mu;
+  BenchProgress so_far;
+  so_far.total = int(prompts.size());
   std::vector<std::thread> threads;
   for (int w = 0; w < std::min<int>(o.concurrency, int(prompts.size())); ++w) {
     threads.emplace_back([&] {
       for (size_t i; (i = next.fetch_add(1)) < prompts.size();) {
         std::this_thread::sleep_until(start + std::chrono::microseconds(int64_t(arrival_s[i] * 1e6)));
         outcomes[i] = RunOne(stub.get(), prompts[i], o);
+        if (progress) {
+          absl::MutexLock lock(&progress_mu);
+          ++so_far.done;
+          so_far.failed += outcomes[i].ok ? 0 : 1;
+          so_far.elapsed_s = std::chrono::duration<double>(Clock::now() - start).count();
+          progress(so_far);
+        }
       }
     });
   }
@@ -192,6 +203,9 @@ absl::StatusOr<BenchReport> RunBench(const BenchOptions& o) {
     r.mean_transfer_ms = transfer_ms / r.ok;
   }
   r.handoff_share_of_ttft = handoff_n > 0 ? handoff / handoff_n : 0;
+  r.ttft_samples_ms = std::move(ttft);
+  r.tbt_samples_ms = std::move(tbt);
+  r.server_ttft_samples_ms = std::move(server_ttft);
   return r;
 }
 
@@ -238,6 +252,10 @@ nlohmann::json BenchReportJson(const BenchReport& r, const BenchOptions& o) {
       {"mean_transfer_bytes", r.mean_transfer_bytes},
       {"mean_transfer_ms", r.mean_transfer_ms},
       {"handoff_share_of_ttft", r.handoff_share_of_ttft},
+      {"results",
+       {{"ttft_ms", r.ttft_samples_ms},
+        {"tbt_ms", r.tbt_samples_ms},
+        {"server_ttft_ms", r.server_ttft_samples_ms}}},
   };
 }
 

@@ -11,6 +11,7 @@
 #define KVCAST_TOOLS_CLI_BENCH_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -56,6 +57,15 @@ struct BenchReport {
   double mean_transfer_bytes = 0;
   double mean_transfer_ms = 0;
   double handoff_share_of_ttft = 0;  // mean of handoff_ms / ttft_ms (server timings)
+  // Every sample behind the percentiles (successful requests, in request
+  // order): the client's TTFT and TBT gaps, the servers' TTFT.
+  std::vector<double> ttft_samples_ms, tbt_samples_ms, server_ttft_samples_ms;
+};
+
+// Where a running benchmark is: called after each request ends.
+struct BenchProgress {
+  int done = 0, failed = 0, total = 0;
+  double elapsed_s = 0;
 };
 
 // INVALID_ARGUMENT names the first bad option.
@@ -65,8 +75,11 @@ absl::Status ValidateBenchOptions(const BenchOptions& options);
 std::vector<std::vector<int32_t>> MakeBenchWorkload(const BenchOptions& options);
 
 // Runs the workload. Errors only for a channel that cannot be made;
-// failed requests are counted in the report.
-absl::StatusOr<BenchReport> RunBench(const BenchOptions& options);
+// failed requests are counted in the report. `progress` (optional) is called
+// after each request, from the thread that ran it, one call at a time.
+absl::StatusOr<BenchReport> RunBench(
+    const BenchOptions& options,
+    const std::function<void(const BenchProgress&)>& progress = nullptr);
 
 std::string FormatBenchReport(const BenchReport& report);
 nlohmann::json BenchReportJson(const BenchReport& report, const BenchOptions& options);

@@ -16,9 +16,11 @@
 //     serves the OpenAI-compatible HTTP API on --http_port (-1: off).
 //   kvcast bench --scheduler HOST:PORT [--requests 40 --rate 2
 //       --concurrency 8 --prefixes 4 --prefix_tokens 1024 --suffix_tokens 32
-//       --max_tokens 16 --seed 1 --vocab 256 --json FILE --allow_failures]
+//       --max_tokens 16 --seed 1 --vocab 256 --json FILE --plot FILE.svg
+//       --allow_failures]
 //     A prefix-sharing workload; latency percentiles, throughput, cache and
-//     KV-transfer numbers.
+//     KV-transfer numbers; a progress line on stderr while it runs; --plot
+//     writes the TTFT and TBT distributions as an SVG file.
 // Exit status: 0 ok, 1 failure (e.g. a gRPC error, a failed bench request),
 // 2 bad usage.
 #include <unistd.h>
@@ -27,6 +29,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <optional>
+#include <thread>
 #include <string>
 #include <vector>
 
@@ -35,9 +38,12 @@
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "tools/bench/result_file.h"
 #include "tools/cli/bench.h"
+#include "tools/cli/latency_plot.h"
 #include "tools/cli/cluster_cmd.h"
 #include "tools/cli/local_generate.h"
 #include "tools/cli/remote_generate.h"
@@ -104,7 +110,10 @@ ABSL_FLAG(int, prefixes, 4, "distinct shared prompt prefixes");
 ABSL_FLAG(int, prefix_tokens, 1024, "tokens per shared prefix");
 ABSL_FLAG(int, suffix_tokens, 32, "random tokens after the prefix");
 ABSL_FLAG(int, vocab, 256, "token ids are drawn from [10, vocab)");
-ABSL_FLAG(std::string, json, "", "also write the results as JSON to this file");
+ABSL_FLAG(std::string, json, "",
+          "also write the results as JSON to this file (with the date, CPU, command, commit and "
+          "every latency sample)");
+ABSL_FLAG(std::string, plot, "", "also write the latency distributions to this SVG file");
 ABSL_FLAG(bool, allow_failures, false, "exit 0 even if requests failed");
 
 namespace kvcast::cli {
@@ -116,6 +125,7 @@ constexpr char kUsage[] =
     "  kvcast generate --scheduler HOST:PORT (--prompt TEXT | --prompt_ids 1,2,3) [flags]\n"
     "  kvcast cluster up --model DIR [--prefill N --decode M --relay --work_dir DIR --autoscale]\n"
     "  kvcast bench --scheduler HOST:PORT [--requests --rate --concurrency ...] [--json FILE]\n"
+    "      [--plot FILE.svg]\n"
     "kvcast COMMAND --help lists that command's flags.\n";
 
 int Usage(const std::string& why) {
@@ -143,7 +153,8 @@ const std::vector<CommandHelp>& Commands() {
         "decode_flags", "relay_flags"}},
       {"bench", "a shared-prefix workload against a cluster; latency and throughput",
        {"scheduler", "requests", "rate", "concurrency", "prefixes", "prefix_tokens",
-        "suffix_tokens", "max_tokens", "seed", "vocab", "deadline_s", "json", "allow_failures",
+        "suffix_tokens", "max_tokens", "seed", "vocab", "deadline_s", "json", "plot",
+        "allow_failures",
         "ca", "cert", "key", "api_key"}},
   };
   return *commands;
@@ -270,6 +281,39 @@ int ClusterUpCommand() {
   return Result(ClusterUp(o, absl::GetFlag(FLAGS_restart), autoscale));
 }
 
+// The command line as typed (set by main), for --json's header.
+int g_argc = 0;
+char** g_argv = nullptr;
+
+// "[bench] 12/40 requests (1 failed), 6.3 s": rewritten in place on a
+// terminal, else a line at every tenth of the requests.
+void PrintProgress(const BenchProgress& p) {
+  static const bool tty = isatty(STDERR_FILENO);
+  const std::string line = absl::StrFormat("[bench] %d/%d requests (%d failed), %.1f s", p.done,
+                                           p.total, p.failed, p.elapsed_s);
+  if (tty) {
+    std::fprintf(stderr, "\r%s%s", line.c_str(), p.done == p.total ? "\n" : "");
+  } else if (p.done == p.total || p.done % std::max(1, p.total / 10) == 0) {
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
+}
+
+LatencyPlot BenchPlot(const BenchReport& r, const BenchOptions& o) {
+  LatencyPlot plot;
+  plot.title = absl::StrFormat(
+      "kvcast bench: %d requests, %s, %d prefixes of %d tokens + %d, %d tokens each",
+      o.requests, o.rate > 0 ? absl::StrFormat("%g/s", o.rate) : std::string("closed loop"),
+      o.prefixes, o.prefix_tokens, o.suffix_tokens, o.max_tokens);
+  plot.machine = absl::StrFormat("Machine (client): %s, %u cores · %s · scheduler %s",
+                                 bench::CpuModel(), std::thread::hardware_concurrency(),
+                                 bench::TodayUtc(), o.scheduler);
+  plot.panels = {{"time to first token",
+                  {{"as the client saw it", r.ttft_samples_ms},
+                   {"as the scheduler measured it", r.server_ttft_samples_ms}}},
+                 {"time between tokens", {{"as the client saw it", r.tbt_samples_ms}}}};
+  return plot;
+}
+
 int BenchCommand() {
   BenchOptions o;
   o.scheduler = absl::GetFlag(FLAGS_scheduler);
@@ -287,12 +331,18 @@ int BenchCommand() {
   o.deadline_s = absl::GetFlag(FLAGS_deadline_s);
   if (absl::Status s = ValidateBenchOptions(o); !s.ok()) return Usage(std::string(s.message()));
   if (o.tls.cert.empty() != o.tls.key.empty()) return Usage("--cert and --key go together");
-  auto report = RunBench(o);
+  auto report = RunBench(o, PrintProgress);
   if (!report.ok()) return Result(report.status());
   std::fputs(FormatBenchReport(*report).c_str(), stdout);
   if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
+    nlohmann::json doc = bench::ResultHeader("kvcast bench", g_argc, g_argv);
+    doc.update(BenchReportJson(*report, o));
+    if (absl::Status s = bench::WriteJsonFile(path, doc); !s.ok()) return Result(s);
+  }
+  if (const std::string path = absl::GetFlag(FLAGS_plot); !path.empty()) {
     std::ofstream out(path);
-    out << BenchReportJson(*report, o).dump(2) << "\n";
+    out << LatencyPlotSvg(BenchPlot(*report, o));
+    out.close();
     if (!out) return Result(absl::FailedPreconditionError(absl::StrCat("cannot write ", path)));
   }
   if (report->failed > 0 && !absl::GetFlag(FLAGS_allow_failures)) {
@@ -329,6 +379,8 @@ int main(int argc, char** argv) {
     if (help) return kvcast::cli::Help(absl::StrJoin(words, " "));
   }
   absl::SetProgramUsageMessage(kvcast::cli::kUsage);
+  kvcast::cli::g_argc = argc;
+  kvcast::cli::g_argv = argv;
   g_parsing_flags = true;
   std::atexit(ExitTwoOnFlagErrors);
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);

@@ -10,7 +10,7 @@
 // everything counted) and quality against exact KV: perplexity change with
 // its 95% paired-bootstrap interval, mean and 99.9th-percentile KL,
 // first-token KL, teacher-forced top-1 agreement. --json writes the same
-// with the date, CPU and command. A progress line goes to stderr per window.
+// with the date, CPU, command and commit (tools/bench/result_file.h). A progress line goes to stderr per window.
 #include <chrono>
 #include <cstdio>
 #include <ctime>
@@ -27,6 +27,7 @@
 #include "engine/model/checkpoint.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
+#include "tools/bench/result_file.h"
 #include "tools/kvquality/corpus.h"
 #include "tools/kvquality/evaluate.h"
 
@@ -51,24 +52,6 @@ ABSL_FLAG(std::string, windows_out, "",
 
 namespace kvcast::kvquality {
 namespace {
-
-std::string CpuModel() {
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("model name", 0) == 0) {
-      const size_t colon = line.find(':');
-      if (colon != std::string::npos) return line.substr(line.find_first_not_of(' ', colon + 1));
-    }
-  }
-  return "unknown";
-}
-
-std::string Today() {
-  const std::time_t now = std::time(nullptr);
-  char buf[16];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d", std::gmtime(&now));
-  return buf;
-}
 
 void PrintTable(Mode mode, const std::vector<TrackResult>& results) {
   std::printf("\n#### %s mode\n\n", std::string(ModeName(mode)).c_str());
@@ -101,14 +84,7 @@ nlohmann::json ToJson(const std::vector<TrackResult>& results) {
   return rows;
 }
 
-absl::Status WriteJson(const std::string& path, const nlohmann::json& doc) {
-  std::ofstream out(path);
-  out << doc.dump(1) << "\n";
-  if (!out) return absl::UnavailableError(absl::StrCat("cannot write ", path));
-  return absl::OkStatus();
-}
-
-absl::Status Main(const std::string& command) {
+absl::Status Main(nlohmann::json header) {
   const std::string model_path = absl::GetFlag(FLAGS_model);
   if (model_path.empty()) return absl::InvalidArgumentError("--model is required");
   EvalOptions o;
@@ -129,9 +105,9 @@ absl::Status Main(const std::string& command) {
   if (const std::string path = absl::GetFlag(FLAGS_windows_out); !path.empty()) {
     nlohmann::json ids = nlohmann::json::array();
     for (const auto& w : windows) ids.push_back(std::vector<int32_t>(w.begin(), w.end()));
-    RETURN_IF_ERROR(WriteJson(path, {{"prefix", o.prefix_tokens},
-                                     {"continuation", o.continuation_tokens},
-                                     {"windows", ids}}));
+    RETURN_IF_ERROR(bench::WriteJsonFile(path, {{"prefix", o.prefix_tokens},
+                                                {"continuation", o.continuation_tokens},
+                                                {"windows", ids}}));
   }
   ASSIGN_OR_RETURN(auto checkpoint, Checkpoint::Open(model_path));
   ASSIGN_OR_RETURN(auto backend, NewBackend(absl::GetFlag(FLAGS_backend)));
@@ -145,19 +121,17 @@ absl::Status Main(const std::string& command) {
 
   std::printf("### KV quality: %s\n\n%s, backend %s, %s; text %s (%zu tokens); %zu windows of "
               "%d + %d tokens; exact perplexity %.4f\n",
-              model_path.c_str(), Today().c_str(), absl::GetFlag(FLAGS_backend).c_str(),
-              CpuModel().c_str(), absl::StrJoin(absl::GetFlag(FLAGS_text), ", ").c_str(),
+              model_path.c_str(), bench::TodayUtc().c_str(), absl::GetFlag(FLAGS_backend).c_str(),
+              bench::CpuModel().c_str(), absl::StrJoin(absl::GetFlag(FLAGS_text), ", ").c_str(),
               tokens.size(), windows.size(), o.prefix_tokens, o.continuation_tokens,
               results.empty() ? 0.0 : results[0].quality.ppl_exact);
   for (Mode m : o.modes) PrintTable(m, results);
   if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
-    const nlohmann::json doc = {
-        {"tool", "kv_quality"}, {"date", Today()}, {"cpu", CpuModel()}, {"command", command},
-        {"model", model_path}, {"backend", absl::GetFlag(FLAGS_backend)},
-        {"text", absl::GetFlag(FLAGS_text)}, {"corpus_tokens", tokens.size()},
-        {"windows", windows.size()}, {"prefix", o.prefix_tokens},
-        {"continuation", o.continuation_tokens}, {"results", ToJson(results)}};
-    RETURN_IF_ERROR(WriteJson(path, doc));
+    header.update({{"model", model_path}, {"backend", absl::GetFlag(FLAGS_backend)},
+                   {"text", absl::GetFlag(FLAGS_text)}, {"corpus_tokens", tokens.size()},
+                   {"windows", windows.size()}, {"prefix", o.prefix_tokens},
+                   {"continuation", o.continuation_tokens}});
+    RETURN_IF_ERROR(bench::WriteResultFile(path, std::move(header), ToJson(results)));
   }
   return absl::OkStatus();
 }
@@ -166,9 +140,9 @@ absl::Status Main(const std::string& command) {
 }  // namespace kvcast::kvquality
 
 int main(int argc, char** argv) {
-  std::vector<std::string> args(argv, argv + argc);
+  nlohmann::json header = kvcast::bench::ResultHeader("kv_quality", argc, argv);
   absl::ParseCommandLine(argc, argv);
-  const absl::Status s = kvcast::kvquality::Main(absl::StrJoin(args, " "));
+  const absl::Status s = kvcast::kvquality::Main(std::move(header));
   if (!s.ok()) {
     std::fprintf(stderr, "kv_quality: %s\n", s.ToString().c_str());
     return 1;

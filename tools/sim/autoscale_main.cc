@@ -2,7 +2,8 @@
 // counts set by the scheduler's planner, by a CPU-utilisation HPA, and by
 // the best fixed prefill:decode split chosen in hindsight (the fewest
 // workers that meet the SLOs for the day); prints one table and, with
-// --timeline_csv, the planner's and the HPA's worker counts per interval.
+// --json FILE, writes a result file (tools/bench/result_file.h) with the
+// table's rows and the autoscalers' worker counts per interval.
 //
 //   bazel run -c opt //tools/sim:autoscale_sim -- --day_s 3600 --peak 4
 //
@@ -20,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "services/common/log.h"
+#include "tools/bench/result_file.h"
 #include "tools/sim/routing_sim.h"
 
 ABSL_FLAG(double, day_s, 3600, "length of the simulated day, seconds");
@@ -39,7 +41,8 @@ ABSL_FLAG(double, hpa_target, 0.6, "the HPA's CPU utilisation target");
 ABSL_FLAG(int, max_fixed, 24, "largest worker count per role the hindsight search tries");
 ABSL_FLAG(double, slo_goal, 0.99, "share of requests meeting both SLOs for a split to qualify");
 ABSL_FLAG(uint64_t, seed, 1, "trace seed");
-ABSL_FLAG(std::string, timeline_csv, "", "write the autoscalers' worker counts per interval here");
+ABSL_FLAG(std::string, json, "",
+          "write the table and the autoscalers' worker counts per interval here (result file)");
 ABSL_FLAG(std::string, fixed, "",
           "PREFILLxDECODE: the fixed split to compare with, instead of searching for the best");
 
@@ -110,7 +113,7 @@ absl::StatusOr<Run> BestFixed(const Workload& w, Scaling fixed, int requests) {
   return *best;
 }
 
-int Main() {
+int Main(nlohmann::json header) {
   Workload w;
   w.day_s = absl::GetFlag(FLAGS_day_s);
   w.peak = absl::GetFlag(FLAGS_peak);
@@ -185,15 +188,34 @@ int Main() {
                 r.prefill_worker_hours, r.decode_worker_hours, 100 * (h / fixed_hours - 1),
                 r.prefill_changes / day_h, r.decode_changes / day_h);
   }
-  if (const std::string path = absl::GetFlag(FLAGS_timeline_csv); !path.empty()) {
-    std::ofstream out(path);
-    out << "scaling,t_s,prefill,decode,arrivals_per_s,ttft_p99_ms\n";
-    for (size_t i = 1; i < runs.size(); ++i) {
-      for (const Result::Interval& iv : runs[i].result.timeline) {
-        out << ScalerName(i == 1 ? Scaler::kPlanner : Scaler::kHpa) << ',' << iv.t << ','
-            << iv.prefill << ',' << iv.decode << ',' << iv.arrivals_per_s << ','
-            << iv.ttft_p99_ms << '\n';
+  if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (size_t i = 0; i < runs.size(); ++i) {
+      const Result& r = runs[i].result;
+      nlohmann::json timeline = nlohmann::json::array();
+      for (const Result::Interval& iv : r.timeline) {
+        timeline.push_back({{"t_s", iv.t}, {"prefill", iv.prefill}, {"decode", iv.decode},
+                            {"arrivals_per_s", iv.arrivals_per_s},
+                            {"ttft_p99_ms", iv.ttft_p99_ms}});
       }
+      rows.push_back({{"scaling", i == 0 ? std::string("fixed") : ScalerName(i == 1 ? Scaler::kPlanner
+                                                                       : Scaler::kHpa)},
+                      {"name", runs[i].name}, {"prefill", runs[i].prefill},
+                      {"decode", runs[i].decode}, {"requests", r.requests},
+                      {"slo_met", r.slo_met}, {"ttft_p99_ms", r.ttft_p99_ms},
+                      {"itl_p99_ms", r.itl_p99_ms},
+                      {"prefill_worker_hours", r.prefill_worker_hours},
+                      {"decode_worker_hours", r.decode_worker_hours},
+                      {"prefill_changes", r.prefill_changes},
+                      {"decode_changes", r.decode_changes}, {"timeline", timeline}});
+    }
+    header.update({{"day_s", w.day_s}, {"interval_s", s.interval_s},
+                   {"slo_ttft_ms", s.slo_ttft_ms}, {"slo_itl_ms", s.slo_itl_ms},
+                   {"slo_goal", absl::GetFlag(FLAGS_slo_goal)}});
+    if (absl::Status st = bench::WriteResultFile(path, std::move(header), std::move(rows));
+        !st.ok()) {
+      std::fprintf(stderr, "autoscale_sim: %s\n", st.ToString().c_str());
+      return 1;
     }
   }
   return 0;
@@ -206,8 +228,9 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "autoscale_sim: the planner against a CPU HPA and the best fixed split, over a "
       "simulated day (tools/sim/routing_sim.h)");
+  nlohmann::json header = kvcast::bench::ResultHeader("autoscale_sim", argc, argv);
   absl::ParseCommandLine(argc, argv);
   // The registry logs every worker joining and leaving; dozens of days here.
   kvcast::services::Log().set_level(spdlog::level::warn);
-  return kvcast::sim::Main();
+  return kvcast::sim::Main(std::move(header));
 }

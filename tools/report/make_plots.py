@@ -1,0 +1,327 @@
+"""Turns the benchmark tools' result files into the plots docs/ shows.
+
+    python tools/report/make_plots.py [--results docs/results] [--out docs/images]
+        [--diagram docs/architecture.dot] [--only NAME,...]
+
+(`./kvcast.sh report` runs it with the defaults, after installing matplotlib
+and Graphviz.) Each plot reads one result file (tools/report/results.py),
+draws the same-run baseline beside kvcast, and states the machine, date,
+commit and tool under the axes; check_figure() refuses to save a plot
+without a title, axis labels with units, a legend naming the baseline, or
+the machine. The diagram is Graphviz dot rendered to SVG. Output is
+byte-reproducible: no timestamps, fixed hash salt.
+"""
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import results as result_files  # noqa: E402
+
+matplotlib.rcParams.update({"svg.hashsalt": "kvcast", "font.size": 9, "axes.grid": True,
+                            "grid.alpha": 0.3, "figure.dpi": 100})
+KVCAST = "#1f5fbf"
+BASELINE = "#d0701c"
+OTHER = "#6a9a3a"
+
+
+class PlotError(ValueError):
+    pass
+
+
+def median_range(values):
+    """The median and the error-bar lengths below and above it (the range)."""
+    m = statistics.median(values)
+    return m, m - min(values), max(values) - m
+
+
+def machine_line(doc):
+    cores = f", {doc['cores']} cores" if doc.get("cores") else ""
+    return (f"Machine: {doc['cpu']}{cores} · {doc['date']} · commit {doc['commit']} · "
+            f"{doc['tool']}")
+
+
+def new_figure(doc, title, ncols=1, nrows=1, **kw):
+    fig, axes = plt.subplots(nrows, ncols, figsize=(8, 4.6 if nrows == 1 else 6), **kw)
+    fig.suptitle(title, fontsize=11, fontweight="bold")
+    fig.text(0.01, 0.01, machine_line(doc), fontsize=7, color="#555555", ha="left", va="bottom")
+    return fig, axes
+
+
+def check_figure(fig):
+    """What a plot must say to be read without the text around it."""
+    problems = []
+    if fig._suptitle is None or not fig._suptitle.get_text().strip():
+        problems.append("no title")
+    if not any(t.get_text().startswith("Machine: ") for t in fig.texts):
+        problems.append("no machine line")
+    legends = [a.get_legend() for a in fig.axes if a.get_legend() is not None] + fig.legends
+    if not any(len(l.get_texts()) >= 2 for l in legends):
+        problems.append("no legend naming kvcast and its baseline")
+    for i, ax in enumerate(fig.axes):
+        for axis, label in (("x", ax.get_xlabel()), ("y", ax.get_ylabel())):
+            if not label.strip():
+                problems.append(f"axes {i}: no {axis} label")
+            elif "(" not in label or not label.rstrip().endswith(")"):
+                problems.append(f"axes {i}: {axis} label '{label}' has no unit in parentheses")
+    if problems:
+        raise PlotError("; ".join(problems))
+
+
+def save(fig, path):
+    check_figure(fig)
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    fig.savefig(path, metadata={"Software": None})
+    plt.close(fig)
+
+
+# --- the plots: each takes a result file's contents, returns a figure -----
+
+def plot_llamacpp_by_length(doc):
+    rows = doc["results"]
+    lengths = sorted({r["prompt_tokens"] for r in rows})
+    fig, axes = new_figure(doc, f"kvcast vs llama.cpp on the CPU by prompt length "
+                                f"({doc.get('threads', 2)} threads each, same GGUF)", ncols=2)
+    styles = {"kvcast": (KVCAST, "-", "o"), "llama.cpp": (BASELINE, "--", "s"),
+              "llama.cpp FA": (OTHER, ":", "^")}
+    labels = {"kvcast": "kvcast (Q8 kernels, fp16 KV)", "llama.cpp": "llama.cpp, flash attention off",
+              "llama.cpp FA": "llama.cpp, flash attention on"}
+    for ax, measurement, xlabel in ((axes[0], "prefill", "prompt length (tokens)"),
+                                    (axes[1], "decode batch 1", "context length (tokens)")):
+        for engine, (color, ls, marker) in styles.items():
+            pts = [next(r for r in rows if r["prompt_tokens"] == n and r["engine"] == engine
+                        and r["measurement"] == measurement)["tokens_per_s"] for n in lengths]
+            m = [median_range(v) for v in pts]
+            ax.errorbar(lengths, [x[0] for x in m], yerr=[[x[1] for x in m], [x[2] for x in m]],
+                        color=color, ls=ls, marker=marker, capsize=3, label=labels[engine])
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(lengths)
+        ax.set_xticklabels([str(n) for n in lengths])
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(f"{measurement} throughput (tokens/s)")
+        ax.set_ylim(bottom=0)
+        ax.set_title(measurement, fontsize=9)
+    axes[0].legend(fontsize=8)
+    rounds = doc.get("rounds", len(rows[0]["tokens_per_s"]))
+    fig.text(0.99, 0.01, f"median of {rounds} alternating rounds, bars: range",
+             fontsize=7, color="#555555", ha="right", va="bottom")
+    return fig
+
+
+def plot_kv_transport(doc):
+    rows = [r for r in doc["results"] if "subscribers" not in r]
+    tokens = max(r["tokens"] for r in rows)
+    rows = [r for r in rows if r["tokens"] == tokens]
+    tracks = [t for t in ("fp16", "int8") if any(r["track"] == t for r in rows)]
+
+    def rate(track, case):
+        return next((r["mib_per_s"] for r in rows if r["track"] == track and r["case"] == case),
+                    None)
+    groups = [("the same bytes,\nno KV codec", tracks[0], "moqt-bytes", "tls", None)]
+    for t in tracks:
+        groups.append((f"{t} KV pages,\nencoded and landed", t, "direct", "tls-kv", "relay"))
+    fig, ax = new_figure(doc, f"KV transport: MoQT over QUIC vs TLS 1.3 over TCP, "
+                              f"{tokens} tokens of Llama-3-8B-shaped KV, loopback")
+    width = 0.27
+    series = ((0, "MoQT over QUIC (kvcast), direct", KVCAST),
+              (1, "TLS 1.3 over TCP (baseline), same work", BASELINE),
+              (2, "MoQT through a relay, live", OTHER))
+    for k, label, color in series:
+        xs, meds, lo, hi = [], [], [], []
+        for i, (_, track, ours, base, relay) in enumerate(groups):
+            v = rate(track, (ours, base, relay)[k])
+            if v:
+                m = median_range(v)
+                xs.append(i + (k - 1) * width)
+                meds.append(m[0])
+                lo.append(m[1])
+                hi.append(m[2])
+        ax.bar(xs, meds, width, yerr=[lo, hi], capsize=3, color=color, label=label)
+    ax.set_xticks(range(len(groups)))
+    ax.set_xticklabels([g[0] for g in groups])
+    ax.set_xlabel("what is carried (one prompt's KV per transfer)")
+    ax.set_ylabel("throughput (MiB/s)")
+    ax.legend(fontsize=8, loc="upper right")
+    fig.text(0.99, 0.01, f"median of {doc.get('rounds', '?')} alternating rounds, bars: range",
+             fontsize=7, color="#555555", ha="right", va="bottom")
+    return fig
+
+
+def plot_kv_quality(doc):
+    rows = doc["results"]
+    fig, ax = new_figure(doc, f"Compressed KV on natural text: size against perplexity "
+                              f"({doc['windows']} windows of {doc['prefix']} + "
+                              f"{doc['continuation']} tokens)")
+    modes = (("product", "as shipped: the prompt's KV through the track", KVCAST, "o"),
+             ("all-kv", "stress: every K/V row through the track", BASELINE, "s"))
+    for mode, label, color, marker in modes:
+        pts = sorted((r for r in rows if r["mode"] == mode and r["bits_per_value"] < 16),
+                     key=lambda r: r["bits_per_value"])
+        if not pts:
+            continue
+        xs = [r["bits_per_value"] for r in pts]
+        ys = [100 * r["ppl_change"] for r in pts]
+        err = [[100 * (r["ppl_change"] - r["ppl_change_lo"]) for r in pts],
+               [100 * (r["ppl_change_hi"] - r["ppl_change"]) for r in pts]]
+        ax.errorbar(xs, ys, yerr=err, ls="none", marker=marker, color=color, capsize=3,
+                    label=f"{label}")
+        left = mode == "product"  # labels left of the shipped points, right of the stress ones
+        for r, x, y in zip(pts, xs, ys):
+            ax.annotate(r["track"], (x, y), textcoords="offset points",
+                        xytext=(-6 if left else 6, 0), ha="right" if left else "left",
+                        va="center", fontsize=7, color=color)
+    top = max(100 * r["ppl_change_hi"] for r in rows)
+    ax.set_ylim(top=top * 3 if top > 0 else 1)
+    ax.axhline(0, color="#333333", lw=1, ls="--", label="fp16 (16 bits per value): exact")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks([2, 3, 4, 6, 8, 12, 16])
+    ax.set_xticklabels(["2", "3", "4", "6", "8", "12", "16"])
+    ax.set_yscale("symlog", linthresh=0.1)
+    ax.set_xlabel("size (bits per KV value, with scales and tables)")
+    ax.set_ylabel("perplexity change vs exact KV (%)")
+    ax.legend(fontsize=8, loc="upper right")
+    fig.text(0.99, 0.01, f"{os.path.basename(doc['model'])}, backend {doc['backend']}; "
+                         f"bars: 95% bootstrap interval",
+             fontsize=7, color="#555555", ha="right", va="bottom")
+    return fig
+
+
+def plot_kv_tiers(doc):
+    rows = doc["results"]
+    prefixes = sorted({r["prefix_tokens"] for r in rows})
+    tiers = [t for t in ("pool", "host-fp16", "host-int8", "disk-fp16", "relay", "recompute")
+             if any(r["tier"] == t for r in rows)]
+    names = {"pool": "GPU/page pool (tier 0)", "host-fp16": "host memory, fp16 (tier 1)",
+             "host-int8": "host memory, int8 (tier 1)", "disk-fp16": "local disk, fp16 (tier 2)",
+             "relay": "MoQT relay's cache (another worker's)",
+             "recompute": "not cached: recompute (baseline)"}
+    fig, ax = new_figure(doc, f"Time to first token by where a reused prefix's KV is "
+                              f"(prefix + {doc.get('tail_tokens', '?')} new tokens)")
+    for tier in tiers:
+        pts = [median_range(next(r["ttft_s"] for r in rows
+                                 if r["prefix_tokens"] == n and r["tier"] == tier))
+               for n in prefixes]
+        base = tier == "recompute"
+        ax.errorbar(prefixes, [1e3 * p[0] for p in pts],
+                    yerr=[[1e3 * p[1] for p in pts], [1e3 * p[2] for p in pts]], capsize=3,
+                    marker="s" if base else "o", lw=2.5 if base else 1.2,
+                    color=BASELINE if base else None, ls="--" if base else "-",
+                    label=names[tier])
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(prefixes)
+    ax.set_xticklabels([str(n) for n in prefixes])
+    ax.set_yscale("log")
+    ax.set_xlabel("reused prefix (tokens)")
+    ax.set_ylabel("time to first token (ms)")
+    ax.legend(fontsize=8)
+    fig.text(0.99, 0.01, f"{os.path.basename(doc['model'])}, backend {doc['backend']}; "
+                         f"median of {doc.get('runs', '?')} runs, bars: range",
+             fontsize=7, color="#555555", ha="right", va="bottom")
+    return fig
+
+
+def plot_planner_day(doc):
+    runs = {r["scaling"]: r for r in doc["results"]}
+    fig, (top, bottom) = new_figure(doc, "SLO planner over a simulated day: workers against "
+                                         "load", nrows=2, sharex=True)
+    # Whole intervals only (the day's last one may be cut short).
+    whole = [iv for iv in runs["planner"]["timeline"]
+             if iv["t_s"] + doc["interval_s"] <= doc["day_s"]]
+    top.plot([iv["t_s"] / 3600 for iv in whole], [iv["arrivals_per_s"] for iv in whole],
+             color="#444444", lw=1, label="arrivals per interval")
+    top.axvline(doc["day_s"] / 3600 / 2, color="#aa0000", ls=":", lw=1,
+                label="prompts shift (longer, less reuse)")
+    top.set_ylabel("arrivals (requests/s)")
+    top.set_xlabel("time of day (h)")
+    top.legend(fontsize=8, loc="upper left")
+    fixed = runs["fixed"]
+    fixed_h = fixed["prefill_worker_hours"] + fixed["decode_worker_hours"]
+
+    def label(run, name):
+        h = run["prefill_worker_hours"] + run["decode_worker_hours"]
+        return (f"{name}: {100 * run['slo_met']:.2f}% in SLO, "
+                f"{100 * (h / fixed_h - 1):+.1f}% worker-hours")
+    for key, name, color, ls in (("planner", "planner (kvcast)", KVCAST, "-"),
+                                 ("hpa", "CPU HPA (baseline)", BASELINE, "--")):
+        run = runs.get(key)
+        if run is None:
+            continue
+        ts = [iv["t_s"] / 3600 for iv in run["timeline"]]
+        bottom.step(ts, [iv["prefill"] + iv["decode"] for iv in run["timeline"]], where="post",
+                    color=color, ls=ls, label=label(run, name))
+    bottom.axhline(fixed["prefill"] + fixed["decode"], color="#333333", ls=":",
+                   label=label(fixed, f"best fixed split in hindsight "
+                                      f"({fixed['prefill']}+{fixed['decode']})"))
+    bottom.set_ylabel("prefill + decode workers (workers)")
+    bottom.set_xlabel("time of day (h)")
+    bottom.set_ylim(bottom=0)
+    bottom.legend(fontsize=7, loc="upper left")
+    fig.text(0.99, 0.01, f"virtual time; SLOs TTFT {doc['slo_ttft_ms']:.0f} ms, mean ITL "
+                         f"{doc['slo_itl_ms']:.0f} ms", fontsize=7, color="#555555", ha="right",
+             va="bottom")
+    return fig
+
+
+# name -> (result file, plot function). The PNG is docs/images/NAME.png.
+PLOTS = {
+    "llamacpp_by_length": ("llamacpp_by_length.json", plot_llamacpp_by_length),
+    "kv_transport": ("kv_transport.json", plot_kv_transport),
+    "kv_quality": ("kv_quality.json", plot_kv_quality),
+    "kv_tiers": ("kv_tiers.json", plot_kv_tiers),
+    "planner_day": ("planner_day.json", plot_planner_day),
+}
+
+
+def render(results_dir, out_dir, only=None):
+    """Renders every plot (or those named in `only`); returns the paths written."""
+    os.makedirs(out_dir, exist_ok=True)
+    written = []
+    for name, (file, fn) in PLOTS.items():
+        if only and name not in only:
+            continue
+        doc = result_files.load(os.path.join(results_dir, file))
+        path = os.path.join(out_dir, f"{name}.png")
+        save(fn(doc), path)
+        written.append(path)
+        print(f"[report] {path} from {file}", file=sys.stderr)
+    return written
+
+
+def render_diagram(dot_file, out_dir):
+    path = os.path.join(out_dir, os.path.splitext(os.path.basename(dot_file))[0] + ".svg")
+    subprocess.run(["dot", "-Tsvg", dot_file, "-o", path], check=True)
+    print(f"[report] {path} from {dot_file}", file=sys.stderr)
+    return path
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--results", default="docs/results")
+    ap.add_argument("--out", default="docs/images")
+    ap.add_argument("--diagram", default="docs/architecture.dot",
+                    help="Graphviz source rendered to OUT/NAME.svg ('' for none)")
+    ap.add_argument("--only", default="", help="comma-separated plot names")
+    a = ap.parse_args(argv)
+    only = set(filter(None, a.only.split(",")))
+    unknown = only - set(PLOTS)
+    if unknown:
+        ap.error(f"--only: no plot named {', '.join(sorted(unknown))} (have: {', '.join(PLOTS)})")
+    try:
+        render(a.results, a.out, only)
+        if a.diagram and not only:
+            render_diagram(a.diagram, a.out)
+    except (OSError, result_files.ResultError, PlotError, subprocess.CalledProcessError) as e:
+        print(f"make_plots: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
