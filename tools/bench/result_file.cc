@@ -7,7 +7,9 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 
 namespace kvcast::bench {
@@ -51,8 +53,13 @@ std::string SourceCommit() {
   const std::string git = ws != nullptr ? absl::StrCat("git -C '", ws, "' ") : "git ";
   const std::string commit = Capture(git + "rev-parse --short=12 HEAD 2>/dev/null");
   if (commit.empty()) return "unknown";
-  const std::string changes = Capture(git + "status --porcelain --untracked-files=no 2>/dev/null");
-  return changes.empty() ? commit : commit + "-dirty";
+  // Changed files under docs/ (result files, plots) do not change what runs.
+  const std::string changes =
+      Capture(git + "status --porcelain --untracked-files=no 2>/dev/null");
+  for (absl::string_view line : absl::StrSplit(changes, '\n', absl::SkipEmpty())) {
+    if (line.size() > 3 && !absl::StartsWith(line.substr(3), "docs/")) return commit + "-dirty";
+  }
+  return commit;
 }
 
 std::string CommandLine(int argc, char** argv) {

@@ -36,6 +36,26 @@ TEST(ResultFileTest, WritesHeaderAndResults) {
   EXPECT_DOUBLE_EQ(doc["results"][0]["mib_s"].get<double>(), 1900.5);
 }
 
+// A repository of its own, so the answer does not depend on this checkout.
+TEST(ResultFileTest, CommitIsDirtyOnlyForCodeChanges) {
+  const std::string repo = std::string(std::getenv("TEST_TMPDIR")) + "/repo";
+  auto sh = [&](const std::string& cmd) {
+    return std::system(("cd '" + repo + "' && " + cmd + " >/dev/null 2>&1").c_str());
+  };
+  ASSERT_EQ(std::system(("rm -rf '" + repo + "' && mkdir -p '" + repo + "/docs'").c_str()), 0);
+  ASSERT_EQ(sh("git init -q . && echo a > main.cc && echo r > docs/r.json && git add -A && "
+               "git -c user.name=t -c user.email=t@t commit -qm first"),
+            0);
+  setenv("BUILD_WORKSPACE_DIRECTORY", repo.c_str(), 1);
+  const std::string clean = SourceCommit();
+  EXPECT_EQ(clean.size(), 12u) << clean;
+  ASSERT_EQ(sh("echo rr > docs/r.json && echo new > untracked.cc"), 0);
+  EXPECT_EQ(SourceCommit(), clean);  // results rewritten, an untracked file: same code
+  ASSERT_EQ(sh("echo b > main.cc"), 0);
+  EXPECT_EQ(SourceCommit(), clean + "-dirty");
+  unsetenv("BUILD_WORKSPACE_DIRECTORY");
+}
+
 TEST(ResultFileTest, UnwritablePathIsAnError) {
   EXPECT_FALSE(WriteResultFile("/nonexistent-dir/r.json", {}, {}).ok());
 }

@@ -49,14 +49,21 @@ def machine_line(doc):
 
 
 def new_figure(doc, title, ncols=1, nrows=1, **kw):
-    fig, axes = plt.subplots(nrows, ncols, figsize=(8, 4.6 if nrows == 1 else 6), **kw)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(8, 4.8 if nrows == 1 else 6.2), **kw)
     fig.suptitle(title, fontsize=11, fontweight="bold")
     fig.text(0.01, 0.01, machine_line(doc), fontsize=7, color="#555555", ha="left", va="bottom")
     return fig, axes
 
 
+def method_note(fig, text):
+    """How the numbers were taken: a line above the machine line."""
+    fig.text(0.01, 0.035, text, fontsize=7, color="#555555", ha="left", va="bottom")
+
+
 def check_figure(fig):
-    """What a plot must say to be read without the text around it."""
+    """What a plot must say to be read without the text around it, legibly: a
+    title, the machine, a legend naming kvcast and its baseline, axis labels
+    with units, and no figure text cut off or on top of another."""
     problems = []
     if fig._suptitle is None or not fig._suptitle.get_text().strip():
         problems.append("no title")
@@ -71,13 +78,25 @@ def check_figure(fig):
                 problems.append(f"axes {i}: no {axis} label")
             elif "(" not in label or not label.rstrip().endswith(")"):
                 problems.append(f"axes {i}: {axis} label '{label}' has no unit in parentheses")
+    renderer = fig.canvas.get_renderer()
+    texts = [t for t in dict.fromkeys(fig.texts + ([fig._suptitle] if fig._suptitle else []))
+             if t.get_text()]
+    boxes = [t.get_window_extent(renderer) for t in texts]
+    for t, b in zip(texts, boxes):
+        if b.x0 < 0 or b.x1 > fig.bbox.width or b.y0 < 0 or b.y1 > fig.bbox.height:
+            problems.append(f"'{t.get_text()[:40]}' runs off the figure")
+    for i in range(len(boxes)):
+        for j in range(i + 1, len(boxes)):
+            if boxes[i].overlaps(boxes[j]):
+                problems.append(f"'{texts[i].get_text()[:30]}' overlaps "
+                                f"'{texts[j].get_text()[:30]}'")
     if problems:
         raise PlotError("; ".join(problems))
 
 
 def save(fig, path):
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     check_figure(fig)
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
     fig.savefig(path, metadata={"Software": None})
     plt.close(fig)
 
@@ -110,8 +129,7 @@ def plot_llamacpp_by_length(doc):
         ax.set_title(measurement, fontsize=9)
     axes[0].legend(fontsize=8)
     rounds = doc.get("rounds", len(rows[0]["tokens_per_s"]))
-    fig.text(0.99, 0.01, f"median of {rounds} alternating rounds, bars: range",
-             fontsize=7, color="#555555", ha="right", va="bottom")
+    method_note(fig, f"median of {rounds} alternating rounds, bars: range")
     return fig
 
 
@@ -127,8 +145,8 @@ def plot_kv_transport(doc):
     groups = [("the same bytes,\nno KV codec", tracks[0], "moqt-bytes", "tls", None)]
     for t in tracks:
         groups.append((f"{t} KV pages,\nencoded and landed", t, "direct", "tls-kv", "relay"))
-    fig, ax = new_figure(doc, f"KV transport: MoQT over QUIC vs TLS 1.3 over TCP, "
-                              f"{tokens} tokens of Llama-3-8B-shaped KV, loopback")
+    fig, ax = new_figure(doc, f"KV transport: MoQT over QUIC vs TLS 1.3 over TCP\n"
+                              f"{tokens} tokens of Llama-3-8B-shaped KV, on loopback")
     width = 0.27
     series = ((0, "MoQT over QUIC (kvcast), direct", KVCAST),
               (1, "TLS 1.3 over TCP (baseline), same work", BASELINE),
@@ -149,8 +167,7 @@ def plot_kv_transport(doc):
     ax.set_xlabel("what is carried (one prompt's KV per transfer)")
     ax.set_ylabel("throughput (MiB/s)")
     ax.legend(fontsize=8, loc="upper right")
-    fig.text(0.99, 0.01, f"median of {doc.get('rounds', '?')} alternating rounds, bars: range",
-             fontsize=7, color="#555555", ha="right", va="bottom")
+    method_note(fig, f"median of {doc.get('rounds', '?')} alternating rounds, bars: range")
     return fig
 
 
@@ -187,9 +204,8 @@ def plot_kv_quality(doc):
     ax.set_xlabel("size (bits per KV value, with scales and tables)")
     ax.set_ylabel("perplexity change vs exact KV (%)")
     ax.legend(fontsize=8, loc="upper right")
-    fig.text(0.99, 0.01, f"{os.path.basename(doc['model'])}, backend {doc['backend']}; "
-                         f"bars: 95% bootstrap interval",
-             fontsize=7, color="#555555", ha="right", va="bottom")
+    method_note(fig, f"{os.path.basename(doc['model'])}, backend {doc['backend']}; "
+                         f"bars: 95% bootstrap interval")
     return fig
 
 
@@ -198,7 +214,7 @@ def plot_kv_tiers(doc):
     prefixes = sorted({r["prefix_tokens"] for r in rows})
     tiers = [t for t in ("pool", "host-fp16", "host-int8", "disk-fp16", "relay", "recompute")
              if any(r["tier"] == t for r in rows)]
-    names = {"pool": "GPU/page pool (tier 0)", "host-fp16": "host memory, fp16 (tier 1)",
+    names = {"pool": "page pool (tier 0: GPU, or host here)", "host-fp16": "host memory, fp16 (tier 1)",
              "host-int8": "host memory, int8 (tier 1)", "disk-fp16": "local disk, fp16 (tier 2)",
              "relay": "MoQT relay's cache (another worker's)",
              "recompute": "not cached: recompute (baseline)"}
@@ -221,9 +237,8 @@ def plot_kv_tiers(doc):
     ax.set_xlabel("reused prefix (tokens)")
     ax.set_ylabel("time to first token (ms)")
     ax.legend(fontsize=8)
-    fig.text(0.99, 0.01, f"{os.path.basename(doc['model'])}, backend {doc['backend']}; "
-                         f"median of {doc.get('runs', '?')} runs, bars: range",
-             fontsize=7, color="#555555", ha="right", va="bottom")
+    method_note(fig, f"{os.path.basename(doc['model'])}, backend {doc['backend']}; "
+                         f"median of {doc.get('runs', '?')} runs, bars: range")
     return fig
 
 
@@ -263,9 +278,8 @@ def plot_planner_day(doc):
     bottom.set_xlabel("time of day (h)")
     bottom.set_ylim(bottom=0)
     bottom.legend(fontsize=7, loc="upper left")
-    fig.text(0.99, 0.01, f"virtual time; SLOs TTFT {doc['slo_ttft_ms']:.0f} ms, mean ITL "
-                         f"{doc['slo_itl_ms']:.0f} ms", fontsize=7, color="#555555", ha="right",
-             va="bottom")
+    method_note(fig, f"virtual time; SLOs TTFT {doc['slo_ttft_ms']:.0f} ms, mean ITL "
+                     f"{doc['slo_itl_ms']:.0f} ms")
     return fig
 
 

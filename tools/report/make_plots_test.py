@@ -92,6 +92,13 @@ class RefusesUnlabelledPlots(unittest.TestCase):
     def test_missing_title(self):
         self.assertRefused(lambda f: f.suptitle(""), "no title")
 
+    def test_title_running_off_the_figure(self):
+        self.assertRefused(lambda f: f.suptitle("a title far too long " * 8), "runs off")
+
+    def test_notes_on_top_of_each_other(self):
+        self.assertRefused(lambda f: f.text(0.02, 0.012, "a note on the machine line"),
+                           "overlaps")
+
     def test_missing_legend(self):
         def drop(f):
             for ax in f.axes:

@@ -27,7 +27,8 @@ def cpu_model():
 
 
 def source_commit(cwd=None):
-    """The checkout's commit (12 hex digits), "-dirty" when tracked files differ."""
+    """The checkout's commit (12 hex digits), "-dirty" when tracked files outside
+    docs/ differ (result files and plots do not change what runs)."""
     def git(*args):
         return subprocess.run(("git",) + args, cwd=cwd, capture_output=True, text=True,
                               check=True).stdout.strip()
@@ -36,7 +37,8 @@ def source_commit(cwd=None):
         dirty = git("status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
-    return commit + ("-dirty" if dirty else "")
+    code = [line for line in dirty.splitlines() if not line[3:].startswith("docs/")]
+    return commit + ("-dirty" if code else "")
 
 
 def header(tool, argv=None):
