@@ -72,5 +72,7 @@ int main(int argc, char** argv) {
   (*signal)->Wait();
   services::Log().info("draining");
   (*rt)->Shutdown(absl::Seconds(absl::GetFlag(FLAGS_drain_s)));
+  service->reset();
+  if (absl::Status s = (*rt)->CheckPagesReleased(); !s.ok()) return fail(s);
   return 0;
 }

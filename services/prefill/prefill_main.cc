@@ -2,6 +2,8 @@
 // scheduler, computes prompts' KV and publishes it over MoQT.
 #include <cstdio>
 
+#include <memory>
+
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/synchronization/mutex.h"
@@ -29,9 +31,11 @@ int main(int argc, char** argv) {
   if (!config.ok()) return fail(config.status());
   auto rt = worker::WorkerRuntime::Create(*config);
   if (!rt.ok()) return fail(rt.status());
-  prefill::PrefillService service(rt->get(), absl::Seconds(absl::GetFlag(FLAGS_retain_s)));
-  if (absl::Status s = (*rt)->Serve(service.moqt_handler(),
-                                          {{v1::Prefill::service_full_name(), &service}}); !s.ok()) {
+  auto service = std::make_unique<prefill::PrefillService>(
+      rt->get(), absl::Seconds(absl::GetFlag(FLAGS_retain_s)));
+  if (absl::Status s = (*rt)->Serve(service->moqt_handler(),
+                                          {{v1::Prefill::service_full_name(), service.get()}});
+      !s.ok()) {
     (*rt)->Shutdown(absl::ZeroDuration());
     return fail(s);
   }
@@ -41,5 +45,7 @@ int main(int argc, char** argv) {
   (*signal)->Wait();
   services::Log().info("draining");
   (*rt)->Shutdown(absl::Seconds(absl::GetFlag(FLAGS_drain_s)));
+  service.reset();  // its publisher and retained prompts give their pages back
+  if (absl::Status s = (*rt)->CheckPagesReleased(); !s.ok()) return fail(s);
   return 0;
 }

@@ -1,5 +1,6 @@
 #include "services/worker/worker_runtime.h"
 
+#include <limits>
 #include <pthread.h>
 #include <unistd.h>
 
@@ -108,11 +109,45 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(const Worke
 
 WorkerRuntime::~WorkerRuntime() {
   Shutdown(absl::ZeroDuration());
+  StopCompute();
+}
+
+void WorkerRuntime::StopCompute() {
   {
     absl::MutexLock lock(&mu_);
     stop_ = true;
   }
   if (compute_.joinable()) compute_.join();
+}
+
+absl::Status WorkerRuntime::CheckPagesReleased() {
+  StopCompute();
+  // Requests whose calls ended with the server: cancelled, then one step
+  // each at most lets the engine drop them (their handles with them).
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [id, cb] : callbacks_) engine_->Cancel(id);
+    callbacks_.clear();
+  }
+  for (int steps = 0; engine_->HasWork() && steps < 1000; ++steps) {
+    if (absl::Status s = engine_->Step().status(); !s.ok()) return s;
+  }
+  if (engine_->HasWork()) return absl::InternalError("drained: the engine still has work");
+  engine_->prefix_cache().Reclaim(std::numeric_limits<int>::max());
+  const KvPagePool& pool = engine_->pool();
+  const int pinned = engine_->prefix_cache().num_pinned() *
+                     (config_.chunk_tokens / pool.layout().page_tokens);
+  const int owned = pool.num_pages() - pinned;
+  const int held = owned - pool.free_pages();
+  if (held != 0) {
+    services::Log().error("drained: {} of {} KV pages still held after the last request "
+                          "(a leak)", held, owned);
+    return absl::InternalError(absl::StrCat("drained: ", held, " of ", owned,
+                                            " KV pages still held (a leak)"));
+  }
+  services::Log().info("drained: all {} KV pages free{}", owned,
+                       pinned > 0 ? absl::StrCat(" (", pinned, " pinned)") : "");
+  return absl::OkStatus();
 }
 
 absl::StatusOr<uint64_t> WorkerRuntime::Submit(std::vector<int32_t> prompt,

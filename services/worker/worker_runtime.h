@@ -105,6 +105,13 @@ class WorkerRuntime {
   // close the MoQT sessions. Call it before destroying the MoQT handler
   // given to Serve. Idempotent.
   void Shutdown(absl::Duration grace);
+  // After Shutdown, and after the services that keep pages (a prefill's
+  // publisher and retained prompts) are destroyed: stops the compute thread,
+  // ends what the engine still runs, gives back every unpinned page the
+  // prefix cache holds and checks that every page but the pinned ones is
+  // free. Logs "drained: all N KV pages free", or returns Internal naming
+  // the pages still held (a leak).
+  absl::Status CheckPagesReleased();
 
   // Any thread. `on_event` runs on the compute thread for each event of the
   // request, the last one with a finish reason.
@@ -147,6 +154,7 @@ class WorkerRuntime {
  private:
   explicit WorkerRuntime(const WorkerConfig& config);
   void ComputeLoop();
+  void StopCompute();
   // --kv_pin_prompts: computes and pins them (compute thread running).
   absl::Status PinPrompts();
   v1::WorkerLoad Load() const;

@@ -145,7 +145,7 @@ def one_request(client, model, system, question, max_tokens, timeout):
 def drain_reports(work_dir):
     """Each worker log's drain line: (log, pages held or None if it never said)."""
     out = []
-    for log in sorted(glob.glob(os.path.join(work_dir, "*.log"))):
+    for log in sorted(glob.glob(os.path.join(work_dir, "logs", "*.log"))):
         name = os.path.basename(log)
         if not name.startswith(("prefill", "decode")):
             continue
