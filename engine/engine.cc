@@ -335,6 +335,29 @@ absl::Status Engine::EnsurePages(Sequence* seq, int tokens) {
   return absl::OkStatus();
 }
 
+absl::Status Engine::ShortOfPages(const Sequence& seq, int tokens,
+                                  const absl::Status& allocation) const {
+  const int need = (seq.kv_len + tokens + options_.page_tokens - 1) / options_.page_tokens;
+  const int pinned =
+      prefix_cache_->num_pinned() * (options_.chunk_tokens / options_.page_tokens);
+  if (need > pool_->num_pages() - pinned) {
+    // No wait or retry on an engine of this pool's size helps (the
+    // scheduler gives it back to the client).
+    return absl::OutOfRangeError(absl::StrCat(
+        "the sequence needs ", need, " KV pages at ", seq.kv_len + tokens,
+        " tokens; the page pool holds ", pool_->num_pages(),
+        pinned > 0 ? absl::StrCat(", ", pinned, " of them pinned") : "", " (",
+        allocation.message(), ")"));
+  }
+  // It would fit, but pages are held outside this engine's sequences (chunks
+  // being published or landed, retained prompts): another worker, or this
+  // one a moment later, can serve it.
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "the KV page pool is full for now: the sequence needs ", need, " of its ",
+      pool_->num_pages(), " pages, the rest are held by prompts being published or landed (",
+      allocation.message(), ")"));
+}
+
 void Engine::Release(Sequence* seq) {
   seq->pages.Reset();
   seq->kv_len = 0;
@@ -554,15 +577,7 @@ absl::StatusOr<std::vector<SequenceEvent>> Engine::Step() {
       if (!batch.empty()) continue;  // retry next step once others finish
       SequenceEvent ev = event_for(*s);
       ev.finish = FinishReason::kError;
-      // Alone and still short of pages: no wait or retry on an engine of
-      // this pool's size helps (the scheduler gives it back to the client).
-      ev.status = absl::IsResourceExhausted(st)
-                      ? absl::OutOfRangeError(absl::StrCat(
-                            "the sequence needs ", (s->kv_len + n + options_.page_tokens - 1) /
-                                                       options_.page_tokens,
-                            " KV pages at ", s->kv_len + n, " tokens; the page pool holds ",
-                            pool_->num_pages(), " (", st.message(), ")"))
-                      : st;
+      ev.status = absl::IsResourceExhausted(st) ? ShortOfPages(*s, n, st) : st;
       events.push_back(ev);
       Release(s);
       s->tokens.clear();  // marks it for removal below

@@ -222,6 +222,10 @@ class Engine {
   Engine(const EngineOptions& options, std::unique_ptr<Backend> backend);
   void Admit(Sequence* seq);
   absl::Status EnsurePages(Sequence* seq, int tokens);
+  // Why a sequence alone cannot get pages for `tokens` more: OutOfRange when
+  // the pool (less its pinned pages) is too small for it, else
+  // ResourceExhausted (pages held outside the sequences: retryable).
+  absl::Status ShortOfPages(const Sequence& seq, int tokens, const absl::Status& allocation) const;
   void Release(Sequence* seq);
   void PublishChunks(Sequence* seq);
   void ReportChunks(Sequence* seq);

@@ -351,6 +351,26 @@ TEST(Engine, ASequenceTheWholePoolCannotHoldEndsOutOfRange) {
   EXPECT_EQ(e->pool().free_pages(), 4);
 }
 
+// Pages held outside the engine's sequences (a publisher's chunks, a
+// landing) leave a sequence short though the pool could hold it: a
+// retryable ResourceExhausted, not OutOfRange (which a client gets as a
+// 400); served once the pages come back.
+TEST(Engine, PagesHeldElsewhereAreARetryableShortage) {
+  EngineOptions tight;
+  tight.num_pages = 8;
+  auto e = MakeEngine(tight);
+  absl::StatusOr<KvPages> held = e->pool().Allocate(6);  // as a publisher's chunks
+  ASSERT_TRUE(held.ok());
+  uint64_t id = *e->Submit(Tokens(50, 3), Greedy(4));  // 4 pages: fits 8, not the 2 free
+  auto got = RunToCompletion(e.get());
+  EXPECT_EQ(got[id].finish, FinishReason::kError);
+  EXPECT_EQ(got[id].status.code(), absl::StatusCode::kResourceExhausted) << got[id].status;
+  EXPECT_NE(got[id].status.message().find("full for now"), std::string::npos) << got[id].status;
+  held->Reset();
+  uint64_t again = *e->Submit(Tokens(50, 3), Greedy(4));
+  EXPECT_EQ(RunToCompletion(e.get())[again].finish, FinishReason::kLength);
+}
+
 TEST(Engine, PreemptedSequenceIsRecomputedAndFinishesUnchanged) {
   EngineOptions tight;
   tight.num_pages = 10;         // 160 slots; a needs 5 pages, b 8: both cannot fit

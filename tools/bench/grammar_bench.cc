@@ -9,7 +9,7 @@
 // automaton (cold); the later ones find its states (warm), as a schema's
 // later requests do.
 //   bazel run -c opt //tools/bench:grammar_bench -- --model M.gguf
-//     [--batches 1,32] [--rounds 3] [--steps 48] [--schema_file F]
+//     [--batches 1,32] [--rounds 3] [--steps 48] [--schema_file F] [--json FILE]
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -22,12 +22,14 @@
 #include "absl/strings/str_split.h"
 #include "engine/engine.h"
 #include "kernels/backend.h"
+#include "tools/bench/result_file.h"
 
 ABSL_FLAG(std::string, model, "", ".gguf file or HF model directory (with a tokenizer)");
 ABSL_FLAG(std::string, batches, "1,32", "decode batch sizes");
 ABSL_FLAG(int, rounds, 3, "alternating rounds (constrained, then free) per batch size");
 ABSL_FLAG(int, steps, 48, "decode steps per round (max_tokens)");
 ABSL_FLAG(std::string, schema_file, "", "a JSON Schema (default: any JSON object)");
+ABSL_FLAG(std::string, json, "", "also write every round here as a JSON result file");
 
 namespace kvcast {
 namespace {
@@ -82,7 +84,7 @@ Result Round(Engine& e, int batch, bool constrained, const std::string& schema, 
   return r;
 }
 
-int Main() {
+int Main(nlohmann::json header) {
   std::string schema;
   if (!absl::GetFlag(FLAGS_schema_file).empty()) {
     std::ifstream in(absl::GetFlag(FLAGS_schema_file));
@@ -101,6 +103,7 @@ int Main() {
   std::printf("%s, %s; decode steps of %d tokens at most, sampled (temperature 0.8)\n",
               absl::GetFlag(FLAGS_model).c_str(), schema.empty() ? "any JSON object" : "a JSON Schema",
               absl::GetFlag(FLAGS_steps));
+  nlohmann::json rows = nlohmann::json::array();
   bool cold = true;  // the first constrained round builds the automaton
   for (const std::string& b : std::vector<std::string>(absl::StrSplit(absl::GetFlag(FLAGS_batches), ','))) {
     const int batch = std::stoi(b);
@@ -112,7 +115,20 @@ int Main() {
                   batch, r + 1, cold ? " (cold)" : "", with.step_s * 1e3, with.tokens,
                   with.grammar_s * 1e3, 100 * with.grammar_s / with.step_s, without.step_s * 1e3,
                   without.tokens);
+      rows.push_back({{"batch", batch}, {"round", r + 1}, {"cold", cold},
+                      {"constrained_ms_per_step", with.step_s * 1e3},
+                      {"constrained_tokens", with.tokens}, {"grammar_ms_per_step", with.grammar_s * 1e3},
+                      {"free_ms_per_step", without.step_s * 1e3}, {"free_tokens", without.tokens}});
       cold = false;
+    }
+  }
+  if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
+    header.update({{"model", absl::GetFlag(FLAGS_model)}, {"schema", schema.empty() ? "any JSON object"
+                                                                                    : absl::GetFlag(FLAGS_schema_file)},
+                   {"steps", absl::GetFlag(FLAGS_steps)}});
+    if (absl::Status s = bench::WriteResultFile(path, std::move(header), std::move(rows)); !s.ok()) {
+      std::fprintf(stderr, "grammar_bench: %s\n", s.ToString().c_str());
+      return 1;
     }
   }
   return 0;
@@ -122,6 +138,7 @@ int Main() {
 }  // namespace kvcast
 
 int main(int argc, char** argv) {
+  nlohmann::json header = kvcast::bench::ResultHeader("grammar_bench", argc, argv);
   absl::ParseCommandLine(argc, argv);
-  return kvcast::Main();
+  return kvcast::Main(std::move(header));
 }

@@ -33,6 +33,7 @@
 #include "nlohmann/json.hpp"
 #include "services/decode/kv_abr.h"
 #include "services/worker/land_kv.h"
+#include "tools/bench/result_file.h"
 #include "transport/kvcache/ac_codec_thread.h"
 #include "transport/kvcache/naming.h"
 #include "engine/kv/token_codec.h"
@@ -79,7 +80,7 @@ struct Group {
   double at;       // when it landed, since the start
 };
 
-absl::Status Main() {
+absl::Status Main(const nlohmann::json& header) {
   ASSIGN_OR_RETURN(auto hp, moqt::ParseHostPort(absl::GetFlag(FLAGS_connect)));
   std::ifstream in(absl::GetFlag(FLAGS_info));
   std::string line, last;
@@ -227,6 +228,7 @@ absl::Status Main() {
     }
     out["max_abs_err"] = worst;
   }
+  out.update(header);  // the date, CPU, command and commit (tools/bench/result_file.h)
   std::printf("%s\n", out.dump().c_str());
   thread->RunSync([&] {
     client.reset();
@@ -239,8 +241,9 @@ absl::Status Main() {
 }  // namespace kvcast
 
 int main(int argc, char** argv) {
+  const nlohmann::json header = kvcast::bench::ResultHeader("kv_abr_bench", argc, argv);
   absl::ParseCommandLine(argc, argv);
-  absl::Status s = kvcast::Main();
+  absl::Status s = kvcast::Main(header);
   if (!s.ok()) {
     std::fprintf(stderr, "kv_abr_bench: %s\n", s.ToString().c_str());
     return 1;

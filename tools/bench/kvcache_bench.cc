@@ -27,6 +27,7 @@
 #include "engine/transformer.h"
 #include "kernels/kv_codec.h"
 #include "tools/bench/bench_models.h"
+#include "tools/bench/result_file.h"
 #include "transport/kvcache/ac/ac_codec.h"
 #include "transport/kvcache/naming.h"
 #include "engine/kv/token_codec.h"
@@ -39,6 +40,7 @@ ABSL_FLAG(std::string, ac_try, "",
           "more ac operating points to measure, comma-separated "
           "K_LEVELS/V_LEVELS[/EARLY_LAYERS/EARLY_SCALE]");
 ABSL_FLAG(bool, only_ac, false, "measure only the ac tracks (and int8, the reference)");
+ABSL_FLAG(std::string, json, "", "also write the quality rows here as a JSON result file");
 
 namespace kvcast {
 namespace {
@@ -174,9 +176,10 @@ double Kl(const std::vector<float>& a, const std::vector<float>& b) {
 
 double MaxAbs(const std::vector<float>& a, const std::vector<float>& b);
 
-// One row of the quality table.
+// One row of the quality table, printed and added to `rows` (--json).
 void PrintRow(const std::string& track, const std::string& block, double bytes_vs_fp16,
-              const Run& exact, const Run& forced, const Run& free, int steps) {
+              const Run& exact, const Run& forced, const Run& free, int steps,
+              nlohmann::json* rows) {
   double max_err = 0, kl_sum = 0;
   for (int s = 0; s < steps; ++s) {
     max_err = std::max(max_err, MaxAbs(exact.logits[s], forced.logits[s]));
@@ -188,6 +191,11 @@ void PrintRow(const std::string& track, const std::string& block, double bytes_v
               block.c_str(), bytes_vs_fp16, MaxAbs(exact.logits[0], forced.logits[0]),
               Kl(exact.logits[0], forced.logits[0]), max_err, kl_sum / steps, agree, steps);
   std::fflush(stdout);
+  rows->push_back({{"track", track}, {"scale_block", block}, {"bytes_vs_fp16", bytes_vs_fp16},
+                   {"step1_max_abs_logit_err", MaxAbs(exact.logits[0], forced.logits[0])},
+                   {"step1_kl", Kl(exact.logits[0], forced.logits[0])},
+                   {"forced_max_abs_err", max_err}, {"forced_mean_kl", kl_sum / steps},
+                   {"greedy_agreeing", agree}, {"steps", steps}});
 }
 
 double MaxAbs(const std::vector<float>& a, const std::vector<float>& b) {
@@ -196,7 +204,7 @@ double MaxAbs(const std::vector<float>& a, const std::vector<float>& b) {
   return m;
 }
 
-absl::Status Quality(const std::string& dir, int prompt_len, int steps) {
+absl::Status Quality(const std::string& dir, int prompt_len, int steps, nlohmann::json* rows) {
   ASSIGN_OR_RETURN(auto ckpt, Checkpoint::Open(dir));
   auto cpu = NewCpuBackend();
   ASSIGN_OR_RETURN(auto model, Transformer::Load(*ckpt, cpu.get()));
@@ -260,7 +268,7 @@ absl::Status Quality(const std::string& dir, int prompt_len, int steps) {
                                                               v.ac->early_layers, " layers")
                                                : ""),
                double(bytes) / prompt_len / (2.0 * layout.num_layers * fp16_bytes), exact, forced,
-               free, steps);
+               free, steps, rows);
       continue;
     }
     const bool on_wire = v.block > 0;
@@ -274,20 +282,37 @@ absl::Status Quality(const std::string& dir, int prompt_len, int steps) {
     PrintRow(TrackNameOf(v.format) + (on_wire ? "" : " (not used)"), block,
              double(KvRowBytes(v.format, layout.num_kv_heads, layout.head_dim, v.block)) /
                  fp16_bytes,
-             exact, forced, free, steps);
+             exact, forced, free, steps, rows);
   }
   return absl::OkStatus();
 }
 
-absl::Status Main() {
+absl::Status Main(nlohmann::json header) {
   PrintBytes();
   const int prompt_len = absl::GetFlag(FLAGS_prompt_len);
   const int steps = absl::GetFlag(FLAGS_steps);
   if (prompt_len <= 0 || steps <= 0) return absl::InvalidArgumentError("--prompt_len, --steps > 0");
-  if (!absl::GetFlag(FLAGS_model).empty()) return Quality(absl::GetFlag(FLAGS_model), prompt_len, steps);
-  for (absl::string_view preset : absl::StrSplit(absl::GetFlag(FLAGS_presets), ',')) {
-    ASSIGN_OR_RETURN(std::string dir, WriteBenchModel(std::string(preset)));
-    RETURN_IF_ERROR(Quality(dir, prompt_len, steps));
+  nlohmann::json rows = nlohmann::json::array();
+  std::vector<std::string> models;
+  if (!absl::GetFlag(FLAGS_model).empty()) {
+    models.push_back(absl::GetFlag(FLAGS_model));
+  } else {
+    for (absl::string_view preset : absl::StrSplit(absl::GetFlag(FLAGS_presets), ',')) {
+      ASSIGN_OR_RETURN(std::string dir, WriteBenchModel(std::string(preset)));
+      models.push_back(dir);
+    }
+  }
+  for (const std::string& m : models) {
+    nlohmann::json model_rows = nlohmann::json::array();
+    RETURN_IF_ERROR(Quality(m, prompt_len, steps, &model_rows));
+    for (nlohmann::json& r : model_rows) {
+      r["model"] = m;
+      rows.push_back(std::move(r));
+    }
+  }
+  if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
+    header.update({{"prompt_len", prompt_len}, {"steps", steps}});
+    return bench::WriteResultFile(path, std::move(header), std::move(rows));
   }
   return absl::OkStatus();
 }
@@ -296,8 +321,9 @@ absl::Status Main() {
 }  // namespace kvcast
 
 int main(int argc, char** argv) {
+  nlohmann::json header = kvcast::bench::ResultHeader("kvcache_bench", argc, argv);
   absl::ParseCommandLine(argc, argv);
-  absl::Status s = kvcast::Main();
+  absl::Status s = kvcast::Main(std::move(header));
   if (!s.ok()) {
     std::fprintf(stderr, "kvcache_bench: %s\n", s.ToString().c_str());
     return 1;

@@ -39,9 +39,11 @@
 #include "kvcast/v1/worker.grpc.pb.h"
 #include "services/common/grpc_server.h"
 #include "services/worker/scheduler_links.h"
+#include "tools/bench/result_file.h"
 #include "tools/cluster/subprocess.h"
 
 ABSL_FLAG(double, seconds, 10, "timed run (after 2 s of warm-up)");
+ABSL_FLAG(std::string, json, "", "also write the results here as a JSON result file");
 ABSL_FLAG(int, concurrency, 32, "client threads, each with one request in flight");
 ABSL_FLAG(int, prefill_workers, 2, "");
 ABSL_FLAG(int, decode_workers, 2, "");
@@ -136,7 +138,7 @@ int Fail(const std::string& m) {
   return 1;
 }
 
-int Main() {
+int Main(nlohmann::json header) {
   std::string bin = absl::GetFlag(FLAGS_scheduler_bin);
   if (bin.empty()) {
     auto found = cluster::FindExecutable("kvcast-scheduler", "services/scheduler");
@@ -269,9 +271,21 @@ int Main() {
   auto pct = [&](double p) { return all.empty() ? 0.0 : all[std::min(all.size() - 1, size_t(p * all.size()))]; };
   std::printf("| concurrency | requests/s | failed | e2e p50 ms | e2e p99 ms | scheduler CPU ms/request | scheduler cores busy |\n"
               "|---|---|---|---|---|---|---|\n");
-  std::printf("| %d | %.0f | %lld | %.2f | %.2f | %.3f | %.2f |\n", int(latencies.size()),
-              double(ok.load()) / wall, (long long)failed.load(), pct(0.5), pct(0.99),
-              ok.load() > 0 ? 1e3 * cpu / double(ok.load()) : 0.0, cpu / wall);
+  const double rps = double(ok.load()) / wall;
+  const double cpu_ms = ok.load() > 0 ? 1e3 * cpu / double(ok.load()) : 0.0;
+  std::printf("| %d | %.0f | %lld | %.2f | %.2f | %.3f | %.2f |\n", int(latencies.size()), rps,
+              (long long)failed.load(), pct(0.5), pct(0.99), cpu_ms, cpu / wall);
+  if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
+    header.update({{"seconds", wall}, {"prompt_tokens", absl::GetFlag(FLAGS_prompt_tokens)},
+                   {"max_tokens", absl::GetFlag(FLAGS_max_tokens)}});
+    const absl::Status st = WriteResultFile(
+        path, std::move(header),
+        nlohmann::json::array({{{"concurrency", int(latencies.size())}, {"requests_per_s", rps},
+                                {"failed", failed.load()}, {"e2e_p50_ms", pct(0.5)},
+                                {"e2e_p99_ms", pct(0.99)}, {"scheduler_cpu_ms_per_request", cpu_ms},
+                                {"scheduler_cores_busy", cpu / wall}}}));
+    if (!st.ok()) return Fail(st.ToString());
+  }
   return failed.load() == 0 ? 0 : 1;
 }
 
@@ -280,6 +294,7 @@ int Main() {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("scheduler_bench: one kvcast-scheduler's requests/s and CPU per request");
+  nlohmann::json header = kvcast::bench::ResultHeader("scheduler_bench", argc, argv);
   absl::ParseCommandLine(argc, argv);
-  return kvcast::bench::Main();
+  return kvcast::bench::Main(std::move(header));
 }
