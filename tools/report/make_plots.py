@@ -283,6 +283,49 @@ def plot_planner_day(doc):
     return fig
 
 
+def plot_planner_on_machine(doc):
+    ivs = doc["results"]
+    t = [iv["t_s"] for iv in ivs]
+    w = doc["interval_s"]
+    fig, (load, workers, lat) = new_figure(
+        doc, f"SLO planner on one machine: a stepped load on `kvcast cluster up --autoscale`\n"
+             f"{doc['model']}, {doc['requests']} chat requests through the OpenAI API",
+        nrows=3, sharex=True)
+    fig.set_size_inches(8, 7.5)
+    load.bar(t, [iv["arrivals_per_s"] for iv in ivs], width=w, align="edge", color="#999999",
+             label="arrivals")
+    load.bar(t, [iv["failed"] / w for iv in ivs], width=w, align="edge", color="#aa0000",
+             label="failed")
+    load.set_ylabel("requests (per s)")
+    load.set_xlabel("time (s)")
+    load.legend(fontsize=7, loc="upper right")
+    for role, color in (("prefill", KVCAST), ("decode", OTHER)):
+        workers.step(t, [iv[f"{role}_workers"] for iv in ivs], where="post", color=color,
+                     label=f"{role} workers registered")
+        workers.step(t, [iv[f"{role}_desired"] for iv in ivs], where="post", color=color,
+                     ls=":", label=f"{role}: planner's desired replicas")
+    workers.set_ylabel("workers (count)")
+    workers.set_xlabel("time (s)")
+    workers.set_ylim(0, max(doc.get("max_workers", 3), 3) + 0.5)
+    workers.legend(fontsize=7, loc="upper right", ncol=2)
+    for key, name, color, slo in (("ttft_p99_ms", "TTFT p99", KVCAST, doc["slo_ttft_ms"]),
+                                  ("itl_p99_ms", "ITL p99", OTHER, doc["slo_itl_ms"])):
+        pts = [(x + w / 2, iv[key]) for x, iv in zip(t, ivs) if iv[key] is not None]
+        lat.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", ms=3, color=color,
+                 label=name)
+        lat.axhline(slo, color=color, ls="--", lw=1, label=f"{name} SLO ({slo:.0f} ms)")
+    lat.set_yscale("log")
+    lat.set_ylabel("latency per interval (ms)")
+    lat.set_xlabel("time (s)")
+    lat.legend(fontsize=7, loc="upper right", ncol=2)
+    ok = doc["requests"] - doc["failed"]
+    clean = sum(1 for d in doc["drains"] if d["reported"] and not d["pages_held"])
+    method_note(fig, f"{doc['requests']} requests, {ok} ok; {clean} of {len(doc['drains'])} "
+                     f"workers drained with every KV page free; {w:.0f}-s intervals, planner "
+                     f"every {doc['planner_s']:.0f} s")
+    return fig
+
+
 # name -> (result file, plot function). The PNG is docs/images/NAME.png.
 PLOTS = {
     "llamacpp_by_length": ("llamacpp_by_length.json", plot_llamacpp_by_length),
@@ -290,6 +333,7 @@ PLOTS = {
     "kv_quality": ("kv_quality.json", plot_kv_quality),
     "kv_tiers": ("kv_tiers.json", plot_kv_tiers),
     "planner_day": ("planner_day.json", plot_planner_day),
+    "planner_on_machine": ("planner_on_machine.json", plot_planner_on_machine),
 }
 
 
