@@ -53,11 +53,13 @@ std::string SourceCommit() {
   const std::string git = ws != nullptr ? absl::StrCat("git -C '", ws, "' ") : "git ";
   const std::string commit = Capture(git + "rev-parse --short=12 HEAD 2>/dev/null");
   if (commit.empty()) return "unknown";
-  // Changed files under docs/ (result files, plots) do not change what runs.
+  // Documents (docs/, result files and plots, any *.md) do not change what runs.
   const std::string changes =
       Capture(git + "status --porcelain --untracked-files=no 2>/dev/null");
   for (absl::string_view line : absl::StrSplit(changes, '\n', absl::SkipEmpty())) {
-    if (line.size() > 3 && !absl::StartsWith(line.substr(3), "docs/")) return commit + "-dirty";
+    if (line.size() <= 3) continue;
+    const absl::string_view path = line.substr(3);
+    if (!absl::StartsWith(path, "docs/") && !absl::EndsWith(path, ".md")) return commit + "-dirty";
   }
   return commit;
 }

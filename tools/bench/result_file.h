@@ -22,9 +22,9 @@ std::string TodayUtc();
 
 // The commit of the checkout the tool runs in (`git rev-parse --short=12
 // HEAD` in $BUILD_WORKSPACE_DIRECTORY under `bazel run`, else the working
-// directory), with "-dirty" when tracked files outside docs/ differ from it
-// (result files and plots do not change what runs); "unknown" outside a git
-// checkout.
+// directory), with "-dirty" when tracked files other than documents differ
+// from it (docs/, with the result files and plots, and any *.md do not change
+// what runs); "unknown" outside a git checkout.
 std::string SourceCommit();
 
 // The command line as typed (argv joined by spaces).

@@ -43,14 +43,15 @@ TEST(ResultFileTest, CommitIsDirtyOnlyForCodeChanges) {
     return std::system(("cd '" + repo + "' && " + cmd + " >/dev/null 2>&1").c_str());
   };
   ASSERT_EQ(std::system(("rm -rf '" + repo + "' && mkdir -p '" + repo + "/docs'").c_str()), 0);
-  ASSERT_EQ(sh("git init -q . && echo a > main.cc && echo r > docs/r.json && git add -A && "
+  ASSERT_EQ(sh("git init -q . && echo a > main.cc && echo r > docs/r.json && echo m > README.md && "
+               "git add -A && "
                "git -c user.name=t -c user.email=t@t commit -qm first"),
             0);
   setenv("BUILD_WORKSPACE_DIRECTORY", repo.c_str(), 1);
   const std::string clean = SourceCommit();
   EXPECT_EQ(clean.size(), 12u) << clean;
-  ASSERT_EQ(sh("echo rr > docs/r.json && echo new > untracked.cc"), 0);
-  EXPECT_EQ(SourceCommit(), clean);  // results rewritten, an untracked file: same code
+  ASSERT_EQ(sh("echo rr > docs/r.json && echo mm > README.md && echo new > untracked.cc"), 0);
+  EXPECT_EQ(SourceCommit(), clean);  // documents rewritten, an untracked file: same code
   ASSERT_EQ(sh("echo b > main.cc"), 0);
   EXPECT_EQ(SourceCommit(), clean + "-dirty");
   unsetenv("BUILD_WORKSPACE_DIRECTORY");

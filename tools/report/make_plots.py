@@ -306,8 +306,9 @@ def plot_planner_on_machine(doc):
                      ls=":", label=f"{role}: planner's desired replicas")
     workers.set_ylabel("workers (count)")
     workers.set_xlabel("time (s)")
-    workers.set_ylim(0, max(doc.get("max_workers", 3), 3) + 0.5)
-    workers.legend(fontsize=7, loc="upper right", ncol=2)
+    top = max((iv[k] or 0) for iv in ivs for k in iv if k.endswith(("_workers", "_desired")))
+    workers.set_ylim(0, top + 2.5)  # room for the legend above the lines
+    workers.legend(fontsize=7, loc="upper left", ncol=2)
     for key, name, color, slo in (("ttft_p99_ms", "TTFT p99", KVCAST, doc["slo_ttft_ms"]),
                                   ("itl_p99_ms", "ITL p99", OTHER, doc["slo_itl_ms"])):
         pts = [(x + w / 2, iv[key]) for x, iv in zip(t, ivs) if iv[key] is not None]

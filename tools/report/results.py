@@ -27,8 +27,9 @@ def cpu_model():
 
 
 def source_commit(cwd=None):
-    """The checkout's commit (12 hex digits), "-dirty" when tracked files outside
-    docs/ differ (result files and plots do not change what runs)."""
+    """The checkout's commit (12 hex digits), "-dirty" when tracked files other
+    than documents differ (docs/, with the result files and plots, and any *.md
+    do not change what runs)."""
     def git(*args):
         return subprocess.run(("git",) + args, cwd=cwd, capture_output=True, text=True,
                               check=True).stdout.strip()
@@ -37,7 +38,8 @@ def source_commit(cwd=None):
         dirty = git("status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
-    code = [line for line in dirty.splitlines() if not line[3:].startswith("docs/")]
+    code = [line for line in dirty.splitlines()
+            if not (line[3:].startswith("docs/") or line[3:].endswith(".md"))]
     return commit + ("-dirty" if code else "")
 
 
