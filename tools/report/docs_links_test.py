@@ -9,9 +9,12 @@ import re
 import sys
 import unittest
 
+# The checkout itself (the runfiles' README.md links to it): documents link
+# to source files that are not test data.
 ROOT = pathlib.Path(os.environ.get("TEST_SRCDIR", "")) / "kvcast"
 if not (ROOT / "README.md").exists():
     ROOT = pathlib.Path(__file__).resolve().parent.parent.parent
+ROOT = (ROOT / "README.md").resolve().parent
 sys.path.insert(0, str(ROOT / "deploy" / "tests"))
 import junit  # noqa: E402
 
