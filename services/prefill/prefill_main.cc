@@ -1,7 +1,6 @@
 // kvcast-prefill: a prefill worker (docs/services.md). Registers with the
 // scheduler, computes prompts' KV and publishes it over MoQT.
 #include <cstdio>
-
 #include <memory>
 
 #include "absl/flags/flag.h"

@@ -1,11 +1,11 @@
 #include "services/worker/worker_runtime.h"
 
-#include <limits>
 #include <pthread.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"

@@ -29,8 +29,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <optional>
-#include <thread>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -43,8 +43,8 @@
 #include "absl/strings/str_split.h"
 #include "tools/bench/result_file.h"
 #include "tools/cli/bench.h"
-#include "tools/cli/latency_plot.h"
 #include "tools/cli/cluster_cmd.h"
+#include "tools/cli/latency_plot.h"
 #include "tools/cli/local_generate.h"
 #include "tools/cli/remote_generate.h"
 

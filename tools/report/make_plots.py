@@ -60,6 +60,13 @@ def method_note(fig, text):
     fig.text(0.01, 0.035, text, fontsize=7, color="#555555", ha="left", va="bottom")
 
 
+def log2_axis(ax, ticks):
+    """A base-2 log x axis labelled at `ticks` (prompt lengths, bit widths)."""
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([f"{t:g}" for t in ticks])
+
+
 def check_figure(fig):
     """What a plot must say to be read without the text around it, legibly: a
     title, the machine, a legend naming kvcast and its baseline, axis labels
@@ -120,9 +127,7 @@ def plot_llamacpp_by_length(doc):
             m = [median_range(v) for v in pts]
             ax.errorbar(lengths, [x[0] for x in m], yerr=[[x[1] for x in m], [x[2] for x in m]],
                         color=color, ls=ls, marker=marker, capsize=3, label=labels[engine])
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(lengths)
-        ax.set_xticklabels([str(n) for n in lengths])
+        log2_axis(ax, lengths)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(f"{measurement} throughput (tokens/s)")
         ax.set_ylim(bottom=0)
@@ -197,15 +202,13 @@ def plot_kv_quality(doc):
     top = max(100 * r["ppl_change_hi"] for r in rows)
     ax.set_ylim(top=top * 3 if top > 0 else 1)
     ax.axhline(0, color="#333333", lw=1, ls="--", label="fp16 (16 bits per value): exact")
-    ax.set_xscale("log", base=2)
-    ax.set_xticks([2, 3, 4, 6, 8, 12, 16])
-    ax.set_xticklabels(["2", "3", "4", "6", "8", "12", "16"])
+    log2_axis(ax, [2, 3, 4, 6, 8, 12, 16])
     ax.set_yscale("symlog", linthresh=0.1)
     ax.set_xlabel("size (bits per KV value, with scales and tables)")
     ax.set_ylabel("perplexity change vs exact KV (%)")
     ax.legend(fontsize=8, loc="upper right")
     method_note(fig, f"{os.path.basename(doc['model'])}, backend {doc['backend']}; "
-                         f"bars: 95% bootstrap interval")
+                     f"bars: 95% bootstrap interval")
     return fig
 
 
@@ -230,15 +233,13 @@ def plot_kv_tiers(doc):
                     marker="s" if base else "o", lw=2.5 if base else 1.2,
                     color=BASELINE if base else None, ls="--" if base else "-",
                     label=names[tier])
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(prefixes)
-    ax.set_xticklabels([str(n) for n in prefixes])
+    log2_axis(ax, prefixes)
     ax.set_yscale("log")
     ax.set_xlabel("reused prefix (tokens)")
     ax.set_ylabel("time to first token (ms)")
     ax.legend(fontsize=8)
     method_note(fig, f"{os.path.basename(doc['model'])}, backend {doc['backend']}; "
-                         f"median of {doc.get('runs', '?')} runs, bars: range")
+                     f"median of {doc.get('runs', '?')} runs, bars: range")
     return fig
 
 
