@@ -8,7 +8,8 @@
 # DECODE_TOKENS (default 64) decode steps at batch 1, 8 and 32 (llama.cpp's
 # batches: one llama_decode of N tokens per step, N sequences in one
 # context). Prints the median and range over the rounds of each number and
-# of each kvcast / llama.cpp ratio, batch against batch, and the CPU.
+# of each kvcast / llama.cpp ratio, batch against batch, and the CPU;
+# JSON=FILE also writes every round's numbers as a result file (tools/report).
 #
 #   tools/bench/compare_cpu_engines.sh [GGUF] [ROUNDS]   (default: SmolLM2-135M-Instruct, 5)
 #
@@ -28,7 +29,8 @@ out=$(mktemp -d)
 log "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 kvcast() {
   OMP_NUM_THREADS=2 OPENBLAS_NUM_THREADS=2 bazel-bin/tools/bench/engine_bench --model "$model" \
-    --backend cpu --prompt_len 512 --batches 1,8,32 --decode_steps "$DECODE_TOKENS" >"$out/kvcast-$1.md"
+    --backend cpu --prompt_len 512 --batches 1,8,32 --decode_steps "$DECODE_TOKENS" \
+    --json "$out/kvcast-$1.json" >"$out/kvcast-$1.md"
 }
 llamacpp() {
   .venv-llamacpp/bin/python tools/bench/llamacpp_bench.py --model "$model" --threads 2 \
@@ -40,16 +42,14 @@ for r in $(seq 1 "$ROUNDS"); do
   log "round $r of $ROUNDS done"
 done
 log "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
-python3 - "$out" "$ROUNDS" <<'PY'
-import json, re, statistics, sys
+PYTHONPATH=tools/report python3 - "$out" "$ROUNDS" "${JSON:-}" "$0 $*" <<'PY'
+import json, statistics, sys
+import results
 d, rounds = sys.argv[1], int(sys.argv[2])
 def kv(r):
-    rows = {}
-    for line in open(f"{d}/kvcast-{r}.md"):
-        m = re.match(r"\|[^|]*\| (prefill \d+ tokens|decode batch (\d+)) [^|]*\| ([\d.]+) \|", line)
-        if m:
-            rows["prefill" if m.group(1).startswith("prefill") else f"b{m.group(2)}"] = float(m.group(3))
-    return rows
+    rows = json.load(open(f"{d}/kvcast-{r}.json"))["results"]
+    return {"prefill" if x["measurement"] == "prefill" else f"b{x['batch']}": x["tokens_per_s"]
+            for x in rows}
 def lc(r):
     x = json.load(open(f"{d}/llamacpp-{r}.json"))
     return {"prefill": x["prefill_tok_s"], "b1": x["decode_tok_s"],
@@ -70,4 +70,11 @@ for key, name in names.items():
     k, l = [x[key] for x in ks], [x[key] for x in ls]
     print(f"| {name} | {span(k, num)} | {span(l, num)} | "
           f"{span([a / b for a, b in zip(k, l)], ratio)} |")
+if sys.argv[3]:
+    rows = [{"measurement": names[key], "engine": engine, "tokens_per_s": [x[key] for x in xs]}
+            for key in names for engine, xs in (("kvcast", ks), ("llama.cpp", ls))]
+    results.write(sys.argv[3], results.header("compare_cpu_engines", sys.argv[4].split()), rows,
+                  rounds=rounds, threads=2, prompt_tokens=512,
+                  llamacpp={"version": info["version"], "system_info": info["system_info"]})
+    print(f"\nresult file: {sys.argv[3]}")
 PY

@@ -22,6 +22,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import torch  # noqa: E402
 import transformers  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
+import sys
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "report"))
+import results  # noqa: E402  (tools/report: the result files' header)
 
 
 def main():
@@ -72,6 +75,7 @@ def main():
     if a.batch > 1:
         out[f"decode_batch{a.batch}_tok_s"] = statistics.median(
             decode(a.batch) for _ in range(a.runs))
+    out.update(results.header("hf_bench"))  # date, CPU, command, commit
     print(json.dumps(out))
 
 

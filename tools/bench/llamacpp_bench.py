@@ -34,6 +34,8 @@ import numpy as np
 
 import llama_cpp
 from llama_cpp import Llama
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "report"))
+import results  # noqa: E402  (tools/report: the result files' header)
 
 GGML_TYPE = {"f32": 0, "f16": 1}
 
@@ -236,6 +238,7 @@ def main(argv=None):
         "load1_before": load_before,
         "load1_after": load_after,
     }
+    out.update(results.header("llamacpp_bench"))  # date, CPU, command, commit
     print(json.dumps(out))
     return 0
 

@@ -15,13 +15,10 @@ Binaries from an opt build (`bazel build -c opt //tools/cli:kvcast
 Prints one markdown row per run and the median/range per length.
 """
 import argparse
-import json
 import os
 import pathlib
-import platform
 import shlex
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -29,16 +26,11 @@ import time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
                                 "tests", "e2e_python"))
 from harness import Cluster  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "report"))
+import results  # noqa: E402  (tools/report: the result files' header)
 
 TEXT = pathlib.Path("/usr/share/common-licenses/GPL-3")
 TOKENS_PER_WORD = 1.22  # SmolLM2 on this text with its chat template (from usage)
-
-
-def cpu_model():
-    for line in open("/proc/cpuinfo"):
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.processor()
 
 
 def system_prompt(tokens):
@@ -96,10 +88,9 @@ def main():
     args.decode = str(root / "services/decode/kvcast-decode")
     args.relay = str(root / "services/relay/kvcast-relay")
     lengths = [int(t) for t in args.tokens.split(",")]
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                            text=True).stdout.strip()
+    head = results.header("long_prompt_bench")
     rows = []
-    print(f"# {time.strftime('%Y-%m-%d')}, {cpu_model()}, {os.cpu_count()} cores, commit {commit}")
+    print(f"# {head['date']}, {head['cpu']}, {head['cores']} cores, commit {head['commit']}")
     print("| run | target tokens | prompt tokens | ok | TTFT s | e2e s | error |")
     print("|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
@@ -118,9 +109,7 @@ def main():
                    if t else "no success")
         print(f"{n} tokens: {len(ok)}/{args.runs} ok; TTFT {summary}")
     if args.json:
-        pathlib.Path(args.json).write_text(json.dumps(
-            {"date": time.strftime("%Y-%m-%d"), "cpu": cpu_model(), "commit": commit,
-             "command": " ".join(sys.argv), "rows": rows}, indent=1))
+        results.write(args.json, head, rows)
     return 0 if all(x["ok"] for x in rows) else 1
 
 
