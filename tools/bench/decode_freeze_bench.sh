@@ -8,6 +8,8 @@
 #   bazel build //tools/cli:kvcast //tools/tiny_model:make_tiny_model \
 #     //services/... //services/relay:kvcast-relay
 # Usage: tools/bench/decode_freeze_bench.sh [requests] [freeze_s]
+# JSON=FILE also gathers the runs' JSON files into one result file
+# (tools/report/collect_results.py: date, CPU, command, commit).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 REQUESTS=${1:-1500}
@@ -48,3 +50,4 @@ for k, name in (("undisturbed", "undisturbed"), ("frozen", f"decode-0 stopped {f
           f"{x['e2e_ms']['p50']:.1f} | {x['e2e_ms']['p99']:.1f} | {x['tokens_per_s']:.0f} |")
 PY
 grep -c "stalled" "$WORK/cluster/logs/scheduler.log" | sed 's/^/decode streams resumed after a stall: /'
+[ -z "${JSON:-}" ] || python3 tools/report/collect_results.py decode_freeze_bench "$JSON" "$WORK" "$0 $*"

@@ -6,6 +6,8 @@
 #   bazel build //tools/cli:kvcast //tools/tiny_model:make_tiny_model \
 #     //services/... //services/relay:kvcast-relay
 # Usage: tools/bench/disagg_bench.sh [requests] [prefix_tokens]
+# JSON=FILE also gathers the runs' JSON files into one result file
+# (tools/report/collect_results.py: date, CPU, command, commit).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 REQUESTS=${1:-24}
@@ -47,3 +49,4 @@ for k, name in (("reuse", "on"), ("noreuse", "off")):
           f"{100*x['handoff_share_of_ttft']:.0f}% |")
 print(f"TTFT p50 ratio off/on: {r['noreuse']['ttft_ms']['p50'] / r['reuse']['ttft_ms']['p50']:.2f}x")
 PY
+[ -z "${JSON:-}" ] || python3 tools/report/collect_results.py disagg_bench "$JSON" "$WORK" "$0 $*"

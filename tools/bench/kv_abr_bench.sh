@@ -27,6 +27,8 @@
 #   SHAPER       userspace (default: the forwarder, 1 ms each way, good to a
 #                few hundred Mbit/s) or tbf (the kernel's token bucket on a
 #                plain veth, no added delay: for 1 Gbit/s)
+# JSON=FILE also gathers the runs' JSON files into one result file
+# (tools/report/collect_results.py: date, CPU, command, commit).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROOT=$PWD
@@ -150,3 +152,4 @@ for label in sys.argv[7:]:
     phase = " / ".join(phases) if label.startswith("abr") else "-"
     print(f"| {label} | {d['seconds']:.2f} | {d['bytes'] / 1e6:.1f} | {d['groups_landed']}/{d['groups']} | {seq} | {phase} | {err} |")
 PY
+[ -z "${JSON:-}" ] || python3 tools/report/collect_results.py kv_abr_bench "$JSON" "$WORK" "$0 $*"

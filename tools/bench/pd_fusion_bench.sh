@@ -8,6 +8,8 @@
 # with the fused / disaggregated ratios. Needs the SmolLM2 GGUF
 # (tools/models/fetch_smollm2.sh); builds what it runs (-c opt).
 # Usage: tools/bench/pd_fusion_bench.sh [lengths, default "32 128 512 1024"]
+# JSON=FILE also gathers the runs' JSON files into one result file
+# (tools/report/collect_results.py: date, CPU, command, commit).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 LENGTHS=${1:-32 128 512 1024}
@@ -77,3 +79,4 @@ for label, c1, c4 in rows:
     print(line)
 print("ratios > 1: fused is faster")
 PY
+[ -z "${JSON:-}" ] || python3 tools/report/collect_results.py pd_fusion_bench "$JSON" "$WORK" "$0 $*"

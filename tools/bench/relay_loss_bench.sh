@@ -13,6 +13,8 @@
 #   bazel build //tools/cli:kvcast //tools/tiny_model:make_tiny_model \
 #     //services/... //services/relay:kvcast-relay
 # Usage: tools/bench/relay_loss_bench.sh [rounds] [requests]
+# JSON=FILE also gathers the runs' JSON files into one result file
+# (tools/report/collect_results.py: date, CPU, command, commit).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 ROUNDS=${1:-5}
@@ -85,3 +87,4 @@ ms, x = (lambda v: f"{v:.1f} ms"), (lambda v: f"{v:.2f}x")
 print(f"relay killed: e2e p50 {span(k50, ms)}; no relay: {span(n50, ms)}")
 print(f"ratio relay killed / no relay: {span(ratios, x)} (goal <= 1.5x)")
 PY
+[ -z "${JSON:-}" ] || python3 tools/report/collect_results.py relay_loss_bench "$JSON" "$WORK" "$0 $*"

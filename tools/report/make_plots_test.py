@@ -14,6 +14,7 @@ import unittest
 HERE = pathlib.Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent.parent / "deploy" / "tests"))
+import collect_results  # noqa: E402
 import junit  # noqa: E402
 import make_plots  # noqa: E402
 import results  # noqa: E402
@@ -123,6 +124,19 @@ class ResultFiles(unittest.TestCase):
             f.flush()
             with self.assertRaisesRegex(results.ResultError, "lacks commit"):
                 results.load(f.name)
+
+    def test_collect_gathers_each_run_of_a_script(self):
+        with tempfile.TemporaryDirectory() as d:
+            pathlib.Path(d, "reuse.json").write_text(json.dumps({"ttft_ms": {"p50": 54}}))
+            pathlib.Path(d, "abr.json").write_text('{"log": 1}\n{"seconds": 3.6}\n')  # JSON lines
+            pathlib.Path(d, "notes.txt").write_text("not a run")
+            out = os.path.join(d, "out.json")
+            self.assertEqual(collect_results.main(["disagg_bench", out, d, "tools/x.sh 10"]), 0)
+            doc = results.load(out)
+        self.assertEqual(doc["tool"], "disagg_bench")
+        self.assertEqual(doc["command"], "tools/x.sh 10")
+        self.assertEqual(doc["results"], [{"seconds": 3.6, "run": "abr"},
+                                          {"ttft_ms": {"p50": 54}, "run": "reuse"}])
 
     def test_header_and_write_round_trip(self):
         head = results.header("t", ["tools/x.sh", "a b"])
