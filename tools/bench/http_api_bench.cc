@@ -26,6 +26,8 @@
 //     tokenization costs the other connections. Against a stream that
 //     yields a token every few ms (scheduler_bench --hold_s
 //     --token_interval_ms 10, with --model for the tokenizer).
+//   Every mode: --json FILE also writes its measurements as a result file
+//   (tools/bench/result_file.h: date, CPU, command, commit).
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <poll.h>
@@ -51,6 +53,7 @@
 #include "grpcpp/client_context.h"
 #include "grpcpp/create_channel.h"
 #include "kvcast/v1/generation.grpc.pb.h"
+#include "tools/bench/result_file.h"
 
 ABSL_FLAG(std::string, grpc, "127.0.0.1:50051", "scheduler gRPC HOST:PORT");
 ABSL_FLAG(std::string, http, "127.0.0.1:8000", "scheduler HTTP API HOST:PORT");
@@ -61,11 +64,27 @@ ABSL_FLAG(int, connections, 2000, "connections: how many to hold");
 ABSL_FLAG(int, pid, 0, "connections: the scheduler's process id (for VmRSS)");
 ABSL_FLAG(int, seconds, 5, "interference: seconds per phase");
 ABSL_FLAG(int, long_prompt_kb, 256, "interference: size of the long text prompts");
+ABSL_FLAG(std::string, json, "", "also write the measurements here as a JSON result file");
 ABSL_FLAG(int, stream_tokens, 0,
           "connections: > 0: each connection holds a streaming completion of this many "
           "tokens (read up to its first token, then left unread) instead of idling");
 
 namespace {
+
+// The command line as typed (main), for --json's header.
+nlohmann::json g_header;
+
+// Writes --json's result file, if asked for; `rc` passes through.
+int Report(int rc, nlohmann::json results) {
+  const std::string path = absl::GetFlag(FLAGS_json);
+  if (path.empty()) return rc;
+  if (absl::Status s = kvcast::bench::WriteResultFile(path, g_header, std::move(results));
+      !s.ok()) {
+    std::fprintf(stderr, "http_api_bench: %s\n", s.ToString().c_str());
+    return 1;
+  }
+  return rc;
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -196,7 +215,9 @@ int Ttft() {
   std::printf("gRPC TTFT: %s\n", g.Summary().c_str());
   std::printf("HTTP TTFT: %s\n", h.Summary().c_str());
   std::printf("HTTP - gRPC, medians: %+.3f ms\n", h.Median() - g.Median());
-  return 0;
+  return Report(0, {{"mode", "ttft"}, {"prompt_tokens", ids.size()}, {"max_tokens", max_tokens},
+                    {"grpc_ttft_ms", g.ms}, {"http_ttft_ms", h.ms},
+                    {"http_minus_grpc_median_ms", h.Median() - g.Median()}});
 }
 
 long RssKb(int pid) {
@@ -266,7 +287,10 @@ int Connections() {
               stream_tokens > 0 ? "" : absl::StrCat("; ", alive, " of them answered again").c_str());
   std::printf("scheduler VmRSS: %ld KiB before, %ld KiB with them: %.1f KiB per connection\n",
               before, with, double(with - before) / n);
-  return alive == n ? 0 : 1;
+  return Report(alive == n ? 0 : 1,
+                {{"mode", "connections"}, {"connections", n}, {"stream_tokens", stream_tokens},
+                 {"open_ms", open_ms}, {"answered_again", alive}, {"rss_kib_before", before},
+                 {"rss_kib_with", with}});
 }
 
 int Interference() {
@@ -340,12 +364,17 @@ int Interference() {
   line("long prompts", gaps[1]);
   std::printf("%d long prompts (%d KiB each) in %lld s\n", long_done.load(),
               absl::GetFlag(FLAGS_long_prompt_kb), (long long)phase_len.count());
-  return gaps[1].empty() ? 1 : 0;
+  return Report(gaps[1].empty() ? 1 : 0,
+                {{"mode", "interference"}, {"quiet_gaps_ms", gaps[0]},
+                 {"long_prompt_gaps_ms", gaps[1]}, {"long_prompts", long_done.load()},
+                 {"long_prompt_kb", absl::GetFlag(FLAGS_long_prompt_kb)},
+                 {"phase_s", (long long)phase_len.count()}});
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+  g_header = kvcast::bench::ResultHeader("http_api_bench", argc, argv);
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   const std::string mode = args.size() > 1 ? args[1] : "";
   if (mode == "ttft") return Ttft();
