@@ -157,7 +157,8 @@ fi
 if [[ " $CHECKS " == *" bench "* ]]; then
   dir="$MODELS/llama3-1b"
   make_model llama3 1b "$dir"
-  step gpu_bench 180 kv "$BIN/gpu_bench" --model "$dir" && cat "$LOGS/gpu_bench.log" >>"$SUMMARY"
+  step gpu_bench 180 kv "$BIN/gpu_bench" --model "$dir" --json "$OUT/gpu_bench.json" &&
+    cat "$LOGS/gpu_bench.log" >>"$SUMMARY"
   # Where a decode step and a 2K prompt spend their GPU time, op by op.
   step gpu_op_times 120 kv "$BIN/gpu_bench" --model "$dir" --op_times --batches 1,32 \
       --prefill 2048 --landing_tokens 16 --steps 64 &&

@@ -39,6 +39,7 @@
 #include "engine/model/checkpoint.h"
 #include "engine/transformer.h"
 #include "kernels/backend.h"
+#include "tools/bench/result_file.h"
 #include "transport/kvcache/naming.h"
 #include "engine/kv/token_codec.h"
 
@@ -48,6 +49,7 @@ ABSL_FLAG(int, context, 512, "tokens of KV per sequence before the timed decode 
 ABSL_FLAG(int, steps, 32, "decode steps timed per batch size");
 ABSL_FLAG(std::string, prefill, "2048,8192", "prompt lengths for the prefill measurement");
 ABSL_FLAG(int, landing_tokens, 1024, "tokens per DecodeKv in the landing measurement");
+ABSL_FLAG(std::string, json, "", "also write every row here as a JSON result file");
 ABSL_FLAG(bool, op_times, false,
           "also print the GPU time of every op by rows (KVCAST_CUDA_OP_TIMES=1) when done; the "
           "tables' times then include the timing events");
@@ -93,7 +95,8 @@ absl::StatusOr<double> CopyBandwidth(cudaMemcpyKind kind, size_t bytes) {
   return double(bytes) * reps * (h2d ? 1 : 2) / secs;
 }
 
-absl::Status Run() {
+absl::Status Run(nlohmann::json header) {
+  nlohmann::json rows = nlohmann::json::array();
   ASSIGN_OR_RETURN(auto batches, Ints("batches", absl::GetFlag(FLAGS_batches)));
   ASSIGN_OR_RETURN(auto prefills, Ints("prefill", absl::GetFlag(FLAGS_prefill)));
   const int context = absl::GetFlag(FLAGS_context), steps = absl::GetFlag(FLAGS_steps);
@@ -160,6 +163,10 @@ absl::Status Run() {
                 B / per_step, per_step * 1e3, issue / (steps - 1) * 1e3, bytes / 1e9,
                 100 * bytes / per_step / hbm);
     std::fflush(stdout);
+    rows.push_back({{"measurement", "decode"}, {"batch", B}, {"context", context},
+                    {"tokens_per_s", B / per_step}, {"step_ms", per_step * 1e3},
+                    {"host_issue_ms", issue / (steps - 1) * 1e3}, {"bytes_per_step", bytes},
+                    {"roofline", bytes / per_step / hbm}});
   }
 
   // Prefill, against the same GEMMs alone.
@@ -223,6 +230,9 @@ absl::Status Run() {
                 T / prefill, gemm * 1e3, prefill * 1e3, worst[0] * 1e3, best[1] * 1e3,
                 worst[1] * 1e3, 100 * gemm / prefill);
     std::fflush(stdout);
+    rows.push_back({{"measurement", "prefill"}, {"prompt_tokens", T},
+                    {"tokens_per_s", T / prefill}, {"gemms_alone_ms", gemm * 1e3},
+                    {"prefill_ms", prefill * 1e3}});
   }
 
   // KV landing: DecodeKv from staging into pages.
@@ -246,16 +256,26 @@ absl::Status Run() {
     std::printf("| %s | %d | %.1f MB | %.1f | %.0f%% |\n",
                 kvcache::TrackNameOf(f).c_str(), N, bytes / 1e6, gbs / 1e9,
                 100 * gbs / h2d);
+    rows.push_back({{"measurement", "landing"}, {"format", kvcache::TrackNameOf(f)},
+                    {"tokens", N}, {"bytes", bytes}, {"gb_per_s", gbs / 1e9},
+                    {"of_pinned_h2d", gbs / h2d}});
   }
-  return backend->Synchronize();
+  RETURN_IF_ERROR(backend->Synchronize());
+  if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
+    header.update({{"device", prop.name}, {"hbm_copy_gb_per_s", hbm / 1e9},
+                   {"pinned_h2d_gb_per_s", h2d / 1e9}, {"model", absl::GetFlag(FLAGS_model)}});
+    return bench::WriteResultFile(path, std::move(header), std::move(rows));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
 }  // namespace kvcast
 
 int main(int argc, char** argv) {
+  nlohmann::json header = kvcast::bench::ResultHeader("gpu_bench", argc, argv);
   absl::ParseCommandLine(argc, argv);
-  absl::Status st = kvcast::Run();
+  absl::Status st = kvcast::Run(std::move(header));
   if (!st.ok()) {
     std::fprintf(stderr, "gpu_bench: %s\n", st.ToString().c_str());
     return 1;
