@@ -328,10 +328,42 @@ def plot_planner_on_machine(doc):
     return fig
 
 
+def plot_relay_fanout(doc):
+    fan = sorted((r for r in doc["results"] if "subscribers" in r), key=lambda r: r["subscribers"])
+    direct = [r for r in doc["results"] if r.get("case") == "direct" and r["track"] == fan[0]["track"]]
+    n = [r["subscribers"] for r in fan]
+    fig, (rate, sent) = new_figure(doc, f"A MoQT relay fanning one {fan[0]['track']} KV track out "
+                                        f"({fan[0]['tokens']} tokens, "
+                                        f"{fan[0]['mib'] / fan[0]['subscribers']:.0f} MiB), loopback",
+                                   ncols=2)
+    m = [median_range(r["mib_per_s"]) for r in fan]
+    rate.errorbar(n, [x[0] for x in m], yerr=[[x[1] for x in m], [x[2] for x in m]], capsize=3,
+                  marker="o", color=KVCAST, label="through the relay: delivered to all")
+    if direct:
+        d = statistics.median(direct[-1]["mib_per_s"])
+        rate.axhline(d, color=BASELINE, ls="--",
+                     label=f"no relay: one subscriber, {direct[-1]['tokens']} tokens")
+    log2_axis(rate, n)
+    rate.set_ylim(bottom=0)
+    rate.set_xlabel("subscribers (count)")
+    rate.set_ylabel("KV delivered, all subscribers (MiB/s)")
+    rate.legend(fontsize=7, loc="lower right")
+    sent.plot(n, [statistics.median(r["publisher_copies"]) for r in fan], marker="o",
+              color=KVCAST, label="through the relay (measured)")
+    sent.plot(n, n, ls="--", color=BASELINE, label="no relay: a copy per subscriber")
+    log2_axis(sent, n)
+    sent.set_xlabel("subscribers (count)")
+    sent.set_ylabel("publisher sent (copies of the track)")
+    sent.legend(fontsize=7, loc="upper left")
+    method_note(fig, f"median of {doc.get('rounds', '?')} alternating rounds, bars: range")
+    return fig
+
+
 # name -> (result file, plot function). The PNG is docs/images/NAME.png.
 PLOTS = {
     "llamacpp_by_length": ("llamacpp_by_length.json", plot_llamacpp_by_length),
     "kv_transport": ("kv_transport.json", plot_kv_transport),
+    "relay_fanout": ("kv_transport.json", plot_relay_fanout),
     "kv_quality": ("kv_quality.json", plot_kv_quality),
     "kv_tiers": ("kv_tiers.json", plot_kv_tiers),
     "planner_day": ("planner_day.json", plot_planner_day),
