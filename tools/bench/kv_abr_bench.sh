@@ -152,4 +152,6 @@ for label in sys.argv[7:]:
     phase = " / ".join(phases) if label.startswith("abr") else "-"
     print(f"| {label} | {d['seconds']:.2f} | {d['bytes'] / 1e6:.1f} | {d['groups_landed']}/{d['groups']} | {seq} | {phase} | {err} |")
 PY
-[ -z "${JSON:-}" ] || python3 tools/report/collect_results.py kv_abr_bench "$JSON" "$WORK" "$0 $*"
+[ -z "${JSON:-}" ] || python3 tools/report/collect_results.py kv_abr_bench "$JSON" "$WORK" "$0 $*" \
+  high_mbps="$HIGH" low_mbps="$LOW" low_from_s=1 low_until_s=2 budget_ms="$BUDGET_MS" \
+  layers="$LAYERS" shaper="$SHAPER"

@@ -1,12 +1,12 @@
 """Gathers a benchmark script's per-run JSON files into one result file.
 
-    python3 tools/report/collect_results.py TOOL OUT.json DIR "COMMAND"
+    python3 tools/report/collect_results.py TOOL OUT.json DIR "COMMAND" [KEY=VALUE ...]
 
 Every DIR/*.json that holds one JSON object (or JSON lines: the last one) is
 a run, named by its file's stem; the result file (tools/report/results.py)
 carries them under "results" as [{"run": NAME, ...the run's fields}], with
-the script's command line. The shell benchmarks call it when JSON=FILE is
-set. System python3 only.
+the script's command line and any KEY=VALUE settings (numbers as numbers).
+The shell benchmarks call it when JSON=FILE is set. System python3 only.
 """
 import json
 import os
@@ -31,16 +31,31 @@ def runs(directory):
     return out
 
 
+def setting(text):
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise ValueError(f"'{text}' is not KEY=VALUE")
+    try:
+        return key, float(value) if "." in value else int(value)
+    except ValueError:
+        return key, value
+
+
 def main(argv):
-    if len(argv) != 4:
+    if len(argv) < 4:
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2
-    tool, out, directory, command = argv
+    tool, out, directory, command = argv[:4]
+    try:
+        extra = dict(setting(a) for a in argv[4:])
+    except ValueError as e:
+        print(f"collect_results: {e}", file=sys.stderr)
+        return 2
     found = runs(directory)
     if not found:
         print(f"collect_results: no JSON runs in {directory}", file=sys.stderr)
         return 1
-    results.write(out, results.header(tool, shlex.split(command)), found)
+    results.write(out, results.header(tool, shlex.split(command)), found, **extra)
     print(f"result file: {out} ({len(found)} runs)")
     return 0
 

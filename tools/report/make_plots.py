@@ -359,6 +359,40 @@ def plot_relay_fanout(doc):
     return fig
 
 
+def plot_kv_abr(doc):
+    runs = {r["run"]: r for r in doc["results"] if "per_group" in r}
+    abr = [r for r in runs.values() if r["mode"] == "abr"]
+    fixed = [r for r in runs.values() if r["mode"] != "abr"]
+    ladder = ["ac-lo", "ac", "int8", "fp16"]  # fewest bytes at the bottom
+    fig, ax = new_figure(doc, f"Adaptive bitrate: the track of each 128-token group as the link "
+                              f"steps {doc['high_mbps']} -> {doc['low_mbps']} -> "
+                              f"{doc['high_mbps']} Mbit/s\n{abr[0]['tokens']}-token prompt, "
+                              f"{doc['layers']} layers of Llama-like KV, budget "
+                              f"{doc['budget_ms'] / 1000:g} s")
+    ax.axvspan(doc["low_from_s"], doc["low_until_s"], color="#f2dede",
+               label=f"link at {doc['low_mbps']} Mbit/s")
+    for i, (r, marker) in enumerate(zip(sorted(abr, key=lambda r: r["run"]), "os^")):
+        ax.plot([g["at"] for g in r["per_group"]],
+                [ladder.index(g["track"]) + 0.12 * (i - 0.5) for g in r["per_group"]],
+                ls="none", marker=marker, color=(KVCAST, OTHER, "#8a3ab9")[i],
+                label=f"ABR ({r['run']}): done in {r['seconds']:.2f} s, "
+                      f"{r['bytes'] / 1e6:.0f} MB")
+    for r, ls in zip(sorted(fixed, key=lambda r: r["run"]), ("--", ":")):
+        ax.axvline(r["seconds"], color=BASELINE, ls=ls,
+                   label=f"{r['mode']} alone (baseline): done in {r['seconds']:.2f} s, "
+                         f"{r['bytes'] / 1e6:.0f} MB")
+    ax.set_yticks(range(len(ladder)))
+    ax.set_yticklabels(ladder)
+    ax.set_ylim(-0.6, len(ladder) + 1.1)  # the top rows hold the legend
+    ax.set_xlim(left=0)
+    ax.set_xlabel("when the group landed (s)")
+    ax.set_ylabel("track of the group (codec)")
+    ax.legend(fontsize=7, loc="upper right", ncol=2)
+    method_note(fig, f"{doc['shaper']} shaper between two network namespaces; the ABR's ladder "
+                     f"fp16, ac, ac-lo; one run each")
+    return fig
+
+
 # name -> (result file, plot function). The PNG is docs/images/NAME.png.
 PLOTS = {
     "llamacpp_by_length": ("llamacpp_by_length.json", plot_llamacpp_by_length),
@@ -366,6 +400,7 @@ PLOTS = {
     "relay_fanout": ("kv_transport.json", plot_relay_fanout),
     "kv_quality": ("kv_quality.json", plot_kv_quality),
     "kv_tiers": ("kv_tiers.json", plot_kv_tiers),
+    "kv_abr": ("kv_abr.json", plot_kv_abr),
     "planner_day": ("planner_day.json", plot_planner_day),
     "planner_on_machine": ("planner_on_machine.json", plot_planner_on_machine),
 }

@@ -131,9 +131,13 @@ class ResultFiles(unittest.TestCase):
             pathlib.Path(d, "abr.json").write_text('{"log": 1}\n{"seconds": 3.6}\n')  # JSON lines
             pathlib.Path(d, "notes.txt").write_text("not a run")
             out = os.path.join(d, "out.json")
-            self.assertEqual(collect_results.main(["disagg_bench", out, d, "tools/x.sh 10"]), 0)
+            self.assertEqual(collect_results.main(["disagg_bench", out, d, "tools/x.sh 10",
+                                                   "high_mbps=200", "low_from_s=1.5",
+                                                   "shaper=tbf"]), 0)
             doc = results.load(out)
+            self.assertEqual(collect_results.main(["t", out, d, "x", "no-equals"]), 2)
         self.assertEqual(doc["tool"], "disagg_bench")
+        self.assertEqual((doc["high_mbps"], doc["low_from_s"], doc["shaper"]), (200, 1.5, "tbf"))
         self.assertEqual(doc["command"], "tools/x.sh 10")
         self.assertEqual(doc["results"], [{"seconds": 3.6, "run": "abr"},
                                           {"ttft_ms": {"p50": 54}, "run": "reuse"}])
