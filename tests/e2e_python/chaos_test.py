@@ -53,6 +53,9 @@ import grpc
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from harness import (CheckError, Cluster, Runner, expect, log, parse_cluster_test_args,  # noqa: E402
                      scrape, wait_for)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools",
+                                "report"))
+import results  # noqa: E402  (the result file: tools/report/results.py)
 
 PAGES_PER_CHUNK = 128 // 16
 DEADLINE_S = 20
@@ -484,7 +487,12 @@ def main():
             for key in ("bad_inputs", "datagrams", "back_in_service", "partition", "long_first"):
                 if key in r:
                     print(f"{r['scenario']}: {r[key]}")
-        (work / "chaos.json").write_text(json.dumps(c.rows, indent=1, default=str))
+        # The rows as a result file (tools/report): beside the work files,
+        # and where Bazel keeps a test's outputs (bazel-testlogs/.../test.outputs).
+        rows = json.loads(json.dumps(c.rows, default=str))
+        for out in {work, pathlib.Path(os.environ.get("TEST_UNDECLARED_OUTPUTS_DIR", work))}:
+            results.write(str(out / "chaos.json"), results.header("chaos_test"), rows,
+                          load=LOAD, freeze_s=FREEZE_S, fault_at_s=FAULT_AT_S)
     return runner.finish(args.xml)
 
 

@@ -393,6 +393,34 @@ def plot_kv_abr(doc):
     return fig
 
 
+def plot_chaos(doc):
+    rows = doc["results"]
+    fig, ax = new_figure(doc, f"Chaos campaign: time to serve again after each fault, under load "
+                              f"({doc['load']['requests']} requests at {doc['load']['rate']}/s)")
+    fig.set_size_inches(8, 6)
+    names = [r["scenario"] for r in rows][::-1]
+    for i, r in enumerate(rows[::-1]):
+        base = r["scenario"] == "baseline"
+        ax.barh(i, max(r["recovery_s"], 0.005), color=BASELINE if base else KVCAST,
+                label=("no fault (baseline)" if base else None))
+        leaked = sum(r["leaked_pages"].values()) if r["leaked_pages"] else 0
+        ax.annotate(f"{r['ok']} ok, {r['failed']} failed, {r['hung']} hung, {leaked} pages leaked",
+                    (max(r["recovery_s"], 0.005), i), textcoords="offset points", xytext=(4, 0),
+                    va="center", fontsize=6.5, color="#333333")
+    ax.barh([], [], color=KVCAST, label="a fault 1 s into the load")
+    ax.axvline(doc["freeze_s"], color="#aa0000", ls=":", lw=1,
+               label=f"how long a SIGSTOP or a partition lasts ({doc['freeze_s']} s)")
+    ax.set_yticks(range(len(names)))
+    ax.set_yticklabels(names, fontsize=7)
+    ax.set_xlim(0, max(max(r["recovery_s"] for r in rows), doc["freeze_s"]) * 1.9)
+    ax.set_xlabel("recovery: from the fault until a new request succeeds (s)")
+    ax.set_ylabel("fault (scenario)")
+    ax.legend(fontsize=7, loc="lower right")
+    method_note(fig, "each scenario on a fresh `kvcast cluster up` (2 prefill + 2 decode workers, "
+                     "a relay, the tiny model); tests/e2e_python/chaos_test.py")
+    return fig
+
+
 # name -> (result file, plot function). The PNG is docs/images/NAME.png.
 PLOTS = {
     "llamacpp_by_length": ("llamacpp_by_length.json", plot_llamacpp_by_length),
@@ -403,6 +431,7 @@ PLOTS = {
     "kv_abr": ("kv_abr.json", plot_kv_abr),
     "planner_day": ("planner_day.json", plot_planner_day),
     "planner_on_machine": ("planner_on_machine.json", plot_planner_on_machine),
+    "chaos": ("chaos.json", plot_chaos),
 }
 
 

@@ -47,7 +47,8 @@ def header(tool, argv=None):
     argv = sys.argv if argv is None else argv
     return {"tool": tool, "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
             "cpu": cpu_model(), "cores": os.cpu_count(), "command": " ".join(shlex.quote(a) for a in argv),
-            "commit": source_commit()}
+            # The checkout this file is in (through a Bazel runfiles link too).
+            "commit": source_commit(os.path.dirname(os.path.realpath(__file__)))}
 
 
 def write(path, head, results, **extra):
