@@ -404,7 +404,8 @@ def plot_chaos(doc):
         ax.barh(i, max(r["recovery_s"], 0.005), color=BASELINE if base else KVCAST,
                 label=("no fault (baseline)" if base else None))
         leaked = sum(r["leaked_pages"].values()) if r["leaked_pages"] else 0
-        ax.annotate(f"{r['ok']} ok, {r['failed']} failed, {r['hung']} hung, {leaked} pages leaked",
+        ax.annotate(f"{r['recovery_s']:.2f} s; {r['ok']} ok, {r['failed']} failed, {r['hung']} hung, "
+                    f"{leaked} pages leaked",
                     (max(r["recovery_s"], 0.005), i), textcoords="offset points", xytext=(4, 0),
                     va="center", fontsize=6.5, color="#333333")
     ax.barh([], [], color=KVCAST, label="a fault 1 s into the load")
