@@ -138,6 +138,44 @@ def plot_llamacpp_by_length(doc):
     return fig
 
 
+def plot_llamacpp_by_batch(doc):
+    rows = doc["results"]
+    names = [r["measurement"] for r in rows if r["engine"] == "kvcast"]
+    batches = [int(n.split()[-1]) for n in names if n.startswith("decode batch")]
+    fig, (ax, ratio) = new_figure(doc, f"Decode throughput against concurrency: kvcast vs "
+                                       f"llama.cpp on the CPU\n{doc.get('threads', 2)} threads, "
+                                       f"{doc.get('prompt_tokens', 512)}-token context", ncols=2)
+    per = {}
+    for engine, color, ls, marker in (("kvcast", KVCAST, "-", "o"),
+                                      ("llama.cpp", BASELINE, "--", "s")):
+        vals = [next(r["tokens_per_s"] for r in rows if r["engine"] == engine
+                     and r["measurement"] == f"decode batch {b}") for b in batches]
+        per[engine] = vals
+        m = [median_range(v) for v in vals]
+        ax.errorbar(batches, [x[0] for x in m], yerr=[[x[1] for x in m], [x[2] for x in m]],
+                    capsize=3, color=color, ls=ls, marker=marker,
+                    label="kvcast (continuous batching)" if engine == "kvcast"
+                    else "llama.cpp (N sequences in one context)")
+    log2_axis(ax, batches)
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("sequences decoding together (batch)")
+    ax.set_ylabel("decode throughput, all sequences (tokens/s)")
+    ax.legend(fontsize=7, loc="upper left")
+    r = [median_range([a / b for a, b in zip(k, l)])
+         for k, l in zip(per["kvcast"], per["llama.cpp"])]
+    ratio.errorbar(batches, [x[0] for x in r], yerr=[[x[1] for x in r], [x[2] for x in r]],
+                   capsize=3, color=KVCAST, marker="o", label="kvcast / llama.cpp, same round")
+    ratio.axhline(1, color=BASELINE, ls="--", label="parity with llama.cpp")
+    log2_axis(ratio, batches)
+    ratio.set_ylim(bottom=0)
+    ratio.set_xlabel("sequences decoding together (batch)")
+    ratio.set_ylabel("kvcast / llama.cpp (ratio)")
+    ratio.legend(fontsize=7, loc="lower right")
+    method_note(fig, f"SmolLM2-135M Q4_1; median of {doc.get('rounds', '?')} alternating rounds, "
+                     f"bars: range")
+    return fig
+
+
 def plot_kv_transport(doc):
     rows = [r for r in doc["results"] if "subscribers" not in r]
     tokens = max(r["tokens"] for r in rows)
@@ -425,6 +463,7 @@ def plot_chaos(doc):
 # name -> (result file, plot function). The PNG is docs/images/NAME.png.
 PLOTS = {
     "llamacpp_by_length": ("llamacpp_by_length.json", plot_llamacpp_by_length),
+    "llamacpp_by_batch": ("llamacpp_by_batch.json", plot_llamacpp_by_batch),
     "kv_transport": ("kv_transport.json", plot_kv_transport),
     "relay_fanout": ("kv_transport.json", plot_relay_fanout),
     "kv_quality": ("kv_quality.json", plot_kv_quality),
