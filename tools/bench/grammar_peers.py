@@ -4,7 +4,7 @@ documents, walked token by token, timing each engine's full-vocabulary mask
 at every step, in one run, the engines alternating per round.
 
   .venv-grammar/bin/python tools/bench/grammar_peers.py --model M.gguf \
-      --mask_bench bazel-bin/engine/grammar/mask_bench [--rounds 3]
+      --mask_bench bazel-bin/engine/grammar/mask_bench [--rounds 3] [--json FILE]
 
 (.venv-grammar: pip install llguidance xgrammar transformers gguf.) For each
 engine: the grammar's compile time, then per-token mask time on a fresh
@@ -23,6 +23,8 @@ import sys
 import time
 
 import numpy as np
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "report"))
+import results  # noqa: E402  (tools/report: the result files' header)
 
 DOCS = [
     ("any JSON object", None,
@@ -103,7 +105,9 @@ def main():
     ap.add_argument("--model", required=True)
     ap.add_argument("--mask_bench", required=True)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--json", default="", help="also write every round here as a result file")
     args = ap.parse_args()
+    rows = []
     from transformers import AutoTokenizer
     tok = AutoTokenizer.from_pretrained(os.path.dirname(os.path.abspath(args.model)),
                                         gguf_file=os.path.basename(args.model))
@@ -118,10 +122,18 @@ def main():
             print(f"  round {r + 1} kvcast      compile {kc:8.0f} us; cold mean {float(krows[0][0]):7.1f} us, "
                   f"median {float(krows[0][1]):6.1f} us, max {float(krows[0][2]):7.1f} us; "
                   f"warm mean {float(krows[1][0]):7.1f} us")
+            rows.append({"document": name, "round": r + 1, "engine": "kvcast", "compile_us": kc,
+                         "cold_mean_us": float(krows[0][0]), "warm_mean_us": float(krows[1][0])})
             for label, fn in (("xgrammar", run_xgrammar), ("llguidance", run_llguidance)):
                 c, (cold, warm) = fn(tok, vocab, schema, ids)
                 print(f"  round {r + 1} {label:11s} compile {c:8.0f} us; cold {summary(cold)}; "
                       f"warm mean {statistics.mean(warm):7.1f} us")
+                rows.append({"document": name, "round": r + 1, "engine": label, "compile_us": c,
+                             "cold_mean_us": statistics.mean(cold),
+                             "warm_mean_us": statistics.mean(warm)})
+    if args.json:
+        results.write(args.json, results.header("grammar_peers"), rows,
+                      xgrammar=version("xgrammar"), llguidance=version("llguidance"))
 
 
 if __name__ == "__main__":

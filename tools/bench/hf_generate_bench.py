@@ -18,7 +18,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import torch  # noqa: E402
+import transformers  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "report"))
+import results  # noqa: E402  (tools/report: the result files' header)
 
 
 def ints(text):
@@ -40,7 +44,9 @@ def main(argv=None):
     p.add_argument("--batches", type=ints, default=[1, 8, 32, 128])
     p.add_argument("--context", type=int, default=512)
     p.add_argument("--new", type=int, default=32)
+    p.add_argument("--json", default="", help="also write the rows here as a result file")
     args = p.parse_args(argv)
+    rows = []
     model = AutoModelForCausalLM.from_pretrained(
         args.model, torch_dtype=torch.bfloat16, local_files_only=True).cuda().eval()
     vocab = model.config.vocab_size
@@ -53,6 +59,7 @@ def main(argv=None):
             model(ids)  # warm-up
             secs = timed(lambda: model(ids))
             print(f"| {n} | {n / secs:.0f} |")
+            rows.append({"measurement": "prefill", "prompt_tokens": n, "tokens_per_s": n / secs})
         print("\n| batch | HF decode tokens/s |\n|---|---|")
         for b in args.batches:
             ids = ((torch.arange(args.context, device="cuda") * 7919 + 13) % vocab).repeat(b, 1)
@@ -63,6 +70,11 @@ def main(argv=None):
             full = timed(lambda: model.generate(ids, max_new_tokens=args.new,
                                                 min_new_tokens=args.new, **kw))
             print(f"| {b} | {b * (args.new - 1) / (full - one):.0f} |")
+            rows.append({"measurement": "decode", "batch": b, "context": args.context,
+                         "tokens_per_s": b * (args.new - 1) / (full - one)})
+    if args.json:
+        results.write(args.json, results.header("hf_generate_bench"), rows,
+                      device=torch.cuda.get_device_name(), transformers=transformers.__version__)
     return 0
 
 

@@ -9,7 +9,8 @@ exits 1 if B's TTFTs look like A's cached ones rather than the cold ones.
 
   python3 tools/bench/tenant_timing_probe.py --url http://127.0.0.1:8000 \\
       --key_a KEY_A --key_b KEY_B [--trials 50 --tokens 300 --vocab 49152]
-(the scheduler needs --api_keys_file mapping the two keys to two tenants)
+(the scheduler needs --api_keys_file mapping the two keys to two tenants;
+--json FILE also writes every TTFT as a result file, tools/report/results.py)
 """
 import argparse
 import json
@@ -18,6 +19,9 @@ import statistics
 import sys
 import time
 import urllib.request
+import os
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "report"))
+import results  # noqa: E402  (tools/report: the result files' header)
 
 
 def ttft(url, key, ids):
@@ -54,6 +58,7 @@ def main():
     ap.add_argument("--trials", type=int, default=50)
     ap.add_argument("--tokens", type=int, default=300)
     ap.add_argument("--vocab", type=int, default=49152)
+    ap.add_argument("--json", default="", help="also write the TTFTs here as a result file")
     args = ap.parse_args()
     rng = random.Random(1)
     cold, own, other = [], [], []
@@ -72,6 +77,11 @@ def main():
     d_other, d_own = ks(other, cold), ks(own, cold)
     print(f"KS distance to A's cold TTFTs: B {d_other:.2f}, A's own cached {d_own:.2f} "
           f"(two samples of {args.trials}: > {1.36 * (2 / args.trials) ** 0.5:.2f} differs at 5%)")
+    if args.json:
+        results.write(args.json, results.header("tenant_timing_probe"),
+                      {"a_cold_ms": cold, "a_cached_ms": own, "b_on_a_prompt_ms": other,
+                       "ks_b_vs_cold": d_other, "ks_a_own_vs_cold": d_own},
+                      trials=args.trials, tokens=args.tokens)
     return 0 if d_other < d_own else 1
 
 
