@@ -42,6 +42,13 @@ def median_range(values):
     return m, m - min(values), max(values) - m
 
 
+def errorbar_ranges(ax, xs, samples, scale=1.0, **kw):
+    """Each x's samples drawn as the median with the range as its bar."""
+    m = [median_range([scale * v for v in vals]) for vals in samples]
+    return ax.errorbar(xs, [x[0] for x in m], yerr=[[x[1] for x in m], [x[2] for x in m]],
+                       capsize=3, **kw)
+
+
 def machine_line(doc):
     cores = f", {doc['cores']} cores" if doc.get("cores") else ""
     return (f"Machine: {doc['cpu']}{cores} · {doc['date']} · commit {doc['commit']} · "
@@ -124,9 +131,8 @@ def plot_llamacpp_by_length(doc):
         for engine, (color, ls, marker) in styles.items():
             pts = [next(r for r in rows if r["prompt_tokens"] == n and r["engine"] == engine
                         and r["measurement"] == measurement)["tokens_per_s"] for n in lengths]
-            m = [median_range(v) for v in pts]
-            ax.errorbar(lengths, [x[0] for x in m], yerr=[[x[1] for x in m], [x[2] for x in m]],
-                        color=color, ls=ls, marker=marker, capsize=3, label=labels[engine])
+            errorbar_ranges(ax, lengths, pts, color=color, ls=ls, marker=marker,
+                            label=labels[engine])
         log2_axis(ax, lengths)
         ax.set_xlabel(xlabel)
         ax.set_ylabel(f"{measurement} throughput (tokens/s)")
@@ -151,20 +157,17 @@ def plot_llamacpp_by_batch(doc):
         vals = [next(r["tokens_per_s"] for r in rows if r["engine"] == engine
                      and r["measurement"] == f"decode batch {b}") for b in batches]
         per[engine] = vals
-        m = [median_range(v) for v in vals]
-        ax.errorbar(batches, [x[0] for x in m], yerr=[[x[1] for x in m], [x[2] for x in m]],
-                    capsize=3, color=color, ls=ls, marker=marker,
-                    label="kvcast (continuous batching)" if engine == "kvcast"
-                    else "llama.cpp (N sequences in one context)")
+        errorbar_ranges(ax, batches, vals, color=color, ls=ls, marker=marker,
+                        label="kvcast (continuous batching)" if engine == "kvcast"
+                        else "llama.cpp (N sequences in one context)")
     log2_axis(ax, batches)
     ax.set_ylim(bottom=0)
     ax.set_xlabel("sequences decoding together (batch)")
     ax.set_ylabel("decode throughput, all sequences (tokens/s)")
     ax.legend(fontsize=7, loc="upper left")
-    r = [median_range([a / b for a, b in zip(k, l)])
-         for k, l in zip(per["kvcast"], per["llama.cpp"])]
-    ratio.errorbar(batches, [x[0] for x in r], yerr=[[x[1] for x in r], [x[2] for x in r]],
-                   capsize=3, color=KVCAST, marker="o", label="kvcast / llama.cpp, same round")
+    errorbar_ranges(ratio, batches, [[a / b for a, b in zip(k, l)]
+                                     for k, l in zip(per["kvcast"], per["llama.cpp"])],
+                    color=KVCAST, marker="o", label="kvcast / llama.cpp, same round")
     ratio.axhline(1, color=BASELINE, ls="--", label="parity with llama.cpp")
     log2_axis(ratio, batches)
     ratio.set_ylim(bottom=0)
@@ -262,15 +265,12 @@ def plot_kv_tiers(doc):
     fig, ax = new_figure(doc, f"Time to first token by where a reused prefix's KV is "
                               f"(prefix + {doc.get('tail_tokens', '?')} new tokens)")
     for tier in tiers:
-        pts = [median_range(next(r["ttft_s"] for r in rows
-                                 if r["prefix_tokens"] == n and r["tier"] == tier))
-               for n in prefixes]
+        runs = [next(r["ttft_s"] for r in rows if r["prefix_tokens"] == n and r["tier"] == tier)
+                for n in prefixes]
         base = tier == "recompute"
-        ax.errorbar(prefixes, [1e3 * p[0] for p in pts],
-                    yerr=[[1e3 * p[1] for p in pts], [1e3 * p[2] for p in pts]], capsize=3,
-                    marker="s" if base else "o", lw=2.5 if base else 1.2,
-                    color=BASELINE if base else None, ls="--" if base else "-",
-                    label=names[tier])
+        errorbar_ranges(ax, prefixes, runs, scale=1e3, marker="s" if base else "o",
+                        lw=2.5 if base else 1.2, color=BASELINE if base else None,
+                        ls="--" if base else "-", label=names[tier])
     log2_axis(ax, prefixes)
     ax.set_yscale("log")
     ax.set_xlabel("reused prefix (tokens)")
@@ -374,9 +374,8 @@ def plot_relay_fanout(doc):
                                         f"({fan[0]['tokens']} tokens, "
                                         f"{fan[0]['mib'] / fan[0]['subscribers']:.0f} MiB), loopback",
                                    ncols=2)
-    m = [median_range(r["mib_per_s"]) for r in fan]
-    rate.errorbar(n, [x[0] for x in m], yerr=[[x[1] for x in m], [x[2] for x in m]], capsize=3,
-                  marker="o", color=KVCAST, label="through the relay: delivered to all")
+    errorbar_ranges(rate, n, [r["mib_per_s"] for r in fan], marker="o", color=KVCAST,
+                    label="through the relay: delivered to all")
     if direct:
         d = statistics.median(direct[-1]["mib_per_s"])
         rate.axhline(d, color=BASELINE, ls="--",
