@@ -27,6 +27,7 @@ desired replicas per role; --json writes the same as a result file
 import argparse
 import concurrent.futures
 import glob
+import math
 import os
 import random
 import re
@@ -50,8 +51,7 @@ def percentile(values, q):
     if not values:
         return None
     v = sorted(values)
-    rank = max(1, int(-(-q * len(v) // 1)))
-    return v[min(len(v), rank) - 1]
+    return v[min(len(v), max(1, math.ceil(q * len(v)))) - 1]
 
 
 def parse_steps(text):
@@ -97,7 +97,7 @@ class Cluster:
                     "--decode", "1", "--autoscale", "--autoscale_interval_s", str(args.planner_s),
                     "--autoscale_max_workers", str(args.max_workers), "--work_dir", args.work_dir,
                     "--scheduler_port", "0", "--http_port", "0", "--scheduler_flags", flags]
-        self.log = open(os.path.join(args.work_dir + ".log"), "w")
+        self.log = open(args.work_dir + ".log", "w")
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=self.log, text=True)
         self.metrics_url = self.api = None
         deadline = time.time() + 180
@@ -154,9 +154,9 @@ def drain_reports(work_dir):
             continue
         free = re.findall(r"drained: all (\d+) KV pages free", text)
         held = re.findall(r"drained: (\d+) of (\d+) KV pages still held", text)
-        out.append({"log": name, "reported": bool(free or held),
-                    "pages_held": int(held[-1][0]) if held else 0,
-                    "total_pages": int((free or [h[1] for h in held])[-1]) if free or held else 0})
+        pages_held, total = held[-1] if held else (0, free[-1] if free else 0)
+        out.append({"log": name, "reported": bool(free or held), "pages_held": int(pages_held),
+                    "total_pages": int(total)})
     return out
 
 

@@ -13,16 +13,12 @@
 // with the date, CPU, command and commit (tools/bench/result_file.h). A progress line goes to stderr per window.
 #include <chrono>
 #include <cstdio>
-#include <ctime>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/str_split.h"
 #include "common/status_macros.h"
 #include "engine/model/checkpoint.h"
 #include "engine/tokenizer/tokenizer.h"

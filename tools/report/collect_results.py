@@ -21,9 +21,10 @@ import results  # noqa: E402
 def runs(directory):
     out = []
     for path in sorted(pathlib.Path(directory).glob("*.json")):
-        lines = [line for line in path.read_text().splitlines() if line.strip()]
+        text = path.read_text()
+        lines = [line for line in text.splitlines() if line.strip()]
         try:
-            doc = json.loads(path.read_text()) if lines else None
+            doc = json.loads(text) if lines else None
         except json.JSONDecodeError:  # JSON lines: the last is the result
             doc = json.loads(lines[-1])
         if isinstance(doc, dict):
