@@ -51,6 +51,8 @@ measures the KL divergence of 32 forced decode steps against exact KV.
 Usage: .venv-hf/bin/python tools/bench/ac_allocation_study.py GGUF {rd SPEC... | layers | entropy | transform | prerope SPEC...}
 The prompt is kvcache_bench's: 256 ids (i * 7919 + 13) mod vocab; with
 STUDY_TEXT=file, the first 256 tokens of that text (the GGUF's tokenizer).
+STUDY_JSON=file also writes the printed rows as a result file
+(tools/report/results.py: date, CPU, command, commit).
 """
 import copy
 import os
@@ -61,6 +63,9 @@ import torch
 from transformers import AutoModelForCausalLM
 from transformers.cache_utils import DynamicCache
 from transformers.models.llama.modeling_llama import apply_rotary_pos_emb
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "report"))
+import results  # noqa: E402  (tools/report/results.py)
 
 PROMPT, STEPS, GROUP = 256, 32, 128
 torch.set_num_threads(2)
@@ -313,18 +318,21 @@ def prerope_kl(k_levels, v_levels, variant):
     return (forced_kl(coded), bits / 8 / PROMPT / (2 * L * Hk * D * 2),
             k_bits / (L * Hk * PROMPT * D), err / energy, logit_err / pairs, attn_err / L)
 
-
+rows = []  # what each mode prints, for STUDY_JSON
 if mode == "rd":
     for spec in specs:
         kl_, vl, ak, av = (float(f) for f in spec.split("/"))
         kl, size = mean_kl(kl_, vl, ak, av)
         print(f"| K {kl_:g} V {vl:g} | alpha K {ak:g} V {av:g} | {size:.3f} | {kl:.2e} |", flush=True)
+        rows.append({"k_levels": kl_, "v_levels": vl, "alpha_k": ak, "alpha_v": av,
+                     "size_vs_fp16": float(size), "mean_kl": float(kl)})
 elif mode == "layers":
     sens = {"K": [], "V": []}
     for l in range(L):
         for kind in "KV":
             sens[kind].append(mean_kl(15, 15, only=(l, kind))[0])
         print(f"layer {l}: K {sens['K'][-1]:.2e} V {sens['V'][-1]:.2e}", flush=True)
+        rows.append({"layer": l, "k_kl": float(sens["K"][-1]), "v_kl": float(sens["V"][-1])})
     for name, s in (("K", sens["K"]), ("V", sens["V"]), ("K and V", sens["K"] + sens["V"])):
         s = np.array(s)
         print(f"{name}: max/min {s.max() / s.min():.0f}x, bound on the saving "
@@ -349,6 +357,8 @@ elif mode == "entropy":
                             for j in range(classes))
         print(f"K {k_levels} V {v_levels}: " + ", ".join(
             f"{name} {bits / n:.2f}" for name, bits in total.items()) + " bits/value")
+        rows.append({"k_levels": k_levels, "v_levels": v_levels,
+                     "bits_per_value": {name: float(bits / n) for name, bits in total.items()}})
 elif mode == "transform":
     # The same step (so the same squared error: the transform is orthogonal)
     # in the channel basis and in each unit's own principal axes (KLT from
@@ -369,6 +379,8 @@ elif mode == "transform":
                     n += xh.size
         print(f"K {k_levels} V {v_levels}, one table per unit and group: " +
               ", ".join(f"{name} {b / n:.2f}" for name, b in bits.items()) + " bits/value")
+        rows.append({"k_levels": k_levels, "v_levels": v_levels,
+                     "bits_per_value": {name: float(b / n) for name, b in bits.items()}})
 elif mode == "prerope":
     worst, scale = 0.0, 0.0
     for l in range(L):
@@ -384,5 +396,14 @@ elif mode == "prerope":
         kl, size, kbpv, kerr, lerr, aerr = prerope_kl(float(k_levels), float(v_levels), variant)
         print(f"| {variant} | {k_levels} | {v_levels} | {size:.3f} | {kbpv:.2f} | {kerr:.2e} "
               f"| {lerr:.2e} | {aerr:.2e} | {kl:.2e} |", flush=True)
+        rows.append({"variant": variant, "k_levels": float(k_levels), "v_levels": float(v_levels),
+                     "size_vs_fp16": float(size), "k_bits_per_value": float(kbpv),
+                     "k_rel_sq_error": float(kerr), "k_logit_error": float(lerr),
+                     "attention_weighted_error": float(aerr), "mean_kl": float(kl)})
 else:
     sys.exit("mode: rd | layers | entropy | transform | prerope")
+
+if os.environ.get("STUDY_JSON"):
+    results.write(os.environ["STUDY_JSON"], results.header("ac_allocation_study"), rows, mode=mode,
+                  prompt=os.environ.get("STUDY_TEXT") or "kvcache_bench's synthetic ids")
+    print(f"result file: {os.environ['STUDY_JSON']}")

@@ -14,6 +14,8 @@
 # from usage.prompt_tokens_details. Workload: synthetic prompts of
 # $INPUT_TOKENS tokens (default 256), $OUTPUT_TOKENS out (64, ignore_eos),
 # $REQUESTS_PER_USER requests per concurrent user (4, at least 8 in all).
+# JSON=FILE also writes the runs' numbers as one result file
+# (tools/report/results.py; tools/bench/load_summary.py reads each report).
 # The workers run with OMP_WAIT_POLICY=PASSIVE: on one small host the
 # prefill and decode engines and the load generator share the cores, and
 # spinning OpenMP threads steal them from each other (measured on 2 cores,
@@ -61,6 +63,7 @@ bazel build --jobs="${KVCAST_JOBS:-2}" //tools/cli:kvcast //services/scheduler:k
   //services/prefill:kvcast-prefill //services/decode:kvcast-decode //services/relay:kvcast-relay
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
+rm -rf "$OUT/runs" && mkdir "$OUT/runs"
 ROOT=$PWD
 OMP_WAIT_POLICY=PASSIVE bazel-bin/tools/cli/kvcast cluster up --model "$MODEL" --scheduler_port 0 --http_port "$HTTP_PORT" \
   --work_dir "$OUT/cluster" >"$OUT/cluster.log" 2>&1 &
@@ -85,14 +88,7 @@ for c in $CONCURRENCY; do
       --warmup-request-count 1 --synthetic-input-tokens-mean "$INPUT_TOKENS" \
       --output-tokens-mean "$OUTPUT_TOKENS" --extra-inputs ignore_eos:true \
       --use-server-token-count --ui-type none --artifact-dir "$dir" >"$dir.log" 2>&1
-    "$PY" - "$dir/profile_export_aiperf.json" "$c" <<'EOF'
-import json, sys
-d, c = json.load(open(sys.argv[1])), sys.argv[2]
-m = lambda k, s="avg": d[k][s]
-print(f"aiperf   c={c:>2}: TTFT p50 {m('time_to_first_token','p50'):8.1f} ms p90 {m('time_to_first_token','p90'):8.1f} ms | "
-      f"ITL p50 {m('inter_token_latency','p50'):6.1f} ms | output {m('output_token_throughput'):6.1f} tok/s | "
-      f"cached tokens avg {m('usage_prompt_cache_read_tokens'):.0f} of {m('usage_prompt_tokens'):.0f}")
-EOF
+    "$PY" tools/bench/load_summary.py aiperf "$dir/profile_export_aiperf.json" "$c" "$OUT/runs/aiperf-c$c.json"
   fi
   if [ "$WHICH" != aiperf ]; then
     log "guidellm: concurrency $c, $n requests"
@@ -102,6 +98,10 @@ EOF
       --data "kind=synthetic_text,prompt_tokens=$INPUT_TOKENS,output_tokens=$OUTPUT_TOKENS" \
       --tokenizer "kind=huggingface_auto,model=$ROOT/$TOKENIZER" \
       --output "kind=json,path=$OUT/guidellm-c$c.json" --disable-progress >"$OUT/guidellm-c$c.log" 2>&1
-    "$PY" tools/bench/guidellm_summary.py "$OUT/guidellm-c$c.json" "$c"
+    "$PY" tools/bench/load_summary.py guidellm "$OUT/guidellm-c$c.json" "$c" "$OUT/runs/guidellm-c$c.json"
   fi
 done
+if [ -n "${JSON:-}" ]; then
+  python3 tools/report/collect_results.py openai_load_bench "$JSON" "$OUT/runs" "$0 $*" \
+    INPUT_TOKENS="$INPUT_TOKENS" OUTPUT_TOKENS="$OUTPUT_TOKENS" REQUESTS_PER_USER="$REQUESTS_PER_USER"
+fi
