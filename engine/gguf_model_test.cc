@@ -84,11 +84,13 @@ TEST_P(GgufModelTest, Q8_0GgufLogitsCloseToHfDirectory) {
   EXPECT_GT(worst, 0.0);  // Really quantized.
 }
 
-// Q4_0 / Q4_1 / Q4_K / Q5_K matrices stay 4- or 5-bit on the default backend
-// ("cpu": Q4 panels, 0.625-0.875 bytes a weight against Q8's 1.125) and compute what
-// the same blocks widened to float32 compute, up to its Q8 activations.
+// Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K matrices stay 4-, 5- or 6-bit on
+// the default backend ("cpu": Q4 panels, 0.625-0.875 bytes a weight against Q8's
+// 1.125) and compute what the same blocks widened to float32 compute, up to its Q8
+// activations.
 TEST_P(GgufModelTest, Q4GgufStaysQ4OnTheCpuBackend) {
-  for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ4_K, GgmlType::kQ5_K}) {
+  for (GgmlType type : {GgmlType::kQ4_0, GgmlType::kQ4_1, GgmlType::kQ5_0, GgmlType::kQ5_1,
+                        GgmlType::kQ4_K, GgmlType::kQ5_K, GgmlType::kQ6_K}) {
     const std::string name = GgmlTypeName(uint32_t(type));
     SCOPED_TRACE(name);
     TinyModelOptions o;
@@ -96,7 +98,9 @@ TEST_P(GgufModelTest, Q4GgufStaysQ4OnTheCpuBackend) {
     o.dtype = "f32";
     o.intermediate_size = 192;
     o.tie_embeddings = true;
-    if (type == GgmlType::kQ4_K || type == GgmlType::kQ5_K) {  // rows of whole 256-value blocks
+    const bool k_quant =
+        type == GgmlType::kQ4_K || type == GgmlType::kQ5_K || type == GgmlType::kQ6_K;
+    if (k_quant) {  // rows of whole 256-value blocks
       o.hidden_size = 256;
       o.intermediate_size = 512;
     }
@@ -111,9 +115,9 @@ TEST_P(GgufModelTest, Q4GgufStaysQ4OnTheCpuBackend) {
     const auto f32 = Logits(path, kPrompt), q4 = Logits(path, kPrompt, CpuWeights::kQ8, &q4_bytes);
     ASSERT_EQ(q4.size(), f32.size());
     ASSERT_FALSE(q4.empty());
-    // 0.625-0.75 (Q5_K: 0.875) bytes a weight against 1.125; widened they
-    // would be equal.
-    const double bound = type == GgmlType::kQ5_K ? 0.82 : 0.75;
+    // 0.625-0.75 (Q5_K, Q6_K: 0.875) bytes a weight against 1.125; widened
+    // they would be equal.
+    const double bound = type == GgmlType::kQ5_K || type == GgmlType::kQ6_K ? 0.82 : 0.75;
     EXPECT_LT(double(q4_bytes), bound * double(q8_bytes))
         << "Q4 weights " << q4_bytes << ", Q8 " << q8_bytes;
     ASSERT_EQ(q8.size(), f32.size());

@@ -41,6 +41,9 @@ std::optional<WeightType> BlockWeightType(const TensorView& t) {
   if (t.gguf_blocks == GgmlType::kQ4_1) return WeightType::kQ4_1Blocks;
   if (t.gguf_blocks == GgmlType::kQ4_K) return WeightType::kQ4_KBlocks;
   if (t.gguf_blocks == GgmlType::kQ5_K) return WeightType::kQ5_KBlocks;
+  if (t.gguf_blocks == GgmlType::kQ5_0) return WeightType::kQ5_0Blocks;
+  if (t.gguf_blocks == GgmlType::kQ5_1) return WeightType::kQ5_1Blocks;
+  if (t.gguf_blocks == GgmlType::kQ6_K) return WeightType::kQ6_KBlocks;
   if (t.gguf_blocks == GgmlType::kQ8_0) return WeightType::kQ8_0Blocks;
   return std::nullopt;
 }

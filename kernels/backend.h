@@ -42,14 +42,16 @@ class DeviceBuffer {
 };
 
 // Element type of a weight, in a checkpoint or on a backend. kQ4_0Blocks,
-// kQ4_1Blocks, kQ4_KBlocks, kQ5_KBlocks (kernels/q4_matmul.h: Q4Source) and kQ8_0Blocks
+// kQ4_1Blocks, kQ4_KBlocks, kQ5_KBlocks, kQ5_0Blocks, kQ5_1Blocks,
+// kQ6_KBlocks (kernels/q4_matmul.h: Q4Source) and kQ8_0Blocks
 // (q8_matmul.h: PackQ8_0Matrix) are a GGUF file's blocks, which
 // only a backend whose TakesWeightType says so is given; kQ8 and kQ4 are the
 // CPU backend's compact matrix formats (kernels/q8_matmul.h, q4_matmul.h),
 // never a checkpoint's. The CPU backend also keeps kBF16 matrices
 // (kernels/bf16_matmul.h).
 enum class WeightType {
-  kF32, kF16, kBF16, kQ4_0Blocks, kQ4_1Blocks, kQ4_KBlocks, kQ5_KBlocks, kQ8_0Blocks, kQ8, kQ4
+  kF32, kF16, kBF16, kQ4_0Blocks, kQ4_1Blocks, kQ4_KBlocks, kQ5_KBlocks, kQ5_0Blocks,
+  kQ5_1Blocks, kQ6_KBlocks, kQ8_0Blocks, kQ8, kQ4
 };
 
 // Matrices (projections, embeddings, LM head) may be kept in 16 bits by a

@@ -4,17 +4,23 @@
 
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <map>
 #include <random>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "common/dtype.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "kernels/internal/q4_kernels.h"
 #include "kernels/internal/q8_kernels.h"
 
 namespace kvcast {
 namespace {
 
+using q4_internal::PanelFormat;
 using q4_internal::Q4Kernels;
 
 std::vector<float> Random(size_t n, uint32_t seed, float scale = 1.0f) {
@@ -37,11 +43,15 @@ std::vector<uint8_t> SourceBlocks(Q4Source source, int64_t n, int64_t k, uint32_
     uint16_t d = FloatToHalf(scale(rng)), m = FloatToHalf(scale(rng) * 8);
     if (b % 7 == 3) d = 0;
     if (b % 11 == 5) d = 0x0003;  // subnormal
+    if (source == Q4Source::kQ6_K) {  // values and scales, then d
+      for (int j = 0; j < 208; ++j) block[j] = uint8_t(rng());
+      std::memcpy(block + 208, &d, 2);
+      continue;
+    }
     std::memcpy(block, &d, 2);
-    if (source != Q4Source::kQ4_0) std::memcpy(block + 2, &m, 2);
-    const bool k_quant = source == Q4Source::kQ4_K || source == Q4Source::kQ5_K;
-    const int from = k_quant ? 4 : bytes - 16;
-    for (int j = from; j < bytes; ++j) block[j] = uint8_t(rng());
+    const bool has_min = source != Q4Source::kQ4_0 && source != Q4Source::kQ5_0;
+    if (has_min) std::memcpy(block + 2, &m, 2);
+    for (int j = has_min ? 4 : 2; j < bytes; ++j) block[j] = uint8_t(rng());
   }
   return out;
 }
@@ -51,7 +61,13 @@ std::vector<uint8_t> SourceBlocks(Q4Source source, int64_t n, int64_t k, uint32_
 // are bits of the 12 scale bytes (j < 4: the low 6 bits of bytes j and
 // j + 4; else the nibbles of byte j + 4 below the top 2 bits of bytes j - 4
 // and j), its 32 nibbles the low (j even) or high nibbles of 32 bytes; a
-// Q5_K value's fifth bit is bit j of byte e of the 32 before the nibbles.
+// Q5_K value's fifth bit is bit j of byte e of the 32 before the nibbles;
+// a Q5_0 / Q5_1 value e's fifth bit is bit e of the 4 bytes after d (and
+// m); a Q6_K super-block is ql[128], qh[64], int8 sc[16], d: its 256 values
+// in two halves of 128, value l < 32 of quarter t < 4 of half n taking its
+// low four bits from the low (t < 2) or high nibble of ql[64 n + 32 (t % 2)
+// + l], its top two from bits 2t, 2t + 1 of qh[32 n + l], and x = d *
+// sc[8 n + 2 t + l / 16] * (q - 32).
 std::vector<float> GgmlValues(Q4Source source, const std::vector<uint8_t>& blocks) {
   const int bytes = Q4SourceBlockBytes(source);
   std::vector<float> out;
@@ -60,6 +76,33 @@ std::vector<float> GgmlValues(Q4Source source, const std::vector<uint8_t>& block
     uint16_t d, m;
     std::memcpy(&d, block, 2);
     std::memcpy(&m, block + 2, 2);
+    if (source == Q4Source::kQ6_K) {
+      std::memcpy(&d, block + 208, 2);
+      float values[256];
+      for (int n = 0; n < 2; ++n) {
+        for (int t = 0; t < 4; ++t) {
+          for (int l = 0; l < 32; ++l) {
+            const uint8_t low = block[64 * n + 32 * (t % 2) + l];
+            const int q = (t < 2 ? low % 16 : low / 16) + 16 * ((block[128 + 32 * n + l] >> (2 * t)) % 4);
+            const int sc = int8_t(block[192 + 8 * n + 2 * t + l / 16]);
+            values[128 * n + 32 * t + l] = HalfToFloat(d) * float(sc) * float(q - 32);
+          }
+        }
+      }
+      out.insert(out.end(), values, values + 256);
+      continue;
+    }
+    if (source == Q4Source::kQ5_0 || source == Q4Source::kQ5_1) {
+      const bool has_min = source == Q4Source::kQ5_1;
+      const uint8_t* qh = block + (has_min ? 4 : 2);
+      for (int e = 0; e < 32; ++e) {
+        const uint8_t byte = qh[4 + e % 16];
+        const int q = (e < 16 ? byte % 16 : byte / 16) + 16 * ((qh[e / 8] >> (e % 8)) % 2);
+        out.push_back(has_min ? HalfToFloat(d) * float(q) + HalfToFloat(m)
+                              : float(q - 16) * HalfToFloat(d));
+      }
+      continue;
+    }
     if (source == Q4Source::kQ4_K || source == Q4Source::kQ5_K) {
       const bool five = source == Q4Source::kQ5_K;
       const uint8_t* sc = block + 4;
@@ -87,7 +130,8 @@ std::vector<float> GgmlValues(Q4Source source, const std::vector<uint8_t>& block
 }
 
 constexpr Q4Source kSources[] = {Q4Source::kQ4_0, Q4Source::kQ4_1, Q4Source::kQ4_K,
-                                 Q4Source::kQ5_K};
+                                 Q4Source::kQ5_K, Q4Source::kQ5_0, Q4Source::kQ5_1,
+                                 Q4Source::kQ6_K};
 
 std::vector<uint8_t> Pack(Q4Source source, const std::vector<uint8_t>& blocks, int64_t n,
                           int64_t k) {
@@ -124,6 +168,47 @@ TEST(Q4MatmulTest, PackedValuesAreTheFilesBitForBit) {
       for (int e = 0; e < k; ++e) ASSERT_EQ(three[r * k + e], want[pick[r] * k + e]);
     }
   }
+}
+
+// Against PyPI's gguf package (tests/data/gguf_dequant_vectors.json,
+// tools/golden/gguf_dequant_vectors.py: random blocks of each type and the
+// float32 values gguf.quants.dequantize gives), one block a row: packed and
+// dequantized, the values are the package's, bit for bit.
+TEST(Q4MatmulTest, PackedValuesAreTheGgufPackagesBitForBit) {
+  std::ifstream in("tests/data/gguf_dequant_vectors.json");
+  ASSERT_TRUE(in.good());
+  std::stringstream text;
+  text << in.rdbuf();
+  const nlohmann::json vectors = nlohmann::json::parse(text.str());
+  const std::map<std::string, Q4Source> sources = {
+      {"Q4_0", Q4Source::kQ4_0}, {"Q4_1", Q4Source::kQ4_1}, {"Q5_0", Q4Source::kQ5_0},
+      {"Q5_1", Q4Source::kQ5_1}, {"Q4_K", Q4Source::kQ4_K}, {"Q5_K", Q4Source::kQ5_K},
+      {"Q6_K", Q4Source::kQ6_K}};
+  int checked = 0;
+  for (const auto& entry : vectors["types"]) {
+    const auto it = sources.find(entry["type"].get<std::string>());
+    if (it == sources.end()) continue;
+    SCOPED_TRACE(it->first);
+    const Q4Source source = it->second;
+    const std::string hex = entry["bytes"];
+    std::vector<uint8_t> blocks(hex.size() / 2);
+    for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = uint8_t(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+    const int64_t k = Q4SourceBlockValues(source), n = entry["count"].get<int64_t>() / k;
+    ASSERT_EQ(blocks.size(), size_t(n * Q4SourceBlockBytes(source)));
+    const auto got = Dequantize(Pack(source, blocks, n, k), n, k);
+    const auto& want = entry["float_bits"];
+    for (int64_t i = 0; i < n * k; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, &got[i], 4);
+      float w;
+      const uint32_t want_bits = want[i].get<uint32_t>();
+      std::memcpy(&w, &want_bits, 4);
+      // Equal as numbers (+0 where the package's d * (q - 8) is -0).
+      ASSERT_TRUE(bits == want_bits || got[i] == w) << "value " << i << ": " << got[i] << " vs " << w;
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 7);
 }
 
 // Q4Linear equals the product of its dequantized weights and its quantized
@@ -172,43 +257,69 @@ TEST(Q4MatmulTest, KernelsBitIdenticalAndBatchInvariant) {
   std::vector<int8_t> xq(all.q, all.q + m * k);
   std::vector<float> xs(all.s, all.s + m * all.blocks);
   std::vector<int32_t> xc(all.c, all.c + m * all.blocks);
-  for (Q4Source source : {Q4Source::kQ4_1, Q4Source::kQ4_K, Q4Source::kQ5_K}) {
+  std::vector<int32_t> xh(m * all.blocks);
+  q4_internal::FirstHalfSums(xq.data(), m * all.blocks, xh.data());
+  // Each source and the panel format its header names.
+  for (auto [source, format] : {std::pair{Q4Source::kQ4_1, 0}, {Q4Source::kQ4_K, 1},
+                                {Q4Source::kQ5_K, 2}, {Q4Source::kQ5_1, 3}, {Q4Source::kQ5_0, 3},
+                                {Q4Source::kQ6_K, 4}}) {
     SCOPED_TRACE(int(source));
     auto blocks = SourceBlocks(source, n, k, 7);
-    // A block of the largest values (15, or 31 with the fifth bits): the
-    // bound of the AVX2 kernels' int16 sums.
-    const int nibbles = source == Q4Source::kQ4_1 ? 4 : 16;
-    const int top = source == Q4Source::kQ5_K ? 16 + 32 + 32 : nibbles + 16;
-    for (int j = nibbles; j < top; ++j) blocks[j] = 0xFF;
+    // A block of the largest values (15, 31 with the fifth bits, 63 with the
+    // sixth): the bound of the AVX2 kernels' int16 sums.
+    int from = 16, to = 16 + 16;  // Q4_K: nibbles
+    if (source == Q4Source::kQ4_1) from = 4, to = 4 + 16;
+    if (source == Q4Source::kQ5_K) to = 16 + 32 + 32;  // fifth bits and nibbles
+    if (source == Q4Source::kQ5_1) from = 4, to = 4 + 4 + 16;
+    if (source == Q4Source::kQ5_0) from = 2, to = 2 + 4 + 16;
+    if (source == Q4Source::kQ6_K) from = 0, to = 128 + 64;  // a whole super-block
+    for (int j = from; j < to; ++j) blocks[j] = 0xFF;
     const auto q = Pack(source, blocks, n, k);
-    const int scales = source == Q4Source::kQ4_1 ? 0 : source == Q4Source::kQ4_K ? 1 : 2;
-    ASSERT_EQ(q[0], scales);  // the header names the panel format
-    auto run = [&](const Q4Kernels& kern, int rows_per_call) {
+    ASSERT_EQ(q[0], format);  // the header names the panel format
+    // The panels widened by the scalar reference (q4_kernels.h: every value
+    // a byte, then the block's scales).
+    const int64_t row_blocks = k / 32;
+    std::vector<uint8_t> wide(panels * row_blocks *
+                              q4_internal::WideBlockBytes(PanelFormat(format)));
+    q4_internal::ScalarQ4Kernels().widen[format](q.data() + 64, panels, row_blocks, wide.data());
+    auto run = [&](const Q4Kernels& kern, int rows_per_call, bool widened) {
       std::vector<float> y(m * n, -1.0f);
       for (int r = 0; r < m; r += rows_per_call) {
         const int rows = std::min(rows_per_call, m - r);
-        const q8_internal::Q8Rows part{xq.data() + r * k, xs.data() + r * all.blocks,
-                                       xc.data() + r * all.blocks, all.blocks};
-        kern.dot[scales](part, rows, q.data() + 64, panels, n, y.data() + r * n, n);
+        q8_internal::Q8Rows part{xq.data() + r * k, xs.data() + r * all.blocks,
+                                 xc.data() + r * all.blocks, all.blocks};
+        part.h = xh.data() + r * all.blocks;
+        if (widened) {
+          kern.wide_dot[format](part, rows, wide.data(), panels, n, y.data() + r * n, n);
+        } else {
+          kern.dot[format](part, rows, q.data() + 64, panels, n, y.data() + r * n, n);
+        }
       }
       return y;
     };
-    const auto want = run(q4_internal::ScalarQ4Kernels(), m);
-    std::vector<const Q4Kernels*> kernels = {q4_internal::Avx2Q4Kernels(),
+    const auto want = run(q4_internal::ScalarQ4Kernels(), m, false);
+    std::vector<const Q4Kernels*> kernels = {&q4_internal::ScalarQ4Kernels(),
+                                             q4_internal::Avx2Q4Kernels(),
                                              q4_internal::AvxVnniQ4Kernels(),
                                              q4_internal::Avx512VnniQ4Kernels()};
     int ran = 0;
     for (const Q4Kernels* kern : kernels) {
       if (kern == nullptr) continue;
       ++ran;
-      for (int rows_per_call : {m, 1, 2, 3, 5}) {
-        const auto got = run(*kern, rows_per_call);
-        for (size_t i = 0; i < got.size(); ++i) {
-          ASSERT_EQ(got[i], want[i]) << kern->name << " rows/call " << rows_per_call << " at " << i;
+      std::vector<uint8_t> own(wide.size());
+      kern->widen[format](q.data() + 64, panels, row_blocks, own.data());
+      ASSERT_EQ(own, wide) << kern->name << " widens otherwise";
+      for (bool widened : {false, true}) {
+        for (int rows_per_call : {m, 1, 2, 3, 5}) {
+          const auto got = run(*kern, rows_per_call, widened);
+          for (size_t i = 0; i < got.size(); ++i) {
+            ASSERT_EQ(got[i], want[i]) << kern->name << (widened ? " widened" : "") << " rows/call "
+                                       << rows_per_call << " at " << i;
+          }
         }
       }
     }
-    EXPECT_GE(ran, 1) << "this CPU has no AVX2: only the scalar kernel ran";
+    EXPECT_GE(ran, 2) << "this CPU has no AVX2: only the scalar kernel ran";
     // Through Q4Linear on 1 and 2 threads, and one row alone.
     for (int threads : {1, 2}) {
       omp_set_num_threads(threads);

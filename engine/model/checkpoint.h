@@ -4,8 +4,8 @@
 // validated, its tensors under HF names and shapes.
 //
 // Contract: Open of a regular file reads it as GGUF (config from its
-// metadata; Q4_0 / Q4_1 / Q4_K / Q5_K / Q8_0 tensors kept as blocks, other quantized tensors
-// widened to float32 once, here: see gguf_model.h). Open of a
+// metadata; Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q4_K / Q5_K / Q6_K / Q8_0 tensors kept as
+// blocks, other quantized tensors widened to float32 once, here: see gguf_model.h). Open of a
 // directory loads and validates config.json (see ModelConfig), then maps
 // model.safetensors if present, else every shard named by the index's
 // "weight_map" (each shard opened once). Errors:

@@ -66,7 +66,8 @@ void UnpermuteRows(const uint8_t* in, int heads, int64_t head_dim, size_t row_by
 // The block types a backend may keep as stored (Backend::TakesWeightType).
 bool KeptAsBlocks(GgmlType type) {
   return type == GgmlType::kQ4_0 || type == GgmlType::kQ4_1 || type == GgmlType::kQ4_K ||
-         type == GgmlType::kQ5_K || type == GgmlType::kQ8_0;
+         type == GgmlType::kQ5_K || type == GgmlType::kQ5_0 || type == GgmlType::kQ5_1 ||
+         type == GgmlType::kQ6_K || type == GgmlType::kQ8_0;
 }
 
 }  // namespace

@@ -19,8 +19,8 @@
 // of every attn_q/attn_k head (it permutes rows for its RoPE layout) for the
 // llama architecture; those rows are put back in HF order here, so the
 // engine's RoPE and the HF model agree. F32/F16/BF16 tensors in HF order
-// point into the file's mapping; Q4_0, Q4_1, Q4_K, Q5_K and Q8_0 tensors stay blocks
-// (TensorView::gguf_blocks), which a backend may keep as they are
+// point into the file's mapping; Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K and
+// Q8_0 tensors stay blocks (TensorView::gguf_blocks), which a backend may keep as they are
 // (Backend::TakesWeightType) or have widened when it loads them; other
 // quantized tensors and permuted float ones are widened to float32 here
 // (exactly, see ggml_types.h). Converted or reordered bytes live in storage

@@ -46,6 +46,9 @@ std::optional<Q4Source> Q4SourceOf(WeightType type) {
     case WeightType::kQ4_1Blocks: return Q4Source::kQ4_1;
     case WeightType::kQ4_KBlocks: return Q4Source::kQ4_K;
     case WeightType::kQ5_KBlocks: return Q4Source::kQ5_K;
+    case WeightType::kQ5_0Blocks: return Q4Source::kQ5_0;
+    case WeightType::kQ5_1Blocks: return Q4Source::kQ5_1;
+    case WeightType::kQ6_KBlocks: return Q4Source::kQ6_K;
     default: return std::nullopt;
   }
 }
@@ -89,9 +92,9 @@ class CpuBackend : public Backend {
 
   explicit CpuBackend(CpuWeights weights) : weights_(weights) {}
 
-  // The default backend ("cpu") keeps a GGUF file's Q4_0 / Q4_1 / Q4_K / Q5_K matrices as
-  // they are (Q4 panels), unless KVCAST_CPU_Q4=0 has them widened and
-  // narrowed to Q8 like other weights (for A/B measurements), and its Q8_0
+  // The default backend ("cpu") keeps a GGUF file's Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q4_K /
+  // Q5_K / Q6_K matrices as they are (Q4 panels), unless KVCAST_CPU_Q4=0 has them
+  // widened and narrowed to Q8 like other weights (for A/B measurements), and its Q8_0
   // matrices as Q8 panels holding the same values.
   bool TakesWeightType(WeightType type) const override {
     if (type == WeightType::kQ8_0Blocks) return weights_ == CpuWeights::kQ8;
@@ -151,6 +154,9 @@ class CpuBackend : public Backend {
       case WeightType::kQ4_1Blocks:
       case WeightType::kQ4_KBlocks:
       case WeightType::kQ5_KBlocks:
+      case WeightType::kQ5_0Blocks:
+      case WeightType::kQ5_1Blocks:
+      case WeightType::kQ6_KBlocks:
       case WeightType::kQ8_0Blocks:
         break;  // Packed above.
       case WeightType::kQ8:

@@ -34,6 +34,9 @@ struct Q8Rows {
   const float* s;
   const int32_t* c;
   int64_t blocks;
+  // h[r * blocks + b]: the sum of the block's first 16 q (only the Q6 weight
+  // kernels read it, q4_kernels.h; nullptr elsewhere).
+  const int32_t* h = nullptr;
 };
 
 // Quantizes the m rows of x [m, k] with ActiveQ8Kernels().quantize (rows

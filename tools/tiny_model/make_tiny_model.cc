@@ -32,7 +32,8 @@ ABSL_FLAG(std::string, dtype, "bf16", "f32 | f16 | bf16");
 ABSL_FLAG(int, shards, 1, "Number of safetensors shards.");
 ABSL_FLAG(uint64_t, seed, 1, "PRNG seed.");
 ABSL_FLAG(std::string, gguf, "",
-          "F32 | Q8_0 | Q4_0 | Q4_1 | Q4_K | Q5_K: write a GGUF file with matrices of this type");
+          "F32 | Q8_0 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q4_K | Q5_K | Q6_K: write a GGUF file with "
+          "matrices of this type");
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
@@ -59,13 +60,14 @@ int main(int argc, char** argv) {
   o.seed = absl::GetFlag(FLAGS_seed);
   const std::string gguf = absl::GetFlag(FLAGS_gguf);
   std::optional<kvcast::GgmlType> type;
-  for (kvcast::GgmlType t : {kvcast::GgmlType::kF32, kvcast::GgmlType::kQ8_0,
-                             kvcast::GgmlType::kQ4_0, kvcast::GgmlType::kQ4_1,
-                             kvcast::GgmlType::kQ4_K, kvcast::GgmlType::kQ5_K}) {
-    if (gguf == kvcast::GgmlTypeName(uint32_t(t))) type = t;
+  for (uint32_t id = 0; id < 64; ++id) {
+    const auto t = kvcast::GgmlType(id);
+    if (kvcast::TinyGgufMatrixType(t) && gguf == kvcast::GgmlTypeName(id)) type = t;
   }
   if (!gguf.empty() && !type) {
-    std::fprintf(stderr, "make_tiny_model: --gguf=%s is not F32, Q8_0, Q4_0, Q4_1, Q4_K or Q5_K\n",
+    std::fprintf(stderr,
+                 "make_tiny_model: --gguf=%s is not F32, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, "
+                 "Q5_K or Q6_K\n",
                  gguf.c_str());
     return 2;
   }

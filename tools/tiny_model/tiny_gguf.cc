@@ -36,9 +36,14 @@ std::string EncodeQ8_0(const std::vector<float>& v) {
 }
 
 // ggml's Q4_0 (x = d * (q - 8); d = the signed value of largest magnitude
-// / -8) and Q4_1 (x = d * q + m; m = the minimum, d = range / 15), blocks
-// of 32, value j < 16 in the low nibble of byte j and j + 16 in its high one.
-std::string EncodeQ4(const std::vector<float>& v, GgmlType type) {
+// / -8), Q4_1 (x = d * q + m; m = the minimum, d = range / 15) and their
+// 5-bit forms Q5_0 (q - 16, / -16) and Q5_1 (range / 31), blocks of 32,
+// value j < 16 in the low nibble of byte j and j + 16 in its high one; Q5
+// keeps value j's fifth bit in bit j of 4 bytes before the nibbles.
+std::string EncodeSmall(const std::vector<float>& v, GgmlType type) {
+  const bool five = type == GgmlType::kQ5_0 || type == GgmlType::kQ5_1;
+  const bool has_min = type == GgmlType::kQ4_1 || type == GgmlType::kQ5_1;
+  const int top = five ? 31 : 15, offset = five ? 16 : 8;
   std::string out;
   for (size_t b = 0; b < v.size(); b += 32) {
     float lo = v[b], hi = v[b], big = 0;
@@ -47,17 +52,63 @@ std::string EncodeQ4(const std::vector<float>& v, GgmlType type) {
       hi = std::max(hi, v[i]);
       if (std::fabs(v[i]) > std::fabs(big)) big = v[i];
     }
-    const float d = type == GgmlType::kQ4_0 ? big / -8.0f : (hi - lo) / 15.0f;
-    const float m = type == GgmlType::kQ4_0 ? 0.0f : lo, inv = d != 0 ? 1.0f / d : 0.0f;
+    const float d = has_min ? (hi - lo) / float(top) : big / -float(offset);
+    const float m = has_min ? lo : 0.0f, inv = d != 0 ? 1.0f / d : 0.0f;
     const uint16_t hd = FloatToHalf(d), hm = FloatToHalf(m);
     out.append(reinterpret_cast<const char*>(&hd), 2);
-    if (type == GgmlType::kQ4_1) out.append(reinterpret_cast<const char*>(&hm), 2);
+    if (has_min) out.append(reinterpret_cast<const char*>(&hm), 2);
     uint8_t q[32];
+    uint32_t qh = 0;
     for (int i = 0; i < 32; ++i) {
-      const float x = type == GgmlType::kQ4_0 ? v[b + i] * inv + 8.5f : (v[b + i] - m) * inv + 0.5f;
-      q[i] = uint8_t(std::min(15, std::max(0, int(x))));
+      const float x = has_min ? (v[b + i] - m) * inv + 0.5f : v[b + i] * inv + float(offset) + 0.5f;
+      q[i] = uint8_t(std::min(top, std::max(0, int(x))));
+      qh |= uint32_t(q[i] >> 4) << i;
     }
-    for (int i = 0; i < 16; ++i) out.push_back(char(q[i] | q[i + 16] << 4));
+    if (five) out.append(reinterpret_cast<const char*>(&qh), 4);
+    for (int i = 0; i < 16; ++i) out.push_back(char((q[i] & 15) | (q[i + 16] & 15) << 4));
+  }
+  return out;
+}
+
+// ggml's Q6_K: per 256 values 16 sub-blocks of 16 with an int8 scale sc
+// (the sub-block's value of largest magnitude / -32, in steps of d = the
+// largest such scale / -128), x = (d * sc) * (q - 32), q of 6 bits; the low
+// four bits of value v in byte 64 (v / 128) + v % 32 + 32 ((v / 32) % 2) of
+// ql[128] (low nibble for (v / 32) % 4 < 2), its top two at bit
+// 2 ((v / 32) % 4) of byte 32 (v / 128) + v % 32 of qh[64]; then the 16
+// scales and fp16 d.
+std::string EncodeQ6_K(const std::vector<float>& v) {
+  std::string out;
+  for (size_t b = 0; b < v.size(); b += 256) {
+    float scale[16], big_scale = 0;
+    for (int j = 0; j < 16; ++j) {
+      float big = 0;
+      for (int i = 0; i < 16; ++i) {
+        if (std::fabs(v[b + 16 * j + i]) > std::fabs(big)) big = v[b + 16 * j + i];
+      }
+      scale[j] = big / -32.0f;
+      if (std::fabs(scale[j]) > std::fabs(big_scale)) big_scale = scale[j];
+    }
+    const float d = HalfToFloat(FloatToHalf(big_scale / -128.0f));
+    int8_t sc[16];
+    uint8_t ql[128] = {}, qh[64] = {};
+    for (int j = 0; j < 16; ++j) {
+      sc[j] = int8_t(d != 0 ? std::max(-128, std::min(127, int(std::lround(scale[j] / d)))) : 0);
+      const float step = d * float(sc[j]);
+      for (int i = 0; i < 16; ++i) {
+        const int vi = 16 * j + i, quarter = (vi / 32) % 4;
+        const int q =
+            step != 0 ? std::max(-32, std::min(31, int(std::lround(v[b + vi] / step)))) + 32 : 32;
+        ql[64 * (vi / 128) + vi % 32 + 32 * (quarter % 2)] |=
+            uint8_t(quarter < 2 ? q & 15 : (q & 15) << 4);
+        qh[32 * (vi / 128) + vi % 32] |= uint8_t((q >> 4) << (2 * quarter));
+      }
+    }
+    out.append(reinterpret_cast<const char*>(ql), 128);
+    out.append(reinterpret_cast<const char*>(qh), 64);
+    out.append(reinterpret_cast<const char*>(sc), 16);
+    const uint16_t hd = FloatToHalf(d);
+    out.append(reinterpret_cast<const char*>(&hd), 2);
   }
   return out;
 }
@@ -130,8 +181,11 @@ std::string EncodeMatrix(const std::vector<float>& v, GgmlType type) {
     case GgmlType::kQ8_0: return EncodeQ8_0(v);
     case GgmlType::kQ4_K: return EncodeK(v, false);
     case GgmlType::kQ5_K: return EncodeK(v, true);
+    case GgmlType::kQ6_K: return EncodeQ6_K(v);
     case GgmlType::kQ4_0:
-    case GgmlType::kQ4_1: return EncodeQ4(v, type);
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ5_0:
+    case GgmlType::kQ5_1: return EncodeSmall(v, type);
     default: return Bytes(v);
   }
 }
@@ -177,17 +231,30 @@ absl::Status AddTokenizer(const std::string& hf_dir, const ModelConfig& c, GgufW
 
 }  // namespace
 
+bool TinyGgufMatrixType(GgmlType type) {
+  switch (type) {
+    case GgmlType::kF32:
+    case GgmlType::kQ8_0:
+    case GgmlType::kQ4_0:
+    case GgmlType::kQ4_1:
+    case GgmlType::kQ5_0:
+    case GgmlType::kQ5_1:
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K:
+    case GgmlType::kQ6_K: return true;
+    default: return false;
+  }
+}
+
 absl::Status WriteTinyGguf(const TinyModelOptions& options, GgmlType matrix_type,
                            const std::string& path) {
   if (options.arch != "llama" && options.arch != "qwen2") {
     return absl::InvalidArgumentError(absl::StrCat("tiny GGUF: arch '", options.arch,
                                                    "' (llama or qwen2 only)"));
   }
-  if (matrix_type != GgmlType::kF32 && matrix_type != GgmlType::kQ8_0 &&
-      matrix_type != GgmlType::kQ4_0 && matrix_type != GgmlType::kQ4_1 &&
-      matrix_type != GgmlType::kQ4_K && matrix_type != GgmlType::kQ5_K) {
+  if (!TinyGgufMatrixType(matrix_type)) {
     return absl::InvalidArgumentError(
-        "tiny GGUF: matrices are F32, Q8_0, Q4_0, Q4_1, Q4_K or Q5_K");
+        "tiny GGUF: matrices are F32, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K or Q6_K");
   }
   const std::string hf_dir = path + ".hf";
   RETURN_IF_ERROR(WriteTinyModel(options, hf_dir));
@@ -249,8 +316,10 @@ absl::Status WriteTinyGguf(const TinyModelOptions& options, GgmlType matrix_type
     std::vector<int64_t> dims(e.shape.rbegin(), e.shape.rend());
     // Rows that do not fill the type's blocks stay F32 (llama.cpp's
     // quantizer falls back to another type there too).
-    const int64_t block =
-        matrix_type == GgmlType::kQ4_K || matrix_type == GgmlType::kQ5_K ? 256 : 32;
+    const int64_t block = matrix_type == GgmlType::kQ4_K || matrix_type == GgmlType::kQ5_K ||
+                                  matrix_type == GgmlType::kQ6_K
+                              ? 256
+                              : 32;
     const GgmlType type = matrix && dims[0] % block == 0 ? matrix_type : GgmlType::kF32;
     w.AddTensor(e.gguf, uint32_t(type), dims, EncodeMatrix(values, type));
   }

@@ -4,8 +4,9 @@
 // interleaved for llama.cpp's RoPE (llama architecture), metadata keys for
 // the config, Llama-3.1 RoPE scaling as a rope_freqs tensor, and a
 // `llama-bpe` byte-level BPE tokenizer. Matrices are F32, Q8_0, Q4_0, Q4_1,
-// Q4_K or Q5_K (`matrix_type`; a matrix whose rows do not fill its blocks stays
-// F32); norms and biases F32. The engine reading this file
+// Q5_0, Q5_1, Q4_K, Q5_K or Q6_K (`matrix_type`, quantized as ggml's
+// reference quantizers do, without their search for the best scale; a
+// matrix whose rows do not fill its blocks stays F32); norms and biases F32. The engine reading this file
 // must compute what it computes from the HF directory: the test of the GGUF
 // path that needs no downloaded model.
 //
@@ -25,6 +26,8 @@ namespace kvcast {
 
 absl::Status WriteTinyGguf(const TinyModelOptions& options, GgmlType matrix_type,
                            const std::string& path);
+// Whether WriteTinyGguf writes matrices of this type.
+bool TinyGgufMatrixType(GgmlType type);
 
 }  // namespace kvcast
 
