@@ -223,7 +223,8 @@ void PackQ4Matrix(Q4Source source, const void* blocks, int64_t n, int64_t k, voi
           const uint8_t q = s.q[e] & 15;
           block[NibbleByte(i, e)] |= HighNibble(e) ? uint8_t(q << 4) : q;
           if (FifthBit(format)) {
-            block[kFifthBitOffset + FifthBitByte(i, e)] |= uint8_t((s.q[e] >> 4) << FifthBitShift(e));
+            block[kFifthBitOffset + FifthBitByte(i, e)] |=
+                uint8_t((s.q[e] >> 4) << FifthBitShift(e));
           }
           if (TopTwoBits(format)) {
             block[kTopBitsOffset + TopBitsByte(i, e)] |= uint8_t((s.q[e] >> 4) << TopBitsShift(e));

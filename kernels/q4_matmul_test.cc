@@ -83,7 +83,8 @@ std::vector<float> GgmlValues(Q4Source source, const std::vector<uint8_t>& block
         for (int t = 0; t < 4; ++t) {
           for (int l = 0; l < 32; ++l) {
             const uint8_t low = block[64 * n + 32 * (t % 2) + l];
-            const int q = (t < 2 ? low % 16 : low / 16) + 16 * ((block[128 + 32 * n + l] >> (2 * t)) % 4);
+            const int top = (block[128 + 32 * n + l] >> (2 * t)) % 4;
+            const int q = (t < 2 ? low % 16 : low / 16) + 16 * top;
             const int sc = int8_t(block[192 + 8 * n + 2 * t + l / 16]);
             values[128 * n + 32 * t + l] = HalfToFloat(d) * float(sc) * float(q - 32);
           }
@@ -192,7 +193,9 @@ TEST(Q4MatmulTest, PackedValuesAreTheGgufPackagesBitForBit) {
     const Q4Source source = it->second;
     const std::string hex = entry["bytes"];
     std::vector<uint8_t> blocks(hex.size() / 2);
-    for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = uint8_t(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      blocks[i] = uint8_t(std::stoi(hex.substr(2 * i, 2), nullptr, 16));
+    }
     const int64_t k = Q4SourceBlockValues(source), n = entry["count"].get<int64_t>() / k;
     ASSERT_EQ(blocks.size(), size_t(n * Q4SourceBlockBytes(source)));
     const auto got = Dequantize(Pack(source, blocks, n, k), n, k);
@@ -204,7 +207,8 @@ TEST(Q4MatmulTest, PackedValuesAreTheGgufPackagesBitForBit) {
       const uint32_t want_bits = want[i].get<uint32_t>();
       std::memcpy(&w, &want_bits, 4);
       // Equal as numbers (+0 where the package's d * (q - 8) is -0).
-      ASSERT_TRUE(bits == want_bits || got[i] == w) << "value " << i << ": " << got[i] << " vs " << w;
+      ASSERT_TRUE(bits == want_bits || got[i] == w)
+          << "value " << i << ": " << got[i] << " vs " << w;
     }
     ++checked;
   }
@@ -288,7 +292,8 @@ TEST(Q4MatmulTest, KernelsBitIdenticalAndBatchInvariant) {
         const int rows = std::min(rows_per_call, m - r);
         q8_internal::Q8Rows part{xq.data() + r * k, xs.data() + r * all.blocks,
                                  xc.data() + r * all.blocks, all.blocks};
-        part.h = xh.data() + r * all.blocks;
+        // As Q4Linear: only the 6-bit kernels are given the half sums.
+        part.h = format == 4 ? xh.data() + r * all.blocks : nullptr;
         if (widened) {
           kern.wide_dot[format](part, rows, wide.data(), panels, n, y.data() + r * n, n);
         } else {

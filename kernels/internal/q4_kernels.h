@@ -42,7 +42,9 @@ constexpr int ScaleBytes(PanelFormat f) {
 }
 constexpr int MinOffset(PanelFormat f) { return ScaleOffset(f) + 16 * ScaleBytes(f); }
 // Q6: the int8 scale of half h (0: values 0-15, 1: 16-31) of row i.
-constexpr int HalfScaleByte(int h, int i) { return ScaleOffset(PanelFormat::kQ6) + 32 + 16 * h + i; }
+constexpr int HalfScaleByte(int h, int i) {
+  return ScaleOffset(PanelFormat::kQ6) + 32 + 16 * h + i;
+}
 constexpr int PanelBlockBytes(PanelFormat f) {
   return TopTwoBits(f) ? ScaleOffset(f) + 32 + 32 : MinOffset(f) + 16 * ScaleBytes(f);
 }

@@ -89,14 +89,16 @@ KVCAST_TARGET_AVX512 inline __m512i TopBitsUnmasked512(__m512i pairs, int c) {
 // scales (its bytes from ScaleOffset on).
 KVCAST_TARGET_AVX2 inline __m256 Load8HalfScales(const uint8_t* scales, int h, int k) {
   const __m256 d = Load8Scales<PanelFormat::kQ6>(scales, h);
-  const __m128i sc = _mm_loadl_epi64(
-      reinterpret_cast<const __m128i*>(scales + HalfScaleByte(k, 8 * h) - ScaleOffset(PanelFormat::kQ6)));
+  constexpr int kAt = ScaleOffset(PanelFormat::kQ6);
+  const __m128i sc =
+      _mm_loadl_epi64(reinterpret_cast<const __m128i*>(scales + HalfScaleByte(k, 8 * h) - kAt));
   return _mm256_mul_ps(d, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc)));
 }
 KVCAST_TARGET_AVX512 inline __m512 Load16HalfScales(const uint8_t* scales, int k) {
   const __m512 d = Load16Scales<PanelFormat::kQ6>(scales);
-  const __m128i sc = _mm_loadu_si128(
-      reinterpret_cast<const __m128i*>(scales + HalfScaleByte(k, 0) - ScaleOffset(PanelFormat::kQ6)));
+  constexpr int kAt = ScaleOffset(PanelFormat::kQ6);
+  const __m128i sc =
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + HalfScaleByte(k, 0) - kAt));
   return _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(sc)));
 }
 
@@ -104,7 +106,8 @@ KVCAST_TARGET_AVX512 inline __m512 Load16HalfScales(const uint8_t* scales, int k
 // values 4c..4c+3 of each row, `hi` values 16+4c.., in 256-bit halves h
 // (rows 8h..8h+7) or whole 512-bit panels.
 template <PanelFormat S>
-KVCAST_TARGET_AVX2 inline void Unpack256(const uint8_t* wb, int c, int h, __m256i* lo, __m256i* hi) {
+KVCAST_TARGET_AVX2 inline void Unpack256(const uint8_t* wb, int c, int h, __m256i* lo,
+                                          __m256i* hi) {
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + c * 64 + 32 * h));
   *lo = _mm256_and_si256(v, low4);
@@ -190,11 +193,16 @@ KVCAST_TARGET_AVX512 void WidenAvx512(const uint8_t* w, int64_t panels, int64_t 
     for (int r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm256_setzero_ps();                    \
     for (int64_t b = 0; b < blocks; ++b) {                                                      \
       const uint8_t* wb = w + b * BlockBytes(S, W);                                             \
-      /* Q6 sums each row's two halves apart (K = 2): each has its own scale. */                \
+      /* Q6 sums each row's two halves apart (K = 2): each has its own scale; */                \
+      /* the sums start at -32 x the activation half's sum (the -32 offset). */                 \
       __m256i isum[R][2][K];                                                                    \
       for (int r = 0; r < R; ++r) {                                                             \
-        for (int h = 0; h < 2; ++h) {                                                           \
-          for (int k = 0; k < K; ++k) isum[r][h][k] = _mm256_setzero_si256();                   \
+        const int64_t xb = (r0 + r) * blocks + b;                                               \
+        for (int k = 0; k < K; ++k) {                                                           \
+          isum[r][0][k] = isum[r][1][k] =                                                       \
+              TopTwoBits(S)                                                                     \
+                  ? _mm256_set1_epi32(-32 * (k == 0 ? x.h[xb] : x.c[xb] / 128 - x.h[xb]))        \
+                  : _mm256_setzero_si256();                                                     \
         }                                                                                       \
       }                                                                                         \
       for (int c = 0; c < 4; ++c) {                                                             \
@@ -225,16 +233,11 @@ KVCAST_TARGET_AVX512 void WidenAvx512(const uint8_t* w, int64_t panels, int64_t 
           for (int k = 0; k < 2; ++k) ds[h][k] = Load8HalfScales(scales, h, k);                 \
         }                                                                                       \
         for (int r = 0; r < R; ++r) {                                                           \
-          const int64_t xb = (r0 + r) * blocks + b;                                             \
-          const __m256 xs = _mm256_set1_ps(x.s[xb]);                                            \
-          const int32_t first = x.h[xb];                                                        \
-          const __m256i off[2] = {_mm256_set1_epi32(32 * first),                                \
-                                  _mm256_set1_epi32(32 * (x.c[xb] / 128 - first))};             \
+          const __m256 xs = _mm256_set1_ps(x.s[(r0 + r) * blocks + b]);                        \
           for (int h = 0; h < 2; ++h) {                                                         \
             for (int k = 0; k < K; ++k) {                                                       \
-              const __m256i dot = _mm256_sub_epi32(FINISH(isum[r][h][k]), off[k]);              \
-              acc[r][h] = _mm256_fmadd_ps(_mm256_mul_ps(ds[h][k], xs), _mm256_cvtepi32_ps(dot), \
-                                          acc[r][h]);                                           \
+              const __m256 dot = _mm256_cvtepi32_ps(FINISH(isum[r][h][k]));                     \
+              acc[r][h] = _mm256_fmadd_ps(_mm256_mul_ps(ds[h][k], xs), dot, acc[r][h]);         \
             }                                                                                   \
           }                                                                                     \
         }                                                                                       \
@@ -298,10 +301,15 @@ KVCAST_TARGET_AVX512 void Avx512Panels(const Q8Rows& x, int r0, const uint8_t* w
     for (int p = 0; p < PP; ++p) acc[r][p] = _mm512_setzero_ps();
   }
   for (int64_t b = 0; b < blocks; ++b) {
+    // Q6's sums start at -32 x the activation half's sum: the -32 offset.
     __m512i isum[R][PP][A];
     for (int r = 0; r < R; ++r) {
-      for (int p = 0; p < PP; ++p) {
-        for (int a = 0; a < A; ++a) isum[r][p][a] = _mm512_setzero_si512();
+      const int64_t xb = (r0 + r) * blocks + b;
+      for (int a = 0; a < A; ++a) {
+        const __m512i start =
+            TopTwoBits(S) ? _mm512_set1_epi32(-32 * (a == 0 ? x.h[xb] : x.c[xb] / 128 - x.h[xb]))
+                          : _mm512_setzero_si512();
+        for (int p = 0; p < PP; ++p) isum[r][p][a] = start;
       }
     }
     // With few rows, each panel's stream is fetched a few blocks ahead of
@@ -340,14 +348,10 @@ KVCAST_TARGET_AVX512 void Avx512Panels(const Q8Rows& x, int r0, const uint8_t* w
         for (int k = 0; k < 2; ++k) ds[p][k] = Load16HalfScales(scales, k);
       }
       for (int r = 0; r < R; ++r) {
-        const int64_t xb = (r0 + r) * blocks + b;
-        const __m512 xs = _mm512_set1_ps(x.s[xb]);
-        const int32_t first = x.h[xb];
-        const __m512i off[2] = {_mm512_set1_epi32(32 * first),
-                                _mm512_set1_epi32(32 * (x.c[xb] / 128 - first))};
+        const __m512 xs = _mm512_set1_ps(x.s[(r0 + r) * blocks + b]);
         for (int p = 0; p < PP; ++p) {
           for (int k = 0; k < 2; ++k) {
-            const __m512i dot = _mm512_sub_epi32(isum[r][p][k == 0 ? 0 : A - 1], off[k]);
+            const __m512i dot = isum[r][p][k == 0 ? 0 : A - 1];
             acc[r][p] = _mm512_fmadd_ps(_mm512_mul_ps(ds[p][k], xs), _mm512_cvtepi32_ps(dot),
                                         acc[r][p]);
           }
