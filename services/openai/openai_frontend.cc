@@ -1,7 +1,9 @@
 #include "services/openai/openai_frontend.h"
 
+#include <algorithm>
 #include <chrono>
 #include <map>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -85,14 +87,15 @@ int64_t UnixNow() {
       .count();
 }
 
-// One HTTP request in flight: its Generation calls (one per choice) report
-// here; the answer is written once every call is done (or, streaming, as
-// messages arrive).
+// One HTTP request in flight: its Generation calls (one per candidate:
+// n a prompt, or best_of) report here; the answer is written once every
+// call is done (or, streaming, as messages arrive).
 class Job : public std::enable_shared_from_this<Job> {
  public:
-  Job(CompletionRequest req, std::shared_ptr<HttpExchange> ex, std::string model, int n,
+  Job(CompletionRequest req, std::shared_ptr<HttpExchange> ex, std::string model, int calls,
       const Tokenizer* tokenizer, ToolCallFormat tool_format)
       : req_(std::move(req)),
+        per_prompt_(std::max(req_.n, req_.best_of)),
         ex_(std::move(ex)),
         tokenizer_(tokenizer),
         tools_(req_.endpoint == Endpoint::kChat &&
@@ -101,7 +104,7 @@ class Job : public std::enable_shared_from_this<Job> {
         id_(NewResponseId(req_.endpoint)),
         created_(UnixNow()),
         model_(std::move(model)),
-        choices_(size_t(n)) {}
+        choices_(size_t(calls)) {}
 
   class Call;
   void Start(v1::Generation::Stub* stub, std::vector<v1::GenerateRequest> requests,
@@ -118,7 +121,8 @@ class Job : public std::enable_shared_from_this<Job> {
         c.cached_tokens = d.cached_prompt_tokens();
       }
       for (int i = 0; i < d.logprobs_size() && i < d.token_ids_size(); ++i) {
-        c.logprobs.push_back(Readable(d.token_ids(i), d.logprobs(i)));
+        c.cumulative_logprob += d.logprobs(i).logprob();
+        if (req_.logprobs) c.logprobs.push_back(Readable(d.token_ids(i), d.logprobs(i)));
       }
       if (!req_.stream) {
         c.text += d.text();
@@ -182,7 +186,8 @@ class Job : public std::enable_shared_from_this<Job> {
     if (!req_.stream) {
       if (error_) return SendError(ex_.get(), *error_);
       std::vector<Choice> out;
-      for (const ChoiceState& c : choices_) {
+      for (size_t i : ReturnedLocked()) {
+        const ChoiceState& c = choices_[i];
         out.push_back({c.text, c.finish, LogprobsJson(req_.endpoint, c.logprobs, 0, req_.logprobs)});
         if (!tools_) continue;
         ParsedToolCalls parsed = ParseToolCalls(tool_format_, c.text);
@@ -220,6 +225,7 @@ class Job : public std::enable_shared_from_this<Job> {
     size_t text_sent = 0;  // streaming with tools: of `text`, sent as content
     std::string finish;
     int prompt_tokens = 0, completion_tokens = 0, cached_tokens = 0;
+    double cumulative_logprob = 0;  // of the tokens so far (with logprobs or best_of)
     // With logprobs: every token's (not streaming), or those not sent yet.
     std::vector<TokenLogprobs> logprobs;
     int logprob_chars = 0;  // characters of the tokens whose logprobs were sent
@@ -243,12 +249,28 @@ class Job : public std::enable_shared_from_this<Job> {
     return out;
   }
 
+  // The candidates answered, in choice order: all of them, or with best_of
+  // each prompt's n of highest cumulative log-probability (ties: the first).
+  std::vector<size_t> ReturnedLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    std::vector<size_t> out(choices_.size());
+    std::iota(out.begin(), out.end(), size_t(0));
+    if (per_prompt_ == req_.n) return out;
+    std::vector<size_t> best;
+    for (auto first = out.begin(); first != out.end(); first += per_prompt_) {
+      std::stable_sort(first, first + per_prompt_, [&](size_t a, size_t b) {
+        return choices_[a].cumulative_logprob > choices_[b].cumulative_logprob;
+      });
+      best.insert(best.end(), first, first + req_.n);
+    }
+    return best;
+  }
+
   Usage TotalLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     Usage u;
     for (size_t i = 0; i < choices_.size(); ++i) {
       const ChoiceState& c = choices_[i];
-      u.completion_tokens += c.completion_tokens;
-      if (i % size_t(req_.n) != 0) continue;  // a prompt counts once, not per choice
+      u.completion_tokens += c.completion_tokens;  // every candidate's, as OpenAI bills best_of
+      if (i % size_t(per_prompt_) != 0) continue;  // a prompt counts once, not per choice
       u.prompt_tokens += c.prompt_tokens;
       u.cached_tokens += c.cached_tokens;
     }
@@ -292,6 +314,7 @@ class Job : public std::enable_shared_from_this<Job> {
   void CancelLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const CompletionRequest req_;
+  const int per_prompt_;  // calls a prompt: n, or best_of
   const std::shared_ptr<HttpExchange> ex_;
   const Tokenizer* const tokenizer_;  // may be null
   const bool tools_;                  // chat with tool_choice other than none: calls are parsed out
@@ -568,7 +591,8 @@ class OpenAiFrontend::Impl {
     if (auto e = Tokenize(creq, *served, &prompts)) return fail(*e);
     std::vector<v1::GenerateRequest> calls;
     static thread_local std::mt19937_64 seeds{std::random_device{}()};
-    for (auto& ids : prompts) for (int choice = 0; choice < creq.n; ++choice) {
+    const int candidates = std::max(creq.n, creq.best_of);
+    for (auto& ids : prompts) for (int choice = 0; choice < candidates; ++choice) {
       v1::GenerateRequest g;
       *g.mutable_token_ids()->mutable_ids() = {ids.begin(), ids.end()};
       v1::SamplingParams* s = g.mutable_sampling();
@@ -584,7 +608,8 @@ class OpenAiFrontend::Impl {
                        : chat          ? std::max(1, std::min(room, options_.max_tokens_limit))
                                        : 16);
       s->set_min_tokens(creq.min_tokens);
-      s->set_logprobs(creq.logprobs);
+      // best_of ranks the candidates by their tokens' log-probabilities.
+      s->set_logprobs(creq.logprobs || candidates > creq.n);
       s->set_top_logprobs(creq.top_logprobs);
       if (creq.format == CompletionRequest::Format::kJsonObject) {
         s->mutable_response_format()->set_type(v1::ResponseFormat::RESPONSE_FORMAT_JSON_OBJECT);

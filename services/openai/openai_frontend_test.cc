@@ -4,10 +4,12 @@
 #include "services/openai/openai_frontend.h"
 
 #include <atomic>
+#include <cmath>
 #include <mutex>
 #include <set>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "grpcpp/server_builder.h"
@@ -30,7 +32,8 @@ using services::testing::SendAll;
 // [3] RESOURCE_EXHAUSTED; [4] one delta, then waits to be cancelled;
 // [5] UNAUTHENTICATED unless the call carries "authorization: Bearer k";
 // [6] RESOURCE_EXHAUSTED for the tenant (trailing kvcast-limit, retry-after);
-// [7] text, then a Hermes tool call split across deltas, then STOP.
+// [7] text, then a Hermes tool call split across deltas, then STOP;
+// [8] "s<seed>" as one token whose logprob is -0.1 - 0.5 |seed - 11|, then STOP.
 class ScriptedGeneration final : public v1::Generation::Service {
  public:
   grpc::Status Generate(grpc::ServerContext* ctx, const v1::GenerateRequest* req,
@@ -83,6 +86,23 @@ class ScriptedGeneration final : public v1::Generation::Service {
         v1::GenerateResponse r;
         r.mutable_final()->set_finish_reason(v1::FINISH_REASON_STOP);
         r.mutable_final()->mutable_usage()->set_generated_tokens(3);
+        w->Write(r);
+        return grpc::Status::OK;
+      }
+      case 8: {
+        v1::GenerateResponse r;
+        r.mutable_delta()->set_text(absl::StrCat("s", req->sampling().seed()));
+        r.mutable_delta()->add_token_ids('s');
+        r.mutable_delta()->set_prompt_tokens(req->token_ids().ids_size());
+        if (req->sampling().logprobs()) {
+          const double off = std::abs(double(req->sampling().seed()) - 11);
+          r.mutable_delta()->add_logprobs()->set_logprob(float(-0.1 - 0.5 * off));
+        }
+        w->Write(r);
+        r.Clear();
+        r.mutable_final()->set_finish_reason(v1::FINISH_REASON_STOP);
+        r.mutable_final()->mutable_usage()->set_prompt_tokens(req->token_ids().ids_size());
+        r.mutable_final()->mutable_usage()->set_generated_tokens(1);
         w->Write(r);
         return grpc::Status::OK;
       }
@@ -402,6 +422,34 @@ TEST_F(OpenAiFrontendTest, NChoicesAreNCallsWithTheirOwnSeeds) {
   std::lock_guard<std::mutex> l(upstream_.seeds_mu_);
   ASSERT_EQ(upstream_.seeds_.size(), 2u);
   EXPECT_NE(upstream_.seeds_[0], upstream_.seeds_[1]);  // random, each its own
+}
+
+// best_of candidates (seeds seed + i), each asked for its logprobs; the n of
+// highest cumulative logprob come back as choices 0..n-1 (ties: the first),
+// without logprobs unless asked; usage bills every candidate's tokens.
+TEST_F(OpenAiFrontendTest, BestOfReturnsTheMostLikelyCandidates) {
+  std::string r = Call(PostJson("/v1/completions", R"({"prompt":[8],"n":2,"best_of":3,"seed":10})"),
+                       "}}}");
+  EXPECT_THAT(r, StartsWith("HTTP/1.1 200 OK"));
+  EXPECT_THAT(r, HasSubstr(R"("index":0,"text":"s11","logprobs":null)")) << r;
+  EXPECT_THAT(r, HasSubstr(R"("index":1,"text":"s10","logprobs":null)")) << r;
+  EXPECT_THAT(r, Not(HasSubstr("s12")));
+  EXPECT_THAT(r, Not(HasSubstr(R"("index":2)")));
+  EXPECT_THAT(r, HasSubstr(R"("prompt_tokens":1,"total_tokens":4,"completion_tokens":3)")) << r;
+  EXPECT_TRUE(upstream_.last_request_.sampling().logprobs());
+  {
+    std::lock_guard<std::mutex> l(upstream_.seeds_mu_);
+    std::multiset<uint64_t> seeds(upstream_.seeds_.begin(), upstream_.seeds_.end());
+    EXPECT_EQ(seeds, (std::multiset<uint64_t>{10, 11, 12}));
+  }
+  // Asked for, the returned candidates' logprobs come with them.
+  r = Call(PostJson("/v1/completions", R"({"prompt":[8],"best_of":3,"seed":10,"logprobs":0})"),
+           "}}}");
+  EXPECT_THAT(r, HasSubstr(R"("token_logprobs":[-0.1)")) << r;
+  EXPECT_THAT(r, HasSubstr(R"("text":"s11")"));
+  // Without best_of no logprobs are asked for.
+  Call(PostJson("/v1/completions", R"({"prompt":[8],"n":2})"), "}}}");
+  EXPECT_FALSE(upstream_.last_request_.sampling().logprobs());
 }
 
 TEST_F(OpenAiFrontendTest, ModelsHealthMetrics) {

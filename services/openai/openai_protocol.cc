@@ -370,7 +370,7 @@ std::optional<ApiError> ParseEndpointFields(const Json& j, CompletionRequest* ou
   return std::nullopt;
 }
 
-// n (with best_of on completions): at most 64 choices over all prompts.
+// n (with best_of on completions): at most 64 generations over all prompts.
 std::optional<ApiError> ParseChoices(const Json& j, CompletionRequest* out) {
   CompletionRequest& r = *out;
   std::optional<int64_t> n;
@@ -380,13 +380,18 @@ std::optional<ApiError> ParseChoices(const Json& j, CompletionRequest* out) {
   if (prompts * size_t(r.n) > 64) {
     return Bad("n", absl::StrCat("'n' x prompts = ", prompts * size_t(r.n), " choices; at most 64"));
   }
-  if (r.endpoint == Endpoint::kCompletions) {
-    if (auto e = Refuse(j, "best_of", [](const Json& v) { return v.is_number_integer(); },
-                        "must be an integer")) return e;
-    if (auto it = j.find("best_of"); it != j.end() && !it->is_null() && *it != r.n) {
-      return Bad("best_of", "'best_of' other than n is not supported");
-    }
+  if (r.endpoint != Endpoint::kCompletions) return std::nullopt;
+  std::optional<int64_t> best_of;
+  if (auto e = ReadInt(j, "best_of", 1, 64, &best_of)) return e;
+  if (!best_of) return std::nullopt;
+  if (*best_of < r.n) {
+    return Bad("best_of", absl::StrCat("'best_of' (", *best_of, ") must be >= n (", r.n, ")"));
   }
+  if (prompts * size_t(*best_of) > 64) {
+    return Bad("best_of", absl::StrCat("'best_of' x prompts = ", prompts * size_t(*best_of),
+                                       " generations; at most 64"));
+  }
+  r.best_of = int(*best_of);
   return std::nullopt;
 }
 
@@ -498,6 +503,10 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, const std::string& body,
   }
   if (auto e = ParseChoices(j, &r)) return e;
   if (auto e = ParseSampling(j, &r)) return e;
+  if (r.stream && r.best_of > r.n) {
+    // As OpenAI: the best are known only once every candidate has ended.
+    return Bad("best_of", "'best_of' greater than n cannot be streamed");
+  }
   if (auto e = ParseStops(j, &r)) return e;
   return ParseStreaming(j, &r);
 }

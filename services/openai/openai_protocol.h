@@ -65,6 +65,10 @@ struct CompletionRequest {
   // Choices per prompt (choice p * n + i is prompt p's i-th), each with its
   // own seed stream (seed + i); the prompt counts once in the usage.
   int n = 1;
+  // Completions: candidates generated per prompt (>= n; 0: n), of which the
+  // n with the highest cumulative log-probability are returned (not with
+  // stream); usage counts every candidate's tokens.
+  int best_of = 0;
   std::vector<std::string> stop;
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;

@@ -88,7 +88,12 @@ TEST(OpenAiProtocolTest, RefusesBadFieldsNamingThem) {
       {Endpoint::kCompletions, R"({"prompt":"a","top_p":0})", "top_p", "(0, 1]"},
       {Endpoint::kCompletions, R"({"prompt":"a","n":0})", "n", "[1, 64]"},
       {Endpoint::kCompletions, R"({"prompt":["a","b"],"n":40})", "n", "80 choices; at most 64"},
-      {Endpoint::kCompletions, R"({"prompt":"a","n":2,"best_of":3})", "best_of", "other than n"},
+      {Endpoint::kCompletions, R"({"prompt":"a","n":3,"best_of":2})", "best_of", "must be >= n (3)"},
+      {Endpoint::kCompletions, R"({"prompt":"a","best_of":65})", "best_of", "[1, 64]"},
+      {Endpoint::kCompletions, R"({"prompt":"a","best_of":2.5})", "best_of", "integer"},
+      {Endpoint::kCompletions, R"({"prompt":["a","b"],"best_of":40})", "best_of", "80 generations"},
+      {Endpoint::kCompletions, R"({"prompt":"a","best_of":3,"stream":true})", "best_of",
+       "cannot be streamed"},
       {Endpoint::kCompletions, R"({"prompt":"a","echo":true})", "echo", "not supported"},
       {Endpoint::kCompletions, R"({"prompt":"a","logprobs":21})", "logprobs", "[0, 20]"},
       {Endpoint::kCompletions, R"({"prompt":"a","logprobs":"3"})", "logprobs", "integer"},
@@ -187,6 +192,8 @@ TEST(OpenAiProtocolTest, ResponseFormatsOnBothEndpoints) {
 TEST(OpenAiProtocolTest, SeveralChoicesPerPrompt) {
   EXPECT_EQ(Parsed(Endpoint::kChat, R"({"messages":[{"role":"user","content":"x"}],"n":4})").n, 4);
   EXPECT_EQ(Parsed(Endpoint::kCompletions, R"({"prompt":["a","b"],"n":32,"best_of":32})").n, 32);
+  EXPECT_EQ(Parsed(Endpoint::kCompletions, R"({"prompt":"a","n":2,"best_of":5})").best_of, 5);
+  EXPECT_EQ(Parsed(Endpoint::kCompletions, R"({"prompt":"a","n":2})").best_of, 0);
   EXPECT_EQ(Parsed(Endpoint::kCompletions, R"({"prompt":"a"})").n, 1);
 }
 

@@ -15,6 +15,9 @@ plain urllib, no kvcast code:
                       this one's conversation
   bad_requests        400 naming the field; unknown model 404
   min_tokens          min_tokens holds a stop string back
+  best_of             completions n=2 best_of=4 (sampled, a seed) return the
+                      2 of the 4 candidates n=4 gives with the highest summed
+                      token_logprobs, in that order; usage bills all 4
   disconnect_cancels  closing a long stream frees the scheduler's queue slot
                       and the decode worker's KV pages
   concurrent_streams  8 streams at once, each complete
@@ -220,6 +223,24 @@ class Checks:
         expect(short.usage.completion_tokens < 8, f"{short}")
         expect(held.usage.completion_tokens >= 8, f"{held}")
 
+    def best_of(self):
+        args = dict(model=self.model, prompt="The best color for a barn is", max_tokens=8,
+                    temperature=1.0, seed=7)
+        best = self.client.completions.create(**args, n=2, best_of=4)
+        every = self.client.completions.create(**args, n=4, logprobs=0)
+        # The same seeds (7..10) give the same four candidates; rank them here.
+        ranked = sorted(range(4), key=lambda i: -sum(every.choices[i].logprobs.token_logprobs))
+        want = [every.choices[i].text for i in ranked[:2]]
+        got = [c.text for c in best.choices]
+        expect([c.index for c in best.choices] == [0, 1], f"indices {[c.index for c in best.choices]}")
+        expect(got == want, f"best_of gave {got}, the two most likely of {[c.text for c in every.choices]} "
+                            f"are {want}")
+        expect(all(c.logprobs is None for c in best.choices), "logprobs not asked for came back")
+        expect(best.usage.completion_tokens == every.usage.completion_tokens,
+               f"usage {best.usage.completion_tokens} != all four's {every.usage.completion_tokens}")
+        expect(len(set(c.text for c in every.choices)) > 1, "four samples, all the same")
+        log(f"best_of=4 n=2: {got} of {[c.text for c in every.choices]}")
+
     def disconnect_cancels(self):
         metrics = self.cluster.metrics["scheduler"]
         decode = self.cluster.metrics["decode-0"]
@@ -319,7 +340,8 @@ def main():
         if runner.run("setup", setup):
             c = state["checks"]
             for name in ("models", "auth", "completion_stream", "chat_stream", "cached_tokens",
-                         "tenant_isolation", "bad_requests", "min_tokens", "disconnect_cancels",
+                         "tenant_isolation", "bad_requests", "min_tokens", "best_of",
+                         "disconnect_cancels",
                          "concurrent_streams", "grpc_api_key", "tls_required",
                          "health_and_metrics"):
                 runner.run(name, getattr(c, name))
