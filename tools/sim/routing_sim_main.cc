@@ -1,6 +1,8 @@
 // routing_sim: replays a shared-prefix trace on simulated clusters with the
 // scheduler's router and four baselines (tools/sim/routing_sim.h), and prints
-// one markdown table per cluster size plus kvcast's ratios to each.
+// one markdown table per cluster size plus kvcast's ratios to each; with
+// --json FILE also a result file (tools/bench/result_file.h): a row per
+// cluster and policy.
 //
 //   bazel run -c opt //tools/sim:routing_sim -- --clusters 8x16,32x64 --zipf 1.2
 #include <algorithm>
@@ -15,6 +17,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "nlohmann/json.hpp"
+#include "tools/bench/result_file.h"
 #include "tools/sim/routing_sim.h"
 
 ABSL_FLAG(std::string, clusters, "8x16,32x64", "PREFILLxDECODE worker counts, comma-separated");
@@ -50,6 +54,8 @@ ABSL_FLAG(double, kv_bytes_per_token, 0, "KV bytes per token on the wire (0: the
 ABSL_FLAG(double, transfer_mb_s, 0, "prefill -> decode KV rate, MB/s (0: the track's)");
 ABSL_FLAG(double, fetch_mb_s, 0, "relay -> prefill KV rate, MB/s (0: the track's)");
 ABSL_FLAG(uint64_t, seed, 1, "trace seed");
+ABSL_FLAG(std::string, json, "",
+          "also write the results here as a result file (tools/bench/result_file.h)");
 ABSL_FLAG(double, load_weight, kvcast::scheduler::RouterOptions().load_weight,
           "kvcast router: tokens of cost per request in flight");
 ABSL_FLAG(double, miss_weight, kvcast::scheduler::RouterOptions().miss_weight,
@@ -65,7 +71,8 @@ int Fail(const std::string& message) {
   return 2;
 }
 
-int Main() {
+int Main(nlohmann::json header) {
+  nlohmann::json rows = nlohmann::json::array();
   CostModel model;
   model.prefill_tokens_per_s = absl::GetFlag(FLAGS_prefill_tokens_per_s);
   if (absl::Status s = model.ForTrack(absl::GetFlag(FLAGS_track)); !s.ok()) {
@@ -155,6 +162,13 @@ int Main() {
                   r->ttft_p90_ms, r->ttft_p99_ms, r->e2e_p50_ms, r->decode_balance,
                   r->prefill_balance, r->output_tokens_per_s);
       std::fflush(stdout);
+      rows.push_back({{"prefill", c.prefill}, {"decode", c.decode}, {"policy", PolicyName(p)},
+                      {"rate", wc.rate}, {"requests", r->requests}, {"hit_rate", r->hit_rate},
+                      {"reuse_rate", r->reuse_rate}, {"ttft_p50_ms", r->ttft_p50_ms},
+                      {"ttft_p90_ms", r->ttft_p90_ms}, {"ttft_p99_ms", r->ttft_p99_ms},
+                      {"e2e_p50_ms", r->e2e_p50_ms}, {"decode_balance", r->decode_balance},
+                      {"prefill_balance", r->prefill_balance},
+                      {"output_tokens_per_s", r->output_tokens_per_s}});
       results.emplace_back(p, *r);
     }
     const Result* ours = nullptr;
@@ -171,6 +185,16 @@ int Main() {
                   r.ttft_p50_ms / ours->ttft_p50_ms);
     }
   }
+  if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
+    header.update({{"relay", absl::GetFlag(FLAGS_relay)}, {"track", absl::GetFlag(FLAGS_track)},
+                   {"prefill_tokens_per_s", model.prefill_tokens_per_s},
+                   {"transfer_bytes_per_s", model.transfer_bytes_per_s},
+                   {"fetch_bytes_per_s", model.fetch_bytes_per_s}});
+    if (absl::Status st = bench::WriteResultFile(path, std::move(header), std::move(rows));
+        !st.ok()) {
+      return Fail(st.ToString());
+    }
+  }
   return 0;
 }
 
@@ -182,6 +206,7 @@ int main(int argc, char** argv) {
       "routing_sim: the scheduler's router on simulated clusters against llm-d's precise "
       "prefix-cache profile, Dynamo's KV router cost, longest-prefix affinity and round-robin "
       "(tools/sim/routing_sim.h)");
+  nlohmann::json header = kvcast::bench::ResultHeader("routing_sim", argc, argv);
   absl::ParseCommandLine(argc, argv);
-  return kvcast::sim::Main();
+  return kvcast::sim::Main(std::move(header));
 }
