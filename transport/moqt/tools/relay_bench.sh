@@ -6,7 +6,9 @@
 #   3. a FETCH of the whole track (served from the cache),
 # each verifying every byte. Prints one line per case, the ratios, and the
 # relay's peak RSS. RELAY_BIN (another kvcast-relay, for an A/B run) and
-# RELAY_FLAGS (extra relay flags) are optional.
+# RELAY_FLAGS (extra relay flags) are optional. JSON=FILE also writes the
+# numbers as a result file (tools/report/results.py: date, CPU, command,
+# commit).
 #   bazel build //services/relay:kvcast-relay //transport/moqt:kvcast-moqt //tools/devcert:kvcast-devcert
 #   transport/moqt/tools/relay_bench.sh [GROUPS OBJECTS SIZE]
 set -euo pipefail
@@ -36,3 +38,9 @@ echo "track: $G groups x $N objects x $S bytes = $((G * N * S / 1048576)) MiB"
 echo "live subscribe through the relay : $live Mbit/s"
 echo "subscribe served from cache      : $cached Mbit/s ($(awk "BEGIN{printf \"%.2f\", $cached/$live}")x live)"
 echo "fetch served from cache          : $fetch Mbit/s ($(awk "BEGIN{printf \"%.2f\", $fetch/$live}")x live)"
+if [ -n "${JSON:-}" ]; then
+  rss_kib=$(awk '/VmHWM/{print $2}' /proc/$RPID/status)
+  printf '{"groups": %s, "objects": %s, "size": %s, "live_mbit_per_s": %s, "cached_mbit_per_s": %s, "fetch_mbit_per_s": %s, "relay_peak_rss_kib": %s}\n' \
+    "$G" "$N" "$S" "$live" "$cached" "$fetch" "$rss_kib" > "$TMP/run.json"
+  python3 "$ROOT/tools/report/collect_results.py" relay_bench "$JSON" "$TMP" "$0 $*"
+fi
