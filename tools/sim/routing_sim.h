@@ -54,16 +54,16 @@ enum class Policy { kKvcast, kRoundRobin, kAffinity, kLlmd, kDynamo };
 const char* PolicyName(Policy p);
 
 struct CostModel {
-  // SmolLM2-135M Q8 on the `cpu` backend, 2 threads, AMD EPYC Zen 5, a
-  // 1024-token context (docs/benchmarks.md, "Routing at scale").
-  double prefill_tokens_per_s = 1130;
+  // SmolLM2-135M Q4_1 on the `cpu` backend, 2 threads, AMD EPYC Zen 5, a
+  // 1024-token context, 2026-11-28 (docs/benchmarks.md, "Routing at scale").
+  double prefill_tokens_per_s = 1936;
   double prefill_overhead_ms = 2;
   // (batch, ms per step), linear between points, extrapolated from the last two.
-  std::vector<std::pair<int, double>> decode_step_ms = {{1, 5.9}, {8, 25.1}, {32, 87.4}};
+  std::vector<std::pair<int, double>> decode_step_ms = {{1, 4.6}, {8, 23.0}, {32, 78.3}};
   // The KV track's, by default fp16 (see ForTrack).
   double kv_bytes_per_token = 23040;    // SmolLM2: 30 layers x K,V x 3 heads x 64 x 2 B
-  double transfer_bytes_per_s = 215e6;  // prefill -> relay -> decode, live
-  double fetch_bytes_per_s = 593e6;     // relay cache -> prefill worker
+  double transfer_bytes_per_s = 1116.0 * (1 << 20);  // prefill -> relay -> decode, live
+  double fetch_bytes_per_s = 2217.0 * (1 << 20);     // relay cache -> prefill worker
   double DecodeStepMs(int batch) const;
   // The KV costs of a track ("fp16", "int8", "ac") for SmolLM2: its bytes
   // per token relative to fp16 and kv_path_bench's measured rates through

@@ -46,8 +46,10 @@ ABSL_FLAG(int, max_batch, 64, "sequences a decode worker steps at once");
 ABSL_FLAG(bool, relay, true, "prefixes published earlier can be fetched from the relay");
 ABSL_FLAG(double, heartbeat_s, 1.0,
           "workers' heartbeat period: how stale the kvcast router's and affinity's view is");
-ABSL_FLAG(double, prefill_tokens_per_s, 1130, "prefill rate of one worker");
-ABSL_FLAG(std::string, decode_step_ms, "1:5.9,8:25.1,32:87.4", "BATCH:MS points of a decode step");
+ABSL_FLAG(double, prefill_tokens_per_s, kvcast::sim::CostModel().prefill_tokens_per_s,
+          "prefill rate of one worker");
+ABSL_FLAG(std::string, decode_step_ms, "",
+          "BATCH:MS points of a decode step, e.g. 1:4.6,8:23 (empty: the cost model's)");
 ABSL_FLAG(std::string, track, "fp16",
           "KV track (fp16, int8, ac): its bytes per token and measured transfer rates");
 ABSL_FLAG(double, kv_bytes_per_token, 0, "KV bytes per token on the wire (0: the track's)");
@@ -85,8 +87,9 @@ int Main(nlohmann::json header) {
     model.transfer_bytes_per_s = absl::GetFlag(FLAGS_transfer_mb_s) * 1e6;
   }
   if (absl::GetFlag(FLAGS_fetch_mb_s) > 0) model.fetch_bytes_per_s = absl::GetFlag(FLAGS_fetch_mb_s) * 1e6;
-  model.decode_step_ms.clear();
-  for (absl::string_view point : absl::StrSplit(absl::GetFlag(FLAGS_decode_step_ms), ',')) {
+  const std::string steps = absl::GetFlag(FLAGS_decode_step_ms);
+  if (!steps.empty()) model.decode_step_ms.clear();
+  for (absl::string_view point : absl::StrSplit(steps, ',', absl::SkipEmpty())) {
     std::pair<std::string, std::string> bm = absl::StrSplit(point, ':');
     int batch = 0;
     double ms = 0;
