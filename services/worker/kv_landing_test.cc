@@ -14,6 +14,7 @@
 #include "kernels/backend.h"
 #include "transport/kvcache/naming.h"
 #include "transport/kvcache/publisher.h"
+#include "services/worker/testing/kv_test_util.h"
 #include "transport/moqt/testing/moqt_test_util.h"
 
 namespace kvcast::worker {
@@ -22,23 +23,14 @@ namespace {
 using moqt::testing::ClientHandler;
 using moqt::testing::RelayHarness;
 using moqt::testing::WaitOnLoop;
+using testing::FillRandom;
+using testing::HoldsFp16Copy;
+using testing::TestMemory;
+using testing::UpstreamPublisher;
 
 const Hash128 kModel{0x1234, 0x5678};
 constexpr int kChunk = 32, kTokens = 96, kPageTokens = 16;  // 3 groups of 2 pages
 const KvLayout kLayout{2, 2, 32, kPageTokens};
-
-// One side's memory: a CPU backend and a page pool.
-struct Memory {
-  Memory() : backend(NewCpuBackend()), pool(*KvPagePool::Create(backend.get(), kLayout, 64)) {}
-  std::unique_ptr<Backend> backend;
-  std::unique_ptr<KvPagePool> pool;
-};
-
-class PublisherHandler : public kvcache::KvPublisher {
- public:
-  using KvPublisher::KvPublisher;
-  void OnSessionReady(moqt::MoqtSession* session) override { SetUpstream(session); }
-};
 
 // What a landing's done callback saw.
 struct Outcome {
@@ -50,17 +42,11 @@ class KvLandingTest : public ::testing::Test {
  protected:
   void SetUp() override {
     h_.thread()->RunSync([&] {
-      publisher_ = std::make_unique<PublisherHandler>(pub_.pool.get(), pub_.backend.get(), kModel,
-                                                      kChunk);
+      publisher_ = std::make_unique<UpstreamPublisher>(pub_.pool.get(), pub_.backend.get(), kModel,
+                                                       kChunk);
       prompt_ = *pub_.pool->Allocate(kTokens / kPageTokens);
     });
-    std::mt19937 rng(7);
-    std::uniform_real_distribution<float> u(-2.f, 2.f);
-    for (int l = 0; l < kLayout.num_layers; ++l) {
-      for (float* v : {pub_.pool->k_cache(l), pub_.pool->v_cache(l)}) {
-        for (size_t i = 0; i < pub_.pool->layer_values(); ++i) v[i] = u(rng);
-      }
-    }
+    FillRandom(pub_.pool.get(), 7);
     publisher_client_ = h_.Connect(publisher_.get());
     client_ = h_.Connect(&client_handler_);
     free_before_ = dec_.pool->free_pages();
@@ -127,26 +113,7 @@ class KvLandingTest : public ::testing::Test {
   // Whether the landed pages hold tokens [first, first + n) of the prompt,
   // through fp16 as the track carries them.
   ::testing::AssertionResult HoldsPrompt(const KvPages& pages, int first, int n) {
-    const int row = kLayout.token_floats();
-    for (int t = 0; t < n; ++t) {
-      const int32_t from = SlotsOf(prompt_.ids(), kPageTokens, first + t, 1)[0];
-      const int32_t to = SlotsOf(pages.ids(), kPageTokens, t, 1)[0];
-      for (int l = 0; l < kLayout.num_layers; ++l) {
-        for (int i = 0; i < row; ++i) {
-          const float want = HalfToFloat(FloatToHalf(pub_.pool->k_cache(l)[size_t(from) * row + i]));
-          const float got = dec_.pool->k_cache(l)[size_t(to) * row + i];
-          const float want_v =
-              HalfToFloat(FloatToHalf(pub_.pool->v_cache(l)[size_t(from) * row + i]));
-          const float got_v = dec_.pool->v_cache(l)[size_t(to) * row + i];
-          if (want != got || want_v != got_v) {
-            return ::testing::AssertionFailure()
-                   << "token " << first + t << " layer " << l << " value " << i << ": K " << got
-                   << " (want " << want << "), V " << got_v << " (want " << want_v << ")";
-          }
-        }
-      }
-    }
-    return ::testing::AssertionSuccess();
+    return HoldsFp16Copy(*pub_.pool, prompt_, first, *dec_.pool, pages, n);
   }
   int PagesHeld() { return free_before_ - dec_.pool->free_pages(); }
   void Release() {
@@ -164,8 +131,8 @@ class KvLandingTest : public ::testing::Test {
     return o;
   }
   RelayHarness h_{Waiting()};
-  Memory pub_, dec_;
-  std::unique_ptr<PublisherHandler> publisher_;
+  TestMemory pub_{kLayout, 64}, dec_{kLayout, 64};
+  std::unique_ptr<UpstreamPublisher> publisher_;
   KvPages prompt_;
   ClientHandler client_handler_;
   moqt::MoqtClient* client_ = nullptr;

@@ -10,7 +10,6 @@
 
 #include <atomic>
 #include <memory>
-#include <random>
 #include <string>
 #include <thread>
 
@@ -18,6 +17,7 @@
 #include "kernels/backend.h"
 #include "transport/kvcache/naming.h"
 #include "transport/kvcache/publisher.h"
+#include "services/worker/testing/kv_test_util.h"
 #include "transport/moqt/testing/moqt_test_util.h"
 
 namespace kvcast::worker {
@@ -25,24 +25,15 @@ namespace {
 
 using moqt::testing::ClientHandler;
 using moqt::testing::RelayHarness;
+using testing::FillRandom;
+using testing::HoldsFp16Copy;
+using testing::TestMemory;
+using testing::UpstreamPublisher;
 
 const Hash128 kModel{0x1234, 0x5678};
 constexpr int kChunk = 32, kTokens = 96, kPageTokens = 16;  // 3 groups of 2 pages
 constexpr int kPoolPages = 16;
 const KvLayout kLayout{2, 2, 32, kPageTokens};
-
-struct Memory {
-  explicit Memory(int pages)
-      : backend(NewCpuBackend()), pool(*KvPagePool::Create(backend.get(), kLayout, pages)) {}
-  std::unique_ptr<Backend> backend;
-  std::unique_ptr<KvPagePool> pool;
-};
-
-class PublisherHandler : public kvcache::KvPublisher {
- public:
-  using KvPublisher::KvPublisher;
-  void OnSessionReady(moqt::MoqtSession* session) override { SetUpstream(session); }
-};
 
 std::string Digest(char c) { return std::string(32, c); }
 
@@ -50,17 +41,11 @@ class LandKvTest : public ::testing::Test {
  protected:
   void SetUp() override {
     h_.thread()->RunSync([&] {
-      publisher_ = std::make_unique<PublisherHandler>(pub_.pool.get(), pub_.backend.get(), kModel,
-                                                      kChunk);
+      publisher_ = std::make_unique<UpstreamPublisher>(pub_.pool.get(), pub_.backend.get(), kModel,
+                                                       kChunk);
       prompt_ = *pub_.pool->Allocate(kTokens / kPageTokens);
     });
-    std::mt19937 rng(11);
-    std::uniform_real_distribution<float> u(-2.f, 2.f);
-    for (int l = 0; l < kLayout.num_layers; ++l) {
-      for (float* v : {pub_.pool->k_cache(l), pub_.pool->v_cache(l)}) {
-        for (size_t i = 0; i < pub_.pool->layer_values(); ++i) v[i] = u(rng);
-      }
-    }
+    FillRandom(pub_.pool.get(), 11);
     publisher_client_ = h_.Connect(publisher_.get());
     client_ = h_.Connect(&client_handler_);
   }
@@ -107,21 +92,7 @@ class LandKvTest : public ::testing::Test {
   }
   // Whether the landed pages hold the prompt's K and V (through fp16).
   ::testing::AssertionResult HoldsPrompt(const KvPages& pages) {
-    const int row = kLayout.token_floats();
-    for (int t = 0; t < kTokens; ++t) {
-      const int32_t from = SlotsOf(prompt_.ids(), kPageTokens, t, 1)[0];
-      const int32_t to = SlotsOf(pages.ids(), kPageTokens, t, 1)[0];
-      for (int l = 0; l < kLayout.num_layers; ++l) {
-        for (int i = 0; i < row; ++i) {
-          const size_t a = size_t(from) * row + i, b = size_t(to) * row + i;
-          if (HalfToFloat(FloatToHalf(pub_.pool->k_cache(l)[a])) != dec_.pool->k_cache(l)[b] ||
-              HalfToFloat(FloatToHalf(pub_.pool->v_cache(l)[a])) != dec_.pool->v_cache(l)[b]) {
-            return ::testing::AssertionFailure() << "token " << t << " layer " << l << " value " << i;
-          }
-        }
-      }
-    }
-    return ::testing::AssertionSuccess();
+    return HoldsFp16Copy(*pub_.pool, prompt_, 0, *dec_.pool, pages, kTokens);
   }
   // Gives back what a landing returned, on the loop (as a worker's engine would).
   void Release(absl::StatusOr<KvLanded>* landed) {
@@ -135,8 +106,8 @@ class LandKvTest : public ::testing::Test {
     o.subscribe_wait = absl::Seconds(5);  // a subscription may come before its prompt
     return o;
   }()};
-  Memory pub_{64}, dec_{kPoolPages};
-  std::unique_ptr<PublisherHandler> publisher_;
+  TestMemory pub_{kLayout, 64}, dec_{kLayout, kPoolPages};
+  std::unique_ptr<UpstreamPublisher> publisher_;
   KvPages prompt_;
   ClientHandler client_handler_;
   moqt::MoqtClient* client_ = nullptr;

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
@@ -121,61 +123,33 @@ TEST_F(WorkerFlagsTest, WithoutInsecureTheCaAndTheKeysAreRequired) {
 }
 
 TEST_F(WorkerFlagsTest, ValuesThatCannotWorkAreRefusedNamingTheirFlag) {
-  {
-    absl::FlagSaver s;
-    absl::SetFlag(&FLAGS_model, "");
-    EXPECT_TRUE(RefusedNaming("--model"));
-  }
-  {
-    absl::FlagSaver s;
-    absl::SetFlag(&FLAGS_backend, "tpu");
-    EXPECT_TRUE(RefusedNaming("--backend=tpu"));
-  }
-  {
-    absl::FlagSaver s;
-    absl::SetFlag(&FLAGS_kv_cache_fraction, 0.99);
-    EXPECT_TRUE(RefusedNaming("--kv_cache_fraction"));
-  }
-  {
-    absl::FlagSaver s;
-    absl::SetFlag(&FLAGS_kv_cache_precision, "fp8");
-    EXPECT_TRUE(RefusedNaming("--kv_cache_precision"));
-  }
-  {
-    absl::FlagSaver s;
-    absl::SetFlag(&FLAGS_kv_host_tier_track, "ac");  // arithmetic coding: not a tier format
-    EXPECT_TRUE(RefusedNaming("--kv_host_tier_track"));
-  }
-  {
-    absl::FlagSaver s;
-    absl::SetFlag(&FLAGS_kv_host_tier_policy, "mru");
-    EXPECT_TRUE(RefusedNaming("--kv_host_tier_policy"));
-  }
-  {
-    absl::FlagSaver s;  // a disk tier needs a directory and a host tier above it
-    absl::SetFlag(&FLAGS_kv_disk_tier_mb, 100);
-    absl::SetFlag(&FLAGS_kv_disk_tier_dir, "/tmp/kv");
-    EXPECT_TRUE(RefusedNaming("--kv_disk_tier_mb"));
-  }
-  {
-    absl::FlagSaver s;
-    absl::SetFlag(&FLAGS_quic_max_udp_payload, 900);
-    EXPECT_TRUE(RefusedNaming("--quic_max_udp_payload"));
-  }
-  {
-    absl::FlagSaver s;
-    absl::SetFlag(&FLAGS_advertise_host, "");
-    EXPECT_TRUE(RefusedNaming("--advertise_host"));
-  }
-  {
-    absl::FlagSaver s;
-    absl::SetFlag(&FLAGS_quic_key, "");
-    EXPECT_TRUE(RefusedNaming("--quic_cert and --quic_key"));
-  }
-  {
-    absl::FlagSaver s;
-    absl::SetFlag(&FLAGS_heartbeat_s, 0);
-    EXPECT_TRUE(RefusedNaming("--heartbeat_s"));
+  struct Case {
+    std::function<void()> set;
+    std::string named;  // in the error message
+  };
+  const std::vector<Case> cases = {
+      {[] { absl::SetFlag(&FLAGS_model, ""); }, "--model"},
+      {[] { absl::SetFlag(&FLAGS_backend, "tpu"); }, "--backend=tpu"},
+      {[] { absl::SetFlag(&FLAGS_kv_cache_fraction, 0.99); }, "--kv_cache_fraction"},
+      {[] { absl::SetFlag(&FLAGS_kv_cache_precision, "fp8"); }, "--kv_cache_precision"},
+      // Arithmetic coding: a wire track, not a host tier's format.
+      {[] { absl::SetFlag(&FLAGS_kv_host_tier_track, "ac"); }, "--kv_host_tier_track"},
+      {[] { absl::SetFlag(&FLAGS_kv_host_tier_policy, "mru"); }, "--kv_host_tier_policy"},
+      // A disk tier needs a directory and a host tier above it.
+      {[] {
+         absl::SetFlag(&FLAGS_kv_disk_tier_mb, 100);
+         absl::SetFlag(&FLAGS_kv_disk_tier_dir, "/tmp/kv");
+       },
+       "--kv_disk_tier_mb"},
+      {[] { absl::SetFlag(&FLAGS_quic_max_udp_payload, 900); }, "--quic_max_udp_payload"},
+      {[] { absl::SetFlag(&FLAGS_advertise_host, ""); }, "--advertise_host"},
+      {[] { absl::SetFlag(&FLAGS_quic_key, ""); }, "--quic_cert and --quic_key"},
+      {[] { absl::SetFlag(&FLAGS_heartbeat_s, 0); }, "--heartbeat_s"},
+  };
+  for (const Case& c : cases) {
+    absl::FlagSaver undo;
+    c.set();
+    EXPECT_TRUE(RefusedNaming(c.named)) << c.named;
   }
   EXPECT_TRUE(Config().ok());  // and nothing else was wrong
 }
