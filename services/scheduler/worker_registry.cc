@@ -134,6 +134,8 @@ grpc::Status WorkerRegistry::Register(grpc::ServerContext*, const v1::RegisterRe
                     info.calibrated_chunk_ms()};
   w.info = info;
   w.load = request->load();
+  w.dispatched_at_report = w.dispatched;
+  w.dispatched_work_at_report = w.dispatched_work;
   w.last_seen = absl::Now();
   by_id_[info.worker_id()] = slot;
   ++version_;
@@ -187,6 +189,8 @@ grpc::Status WorkerRegistry::Heartbeat(grpc::ServerContext*, const v1::Heartbeat
   Worker& w = workers_[it->second];
   AddWork(w.info.role(), w.load, request->load(), &work_);
   w.load = request->load();
+  w.dispatched_at_report = w.dispatched;
+  w.dispatched_work_at_report = w.dispatched_work;
   w.last_seen = absl::Now();
   if (w.suspended) ++version_;
   w.suspended = false;
@@ -229,8 +233,12 @@ Candidate WorkerRegistry::CandidateOf(const Worker& w) const {
   c.slot = w.ref.slot;
   c.free_pages = w.load.free_pages();
   c.page_tokens = w.info.page_tokens();
-  c.backlog_tokens = std::max(w.load.queued_tokens(), int64_t(w.dispatched_work));
-  c.active = std::max(w.load.running() + w.load.queued(), w.dispatched);
+  // The report, moved by what was dispatched and answered since.
+  const double reported_work =
+      double(w.load.queued_tokens()) + w.dispatched_work - w.dispatched_work_at_report;
+  c.backlog_tokens = int64_t(std::max(reported_work, w.dispatched_work));
+  c.active = std::max(w.load.running() + w.load.queued() + w.dispatched - w.dispatched_at_report,
+                      w.dispatched);
   return c;
 }
 

@@ -124,10 +124,14 @@ class WorkerRegistry final : public v1::Registry::Service {
   // Counts the prompt's work on the prefill worker until PrefillAnswered,
   // and the request on the decode worker until Release.
   //
-  // A worker's load is the larger of what it last reported and what this
-  // scheduler dispatched to it and has not seen answered: the report lags a
-  // heartbeat behind, the dispatch count misses other schedulers' requests,
-  // and adding them would count the same request twice.
+  // A worker's load is the larger of what this scheduler dispatched to it
+  // and has not seen answered, and its last report moved by what this
+  // scheduler dispatched and saw answered since: the report lags a
+  // heartbeat behind (taken as it is, a worker that just finished requests
+  // looks busy for up to a second, and the router steers work away from
+  // it: 25% longer e2e in tools/sim), the dispatch count misses other
+  // schedulers' requests, and adding the two would count the same request
+  // twice.
   //
   // Speculative prefixes: a prompt routed to a prefill worker counts as held
   // there at once (the worker will hold its chunks once it prefills), until
@@ -178,6 +182,9 @@ class WorkerRegistry final : public v1::Registry::Service {
     absl::Time last_seen;
     int dispatched = 0;             // requests chosen, not yet answered / released
     double dispatched_work = 0;     // their prefill work (PrefillPlan::work)
+    // The two when `load` was reported.
+    int dispatched_at_report = 0;
+    double dispatched_work_at_report = 0;
     bool suspended = false;
     int64_t heartbeats = 0;
     // Prompts routed here (their reusable chunks), by Route::speculative_id,

@@ -141,6 +141,40 @@ TEST_F(WorkerRegistryTest, AReportedQueueAndTheDispatchedWorkAreNotAddedUp) {
   EXPECT_EQ(Cold(2).prefill->worker_id, x);
 }
 
+// A worker's report lags: requests this scheduler saw end since it are
+// taken off it at once, while load from other schedulers in it still
+// counts.
+TEST_F(WorkerRegistryTest, RequestsEndedSinceAReportComeOffItsLoadAtOnce) {
+  Register("decode-b", v1::WORKER_ROLE_DECODE, {});
+  auto report = [&](const std::string& id, int running, int free_pages) {
+    v1::HeartbeatRequest req;
+    req.set_worker_id(id);
+    req.mutable_load()->set_free_pages(free_pages);
+    req.mutable_load()->set_running(running);
+    v1::HeartbeatResponse resp;
+    ASSERT_TRUE(registry_->Heartbeat(nullptr, &req, &resp).ok());
+  };
+  // decode-b runs two requests of another scheduler's (and has more free
+  // pages, which only breaks ties).
+  report("decode-b", 2, 2000);
+  Route first = Cold(1), second = Cold(2);
+  ASSERT_EQ(first.decode.worker_id, "decode");
+  ASSERT_EQ(second.decode.worker_id, "decode");
+  report("decode", 2, 1000);  // those two
+  registry_->Release(&first);
+  registry_->Release(&second);
+  // Before decode's next heartbeat it is idle, against decode-b's two (its
+  // report taken as it is would tie them, and the tie go to decode-b).
+  Route third = Cold(3);
+  EXPECT_EQ(third.decode.worker_id, "decode");
+  // decode-b's requests still count: with one of ours on decode, the next
+  // goes there too (1 < 2), not to decode-b as if idle.
+  Route fourth = Cold(4);
+  EXPECT_EQ(fourth.decode.worker_id, "decode");
+  registry_->Release(&third);
+  registry_->Release(&fourth);
+}
+
 TEST_F(WorkerRegistryTest, TheHolderOfAPrefixKeepsItUnderModerateLoad) {
   std::vector<Hash128> chain;
   for (int i = 0; i < 7; ++i) chain.push_back(Hash128{9, uint64_t(i)});
