@@ -15,37 +15,7 @@ GenerationService::GenerationService(WorkerRegistry* registry,
       options_(std::move(options)),
       admission_(options_.max_queue, options_.tenant_limits) {
   auto& m = *metrics;
-  const auto buckets = services::DefaultLatencyBuckets();
-  m_.ok = m.AddCounter("kvcast_requests_total", "generation requests by result",
-                       {{"result", "ok"}});
-  m_.failed = m.AddCounter("kvcast_requests_total", "generation requests by result",
-                           {{"result", "error"}});
-  m_.rejected = m.AddCounter("kvcast_requests_total", "generation requests by result",
-                             {{"result", "rejected"}});
-  m_.retries = m.AddCounter("kvcast_retries_total", "worker failures recovered from");
-  m_.fused = m.AddCounter("kvcast_fused_requests_total",
-                          "requests run on their decode worker alone (PD fusion)");
-  m_.prefill_stalls = m.AddCounter("kvcast_stalls_total", "worker calls cancelled for no progress",
-                                   {{"phase", "prefill"}});
-  m_.decode_stalls = m.AddCounter("kvcast_stalls_total", "worker calls cancelled for no progress",
-                                  {{"phase", "decode"}});
-  m_.transfer_failures = m.AddCounter("kvcast_kv_transfer_failures_total",
-                                      "requests whose KV did not all land (recomputed)");
-  m_.prompt_tokens = m.AddCounter("kvcast_prompt_tokens_total", "prompt tokens");
-  m_.predicted_cached_tokens = m.AddCounter(
-      "kvcast_prefix_hit_tokens_total", "prompt tokens reusable per the router and as served",
-      {{"source", "predicted"}});
-  m_.served_cached_tokens = m.AddCounter(
-      "kvcast_prefix_hit_tokens_total", "prompt tokens reusable per the router and as served",
-      {{"source", "served"}});
-  m_.generated_tokens = m.AddCounter("kvcast_generated_tokens_total", "tokens generated");
-  m_.transfer_bytes = m.AddCounter("kvcast_kv_transfer_bytes_total", "KV bytes landed in decode");
-  m_.ttft = m.AddHistogram("kvcast_ttft_seconds", "time to first token", buckets);
-  m_.tbt = m.AddHistogram("kvcast_time_between_tokens_seconds", "time between tokens", buckets);
-  m_.e2e = m.AddHistogram("kvcast_request_seconds", "end-to-end request latency", buckets);
-  m_.transfer = m.AddHistogram("kvcast_kv_transfer_seconds", "KV landing time", buckets);
-  m_.route = m.AddHistogram("kvcast_route_seconds", "routing time per attempt",
-                            {1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1});
+  m_ = RegisterSchedulerMetrics(&m);
   m.AddCallbackGauge("kvcast_queue_depth", "requests admitted and not finished",
                      [this] { return double(admission_.in_flight()); });
   m.AddCallbackGauge("kvcast_workers", "registered workers", [this] {

@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "gtest/gtest.h"
-#include "services/scheduler/testing/fake_worker.h"
+#include "services/scheduler/testing/fake_cluster.h"
 
 namespace kvcast::scheduler {
 namespace {
@@ -58,43 +58,20 @@ struct Outcome {
 
 class GenerationServiceTest : public ::testing::Test {
  protected:
-  GenerationServiceTest() {
-    WorkerRegistry::Options o;
-    o.make_channel = [this](const std::string& address) -> std::shared_ptr<grpc::Channel> {
-      for (auto& w : workers_) {
-        if (w->id() == address) return w->channel();
-      }
-      return nullptr;
-    };
-    registry_ = std::make_unique<WorkerRegistry>(std::move(o));
-  }
   ~GenerationServiceTest() override {
     if (server_) server_->Shutdown(std::chrono::system_clock::now());
   }
 
-  FakeWorker* Add(const std::string& id, v1::WorkerRole role, FakeScript script = {}) {
-    workers_.push_back(std::make_unique<FakeWorker>(id, role, std::move(script)));
-    v1::RegisterRequest req = workers_.back()->Registration();
-    v1::RegisterResponse resp;
-    EXPECT_TRUE(registry_->Register(nullptr, &req, &resp).ok());
-    return workers_.back().get();
-  }
   FakeWorker* Prefill(const std::string& id, FakeScript script = {}) {
-    return Add(id, v1::WORKER_ROLE_PREFILL, std::move(script));
+    return cluster_.Prefill(id, std::move(script));
   }
   FakeWorker* Decode(const std::string& id, FakeScript script = {}) {
-    return Add(id, v1::WORKER_ROLE_DECODE, std::move(script));
+    return cluster_.Decode(id, std::move(script));
   }
-  void Heartbeat(const std::string& id) {
-    v1::HeartbeatRequest req;
-    req.set_worker_id(id);
-    req.mutable_load()->set_free_pages(testing::kFakeContext);
-    v1::HeartbeatResponse resp;
-    ASSERT_TRUE(registry_->Heartbeat(nullptr, &req, &resp).ok());
-  }
+  void Heartbeat(const std::string& id) { cluster_.Heartbeat(id); }
 
   void Start(GenerationOptions options = {}) {
-    service_ = std::make_unique<GenerationService>(registry_.get(), nullptr, &metrics_,
+    service_ = std::make_unique<GenerationService>(cluster_.registry(), nullptr, &metrics_,
                                                    std::move(options));
     grpc::ServerBuilder b;
     b.RegisterService(service_.get());
@@ -154,8 +131,7 @@ class GenerationServiceTest : public ::testing::Test {
 
   std::string Metrics() const { return metrics_.Render(); }
 
-  std::vector<std::unique_ptr<FakeWorker>> workers_;
-  std::unique_ptr<WorkerRegistry> registry_;
+  testing::FakeCluster cluster_;
   services::MetricsRegistry metrics_;
   std::unique_ptr<GenerationService> service_;
   std::unique_ptr<grpc::Server> server_;
@@ -393,7 +369,7 @@ TEST_F(GenerationServiceTest, AFullQueueRefusesWithRetryAfterAndFreesOnCompletio
 }
 
 TEST_F(GenerationServiceTest, BadRequestsAreRefusedNamingTheField) {
-  Decode("decode-0");
+  FakeWorker* decode = Decode("decode-0");
   Start();
   v1::GenerateRequest r = Request(10, 0);
   EXPECT_NE(Generate(r).status.error_message().find("max_tokens"), std::string::npos);
@@ -407,7 +383,7 @@ TEST_F(GenerationServiceTest, BadRequestsAreRefusedNamingTheField) {
   Outcome o = Generate(r);
   EXPECT_EQ(o.status.error_code(), grpc::INVALID_ARGUMENT);
   EXPECT_NE(o.status.error_message().find("context"), std::string::npos);
-  EXPECT_EQ(workers_[0]->decode_starts().size(), 0u);
+  EXPECT_EQ(decode->decode_starts().size(), 0u);
 }
 
 }  // namespace

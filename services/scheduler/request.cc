@@ -65,6 +65,42 @@ PrefillCall CallPrefill(StallWatchdog* watchdog, const WorkerRef& worker,
 
 }  // namespace
 
+SchedulerMetrics RegisterSchedulerMetrics(services::MetricsRegistry* registry) {
+  services::MetricsRegistry& r = *registry;
+  SchedulerMetrics m;
+  const auto buckets = services::DefaultLatencyBuckets();
+  m.ok = r.AddCounter("kvcast_requests_total", "generation requests by result", {{"result", "ok"}});
+  m.failed =
+      r.AddCounter("kvcast_requests_total", "generation requests by result", {{"result", "error"}});
+  m.rejected = r.AddCounter("kvcast_requests_total", "generation requests by result",
+                            {{"result", "rejected"}});
+  m.retries = r.AddCounter("kvcast_retries_total", "worker failures recovered from");
+  m.fused = r.AddCounter("kvcast_fused_requests_total",
+                         "requests run on their decode worker alone (PD fusion)");
+  m.prefill_stalls = r.AddCounter("kvcast_stalls_total", "worker calls cancelled for no progress",
+                                  {{"phase", "prefill"}});
+  m.decode_stalls = r.AddCounter("kvcast_stalls_total", "worker calls cancelled for no progress",
+                                 {{"phase", "decode"}});
+  m.transfer_failures = r.AddCounter("kvcast_kv_transfer_failures_total",
+                                     "requests whose KV did not all land (recomputed)");
+  m.prompt_tokens = r.AddCounter("kvcast_prompt_tokens_total", "prompt tokens");
+  m.predicted_cached_tokens = r.AddCounter("kvcast_prefix_hit_tokens_total",
+                                           "prompt tokens reusable per the router and as served",
+                                           {{"source", "predicted"}});
+  m.served_cached_tokens =
+      r.AddCounter("kvcast_prefix_hit_tokens_total",
+                   "prompt tokens reusable per the router and as served", {{"source", "served"}});
+  m.generated_tokens = r.AddCounter("kvcast_generated_tokens_total", "tokens generated");
+  m.transfer_bytes = r.AddCounter("kvcast_kv_transfer_bytes_total", "KV bytes landed in decode");
+  m.ttft = r.AddHistogram("kvcast_ttft_seconds", "time to first token", buckets);
+  m.tbt = r.AddHistogram("kvcast_time_between_tokens_seconds", "time between tokens", buckets);
+  m.e2e = r.AddHistogram("kvcast_request_seconds", "end-to-end request latency", buckets);
+  m.transfer = r.AddHistogram("kvcast_kv_transfer_seconds", "KV landing time", buckets);
+  m.route = r.AddHistogram("kvcast_route_seconds", "routing time per attempt",
+                           {1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1});
+  return m;
+}
+
 RequestRun::RequestRun(const RequestServices& services, grpc::ServerContext* ctx,
                        const v1::GenerateRequest& request, std::string request_id,
                        const Emit& emit)

@@ -110,6 +110,9 @@ struct SchedulerMetrics {
   services::Histogram* route;
 };
 
+// Registers the series above in `registry` (once per registry).
+SchedulerMetrics RegisterSchedulerMetrics(services::MetricsRegistry* registry);
+
 // What every request borrows from its service.
 struct RequestServices {
   WorkerRegistry* registry;
