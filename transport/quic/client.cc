@@ -61,7 +61,7 @@ class ClientImpl final : public Client, private EndpointCore {
 
   Connection* connection() override { return conn_; }
 
-  absl::Status OnNewConnectionId(ConnectionImpl*, const ngtcp2_cid&,
+  absl::Status OnNewConnectionId(ConnectionImpl*, ngtcp2_cid*,
                                  uint8_t* token) override {
     // A server never resets a client; the token only has to be unguessable.
     if (gnutls_rnd(GNUTLS_RND_RANDOM, token, NGTCP2_STATELESS_RESET_TOKENLEN) !=

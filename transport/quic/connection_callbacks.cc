@@ -237,7 +237,7 @@ absl::Status ConnectionImpl::OnNewConnectionId(ngtcp2_cid* cid, uint8_t* token,
     return absl::InternalError("gnutls_rnd failed");
   }
   cid->datalen = cidlen;
-  return host_->OnNewConnectionId(this, *cid, token);
+  return host_->OnNewConnectionId(this, cid, token);
 }
 
 absl::Status ConnectionImpl::OnRemoveConnectionId(const ngtcp2_cid* cid) {

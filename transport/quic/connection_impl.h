@@ -53,9 +53,10 @@ class ConnectionHost {
   // The connection queued work outside an I/O event of its own; the host
   // calls Flush() soon, from the loop (never from inside this call).
   virtual void RequestFlush(ConnectionImpl* conn) = 0;
-  // `cid` now names `conn`; write its stateless reset token (16 bytes).
-  virtual absl::Status OnNewConnectionId(ConnectionImpl* conn,
-                                         const ngtcp2_cid& cid,
+  // `cid` (random bytes, which the host may adjust: a sharded server puts
+  // its shard in the first byte) now names `conn`; write its stateless
+  // reset token (16 bytes).
+  virtual absl::Status OnNewConnectionId(ConnectionImpl* conn, ngtcp2_cid* cid,
                                          uint8_t* token) = 0;
   virtual void OnRetireConnectionId(ConnectionImpl* conn,
                                     const ngtcp2_cid& cid) = 0;

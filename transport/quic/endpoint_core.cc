@@ -13,8 +13,10 @@ EndpointCore::~EndpointCore() {
   if (socket_ != nullptr) loop_->RemoveFd(socket_->fd());
 }
 
-absl::Status EndpointCore::Start(const SocketAddress& local, bool report_unreachable) {
+absl::Status EndpointCore::Start(const SocketAddress& local, bool report_unreachable,
+                                 int shards) {
   UdpSocket::Options socket_options;
+  socket_options.shards = shards;
   socket_options.batch_send = options_.batch_send;
   socket_options.filter = options_.outgoing_packet_filter;
   socket_options.report_unreachable = report_unreachable;

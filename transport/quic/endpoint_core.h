@@ -49,7 +49,9 @@ class EndpointCore : public ConnectionHost {
   // Binds the socket and starts reading from it.
   // `report_unreachable`: OnPeerUnreachable hears of peers the network
   // reports unreachable (UdpSocket::Options::report_unreachable).
-  absl::Status Start(const SocketAddress& local, bool report_unreachable = false);
+  // `shards`: UdpSocket::Options::shards (a port shared by several loops).
+  absl::Status Start(const SocketAddress& local, bool report_unreachable = false,
+                     int shards = 0);
   ConnectionImpl* AddConnection(std::unique_ptr<ConnectionImpl> conn);
   // The connection got a packet in the current read batch: it is serviced
   // once the batch is done.

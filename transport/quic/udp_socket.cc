@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <linux/errqueue.h>
+#include <linux/filter.h>
 #include <netdb.h>
 #include <netinet/udp.h>
 #include <unistd.h>
@@ -98,11 +99,36 @@ absl::StatusOr<std::unique_ptr<UdpSocket>> UdpSocket::Bind(
   int size = kSocketBuffer;
   setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &size, sizeof(size));
   setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &size, sizeof(size));
+  if (options.shards > 0) {
+    const int on = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &on, sizeof(on));
+  }
   if (bind(fd, local.sa(), local.len) != 0) {
     int err = errno;
     close(fd);
     return absl::UnavailableError(absl::StrCat(
         "cannot bind UDP ", local.ToString(), ": ", std::strerror(err)));
+  }
+  if (options.shards > 1) {
+    // The group's selector (SteeringShard); the kernel runs it with the UDP
+    // payload at offset 0. An out-of-range load ends it returning 0.
+    const uint32_t shards = uint32_t(options.shards);
+    sock_filter code[] = {
+        BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 0),              // A = flags byte
+        BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, 0x80, 0, 2),   // long header?
+        BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 6),              // A = DCID[0] (long)
+        BPF_JUMP(BPF_JMP | BPF_JA, 1, 0, 0),
+        BPF_STMT(BPF_LD | BPF_B | BPF_ABS, 1),              // A = DCID[0] (short)
+        BPF_STMT(BPF_ALU | BPF_MOD | BPF_K, shards),
+        BPF_STMT(BPF_RET | BPF_A, 0),
+    };
+    sock_fprog program{static_cast<unsigned short>(sizeof(code) / sizeof(code[0])), code};
+    if (setsockopt(fd, SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, &program, sizeof(program)) != 0) {
+      int err = errno;
+      close(fd);
+      return absl::UnavailableError(absl::StrCat("cannot steer UDP ", local.ToString(),
+                                                 " by connection ID: ", std::strerror(err)));
+    }
   }
   if (options.report_unreachable) {
     const int on = 1;
@@ -114,6 +140,12 @@ absl::StatusOr<std::unique_ptr<UdpSocket>> UdpSocket::Bind(
   bound.len = sizeof(bound.storage);
   getsockname(fd, bound.sa(), &bound.len);
   return std::unique_ptr<UdpSocket>(new UdpSocket(fd, bound, std::move(options)));
+}
+
+int UdpSocket::SteeringShard(absl::Span<const uint8_t> datagram, int shards) {
+  if (shards <= 1) return 0;
+  const size_t at = (!datagram.empty() && (datagram[0] & 0x80)) ? 6 : 1;
+  return datagram.size() > at ? datagram[at] % shards : 0;
 }
 
 size_t UdpSocket::TakeUnreachable(

@@ -58,7 +58,20 @@ class UdpSocket {
     // any peer (IP_RECVERR), so that an unconnected (server) socket learns
     // which peer is gone: drain them with TakeUnreachable.
     bool report_unreachable = false;
+    // Sharing the port with other sockets of this process (SO_REUSEPORT),
+    // each read by its own loop: a datagram goes to socket
+    // SteeringShard(payload, shards) of the group, in the order the sockets
+    // were bound (a classic BPF program the first socket attaches). A
+    // server whose connection IDs carry their shard (sharded_server.h)
+    // then receives each connection's packets on its own loop. 0: not
+    // shared.
+    int shards = 0;
   };
+  // The shard a datagram goes to: the first byte of its destination
+  // connection ID (byte 6 of a long header, byte 1 of a short one) modulo
+  // `shards`; 0 for a datagram too short to have one. The BPF program
+  // computes the same.
+  static int SteeringShard(absl::Span<const uint8_t> datagram, int shards);
 
   // Binds `local` (port 0 picks one). UNAVAILABLE if the bind fails.
   static absl::StatusOr<std::unique_ptr<UdpSocket>> Bind(
