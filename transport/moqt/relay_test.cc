@@ -86,10 +86,12 @@ void ExpectAllObjects(const CollectingConsumer& c, int groups, int first_group =
   }
 }
 
-class RelayTest : public ::testing::Test {
+// Each test runs with the relay's connections on its one loop, and spread
+// over three loops (the sessions on one, the others bridged to it).
+class RelayTest : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
-    harness_ = std::make_unique<RelayHarness>(options_);
+    harness_ = std::make_unique<RelayHarness>(options_, SessionOptions{}, GetParam());
     harness_->thread()->RunSync([&] { origin_ = std::make_unique<Origin>(harness_->loop()); });
     origin_client_ = harness_->Connect(origin_.get());
     ASSERT_NE(origin_client_, nullptr);
@@ -137,7 +139,7 @@ class RelayTest : public ::testing::Test {
   std::vector<MoqtClient*> clients_;
 };
 
-TEST_F(RelayTest, FansOutOneUpstreamSubscriptionToThreeSubscribers) {
+TEST_P(RelayTest, FansOutOneUpstreamSubscriptionToThreeSubscribers) {
   auto a = SubscribeNew(kTrack);
   auto b = SubscribeNew(kTrack);
   auto c = SubscribeNew(kTrack);
@@ -153,9 +155,13 @@ TEST_F(RelayTest, FansOutOneUpstreamSubscriptionToThreeSubscribers) {
       ExpectAllObjects(*s, kGroups);
     }
   });
+  // With three loops the origin and the subscribers were spread over all.
+  if (GetParam() == 3) {
+    EXPECT_EQ(harness_->server()->placed(), (std::vector<uint64_t>{1, 2, 1}));
+  }
 }
 
-TEST_F(RelayTest, EndedTrackIsServedFromCacheAfterThePublisherLeft) {
+TEST_P(RelayTest, EndedTrackIsServedFromCacheAfterThePublisherLeft) {
   auto first = SubscribeNew(kTrack);
   harness_->thread()->RunSync([&] { origin_->PublishTrack(kTrack, kGroups); });
   ASSERT_TRUE(WaitOnLoop(harness_->thread(), [&] { return first->done; }));
@@ -189,7 +195,7 @@ Subscribe Range(uint64_t first, uint64_t last) {
   return s;
 }
 
-TEST_F(RelayTest, RangeSubscriptionsEndTheirRangeNotTheTrack) {
+TEST_P(RelayTest, RangeSubscriptionsEndTheirRangeNotTheTrack) {
   auto range = Range;
   auto first = SubscribeWith(range(0, 0));
   harness_->thread()->RunSync([&] { origin_->PublishTrack(kTrack, kGroups); });
@@ -208,7 +214,7 @@ TEST_F(RelayTest, RangeSubscriptionsEndTheirRangeNotTheTrack) {
 // Two decode workers landing different groups of one track at once (or
 // one worker asking for the next group while one lands): each range is its
 // own upstream subscription; a range inside the whole track's shares it.
-TEST_F(RelayTest, ConcurrentRangeSubscriptionsEachGetTheirGroups) {
+TEST_P(RelayTest, ConcurrentRangeSubscriptionsEachGetTheirGroups) {
   auto head = SubscribeWith(Range(0, 0));
   auto tail = SubscribeWith(Range(1, kGroups - 1));
   auto same_tail = SubscribeWith(Range(1, kGroups - 1));
@@ -228,7 +234,7 @@ TEST_F(RelayTest, ConcurrentRangeSubscriptionsEachGetTheirGroups) {
   });
 }
 
-TEST_F(RelayTest, ARangeSharesTheWholeTracksSubscription) {
+TEST_P(RelayTest, ARangeSharesTheWholeTracksSubscription) {
   auto whole = SubscribeNew(kTrack);
   auto range = SubscribeWith(Range(2, 2));
   harness_->thread()->RunSync([&] {
@@ -281,7 +287,7 @@ class RelayPacingTest : public RelayTest {
 // One subscriber stops reading for 400 ms while the whole track (320 KB)
 // arrives: the fast one finishes meanwhile, the relay owes the slow one
 // locations, not payloads, and sends them from the cache once it reads.
-TEST_F(RelayPacingTest, ASlowSubscriberHoldsAWindowAndDoesNotHoldBackTheOthers) {
+TEST_P(RelayPacingTest, ASlowSubscriberHoldsAWindowAndDoesNotHoldBackTheOthers) {
   Remote slow, fast;
   Start(slow, FromStart(kTrack));
   Start(fast, FromStart(kTrack));
@@ -311,7 +317,7 @@ TEST_F(RelayPacingTest, ASlowSubscriberHoldsAWindowAndDoesNotHoldBackTheOthers) 
 }
 
 // A FETCH the relay forwards upstream is paced the same way.
-TEST_F(RelayPacingTest, AFetchForwardedUpstreamIsPaced) {
+TEST_P(RelayPacingTest, AFetchForwardedUpstreamIsPaced) {
   const FullTrackName fetched = {kNs, "fetched"};
   harness_->thread()->RunSync([&] { origin_->PublishTrack(fetched, kGroups); });
   Remote slow;
@@ -348,7 +354,7 @@ TEST_F(RelayPacingTest, AFetchForwardedUpstreamIsPaced) {
 // The same with a cache too small to hold what the slow one is owed: it
 // ends with TOO_FAR_BEHIND naming the cause; it never silently misses
 // objects.
-TEST_F(RelayPacingTest, ASubscriberBehindTheCacheEndsWithAnError) {
+TEST_P(RelayPacingTest, ASubscriberBehindTheCacheEndsWithAnError) {
   harness_.reset();
   origin_.reset();
   options_.cache_bytes = 4 * (kSize + 64) * kObjects / 2;  // two groups
@@ -370,7 +376,7 @@ TEST_F(RelayPacingTest, ASubscriberBehindTheCacheEndsWithAnError) {
   Stop(slow);
 }
 
-TEST_F(RelayTest, FetchGoesUpstreamOnceThenComesFromTheCache) {
+TEST_P(RelayTest, FetchGoesUpstreamOnceThenComesFromTheCache) {
   const FullTrackName other = {kNs, "fetched"};
   harness_->thread()->RunSync([&] { origin_->PublishTrack(other, kGroups); });
   auto handler = std::make_unique<ClientHandler>();
@@ -405,7 +411,7 @@ TEST_F(RelayTest, FetchGoesUpstreamOnceThenComesFromTheCache) {
 // away): the relay answers with what it cached from the range's start, a
 // prefix the fetcher can use, rather than the error; with nothing cached
 // in the range, the error.
-TEST_F(RelayTest, AFetchItsPublisherFailsIsAnsweredFromTheCache) {
+TEST_P(RelayTest, AFetchItsPublisherFailsIsAnsweredFromTheCache) {
   const FullTrackName other = {kNs, "partly"};
   harness_->thread()->RunSync([&] { origin_->PublishTrack(other, kGroups); });
   auto handler = std::make_unique<ClientHandler>();
@@ -453,13 +459,13 @@ TEST_F(RelayTest, AFetchItsPublisherFailsIsAnsweredFromTheCache) {
   });
 }
 
-TEST_F(RelayTest, UnknownNamespaceIsRejectedWithTrackDoesNotExist) {
+TEST_P(RelayTest, UnknownNamespaceIsRejectedWithTrackDoesNotExist) {
   absl::Status reply;
   SubscribeNew(FullTrackName{{"nobody"}, "x"}, &reply);
   EXPECT_EQ(reply.code(), absl::StatusCode::kNotFound) << reply;
 }
 
-TEST_F(RelayTest, LastUnsubscribeEndsTheUpstreamSubscription) {
+TEST_P(RelayTest, LastUnsubscribeEndsTheUpstreamSubscription) {
   auto a = SubscribeNew(kTrack);
   harness_->thread()->RunSync([&] {
     EXPECT_EQ(harness_->relay()->num_subscribers(kTrack), 1u);
@@ -599,6 +605,11 @@ TEST(TrackCacheTest, CoversNeedsCompleteGroupsOrTheEndOfTrack) {
   cache.MarkEnded(kTrack, std::nullopt);
   EXPECT_TRUE(cache.Covers(kTrack, {0, 0}, {5, UINT64_MAX}));
 }
+
+INSTANTIATE_TEST_SUITE_P(LoopThreads, RelayTest, ::testing::Values(1, 3),
+                         ::testing::PrintToStringParamName());
+INSTANTIATE_TEST_SUITE_P(LoopThreads, RelayPacingTest, ::testing::Values(1, 3),
+                         ::testing::PrintToStringParamName());
 
 }  // namespace
 }  // namespace kvcast::moqt

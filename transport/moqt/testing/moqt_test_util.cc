@@ -18,7 +18,8 @@ bool WaitOnLoop(quic::LoopThread* thread, const std::function<bool()>& pred,
   return false;
 }
 
-RelayHarness::RelayHarness(RelayOptions options, SessionOptions server_options) {
+RelayHarness::RelayHarness(RelayOptions options, SessionOptions server_options,
+                           int loop_threads) {
   auto thread = quic::LoopThread::Start();
   EXPECT_TRUE(thread.ok()) << thread.status();
   thread_ = std::move(*thread);
@@ -29,7 +30,7 @@ RelayHarness::RelayHarness(RelayOptions options, SessionOptions server_options) 
     tls.cert_file = certs_.server_cert;
     tls.key_file = certs_.server_key;
     auto server = MoqtServer::Create(loop(), "127.0.0.1", 0, tls, quic::TransportOptions{},
-                                     server_options, relay_.get());
+                                     server_options, relay_.get(), loop_threads);
     EXPECT_TRUE(server.ok()) << server.status();
     if (server.ok()) {
       server_ = std::move(*server);

@@ -51,15 +51,19 @@ class ClientHandler : public RequestHandler {
 };
 
 // A relay server on 127.0.0.1 plus helpers to connect clients to it. All
-// objects are created and destroyed on the loop thread.
+// objects are created and destroyed on the loop thread. `loop_threads`: the
+// relay server's (MoqtServer::Create): with more than one, connections run
+// on other loops too and reach the relay through bridges.
 class RelayHarness {
  public:
-  explicit RelayHarness(RelayOptions options = {}, SessionOptions server_options = {});
+  explicit RelayHarness(RelayOptions options = {}, SessionOptions server_options = {},
+                        int loop_threads = 1);
   ~RelayHarness();
   quic::LoopThread* thread() { return thread_.get(); }
   quic::EventLoop* loop() { return thread_->loop(); }
   Relay* relay() { return relay_.get(); }
   uint16_t port() const { return port_; }
+  MoqtServer* server() { return server_.get(); }
   const devcert::DevCertPaths& certs() const { return certs_; }
   // Connects a client whose peer requests go to `handler` (borrowed; must
   // outlive the harness) and waits until its SETUP exchange is done.
