@@ -34,6 +34,10 @@ ABSL_FLAG(int64_t, spill_mb, 0, "disk tier budget in MiB (with --spill_dir)");
 ABSL_FLAG(int64_t, send_window_kb, 8192,
           "per downstream request: KiB its send queue may hold before objects wait in the "
           "cache for it (a slow subscriber costs about this much)");
+ABSL_FLAG(int32_t, loop_threads, 0,
+          "loops serving the QUIC connections (decryption, encryption, system calls), "
+          "connections placed round robin; the sessions and the cache run on the first. "
+          "0: one per core this process may run on");
 ABSL_FLAG(int64_t, subscribe_wait_ms, 0,
           "how long a SUBSCRIBE for an unannounced namespace waits for a publisher");
 ABSL_FLAG(int64_t, idle_timeout_s, 30, "QUIC idle timeout in seconds");
@@ -63,6 +67,7 @@ kvcast::moqt::RelayServerOptions OptionsFromFlags() {
   o.spill_dir = absl::GetFlag(FLAGS_spill_dir);
   o.spill_mb = absl::GetFlag(FLAGS_spill_mb);
   o.send_window_kb = absl::GetFlag(FLAGS_send_window_kb);
+  o.loop_threads = absl::GetFlag(FLAGS_loop_threads);
   o.subscribe_wait = absl::Milliseconds(absl::GetFlag(FLAGS_subscribe_wait_ms));
   o.idle_timeout = absl::Seconds(absl::GetFlag(FLAGS_idle_timeout_s));
   o.quic_max_udp_payload = absl::GetFlag(FLAGS_quic_max_udp_payload);

@@ -1,14 +1,17 @@
 #include "services/relay/relay_server.h"
 
+#include <sched.h>
 #include <signal.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -102,6 +105,14 @@ absl::StatusOr<int> StopOnSignals(quic::EventLoop* loop) {
   return sfd;
 }
 
+// `configured`, or (0) the cores this process may run on.
+int LoopThreads(int configured) {
+  if (configured > 0) return configured;
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return std::max(1u, std::thread::hardware_concurrency());
+}
+
 }  // namespace
 
 absl::Status ValidateRelayOptions(const RelayServerOptions& o) {
@@ -111,6 +122,9 @@ absl::Status ValidateRelayOptions(const RelayServerOptions& o) {
   }
   if (o.cache_mb <= 0) return absl::InvalidArgumentError("--cache_mb must be positive");
   if (o.send_window_kb <= 0) return absl::InvalidArgumentError("--send_window_kb must be positive");
+  if (o.loop_threads < 0 || o.loop_threads > 128) {
+    return absl::InvalidArgumentError("--loop_threads must be 0 (one per core) to 128");
+  }
   if (o.auth_key_file.empty() && !o.insecure) {
     return absl::InvalidArgumentError(
         "--auth_key_file is required (the MoQT authorization keys the scheduler signs tokens "
@@ -152,7 +166,8 @@ absl::Status RunRelay(const RelayServerOptions& o) {
   quic::EventLoop* l = loop.get();
   Relay relay(l, relay_options);
   ASSIGN_OR_RETURN(auto server, MoqtServer::Create(l, addr.first, addr.second, o.tls, transport,
-                                                   session_options, &relay));
+                                                   session_options, &relay,
+                                                   LoopThreads(o.loop_threads)));
   ASSIGN_OR_RETURN(const int sfd, StopOnSignals(l));
   std::function<void()> print_stats = [&] {
     const auto& s = relay.stats();

@@ -23,6 +23,10 @@ struct RelayServerOptions {
   std::string spill_dir;  // with a positive spill_mb: the cache's disk tier
   int64_t spill_mb = 0;
   int64_t send_window_kb = 8192;
+  // Loops serving the QUIC connections (decryption, encryption, system
+  // calls), sessions and cache on the first (MoqtServer::Create); 0: one
+  // per core this process may run on.
+  int loop_threads = 0;
   absl::Duration subscribe_wait = absl::ZeroDuration();
   absl::Duration idle_timeout = absl::Seconds(30);
   int32_t quic_max_udp_payload = 0;  // 0: the default with path MTU discovery

@@ -38,6 +38,13 @@ TEST(RelayServerTest, EachBadOptionIsRefusedNamingItsFlag) {
   o = Valid();
   o.spill_mb = 64;  // without --spill_dir
   EXPECT_NE(Refusal(o).find("--spill_dir and a positive --spill_mb"), std::string::npos);
+  for (int bad : {-1, 129}) {
+    o = Valid();
+    o.loop_threads = bad;
+    EXPECT_NE(Refusal(o).find("--loop_threads"), std::string::npos) << bad;
+  }
+  o.loop_threads = 4;
+  EXPECT_TRUE(ValidateRelayOptions(o).ok());
 }
 
 TEST(RelayServerTest, AnUnparsableListenAddressOrMissingKeysEndItBeforeServing) {

@@ -108,6 +108,7 @@ cancelled, and the process exits, before the kubelet's SIGKILL.
 - --auth_key_file={{ include "kvcast.moqtAuthKeyFile" . }}
 - --cache_mb={{ int $v.cacheMB }}
 - --send_window_kb={{ int $v.sendWindowKB }}
+- --loop_threads={{ int $v.loopThreads }}
 {{- if include "kvcast.diskTier" . }}
 - --spill_dir=/var/lib/kvcast/kv-tier
 - --spill_mb={{ int $v.kvDiskTier.mb }}
