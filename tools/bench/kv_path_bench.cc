@@ -68,6 +68,9 @@ ABSL_FLAG(std::string, tracks, "fp16,int8,ac", "KV tracks");
 ABSL_FLAG(std::string, fanout, "1,4,16", "subscriber counts for the fan-out case");
 ABSL_FLAG(int, fanout_tokens, 1024, "prompt length of the fan-out case");
 ABSL_FLAG(int, layers, 32, "layers (Llama-3-8B: 32)");
+ABSL_FLAG(int, relay_loop_threads, 1,
+          "the relay server's loop threads (MoqtServer::Create: connections spread over them, "
+          "sessions and cache on the first)");
 ABSL_FLAG(int, relay_window_kb, 8192, "the relay's send window per downstream request");
 ABSL_FLAG(int, relay_cache_mb, 3072,
           "the relay's cache budget (the cached case needs a whole track to fit)");
@@ -220,8 +223,8 @@ struct Bench {
       options.subscribe_wait = absl::Seconds(10);
       relay = std::make_unique<moqt::Relay>(relay_loop.thread->loop(), options);
       relay_server = *moqt::MoqtServer::Create(relay_loop.thread->loop(), "127.0.0.1", 0,
-                                               server_tls, Transport(),
-                                               moqt::SessionOptions{}, relay.get());
+                                               server_tls, Transport(), moqt::SessionOptions{},
+                                               relay.get(), absl::GetFlag(FLAGS_relay_loop_threads));
     });
     prefill.Run([&] {
       publisher = std::make_unique<Publisher>(prefill_pool.get(), prefill_backend.get(), kModel,
