@@ -636,12 +636,20 @@ struct Runs {
 constexpr const char* kCases[] = {"moqt-bytes", "tls", "direct", "tls-kv", "direct2", "relay",
                                   "cached"};
 
-// One result row per case: every round's rate and CPU per MiB.
+// One result row per case: every round's rate, CPU per MiB, and CPU per
+// MiB by thread name.
 void AddRows(const Runs& runs, nlohmann::json extra, nlohmann::json* rows) {
   for (const auto& [name, costs] : runs.by_case) {
+    nlohmann::json threads = nlohmann::json::array();
+    for (const Cost& c : costs) {
+      nlohmann::json t = nlohmann::json::object();
+      for (const auto& [thread, seconds] : c.threads) t[thread] = seconds * 1e3 / runs.Mib();
+      threads.push_back(std::move(t));
+    }
     nlohmann::json row = extra;
     row.update({{"case", name}, {"mib", runs.Mib()}, {"mib_per_s", runs.Rates(name)},
-                {"cpu_ms_per_mib", runs.CpuPerMib(name)}});
+                {"cpu_ms_per_mib", runs.CpuPerMib(name)},
+                {"thread_cpu_ms_per_mib", std::move(threads)}});
     rows->push_back(std::move(row));
   }
 }
