@@ -299,6 +299,24 @@ int64_t Engine::waiting_prompt_tokens() const {
   return n;
 }
 
+bool Engine::FollowsAPrefill(const Sequence& w) const {
+  if (!options_.prefix_caching || w.kv_len > 0 || !w.pages.empty() || w.prompt_chain.empty()) {
+    return false;  // nothing to share, or it holds its KV already (prefilled)
+  }
+  const int chunk = options_.chunk_tokens;
+  const size_t reusable = std::min(w.prompt_chain.size(), size_t((w.prompt_len - 1) / chunk));
+  for (const auto& r : running_) {
+    if (r->kv_len >= r->prompt_len || r->prompt_chain.empty()) continue;  // not prefilling
+    size_t common = 0;
+    while (common < reusable && common < r->prompt_chain.size() &&
+           w.prompt_chain[common] == r->prompt_chain[common]) {
+      ++common;
+    }
+    if (common > size_t(r->kv_len / chunk)) return true;  // `r` has some of them still to do
+  }
+  return false;
+}
+
 void Engine::Admit(Sequence* seq) {
   if (!seq->pages.empty()) {
     // Prefilled (only those hold pages while waiting): offer its full chunks
@@ -536,9 +554,14 @@ absl::StatusOr<std::vector<SequenceEvent>> Engine::Step() {
       }
     }
     cancelled_.clear();  // ids that matched nothing are forgotten
-    while (!waiting_.empty() && int(running_.size()) < options_.max_running) {
-      running_.push_back(std::move(waiting_.front()));
-      waiting_.pop_front();
+    for (auto it = waiting_.begin();
+         it != waiting_.end() && int(running_.size()) < options_.max_running;) {
+      if (FollowsAPrefill(**it)) {
+        ++it;  // stays first in line for the next step
+        continue;
+      }
+      running_.push_back(std::move(*it));
+      it = waiting_.erase(it);
       admitted.push_back(running_.back().get());
     }
     running_count_ = int(running_.size());

@@ -5,7 +5,9 @@
 // chunks (chunked prefill, up to `max_batch_tokens` tokens) with one decode
 // token for every running sequence, samples, and reports per-sequence
 // events. Full chunks of every sequence enter the prefix cache as soon as
-// their KV is computed. When pages run out, the youngest running sequence is
+// their KV is computed, and a request whose prompt shares chunks that a
+// running sequence is still computing waits for them instead of computing
+// them again. When pages run out, the youngest running sequence is
 // preempted (its pages freed, recomputed later); a request that cannot fit
 // even alone ends with kError. Every finished, cancelled or failed sequence
 // releases its pages exactly once.
@@ -221,6 +223,13 @@ class Engine {
   struct Sequence;
   Engine(const EngineOptions& options, std::unique_ptr<Backend> backend);
   void Admit(Sequence* seq);
+  // Whether waiting `w` shares prompt chunks (the same chain: tenant and
+  // tokens) with a running sequence that has not computed them all yet.
+  // Then it waits, and takes them from the prefix cache once they are in:
+  // a prompt chunk is computed once, however many requests carry it at
+  // once (n > 1 choices, a burst of one system prompt). Step's thread,
+  // under mu_.
+  bool FollowsAPrefill(const Sequence& w) const;
   absl::Status EnsurePages(Sequence* seq, int tokens);
   // Why a sequence alone cannot get pages for `tokens` more: OutOfRange when
   // the pool (less its pinned pages) is too small for it, else

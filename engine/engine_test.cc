@@ -205,6 +205,44 @@ TEST(Engine, SecondRequestReusesCachedChunksAndPagesReturn) {
   EXPECT_EQ(e->pool().free_pages(), free_at_start);
 }
 
+// Requests submitted together whose prompts share chunks (n > 1 choices, a
+// burst of one system prompt) compute each shared chunk once: the others
+// wait for it and take it from the prefix cache, and generate what they
+// would alone. Another tenant's identical prompt shares nothing.
+TEST(Engine, RequestsSharingChunksAtOnceComputeEachChunkOnce) {
+  EngineOptions o;
+  o.max_batch_tokens = 64;  // the first prompt takes several passes
+  auto e = MakeEngine(o);
+  const auto prompt = Tokens(300, 5);  // two full 128-token chunks + 44
+  auto other = prompt;                 // the same first 260 tokens, then its own
+  other.resize(260);
+  const auto tail = Tokens(30, 6);
+  other.insert(other.end(), tail.begin(), tail.end());
+  GenerationParams bob = Greedy(4);
+  bob.tenant = "bob";
+  std::vector<uint64_t> ids;
+  for (int i = 0; i < 3; ++i) ids.push_back(*e->Submit(prompt, Greedy(4)));
+  ids.push_back(*e->Submit(other, Greedy(4)));
+  ids.push_back(*e->Submit(prompt, bob));
+  auto r = RunToCompletion(e.get());
+  EXPECT_EQ(r[ids[0]].cached, 0);
+  EXPECT_EQ(r[ids[1]].cached, 256);
+  EXPECT_EQ(r[ids[2]].cached, 256);
+  EXPECT_EQ(r[ids[3]].cached, 256);
+  EXPECT_EQ(r[ids[4]].cached, 0);  // bob's chunks are his own
+  // 300 once, the 44-token tails of the two other copies, the other
+  // prompt's 34, and bob's 300: not 5 x ~300.
+  EXPECT_EQ(e->totals().prompt_tokens_computed, 300 + 2 * 44 + 34 + 300);
+  auto alone = [&](const std::vector<int32_t>& p) {
+    auto fresh = MakeEngine();
+    const uint64_t id = *fresh->Submit(p, Greedy(4));
+    return RunToCompletion(fresh.get())[id].tokens;
+  };
+  const auto expected = alone(prompt);
+  for (int i : {0, 1, 2, 4}) EXPECT_EQ(r[ids[i]].tokens, expected) << i;
+  EXPECT_EQ(r[ids[3]].tokens, alone(other));
+}
+
 // Chunks evicted from the pool wait in the host tier (fp16) and come back
 // for the next request sharing the prefix: cached, with the output of a
 // fresh engine, and every page accounted for.

@@ -226,6 +226,14 @@ void MetricsRegistry::AddCallbackGauge(const std::string& name, const std::strin
   AddSeries(name, help, kGauge, std::move(series));
 }
 
+void MetricsRegistry::AddCallbackCounter(const std::string& name, const std::string& help,
+                                         std::function<double()> read, MetricLabels labels) {
+  if (!read) Fail(absl::StrCat("callback counter ", name, " has no callback"));
+  auto series = NewSeries(std::move(labels));
+  series->read = std::move(read);
+  AddSeries(name, help, kCounter, std::move(series));
+}
+
 Histogram* MetricsRegistry::AddHistogram(const std::string& name, const std::string& help,
                                          std::vector<double> bounds, MetricLabels labels) {
   for (size_t i = 0; i < bounds.size(); ++i) {

@@ -119,6 +119,10 @@ class MetricsRegistry {
   // A gauge whose value is `read()` at each Render() (e.g. free KV pages).
   void AddCallbackGauge(const std::string& name, const std::string& help,
                         std::function<double()> read, MetricLabels labels = {});
+  // A counter whose value is `read()` at each Render(): a total kept
+  // elsewhere (an engine's tokens computed); `read` must never decrease.
+  void AddCallbackCounter(const std::string& name, const std::string& help,
+                          std::function<double()> read, MetricLabels labels = {});
 
   // The whole registry in text format 0.0.4, metrics in registration order.
   std::string Render() const;

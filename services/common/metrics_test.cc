@@ -76,6 +76,17 @@ TEST(MetricsTest, CallbackGaugeIsReadAtRenderTime) {
   EXPECT_NE(r.Render().find("reentrant 1\n"), std::string::npos);
 }
 
+TEST(MetricsTest, CallbackCounterIsACounterReadAtRenderTime) {
+  MetricsRegistry r;
+  double computed = 300;
+  r.AddCallbackCounter("prompt_tokens_computed_total", "Tokens computed.", [&] { return computed; });
+  std::string text = r.Render();
+  EXPECT_NE(text.find("# TYPE prompt_tokens_computed_total counter\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("prompt_tokens_computed_total 300\n"), std::string::npos) << text;
+  computed = 432;
+  EXPECT_NE(r.Render().find("prompt_tokens_computed_total 432\n"), std::string::npos);
+}
+
 TEST(MetricsTest, FormatsValuesForPrometheus) {
   EXPECT_EQ(FormatMetricValue(0.1), "0.1");
   EXPECT_EQ(FormatMetricValue(3), "3");

@@ -308,6 +308,11 @@ absl::Status WorkerRuntime::Serve(moqt::RequestHandler* handler,
                    {"writes", &S::writes}, {"pending", &S::pending},
                    {"evictions", &S::evictions}, {"rejected", &S::rejected}});
   }
+  // The engine's prompt work, as heartbeats report it to the scheduler.
+  metrics_.AddCallbackCounter(
+      "kvcast_prompt_tokens_computed_total",
+      "prompt tokens whose KV this worker computed (not reused, fetched or landed)",
+      [this] { return double(engine_->totals().prompt_tokens_computed); });
   metrics_.AddCallbackGauge("kvcast_queue_depth", "requests waiting for the batch",
                             [this] { return double(engine_->num_waiting()); });
   metrics_.AddCallbackGauge("kvcast_running", "sequences in the batch",

@@ -18,6 +18,10 @@ plain urllib, no kvcast code:
   best_of             completions n=2 best_of=4 (sampled, a seed) return the
                       2 of the 4 candidates n=4 gives with the highest summed
                       token_logprobs, in that order; usage bills all 4
+  n_prefill_once      n=4 choices of one new ~300-token prompt: the workers
+                      compute its prompt once (kvcast_prompt_tokens_computed_total
+                      grows by less than twice the prompt: the other three
+                      choices reuse its 128-token chunks)
   disconnect_cancels  closing a long stream frees the scheduler's queue slot
                       and the decode worker's KV pages
   concurrent_streams  8 streams at once, each complete
@@ -241,6 +245,26 @@ class Checks:
         expect(len(set(c.text for c in every.choices)) > 1, "four samples, all the same")
         log(f"best_of=4 n=2: {got} of {[c.text for c in every.choices]}")
 
+    def n_prefill_once(self):
+        workers = [self.cluster.metrics[w] for w in ("prefill-0", "decode-0")]
+
+        def computed():
+            return sum(scrape(w, "kvcast_prompt_tokens_computed_total") for w in workers)
+
+        before = computed()
+        prompt = f"Note {os.getpid()}. {SYSTEM} {SYSTEM} In one sentence:"
+        r = self.client.completions.create(model=self.model, prompt=prompt, n=4, max_tokens=4,
+                                           temperature=1.0, seed=3)
+        spent = computed() - before
+        n = r.usage.prompt_tokens
+        expect(len(r.choices) == 4, f"{len(r.choices)} choices")
+        expect(n >= 256, f"the prompt is {n} tokens: too short to share a chunk")
+        expect(n <= spent < 2 * n,
+               f"4 choices of a {n}-token prompt computed {spent:.0f} prompt tokens (once: {n} "
+               f"and three tails under 128)")
+        log(f"n=4 of a {n}-token prompt: {spent:.0f} prompt tokens computed (4 x {n} = {4 * n} "
+            f"if each choice computed its own)")
+
     def disconnect_cancels(self):
         metrics = self.cluster.metrics["scheduler"]
         decode = self.cluster.metrics["decode-0"]
@@ -340,7 +364,7 @@ def main():
         if runner.run("setup", setup):
             c = state["checks"]
             for name in ("models", "auth", "completion_stream", "chat_stream", "cached_tokens",
-                         "tenant_isolation", "bad_requests", "min_tokens", "best_of",
+                         "tenant_isolation", "bad_requests", "min_tokens", "best_of", "n_prefill_once",
                          "disconnect_cancels",
                          "concurrent_streams", "grpc_api_key", "tls_required",
                          "health_and_metrics"):
