@@ -154,6 +154,9 @@ absl::Status RunRelay(const RelayServerOptions& o) {
         "--insecure: any client that connects may publish, subscribe to and fetch any track");
   }
   ASSIGN_OR_RETURN(auto loop, quic::EventLoop::Create());
+  // Before any thread starts (the spill's writer, the server's loops): they
+  // inherit the blocked signals, so SIGTERM reaches the signalfd, not them.
+  ASSIGN_OR_RETURN(const int sfd, StopOnSignals(loop.get()));
   quic::TransportOptions transport;
   transport.idle_timeout = o.idle_timeout;
   transport.max_udp_payload = o.quic_max_udp_payload;
@@ -168,7 +171,6 @@ absl::Status RunRelay(const RelayServerOptions& o) {
   ASSIGN_OR_RETURN(auto server, MoqtServer::Create(l, addr.first, addr.second, o.tls, transport,
                                                    session_options, &relay,
                                                    LoopThreads(o.loop_threads)));
-  ASSIGN_OR_RETURN(const int sfd, StopOnSignals(l));
   std::function<void()> print_stats = [&] {
     const auto& s = relay.stats();
     std::printf("sessions=%zu cache_bytes=%llu tracks=%zu upstream_subscribes=%llu "
