@@ -253,38 +253,7 @@ std::string WorkerRuntime::moqt_address() const {
   return absl::StrCat(config_.advertise_host, ":", moqt_port_);
 }
 
-absl::Status WorkerRuntime::Serve(moqt::RequestHandler* handler,
-                                  std::vector<services::NamedService> services) {
-  handler_ = handler;
-  ASSIGN_OR_RETURN(auto moqt_listen, moqt::ParseHostPort(config_.moqt_listen));
-  if (!config_.relay.empty()) {
-    ASSIGN_OR_RETURN(relay_, moqt::ParseHostPort(config_.relay));
-  }
-  absl::Status st;
-  RunSync([&] {
-    moqt::SessionOptions server_options;
-    server_options.authorizer = config_.moqt_auth;
-    quic::TransportOptions transport;
-    transport.max_udp_payload = config_.quic_max_udp_payload;
-    auto server = moqt::MoqtServer::Create(loop(), moqt_listen.first, moqt_listen.second,
-                                           config_.quic_server, transport, server_options,
-                                           handler_);
-    if (!server.ok()) {
-      st = server.status();
-      return;
-    }
-    moqt_server_ = std::move(*server);
-    moqt_port_ = moqt_server_->port();
-    if (!config_.relay.empty()) WatchRelay();
-  });
-  if (!st.ok()) return absl::Status(st.code(), absl::StrCat("--moqt_listen: ", st.message()));
-  ASSIGN_OR_RETURN(grpc_, services::GrpcServer::Start(config_.grpc, std::move(services)));
-  if (!config_.metrics_listen.empty()) {
-    ASSIGN_OR_RETURN(metrics_server_,
-                     services::MetricsServer::Start(config_.metrics_listen, &metrics_));
-  }
-  worker_id_ = absl::StrCat(config_.advertise_host, ":", grpc_->port(), "/", getpid(), "-",
-                            absl::ToUnixMillis(absl::Now()));
+void WorkerRuntime::ExportEngineMetrics() {
   metrics_.AddCallbackGauge("kvcast_kv_pages_used", "KV pages in use (running + cached)",
                             [this] {
                               return double(engine_->pool().num_pages() -
@@ -331,6 +300,41 @@ absl::Status WorkerRuntime::Serve(moqt::RequestHandler* handler,
         return double(pool.num_pages() - pool.free_pages()) / double(pool.num_pages());
       },
       model);
+}
+
+absl::Status WorkerRuntime::Serve(moqt::RequestHandler* handler,
+                                  std::vector<services::NamedService> services) {
+  handler_ = handler;
+  ASSIGN_OR_RETURN(auto moqt_listen, moqt::ParseHostPort(config_.moqt_listen));
+  if (!config_.relay.empty()) {
+    ASSIGN_OR_RETURN(relay_, moqt::ParseHostPort(config_.relay));
+  }
+  absl::Status st;
+  RunSync([&] {
+    moqt::SessionOptions server_options;
+    server_options.authorizer = config_.moqt_auth;
+    quic::TransportOptions transport;
+    transport.max_udp_payload = config_.quic_max_udp_payload;
+    auto server = moqt::MoqtServer::Create(loop(), moqt_listen.first, moqt_listen.second,
+                                           config_.quic_server, transport, server_options,
+                                           handler_);
+    if (!server.ok()) {
+      st = server.status();
+      return;
+    }
+    moqt_server_ = std::move(*server);
+    moqt_port_ = moqt_server_->port();
+    if (!config_.relay.empty()) WatchRelay();
+  });
+  if (!st.ok()) return absl::Status(st.code(), absl::StrCat("--moqt_listen: ", st.message()));
+  ASSIGN_OR_RETURN(grpc_, services::GrpcServer::Start(config_.grpc, std::move(services)));
+  if (!config_.metrics_listen.empty()) {
+    ASSIGN_OR_RETURN(metrics_server_,
+                     services::MetricsServer::Start(config_.metrics_listen, &metrics_));
+  }
+  worker_id_ = absl::StrCat(config_.advertise_host, ":", grpc_->port(), "/", getpid(), "-",
+                            absl::ToUnixMillis(absl::Now()));
+  ExportEngineMetrics();
   if (config_.moqt_auth) services::ExportMoqtAuthMetrics(config_.moqt_auth, &metrics_);
   if (!config_.relay.empty()) {
     metrics_.AddCallbackGauge("kvcast_relay_connected",

@@ -162,6 +162,9 @@ class WorkerRuntime {
   // Loop thread: (re)connects to the relay (every 250 ms while it is down)
   // and reports its health.
   void WatchRelay();
+  // The engine's gauges and counters (pages, prefix cache, tiers, queue,
+  // work done; vLLM's names too) on /metrics.
+  void ExportEngineMetrics();
   quic::TransportOptions PeerTransport() const;
 
   const WorkerConfig config_;
