@@ -1,8 +1,10 @@
 #include "services/decode/decode_service.h"
 
+#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -161,11 +163,30 @@ DecodeService::Landed DecodeService::LandPromptKv(grpc::ServerContext* context,
   const int own = kv_tokens > 0 ? kv_tokens : int(prompt.size());
   std::vector<Hash128> chain = ChunkHashChain(
       engine.prefix_seed(start.tenant()), absl::MakeConstSpan(prompt).first(own), chunk);
-  out.pages = engine.prefix_cache().Acquire(
-      chain, kv_tokens > 0 ? int(chain.size()) : (int(prompt.size()) - 1) / chunk);
-  const int own_chunks = out.pages.size() / (chunk / page_tokens);
-  out.tokens = out.local_cached = own_chunks * chunk;
+  const int pages_per_chunk = chunk / page_tokens;
+  auto take_cached = [&] {
+    out.pages = engine.prefix_cache().Acquire(
+        chain, kv_tokens > 0 ? int(chain.size()) : (int(prompt.size()) - 1) / chunk);
+    out.tokens = out.local_cached = int(out.pages.size() / pages_per_chunk) * chunk;
+  };
+  take_cached();
   if (out.tokens >= kv_tokens) return out;
+  // Another request here landing the same prompt (n > 1 choices): wait for
+  // it, then take its full chunks from the cache too.
+  services::CallWait wait([context] { return context->IsCancelled(); });
+  const bool share = engine.options().prefix_caching && !chain.empty();
+  std::optional<SharedLandings::Turn> turn;
+  if (share) {
+    absl::StatusOr<SharedLandings::Turn> t =
+        landings_.Take(chain.back(), &wait, absl::FromChrono(kKeepalive), keepalive);
+    if (!t.ok()) return out;  // cancelled: the call ends
+    turn.emplace(std::move(*t));
+    if (turn->waited()) {
+      take_cached();
+      if (out.tokens >= kv_tokens) return out;
+    }
+  }
+  const int own_chunks = out.tokens / chunk;
 
   const int groups = (kv_tokens + chunk - 1) / chunk;
   const auto t0 = Clock::now();
@@ -182,6 +203,17 @@ DecodeService::Landed DecodeService::LandPromptKv(grpc::ServerContext* context,
     LandTrack(context, start, name, own_chunks, groups, keepalive, add);
   }
   out.ms = Ms(Clock::now() - t0);
+  if (share) {
+    // Its full chunks for the requests waiting on this landing (the engine
+    // would add them at admission: later, and a request of the same prompt
+    // would land them again meanwhile).
+    for (int c = own_chunks; c < std::min<int>(out.tokens / chunk, int(chain.size())); ++c) {
+      if (absl::StatusOr<KvPages> shared = out.pages.Share(c * pages_per_chunk, pages_per_chunk);
+          shared.ok()) {
+        engine.prefix_cache().Insert(chain[c], *std::move(shared));
+      }
+    }
+  }
   if (out.landed > 0) {
     transfer_bytes_->Increment(double(out.bytes));
     transfer_seconds_->Observe(out.ms / 1000);

@@ -12,8 +12,11 @@
 // on. With the request's compression "abr" the worker lands group by group
 // and picks each group's track from the goodput it measures and
 // Options::abr_budget_s (kv_abr.h); groups that cannot arrive in time are
-// computed here. Cancelling the stream cancels the sequence; pages are freed on every
-// path (the engine and the lander own them in turn).
+// computed here. Requests landing the same prompt at once (n > 1 choices)
+// land it once: the others wait, then share its full chunks through the
+// prefix cache (shared_landings.h). Cancelling the stream cancels the
+// sequence; pages are freed on every path (the engine and the lander own
+// them in turn).
 #ifndef KVCAST_SERVICES_DECODE_DECODE_SERVICE_H_
 #define KVCAST_SERVICES_DECODE_DECODE_SERVICE_H_
 
@@ -25,6 +28,7 @@
 #include "absl/status/statusor.h"
 #include "kvcast/v1/worker.grpc.pb.h"
 #include "services/decode/kv_abr.h"
+#include "services/decode/shared_landings.h"
 #include "services/common/metrics.h"
 #include "services/worker/land_kv.h"
 #include "services/worker/worker_runtime.h"
@@ -90,6 +94,7 @@ class DecodeService final : public v1::Decode::Service {
 
   worker::WorkerRuntime* const rt_;
   const Options options_;
+  SharedLandings landings_;  // one landing at a time per prompt
   const std::vector<AbrTrack> abr_ladder_;
   std::atomic<double> abr_goodput_;  // the last landing's estimate, for the next
   std::vector<services::Counter*> abr_groups_;  // per ladder track

@@ -1,9 +1,13 @@
 // DecodeService on a real worker runtime (the tiny model): a prompt it
 // computes itself, its prefix cache on a repeat, KV that cannot land
-// computed instead, and starts it refuses.
+// computed instead, one prompt landed once for requests that carry it at
+// once, and starts it refuses.
 #include "services/decode/decode_service.h"
 
+#include <thread>
+
 #include "gtest/gtest.h"
+#include "services/prefill/prefill_service.h"
 #include "services/worker/testing/test_worker.h"
 
 namespace kvcast::decode {
@@ -95,6 +99,65 @@ TEST_F(DecodeServiceTest, APromptItComputesItselfStreamsMaxTokensThenLength) {
   ASSERT_TRUE(again.status.ok()) << again.status.error_message();
   EXPECT_EQ(again.messages[0].local_cached_tokens(), 256);
   EXPECT_EQ(again.tokens, c.tokens);
+}
+
+// Requests that land one prompt at once (the n choices of a request): one
+// lands it, the others wait and take its full chunks from the prefix
+// cache, landing only the last, partial chunk; all generate alike.
+TEST_F(DecodeServiceTest, RequestsLandingOnePromptAtOnceLandItOnce) {
+  // A prefill worker computes and publishes the prompts (kept 60 s).
+  auto prt = worker::testing::StartTestWorker(v1::WORKER_ROLE_PREFILL,
+                                              ::testing::TempDir() + "/prefill_worker");
+  ASSERT_TRUE(prt.ok()) << prt.status();
+  std::unique_ptr<worker::WorkerRuntime> prefill_rt = std::move(*prt);
+  prefill::PrefillService prefill(prefill_rt.get(), absl::Seconds(60));
+  ASSERT_TRUE(prefill_rt
+                  ->Serve(prefill.moqt_handler(), {{v1::Prefill::service_full_name(), &prefill}})
+                  .ok());
+  auto prefill_stub = v1::Prefill::NewStub(worker::testing::ChannelTo(*prefill_rt));
+  constexpr int kPrompt = 300, kChoices = 3;
+  for (int round = 0; round < 3; ++round) {
+    v1::DecodeStart s = Start(kPrompt, 8);
+    s.set_prompt(0, 200 + round);  // a prompt this worker has not seen
+    v1::PrefillRequest p;
+    p.set_request_id("prefill");
+    *p.mutable_tokens() = s.prompt();
+    grpc::ClientContext ctx;
+    auto reader = prefill_stub->Prefill(&ctx, p);
+    v1::PrefillReply reply;
+    v1::PrefillResponse result;
+    while (reader->Read(&reply)) {
+      if (reply.has_result()) result = reply.result();
+    }
+    ASSERT_TRUE(reader->Finish().ok());
+    s.set_kv_tokens(kPrompt);
+    v1::KvSource* kv = s.mutable_kv();
+    kv->set_prompt_digest(result.prompt_digest());
+    kv->set_groups(3);
+    kv->set_compression("fp16");
+    kv->set_moqt_address(absl::StrCat("127.0.0.1:", prefill_rt->moqt_port()));
+    std::vector<Call> calls(kChoices);
+    std::vector<std::thread> threads;
+    for (Call& c : calls) {
+      threads.emplace_back([&, &c = c] { c = Decode(Of(s), result.first_token()); });
+    }
+    for (std::thread& t : threads) t.join();
+    int landed = 0, shared = 0;
+    for (const Call& c : calls) {
+      ASSERT_TRUE(c.status.ok()) << c.status.error_message();
+      for (const v1::DecodeResponse& m : c.messages) {
+        if (!m.kv_ready()) continue;
+        landed += m.landed_tokens();
+        shared += m.local_cached_tokens();
+      }
+      EXPECT_EQ(c.tokens, calls[0].tokens);
+      EXPECT_EQ(c.tokens.size(), 7u);  // the first came from the prefill
+    }
+    // The prompt once, then the 44-token tail for each other choice.
+    EXPECT_EQ(landed, kPrompt + (kChoices - 1) * 44) << "round " << round;
+    EXPECT_EQ(shared, (kChoices - 1) * 256) << "round " << round;
+  }
+  prefill_rt->Shutdown(absl::ZeroDuration());
 }
 
 TEST_F(DecodeServiceTest, KvThatCannotLandIsComputedHereFromTheFirstToken) {
