@@ -22,7 +22,8 @@ plain urllib, no kvcast code:
                       forward pass): the workers compute it once
                       (kvcast_prompt_tokens_computed_total grows by less than
                       twice the prompt: the other three choices wait for its
-                      128-token chunks and reuse them)
+                      128-token chunks and reuse them), and the decode worker
+                      lands it once (the others share its full chunks)
   disconnect_cancels  closing a long stream frees the scheduler's queue slot
                       and the decode worker's KV pages
   concurrent_streams  8 streams at once, each complete
@@ -253,6 +254,8 @@ class Checks:
             return sum(scrape(w, "kvcast_prompt_tokens_computed_total") for w in workers)
 
         before = computed()
+        decode = self.cluster.metrics["decode-0"]
+        shared_before = scrape(decode, "kvcast_decode_local_cached_tokens_total")
         # Longer than a forward pass takes (--max_batch_tokens): the first
         # choice's prompt is still being computed when the others arrive.
         prompt = f"Note {os.getpid()}. " + " ".join([SYSTEM] * 9) + " In one sentence:"
@@ -265,8 +268,14 @@ class Checks:
         expect(n <= spent < 2 * n,
                f"4 choices of a {n}-token prompt computed {spent:.0f} prompt tokens (once: {n} "
                f"and three tails under 128)")
+        # The decode worker lands it once too: the other three share its
+        # full chunks (from its prefix cache, not landed again).
+        shared = scrape(decode, "kvcast_decode_local_cached_tokens_total") - shared_before
+        full = n // 128 * 128
+        expect(shared >= 3 * full, f"the decode worker shared {shared:.0f} prompt tokens, "
+                                   f"not the 3 x {full} of the other choices")
         log(f"n=4 of a {n}-token prompt: {spent:.0f} prompt tokens computed (4 x {n} = {4 * n} "
-            f"if each choice computed its own)")
+            f"if each choice computed its own); decode shared {shared:.0f} of them")
 
     def disconnect_cancels(self):
         metrics = self.cluster.metrics["scheduler"]
