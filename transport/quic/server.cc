@@ -127,11 +127,29 @@ class ServerImpl final : public Server, private EndpointCore {
   }
 
   void OnPeerUnreachable(const SocketAddress& peer, int error) override {
-    const std::string address = peer.ToString();
-    for (ConnectionImpl* conn : ConnectionsTo(address)) {
+    if (MarkUnreachable(peer, error) || !group_) return;
+    // The kernel files the report on whichever socket of the port its
+    // lookup picks (no steering program runs for it), not the one that
+    // sent: the other shards hear of it.
+    std::shared_ptr<ShardGroup> group = group_;
+    for (int i = 0; i < group->size(); ++i) {
+      if (i == shard_) continue;
+      group->loops[i]->Post([group, i, peer, error] {
+        if (ServerImpl* server = group->servers[i]) {
+          server->MarkUnreachable(peer, error);
+          server->ServiceTouched();
+        }
+      });
+    }
+  }
+  // Ends this shard's connections to `peer`; false when it has none.
+  bool MarkUnreachable(const SocketAddress& peer, int error) {
+    const std::vector<ConnectionImpl*> conns = ConnectionsTo(peer.ToString());
+    for (ConnectionImpl* conn : conns) {
       conn->PeerUnreachable(absl::StrCat(std::strerror(error), " (ICMP)"));
       Touch(conn);
     }
+    return !conns.empty();
   }
 
   // As a shard: the CID's first byte steers the kernel to this shard

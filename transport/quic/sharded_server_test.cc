@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
 #include "transport/quic/bridged_connection.h"
@@ -133,6 +134,53 @@ TEST_F(ShardedServerTest, ConnectionsArePlacedRoundRobinAndEachStaysOnItsLoop) {
     EXPECT_EQ(shard_of_, (std::vector<int>{1, 2, 0, 1, 2, 0}));
   }
   EXPECT_EQ(wrong_thread_.load(), 0);
+}
+
+// A client process dies without a word: the server's next packet to it
+// draws an ICMP port unreachable, which the kernel may file on another
+// loop's socket than the one holding the connection; the connection still
+// ends at once, and only that one.
+TEST_F(ShardedServerTest, APeerReportedUnreachableOnAnyLoopEndsItsConnectionAtOnce) {
+  StartLoops(4);
+  TransportOptions server_opts;
+  server_opts.idle_timeout = absl::Seconds(10);
+  server_opts.keep_alive = absl::Milliseconds(300);
+  ASSERT_TRUE(Start(Loops(), server_opts, [&](Connection*, int) -> ConnectionHandler* {
+                auto h = std::make_unique<RecordingHandler>();
+                absl::MutexLock lock(&mu_);
+                handlers_.push_back(std::move(h));
+                return handlers_.back().get();
+              }).ok());
+  // Several clients, so that reports land on loops other than their
+  // connection's; each dies in turn, its CONNECTION_CLOSE lost with it.
+  constexpr int kClients = 4;
+  std::vector<std::shared_ptr<testing::PacketDropper>> droppers;
+  for (int i = 0; i < kClients; ++i) {
+    droppers.push_back(std::make_shared<testing::PacketDropper>());
+    TransportOptions client_opts;
+    client_opts.outgoing_packet_filter = droppers.back()->Filter();
+    client_opts.idle_timeout = absl::Seconds(10);
+    absl::StatusOr<size_t> c = env_.Connect(env_.ClientTls(), client_opts, "127.0.0.1", server_->port());
+    ASSERT_TRUE(c.ok()) << c.status();
+    ASSERT_TRUE(env_.client_handler(*c)->WaitHandshake(kWait));
+  }
+  std::vector<RecordingHandler*> servers;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto& h : handlers_) servers.push_back(h.get());
+  }
+  ASSERT_EQ(servers.size(), size_t(kClients));
+  for (int i = 0; i < kClients; ++i) {
+    droppers[i]->set_blackhole(true);
+    const absl::Time killed = absl::Now();
+    env_.DestroyClient(i);
+    // Accepted in connection order: server handler i is client i's.
+    std::optional<absl::Status> st = servers[i]->WaitClosed(kWait);
+    ASSERT_TRUE(st.has_value()) << "client " << i;
+    EXPECT_TRUE(absl::StrContains(st->message(), "peer unreachable")) << *st;
+    EXPECT_LT(absl::Now() - killed, absl::Seconds(2)) << "client " << i;
+    for (int j = i + 1; j < kClients; ++j) EXPECT_EQ(servers[j]->closed_count(), 0) << j;
+  }
 }
 
 // An echo handler on an owner loop, reached through a BridgedConnection
