@@ -14,6 +14,7 @@
 namespace kvcast::scheduler {
 namespace {
 
+using testing::Eventually;
 using testing::FakeScript;
 using testing::FakeWorker;
 using testing::NextToken;
@@ -33,17 +34,6 @@ std::vector<int32_t> Expected(int n, int max_tokens) {
 }
 
 std::shared_ptr<std::atomic<int>> Faults(int n) { return std::make_shared<std::atomic<int>>(n); }
-
-// Waits (at most 5 s) for `pred`.
-template <typename Pred>
-bool Eventually(Pred pred) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > until) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return true;
-}
 
 struct Outcome {
   grpc::Status status;

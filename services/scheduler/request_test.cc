@@ -16,6 +16,7 @@
 namespace kvcast::scheduler {
 namespace {
 
+using testing::Eventually;
 using testing::FakeScript;
 using testing::FakeWorker;
 using testing::NextToken;
@@ -27,17 +28,6 @@ v1::GenerateRequest Request(int prompt_tokens, int max_tokens, std::string tenan
   r.set_max_tokens(max_tokens);
   r.set_tenant(std::move(tenant));
   return r;
-}
-
-// Waits (at most 5 s) for `pred`.
-template <typename Pred>
-bool Eventually(Pred pred) {
-  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > until) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  }
-  return true;
 }
 
 struct Ran {

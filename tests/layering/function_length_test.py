@@ -15,6 +15,9 @@ import os
 import re
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+import source_tree  # noqa: E402
+
 LIMIT = 100
 SIGNATURE = re.compile(r"^[A-Za-z_].*\(")  # at column 0, a call-like line
 NOT_A_FUNCTION = re.compile(r"^(namespace|class|struct|enum|union|using|typedef|template|#|//|ABSL_FLAG)\b")
@@ -61,12 +64,8 @@ def long_functions(root):
 
 
 def main():
-    if len(sys.argv) > 1:
-        root = sys.argv[1]
-    else:  # the source tree this file is linked from
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
-    if not os.path.isdir(os.path.join(root, "services")):
-        print(f"function_length_test: no source tree at {root}")
+    root = source_tree.root(__file__, "services")
+    if root is None:
         return 1
     found, files = long_functions(root)
     for f in found:

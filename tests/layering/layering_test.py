@@ -15,6 +15,9 @@ import os
 import re
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+import source_tree  # noqa: E402
+
 LAYERS = ["common", "kernels", "engine", "transport", "services"]
 ABOVE = {"tools", "tests", "deploy"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_0-9]+)/')
@@ -65,12 +68,8 @@ def public_packages(root):
 
 
 def main():
-    if len(sys.argv) > 1:
-        root = sys.argv[1]
-    else:  # the source tree this file is linked from
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
-    if not os.path.isdir(os.path.join(root, "engine")):
-        print(f"layering_test: no source tree at {root}")
+    root = source_tree.root(__file__, "engine")
+    if root is None:
         return 1
     found = violations(root)
     public = public_packages(root)

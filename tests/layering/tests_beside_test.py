@@ -13,6 +13,9 @@ import glob
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+import source_tree  # noqa: E402
+
 # Programs, not libraries: each is what a test of its own runs.
 EXEMPT = {
     "services/common/metrics_oracle_tool.cc",  # run by metrics_oracle_test.sh
@@ -34,12 +37,8 @@ def untested(root):
 
 
 def main():
-    if len(sys.argv) > 1:
-        root = sys.argv[1]
-    else:  # the source tree this file is linked from
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.realpath(__file__))))
-    if not os.path.isdir(os.path.join(root, "services")):
-        print(f"tests_beside_test: no source tree at {root}")
+    root = source_tree.root(__file__, "services")
+    if root is None:
         return 1
     missing, checked = untested(root)
     for m in missing:

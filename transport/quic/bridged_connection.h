@@ -4,9 +4,12 @@
 // A ShardedServer runs each connection on one of several I/O loops; the
 // application (a MoQT session and the relay it serves) runs on one owner
 // loop. The bridge has two halves: on the I/O loop, the ConnectionHandler
-// the server is given, which posts every event to the owner loop; on the
-// owner loop, this Connection, which posts every call to the I/O loop.
-// Events keep their order, and so do calls.
+// the server is given, which passes every event to the owner loop; on the
+// owner loop, this Connection, which passes every call to the I/O loop.
+// Each side gathers what one turn of its loop produced and hands it over in
+// one task (per stream frame and per send, the hand-offs cost more than
+// they carried: docs/benchmarks.md). Events keep their order, and so do
+// calls.
 //
 // What crosses: received stream data and datagrams are copied once; bytes
 // sent with SendShared cross without a copy (Send copies them once). The

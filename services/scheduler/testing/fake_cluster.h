@@ -1,11 +1,13 @@
 // FakeCluster: a WorkerRegistry whose workers are in-process FakeWorkers
 // (fake_worker.h), registered as real workers register, for tests of the
-// scheduler's request orchestration.
+// scheduler's request orchestration; Eventually, to wait for what they do.
 #ifndef KVCAST_SERVICES_SCHEDULER_TESTING_FAKE_CLUSTER_H_
 #define KVCAST_SERVICES_SCHEDULER_TESTING_FAKE_CLUSTER_H_
 
+#include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -14,6 +16,17 @@
 #include "services/scheduler/worker_registry.h"
 
 namespace kvcast::scheduler::testing {
+
+// Waits (at most 5 s) for `pred`: what the fakes did on their own threads.
+template <typename Pred>
+bool Eventually(Pred pred) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!pred()) {
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
 
 class FakeCluster {
  public:
