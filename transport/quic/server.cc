@@ -337,6 +337,14 @@ absl::StatusOr<std::unique_ptr<ShardedServer>> ShardedServer::Create(
     const TlsOptions& tls, const TransportOptions& transport, AcceptFn accept) {
   if (loops.empty()) return absl::InvalidArgumentError("a sharded server needs a loop");
   if (loops.size() > 128) return absl::InvalidArgumentError("at most 128 loops share a port");
+  if (port != 0) {
+    // The loops' sockets share the port (SO_REUSEPORT): first make sure no
+    // one else holds it, or this server would quietly take part of its
+    // traffic.
+    absl::StatusOr<SocketAddress> local = SocketAddress::Resolve(host, port);
+    if (!local.ok()) return local.status();
+    if (absl::Status free = UdpSocket::CheckPortFree(*local); !free.ok()) return free;
+  }
   auto group = std::make_shared<ShardGroup>(std::move(loops));
   auto sharded = std::make_unique<ShardedServerImpl>(group);
   sharded->owned_.resize(group->size());

@@ -183,6 +183,32 @@ TEST_F(ShardedServerTest, APeerReportedUnreachableOnAnyLoopEndsItsConnectionAtOn
   }
 }
 
+// A port in use is refused, as a server's would be, although the loops'
+// own sockets share theirs: a second relay started on a busy port must not
+// quietly take part of the first one's traffic.
+TEST_F(ShardedServerTest, APortInUseIsRefused) {
+  StartLoops(2);
+  ASSERT_TRUE(Start(Loops(), {}, [](Connection*, int) -> ConnectionHandler* { return nullptr; }).ok());
+  const uint16_t port = server_->port();
+  absl::StatusOr<std::unique_ptr<ShardedServer>> second = absl::UnknownError("not run");
+  loops_[0]->RunSync([&] {
+    second = ShardedServer::Create(Loops(), "127.0.0.1", port, env_.ServerTls(), {},
+                                   [](Connection*, int) -> ConnectionHandler* { return nullptr; });
+  });
+  ASSERT_FALSE(second.ok());
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable) << second.status();
+  EXPECT_TRUE(absl::StrContains(second.status().message(), absl::StrCat("127.0.0.1:", port)))
+      << second.status();
+  // A plain server on the port is refused the same way.
+  absl::Status plain;
+  env_.Run([&] {
+    plain = Server::Create(env_.loop().loop(), "127.0.0.1", port, env_.ServerTls(), {},
+                           [](Connection*) -> ConnectionHandler* { return nullptr; })
+                .status();
+  });
+  EXPECT_EQ(plain.code(), absl::StatusCode::kUnavailable) << plain;
+}
+
 // An echo handler on an owner loop, reached through a BridgedConnection
 // from the connection's loop.
 TEST_F(ShardedServerTest, ABridgedConnectionCarriesStreamsDatagramsAndItsClose) {

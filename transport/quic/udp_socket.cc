@@ -142,6 +142,17 @@ absl::StatusOr<std::unique_ptr<UdpSocket>> UdpSocket::Bind(
   return std::unique_ptr<UdpSocket>(new UdpSocket(fd, bound, std::move(options)));
 }
 
+absl::Status UdpSocket::CheckPortFree(const SocketAddress& local) {
+  const int fd = socket(local.family(), SOCK_DGRAM | SOCK_CLOEXEC, IPPROTO_UDP);
+  if (fd < 0) return absl::UnavailableError(absl::StrCat("socket: ", std::strerror(errno)));
+  const int rc = bind(fd, local.sa(), local.len);
+  const int err = errno;
+  close(fd);
+  if (rc == 0) return absl::OkStatus();
+  return absl::UnavailableError(
+      absl::StrCat("cannot bind UDP ", local.ToString(), ": ", std::strerror(err)));
+}
+
 int UdpSocket::SteeringShard(absl::Span<const uint8_t> datagram, int shards) {
   if (shards <= 1) return 0;
   const size_t at = (!datagram.empty() && (datagram[0] & 0x80)) ? 6 : 1;

@@ -76,6 +76,12 @@ class UdpSocket {
   // Binds `local` (port 0 picks one). UNAVAILABLE if the bind fails.
   static absl::StatusOr<std::unique_ptr<UdpSocket>> Bind(
       const SocketAddress& local, Options options);
+  // OK when a socket that does not share its port could bind `local` now
+  // (checked by binding one and closing it): sockets with Options::shards
+  // join any group of this user's sockets on the port, so a second server
+  // started on a port in use would take part of the first's traffic
+  // instead of failing. UNAVAILABLE naming the address otherwise.
+  static absl::Status CheckPortFree(const SocketAddress& local);
   ~UdpSocket();
 
   int fd() const { return fd_; }
