@@ -37,7 +37,8 @@ ABSL_FLAG(int64_t, send_window_kb, 8192,
 ABSL_FLAG(int32_t, loop_threads, 0,
           "loops serving the QUIC connections (decryption, encryption, system calls), "
           "connections placed round robin; the sessions and the cache run on the first. "
-          "0: one per core this process may run on");
+          "0: one per core this process may use (its CPU affinity, capped by a cgroup CPU "
+          "quota: a container's CPU limit)");
 ABSL_FLAG(int64_t, subscribe_wait_ms, 0,
           "how long a SUBSCRIBE for an unannounced namespace waits for a publisher");
 ABSL_FLAG(int64_t, idle_timeout_s, 30, "QUIC idle timeout in seconds");

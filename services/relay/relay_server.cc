@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <functional>
 #include <memory>
 #include <string>
@@ -15,7 +17,10 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "common/status_macros.h"
 #include "services/common/grpc_server.h"
@@ -105,15 +110,31 @@ absl::StatusOr<int> StopOnSignals(quic::EventLoop* loop) {
   return sfd;
 }
 
-// `configured`, or (0) the cores this process may run on.
+// `configured`, or (0) the cores this process may use: its CPU affinity,
+// capped by its cgroup's CPU quota (a container's CPU limit).
 int LoopThreads(int configured) {
   if (configured > 0) return configured;
+  int affinity = int(std::thread::hardware_concurrency());
   cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return std::max(1u, std::thread::hardware_concurrency());
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) affinity = CPU_COUNT(&set);
+  std::ifstream file("/sys/fs/cgroup/cpu.max");  // absent: no quota
+  std::string cpu_max;
+  std::getline(file, cpu_max);
+  return DefaultLoopThreads(affinity, cpu_max);
 }
 
 }  // namespace
+
+int DefaultLoopThreads(int affinity_cores, const std::string& cpu_max) {
+  int cores = std::max(1, affinity_cores);
+  std::vector<std::string> fields = absl::StrSplit(absl::StripAsciiWhitespace(cpu_max), ' ');
+  double quota = 0, period = 0;
+  if (fields.size() == 2 && absl::SimpleAtod(fields[0], &quota) &&
+      absl::SimpleAtod(fields[1], &period) && quota > 0 && period > 0) {
+    cores = std::min(cores, std::max(1, int(std::ceil(quota / period))));
+  }
+  return cores;
+}
 
 absl::Status ValidateRelayOptions(const RelayServerOptions& o) {
   if (o.tls.cert_file.empty() || o.tls.key_file.empty()) {

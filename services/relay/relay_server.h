@@ -25,7 +25,7 @@ struct RelayServerOptions {
   int64_t send_window_kb = 8192;
   // Loops serving the QUIC connections (decryption, encryption, system
   // calls), sessions and cache on the first (MoqtServer::Create); 0: one
-  // per core this process may run on.
+  // per core this process may use (DefaultLoopThreads).
   int loop_threads = 0;
   absl::Duration subscribe_wait = absl::ZeroDuration();
   absl::Duration idle_timeout = absl::Seconds(30);
@@ -38,6 +38,12 @@ struct RelayServerOptions {
 // InvalidArgument naming the option (as its flag) when one is missing or
 // out of range.
 absl::Status ValidateRelayOptions(const RelayServerOptions& options);
+
+// --loop_threads 0: the cores this process may use, `affinity_cores` (its
+// CPU affinity) capped by a cgroup v2 CPU quota, `cpu_max` being the text
+// of the cgroup's cpu.max ("QUOTA PERIOD", or "max PERIOD" for none; empty
+// when there is no such file), rounded up; at least 1.
+int DefaultLoopThreads(int affinity_cores, const std::string& cpu_max);
 
 // Serves until SIGINT or SIGTERM, then closes every session
 // (CONNECTION_CLOSE, no error). Errors: invalid options, a key file or

@@ -47,6 +47,16 @@ TEST(RelayServerTest, EachBadOptionIsRefusedNamingItsFlag) {
   EXPECT_TRUE(ValidateRelayOptions(o).ok());
 }
 
+TEST(RelayServerTest, DefaultLoopThreadsAreTheCoresItMayUse) {
+  EXPECT_EQ(DefaultLoopThreads(8, ""), 8);                   // no cgroup file
+  EXPECT_EQ(DefaultLoopThreads(8, "max 100000\n"), 8);       // no quota
+  EXPECT_EQ(DefaultLoopThreads(64, "200000 100000\n"), 2);   // a 2-CPU container limit
+  EXPECT_EQ(DefaultLoopThreads(64, "150000 100000"), 2);      // 1.5 CPUs: rounded up
+  EXPECT_EQ(DefaultLoopThreads(64, "50000 100000"), 1);
+  EXPECT_EQ(DefaultLoopThreads(2, "800000 100000"), 2);       // the affinity is smaller
+  EXPECT_EQ(DefaultLoopThreads(0, "garbage"), 1);
+}
+
 TEST(RelayServerTest, AnUnparsableListenAddressOrMissingKeysEndItBeforeServing) {
   RelayServerOptions o = Valid();
   o.listen = "nowhere";
