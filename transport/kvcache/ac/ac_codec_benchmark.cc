@@ -7,7 +7,14 @@
 // count fp16-equivalent KV (2 bytes per value), the unit of the issue's
 // goal (>= 1 GB/s each way).
 //
-//   bazel run -c opt //transport/kvcache/ac:ac_codec_benchmark
+//   bazel run -c opt //transport/kvcache/ac:ac_codec_benchmark -- [--kernels=avx2]
+//
+// --kernels caps the ac kernel set (scalar, avx2, avx512: the default, the
+// best this CPU runs), as on a CPU without the better sets; the label of
+// every ac row names the set that ran.
+#include <cstdio>
+#include <cstring>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -15,6 +22,7 @@
 #include "common/dtype.h"
 #include "kernels/kv_codec.h"
 #include "transport/kvcache/ac/ac_codec.h"
+#include "transport/kvcache/ac/internal/unit_kernels.h"
 #include "transport/kvcache/ac/testing/synthetic_kv.h"
 
 namespace kvcast::kvcache::ac {
@@ -37,6 +45,7 @@ void SetLabel(benchmark::State& state, size_t encoded_bytes) {
   const double fp16 = double(kTokens) * s.token_floats() * 2;
   state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(fp16));
   state.counters["vs_fp16"] = encoded_bytes / fp16;
+  state.SetLabel(internal::KernelSetName(internal::ActiveKernelSet()));
 }
 
 void BM_AcEncode(benchmark::State& state) {
@@ -140,4 +149,36 @@ BENCHMARK(BM_Int8Rows)->ArgsProduct({{0, 1}, {0, 1}})->Unit(benchmark::kMillisec
 }  // namespace
 }  // namespace kvcast::kvcache::ac
 
-BENCHMARK_MAIN();
+int main(int argc, char** argv) {
+  using kvcast::kvcache::ac::internal::KernelSet;
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], "--kernels=", 10) != 0) {
+      argv[kept++] = argv[i];
+      continue;
+    }
+    const std::string name = argv[i] + 10;
+    bool known = false;
+    for (KernelSet set : {KernelSet::kScalar, KernelSet::kAvx2, KernelSet::kAvx512}) {
+      if (name != kvcast::kvcache::ac::internal::KernelSetName(set)) continue;
+      if (!kvcast::kvcache::ac::internal::KernelSetAvailable(set)) {
+        std::fprintf(stderr, "ac_codec_benchmark: this CPU does not run the %s kernels\n",
+                     name.c_str());
+        return 2;
+      }
+      kvcast::kvcache::ac::internal::CapKernelSet(set);
+      known = true;
+    }
+    if (!known) {
+      std::fprintf(stderr, "ac_codec_benchmark: --kernels takes scalar, avx2 or avx512, not %s\n",
+                   name.c_str());
+      return 2;
+    }
+  }
+  argc = kept;
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

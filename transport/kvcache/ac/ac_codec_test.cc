@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "common/dtype.h"
@@ -87,27 +88,50 @@ TEST(AcCodec, CompressesAndTheLowPointIsSmaller) {
   EXPECT_LT(bytes[1], bytes[0] * 0.92) << "ac-lo";
 }
 
-// Parameter: force the scalar kernels.
-class AcCodecKernels : public testing::TestWithParam<bool> {
- protected:
-  void SetUp() override { internal::ForceScalarKernels(GetParam()); }
-  void TearDown() override { internal::ForceScalarKernels(false); }
-};
-INSTANTIATE_TEST_SUITE_P(ScalarAndBest, AcCodecKernels, testing::Bool());
+std::string SetName(const testing::TestParamInfo<internal::KernelSet>& info) {
+  return internal::KernelSetName(info.param);
+}
 
-// The AVX-512 kernels (where the CPU has them) give the scalar kernels'
+// Parameter: the kernel set encoders and decoders use (skipped where the
+// CPU lacks it).
+class AcCodecKernels : public testing::TestWithParam<internal::KernelSet> {
+ protected:
+  void SetUp() override {
+    if (!internal::KernelSetAvailable(GetParam())) {
+      GTEST_SKIP() << "no " << internal::KernelSetName(GetParam()) << " here";
+    }
+    internal::CapKernelSet(GetParam());
+  }
+  void TearDown() override { internal::CapKernelSet(internal::KernelSet::kAvx512); }
+};
+INSTANTIATE_TEST_SUITE_P(Sets, AcCodecKernels,
+                         testing::Values(internal::KernelSet::kScalar, internal::KernelSet::kAvx2,
+                                         internal::KernelSet::kAvx512),
+                         SetName);
+
+// Parameter: a SIMD kernel set, compared with the scalar reference.
+class AcSimdKernels : public AcCodecKernels {
+ protected:
+  void UseScalar() { internal::CapKernelSet(internal::KernelSet::kScalar); }
+  void UseSimd() { internal::CapKernelSet(GetParam()); }
+  void Use(bool scalar) { scalar ? UseScalar() : UseSimd(); }
+};
+INSTANTIATE_TEST_SUITE_P(Sets, AcSimdKernels,
+                         testing::Values(internal::KernelSet::kAvx2, internal::KernelSet::kAvx512),
+                         SetName);
+
+// The SIMD kernels give the scalar kernels'
 // bytes and floats exactly, also for escapes and both operating points.
-TEST(AcCodec, SimdKernelsEqualScalar) {
-  if (!internal::SimdKernelsAvailable()) GTEST_SKIP() << "no AVX-512 (F, BW, VBMI, VBMI2) here";
+TEST_P(AcSimdKernels, SimdKernelsEqualScalar) {
   for (const AcPolicy* p : {&AcNearLossless(), &AcLow()}) {
     for (int tokens : {1, 50, 128}) {
       const auto kv = MakeKv(kShape, tokens, 40 + tokens);
       std::vector<std::vector<uint8_t>> simd, scalar;
       AcGroupEncoder(kShape, *p).Encode(kv.data(), tokens, &simd);
-      internal::ForceScalarKernels(true);
+      UseScalar();
       AcGroupEncoder(kShape, *p).Encode(kv.data(), tokens, &scalar);
       const auto scalar_out = DecodeAll(kShape, simd);
-      internal::ForceScalarKernels(false);
+      UseSimd();
       ASSERT_EQ(simd, scalar);
       const auto simd_out = DecodeAll(kShape, simd);
       ASSERT_EQ(0, std::memcmp(simd_out.data(), scalar_out.data(), simd_out.size() * 4));
@@ -145,8 +169,7 @@ std::vector<float> AwkwardKv(const AcShape& s, int tokens, uint32_t seed) {
 }
 
 // As SimdKernelsEqualScalar, on the awkward inputs and odd token counts.
-TEST(AcCodec, SimdKernelsEqualScalarOnAwkwardInputs) {
-  if (!internal::SimdKernelsAvailable()) GTEST_SKIP() << "no AVX-512 (F, BW, VBMI, VBMI2) here";
+TEST_P(AcSimdKernels, SimdKernelsEqualScalarOnAwkwardInputs) {
   const AcShape s{2, 3, 48};
   for (const AcPolicy* p : {&AcNearLossless(), &AcLow()}) {
     for (int tokens : {1, 2, 3, 17, 64, 129}) {
@@ -154,20 +177,19 @@ TEST(AcCodec, SimdKernelsEqualScalarOnAwkwardInputs) {
         const auto kv = AwkwardKv(s, tokens, seed + tokens);
         std::vector<std::vector<uint8_t>> simd, scalar;
         AcGroupEncoder(s, *p).Encode(kv.data(), tokens, &simd);
-        internal::ForceScalarKernels(true);
+        UseScalar();
         AcGroupEncoder(s, *p).Encode(kv.data(), tokens, &scalar);
-        internal::ForceScalarKernels(false);
+        UseSimd();
         ASSERT_EQ(simd, scalar) << tokens << " tokens, seed " << seed;
       }
     }
   }
 }
 
-// The AVX-512 decoder against the scalar one on the awkward inputs: token
+// The SIMD decoder against the scalar one on the awkward inputs: token
 // counts around its 8 / 4 / 2 / 1-token calls, tiny and huge units, and
 // damaged objects (the same error, message included).
-TEST(AcCodec, SimdDecoderEqualsScalarOnAwkwardInputs) {
-  if (!internal::SimdKernelsAvailable()) GTEST_SKIP() << "no AVX-512 (F, BW, VBMI, VBMI2) here";
+TEST_P(AcSimdKernels, SimdDecoderEqualsScalarOnAwkwardInputs) {
   for (const AcShape& s : {AcShape{2, 3, 48}, AcShape{3, 1, 16}, AcShape{1, 2, 512}}) {
     for (const AcPolicy* p : {&AcNearLossless(), &AcLow()}) {
       for (int tokens : {1, 2, 3, 7, 9, 15, 17, 129}) {
@@ -186,13 +208,13 @@ TEST(AcCodec, SimdDecoderEqualsScalarOnAwkwardInputs) {
         std::vector<float> out[2];
         absl::Status status[2];
         for (int scalar : {0, 1}) {
-          internal::ForceScalarKernels(scalar);
+          Use(scalar);
           out[scalar] = DecodeAll(s, objects);
           std::vector<float> all(size_t(tokens) * s.token_floats());
           const std::vector<absl::Span<const uint8_t>> spans(damaged.begin(), damaged.end());
           status[scalar] = AcGroupDecoder(s).DecodeGroup(spans, all.data());
         }
-        internal::ForceScalarKernels(false);
+        UseSimd();
         ASSERT_EQ(0, std::memcmp(out[0].data(), out[1].data(), out[0].size() * 4))
             << s.head_dim << " x " << tokens << " tokens";
         EXPECT_EQ(status[0], status[1]) << s.head_dim << " x " << tokens << " tokens";
@@ -205,7 +227,7 @@ TEST(AcCodec, SimdDecoderEqualsScalarOnAwkwardInputs) {
 // near the bottom of float32 that step would have no finite reciprocal
 // (and 0 * inf is NaN). A unit that small codes as zeros; one just above
 // it keeps its values, on both kernel sets.
-TEST(AcCodec, TinyUnitsAndFineTokenSteps) {
+TEST_P(AcSimdKernels, TinyUnitsAndFineTokenSteps) {
   const AcShape s{1, 1, 16};
   std::vector<float> kv(4 * 32, 0.f);
   for (int c = 0; c < 16; ++c) {
@@ -217,10 +239,10 @@ TEST(AcCodec, TinyUnitsAndFineTokenSteps) {
   }
   std::vector<std::vector<uint8_t>> objects[2];
   for (bool scalar : {false, true}) {
-    internal::ForceScalarKernels(scalar);
+    Use(scalar);
     AcGroupEncoder(s, AcNearLossless()).Encode(kv.data(), 4, &objects[scalar]);
   }
-  internal::ForceScalarKernels(false);
+  UseSimd();
   EXPECT_EQ(objects[0], objects[1]);
   const auto out = DecodeAll(s, objects[0]);
   for (int t = 0; t < 4; ++t) {
@@ -229,7 +251,9 @@ TEST(AcCodec, TinyUnitsAndFineTokenSteps) {
     for (int c = 0; c < 16; ++c) {
       EXPECT_EQ(out[t * 32 + c], 0.f) << t << " " << c;
       const float x = kv[t * 32 + 16 + c], y = out[t * 32 + 16 + c];
-      if (x == 0.f) EXPECT_EQ(y, 0.f) << t << " " << c;
+      if (x == 0.f) {
+        EXPECT_EQ(y, 0.f) << t << " " << c;
+      }
       EXPECT_LE(std::fabs(y - x), token_amax / 255) << t << " " << c;
     }
   }
@@ -299,7 +323,7 @@ TEST_P(AcCodecKernels, EscapesCarryLargeResiduals) {
 // writes, still valid: the same values) decode alike on both kernel sets:
 // the SIMD decoder's fast path for one- and two-byte escapes must step
 // aside for them.
-TEST(AcCodec, LongEscapeVarintsDecodeAlike) {
+TEST_P(AcSimdKernels, LongEscapeVarintsDecodeAlike) {
   const AcShape s{1, 1, 16};
   std::vector<float> kv(64 * 32);
   for (int t = 0; t < 64; ++t) {  // every other token jumps: many escapes
@@ -332,18 +356,18 @@ TEST(AcCodec, LongEscapeVarintsDecodeAlike) {
   }
   ASSERT_GT(rewritten, 100);
   for (bool scalar : {false, true}) {
-    internal::ForceScalarKernels(scalar);
+    Use(scalar);
     const std::vector<float> got = DecodeAll(s, objects);
     EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float)))
-        << (scalar ? "scalar" : "best") << " kernels";
+        << (scalar ? "scalar" : internal::KernelSetName(GetParam())) << " kernels";
   }
-  internal::ForceScalarKernels(false);
+  UseSimd();
 }
 
 // Encoding fp16 values (as KV pages hold them) gives the bytes of encoding
 // their floats, on both kernel sets: subnormal, infinite and NaN halves
 // included, and a unit of zeros.
-TEST(AcCodec, EncodeHalfGivesTheBytesOfItsFloats) {
+TEST_P(AcSimdKernels, EncodeHalfGivesTheBytesOfItsFloats) {
   for (const AcShape& s : {kShape, AcShape{2, 3, 48}}) {
     for (int trial = 0; trial < 6; ++trial) {
       const int tokens = 1 + trial * 7;
@@ -361,7 +385,7 @@ TEST(AcCodec, EncodeHalfGivesTheBytesOfItsFloats) {
       std::vector<float> floats(half.size());
       for (size_t i = 0; i < half.size(); ++i) floats[i] = HalfToFloat(half[i]);
       for (bool scalar : {false, true}) {
-        internal::ForceScalarKernels(scalar);
+        Use(scalar);
         for (const AcPolicy* p : {&AcNearLossless(), &AcLow()}) {
           std::vector<std::vector<uint8_t>> from_floats, from_half;
           AcGroupEncoder(s, *p).Encode(floats.data(), tokens, &from_floats);
@@ -369,7 +393,7 @@ TEST(AcCodec, EncodeHalfGivesTheBytesOfItsFloats) {
           EXPECT_EQ(from_floats, from_half) << "trial " << trial << (scalar ? ", scalar" : "");
         }
       }
-      internal::ForceScalarKernels(false);
+      UseSimd();
     }
   }
 }
@@ -377,7 +401,7 @@ TEST(AcCodec, EncodeHalfGivesTheBytesOfItsFloats) {
 // Decoding into fp16 gives FloatToHalf of the floats DecodeGroup gives,
 // and the same errors, on both kernel sets (non-finite units, whose
 // values decode to NaN, and damaged groups included).
-TEST(AcCodec, DecodeGroupHalfNarrowsWhatDecodeGroupGives) {
+TEST_P(AcSimdKernels, DecodeGroupHalfNarrowsWhatDecodeGroupGives) {
   for (const AcShape& s : {kShape, AcShape{2, 3, 48}}) {
     for (int trial = 0; trial < 6; ++trial) {
       const int tokens = 1 + trial * 7;
@@ -389,7 +413,7 @@ TEST(AcCodec, DecodeGroupHalfNarrowsWhatDecodeGroupGives) {
       if (trial == 5) objects[tokens / 2].pop_back();  // damaged: both fail alike
       const std::vector<absl::Span<const uint8_t>> spans(objects.begin(), objects.end());
       for (bool scalar : {false, true}) {
-        internal::ForceScalarKernels(scalar);
+        Use(scalar);
         std::vector<float> floats(kv.size());
         std::vector<uint16_t> half(kv.size());
         const absl::Status fs = AcGroupDecoder(s).DecodeGroup(spans, floats.data());
@@ -401,7 +425,7 @@ TEST(AcCodec, DecodeGroupHalfNarrowsWhatDecodeGroupGives) {
               << "trial " << trial << ", value " << i << (scalar ? ", scalar" : "");
         }
       }
-      internal::ForceScalarKernels(false);
+      UseSimd();
     }
   }
 }

@@ -205,8 +205,9 @@ template <typename T>
 void AcGroupEncoder::EncodeValues(const T* kv, int tokens,
                                   std::vector<std::vector<uint8_t>>* objects) {
   const int d = shape_.head_dim, units = shape_.num_units(), n = shape_.token_floats();
-  // Every token is its own rANS stream, at most 2 bytes a value.
-  const size_t stream_bytes = size_t(n) * 2;
+  // Every token is its own rANS stream, at most 2 bytes a value, with
+  // room below for a SIMD kernel's whole-register stores.
+  const size_t stream_bytes = size_t(n) * 2 + internal::kStreamSlack;
   words_.resize(stream_bytes * tokens);
   if (streams_.size() < size_t(tokens)) streams_.resize(tokens);
   for (int t = 0; t < tokens; ++t) {

@@ -1,8 +1,9 @@
 // libFuzzer target for the ac group decoder (ac_codec.h), which decodes
 // bytes remote peers send (objects landing through the KV lander).
 //
-// Input: byte 0 picks the mode and the shape, byte 1 the group's tokens
-// (1..8); the rest:
+// Input: byte 0 picks the mode, the shape and the kernel set (bits 3-4:
+// the best this CPU runs, AVX2, scalar, the best), byte 1 the group's
+// tokens (1..8); the rest:
 //  - raw mode: the objects themselves, each a 2-byte little-endian length
 //    then that many bytes. DecodeGroup and object-by-object Decode may
 //    refuse them (any status) but must not crash, and must agree.
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "transport/kvcache/ac/ac_codec.h"
+#include "transport/kvcache/ac/internal/unit_kernels.h"
 
 namespace ac = kvcast::kvcache::ac;
 
@@ -36,9 +38,18 @@ struct Codecs {
   explicit Codecs(const ac::AcShape& s)
       : group(s), one(s), near(s, ac::AcNearLossless()), low(s, ac::AcLow()) {}
 };
-Codecs& CodecsOf(int i) {
-  static Codecs* codecs[2] = {new Codecs(kShapes[0]), new Codecs(kShapes[1])};
-  return *codecs[i];
+// Per shape and kernel set (the set a codec uses is fixed when it is made).
+Codecs& CodecsOf(int shape, int set) {
+  using ac::internal::KernelSet;
+  static Codecs* codecs[2][4] = {};
+  static constexpr KernelSet kSets[4] = {KernelSet::kAvx512, KernelSet::kAvx2, KernelSet::kScalar,
+                                         KernelSet::kAvx512};
+  if (codecs[shape][set] == nullptr) {
+    ac::internal::CapKernelSet(kSets[set]);
+    codecs[shape][set] = new Codecs(kShapes[shape]);
+    ac::internal::CapKernelSet(KernelSet::kAvx512);
+  }
+  return *codecs[shape][set];
 }
 
 void Check(bool ok, const char* what) {
@@ -50,10 +61,11 @@ void Check(bool ok, const char* what) {
 
 // DecodeGroup and Decode of each object in order: the same status and, when
 // ok, the same floats.
-absl::Status DecodeBothWays(int shape_index, const std::vector<std::vector<uint8_t>>& objs,
+absl::Status DecodeBothWays(int shape_index, int set,
+                            const std::vector<std::vector<uint8_t>>& objs,
                             std::vector<float>* out) {
   const ac::AcShape& shape = kShapes[shape_index];
-  Codecs& c = CodecsOf(shape_index);
+  Codecs& c = CodecsOf(shape_index, set);
   std::vector<absl::Span<const uint8_t>> spans(objs.begin(), objs.end());
   out->assign(objs.size() * shape.token_floats(), 0.f);
   const absl::Status whole = c.group.DecodeGroup(spans, out->data());
@@ -80,6 +92,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int shape_index = (data[0] >> 1) & 1;
   const ac::AcShape& shape = kShapes[shape_index];
   const bool low = (data[0] >> 2) & 1;
+  const int set = (data[0] >> 3) & 3;
   const int tokens = 1 + data[1] % 8;
   data += 2;
   size -= 2;
@@ -92,7 +105,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       data += 2 + n;
       size -= 2 + n;
     }
-    if (!objs.empty()) DecodeBothWays(shape_index, objs, &out).IgnoreError();
+    if (!objs.empty()) DecodeBothWays(shape_index, set, objs, &out).IgnoreError();
     return 0;
   }
   const size_t floats = size_t(tokens) * shape.token_floats();
@@ -101,9 +114,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     kv[i] = i < size ? float(int8_t(data[i])) / 16.f : 0.f;
   }
   std::vector<std::vector<uint8_t>> objs;
-  (low ? CodecsOf(shape_index).low : CodecsOf(shape_index).near).Encode(kv.data(), tokens, &objs);
+  (low ? CodecsOf(shape_index, set).low : CodecsOf(shape_index, set).near).Encode(kv.data(), tokens, &objs);
   Check(int(objs.size()) == tokens, "the encoder gave another number of objects");
-  Check(DecodeBothWays(shape_index, objs, &out).ok(), "a fresh encoding did not decode");
+  Check(DecodeBothWays(shape_index, set, objs, &out).ok(), "a fresh encoding did not decode");
   // Each value within the largest step of its unit: |x| <= 8, and the
   // coarsest operating point keeps at least a few levels per unit amax.
   for (size_t i = 0; i < floats; ++i) {
@@ -114,7 +127,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto& obj = objs[c[0] % objs.size()];
     if (!obj.empty()) {
       obj[(c[1] | c[2] << 8) % obj.size()] = c[3];
-      DecodeBothWays(shape_index, objs, &out).IgnoreError();
+      DecodeBothWays(shape_index, set, objs, &out).IgnoreError();
     }
   }
   return 0;

@@ -19,8 +19,6 @@
 namespace kvcast::kvcache::ac::internal {
 namespace {
 
-inline uint32_t ZigZag(int32_t r) { return (uint32_t(r) << 1) ^ uint32_t(r >> 31); }
-
 // ---- scalar (the reference) ---------------------------------------------------
 
 // The kernels take float or fp16 values; fp16 widens exactly.
@@ -563,24 +561,29 @@ KVCAST_AVX512 void DivideForTestAvx512(const uint32_t* x, const uint32_t* f, uin
   _mm512_storeu_si512(rem, r);
 }
 
-bool UseSimd() { return SimdKernelsAvailable() && !ScalarKernelsForced(); }
-
 }  // namespace
 
 EncoderKernels SelectEncoderKernels() {
-  if (UseSimd()) {
+  if (ActiveKernelSet() == KernelSet::kAvx512) {
     return {AbsMaxAvx512<float>,   AbsMaxAvx512<uint16_t>, QuantizeAvx512<float>,
             QuantizeAvx512<uint16_t>, SymbolizeAvx512,     NormalizeAvx512,
             EncodeAvx512,          PutEscapesAvx512,       PutVarintsAvx512};
   }
-  return {AbsMaxScalar<float>,   AbsMaxScalar<uint16_t>, QuantizeScalar<float>,
-          QuantizeScalar<uint16_t>, SymbolizeScalar,     NormalizeScalar,
-          EncodeScalar,          PutEscapesScalar,       PutVarintsScalar};
+  EncoderKernels k = {AbsMaxScalar<float>,   AbsMaxScalar<uint16_t>, QuantizeScalar<float>,
+                      QuantizeScalar<uint16_t>, SymbolizeScalar,     NormalizeScalar,
+                      EncodeScalar,          PutEscapesScalar,       PutVarintsScalar};
+  if (ActiveKernelSet() == KernelSet::kAvx2) UseAvx2EncoderKernels(&k);
+  return k;
 }
 
-bool SimdDivideForTest(const uint32_t* x, const uint32_t* f, uint32_t* quot, uint32_t* rem) {
-  if (!SimdKernelsAvailable()) return false;
-  DivideForTestAvx512(x, f, quot, rem);
+bool DivideForTest(KernelSet set, const uint32_t* x, const uint32_t* f, uint32_t* quot,
+                   uint32_t* rem) {
+  if (set == KernelSet::kScalar || !KernelSetAvailable(set)) return false;
+  if (set == KernelSet::kAvx2) {
+    DivideAvx2ForTest(x, f, quot, rem);
+  } else {
+    DivideForTestAvx512(x, f, quot, rem);
+  }
   return true;
 }
 

@@ -1,7 +1,7 @@
-// The ac encoder's inner loops, scalar and AVX-512: each pass takes one
+// The ac encoder's inner loops, scalar, AVX2 and AVX-512: each pass takes one
 // unit (head_dim channels: one layer's K or V of one KV head) of every
 // token of the group, so that the unit's floats, codes and symbols stay in
-// cache from the first pass to the last. Both kernel sets give the same
+// cache from the first pass to the last. All kernel sets give the same
 // bytes (ac_codec_test and encode_kernels_test compare them).
 //
 // Layouts: a unit's codes and symbols are token-major (token t's d
@@ -131,13 +131,23 @@ struct EncoderKernels {
   uint8_t* (*put_varints)(const uint16_t* v, size_t n, uint8_t* p);
 };
 
-// AVX-512 kernels when unit_kernels.h's SimdKernelsAvailable() and scalar
-// kernels are not forced (ForceScalarKernels); scalar otherwise.
+// The kernels of unit_kernels.h's ActiveKernelSet().
 EncoderKernels SelectEncoderKernels();
 
-// For tests: x / f for x < f 2^20 (f = 1 .. 4096) as the AVX-512 encoder
-// divides, 16 at a time (false without AVX-512).
-bool SimdDivideForTest(const uint32_t* x, const uint32_t* f, uint32_t* quot, uint32_t* rem);
+// The AVX2 kernels (encode_kernels_avx2.cc) over k's: all but put_escapes
+// and put_varints (the scalar ones serve AVX2).
+void UseAvx2EncoderKernels(EncoderKernels* k);
+
+// Streams keep this much room below their words: the AVX2 rANS kernel
+// stores a whole register of renormalization words ending at the stream's
+// front, the words it did not emit falling below it.
+inline constexpr size_t kStreamSlack = 16;
+
+// For tests: x / f for x < f 2^20 (f = 1 .. 4096) as the set's SIMD rANS
+// encoder divides, 16 at a time (false for scalar or a set this CPU lacks).
+bool DivideForTest(KernelSet set, const uint32_t* x, const uint32_t* f, uint32_t* quot,
+                   uint32_t* rem);
+void DivideAvx2ForTest(const uint32_t* x, const uint32_t* f, uint32_t* quot, uint32_t* rem);
 
 }  // namespace kvcast::kvcache::ac::internal
 

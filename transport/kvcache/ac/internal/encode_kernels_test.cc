@@ -1,5 +1,5 @@
-// The AVX-512 encoder kernels against the scalar ones, pass by pass, on
-// awkward inputs (ac_codec_test compares whole groups' bytes).
+// The SIMD encoder kernels (AVX2, AVX-512) against the scalar ones, pass
+// by pass, on awkward inputs (ac_codec_test compares whole groups' bytes).
 #include "transport/kvcache/ac/internal/encode_kernels.h"
 
 #include <algorithm>
@@ -7,6 +7,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 
 #include "common/dtype.h"
 #include "gtest/gtest.h"
@@ -18,15 +19,24 @@ struct Kernels {
   EncoderKernels scalar, simd;
 };
 
-// Both kernel sets, or false (the test is skipped) without AVX-512.
-bool GetKernels(Kernels* k) {
-  if (!SimdKernelsAvailable()) return false;
-  ForceScalarKernels(true);
-  k->scalar = SelectEncoderKernels();
-  ForceScalarKernels(false);
-  k->simd = SelectEncoderKernels();
-  return true;
-}
+// Each SIMD kernel set against the scalar reference.
+class EncodeKernels : public testing::TestWithParam<KernelSet> {
+ protected:
+  // Both kernel sets, or false (the test is skipped) where the CPU lacks
+  // the set.
+  bool GetKernels(Kernels* k) {
+    if (!KernelSetAvailable(GetParam())) return false;
+    CapKernelSet(KernelSet::kScalar);
+    k->scalar = SelectEncoderKernels();
+    CapKernelSet(GetParam());
+    k->simd = SelectEncoderKernels();
+    CapKernelSet(KernelSet::kAvx512);
+    return true;
+  }
+};
+INSTANTIATE_TEST_SUITE_P(Sets, EncodeKernels,
+                         testing::Values(KernelSet::kAvx2, KernelSet::kAvx512),
+                         [](const auto& info) { return std::string(KernelSetName(info.param)); });
 
 float Awkward(std::mt19937& rng) {
   switch (rng() % 10) {
@@ -39,9 +49,9 @@ float Awkward(std::mt19937& rng) {
   }
 }
 
-TEST(EncodeKernels, AbsMax) {
+TEST_P(EncodeKernels, AbsMax) {
   Kernels k;
-  if (!GetKernels(&k)) GTEST_SKIP() << "no AVX-512";
+  if (!GetKernels(&k)) GTEST_SKIP() << "no " << KernelSetName(GetParam()) << " here";
   std::mt19937 rng(1);
   for (int trial = 0; trial < 2000; ++trial) {
     const int d = 16 * (1 + rng() % 8);
@@ -62,9 +72,9 @@ TEST(EncodeKernels, AbsMax) {
   }
 }
 
-TEST(EncodeKernels, QuantizeAndModeCosts) {
+TEST_P(EncodeKernels, QuantizeAndModeCosts) {
   Kernels k;
-  if (!GetKernels(&k)) GTEST_SKIP() << "no AVX-512";
+  if (!GetKernels(&k)) GTEST_SKIP() << "no " << KernelSetName(GetParam()) << " here";
   std::mt19937 rng(2);
   for (int trial = 0; trial < 300; ++trial) {
     const int d = 16 * (1 + rng() % 8), tokens = 1 + rng() % 9;
@@ -99,9 +109,9 @@ TEST(EncodeKernels, QuantizeAndModeCosts) {
   }
 }
 
-TEST(EncodeKernels, SymbolizeCountsAndEscapes) {
+TEST_P(EncodeKernels, SymbolizeCountsAndEscapes) {
   Kernels k;
-  if (!GetKernels(&k)) GTEST_SKIP() << "no AVX-512";
+  if (!GetKernels(&k)) GTEST_SKIP() << "no " << KernelSetName(GetParam()) << " here";
   std::mt19937 rng(3);
   for (int trial = 0; trial < 300; ++trial) {
     // The first two units have more than 65535 symbols (the SIMD counters
@@ -141,9 +151,9 @@ TEST(EncodeKernels, SymbolizeCountsAndEscapes) {
 
 // Escapes' varints, last first: the same bytes from both kernels, which
 // GetVarint reads back; batches with values of 2^14 and more included.
-TEST(EncodeKernels, PutEscapes) {
+TEST_P(EncodeKernels, PutEscapes) {
   Kernels k;
-  if (!GetKernels(&k)) GTEST_SKIP() << "no AVX-512";
+  if (!GetKernels(&k)) GTEST_SKIP() << "no " << KernelSetName(GetParam()) << " here";
   std::mt19937 rng(5);
   for (int trial = 0; trial < 400; ++trial) {
     const size_t n = rng() % 70;
@@ -172,9 +182,9 @@ TEST(EncodeKernels, PutEscapes) {
 
 // The header's frequencies: varints in order, on the fast path while
 // every value of a batch is below 2^14.
-TEST(EncodeKernels, PutVarints) {
+TEST_P(EncodeKernels, PutVarints) {
   Kernels k;
-  if (!GetKernels(&k)) GTEST_SKIP() << "no AVX-512";
+  if (!GetKernels(&k)) GTEST_SKIP() << "no " << KernelSetName(GetParam()) << " here";
   std::mt19937 rng(7);
   for (int trial = 0; trial < 400; ++trial) {
     const size_t n = rng() % 300;
@@ -200,9 +210,9 @@ TEST(EncodeKernels, PutVarints) {
   }
 }
 
-TEST(EncodeKernels, NormalizeFrequencies) {
+TEST_P(EncodeKernels, NormalizeFrequencies) {
   Kernels k;
-  if (!GetKernels(&k)) GTEST_SKIP() << "no AVX-512";
+  if (!GetKernels(&k)) GTEST_SKIP() << "no " << KernelSetName(GetParam()) << " here";
   std::mt19937 rng(6);
   for (int trial = 0; trial < 3000; ++trial) {
     const int n = trial % 9 == 0 ? 1 + rng() % 3 : 1 + rng() % kMaxSymbols;
@@ -227,9 +237,9 @@ TEST(EncodeKernels, NormalizeFrequencies) {
   }
 }
 
-TEST(EncodeKernels, RansEncode) {
+TEST_P(EncodeKernels, RansEncode) {
   Kernels k;
-  if (!GetKernels(&k)) GTEST_SKIP() << "no AVX-512";
+  if (!GetKernels(&k)) GTEST_SKIP() << "no " << KernelSetName(GetParam()) << " here";
   std::mt19937 rng(4);
   for (int trial = 0; trial < 200; ++trial) {
     const int d = 16 * (1 + rng() % 8), tokens = 1 + rng() % 19;
@@ -253,9 +263,9 @@ TEST(EncodeKernels, RansEncode) {
     std::vector<uint8_t> words[2];
     std::vector<EncodeStream> streams[2];
     const EncoderKernels* ks[2] = {&k.scalar, &k.simd};
-    const size_t room = size_t(d) * 2 * rounds;
+    const size_t room = size_t(d) * 2 * rounds + kStreamSlack;
     for (int s = 0; s < 2; ++s) {
-      words[s].assign(room * tokens, 0);
+      words[s].assign(room * tokens, 0xa5);
       streams[s].resize(tokens);
       for (int t = 0; t < tokens; ++t) {
         std::fill(streams[s][t].state, streams[s][t].state + kLanes, kStateLow);
@@ -268,24 +278,34 @@ TEST(EncodeKernels, RansEncode) {
         ks[s]->encode(streams[s].data(), sym.data(), tokens, d, fc.data(), rcp.data(), &pf);
       }
     }
-    ASSERT_EQ(words[0], words[1]);
+    // The same words; below them the SIMD kernel may have written into
+    // the slack, never further.
     for (int t = 0; t < tokens; ++t) {
-      ASSERT_EQ(streams[0][t].w - words[0].data(), streams[1][t].w - words[1].data());
+      const size_t front = streams[0][t].w - words[0].data();
+      ASSERT_EQ(front, size_t(streams[1][t].w - words[1].data()));
+      const size_t end = room * (t + 1);
+      ASSERT_TRUE(std::equal(words[0].begin() + front, words[0].begin() + end,
+                             words[1].begin() + front))
+          << "token " << t;
+      for (size_t i = room * t; i + kStreamSlack < front; ++i) {
+        ASSERT_EQ(words[1][i], 0xa5) << "token " << t << ": a write " << front - i
+                                     << " bytes below its words";
+      }
       ASSERT_EQ(0, std::memcmp(streams[0][t].state, streams[1][t].state, sizeof(uint32_t) * kLanes));
     }
   }
 }
 
-// The AVX-512 coder's float division, for every divisor at the quotients'
+// The SIMD coder's float division, for every divisor at the quotients'
 // edges (multiples of f, one below, f - 1 above) up to x < f 2^20.
-TEST(EncodeKernels, FloatDivisionIsExact) {
+TEST_P(EncodeKernels, FloatDivisionIsExact) {
   uint32_t x[16] = {}, f[16], quot[16], rem[16];
   std::fill(f, f + 16, 1u);  // lanes past n keep valid divisors
-  if (!SimdDivideForTest(x, f, quot, rem)) GTEST_SKIP() << "no AVX-512";
+  if (!DivideForTest(GetParam(), x, f, quot, rem)) GTEST_SKIP() << "no " << KernelSetName(GetParam()) << " here";
   std::mt19937 rng(5);
   int n = 0;
   auto check = [&] {
-    ASSERT_TRUE(SimdDivideForTest(x, f, quot, rem));
+    ASSERT_TRUE(DivideForTest(GetParam(), x, f, quot, rem));
     for (int i = 0; i < n; ++i) {
       ASSERT_EQ(quot[i], x[i] / f[i]) << x[i] << " / " << f[i];
       ASSERT_EQ(rem[i], x[i] % f[i]) << x[i] << " % " << f[i];

@@ -4,6 +4,7 @@
 // GCC 12's avx512fintrin.h trips -Wmaybe-uninitialized on its own
 // _mm512_undefined operands (a known false positive of those headers).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -17,17 +18,7 @@
 namespace kvcast::kvcache::ac::internal {
 namespace {
 
-std::atomic<bool> g_force_scalar{false};
-
-inline int32_t UnZigZag(uint32_t z) { return int32_t(z >> 1) ^ -int32_t(z & 1); }
-
-// z of an escape symbol: 255 + the next varint, or false.
-inline bool ReadEscape(DecodeCursor* cur, uint32_t* z) {
-  uint32_t extra;
-  if (!GetVarint(&cur->esc, cur->end, &extra) || extra > kMaxEscape) return false;
-  *z = kEscape + extra;
-  return true;
-}
+std::atomic<KernelSet> g_cap{KernelSet::kAvx512};
 
 // A decoded value into float or fp16 output.
 inline void Put(float v, float* out) { *out = v; }
@@ -287,29 +278,72 @@ bool GetVarint(const uint8_t** p, const uint8_t* end, uint32_t* v) {
   return false;
 }
 
-bool SimdKernelsAvailable() {
-  static const bool ok = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                         __builtin_cpu_supports("avx512vbmi") &&
-                         __builtin_cpu_supports("avx512vbmi2") && __builtin_cpu_supports("bmi2");
-  return ok;
+const char* KernelSetName(KernelSet set) {
+  switch (set) {
+    case KernelSet::kScalar: return "scalar";
+    case KernelSet::kAvx2: return "avx2";
+    case KernelSet::kAvx512: return "avx512";
+  }
+  return "?";
 }
 
-void ForceScalarKernels(bool force) { g_force_scalar = force; }
+// F16C (CPUID leaf 1, ECX bit 29): not every compiler's
+// __builtin_cpu_supports knows its name.
+bool HasF16c() {
+  unsigned eax, ebx, ecx, edx;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && ((ecx >> 29) & 1);
+}
 
-bool ScalarKernelsForced() { return g_force_scalar; }
+bool KernelSetAvailable(KernelSet set) {
+  static const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("bmi2") &&
+                           __builtin_cpu_supports("fma") && __builtin_cpu_supports("popcnt") &&
+                           HasF16c();
+  static const bool avx512 = avx2 && __builtin_cpu_supports("avx512f") &&
+                             __builtin_cpu_supports("avx512bw") &&
+                             __builtin_cpu_supports("avx512vbmi") &&
+                             __builtin_cpu_supports("avx512vbmi2");
+  switch (set) {
+    case KernelSet::kScalar: return true;
+    case KernelSet::kAvx2: return avx2;
+    case KernelSet::kAvx512: return avx512;
+  }
+  return false;
+}
+
+KernelSet ActiveKernelSet() {
+  for (KernelSet s : {KernelSet::kAvx512, KernelSet::kAvx2}) {
+    if (s <= g_cap.load() && KernelSetAvailable(s)) return s;
+  }
+  return KernelSet::kScalar;
+}
+
+void CapKernelSet(KernelSet most) { g_cap = most; }
 
 BuildTableFn SelectBuildTable() {
-  return SimdKernelsAvailable() && !g_force_scalar ? BuildTableAvx512 : BuildTableScalar;
+  switch (ActiveKernelSet()) {
+    case KernelSet::kAvx512: return BuildTableAvx512;
+    case KernelSet::kAvx2: return BuildTableAvx2;
+    case KernelSet::kScalar: break;
+  }
+  return BuildTableScalar;
 }
 
 DecodeUnitFn SelectDecodeUnit() {
-  return SimdKernelsAvailable() && !g_force_scalar ? DecodeUnitAvx512<float>
-                                                   : DecodeUnitScalar<float>;
+  switch (ActiveKernelSet()) {
+    case KernelSet::kAvx512: return DecodeUnitAvx512<float>;
+    case KernelSet::kAvx2: return DecodeUnitAvx2;
+    case KernelSet::kScalar: break;
+  }
+  return DecodeUnitScalar<float>;
 }
 
 DecodeUnitHalfFn SelectDecodeUnitHalf() {
-  return SimdKernelsAvailable() && !g_force_scalar ? DecodeUnitAvx512<uint16_t>
-                                                   : DecodeUnitScalar<uint16_t>;
+  switch (ActiveKernelSet()) {
+    case KernelSet::kAvx512: return DecodeUnitAvx512<uint16_t>;
+    case KernelSet::kAvx2: return DecodeUnitHalfAvx2;
+    case KernelSet::kScalar: break;
+  }
+  return DecodeUnitScalar<uint16_t>;
 }
 
 }  // namespace kvcast::kvcache::ac::internal

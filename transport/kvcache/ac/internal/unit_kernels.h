@@ -1,6 +1,6 @@
 // The ac decoder's inner loops: one unit (head_dim values: one layer's K or
-// V of one KV head) of a few tokens through rANS, scalar and AVX-512. Both
-// give the same floats (ac_codec_test compares them). The encoder's:
+// V of one KV head) of a few tokens through rANS, scalar, AVX2 and AVX-512.
+// All give the same floats (ac_codec_test compares them). The encoder's:
 // encode_kernels.h.
 //
 // Channel modes come as one 16-bit mask per block of 16 channels (bit j:
@@ -62,19 +62,48 @@ using DecodeUnitHalfFn = const char* (*)(DecodeCursor* const* curs, int count,
 // that ValidFrequencies accepts (the scalar kernel is BuildDecodeTable).
 using BuildTableFn = void (*)(const uint16_t* freqs, int nsym, uint32_t* slots);
 
-// AVX-512 (F, BW, VBMI, VBMI2) kernels when the CPU has them and scalar ones are
-// not forced; scalar otherwise.
-// (The encoder's kernels: encode_kernels.h.)
+// The kernel sets, each giving the same bytes and floats: the scalar
+// reference, AVX2 (with BMI2, F16C, FMA: every x86-64 server CPU since
+// 2013, AMD's included) and AVX-512 (F, BW, VBMI, VBMI2: Ice Lake, Zen 4
+// and later; Skylake-X and Cascade Lake lack VBMI and take AVX2).
+enum class KernelSet { kScalar = 0, kAvx2 = 1, kAvx512 = 2 };
+const char* KernelSetName(KernelSet set);  // "scalar", "avx2", "avx512"
+// Whether this CPU runs the set (scalar: always).
+bool KernelSetAvailable(KernelSet set);
+// The set encoders and decoders made from now on use: the best this CPU
+// runs, unless capped.
+KernelSet ActiveKernelSet();
+// For tests and benchmarks: encoders and decoders made after this call use
+// at most `most` (as a CPU without the better sets would); kAvx512 lifts
+// the cap.
+void CapKernelSet(KernelSet most);
+
+// Kernels of the active set (the encoder's: encode_kernels.h).
 DecodeUnitFn SelectDecodeUnit();
 DecodeUnitHalfFn SelectDecodeUnitHalf();
 BuildTableFn SelectBuildTable();
-bool SimdKernelsAvailable();
-// For tests and benchmarks: encoders and decoders made after this call
-// use the scalar kernels (true) or the best available (false).
-void ForceScalarKernels(bool force);
-bool ScalarKernelsForced();
 
 bool GetVarint(const uint8_t** p, const uint8_t* end, uint32_t* v);
+
+inline int32_t UnZigZag(uint32_t z) { return int32_t(z >> 1) ^ -int32_t(z & 1); }
+inline uint32_t ZigZag(int32_t r) { return (uint32_t(r) << 1) ^ uint32_t(r >> 31); }
+
+// z of an escape symbol: 255 + the next varint, or false.
+inline bool ReadEscape(DecodeCursor* cur, uint32_t* z) {
+  uint32_t extra;
+  if (!GetVarint(&cur->esc, cur->end, &extra) || extra > kMaxEscape) return false;
+  *z = kEscape + extra;
+  return true;
+}
+
+// The AVX2 kernels (unit_kernels_avx2.cc), for the selectors.
+const char* DecodeUnitAvx2(DecodeCursor* const* curs, int count, const uint32_t* slots,
+                           const uint16_t* masks, const bool* same, int32_t* prev,
+                           const float* steps, int d, float* const* outs);
+const char* DecodeUnitHalfAvx2(DecodeCursor* const* curs, int count, const uint32_t* slots,
+                               const uint16_t* masks, const bool* same, int32_t* prev,
+                               const float* steps, int d, uint16_t* const* outs);
+void BuildTableAvx2(const uint16_t* freqs, int nsym, uint32_t* slots);
 
 }  // namespace kvcast::kvcache::ac::internal
 

@@ -1,8 +1,9 @@
-// The AVX-512 decoder kernels against the scalar ones where they are not
+// The SIMD decoder kernels (AVX2, AVX-512) against the scalar ones where they are not
 // covered by whole groups (ac_codec_test compares decoded groups).
 #include "transport/kvcache/ac/internal/unit_kernels.h"
 
 #include <random>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -29,12 +30,17 @@ std::vector<uint16_t> RandomFrequencies(std::mt19937& rng, int nsym, int kind) {
   return f;
 }
 
-TEST(UnitKernels, SimdTableBuildEqualsScalar) {
-  if (!SimdKernelsAvailable()) GTEST_SKIP() << "no AVX-512 here";
-  ForceScalarKernels(true);
+class UnitKernels : public testing::TestWithParam<KernelSet> {};
+INSTANTIATE_TEST_SUITE_P(Sets, UnitKernels, testing::Values(KernelSet::kAvx2, KernelSet::kAvx512),
+                         [](const auto& info) { return std::string(KernelSetName(info.param)); });
+
+TEST_P(UnitKernels, SimdTableBuildEqualsScalar) {
+  if (!KernelSetAvailable(GetParam())) GTEST_SKIP() << "no " << KernelSetName(GetParam()) << " here";
+  CapKernelSet(KernelSet::kScalar);
   const BuildTableFn scalar = SelectBuildTable();
-  ForceScalarKernels(false);
+  CapKernelSet(GetParam());
   const BuildTableFn simd = SelectBuildTable();
+  CapKernelSet(KernelSet::kAvx512);
   std::mt19937 rng(3);
   for (int trial = 0; trial < 3000; ++trial) {
     const int nsym = 1 + rng() % kMaxSymbols;
