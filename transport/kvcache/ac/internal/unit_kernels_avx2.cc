@@ -93,6 +93,7 @@ KVCAST_AVX2 __attribute__((always_inline)) inline const char* DecodeBlockAvx2(
   const __m256i k1 = _mm256_set1_epi32(1);
   __m256i v[2], e[2], delta[2], needv[2];
   uint32_t need = 0;
+#pragma GCC unroll 2
   for (int h = 0; h < 2; ++h) {
     delta[h] = LaneMask(dm, h);
     const __m256i slot = _mm256_and_si256(x[h], k4095);
@@ -111,6 +112,7 @@ KVCAST_AVX2 __attribute__((always_inline)) inline const char* DecodeBlockAvx2(
   x[1] = v[1];
   __m256i z[2];
   uint32_t esc = 0;
+#pragma GCC unroll 2
   for (int h = 0; h < 2; ++h) {
     z[h] = _mm256_srli_epi32(e[h], 24);
     esc |= Bits(_mm256_cmpeq_epi32(z[h], _mm256_set1_epi32(kEscape))) << (8 * h);
@@ -129,6 +131,7 @@ KVCAST_AVX2 __attribute__((always_inline)) inline const char* DecodeBlockAvx2(
                                   LaneMask(1u << j, j / 8));
   }
   __m256i out_of_range = _mm256_setzero_si256();
+#pragma GCC unroll 2
   for (int h = 0; h < 2; ++h) {
     const __m256i r = _mm256_xor_si256(_mm256_srli_epi32(z[h], 1),
                                        _mm256_sub_epi32(_mm256_setzero_si256(),
@@ -154,6 +157,7 @@ KVCAST_AVX2 const char* DecodeTokensAvx2(DecodeCursor* const* curs, const uint32
                                          const uint16_t* masks, const bool* same, int32_t* prev,
                                          const float* steps, int d, Out* const* outs) {
   __m256i x[N][2];
+#pragma GCC unroll 8
   for (int k = 0; k < N; ++k) {
     x[k][0] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(curs[k]->state));
     x[k][1] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(curs[k]->state + 8));
@@ -162,6 +166,7 @@ KVCAST_AVX2 const char* DecodeTokensAvx2(DecodeCursor* const* curs, const uint32
     // q carries the previous token's codes into each token's block.
     __m256i q[2] = {_mm256_loadu_si256(reinterpret_cast<const __m256i*>(prev + b * 16)),
                     _mm256_loadu_si256(reinterpret_cast<const __m256i*>(prev + b * 16 + 8))};
+#pragma GCC unroll 8
     for (int k = 0; k < N; ++k) {
       if (const char* why = DecodeBlockAvx2(curs[k], x[k], slots, same[k] ? masks[b] : 0, q)) {
         return why;
@@ -173,6 +178,7 @@ KVCAST_AVX2 const char* DecodeTokensAvx2(DecodeCursor* const* curs, const uint32
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(prev + b * 16), q[0]);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(prev + b * 16 + 8), q[1]);
   }
+#pragma GCC unroll 8
   for (int k = 0; k < N; ++k) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(curs[k]->state), x[k][0]);
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(curs[k]->state + 8), x[k][1]);
