@@ -244,9 +244,12 @@ absl::Status Quality(const std::string& dir, int prompt_len, int steps, nlohmann
     if (parts.size() != 2 && parts.size() != 4) {
       return absl::InvalidArgumentError("--ac_try: K_LEVELS/V_LEVELS[/EARLY_LAYERS/EARLY_SCALE]");
     }
-    ac_policies.push_back({"ac (try)", std::stof(parts[0]), std::stof(parts[1]),
-                           parts.size() == 4 ? std::stoi(parts[2]) : 0,
-                           parts.size() == 4 ? std::stof(parts[3]) : 1.f});
+    kvcache::ac::AcPolicy p{"ac (try)", std::stof(parts[0]), std::stof(parts[1])};
+    if (parts.size() == 4) {
+      p.k_layer_scale.assign(std::stoi(parts[2]), std::stof(parts[3]));
+      p.v_layer_scale = p.k_layer_scale;
+    }
+    ac_policies.push_back(p);
   }
   if (layout.head_dim % 16 == 0) {
     for (const auto& p : ac_policies) variants.push_back({KvFormat::kFp16, 0, &p});
@@ -264,9 +267,10 @@ absl::Status Quality(const std::string& dir, int prompt_len, int steps, nlohmann
       const size_t bytes = AcRoundTrip(*pool, pages, prompt_len, *v.ac);
       PrintRow(std::string(v.ac->track),
                absl::StrCat("levels K ", v.ac->k_levels, ", V ", v.ac->v_levels,
-                            v.ac->early_layers ? absl::StrCat("; x", v.ac->early_scale, " in ",
-                                                              v.ac->early_layers, " layers")
-                                               : ""),
+                            v.ac->k_layer_scale.empty()
+                                ? ""
+                                : absl::StrCat("; x", v.ac->k_layer_scale[0], " in ",
+                                               v.ac->k_layer_scale.size(), " layers")),
                double(bytes) / prompt_len / (2.0 * layout.num_layers * fp16_bytes), exact, forced,
                free, steps, rows);
       continue;

@@ -15,7 +15,9 @@
 
 namespace kvcast::kvquality {
 
-// The files' bytes, in order, joined by one newline. NotFound / an I/O
+// The files' text, in order, joined by one newline: a file's bytes as they
+// are when they are UTF-8, else read as Latin-1 (lee.cor's pound signs are
+// the byte 0xa3) and given as UTF-8. NotFound / an I/O
 // error naming the file that could not be read; InvalidArgument for an
 // empty list or an empty file.
 absl::StatusOr<std::string> ReadCorpus(const std::vector<std::string>& paths);

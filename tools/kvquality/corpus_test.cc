@@ -21,6 +21,17 @@ TEST(ReadCorpus, JoinsFilesWithANewline) {
   EXPECT_EQ(*text, "one\ntwo\nthree");
 }
 
+// UTF-8 as it is; anything else (lee.cor's pound sign is the Latin-1 byte
+// 0xa3) read as Latin-1, per file.
+TEST(ReadCorpus, TextThatIsNotUtf8IsReadAsLatin1) {
+  const auto text = ReadCorpus({WriteFile("utf8", "\xc2\xa3" "3 \xe2\x82\xac"),
+                                WriteFile("latin1", "\xa3" "3,000"),
+                                WriteFile("overlong", "\xc0\xaf"),
+                                WriteFile("cut", "ab\xe2\x82")});
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(*text, "\xc2\xa3" "3 \xe2\x82\xac\n\xc2\xa3" "3,000\n\xc3\x80\xc2\xaf\nab\xc3\xa2\xc2\x82");
+}
+
 TEST(ReadCorpus, NamesTheFileItCannotUse) {
   EXPECT_EQ(ReadCorpus({}).status().code(), absl::StatusCode::kInvalidArgument);
   const auto missing = ReadCorpus({"/nonexistent/lee.cor"});

@@ -81,7 +81,8 @@ class Evaluation {
 
 absl::Status Evaluation::Load(const Checkpoint& checkpoint, int window_tokens) {
   for (const std::string& name : o_.tracks) {
-    ASSIGN_OR_RETURN(HarnessTrack t, ParseTrack(name));
+    ASSIGN_OR_RETURN(HarnessTrack t,
+                     ParseTrack(name, o_.ac_tuning ? &*o_.ac_tuning : nullptr));
     tracks_.push_back(t);
   }
   ASSIGN_OR_RETURN(model_, Transformer::Load(checkpoint, &round_trip_));

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,6 +30,7 @@
 #include "engine/model/checkpoint.h"
 #include "kernels/backend.h"
 #include "tools/kvquality/metrics.h"
+#include "transport/kvcache/ac/ac_tuning.h"
 
 namespace kvcast::kvquality {
 
@@ -45,6 +47,9 @@ struct EvalOptions {
                                      "fp4-e2m1", "int4", "ac", "ac-lo"};
   std::vector<Mode> modes = {Mode::kProduct, Mode::kAllKv};
   int resamples = 2000;  // bootstrap resamples (metrics.h)
+  // The model's per-layer ac levels, for tracks ending in "+tuned"
+  // (track_codecs.h).
+  std::optional<kvcache::ac::AcLayerTuning> ac_tuning;
   // Called after each window with (windows done, windows in all).
   std::function<void(int, int)> progress;
 };

@@ -5,6 +5,7 @@
 #include <random>
 
 #include "engine/kv/token_codec.h"
+#include "tools/kvquality/track_codecs.h"
 #include "engine/testing/tiny_model_fixture.h"
 #include "gtest/gtest.h"
 
@@ -135,6 +136,41 @@ TEST_F(EvaluateTest, AnExploredAcPointAtTheTracksLevelsIsThatTrack) {
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_NE(r.status().message().find(bad), std::string::npos) << r.status();
   }
+}
+
+// A probe codes one layer's K or V at its levels and the rest as good as
+// exact: less KL than the whole point, more than a probe of a layer the
+// model has not; a tuning of ones is the point itself.
+TEST_F(EvaluateTest, ProbesCodeOneLayerAndATuningOfOnesChangesNothing) {
+  options_.modes = {Mode::kProduct};
+  options_.tracks = {"ac@7/4", "ac@7/4#L0K", "ac@7/4#L1V", "ac@7/4#L9K", "ac@7/4+tuned"};
+  options_.ac_tuning = kvcache::ac::AcLayerTuning{{1.f, 1.f}, {1.f, 1.f}};
+  const auto rs = Evaluate();
+  ASSERT_TRUE(rs.ok()) << rs.status();
+  const TrackQuality& all = Find(*rs, "ac@7/4", Mode::kProduct).quality;
+  const TrackQuality& none = Find(*rs, "ac@7/4#L9K", Mode::kProduct).quality;
+  for (const char* probe : {"ac@7/4#L0K", "ac@7/4#L1V"}) {
+    const TrackResult& r = Find(*rs, probe, Mode::kProduct);
+    EXPECT_LT(r.quality.mean_kl, all.mean_kl) << probe;
+    EXPECT_GT(r.quality.mean_kl, 10 * none.mean_kl) << probe;
+    EXPECT_GT(r.bits_per_value, Find(*rs, "ac@7/4", Mode::kProduct).bits_per_value) << probe;
+  }
+  const TrackResult& tuned = Find(*rs, "ac@7/4+tuned", Mode::kProduct);
+  EXPECT_EQ(tuned.bits_per_value, Find(*rs, "ac@7/4", Mode::kProduct).bits_per_value);
+  EXPECT_EQ(tuned.quality.mean_kl, all.mean_kl);
+  const kvcache::ac::AcLayerTuning ones{{1.f}, {1.f}};
+  for (const char* bad : {"int8+tuned", "ac#L1X", "ac#Lx", "ac#L-1K", "fp16#L0K"}) {
+    const auto r = ParseTrack(bad, &ones);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  const auto untuned = ParseTrack("ac+tuned", nullptr);
+  EXPECT_NE(untuned.status().message().find("--ac_tuning"), std::string::npos) << untuned.status();
+  const auto probe = ParseTrack("ac-lo#L3V", nullptr);
+  ASSERT_TRUE(probe.ok()) << probe.status();
+  EXPECT_EQ(probe->compression.ac->LevelsOf(3, true), kvcache::ac::AcLow().v_levels);
+  EXPECT_EQ(probe->compression.ac->LevelsOf(3, false), kProbeExactLevels);
+  EXPECT_EQ(probe->compression.ac->LevelsOf(2, true), kProbeExactLevels);
+  EXPECT_EQ(ProbeTracks("ac", 2), (std::vector<std::string>{"ac#L0K", "ac#L0V", "ac#L1K", "ac#L1V"}));
 }
 
 TEST_F(EvaluateTest, OptionsOutOfRangeAreNamed) {

@@ -4,13 +4,23 @@
 //   kv_quality --model FILE.gguf --text FILE[,FILE...] [--windows 48]
 //              [--prefix 512] [--continuation 256] [--tracks fp16,...,ac-lo]
 //              [--modes product,all-kv] [--backend cpu-f32] [--json OUT.json]
-//              [--windows_out WINDOWS.json]
+//              [--windows_out WINDOWS.json] [--ac_tuning TUNING]
+//   kv_quality --model FILE.gguf --text CALIBRATION --calibrate_ac TUNING
+//              [--calibrate_levels 15/8] [--windows 12]
 //
 // Prints, per mode, a table of each track's size (bits per value,
 // everything counted) and quality against exact KV: perplexity change with
 // its 95% paired-bootstrap interval, mean and 99.9th-percentile KL,
 // first-token KL, teacher-forced top-1 agreement. --json writes the same
-// with the date, CPU, command and commit (tools/bench/result_file.h). A progress line goes to stderr per window.
+// with the date, CPU, command and commit (tools/bench/result_file.h). A
+// progress line goes to stderr per window.
+//
+// --calibrate_ac fits a model's per-layer ac levels (ac_tuning.h) on
+// calibration text: in product mode, one probe per layer and kind (only
+// that layer's K, or V, at --calibrate_levels, everything else exact); each
+// probe's mean KL is the layer's sensitivity. Writes the tuning file that
+// --ac_tuning reads (tracks ending in "+tuned" use it) and prints the
+// sensitivities.
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -18,6 +28,8 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "engine/model/checkpoint.h"
@@ -26,6 +38,8 @@
 #include "tools/bench/result_file.h"
 #include "tools/kvquality/corpus.h"
 #include "tools/kvquality/evaluate.h"
+#include "tools/kvquality/track_codecs.h"
+#include "transport/kvcache/ac/ac_tuning.h"
 
 ABSL_FLAG(std::string, model, "", "the model: a .gguf file or HF model directory");
 ABSL_FLAG(std::string, backend, "cpu-f32",
@@ -43,6 +57,10 @@ ABSL_FLAG(std::vector<std::string>, modes, std::vector<std::string>({"product", 
           "product (the prompt's KV through the track) and/or all-kv (every position's)");
 ABSL_FLAG(int, resamples, 2000, "paired-bootstrap resamples for the perplexity interval");
 ABSL_FLAG(std::string, json, "", "also write the results here as JSON");
+ABSL_FLAG(std::string, ac_tuning, "", "per-layer ac levels for the tracks ending in +tuned");
+ABSL_FLAG(std::string, calibrate_ac, "",
+          "fit per-layer ac levels on --text and write them here (see the file's comment)");
+ABSL_FLAG(std::string, calibrate_levels, "15/8", "K/V levels of the calibration's probes");
 ABSL_FLAG(std::string, windows_out, "",
           "write the windows' token ids here as JSON (for hf_crosscheck.py)");
 
@@ -80,6 +98,33 @@ nlohmann::json ToJson(const std::vector<TrackResult>& results) {
   return rows;
 }
 
+// The calibration's results: each probe's mean KL by layer and kind, the
+// fitted tuning written to `path`.
+absl::Status WriteTuning(const std::string& path, const std::vector<TrackResult>& probes,
+                         const std::string& about) {
+  std::vector<double> sensitivity[2];
+  for (size_t i = 0; i < probes.size(); ++i) sensitivity[i % 2].push_back(probes[i].quality.mean_kl);
+  ASSIGN_OR_RETURN(const kvcache::ac::AcLayerTuning tuning,
+                   kvcache::ac::FitAcTuning(sensitivity[0], sensitivity[1]));
+  std::string comment =
+      about + "\nlayer: sensitivity of K, V (mean KL with that layer alone at the probe levels)";
+  std::printf("\n| layer | K sensitivity | V sensitivity | K scale | V scale |\n"
+              "|---|---|---|---|---|\n");
+  for (size_t l = 0; l < tuning.k.size(); ++l) {
+    std::printf("| %zu | %.3e | %.3e | %.3f | %.3f |\n", l, sensitivity[0][l], sensitivity[1][l],
+                tuning.k[l], tuning.v[l]);
+    absl::StrAppend(&comment, "\n", l, ": ",
+                    absl::StrFormat("%.3e %.3e", sensitivity[0][l], sensitivity[1][l]));
+  }
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) return absl::NotFoundError("cannot write " + path);
+  const std::string text = kvcache::ac::FormatAcTuning(tuning, comment);
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (std::fclose(f) != 0 || !ok) return absl::DataLossError("cannot write " + path);
+  std::printf("\nwrote %s\n", path.c_str());
+  return absl::OkStatus();
+}
+
 absl::Status Main(nlohmann::json header) {
   const std::string model_path = absl::GetFlag(FLAGS_model);
   if (model_path.empty()) return absl::InvalidArgumentError("--model is required");
@@ -93,6 +138,10 @@ absl::Status Main(nlohmann::json header) {
     ASSIGN_OR_RETURN(Mode mode, ModeOfName(m));
     o.modes.push_back(mode);
   }
+  if (const std::string path = absl::GetFlag(FLAGS_ac_tuning); !path.empty()) {
+    ASSIGN_OR_RETURN(o.ac_tuning, kvcache::ac::ReadAcTuning(path));
+  }
+  const std::string calibrate = absl::GetFlag(FLAGS_calibrate_ac);
   ASSIGN_OR_RETURN(std::string text, ReadCorpus(absl::GetFlag(FLAGS_text)));
   ASSIGN_OR_RETURN(auto tokenizer, LoadTokenizer(model_path));
   ASSIGN_OR_RETURN(std::vector<int32_t> tokens, tokenizer->Encode(text, /*add_bos=*/false));
@@ -106,6 +155,11 @@ absl::Status Main(nlohmann::json header) {
                                                 {"windows", ids}}));
   }
   ASSIGN_OR_RETURN(auto checkpoint, Checkpoint::Open(model_path));
+  if (!calibrate.empty()) {
+    o.modes = {Mode::kProduct};
+    o.tracks = ProbeTracks("ac@" + absl::GetFlag(FLAGS_calibrate_levels),
+                           checkpoint->config().num_hidden_layers);
+  }
   ASSIGN_OR_RETURN(auto backend, NewBackend(absl::GetFlag(FLAGS_backend)));
   const auto start = std::chrono::steady_clock::now();
   o.progress = [&](int done, int total) {
@@ -122,6 +176,14 @@ absl::Status Main(nlohmann::json header) {
               tokens.size(), windows.size(), o.prefix_tokens, o.continuation_tokens,
               results.empty() ? 0.0 : results[0].quality.ppl_exact);
   for (Mode m : o.modes) PrintTable(m, results);
+  if (!calibrate.empty()) {
+    RETURN_IF_ERROR(WriteTuning(
+        calibrate, results,
+        absl::StrCat("kvcast ac tuning of ", model_path, ", ", bench::TodayUtc(), "\ncalibration text ",
+                     absl::StrJoin(absl::GetFlag(FLAGS_text), ", "), ", ", windows.size(),
+                     " windows of ", o.prefix_tokens, " + ", o.continuation_tokens,
+                     " tokens, product mode; probes at ac@", absl::GetFlag(FLAGS_calibrate_levels))));
+  }
   if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
     header.update({{"model", model_path}, {"backend", absl::GetFlag(FLAGS_backend)},
                    {"text", absl::GetFlag(FLAGS_text)}, {"corpus_tokens", tokens.size()},

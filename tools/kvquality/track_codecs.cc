@@ -8,18 +8,60 @@
 #include "absl/strings/str_split.h"
 #include "engine/kv/token_codec.h"
 #include "common/dtype.h"
+#include "common/status_macros.h"
 #include "kernels/kv_codec.h"
 #include "tools/kvquality/rotation.h"
 
 namespace kvcast::kvquality {
 
-absl::StatusOr<HarnessTrack> ParseTrack(std::string_view name) {
-  constexpr std::string_view kRot = "+rot", kExplored = "ac@";
-  HarnessTrack t;
-  if (name.size() > kRot.size() && name.substr(name.size() - kRot.size()) == kRot) {
-    name.remove_suffix(kRot.size());
-    t.rotate = true;
+namespace {
+
+// Removes `suffix` from the end of *name; whether it was there.
+bool TakeSuffix(std::string_view* name, std::string_view suffix) {
+  if (name->size() <= suffix.size() || name->substr(name->size() - suffix.size()) != suffix) {
+    return false;
   }
+  name->remove_suffix(suffix.size());
+  return true;
+}
+
+// "#LnK" / "#LnV" at the end of *name, taken off: the layer and kind.
+absl::StatusOr<std::optional<std::pair<int, bool>>> TakeProbe(std::string_view* name) {
+  const size_t at = name->rfind("#L");
+  if (at == std::string_view::npos) return std::nullopt;
+  const std::string_view probe = name->substr(at + 2);
+  int layer = -1;
+  if (probe.size() < 2 || (probe.back() != 'K' && probe.back() != 'V') ||
+      !absl::SimpleAtoi(absl::string_view(probe.data(), probe.size() - 1), &layer) || layer < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "\"", std::string(*name), "\": a probe is #L<layer>K or #L<layer>V"));
+  }
+  name->remove_suffix(name->size() - at);
+  return std::make_pair(layer, probe.back() == 'V');
+}
+
+// Only `layer`'s K (or V) units at the policy's levels; every other at
+// kProbeExactLevels.
+kvcache::ac::AcPolicy Probe(const kvcache::ac::AcPolicy& p, int layer, bool is_v) {
+  kvcache::ac::AcPolicy out{p.track, kProbeExactLevels, kProbeExactLevels};
+  std::vector<float>& probed = is_v ? out.v_layer_scale : out.k_layer_scale;
+  probed.assign(layer + 1, 1.f);
+  probed[layer] = (is_v ? p.v_levels : p.k_levels) / kProbeExactLevels;
+  // Layers past the vector's end keep scale 1: exact.
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<HarnessTrack> ParseTrack(std::string_view name,
+                                        const kvcache::ac::AcLayerTuning* tuning) {
+  constexpr std::string_view kExplored = "ac@";
+  const std::string full(name);
+  HarnessTrack t;
+  t.rotate = TakeSuffix(&name, "+rot");
+  const bool tuned = TakeSuffix(&name, "+tuned");
+  ASSIGN_OR_RETURN(const auto probe, TakeProbe(&name));
+  kvcache::ac::AcPolicy policy;
   if (name.substr(0, kExplored.size()) == kExplored) {
     const std::vector<std::string> levels =
         absl::StrSplit(std::string(name.substr(kExplored.size())), '/');
@@ -29,15 +71,39 @@ absl::StatusOr<HarnessTrack> ParseTrack(std::string_view name) {
       return absl::InvalidArgumentError(absl::StrCat(
           "\"", std::string(name), "\": an explored ac point is ac@K_LEVELS/V_LEVELS, both > 0"));
     }
-    t.explored = std::make_shared<const kvcache::ac::AcPolicy>(
-        kvcache::ac::AcPolicy{kvcache::ac::AcNearLossless().track, k, v});
-    t.compression = kvcache::KvCompression(t.explored.get());
-    return t;
+    policy = kvcache::ac::AcPolicy{kvcache::ac::AcNearLossless().track, k, v};
+  } else {
+    auto c = kvcache::CompressionOfTrackName(name);
+    if (!c.ok()) return absl::InvalidArgumentError(c.status().message());
+    t.compression = *c;
+    if (t.compression.ac == nullptr) {
+      if (tuned || probe) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("\"", full, "\": only ac tracks take +tuned or a probe"));
+      }
+      return t;
+    }
+    policy = *t.compression.ac;
   }
-  auto c = kvcache::CompressionOfTrackName(name);
-  if (!c.ok()) return absl::InvalidArgumentError(c.status().message());
-  t.compression = *c;
+  if (tuned) {
+    if (tuning == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("\"", full, "\": +tuned needs a tuning (kv_quality --ac_tuning)"));
+    }
+    policy = kvcache::ac::Tuned(policy, *tuning);
+  }
+  if (probe) policy = Probe(policy, probe->first, probe->second);
+  t.explored = std::make_shared<const kvcache::ac::AcPolicy>(std::move(policy));
+  t.compression = kvcache::KvCompression(t.explored.get());
   return t;
+}
+
+std::vector<std::string> ProbeTracks(std::string_view base, int layers) {
+  std::vector<std::string> out;
+  for (int l = 0; l < layers; ++l) {
+    for (const char* kind : {"K", "V"}) out.push_back(absl::StrCat(std::string(base), "#L", l, kind));
+  }
+  return out;
 }
 
 FloatGroupCoder::FloatGroupCoder(int layers, int num_kv_heads, int head_dim)

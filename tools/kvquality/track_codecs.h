@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
@@ -25,6 +26,7 @@
 #include "engine/kv/kv_page_pool.h"
 #include "kernels/forwarding_backend.h"
 #include "transport/kvcache/ac/ac_codec.h"
+#include "transport/kvcache/ac/ac_tuning.h"
 #include "transport/kvcache/ac_pages.h"
 #include "transport/kvcache/naming.h"
 
@@ -42,10 +44,18 @@ struct HarnessTrack {
 // A track name ("int8", "ac", ...); a row format's with "+rot"
 // ("int4+rot"); or "ac@K/V": the ac coder at K levels for K units and V
 // for V units (any levels > 0: the operating points' space; one decoder
-// reads them all). InvalidArgument naming the known tracks, for levels
-// that are not positive numbers, or saying that the ac tracks do not
-// rotate.
-absl::StatusOr<HarnessTrack> ParseTrack(std::string_view name);
+// reads them all). An ac track may end in
+//  - "+tuned": the model's per-layer levels from `tuning` (ac_tuning.h);
+//  - "#LnK" or "#LnV" (a probe): only layer n's K (or V) units at the
+//    point's levels, every other unit at kProbeExactLevels (as good as
+//    exact): how sensitive the model is to that layer's K or V.
+// InvalidArgument naming the known tracks, for levels that are not
+// positive numbers, a malformed probe, or "+tuned" without a tuning.
+absl::StatusOr<HarnessTrack> ParseTrack(std::string_view name,
+                                        const kvcache::ac::AcLayerTuning* tuning = nullptr);
+inline constexpr float kProbeExactLevels = 32767;  // the codes' int16 range
+// The probe tracks of every layer of a model: "BASE#L0K", "BASE#L0V", ...
+std::vector<std::string> ProbeTracks(std::string_view base, int layers);
 
 // Codes groups of float tokens in place through a track: each token is
 // `layers` layers' K row then V row (num_kv_heads * head_dim values each),

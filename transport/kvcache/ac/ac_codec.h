@@ -52,17 +52,19 @@ struct AcShape {
 absl::Status ValidateShape(const AcShape& shape);
 
 // An operating point: the levels per unit amax (|q| <= levels) of K units
-// and of V units (K is the sensitive half), times early_scale in the first
-// early_layers layers (CacheGen finds earlier layers more sensitive; on
-// SmolLM2 finer early layers bought nothing, so both points leave it at 1).
+// and of V units (K is the sensitive half), times a per-layer scale where
+// a model's tuning gives one (more levels in the layers it is more
+// sensitive in; layers past the vectors' ends, and every layer without a
+// tuning, at 1). The steps travel in the group header, so a decoder needs
+// no tuning.
 struct AcPolicy {
   std::string_view track;
   float k_levels = 0;
   float v_levels = 0;
-  int early_layers = 0;
-  float early_scale = 1;
+  std::vector<float> k_layer_scale, v_layer_scale;
   float LevelsOf(int layer, bool is_v) const {
-    return (is_v ? v_levels : k_levels) * (layer < early_layers ? early_scale : 1.f);
+    const std::vector<float>& s = is_v ? v_layer_scale : k_layer_scale;
+    return (is_v ? v_levels : k_levels) * (layer < int(s.size()) ? s[layer] : 1.f);
   }
 };
 // "ac" (K 255 levels, V 191: half int8's KL at 0.91x its size) and "ac-lo"

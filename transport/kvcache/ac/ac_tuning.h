@@ -1,0 +1,53 @@
+// A model's ac tuning: how many more (or fewer) levels each layer's K and V
+// units get than the operating point's, from how sensitive the model is to
+// each layer's KV (docs/kv-quality.md, "Per-layer levels"). Fitted once per
+// model on calibration text (kv_quality --calibrate_ac) and read by the
+// encoder's side only: the steps travel in every group header, so decoders
+// and relays need no tuning.
+//
+// File format (text): '#' comment lines, then one line per layer from 0,
+// "LAYER K_SCALE V_SCALE" (scales positive and finite).
+//
+// Pure functions; thread-safe.
+#ifndef KVCAST_TRANSPORT_KVCACHE_AC_AC_TUNING_H_
+#define KVCAST_TRANSPORT_KVCACHE_AC_AC_TUNING_H_
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "transport/kvcache/ac/ac_codec.h"
+
+namespace kvcast::kvcache::ac {
+
+struct AcLayerTuning {
+  std::vector<float> k, v;  // per layer: levels scale of its K units, V units
+};
+
+// The scales of per-layer sensitivities (each: the mean KL divergence with
+// only that layer's K, or V, coded at probe levels; everything else
+// exact). Coding error at a step s costs about sensitivity x s^2 and
+// log2(1/s) bits a value, so the error at a fixed number of bits is least
+// with levels in proportion to sqrt(sensitivity): each layer's scale is
+// that over its kind's geometric mean (the bits stay about the same),
+// clamped to [1/8, 8]. A sensitivity of 0 counts as the least positive
+// one. InvalidArgument for lists of different or zero length, or a value
+// that is negative or not finite.
+absl::StatusOr<AcLayerTuning> FitAcTuning(absl::Span<const double> k_sensitivity,
+                                          absl::Span<const double> v_sensitivity);
+
+// The file's text, `comment` (lines) at the top.
+std::string FormatAcTuning(const AcLayerTuning& tuning, std::string_view comment);
+// InvalidArgument naming the line for anything else than the format above.
+absl::StatusOr<AcLayerTuning> ParseAcTuning(std::string_view text);
+// ParseAcTuning of a file's contents; NotFound for a file that cannot be read.
+absl::StatusOr<AcLayerTuning> ReadAcTuning(const std::string& path);
+
+// `policy` with the tuning's per-layer scales.
+AcPolicy Tuned(const AcPolicy& policy, const AcLayerTuning& tuning);
+
+}  // namespace kvcast::kvcache::ac
+
+#endif  // KVCAST_TRANSPORT_KVCACHE_AC_AC_TUNING_H_
