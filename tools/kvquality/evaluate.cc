@@ -141,7 +141,7 @@ absl::Status Evaluation::Window(absl::Span<const int32_t> window) {
                                                            o_.group_tokens));
         bytes_[t] += bytes;
       } else {
-        RETURN_IF_ERROR(round_trip_.SetTrack(tracks_[t], pool_.get()));
+        RETURN_IF_ERROR(round_trip_.SetTrack(tracks_[t], pool_.get(), track_slots[0]));
         RETURN_IF_ERROR(Run(window, 0, p, track_table_, nullptr));
       }
       const absl::Status run = Run(window, p, end, track_table_, &track);

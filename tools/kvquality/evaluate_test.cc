@@ -143,7 +143,8 @@ TEST_F(EvaluateTest, AnExploredAcPointAtTheTracksLevelsIsThatTrack) {
 // model has not; a tuning of ones is the point itself.
 TEST_F(EvaluateTest, ProbesCodeOneLayerAndATuningOfOnesChangesNothing) {
   options_.modes = {Mode::kProduct};
-  options_.tracks = {"ac@7/4", "ac@7/4#L0K", "ac@7/4#L1V", "ac@7/4#L9K", "ac@7/4+tuned"};
+  options_.tracks = {"ac@7/4", "ac@7/4#L0K", "ac@7/4#L1V", "ac@7/4#L9K", "ac@7/4+tuned",
+                     "ac@7/4+sink4"};
   options_.ac_tuning = kvcache::ac::AcLayerTuning{{1.f, 1.f}, {1.f, 1.f}};
   const auto rs = Evaluate();
   ASSERT_TRUE(rs.ok()) << rs.status();
@@ -158,8 +159,12 @@ TEST_F(EvaluateTest, ProbesCodeOneLayerAndATuningOfOnesChangesNothing) {
   const TrackResult& tuned = Find(*rs, "ac@7/4+tuned", Mode::kProduct);
   EXPECT_EQ(tuned.bits_per_value, Find(*rs, "ac@7/4", Mode::kProduct).bits_per_value);
   EXPECT_EQ(tuned.quality.mean_kl, all.mean_kl);
+  // The sink's finer steps cost bytes (token 0 of the first group only).
+  EXPECT_GT(Find(*rs, "ac@7/4+sink4", Mode::kProduct).bits_per_value,
+            Find(*rs, "ac@7/4", Mode::kProduct).bits_per_value);
   const kvcache::ac::AcLayerTuning ones{{1.f}, {1.f}};
-  for (const char* bad : {"int8+tuned", "ac#L1X", "ac#Lx", "ac#L-1K", "fp16#L0K"}) {
+  for (const char* bad : {"int8+tuned", "ac#L1X", "ac#Lx", "ac#L-1K", "fp16#L0K", "int8+sink2",
+                          "ac+sink0", "ac+sink16", "ac+sinkx"}) {
     const auto r = ParseTrack(bad, &ones);
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << bad;
   }
@@ -170,6 +175,11 @@ TEST_F(EvaluateTest, ProbesCodeOneLayerAndATuningOfOnesChangesNothing) {
   EXPECT_EQ(probe->compression.ac->LevelsOf(3, true), kvcache::ac::AcLow().v_levels);
   EXPECT_EQ(probe->compression.ac->LevelsOf(3, false), kProbeExactLevels);
   EXPECT_EQ(probe->compression.ac->LevelsOf(2, true), kProbeExactLevels);
+  const auto both = ParseTrack("ac-lo+sink3+tuned+rot", &ones);
+  ASSERT_TRUE(both.ok()) << both.status();
+  EXPECT_TRUE(both->rotate);
+  EXPECT_EQ(both->compression.ac->sink_shift, 3);
+  EXPECT_EQ(both->compression.ac->k_layer_scale, ones.k);
   EXPECT_EQ(ProbeTracks("ac", 2), (std::vector<std::string>{"ac#L0K", "ac#L0V", "ac#L1K", "ac#L1V"}));
 }
 

@@ -58,8 +58,24 @@ absl::StatusOr<HarnessTrack> ParseTrack(std::string_view name,
   constexpr std::string_view kExplored = "ac@";
   const std::string full(name);
   HarnessTrack t;
-  t.rotate = TakeSuffix(&name, "+rot");
-  const bool tuned = TakeSuffix(&name, "+tuned");
+  // Suffixes, in any order.
+  bool tuned = false;
+  int sink = 0;
+  for (bool more = true; more;) {
+    more = false;
+    if (TakeSuffix(&name, "+rot")) more = t.rotate = true;
+    if (TakeSuffix(&name, "+tuned")) more = tuned = true;
+    const size_t at = name.rfind("+sink");
+    if (at != std::string_view::npos && at > 0) {
+      if (!absl::SimpleAtoi(absl::string_view(name.data() + at + 5, name.size() - at - 5), &sink) ||
+          sink < 1 || sink > kvcache::ac::internal::kMaxShift) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("\"", full, "\": +sinkN takes N = 1 .. 15 (steps 2^N finer)"));
+      }
+      name.remove_suffix(name.size() - at);
+      more = true;
+    }
+  }
   ASSIGN_OR_RETURN(const auto probe, TakeProbe(&name));
   kvcache::ac::AcPolicy policy;
   if (name.substr(0, kExplored.size()) == kExplored) {
@@ -77,9 +93,9 @@ absl::StatusOr<HarnessTrack> ParseTrack(std::string_view name,
     if (!c.ok()) return absl::InvalidArgumentError(c.status().message());
     t.compression = *c;
     if (t.compression.ac == nullptr) {
-      if (tuned || probe) {
+      if (tuned || probe || sink > 0) {
         return absl::InvalidArgumentError(
-            absl::StrCat("\"", full, "\": only ac tracks take +tuned or a probe"));
+            absl::StrCat("\"", full, "\": only ac tracks take +tuned, +sinkN or a probe"));
       }
       return t;
     }
@@ -93,6 +109,7 @@ absl::StatusOr<HarnessTrack> ParseTrack(std::string_view name,
     policy = kvcache::ac::Tuned(policy, *tuning);
   }
   if (probe) policy = Probe(policy, probe->first, probe->second);
+  if (sink > 0) policy.sink_shift = sink;
   t.explored = std::make_shared<const kvcache::ac::AcPolicy>(std::move(policy));
   t.compression = kvcache::KvCompression(t.explored.get());
   return t;
@@ -110,7 +127,7 @@ FloatGroupCoder::FloatGroupCoder(int layers, int num_kv_heads, int head_dim)
     : layers_(layers), heads_(num_kv_heads), head_dim_(head_dim) {}
 
 absl::StatusOr<size_t> FloatGroupCoder::Code(const kvcache::KvCompression& track, float* tokens,
-                                             int count, int first_layer) {
+                                             int count, int first_layer, bool starts_sequence) {
   const int row = heads_ * head_dim_;
   if (const kvcache::ac::AcPolicy* p = track.ac; p != nullptr) {
     const kvcache::ac::AcShape shape{layers_, heads_, head_dim_};
@@ -119,14 +136,17 @@ absl::StatusOr<size_t> FloatGroupCoder::Code(const kvcache::KvCompression& track
       // Layers coded apart from the rest take their own layer's levels: an
       // ac group codes every unit on its own, so the values are those the
       // whole token's group would give.
-      const kvcache::ac::AcPolicy policy =
-          first_layer == 0 ? *p
-                           : kvcache::ac::AcPolicy{p->track, p->LevelsOf(first_layer, false),
-                                                   p->LevelsOf(first_layer, true)};
+      kvcache::ac::AcPolicy policy = *p;
+      if (first_layer != 0) {
+        policy.k_levels = p->LevelsOf(first_layer, false);
+        policy.v_levels = p->LevelsOf(first_layer, true);
+        policy.k_layer_scale.clear();
+        policy.v_layer_scale.clear();
+      }
       encoder = std::make_unique<kvcache::ac::AcGroupEncoder>(shape, policy);
     }
     if (!decoder_) decoder_ = std::make_unique<kvcache::ac::AcGroupDecoder>(shape);
-    encoder->Encode(tokens, count, &objects_);
+    encoder->Encode(tokens, count, &objects_, starts_sequence);
     size_t bytes = 0;
     for (const auto& o : objects_) bytes += o.size();
     const std::vector<absl::Span<const uint8_t>> spans(objects_.begin(), objects_.end());
@@ -172,7 +192,11 @@ absl::StatusOr<size_t> TrackTransfer::Transfer(const HarnessTrack& harness_track
     const auto src = src_slots.subspan(first, count);
     const auto dst = dst_slots.subspan(first, count);
     if (track.ac != nullptr) {
-      if (absl::Status s = ac_.Encode(*track.ac, backend, *pool, src, &objects_); !s.ok()) return s;
+      if (absl::Status s = ac_.Encode(*track.ac, backend, *pool, src, &objects_,
+                                      /*starts_sequence=*/first == 0);
+          !s.ok()) {
+        return s;
+      }
       for (const auto& o : objects_) bytes += o.size();
       const std::vector<absl::Span<const uint8_t>> spans(objects_.begin(), objects_.end());
       if (absl::Status s = ac_.Decode(backend, spans, dst, pool); !s.ok()) return s;
@@ -210,7 +234,8 @@ absl::StatusOr<size_t> TrackTransfer::TransferRotated(const kvcache::KvCompressi
   size_t bytes = 0;
   for (size_t first = 0; first < src_slots.size(); first += group_tokens) {
     const int count = int(std::min(src_slots.size() - first, size_t(group_tokens)));
-    auto b = floats_.Code(track, values_.data() + first * token_values, count);
+    auto b = floats_.Code(track, values_.data() + first * token_values, count, 0,
+                          /*starts_sequence=*/first == 0);
     if (!b.ok()) return b.status();
     bytes += *b;
   }
@@ -221,7 +246,7 @@ absl::StatusOr<size_t> TrackTransfer::TransferRotated(const kvcache::KvCompressi
 }
 
 absl::Status RoundTripBackend::SetTrack(std::optional<HarnessTrack> track,
-                                        const KvPagePool* pool) {
+                                        const KvPagePool* pool, int32_t sequence_start) {
   if (track) {
     const KvLayout& l = pool->layout();
     if (track->rotate && !RotatableHeadDim(l.head_dim)) {
@@ -237,6 +262,7 @@ absl::Status RoundTripBackend::SetTrack(std::optional<HarnessTrack> track,
   }
   track_ = track;
   pool_ = pool;
+  sequence_start_ = sequence_start;
   return absl::OkStatus();
 }
 
@@ -269,7 +295,8 @@ void RoundTripBackend::WriteKv(const float* k, const float* v, int num_tokens, i
               &rows_[(size_t(t) * 2 + 1) * row]);
   }
   if (track_->rotate) RotateHeads(rows_.data(), int(rows_.size()), head_dim, false);
-  if (auto b = coder_->Code(track_->compression, rows_.data(), num_tokens, layer);
+  if (auto b = coder_->Code(track_->compression, rows_.data(), num_tokens, layer,
+                            /*starts_sequence=*/slots[0] == sequence_start_);
       !b.ok() && error_.ok()) {
     error_ = b.status();
   }

@@ -46,6 +46,8 @@ struct HarnessTrack {
 // for V units (any levels > 0: the operating points' space; one decoder
 // reads them all). An ac track may end in
 //  - "+tuned": the model's per-layer levels from `tuning` (ac_tuning.h);
+//  - "+sinkN": the sequence's first token at steps 2^N finer
+//    (ac::AcPolicy::sink_shift);
 //  - "#LnK" or "#LnV" (a probe): only layer n's K (or V) units at the
 //    point's levels, every other unit at kProbeExactLevels (as good as
 //    exact): how sensitive the model is to that layer's K or V.
@@ -67,9 +69,10 @@ class FloatGroupCoder {
 
   // Codes `count` tokens at `tokens` as one group; returns the objects'
   // bytes. An ac track's levels are those of layers [first_layer,
-  // first_layer + layers). Errors: a group that did not decode.
+  // first_layer + layers); starts_sequence: token 0 is the sequence's first
+  // (ac::AcPolicy::sink_shift). Errors: a group that did not decode.
   absl::StatusOr<size_t> Code(const kvcache::KvCompression& track, float* tokens, int count,
-                              int first_layer = 0);
+                              int first_layer = 0, bool starts_sequence = false);
 
  private:
   const int layers_, heads_, head_dim_;
@@ -84,7 +87,8 @@ class TrackTransfer {
  public:
   explicit TrackTransfer(const KvLayout& layout);
 
-  // Encodes the tokens at src_slots (in order) into `track`'s objects in
+  // Encodes the tokens at src_slots (in order; the first is the sequence's
+  // first) into `track`'s objects in
   // groups of group_tokens, decodes each group into the same positions of
   // dst_slots; returns the objects' payload bytes (headers, scales and
   // tables included). A rotated track codes the rotated values, its bytes
@@ -116,9 +120,11 @@ class RoundTripBackend : public ForwardingBackend {
   // From now on WriteKv into `pool`'s layers codes rows through `track`
   // (nullopt: stores them exactly, as the inner backend does). The rows of
   // one WriteKv call are one group for the ac tracks, so a caller forwards
-  // group-sized chunks. InvalidArgument for a track the pool's shape has
-  // not (ac, rotation).
-  absl::Status SetTrack(std::optional<HarnessTrack> track, const KvPagePool* pool);
+  // group-sized chunks; a chunk whose first slot is `sequence_start` starts
+  // the sequence. InvalidArgument for a track the pool's shape has not (ac,
+  // rotation).
+  absl::Status SetTrack(std::optional<HarnessTrack> track, const KvPagePool* pool,
+                        int32_t sequence_start = -1);
 
   void WriteKv(const float* k, const float* v, int num_tokens, int stride, const int32_t* slots,
                int num_kv_heads, int head_dim, KvStorage storage, void* k_cache,
@@ -132,6 +138,7 @@ class RoundTripBackend : public ForwardingBackend {
   std::optional<HarnessTrack> track_;
   absl::Status error_;
   const KvPagePool* pool_ = nullptr;
+  int32_t sequence_start_ = -1;
   std::unique_ptr<FloatGroupCoder> coder_;  // one layer's shape
   std::vector<float> rows_;
 };

@@ -24,11 +24,12 @@ AcCodecThread::~AcCodecThread() {
 }
 
 void AcCodecThread::SubmitEncode(const ac::AcPolicy& policy, std::vector<uint8_t> half,
-                                 int tokens, Encoded done) {
+                                 int tokens, bool starts_sequence, Encoded done) {
   auto job = std::make_unique<Job>();
   job->policy = &policy;
   job->half = std::move(half);
   job->tokens = tokens;
+  job->starts_sequence = starts_sequence;
   job->encoded = std::move(done);
   Push(std::move(job));
 }
@@ -65,7 +66,8 @@ void AcCodecThread::GiveBack(std::vector<uint8_t> buffer) {
 std::function<void()> AcCodecThread::Work(Job& job) {
   if (job.policy != nullptr) {
     auto objects = std::make_shared<Objects>();
-    codec_.EncodeGathered(*job.policy, job.half.data(), job.tokens, objects.get());
+    codec_.EncodeGathered(*job.policy, job.half.data(), job.tokens, objects.get(),
+                          job.starts_sequence);
     GiveBack(std::move(job.half));
     return [objects, done = std::move(job.encoded)] { done(std::move(*objects)); };
   }

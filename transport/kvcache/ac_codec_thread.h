@@ -47,10 +47,11 @@ class AcCodecThread {
   ~AcCodecThread();
 
   // Codes `half` (the fp16 payloads of `tokens` tokens, AcPageCodec::Gather)
-  // in `policy` (which outlives the job); `done` then runs on the loop with
-  // the group's objects.
+  // in `policy` (which outlives the job), starts_sequence as
+  // AcPageCodec::Encode; `done` then runs on the loop with the group's
+  // objects.
   void SubmitEncode(const ac::AcPolicy& policy, std::vector<uint8_t> half, int tokens,
-                    Encoded done);
+                    bool starts_sequence, Encoded done);
   // Decodes a whole group, objects[t] = token t's object; `done` then runs
   // on the loop with the fp16 payloads (AcPageCodec::Scatter them) or the
   // decoder's error.
@@ -71,6 +72,7 @@ class AcCodecThread {
     const ac::AcPolicy* policy = nullptr;  // encode; decode when null
     std::vector<uint8_t> half;
     int tokens = 0;
+    bool starts_sequence = false;
     Objects objects;
     Encoded encoded;
     Decoded decoded;

@@ -10,9 +10,10 @@ AcPageCodec::AcPageCodec(const KvLayout& layout)
 
 absl::Status AcPageCodec::Encode(const ac::AcPolicy& policy, Backend* backend,
                                  const KvPagePool& pool, absl::Span<const int32_t> slots,
-                                 std::vector<std::vector<uint8_t>>* objects) {
+                                 std::vector<std::vector<uint8_t>>* objects,
+                                 bool starts_sequence) {
   if (absl::Status s = Gather(backend, pool, slots, &half_); !s.ok()) return s;
-  EncodeGathered(policy, half_.data(), int(slots.size()), objects);
+  EncodeGathered(policy, half_.data(), int(slots.size()), objects, starts_sequence);
   return absl::OkStatus();
 }
 
@@ -23,12 +24,13 @@ absl::Status AcPageCodec::Gather(Backend* backend, const KvPagePool& pool,
 }
 
 void AcPageCodec::EncodeGathered(const ac::AcPolicy& policy, const uint8_t* half, int tokens,
-                                 std::vector<std::vector<uint8_t>>* objects) {
+                                 std::vector<std::vector<uint8_t>>* objects,
+                                 bool starts_sequence) {
   auto& encoder = encoders_[&policy];
   if (!encoder) encoder = std::make_unique<ac::AcGroupEncoder>(shape_, policy);
   // fp16 token payloads are the group's values in order, as binary16
   // (no scales), read without widening them first.
-  encoder->EncodeHalf(reinterpret_cast<const uint16_t*>(half), tokens, objects);
+  encoder->EncodeHalf(reinterpret_cast<const uint16_t*>(half), tokens, objects, starts_sequence);
 }
 
 absl::Status AcPageCodec::Decode(Backend* backend,

@@ -32,9 +32,12 @@ class AcPageCodec {
   absl::Status Supported() const { return ac::ValidateShape(shape_); }
 
   // (*objects)[t] = object t of the group whose tokens sit at `slots` (the
-  // whole group, in order): Gather, then EncodeGathered. Errors: Gather's.
+  // whole group, in order): Gather, then EncodeGathered. starts_sequence:
+  // the group is the prompt's first (its token 0 the attention sink,
+  // ac::AcPolicy::sink_shift). Errors: Gather's.
   absl::Status Encode(const ac::AcPolicy& policy, Backend* backend, const KvPagePool& pool,
-                      absl::Span<const int32_t> slots, std::vector<std::vector<uint8_t>>* objects);
+                      absl::Span<const int32_t> slots, std::vector<std::vector<uint8_t>>* objects,
+                      bool starts_sequence = false);
   // The two halves of Encode. Gather reads the tokens at `slots` through
   // the backend as fp16 token payloads into *half (the thread that owns the
   // pool); EncodeGathered codes such payloads of `tokens` tokens and touches
@@ -43,7 +46,7 @@ class AcPageCodec {
   absl::Status Gather(Backend* backend, const KvPagePool& pool, absl::Span<const int32_t> slots,
                       std::vector<uint8_t>* half) const;
   void EncodeGathered(const ac::AcPolicy& policy, const uint8_t* half, int tokens,
-                      std::vector<std::vector<uint8_t>>* objects);
+                      std::vector<std::vector<uint8_t>>* objects, bool starts_sequence = false);
 
   // Decodes a whole group, objects[t] = object t's payload, into `slots` of
   // `pool`. The errors of ac::AcGroupDecoder::DecodeGroup (nothing is

@@ -275,7 +275,7 @@ bool KvPublisher::StartAc(const Prompt& p, int group, const AcKey& key) {
     ac_thread_->GiveBack(std::move(half));
     return false;
   }
-  ac_thread_->SubmitEncode(*std::get<2>(key), std::move(half), n, [this, key](AcObjects objects) {
+  auto encoded = [this, key](AcObjects objects) {
     ++stats_.encodes;
     ++stats_.encodes_ahead;
     if (prompts_.count(std::get<0>(key))) CacheAc(key, std::move(objects));
@@ -286,7 +286,9 @@ bool KvPublisher::StartAc(const Prompt& p, int group, const AcKey& key) {
       if (auto o = weak.lock(); o != nullptr && it != prompts_.end()) Pump(it->second, o);
     }
     CodeAhead();
-  });
+  };
+  ac_thread_->SubmitEncode(*std::get<2>(key), std::move(half), n,
+                           /*starts_sequence=*/group == 0, std::move(encoded));
   return true;
 }
 
@@ -383,7 +385,7 @@ void KvPublisher::SendChunk(const Prompt& p, int group, const KvCompression& com
       AcObjects fresh;
       if (absl::Status s = ac_.Encode(*compression.ac, backend_, *pool_,
                                       SlotsOf(p.chunk_pages[group].ids(), page_tokens, 0, n),
-                                      &fresh);
+                                      &fresh, /*starts_sequence=*/group == 0);
           !s.ok()) {
         for (const auto& d : to) d->OnDone(GroupError(group, s));
         return;

@@ -62,6 +62,11 @@ struct AcPolicy {
   float k_levels = 0;
   float v_levels = 0;
   std::vector<float> k_layer_scale, v_layer_scale;
+  // The sequence's first token (the attention sink, whose K is the largest
+  // and whose logits every query reads) gets steps 2^sink_shift finer
+  // than its own magnitude gives (bounded so that its codes fit 16 bits),
+  // in a group that starts the sequence (the encoder is told so).
+  int sink_shift = 0;
   float LevelsOf(int layer, bool is_v) const {
     const std::vector<float>& s = is_v ? v_layer_scale : k_layer_scale;
     return (is_v ? v_levels : k_levels) * (layer < int(s.size()) ? s[layer] : 1.f);
@@ -80,18 +85,22 @@ class AcGroupEncoder {
 
   // Encodes `tokens` (1..65535) tokens, token t's token_floats() values at
   // kv + t * token_floats(); (*objects)[t] gets object t's payload.
-  void Encode(const float* kv, int tokens, std::vector<std::vector<uint8_t>>* objects);
+  // starts_sequence: token 0 is the sequence's first (AcPolicy::sink_shift).
+  void Encode(const float* kv, int tokens, std::vector<std::vector<uint8_t>>* objects,
+              bool starts_sequence = false);
   // The same from fp16 values (IEEE binary16 bits), as KV pages hold them:
   // the bytes Encode gives for their float values, without a float copy.
-  void EncodeHalf(const uint16_t* kv, int tokens, std::vector<std::vector<uint8_t>>* objects);
+  void EncodeHalf(const uint16_t* kv, int tokens, std::vector<std::vector<uint8_t>>* objects,
+                  bool starts_sequence = false);
 
  private:
   // Encode of float or fp16 (uint16_t) values.
   template <typename T>
-  void EncodeValues(const T* kv, int tokens, std::vector<std::vector<uint8_t>>* objects);
+  void EncodeValues(const T* kv, int tokens, std::vector<std::vector<uint8_t>>* objects,
+                    bool starts_sequence);
   // Steps and shifts of units [lo, hi).
   template <typename T>
-  void ChooseSteps(const T* kv, int tokens, int lo, int hi);
+  void ChooseSteps(const T* kv, int tokens, int lo, int hi, bool starts_sequence);
   // Unit u of every token, from the values to its rANS symbols (the
   // unit's modes and tables on the way), prefetching lines of `next`.
   template <typename T>

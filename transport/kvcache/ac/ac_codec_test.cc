@@ -59,7 +59,7 @@ void ExpectWithinHalfStep(const AcShape& s, const AcPolicy& p, const std::vector
 }
 
 TEST(AcCodec, RoundTripsWithinHalfAStepAtEveryOperatingPoint) {
-  const AcPolicy layered{"test", 15, 7, 2, 4.f};  // finer first layers
+  const AcPolicy layered{"test", 15, 7, {4.f, 4.f}, {4.f, 0.5f}};  // per-layer levels
   for (const AcPolicy* p : {&AcNearLossless(), &AcLow(), &layered}) {
     for (int tokens : {1, 2, 77, 128}) {
       const auto kv = MakeKv(kShape, tokens, tokens);
@@ -69,6 +69,36 @@ TEST(AcCodec, RoundTripsWithinHalfAStepAtEveryOperatingPoint) {
       ASSERT_EQ(objects.size(), size_t(tokens));
       ExpectWithinHalfStep(kShape, *p, kv, DecodeAll(kShape, objects), tokens);
     }
+  }
+}
+
+// A group that starts the sequence codes its first token (the attention
+// sink) at steps 2^sink_shift finer, as far as 16-bit codes allow; the
+// other tokens decode to the same values.
+TEST(AcCodec, TheSequencesFirstTokenGetsFinerSteps) {
+  const auto kv = MakeKv(kShape, 32, 5);
+  for (float k_levels : {15.f, 4000.f}) {
+    AcPolicy p{"test", k_levels, 8};
+    p.sink_shift = 4;
+    std::vector<std::vector<uint8_t>> plain, sink;
+    AcGroupEncoder(kShape, p).Encode(kv.data(), 32, &plain);
+    AcGroupEncoder(kShape, p).Encode(kv.data(), 32, &sink, /*starts_sequence=*/true);
+    const auto a = DecodeAll(kShape, plain), b = DecodeAll(kShape, sink);
+    const int n = kShape.token_floats();
+    double err[2] = {0, 0};  // over token 0's K values
+    const int row = kShape.num_kv_heads * kShape.head_dim;
+    for (int i = 0; i < n; ++i) {
+      if ((i / row) % 2 == 1) continue;  // a V row
+      err[0] = std::max(err[0], double(std::fabs(a[i] - kv[i])));
+      err[1] = std::max(err[1], double(std::fabs(b[i] - kv[i])));
+    }
+    // 4000 levels leave room for 2^3 (4000 x 2^4 > 32767), 15 for all 4.
+    const double finer = k_levels == 15.f ? 16 : 8;
+    // (Largest errors over the token's units: within 2x of the steps'.)
+    EXPECT_LE(err[1], err[0] / finer * 2) << k_levels;
+    EXPECT_GT(err[1], err[0] / finer / 2) << k_levels;
+    EXPECT_GT(sink[0].size(), plain[0].size());
+    EXPECT_EQ(0, std::memcmp(a.data() + n, b.data() + n, (a.size() - n) * sizeof(float)));
   }
 }
 

@@ -29,6 +29,14 @@ constexpr int kChunkFloats = 512;
 // The smallest unit step the encoder uses (see ChooseSteps).
 constexpr float kMinStep = 0x1p-100f;
 
+// `wanted`, at most what keeps codes of a token at that much finer steps
+// within 16 bits (|q| <= levels 2^shift <= 32767).
+int SinkShift(int wanted, float levels) {
+  int s = 0;
+  while (s < wanted && levels * float(1 << (s + 1)) <= 32767.f) ++s;
+  return s;
+}
+
 // The header and token sections are written through a pointer into a
 // vector sized for the most they can take, then cut to what was written
 // (a push_back a byte was a visible cost).
@@ -73,7 +81,8 @@ AcGroupEncoder::AcGroupEncoder(const AcShape& shape, const AcPolicy& policy)
 }
 
 template <typename T>
-void AcGroupEncoder::ChooseSteps(const T* kv, int tokens, int lo, int hi) {
+void AcGroupEncoder::ChooseSteps(const T* kv, int tokens, int lo, int hi,
+                                 bool starts_sequence) {
   const int d = shape_.head_dim, units = shape_.num_units(), n = shape_.token_floats();
   const int m = hi - lo;
   tok_amax_.resize(size_t(tokens) * m);
@@ -114,6 +123,7 @@ void AcGroupEncoder::ChooseSteps(const T* kv, int tokens, int lo, int hi) {
         std::memcpy(&bits, &ratio, sizeof(bits));
         e = int(bits >> 23) - 127;
       }
+      if (t == 0 && starts_sequence) e = std::max(e, 0) + SinkShift(policy_.sink_shift, levels);
       shifts_[size_t(t) * units + u] = uint8_t(std::clamp(e, 0, kMaxShift));
     }
   }
@@ -192,18 +202,19 @@ void AcGroupEncoder::AppendHeader(int tokens, std::vector<uint8_t>* out) const {
 }
 
 void AcGroupEncoder::Encode(const float* kv, int tokens,
-                            std::vector<std::vector<uint8_t>>* objects) {
-  EncodeValues(kv, tokens, objects);
+                            std::vector<std::vector<uint8_t>>* objects, bool starts_sequence) {
+  EncodeValues(kv, tokens, objects, starts_sequence);
 }
 
 void AcGroupEncoder::EncodeHalf(const uint16_t* kv, int tokens,
-                                std::vector<std::vector<uint8_t>>* objects) {
-  EncodeValues(kv, tokens, objects);
+                                std::vector<std::vector<uint8_t>>* objects, bool starts_sequence) {
+  EncodeValues(kv, tokens, objects, starts_sequence);
 }
 
 template <typename T>
 void AcGroupEncoder::EncodeValues(const T* kv, int tokens,
-                                  std::vector<std::vector<uint8_t>>* objects) {
+                                  std::vector<std::vector<uint8_t>>* objects,
+                                  bool starts_sequence) {
   const int d = shape_.head_dim, units = shape_.num_units(), n = shape_.token_floats();
   // Every token is its own rANS stream, at most 2 bytes a value, with
   // room below for a SIMD kernel's whole-register stores.
@@ -223,7 +234,7 @@ void AcGroupEncoder::EncodeValues(const T* kv, int tokens,
   const int chunk = std::clamp(kChunkFloats / d, 1, units);
   for (int hi = units; hi > 0; hi -= chunk) {
     const int lo = std::max(0, hi - chunk);
-    ChooseSteps(kv, tokens, lo, hi);
+    ChooseSteps(kv, tokens, lo, hi, starts_sequence);
     // While this chunk is coded, its rANS kernels prefetch the next one's
     // floats, each unit an equal share.
     const int next_lo = std::max(0, lo - chunk);
