@@ -1,12 +1,13 @@
 """Reference decoder for the `ac` and `ac-lo` KV-cache tracks, in numpy.
 
 Implements "The ac tracks (arithmetic coding)" of
-docs/kvcache-wire-format.md (wire format v1): the group header (per-unit
+docs/kvcache-wire-format.md (wire format versions 1 and 2): the group header (per-unit
 quantization steps, delta-channel bits and rANS frequency tables) in object
 0, then one token section per object (per-unit step shifts, 16 interleaved
 rANS lanes, a shared 16-bit word stream and varint escapes), zigzag
 residuals, delta coding against the previous token's codes, and
-value = float32(code) x step.
+value = float32(code) x step; in version 2 with transform 1, each unit's
+values rotated back (the inverse randomized Hadamard transform, "Transform").
 
 Written from that document alone, without reading kvcast's C++ codec, so
 that agreement with it (tests/interop/ac_decoder_test.py) is evidence that
@@ -30,7 +31,8 @@ import struct
 
 import numpy as np
 
-VERSION = 1
+VERSIONS = (1, 2)
+TRANSFORM_NONE, TRANSFORM_HADAMARD = 0, 1
 LANES = 16  # rANS lanes; value i runs on lane i mod 16
 PROB_BITS = 12  # frequencies sum to 2^12 = 4096
 PROB_SCALE = 1 << PROB_BITS
@@ -114,15 +116,20 @@ class _Header:
 
     def __init__(self, r: _Reader, layers: int, heads: int, head_dim: int):
         version = r.u8("version")
-        if version != VERSION:
-            r.fail(f"version {version}, this decoder reads version {VERSION}")
-        r.u8("reserved")  # ignored
+        if version not in VERSIONS:
+            r.fail(f"version {version}, this decoder reads versions {VERSIONS}")
+        transform = r.u8("transform")  # version 1: reserved, ignored
+        self.transform = TRANSFORM_NONE if version == 1 else transform
+        if self.transform not in (TRANSFORM_NONE, TRANSFORM_HADAMARD):
+            r.fail(f"transform {transform}, not 0 (none) or 1 (Hadamard)")
         self.tokens = r.u16("T")
         if self.tokens == 0:
             r.fail("T is 0, not 1 .. 65535")
         shape = (r.u16("L"), r.u16("H"), r.u16("D"))
         if shape != (layers, heads, head_dim):
             r.fail(f"shape (L, H, D) = {shape}, the model's is {(layers, heads, head_dim)}")
+        if self.transform == TRANSFORM_HADAMARD and head_dim & (head_dim - 1):
+            r.fail(f"a Hadamard transform of heads of {head_dim}, not a power of two")
         units = 2 * layers * heads
         self.steps = np.zeros(units, dtype=np.float32)
         self.delta_channel = np.zeros((units, head_dim), dtype=bool)
@@ -194,6 +201,36 @@ def _decode_symbols(r: _Reader, table_index: np.ndarray, stacks: _TableStack) ->
     if next_word != count:
         r.fail(f"{count - next_word} of {count} words left unread")
     return symbols
+
+
+def _hadamard_signs(d: int) -> np.ndarray:
+    """s_c = -1 when the lowest bit of splitmix64(c) is 1, else +1."""
+    mask = (1 << 64) - 1
+    signs = []
+    for c in range(d):
+        z = (c + 0x9E3779B97F4A7C15) & mask
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+        signs.append(-1.0 if (z ^ (z >> 31)) & 1 else 1.0)
+    return np.array(signs, dtype=np.float32)
+
+
+def _unrotate(values: np.ndarray, d: int) -> np.ndarray:
+    """x = D (H y) / d for every row of d values (float32 throughout).
+
+    H y by the butterflies h = 1, 2, 4, ..., d/2: within each block of 2h
+    values, (y_j, y_{j+h}) becomes (y_j + y_{j+h}, y_j - y_{j+h}); every
+    sum one float32 operation, as the document fixes them.
+    """
+    y = values.reshape(-1, d).astype(np.float32)
+    h = 1
+    while h < d:
+        blocks = y.reshape(y.shape[0], d // (2 * h), 2, h)
+        a, b = blocks[:, :, 0, :], blocks[:, :, 1, :]
+        y = np.stack((a + b, a - b), axis=2).reshape(-1, d)
+        h *= 2
+    with np.errstate(over="ignore", invalid="ignore"):
+        return (y * _hadamard_signs(d)) * np.float32(1.0 / d)
 
 
 def decode_group(objects: list[bytes], layers: int, heads: int, head_dim: int) -> np.ndarray:
@@ -273,4 +310,6 @@ def decode_group(objects: list[bytes], layers: int, heads: int, head_dim: int) -
         with np.errstate(over="ignore", invalid="ignore"):
             out[t] = codes.astype(np.float32) * token_steps[unit_of_value]
         prev_shifts, prev_codes = shifts, codes
+    if header.transform == TRANSFORM_HADAMARD:
+        out = _unrotate(out, head_dim).reshape(header.tokens, n)
     return out

@@ -177,7 +177,8 @@ TEST_F(EvaluateTest, ProbesCodeOneLayerAndATuningOfOnesChangesNothing) {
   EXPECT_EQ(probe->compression.ac->LevelsOf(2, true), kProbeExactLevels);
   const auto both = ParseTrack("ac-lo+sink3+tuned+rot", &ones);
   ASSERT_TRUE(both.ok()) << both.status();
-  EXPECT_TRUE(both->rotate);
+  EXPECT_FALSE(both->rotate);  // an ac track rotates on the wire
+  EXPECT_TRUE(both->compression.ac->rotate);
   EXPECT_EQ(both->compression.ac->sink_shift, 3);
   EXPECT_EQ(both->compression.ac->k_layer_scale, ones.k);
   EXPECT_EQ(ProbeTracks("ac", 2), (std::vector<std::string>{"ac#L0K", "ac#L0V", "ac#L1K", "ac#L1V"}));

@@ -10,7 +10,7 @@
 #include "common/dtype.h"
 #include "common/status_macros.h"
 #include "kernels/kv_codec.h"
-#include "tools/kvquality/rotation.h"
+#include "kernels/hadamard.h"
 
 namespace kvcast::kvquality {
 
@@ -110,6 +110,10 @@ absl::StatusOr<HarnessTrack> ParseTrack(std::string_view name,
   }
   if (probe) policy = Probe(policy, probe->first, probe->second);
   if (sink > 0) policy.sink_shift = sink;
+  if (t.rotate) {  // an ac track rotates on the wire (its header's transform)
+    policy.rotate = true;
+    t.rotate = false;
+  }
   t.explored = std::make_shared<const kvcache::ac::AcPolicy>(std::move(policy));
   t.compression = kvcache::KvCompression(t.explored.get());
   return t;
@@ -216,7 +220,7 @@ absl::StatusOr<size_t> TrackTransfer::TransferRotated(const kvcache::KvCompressi
                                                       absl::Span<const int32_t> dst_slots,
                                                       int group_tokens) {
   const int dim = layout_.head_dim;
-  if (!RotatableHeadDim(dim)) {
+  if (!HadamardDim(dim)) {
     return absl::InvalidArgumentError(
         absl::StrCat("rotation: heads of ", dim, " (a power of two rotates)"));
   }
@@ -249,7 +253,7 @@ absl::Status RoundTripBackend::SetTrack(std::optional<HarnessTrack> track,
                                         const KvPagePool* pool, int32_t sequence_start) {
   if (track) {
     const KvLayout& l = pool->layout();
-    if (track->rotate && !RotatableHeadDim(l.head_dim)) {
+    if (track->rotate && !HadamardDim(l.head_dim)) {
       return absl::InvalidArgumentError(
           absl::StrCat("rotation: heads of ", l.head_dim, " (a power of two rotates)"));
     }

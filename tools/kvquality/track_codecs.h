@@ -33,7 +33,7 @@
 namespace kvcast::kvquality {
 
 // A track as the harness judges it: a wire compression, with or without
-// the rotation study (rotation.h) around a row format's codec.
+// the rotation study (kernels/hadamard.h) around a row format's codec.
 struct HarnessTrack {
   kvcache::KvCompression compression;
   bool rotate = false;
@@ -42,7 +42,8 @@ struct HarnessTrack {
   std::shared_ptr<const kvcache::ac::AcPolicy> explored;
 };
 // A track name ("int8", "ac", ...); a row format's with "+rot"
-// ("int4+rot"); or "ac@K/V": the ac coder at K levels for K units and V
+// ("int4+rot": the harness rotates around the codec; an ac track's "+rot"
+// is its policy's wire rotation, ac::AcPolicy::rotate); or "ac@K/V": the ac coder at K levels for K units and V
 // for V units (any levels > 0: the operating points' space; one decoder
 // reads them all). An ac track may end in
 //  - "+tuned": the model's per-layer levels from `tuning` (ac_tuning.h);

@@ -6,8 +6,11 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
+#include "common/dtype.h"
+#include "kernels/hadamard.h"
 #include "transport/kvcache/ac/internal/unit_kernels.h"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the ac track is little-endian");
@@ -79,15 +82,21 @@ AcGroupDecoder::AcGroupDecoder(const AcShape& shape)
 }
 
 absl::Status AcGroupDecoder::ParseHeader(const uint8_t** p, const uint8_t* end) {
-  uint8_t version = 0, reserved = 0;
+  uint8_t version = 0, transform = 0;
   uint16_t tokens = 0, layers = 0, heads = 0, dim = 0;
-  if (!GetLe(p, end, &version) || !GetLe(p, end, &reserved) || !GetLe(p, end, &tokens) ||
+  if (!GetLe(p, end, &version) || !GetLe(p, end, &transform) || !GetLe(p, end, &tokens) ||
       !GetLe(p, end, &layers) || !GetLe(p, end, &heads) || !GetLe(p, end, &dim)) {
     return Corrupt("truncated group header");
   }
-  if (version != kFormatVersion) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("ac object: format version ", version, "; this decoder reads ", kFormatVersion));
+  if (version != kFormatVersion && version != kTransformedFormatVersion) {
+    return absl::InvalidArgumentError(absl::StrCat("ac object: format version ", version,
+                                                   "; this decoder reads ", kFormatVersion,
+                                                   " and ", kTransformedFormatVersion));
+  }
+  if (version == kFormatVersion) transform = kTransformNone;  // a reserved byte in version 1
+  if (transform != kTransformNone && transform != kTransformHadamard) {
+    return absl::InvalidArgumentError(absl::StrCat("ac object: transform ", transform,
+                                                   "; this decoder knows 0 (none), 1 (Hadamard)"));
   }
   if (layers != shape_.num_layers || heads != shape_.num_kv_heads || dim != shape_.head_dim) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -95,6 +104,9 @@ absl::Status AcGroupDecoder::ParseHeader(const uint8_t** p, const uint8_t* end) 
         "; this model has ", shape_.num_layers, " x ", shape_.num_kv_heads, " x ", shape_.head_dim));
   }
   if (tokens == 0) return Corrupt("a group of 0 tokens");
+  if (transform == kTransformHadamard && !HadamardDim(dim)) {
+    return Corrupt(absl::StrCat("a Hadamard transform of heads of ", dim));
+  }
   const int d = shape_.head_dim;
   for (int u = 0; u < shape_.num_units(); ++u) {
     if (!GetLe(p, end, &steps_[u])) return Corrupt("truncated group header");
@@ -118,6 +130,7 @@ absl::Status AcGroupDecoder::ParseHeader(const uint8_t** p, const uint8_t* end) 
     if (nsym_[0][u] == 0) return Corrupt(absl::StrCat("unit ", u, " has no raw table"));
   }
   tokens_ = tokens;
+  transform_ = transform;
   return absl::OkStatus();
 }
 
@@ -184,6 +197,26 @@ absl::Status AcGroupDecoder::DecodeUnit(int t, int count, int u, Cursor* curs,
     cursors[k] = &curs[k];
     steps[k] = steps_[u] * kInversePowersOfTwo[shift];
     outs[k] = out + k * out_stride;
+  }
+  if (transform_ == kTransformHadamard) {
+    // The rotated values as floats, rotated back, then stored (narrowed
+    // after the inverse, so fp16 output is FloatToHalf of the floats).
+    unrotate_.resize(size_t(count) * d);
+    float* rotated[internal::kMaxTokensPerCall];
+    for (int k = 0; k < count; ++k) rotated[k] = unrotate_.data() + size_t(k) * d;
+    if (const char* why = decode_unit_(cursors, count, slots, masks, same, &prev_[size_t(u) * d],
+                                       steps, d, rotated)) {
+      return Corrupt(why);
+    }
+    for (int k = 0; k < count; ++k) {
+      UnrotateHead(rotated[k], d);
+      if constexpr (std::is_same_v<Out, float>) {
+        std::memcpy(outs[k], rotated[k], sizeof(float) * d);
+      } else {
+        for (int c = 0; c < d; ++c) outs[k][c] = FloatToHalf(rotated[k][c]);
+      }
+    }
+    return absl::OkStatus();
   }
   if (const char* why = RunDecodeUnit(decode_unit_, decode_unit_half_, outs, cursors, count, slots,
                                       masks, same, &prev_[size_t(u) * d], steps, d)) {

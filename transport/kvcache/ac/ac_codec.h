@@ -37,7 +37,14 @@
 
 namespace kvcast::kvcache::ac {
 
+// Version 1: values coded as they are. Version 2: the header's second byte
+// names a transform of each unit's values (kTransformNone, or
+// kTransformHadamard: kernels/hadamard.h's rotation, undone after
+// decoding). Encoders write version 1 for untransformed groups.
 inline constexpr uint8_t kFormatVersion = 1;
+inline constexpr uint8_t kTransformedFormatVersion = 2;
+inline constexpr uint8_t kTransformNone = 0;
+inline constexpr uint8_t kTransformHadamard = 1;
 
 // Token shape: a token's values are, for each layer, its K row then its V
 // row, each num_kv_heads * head_dim floats (heads in order).
@@ -67,6 +74,11 @@ struct AcPolicy {
   // than its own magnitude gives (bounded so that its codes fit 16 bits),
   // in a group that starts the sequence (the encoder is told so).
   int sink_shift = 0;
+  // Each unit's values rotated (kernels/hadamard.h) before they are
+  // quantized, and back after decoding: an outlier channel no longer sets
+  // the step of its whole head. Heads whose size is not a power of two
+  // (kernels/hadamard.h) are coded as they are.
+  bool rotate = false;
   float LevelsOf(int layer, bool is_v) const {
     const std::vector<float>& s = is_v ? v_layer_scale : k_layer_scale;
     return (is_v ? v_levels : k_levels) * (layer < int(s.size()) ? s[layer] : 1.f);
@@ -134,6 +146,7 @@ class AcGroupEncoder {
   std::vector<uint32_t> fc_;         // the unit's tables: (raw, delta) x kMaxSymbols (rans.h)
   std::vector<double> rcp_;
   std::vector<uint8_t> words_;       // every token's word stream, built backwards
+  std::vector<float> rotated_;       // a rotating policy's values, rotated
   std::vector<internal::EncodeStream> streams_;  // per token
 };
 
@@ -210,6 +223,8 @@ class AcGroupDecoder {
   std::vector<uint32_t> run_slots_;
   std::vector<int32_t> prev_;  // the previous token's codes
   std::vector<uint8_t> prev_shift_;  // and step shifts
+  uint8_t transform_ = kTransformNone;  // the group's, from its header
+  std::vector<float> unrotate_;  // a transformed unit's values before the inverse
 };
 
 }  // namespace kvcast::kvcache::ac

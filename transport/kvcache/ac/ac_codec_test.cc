@@ -37,6 +37,13 @@ std::vector<float> DecodeAll(const AcShape& s, const std::vector<std::vector<uin
   return out;
 }
 
+AcPolicy RotatedPolicy() {
+  AcPolicy p{"ac@15/8+rot", 15, 8};
+  p.rotate = true;
+  return p;
+}
+
+
 // Every value within half a step of its unit's step (amax / levels).
 void ExpectWithinHalfStep(const AcShape& s, const AcPolicy& p, const std::vector<float>& in,
                           const std::vector<float>& out, int tokens) {
@@ -153,7 +160,8 @@ INSTANTIATE_TEST_SUITE_P(Sets, AcSimdKernels,
 // The SIMD kernels give the scalar kernels'
 // bytes and floats exactly, also for escapes and both operating points.
 TEST_P(AcSimdKernels, SimdKernelsEqualScalar) {
-  for (const AcPolicy* p : {&AcNearLossless(), &AcLow()}) {
+  const AcPolicy rotated = RotatedPolicy();
+  for (const AcPolicy* p : {&AcNearLossless(), &AcLow(), &rotated}) {
     for (int tokens : {1, 50, 128}) {
       const auto kv = MakeKv(kShape, tokens, 40 + tokens);
       std::vector<std::vector<uint8_t>> simd, scalar;
@@ -532,6 +540,72 @@ TEST_P(AcCodecKernels, DamagedObjectsAreRefused) {
   EXPECT_EQ(other.Decode(0, objects[0], out.data()).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ValidateShape(AcShape{2, 2, 24}).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(ValidateShape(kShape).ok());
+}
+
+// A rotated group says so in its header (version 2, transform 1) and
+// decodes to the values rotated back: with an outlier channel, much closer
+// than the same levels unrotated (the outlier no longer sets its head's
+// step). Object by object, whole, and into fp16 alike.
+TEST_P(AcCodecKernels, RotatedGroupsSpreadOutliersAndDecodeBack) {
+  const AcShape s{2, 2, 32};
+  auto kv = MakeKv(s, 40, 8);
+  for (int t = 0; t < 40; ++t) kv[size_t(t) * s.token_floats() + 5] = 30.f;  // outlier channel
+  AcPolicy plain_policy = RotatedPolicy();
+  plain_policy.rotate = false;
+  std::vector<std::vector<uint8_t>> rotated, plain;
+  AcGroupEncoder(s, RotatedPolicy()).Encode(kv.data(), 40, &rotated);
+  AcGroupEncoder(s, plain_policy).Encode(kv.data(), 40, &plain);
+  EXPECT_EQ(rotated[0][0], kTransformedFormatVersion);
+  EXPECT_EQ(rotated[0][1], kTransformHadamard);
+  EXPECT_EQ(plain[0][0], kFormatVersion);
+  const auto r = DecodeAll(s, rotated), p = DecodeAll(s, plain);
+  double err_r = 0, err_p = 0;  // over unit 0 (the outlier's head)
+  for (int t = 0; t < 40; ++t) {
+    for (int c = 0; c < 32; ++c) {
+      const size_t i = size_t(t) * s.token_floats() + c;
+      err_r += (r[i] - kv[i]) * (r[i] - kv[i]);
+      err_p += (p[i] - kv[i]) * (p[i] - kv[i]);
+    }
+  }
+  EXPECT_LT(err_r, err_p / 4);
+  AcGroupDecoder one(s);
+  std::vector<float> each(r.size());
+  for (int t = 0; t < 40; ++t) {
+    ASSERT_TRUE(one.Decode(t, rotated[t], each.data() + size_t(t) * s.token_floats()).ok());
+  }
+  EXPECT_EQ(0, std::memcmp(each.data(), r.data(), r.size() * sizeof(float)));
+  std::vector<uint16_t> half(r.size());
+  const std::vector<absl::Span<const uint8_t>> spans(rotated.begin(), rotated.end());
+  ASSERT_TRUE(AcGroupDecoder(s).DecodeGroupHalf(spans, half.data()).ok());
+  for (size_t i = 0; i < r.size(); ++i) ASSERT_EQ(half[i], FloatToHalf(r[i])) << i;
+}
+
+// Heads that cannot rotate are coded as they are; a header's transform is
+// read only in version 2, where an unknown one is refused.
+TEST(AcCodec, TransformsInTheHeader) {
+  const AcShape odd{1, 1, 48};
+  const auto kv = MakeKv(odd, 4, 9);
+  AcPolicy unrotated = RotatedPolicy();
+  unrotated.rotate = false;
+  std::vector<std::vector<uint8_t>> a, b;
+  AcGroupEncoder(odd, RotatedPolicy()).Encode(kv.data(), 4, &a);
+  AcGroupEncoder(odd, unrotated).Encode(kv.data(), 4, &b);
+  EXPECT_EQ(a, b);
+  const auto want = DecodeAll(odd, a);
+  auto v1 = a;
+  v1[0][1] = 7;  // version 1's reserved byte: ignored
+  EXPECT_EQ(DecodeAll(odd, v1), want);
+  auto v2 = a;
+  v2[0][0] = kTransformedFormatVersion;  // transform 0: as version 1
+  EXPECT_EQ(DecodeAll(odd, v2), want);
+  v2[0][1] = 2;
+  std::vector<float> out(want.size());
+  const std::vector<absl::Span<const uint8_t>> spans(v2.begin(), v2.end());
+  const absl::Status s = AcGroupDecoder(odd).DecodeGroup(spans, out.data());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  v2[0][1] = kTransformHadamard;  // heads of 48 do not rotate
+  const std::vector<absl::Span<const uint8_t>> spans2(v2.begin(), v2.end());
+  EXPECT_EQ(AcGroupDecoder(odd).DecodeGroup(spans2, out.data()).code(), absl::StatusCode::kDataLoss);
 }
 
 }  // namespace

@@ -13,6 +13,9 @@
 #include <limits>
 
 #include "transport/kvcache/ac/ac_codec.h"
+
+#include "common/dtype.h"
+#include "kernels/hadamard.h"
 #include "transport/kvcache/ac/internal/encode_kernels.h"
 #include "transport/kvcache/ac/internal/unit_kernels.h"
 
@@ -64,8 +67,20 @@ void Quantize(const internal::EncoderKernels& k, const uint16_t* x, Args... args
 
 }  // namespace
 
+namespace {
+
+// The policy as this shape takes it: heads that cannot rotate are coded as
+// they are.
+AcPolicy ForShape(const AcPolicy& policy, const AcShape& shape) {
+  AcPolicy p = policy;
+  p.rotate = p.rotate && HadamardDim(shape.head_dim);
+  return p;
+}
+
+}  // namespace
+
 AcGroupEncoder::AcGroupEncoder(const AcShape& shape, const AcPolicy& policy)
-    : shape_(shape), policy_(policy), kernels_(internal::SelectEncoderKernels()) {
+    : shape_(shape), policy_(ForShape(policy, shape)), kernels_(internal::SelectEncoderKernels()) {
   const int units = shape.num_units(), d = shape.head_dim;
   steps_.resize(units);
   masks_.resize(size_t(units) * d / 16);
@@ -184,8 +199,8 @@ void AcGroupEncoder::AppendHeader(int tokens, std::vector<uint8_t>* out) const {
   const size_t start = out->size();
   out->resize(start + most);
   uint8_t* p = out->data() + start;
-  *p++ = kFormatVersion;
-  *p++ = 0;
+  *p++ = policy_.rotate ? kTransformedFormatVersion : kFormatVersion;
+  *p++ = policy_.rotate ? kTransformHadamard : kTransformNone;
   p = PutLe<uint16_t>(tokens, p);
   p = PutLe<uint16_t>(shape_.num_layers, p);
   p = PutLe<uint16_t>(shape_.num_kv_heads, p);
@@ -203,11 +218,23 @@ void AcGroupEncoder::AppendHeader(int tokens, std::vector<uint8_t>* out) const {
 
 void AcGroupEncoder::Encode(const float* kv, int tokens,
                             std::vector<std::vector<uint8_t>>* objects, bool starts_sequence) {
+  if (policy_.rotate) {
+    rotated_.assign(kv, kv + size_t(tokens) * shape_.token_floats());
+    RotateHeads(rotated_.data(), int(rotated_.size()), shape_.head_dim, false);
+    kv = rotated_.data();
+  }
   EncodeValues(kv, tokens, objects, starts_sequence);
 }
 
 void AcGroupEncoder::EncodeHalf(const uint16_t* kv, int tokens,
                                 std::vector<std::vector<uint8_t>>* objects, bool starts_sequence) {
+  if (policy_.rotate) {  // rotated as floats
+    rotated_.resize(size_t(tokens) * shape_.token_floats());
+    for (size_t i = 0; i < rotated_.size(); ++i) rotated_[i] = HalfToFloat(kv[i]);
+    RotateHeads(rotated_.data(), int(rotated_.size()), shape_.head_dim, false);
+    EncodeValues(rotated_.data(), tokens, objects, starts_sequence);
+    return;
+  }
   EncodeValues(kv, tokens, objects, starts_sequence);
 }
 

@@ -40,6 +40,8 @@ int Main() {
     return 2;
   }
   if (std::system(("mkdir -p '" + out + "'").c_str()) != 0) return 1;
+  AcPolicy rotated{"ac@15/8+rot", 15, 8};  // version 2, transform 1
+  rotated.rotate = true;
   struct Case {
     std::string name;
     AcShape shape;
@@ -55,13 +57,15 @@ int Main() {
       {"one token, ac", {2, 2, 16}, 1, 3, &AcNearLossless()},
       {"non-finite and zero units, ac", {2, 2, 16}, 9, 5, &AcNearLossless()},
       {"escapes, ac", {1, 1, 16}, 64, 6, &AcNearLossless()},
+      {"rotated sink group, ac@15/8+rot", {4, 2, 32}, 128, 1, &rotated},
+      {"rotated non-finite and zero units", {2, 2, 16}, 9, 5, &rotated},
   };
   std::string json = "[\n";
   for (size_t k = 0; k < cases.size(); ++k) {
     const Case& c = cases[k];
     const int n = c.shape.token_floats();
     std::vector<float> kv = SyntheticKv(c.shape, c.tokens, c.seed, c.seed % 2 == 1);
-    if (c.name.rfind("non-finite", 0) == 0) {
+    if (c.name.find("non-finite") != std::string::npos) {
       kv[2 * n + 1 * 16 + 3] = std::numeric_limits<float>::infinity();  // unit 1
       for (int t = 0; t < c.tokens; ++t) std::fill_n(kv.begin() + t * n + 2 * 16, 16, 0.f);
     }

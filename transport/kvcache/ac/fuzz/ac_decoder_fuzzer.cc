@@ -1,9 +1,10 @@
 // libFuzzer target for the ac group decoder (ac_codec.h), which decodes
 // bytes remote peers send (objects landing through the KV lander).
 //
-// Input: byte 0 picks the mode, the shape and the kernel set (bits 3-4:
-// the best this CPU runs, AVX2, scalar, the best), byte 1 the group's
-// tokens (1..8); the rest:
+// Input: byte 0 picks the mode, the shape, the kernel set (bits 3-4: the
+// best this CPU runs, AVX2, scalar, the best) and whether the round trip
+// rotates (bit 5: a Hadamard-transformed group), byte 1 the group's tokens
+// (1..8); the rest:
 //  - raw mode: the objects themselves, each a 2-byte little-endian length
 //    then that many bytes. DecodeGroup and object-by-object Decode may
 //    refuse them (any status) but must not crash, and must agree.
@@ -32,11 +33,21 @@ const ac::AcShape kShapes[2] = {{1, 1, 16}, {2, 2, 32}};
 // Built once per shape (their tables are the expensive part) and reused, as
 // the lander reuses its decoder group after group: a decoder restarts at
 // each object 0, also after an error.
+const ac::AcPolicy& Rotated() {
+  static const ac::AcPolicy p = [] {
+    ac::AcPolicy r = ac::AcLow();
+    r.rotate = true;
+    return r;
+  }();
+  return p;
+}
+
 struct Codecs {
   ac::AcGroupDecoder group, one;
-  ac::AcGroupEncoder near, low;
+  ac::AcGroupEncoder near, low, rotated;
   explicit Codecs(const ac::AcShape& s)
-      : group(s), one(s), near(s, ac::AcNearLossless()), low(s, ac::AcLow()) {}
+      : group(s), one(s), near(s, ac::AcNearLossless()), low(s, ac::AcLow()),
+        rotated(s, Rotated()) {}
 };
 // Per shape and kernel set (the set a codec uses is fixed when it is made).
 Codecs& CodecsOf(int shape, int set) {
@@ -93,6 +104,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const ac::AcShape& shape = kShapes[shape_index];
   const bool low = (data[0] >> 2) & 1;
   const int set = (data[0] >> 3) & 3;
+  const bool rotate = (data[0] >> 5) & 1;
   const int tokens = 1 + data[1] % 8;
   data += 2;
   size -= 2;
@@ -114,7 +126,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     kv[i] = i < size ? float(int8_t(data[i])) / 16.f : 0.f;
   }
   std::vector<std::vector<uint8_t>> objs;
-  (low ? CodecsOf(shape_index, set).low : CodecsOf(shape_index, set).near).Encode(kv.data(), tokens, &objs);
+  Codecs& codecs = CodecsOf(shape_index, set);
+  (rotate ? codecs.rotated : low ? codecs.low : codecs.near).Encode(kv.data(), tokens, &objs);
   Check(int(objs.size()) == tokens, "the encoder gave another number of objects");
   Check(DecodeBothWays(shape_index, set, objs, &out).ok(), "a fresh encoding did not decode");
   // Each value within the largest step of its unit: |x| <= 8, and the
