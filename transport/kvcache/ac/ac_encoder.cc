@@ -230,7 +230,7 @@ void AcGroupEncoder::EncodeHalf(const uint16_t* kv, int tokens,
                                 std::vector<std::vector<uint8_t>>* objects, bool starts_sequence) {
   if (policy_.rotate) {  // rotated as floats
     rotated_.resize(size_t(tokens) * shape_.token_floats());
-    for (size_t i = 0; i < rotated_.size(); ++i) rotated_[i] = HalfToFloat(kv[i]);
+    kernels_.widen_half(kv, rotated_.size(), rotated_.data());
     RotateHeads(rotated_.data(), int(rotated_.size()), shape_.head_dim, false);
     EncodeValues(rotated_.data(), tokens, objects, starts_sequence);
     return;

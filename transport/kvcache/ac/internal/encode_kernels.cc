@@ -89,6 +89,10 @@ uint8_t* PutVarintsScalar(const uint16_t* v, size_t n, uint8_t* p) {
   return p;
 }
 
+void WidenHalfScalar(const uint16_t* in, size_t n, float* out) {
+  for (size_t i = 0; i < n; ++i) out[i] = HalfToFloat(in[i]);
+}
+
 void NormalizeScalar(const uint32_t* counts, int n, uint16_t* freqs) {
   NormalizeFrequencies(absl::MakeConstSpan(counts, n), freqs);
 }
@@ -554,6 +558,12 @@ KVCAST_AVX512 void NormalizeAvx512(const uint32_t* counts, int n, uint16_t* freq
   }
 }
 
+KVCAST_AVX512 void WidenHalfAvx512(const uint16_t* in, size_t n, float* out) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(out + i, Load16(in + i));
+  WidenHalfScalar(in + i, n - i, out + i);
+}
+
 KVCAST_AVX512 void DivideForTestAvx512(const uint32_t* x, const uint32_t* f, uint32_t* quot,
                                        uint32_t* rem) {
   __m512i r;
@@ -567,11 +577,13 @@ EncoderKernels SelectEncoderKernels() {
   if (ActiveKernelSet() == KernelSet::kAvx512) {
     return {AbsMaxAvx512<float>,   AbsMaxAvx512<uint16_t>, QuantizeAvx512<float>,
             QuantizeAvx512<uint16_t>, SymbolizeAvx512,     NormalizeAvx512,
-            EncodeAvx512,          PutEscapesAvx512,       PutVarintsAvx512};
+            EncodeAvx512,          PutEscapesAvx512,       PutVarintsAvx512,
+            WidenHalfAvx512};
   }
   EncoderKernels k = {AbsMaxScalar<float>,   AbsMaxScalar<uint16_t>, QuantizeScalar<float>,
                       QuantizeScalar<uint16_t>, SymbolizeScalar,     NormalizeScalar,
-                      EncodeScalar,          PutEscapesScalar,       PutVarintsScalar};
+                      EncodeScalar,          PutEscapesScalar,       PutVarintsScalar,
+                      WidenHalfScalar};
   if (ActiveKernelSet() == KernelSet::kAvx2) UseAvx2EncoderKernels(&k);
   return k;
 }

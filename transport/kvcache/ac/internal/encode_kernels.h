@@ -129,6 +129,8 @@ struct EncoderKernels {
   // Varints of v[0] up to v[n - 1] at p, which has room for 2 bytes a
   // value below 2^14 and 3 for the others; returns the end.
   uint8_t* (*put_varints)(const uint16_t* v, size_t n, uint8_t* p);
+  // out[i] = the float of fp16 value in[i], i < n (exact).
+  void (*widen_half)(const uint16_t* in, size_t n, float* out);
 };
 
 // The kernels of unit_kernels.h's ActiveKernelSet().

@@ -362,6 +362,12 @@ KVCAST_AVX2 void EncodeAvx2(EncodeStream* streams, const uint16_t* sym, int toke
   if (t < tokens) EncodeTokensAvx2<1>(streams + t, sym + size_t(t) * d, d, fc, pf);
 }
 
+KVCAST_AVX2 void WidenHalfAvx2(const uint16_t* in, size_t n, float* out) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, Load8(in + i));
+  for (; i < n; ++i) out[i] = HalfToFloat(in[i]);
+}
+
 KVCAST_AVX2 void DivideForTestAvx2(const uint32_t* x, const uint32_t* f, uint32_t* quot,
                                    uint32_t* rem) {
   for (int h = 0; h < 2; ++h) {
@@ -383,6 +389,7 @@ void UseAvx2EncoderKernels(EncoderKernels* k) {
   k->symbolize = SymbolizeAvx2;
   k->normalize = NormalizeAvx2;
   k->encode = EncodeAvx2;
+  k->widen_half = WidenHalfAvx2;
 }
 
 void DivideAvx2ForTest(const uint32_t* x, const uint32_t* f, uint32_t* quot, uint32_t* rem) {

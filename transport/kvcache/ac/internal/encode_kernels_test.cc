@@ -49,6 +49,24 @@ float Awkward(std::mt19937& rng) {
   }
 }
 
+// Every fp16 bit pattern (subnormals, infinities, NaNs) widens as
+// HalfToFloat does, at lengths around the vector widths.
+TEST_P(EncodeKernels, WidenHalf) {
+  Kernels k;
+  if (!GetKernels(&k)) GTEST_SKIP() << "no " << KernelSetName(GetParam()) << " here";
+  std::vector<uint16_t> all(65536);
+  for (size_t i = 0; i < all.size(); ++i) all[i] = uint16_t(i);
+  for (size_t n : {size_t(65536), size_t(1), size_t(7), size_t(17), size_t(33)}) {
+    std::vector<float> a(n), b(n);
+    k.scalar.widen_half(all.data() + 65536 - n, n, a.data());
+    k.simd.widen_half(all.data() + 65536 - n, n, b.data());
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_TRUE(std::memcmp(&a[i], &b[i], 4) == 0 || (std::isnan(a[i]) && std::isnan(b[i])))
+          << std::hex << all[65536 - n + i];
+    }
+  }
+}
+
 TEST_P(EncodeKernels, AbsMax) {
   Kernels k;
   if (!GetKernels(&k)) GTEST_SKIP() << "no " << KernelSetName(GetParam()) << " here";
