@@ -34,6 +34,11 @@ class PrefillService::Publisher : public kvcache::KvPublisher {
     SetSubscribeWait(rt->loop(), absl::Seconds(2));
     // The next ac group is coded while this one is sent.
     CodeAcInBackground(rt->loop());
+    if (const auto& tuning = rt->config().ac_tuning) {
+      if (absl::Status s = SetAcTuning(*tuning); !s.ok()) {  // the runtime checked the layers
+        services::Log().warn("--ac_tuning not used: {}", s.ToString().c_str());
+      }
+    }
   }
   void OnSessionReady(moqt::MoqtSession* session) override {
     if (session == rt_->relay_session()) {

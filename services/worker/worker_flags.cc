@@ -19,6 +19,9 @@ ABSL_FLAG(double, kv_cache_fraction, 0,
           "are loaded; overrides --kv_cache_mb");
 ABSL_FLAG(int, max_batch_tokens, 256, "tokens per forward pass");
 ABSL_FLAG(int, chunk_tokens, 128, "prefix-cache and transfer chunk (a multiple of 16)");
+ABSL_FLAG(std::string, ac_tuning, "",
+          "the model's per-layer ac levels (kv_quality --calibrate_ac) for the ac tracks this "
+          "worker publishes; empty: the tracks' own levels");
 ABSL_FLAG(std::string, grpc_listen, "", "gRPC HOST:PORT (worker API + grpc.health.v1)");
 ABSL_FLAG(std::string, grpc_cert, "", "gRPC server certificate (PEM); TLS when set");
 ABSL_FLAG(std::string, grpc_key, "", "gRPC server key (PEM)");
@@ -101,6 +104,14 @@ absl::Status EngineFromFlags(WorkerConfig* config) {
   c.max_batch_tokens = absl::GetFlag(FLAGS_max_batch_tokens);
   c.chunk_tokens = absl::GetFlag(FLAGS_chunk_tokens);
   c.prefix_caching = absl::GetFlag(FLAGS_prefix_caching);
+  if (const std::string path = absl::GetFlag(FLAGS_ac_tuning); !path.empty()) {
+    auto tuning = kvcache::ac::ReadAcTuning(path);
+    if (!tuning.ok()) {
+      return absl::Status(tuning.status().code(),
+                          absl::StrCat("--ac_tuning: ", tuning.status().message()));
+    }
+    c.ac_tuning = *std::move(tuning);
+  }
   const std::string precision = absl::GetFlag(FLAGS_kv_cache_precision);
   if (precision != "fp16" && precision != "fp32") {
     return absl::InvalidArgumentError(

@@ -24,6 +24,7 @@
 #include <atomic>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -43,6 +44,7 @@
 #include "services/common/metrics_server.h"
 #include "services/worker/scheduler_links.h"
 #include "transport/kvcache/ac_codec_thread.h"
+#include "transport/kvcache/ac/ac_tuning.h"
 #include "transport/moqt/authorization.h"
 #include "transport/moqt/moqt_endpoint.h"
 #include "transport/quic/event_loop.h"
@@ -69,6 +71,9 @@ struct WorkerConfig {
   // Prompts (one per line, tokenized as a completion prompt) computed at
   // start whose full chunks stay in the page pool, never evicted.
   std::string kv_pin_prompts;
+  // --ac_tuning: the model's per-layer ac levels (docs/kv-quality.md), for
+  // the ac tracks this worker publishes; checked against the model at load.
+  std::optional<kvcache::ac::AcLayerTuning> ac_tuning;
   services::GrpcServerOptions grpc;
   std::string metrics_listen;
   std::string scheduler;       // HOST:PORT[,...] (scheduler_links.h); empty: do not register
@@ -120,6 +125,7 @@ class WorkerRuntime {
   void Cancel(uint64_t id);
 
   Engine& engine() { return *engine_; }
+  const WorkerConfig& config() const { return config_; }
   quic::EventLoop* loop() { return loop_thread_->loop(); }
   void RunSync(std::function<void()> fn) { loop_thread_->RunSync(std::move(fn)); }
   // Loop thread: the session to reach a publisher at `address`: the relay

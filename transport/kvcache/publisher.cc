@@ -32,6 +32,23 @@ KvPublisher::KvPublisher(KvPagePool* pool, Backend* backend, const Hash128& mode
       model_id_(ModelId(model_fingerprint)),
       chunk_tokens_(chunk_tokens) {}
 
+absl::Status KvPublisher::SetAcTuning(const ac::AcLayerTuning& tuning) {
+  const int layers = pool_->layout().num_layers;
+  if (int(tuning.k.size()) != layers || int(tuning.v.size()) != layers) {
+    return absl::InvalidArgumentError(absl::StrCat("an ac tuning of ", tuning.k.size(),
+                                                   " layers; the model has ", layers));
+  }
+  for (const ac::AcPolicy* p : {&ac::AcNearLossless(), &ac::AcLow()}) {
+    tuned_[p] = std::make_unique<const ac::AcPolicy>(ac::Tuned(*p, tuning));
+  }
+  return absl::OkStatus();
+}
+
+const ac::AcPolicy& KvPublisher::CodingPolicy(const ac::AcPolicy* track) const {
+  auto it = tuned_.find(track);
+  return it == tuned_.end() ? *track : *it->second;
+}
+
 KvPublisher::~KvPublisher() {
   for (auto& [digest, prompt] : prompts_) {
     EndSubscribers(prompt, absl::CancelledError("KV publisher shut down"));
@@ -287,7 +304,7 @@ bool KvPublisher::StartAc(const Prompt& p, int group, const AcKey& key) {
     }
     CodeAhead();
   };
-  ac_thread_->SubmitEncode(*std::get<2>(key), std::move(half), n,
+  ac_thread_->SubmitEncode(CodingPolicy(std::get<2>(key)), std::move(half), n,
                            /*starts_sequence=*/group == 0, std::move(encoded));
   return true;
 }
@@ -383,7 +400,7 @@ void KvPublisher::SendChunk(const Prompt& p, int group, const KvCompression& com
     std::shared_ptr<const AcObjects> objects = CachedAc(key);
     if (objects == nullptr) {  // a group goes out in pieces: encode it once
       AcObjects fresh;
-      if (absl::Status s = ac_.Encode(*compression.ac, backend_, *pool_,
+      if (absl::Status s = ac_.Encode(CodingPolicy(compression.ac), backend_, *pool_,
                                       SlotsOf(p.chunk_pages[group].ids(), page_tokens, 0, n),
                                       &fresh, /*starts_sequence=*/group == 0);
           !s.ok()) {

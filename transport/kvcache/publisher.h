@@ -52,6 +52,7 @@
 #include "transport/kvcache/ac_codec_thread.h"
 #include "transport/kvcache/ac_pages.h"
 #include "transport/kvcache/naming.h"
+#include "transport/kvcache/ac/ac_tuning.h"
 #include "transport/moqt/authorization.h"
 #include "transport/moqt/session.h"
 #include "transport/quic/event_loop.h"
@@ -92,6 +93,12 @@ class KvPublisher : public moqt::RequestHandler {
   // (borrowed). Without this call a group is coded on the loop thread when
   // its first piece goes out.
   void CodeAcInBackground(quic::EventLoop* loop);
+
+  // The model's per-layer ac levels (ac/ac_tuning.h) for the ac tracks'
+  // groups coded from now on; decoders need nothing (the steps travel in
+  // each group). InvalidArgument for a tuning of another number of layers
+  // than the pool's.
+  absl::Status SetAcTuning(const ac::AcLayerTuning& tuning);
 
   // Bytes a request's send queue may hold before the publisher waits for
   // it to drain to half (default 8 MiB; at least 1).
@@ -219,6 +226,10 @@ class KvPublisher : public moqt::RequestHandler {
   bool StartAc(const Prompt& p, int group, const AcKey& key);
   // Starts coding the first group some request's pending pieces need.
   void CodeAhead();
+  // The policy an ac track's groups are coded with: the track's own, or
+  // its tuned copy (SetAcTuning).
+  const ac::AcPolicy& CodingPolicy(const ac::AcPolicy* track) const;
+  std::map<const ac::AcPolicy*, std::unique_ptr<const ac::AcPolicy>> tuned_;  // before ac_thread_
   AcPageCodec ac_;  // the ac tracks' codec (loop thread)
   std::deque<std::pair<AcKey, std::shared_ptr<const AcObjects>>> ac_groups_;
   std::unique_ptr<AcCodecThread> ac_thread_;

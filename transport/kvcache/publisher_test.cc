@@ -231,7 +231,8 @@ class KvOverMoqt : public ::testing::Test {
       const int count = std::min(kChunk, tokens - g * kChunk);
       std::vector<float> kv = AcGroupInput(*src_.pool, src_pages, g * kChunk, count);
       std::vector<std::vector<uint8_t>> objects;
-      ac::AcGroupEncoder(shape, policy).Encode(kv.data(), count, &objects);
+      ac::AcGroupEncoder(shape, policy).Encode(kv.data(), count, &objects,
+                                               /*starts_sequence=*/g == 0);
       const std::vector<absl::Span<const uint8_t>> spans(objects.begin(), objects.end());
       ASSERT_TRUE(ac::AcGroupDecoder(shape).DecodeGroup(spans, kv.data()).ok());
       RoundToFp16(kv);
@@ -400,6 +401,33 @@ TEST_F(KvOverMoqt, AcGroupsCodedInTheBackgroundLandTheSame) {
     EXPECT_LE(publisher_->stats().encodes, 2u * 5 + 2);  // the fetch may miss the cache once
     publisher_->DropPrompt(Digest(3));
   });
+  ReleasePages(pages);
+}
+
+// A publisher given the model's ac tuning codes the ac tracks at the
+// tuned levels (a decoder reads them as any group); a tuning of another
+// number of layers is refused.
+TEST_F(KvOverMoqt, AcTuningSetsTheLevelsOfTheAcTracks) {
+  const int tokens = 2 * kChunk;
+  const auto pages = Pages(tokens);
+  const ac::AcLayerTuning tuning{std::vector<float>(kLayout.num_layers, 0.25f),
+                                 std::vector<float>(kLayout.num_layers, 0.5f)};
+  h_.thread()->RunSync([&] {
+    EXPECT_EQ(publisher_->SetAcTuning({{1.f}, {1.f}}).code(), absl::StatusCode::kInvalidArgument);
+    ASSERT_TRUE(publisher_->SetAcTuning(tuning).ok());
+    ASSERT_TRUE(publisher_->BeginPrompt(Digest(4), tokens).ok());
+  });
+  for (int g = 0; g < 2; ++g) Ready(Digest(4), pages, g);
+  h_.thread()->RunSync([&] { ASSERT_TRUE(publisher_->EndPrompt(Digest(4), absl::OkStatus()).ok()); });
+  moqt::MoqtClient* client = h_.Connect(&decode_);
+  const auto track =
+      FullTrackNameOf({ModelId(kModel), Digest(4), KvCompression(&ac::AcNearLossless())});
+  auto landing = Subscribe(client->session(), track, tokens, 0, 2);
+  ASSERT_TRUE(WaitDone(*landing));
+  ASSERT_TRUE(landing->result.ok()) << landing->result.status();
+  ExpectLandedAc(ac::Tuned(ac::AcNearLossless(), tuning), pages, landing->pages, tokens);
+  ReleaseLanded(*landing);
+  h_.thread()->RunSync([&] { publisher_->DropPrompt(Digest(4)); });
   ReleasePages(pages);
 }
 
