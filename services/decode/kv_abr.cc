@@ -22,10 +22,11 @@ absl::StatusOr<std::vector<AbrTrack>> ParseAbrLadder(const std::string& names,
     auto c = kvcache::CompressionOfTrackName(std::string(name));
     if (!c.ok()) return absl::InvalidArgumentError(absl::StrCat("ABR ladder: ", c.status().message()));
     double ratio;
+    // The ac tracks' sizes vary with the KV; SmolLM2's on natural text.
     if (c->ac == &kvcache::ac::AcNearLossless()) {
-      ratio = 0.47;
+      ratio = 0.20;
     } else if (c->ac == &kvcache::ac::AcLow()) {
-      ratio = 0.34;
+      ratio = 0.13;
     } else {
       ratio = KvFormatBits(c->format) / 16.0;
     }

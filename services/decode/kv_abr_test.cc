@@ -96,7 +96,7 @@ TEST(AbrPlanner, BestTrackWhenEverythingFits) {
 
 TEST(AbrPlanner, StopsWhenNotEvenTheSmallestGroupFits) {
   AbrPlanner p(Ladder(), 0.5, 1e6);  // 1 MB/s
-  // The smallest track for one group: 128 x 0.34 x 128 KiB = 5.7 MB, 5.7 s.
+  // The smallest track for one group: 128 x 0.13 x 128 KiB = 2.2 MB, 2.2 s.
   EXPECT_EQ(p.Choose(kChunk, 32 * kChunk, 0), AbrPlanner::kStop);
   // With time to spare for one group but not for all: the smallest track.
   AbrPlanner q(Ladder(), 10.0, 1e6);

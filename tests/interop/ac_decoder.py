@@ -215,20 +215,32 @@ def _hadamard_signs(d: int) -> np.ndarray:
     return np.array(signs, dtype=np.float32)
 
 
-def _unrotate(values: np.ndarray, d: int) -> np.ndarray:
-    """x = D (H y) / d for every row of d values (float32 throughout).
+def hadamard(values: np.ndarray, d: int) -> np.ndarray:
+    """H y for every row of d values (float32 throughout).
 
-    H y by the butterflies h = 1, 2, 4, ..., d/2: within each block of 2h
-    values, (y_j, y_{j+h}) becomes (y_j + y_{j+h}, y_j - y_{j+h}); every
-    sum one float32 operation, as the document fixes them.
+    The butterflies h = 1, 2, 4, ..., d/2: within each block of 2h values,
+    (y_j, y_{j+h}) becomes (y_j + y_{j+h}, y_j - y_{j+h}); every sum one
+    float32 operation, as the document fixes them.
     """
     y = values.reshape(-1, d).astype(np.float32)
     h = 1
-    while h < d:
-        blocks = y.reshape(y.shape[0], d // (2 * h), 2, h)
-        a, b = blocks[:, :, 0, :], blocks[:, :, 1, :]
-        y = np.stack((a + b, a - b), axis=2).reshape(-1, d)
-        h *= 2
+    with np.errstate(over="ignore", invalid="ignore"):
+        while h < d:
+            blocks = y.reshape(y.shape[0], d // (2 * h), 2, h)
+            a, b = blocks[:, :, 0, :], blocks[:, :, 1, :]
+            y = np.stack((a + b, a - b), axis=2).reshape(-1, d)
+            h *= 2
+    return y
+
+
+def rotate(values: np.ndarray, d: int) -> np.ndarray:
+    """The encoder's side (informative): y = H (D x) per row of d values."""
+    return hadamard(values.reshape(-1, d).astype(np.float32) * _hadamard_signs(d), d)
+
+
+def _unrotate(values: np.ndarray, d: int) -> np.ndarray:
+    """x = D (H y) / d for every row of d values (float32 throughout)."""
+    y = hadamard(values, d)
     with np.errstate(over="ignore", invalid="ignore"):
         return (y * _hadamard_signs(d)) * np.float32(1.0 / d)
 

@@ -719,7 +719,7 @@ TEST_F(KvOverMoqt, ASlowSubscriberHoldsAWindowNotItsBacklog) {
 // hold their objects: those must still arrive byte for byte (the objects
 // are the ac codec's own encoding of the fp16 KV).
 TEST_F(KvOverMoqt, AcObjectsOutliveTheirGroupInThePublishersCache) {
-  const KvLayout layout{16, 4, 64, 16};  // ac objects of several KiB: sent shared
+  const KvLayout layout{32, 4, 64, 16};  // ac objects of several KiB: sent shared
   constexpr int kGroups = 6, kTokens = kGroups * kChunk;
   Memory mem(layout);
   std::mt19937 rng(11);
@@ -756,7 +756,7 @@ TEST_F(KvOverMoqt, AcObjectsOutliveTheirGroupInThePublishersCache) {
   for (int g = 0; g < kGroups; ++g) {
     const std::vector<float> kv = AcGroupInput(*mem.pool, pages.ids(), g * kChunk, kChunk);
     std::vector<std::vector<uint8_t>> want;
-    ac::AcGroupEncoder(shape, policy).Encode(kv.data(), kChunk, &want);
+    ac::AcGroupEncoder(shape, policy).Encode(kv.data(), kChunk, &want, /*starts_sequence=*/g == 0);
     for (int t = 0; t < kChunk; ++t) {
       ASSERT_GT(want[t].size(), 4096u) << "small objects are copied, not shared";
       const std::string& got = consumer->objects.at({uint64_t(g), uint64_t(t)});

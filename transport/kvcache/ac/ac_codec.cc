@@ -47,13 +47,24 @@ absl::Status ValidateShape(const AcShape& s) {
   return absl::OkStatus();
 }
 
+namespace {
+
+AcPolicy RotatedPoint(std::string_view track, float k_levels, float v_levels) {
+  AcPolicy p{track, k_levels, v_levels};
+  p.rotate = true;
+  p.sink_shift = 6;
+  return p;
+}
+
+}  // namespace
+
 const AcPolicy& AcNearLossless() {
-  static const AcPolicy p{"ac", 255, 191};
+  static const AcPolicy p = RotatedPoint("ac", 11, 6);
   return p;
 }
 
 const AcPolicy& AcLow() {
-  static const AcPolicy p{"ac-lo", 127, 32};
+  static const AcPolicy p = RotatedPoint("ac-lo", 6, 2);
   return p;
 }
 

@@ -9,10 +9,11 @@
 //    then that many bytes. DecodeGroup and object-by-object Decode may
 //    refuse them (any status) but must not crash, and must agree.
 //  - round-trip mode: the group's values (one signed byte each, scaled),
-//    encoded with AcGroupEncoder (the near-lossless or the low operating
-//    point), which must decode (both ways, the same floats) within the
-//    step's error; then one byte of one object is replaced (position and
-//    value from the input) and decoding must not crash.
+//    encoded with AcGroupEncoder (ac, ac-lo, or ac-lo rotated; as the
+//    sequence's first group when byte 1's top bit is set), which must
+//    decode (both ways, the same floats) within half a step of each value;
+//    then one byte of one object is replaced (position and value from the
+//    input) and decoding must not crash.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -21,6 +22,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/hadamard.h"
 #include "transport/kvcache/ac/ac_codec.h"
 #include "transport/kvcache/ac/internal/unit_kernels.h"
 
@@ -106,6 +108,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int set = (data[0] >> 3) & 3;
   const bool rotate = (data[0] >> 5) & 1;
   const int tokens = 1 + data[1] % 8;
+  const bool starts_sequence = data[1] & 0x80;
   data += 2;
   size -= 2;
   std::vector<float> out;
@@ -127,13 +130,31 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   std::vector<std::vector<uint8_t>> objs;
   Codecs& codecs = CodecsOf(shape_index, set);
-  (rotate ? codecs.rotated : low ? codecs.low : codecs.near).Encode(kv.data(), tokens, &objs);
+  const ac::AcPolicy& policy = rotate ? Rotated() : low ? ac::AcLow() : ac::AcNearLossless();
+  (rotate ? codecs.rotated : low ? codecs.low : codecs.near)
+      .Encode(kv.data(), tokens, &objs, starts_sequence);
   Check(int(objs.size()) == tokens, "the encoder gave another number of objects");
   Check(DecodeBothWays(shape_index, set, objs, &out).ok(), "a fresh encoding did not decode");
-  // Each value within the largest step of its unit: |x| <= 8, and the
-  // coarsest operating point keeps at least a few levels per unit amax.
-  for (size_t i = 0; i < floats; ++i) {
-    Check(std::isfinite(out[i]) && std::fabs(out[i] - kv[i]) <= 8.f, "a decoded value is off");
+  // Each value within half its unit's step: the unit's largest coded value
+  // (rotated, for a rotating policy: the inverse averages the errors) over
+  // its levels.
+  std::vector<float> coded = kv;
+  if (policy.rotate) kvcast::RotateHeads(coded.data(), int(floats), shape.head_dim, false);
+  const int n = shape.token_floats(), d = shape.head_dim;
+  for (int u = 0; u < shape.num_units(); ++u) {
+    float amax = 0;
+    for (int t = 0; t < tokens; ++t) {
+      for (int c = 0; c < d; ++c) amax = std::max(amax, std::fabs(coded[size_t(t) * n + u * d + c]));
+    }
+    const bool is_v = (u / shape.num_kv_heads) % 2 == 1;
+    const float half_step = amax / policy.LevelsOf(u / (2 * shape.num_kv_heads), is_v) / 2;
+    for (int t = 0; t < tokens; ++t) {
+      for (int c = 0; c < d; ++c) {
+        const size_t i = size_t(t) * n + u * d + c;
+        Check(std::isfinite(out[i]) && std::fabs(out[i] - kv[i]) <= half_step * 1.001f + 1e-6f,
+              "a decoded value is off");
+      }
+    }
   }
   if (size > floats + 3) {  // corrupt one byte of one object, decode again
     const uint8_t* c = data + floats;
