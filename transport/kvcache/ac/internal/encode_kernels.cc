@@ -203,41 +203,6 @@ KVCAST_AVX512 void QuantizeAvx512(const T* x, size_t stride, const float* inv,
   }
 }
 
-// Adds the unit's symbols to counts (2 x kMaxSymbols) with 8 interleaved
-// sub-histograms: an increment waits for the last store to its counter
-// (store forwarding, ~5 cycles), and neighbouring channels often share a
-// symbol (delta channels' small residuals), so one histogram would make
-// a chain of them. Each increment is a load and a read-modify-write, about
-// half a cycle a symbol when the chains are broken. The counters are 16
-// bits (half the memory to clear and add up; 2.5 points of encode time on
-// SmolLM2's shape went to that), summed into counts every 65535 symbols,
-// so that not even their sum can overflow.
-KVCAST_AVX512 void CountSymbols(const uint16_t* sym, size_t n, uint32_t* counts) {
-  constexpr int kTable = 2 * kMaxSymbols, kSub = 8;
-  constexpr size_t kMostPerPass = 65535;
-  alignas(64) uint16_t sub[kSub][kTable];
-  for (size_t begin = 0; begin < n; begin += kMostPerPass) {
-    const size_t end = std::min(n, begin + kMostPerPass);
-    std::memset(sub, 0, sizeof(sub));
-    size_t i = begin;
-    for (; i + kSub <= end; i += kSub) {
-#pragma GCC unroll 8
-      for (int k = 0; k < kSub; ++k) ++sub[k][sym[i + k]];
-    }
-    for (; i < end; ++i) ++sub[0][sym[i]];
-    for (int s = 0; s < kTable; s += 32) {
-      __m512i sum = _mm512_load_si512(&sub[0][s]);
-      for (int k = 1; k < kSub; ++k) sum = _mm512_add_epi16(sum, _mm512_load_si512(&sub[k][s]));
-      for (int h = 0; h < 2; ++h) {
-        uint32_t* c = counts + s + 16 * h;
-        const __m512i wide = _mm512_cvtepu16_epi32(h ? _mm512_extracti64x4_epi64(sum, 1)
-                                                     : _mm512_castsi512_si256(sum));
-        _mm512_storeu_si512(c, _mm512_add_epi32(_mm512_loadu_si512(c), wide));
-      }
-    }
-  }
-}
-
 // A token's escapes go to room for d of them at the end of its list, made
 // at the first one and cut to size after the last (a resize per block with
 // escapes was 3% of encode time on KV with many).
@@ -351,7 +316,7 @@ KVCAST_AVX512 void SymbolizeAvx512(const int16_t* q, const uint8_t* same, const 
       _mm512_storeu_si512(st + c, _mm512_mask_add_epi16(sy, dm, sy, kSyms));
     }
   }
-  CountSymbols(sym, size_t(tokens) * d, counts);
+  CountSymbolsAvx2(sym, size_t(tokens) * d, counts);  // AVX-512 CPUs have AVX2
 }
 
 // floor(x / f) and x mod f for x < f 2^20, f = 1 .. 4096. A float quotient

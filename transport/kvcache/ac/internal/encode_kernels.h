@@ -140,6 +140,10 @@ EncoderKernels SelectEncoderKernels();
 // and put_varints (the scalar ones serve AVX2).
 void UseAvx2EncoderKernels(EncoderKernels* k);
 
+// Adds the n symbols sym[0, n) to counts (2 x kMaxSymbols): the AVX2
+// kernel, which the AVX-512 set shares (every AVX-512 CPU has AVX2).
+void CountSymbolsAvx2(const uint16_t* sym, size_t n, uint32_t* counts);
+
 // Streams keep this much room below their words: the AVX2 rANS kernel
 // stores a whole register of renormalization words ending at the stream's
 // front, the words it did not emit falling below it.
