@@ -1,6 +1,7 @@
 #include "kernels/hadamard.h"
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -58,6 +59,48 @@ TEST(Hadamard, MatchesTheMatrix) {
   const float first[16] = {-1.f, -1.f, 1.f,  -1.f, 1.f,  1.f,  1.f, -1.f,
                            1.f,  1.f,  1.f,  -1.f, -1.f, -1.f, 1.f, -1.f};
   for (int c = 0; c < 16; ++c) EXPECT_EQ(HadamardSign(c), first[c]) << c;
+}
+
+// Every path (the AVX2 one from 8 values on) gives the floats of the
+// definition's butterflies, computed here one pair at a time, for random
+// values of mixed magnitudes (where rounding would show a change of
+// order), both ways.
+TEST(Hadamard, BitExactWithTheDefinition) {
+  std::mt19937 rng(9);
+  for (int d : {2, 4, 8, 16, 32, 64, 128, 256}) {
+    for (int trial = 0; trial < 20; ++trial) {
+      std::vector<float> x(d);
+      for (float& v : x) v = std::ldexp(float(rng() % 2000) - 1000.f, int(rng() % 40) - 20);
+      std::vector<float> want = x;
+      for (int c = 0; c < d; ++c) want[c] *= HadamardSign(c);
+      for (int h = 1; h < d; h *= 2) {
+        for (int i = 0; i < d; i += 2 * h) {
+          for (int j = i; j < i + h; ++j) {
+            const float a = want[j], b = want[j + h];
+            want[j] = a + b;
+            want[j + h] = a - b;
+          }
+        }
+      }
+      std::vector<float> got = x;
+      RotateHead(got.data(), d);
+      ASSERT_EQ(0, std::memcmp(got.data(), want.data(), d * sizeof(float))) << d;
+      // The inverse: butterflies again, then sign and 1/d.
+      std::vector<float> back = want;
+      for (int h = 1; h < d; h *= 2) {
+        for (int i = 0; i < d; i += 2 * h) {
+          for (int j = i; j < i + h; ++j) {
+            const float a = back[j], b = back[j + h];
+            back[j] = a + b;
+            back[j + h] = a - b;
+          }
+        }
+      }
+      for (int c = 0; c < d; ++c) back[c] = back[c] * HadamardSign(c) * (1.f / float(d));
+      UnrotateHead(got.data(), d);
+      ASSERT_EQ(0, std::memcmp(got.data(), back.data(), d * sizeof(float))) << d;
+    }
+  }
 }
 
 TEST(Hadamard, Dims) {

@@ -94,7 +94,7 @@ TEST_F(EvaluateTest, CoarserTracksCostMoreAndAllKvMoreThanProduct) {
 }
 
 TEST_F(EvaluateTest, RotatedTracksRotateBackAndCostTheirFormatsBytes) {
-  options_.tracks = {"int8", "int4", "int4+rot", "fp16+rot", "ac", "ac+rot"};
+  options_.tracks = {"int8", "int4", "int4+rot", "fp16+rot", "ac@15/8", "ac@15/8+rot"};
   const auto rs = Evaluate();
   ASSERT_TRUE(rs.ok()) << rs.status();
   for (Mode m : {Mode::kProduct, Mode::kAllKv}) {
@@ -108,25 +108,25 @@ TEST_F(EvaluateTest, RotatedTracksRotateBackAndCostTheirFormatsBytes) {
     EXPECT_GT(fp16_rot, 0.0) << ModeName(m);
     EXPECT_LT(fp16_rot, Find(*rs, "int8", m).quality.mean_kl / 10) << ModeName(m);
     // ac codes the rotated values: other bytes, other error.
-    const TrackResult& ac = Find(*rs, "ac", m);
-    const TrackResult& ac_rot = Find(*rs, "ac+rot", m);
+    const TrackResult& ac = Find(*rs, "ac@15/8", m);
+    const TrackResult& ac_rot = Find(*rs, "ac@15/8+rot", m);
     EXPECT_GT(ac_rot.quality.mean_kl, 0.0);
     EXPECT_NE(ac_rot.quality.mean_kl, ac.quality.mean_kl);
   }
-  EXPECT_NE(Find(*rs, "ac+rot", Mode::kProduct).bits_per_value,
-            Find(*rs, "ac", Mode::kProduct).bits_per_value);
+  EXPECT_NE(Find(*rs, "ac@15/8+rot", Mode::kProduct).bits_per_value,
+            Find(*rs, "ac@15/8", Mode::kProduct).bits_per_value);
 }
 
 TEST_F(EvaluateTest, AnExploredAcPointAtTheTracksLevelsIsThatTrack) {
-  options_.tracks = {"ac-lo", "ac@127/32", "ac@7/4"};
+  options_.tracks = {"ac-lo", "ac@6/2+rot+sink6", "ac@2/1+rot+sink6"};
   const auto rs = Evaluate();
   ASSERT_TRUE(rs.ok()) << rs.status();
   for (Mode m : {Mode::kProduct, Mode::kAllKv}) {
     const TrackResult& lo = Find(*rs, "ac-lo", m);
-    const TrackResult& same = Find(*rs, "ac@127/32", m);
+    const TrackResult& same = Find(*rs, "ac@6/2+rot+sink6", m);
     EXPECT_EQ(same.bits_per_value, lo.bits_per_value);
     EXPECT_EQ(same.quality.mean_kl, lo.quality.mean_kl);
-    const TrackResult& coarse = Find(*rs, "ac@7/4", m);
+    const TrackResult& coarse = Find(*rs, "ac@2/1+rot+sink6", m);
     EXPECT_LT(coarse.bits_per_value, lo.bits_per_value);
     EXPECT_GT(coarse.quality.mean_kl, lo.quality.mean_kl);
   }

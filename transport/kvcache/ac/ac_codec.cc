@@ -81,7 +81,8 @@ AcGroupDecoder::AcGroupDecoder(const AcShape& shape)
     : shape_(shape),
       decode_unit_(internal::SelectDecodeUnit()),
       decode_unit_half_(internal::SelectDecodeUnitHalf()),
-      build_table_(internal::SelectBuildTable()) {
+      build_table_(internal::SelectBuildTable()),
+      narrow_half_(internal::SelectNarrowHalf()) {
   const int units = shape.num_units();
   steps_.resize(units);
   masks_.resize(size_t(units) * shape.head_dim / 16);
@@ -224,7 +225,7 @@ absl::Status AcGroupDecoder::DecodeUnit(int t, int count, int u, Cursor* curs,
       if constexpr (std::is_same_v<Out, float>) {
         std::memcpy(outs[k], rotated[k], sizeof(float) * d);
       } else {
-        for (int c = 0; c < d; ++c) outs[k][c] = FloatToHalf(rotated[k][c]);
+        narrow_half_(rotated[k], d, outs[k]);
       }
     }
     return absl::OkStatus();

@@ -213,6 +213,7 @@ class AcGroupDecoder {
   const internal::DecodeUnitFn decode_unit_;
   const internal::DecodeUnitHalfFn decode_unit_half_;
   const internal::BuildTableFn build_table_;
+  const internal::NarrowHalfFn narrow_half_;
   std::vector<float> steps_;
   std::vector<uint16_t> masks_;  // as the encoder's
   std::vector<int> nsym_[2];

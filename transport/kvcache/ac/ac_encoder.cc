@@ -219,8 +219,12 @@ void AcGroupEncoder::AppendHeader(int tokens, std::vector<uint8_t>* out) const {
 void AcGroupEncoder::Encode(const float* kv, int tokens,
                             std::vector<std::vector<uint8_t>>* objects, bool starts_sequence) {
   if (policy_.rotate) {
-    rotated_.assign(kv, kv + size_t(tokens) * shape_.token_floats());
-    RotateHeads(rotated_.data(), int(rotated_.size()), shape_.head_dim, false);
+    const size_t n = size_t(tokens) * shape_.token_floats(), d = shape_.head_dim;
+    rotated_.resize(n);
+    for (size_t i = 0; i < n; i += d) {  // a head at a time, in cache
+      std::memcpy(&rotated_[i], kv + i, d * sizeof(float));
+      RotateHead(&rotated_[i], int(d));
+    }
     kv = rotated_.data();
   }
   EncodeValues(kv, tokens, objects, starts_sequence);
@@ -228,10 +232,13 @@ void AcGroupEncoder::Encode(const float* kv, int tokens,
 
 void AcGroupEncoder::EncodeHalf(const uint16_t* kv, int tokens,
                                 std::vector<std::vector<uint8_t>>* objects, bool starts_sequence) {
-  if (policy_.rotate) {  // rotated as floats
-    rotated_.resize(size_t(tokens) * shape_.token_floats());
-    kernels_.widen_half(kv, rotated_.size(), rotated_.data());
-    RotateHeads(rotated_.data(), int(rotated_.size()), shape_.head_dim, false);
+  if (policy_.rotate) {  // rotated as floats, a head at a time (in cache)
+    const size_t n = size_t(tokens) * shape_.token_floats(), d = shape_.head_dim;
+    rotated_.resize(n);
+    for (size_t i = 0; i < n; i += d) {
+      kernels_.widen_half(kv + i, d, &rotated_[i]);
+      RotateHead(&rotated_[i], int(d));
+    }
     EncodeValues(rotated_.data(), tokens, objects, starts_sequence);
     return;
   }

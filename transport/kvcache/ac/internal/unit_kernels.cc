@@ -56,6 +56,10 @@ const char* DecodeUnitScalar(DecodeCursor* const* curs, int count, const uint32_
   return nullptr;
 }
 
+void NarrowHalfScalar(const float* in, int n, uint16_t* out) {
+  for (int i = 0; i < n; ++i) out[i] = FloatToHalf(in[i]);
+}
+
 void BuildTableScalar(const uint16_t* freqs, int nsym, uint32_t* slots) {
   BuildDecodeTable(absl::MakeConstSpan(freqs, nsym), slots);
 }
@@ -326,6 +330,11 @@ BuildTableFn SelectBuildTable() {
     case KernelSet::kScalar: break;
   }
   return BuildTableScalar;
+}
+
+NarrowHalfFn SelectNarrowHalf() {
+  // AVX-512 CPUs have F16C too.
+  return ActiveKernelSet() == KernelSet::kScalar ? NarrowHalfScalar : NarrowHalfAvx2;
 }
 
 DecodeUnitFn SelectDecodeUnit() {

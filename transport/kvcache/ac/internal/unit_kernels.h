@@ -58,6 +58,10 @@ using DecodeUnitHalfFn = const char* (*)(DecodeCursor* const* curs, int count,
                                          const bool* same, int32_t* prev, const float* steps,
                                          int d, uint16_t* const* outs);
 
+// out[i] = FloatToHalf(in[i]), i < n (rotated groups' values, narrowed
+// after the inverse rotation).
+using NarrowHalfFn = void (*)(const float* in, int n, uint16_t* out);
+
 // A decoder table (rans.h) into slots[0, kProbScale) from nsym frequencies
 // that ValidFrequencies accepts (the scalar kernel is BuildDecodeTable).
 using BuildTableFn = void (*)(const uint16_t* freqs, int nsym, uint32_t* slots);
@@ -82,6 +86,7 @@ void CapKernelSet(KernelSet most);
 DecodeUnitFn SelectDecodeUnit();
 DecodeUnitHalfFn SelectDecodeUnitHalf();
 BuildTableFn SelectBuildTable();
+NarrowHalfFn SelectNarrowHalf();
 
 bool GetVarint(const uint8_t** p, const uint8_t* end, uint32_t* v);
 
@@ -104,6 +109,7 @@ const char* DecodeUnitHalfAvx2(DecodeCursor* const* curs, int count, const uint3
                                const uint16_t* masks, const bool* same, int32_t* prev,
                                const float* steps, int d, uint16_t* const* outs);
 void BuildTableAvx2(const uint16_t* freqs, int nsym, uint32_t* slots);
+void NarrowHalfAvx2(const float* in, int n, uint16_t* out);
 
 }  // namespace kvcast::kvcache::ac::internal
 

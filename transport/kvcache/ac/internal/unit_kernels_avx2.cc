@@ -233,6 +233,12 @@ KVCAST_AVX2 void BuildTableImpl(const uint16_t* freqs, int nsym, uint32_t* slots
   }
 }
 
+KVCAST_AVX2 void NarrowHalfImpl(const float* in, int n, uint16_t* out) {
+  int i = 0;
+  for (; i + 8 <= n; i += 8) Store8(_mm256_loadu_ps(in + i), out + i);
+  for (; i < n; ++i) out[i] = FloatToHalf(in[i]);
+}
+
 }  // namespace
 
 const char* DecodeUnitAvx2(DecodeCursor* const* curs, int count, const uint32_t* slots,
@@ -250,5 +256,7 @@ const char* DecodeUnitHalfAvx2(DecodeCursor* const* curs, int count, const uint3
 void BuildTableAvx2(const uint16_t* freqs, int nsym, uint32_t* slots) {
   BuildTableImpl(freqs, nsym, slots);
 }
+
+void NarrowHalfAvx2(const float* in, int n, uint16_t* out) { NarrowHalfImpl(in, n, out); }
 
 }  // namespace kvcast::kvcache::ac::internal
