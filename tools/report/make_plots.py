@@ -465,7 +465,7 @@ PLOTS = {
     "llamacpp_by_batch": ("llamacpp_by_batch.json", plot_llamacpp_by_batch),
     "kv_transport": ("kv_transport.json", plot_kv_transport),
     "relay_fanout": ("kv_transport.json", plot_relay_fanout),
-    "kv_quality": ("kv_quality.json", plot_kv_quality),
+    "kv_quality": ("kv_quality_lee.json", plot_kv_quality),
     "kv_tiers": ("kv_tiers.json", plot_kv_tiers),
     "kv_abr": ("kv_abr.json", plot_kv_abr),
     "planner_day": ("planner_day.json", plot_planner_day),
