@@ -14,7 +14,9 @@
 // per unit (raw, delta) that travel in the group's first object. Objects
 // stay one per token: object 0 = group header + token 0, object t = token t.
 // A decoder takes a group's objects in order (delta channels need the
-// previous token's codes), as a subgroup stream delivers them.
+// previous token's codes), as a subgroup stream delivers them. A group may
+// code each unit's values Hadamard-rotated (header version 2, transform 1:
+// kernels/hadamard.h), rotated back after decoding.
 //
 // The operating point only changes the encoder's choice of steps; one
 // decoder reads every ac track.
