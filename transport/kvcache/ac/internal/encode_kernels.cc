@@ -508,19 +508,7 @@ KVCAST_AVX512 void NormalizeAvx512(const uint32_t* counts, int n, uint16_t* freq
     sum = _mm512_add_epi32(sum, f);
     _mm512_mask_cvtepi32_storeu_epi16(freqs + s, live, f);
   }
-  // The rounding surplus, as rans.cc.
-  int32_t diff = int32_t(kProbScale) - _mm512_reduce_add_epi32(sum);
-  while (diff != 0) {
-    const int top = FirstLargestAvx512(freqs, n);
-    if (diff > 0) {
-      freqs[top] += diff;
-      return;
-    }
-    const int32_t take = std::min<int32_t>(-diff, freqs[top] - 1);
-    if (take == 0) return;  // unreachable: at most 256 symbols of >= 1 each
-    freqs[top] -= take;
-    diff += take;
-  }
+  SettleSurplus(int32_t(kProbScale) - _mm512_reduce_add_epi32(sum), freqs, n, FirstLargestAvx512);
 }
 
 KVCAST_AVX512 void WidenHalfAvx512(const uint16_t* in, size_t n, float* out) {

@@ -11,6 +11,7 @@
 #ifndef KVCAST_TRANSPORT_KVCACHE_AC_INTERNAL_ENCODE_KERNELS_H_
 #define KVCAST_TRANSPORT_KVCACHE_AC_INTERNAL_ENCODE_KERNELS_H_
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -139,6 +140,24 @@ EncoderKernels SelectEncoderKernels();
 // The AVX2 kernels (encode_kernels_avx2.cc) over k's: all but put_escapes
 // and put_varints (the scalar ones serve AVX2).
 void UseAvx2EncoderKernels(EncoderKernels* k);
+
+// NormalizeFrequencies' last step (rans.cc): frequencies summing to
+// kProbScale - diff brought to kProbScale, the surplus (or deficit) on the
+// most frequent symbol (first_largest(freqs, n): the first largest's index).
+template <typename FirstLargest>
+inline void SettleSurplus(int32_t diff, uint16_t* freqs, int n, FirstLargest first_largest) {
+  while (diff != 0) {
+    const int top = first_largest(freqs, n);
+    if (diff > 0) {
+      freqs[top] += diff;
+      return;
+    }
+    const int32_t take = std::min<int32_t>(-diff, freqs[top] - 1);
+    if (take == 0) return;  // unreachable: at most 256 symbols of >= 1 each
+    freqs[top] -= take;
+    diff += take;
+  }
+}
 
 // Adds the n symbols sym[0, n) to counts (2 x kMaxSymbols): the AVX2
 // kernel, which the AVX-512 set shares (every AVX-512 CPU has AVX2).

@@ -230,19 +230,7 @@ KVCAST_AVX2 void NormalizeAvx2(const uint32_t* counts, int n, uint16_t* freqs) {
       sum += out[k];
     }
   }
-  // The rounding surplus, as rans.cc.
-  int32_t diff = int32_t(kProbScale) - sum;
-  while (diff != 0) {
-    const int top = FirstLargest(freqs, n);
-    if (diff > 0) {
-      freqs[top] += diff;
-      return;
-    }
-    const int32_t take = std::min<int32_t>(-diff, freqs[top] - 1);
-    if (take == 0) return;  // unreachable: at most 256 symbols of >= 1 each
-    freqs[top] -= take;
-    diff += take;
-  }
+  SettleSurplus(int32_t(kProbScale) - sum, freqs, n, FirstLargest);
 }
 
 // floor(x / f) and x mod f for x < f 2^20, f = 1 .. 4096. x is made a
