@@ -23,7 +23,7 @@ absl::StatusOr<std::vector<AbrTrack>> ParseAbrLadder(const std::string& names,
     if (!c.ok()) return absl::InvalidArgumentError(absl::StrCat("ABR ladder: ", c.status().message()));
     double ratio;
     // The ac tracks' sizes vary with the KV; SmolLM2's on natural text.
-    if (c->ac == &kvcache::ac::AcNearLossless()) {
+    if (c->ac == &kvcache::ac::AcHigh()) {
       ratio = 0.20;
     } else if (c->ac == &kvcache::ac::AcLow()) {
       ratio = 0.13;

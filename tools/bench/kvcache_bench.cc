@@ -236,7 +236,7 @@ absl::Status Quality(const std::string& dir, int prompt_len, int steps, nlohmann
   }
   const size_t fp16_bytes = KvRowBytes(KvFormat::kFp16, layout.num_kv_heads, layout.head_dim,
                                        layout.head_dim);
-  std::vector<kvcache::ac::AcPolicy> ac_policies = {kvcache::ac::AcNearLossless(),
+  std::vector<kvcache::ac::AcPolicy> ac_policies = {kvcache::ac::AcHigh(),
                                                     kvcache::ac::AcLow()};
   for (absl::string_view spec : absl::StrSplit(absl::GetFlag(FLAGS_ac_try), ',', absl::SkipEmpty())) {
     // "K_LEVELS/V_LEVELS[/EARLY_LAYERS/EARLY_SCALE]"

@@ -87,7 +87,7 @@ absl::StatusOr<HarnessTrack> ParseTrack(std::string_view name,
       return absl::InvalidArgumentError(absl::StrCat(
           "\"", std::string(name), "\": an explored ac point is ac@K_LEVELS/V_LEVELS, both > 0"));
     }
-    policy = kvcache::ac::AcPolicy{kvcache::ac::AcNearLossless().track, k, v};
+    policy = kvcache::ac::AcPolicy{kvcache::ac::AcHigh().track, k, v};
   } else {
     auto c = kvcache::CompressionOfTrackName(name);
     if (!c.ok()) return absl::InvalidArgumentError(c.status().message());

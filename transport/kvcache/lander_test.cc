@@ -389,8 +389,8 @@ TEST_F(LanderTest, AcGroupsDecodeWholeWhenComplete) {
 TEST_F(LanderTest, AcGroupsDecodedOnTheCodecThreadLandTheSame) {
   const int tokens = 12;
   std::vector<float> kv;
-  const auto groups = AcGroups(ac::AcNearLossless(), 0.23f, 5, &kv);
-  const KvCompression track(&ac::AcNearLossless());
+  const auto groups = AcGroups(ac::AcHigh(), 0.23f, 5, &kv);
+  const KvCompression track(&ac::AcHigh());
   auto send_all = [&](KvLander& lander, int damaged_token) {
     for (int g : {1, 0}) {
       for (size_t t = 0; t < groups[g].size(); ++t) {

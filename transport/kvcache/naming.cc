@@ -46,7 +46,7 @@ absl::StatusOr<KvCompression> CompressionOfTrackName(std::string_view name) {
   if (const ac::AcPolicy* policy = ac::AcPolicyOf(name)) return KvCompression(policy);
   std::vector<std::string> known;
   for (const auto& entry : kTrackNames) known.emplace_back(entry.second);
-  for (const ac::AcPolicy* p : {&ac::AcNearLossless(), &ac::AcLow()}) known.emplace_back(p->track);
+  for (const ac::AcPolicy* p : {&ac::AcHigh(), &ac::AcLow()}) known.emplace_back(p->track);
   return absl::NotFoundError(absl::StrCat("unknown KV compression track \"", std::string(name),
                                           "\"; known: ", absl::StrJoin(known, ", ")));
 }

@@ -36,7 +36,7 @@ inline constexpr std::string_view kNamespaceRoot = "moq://kvcache.moq.arpa/v1/";
 // operating point.
 struct KvCompression {
   KvFormat format = KvFormat::kFp16;  // when ac is null
-  const ac::AcPolicy* ac = nullptr;   // AcNearLossless() or AcLow()
+  const ac::AcPolicy* ac = nullptr;   // AcHigh() or AcLow()
   KvCompression() = default;
   KvCompression(KvFormat f) : format(f) {}  // NOLINT: a format is a compression
   explicit KvCompression(const ac::AcPolicy* policy) : ac(policy) {}

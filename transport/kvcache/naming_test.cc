@@ -20,7 +20,7 @@ TEST(Naming, EveryFormatRoundTripsThroughItsTrackName) {
     ASSERT_TRUE(back.ok());
     EXPECT_EQ(*back, KvCompression(f));
   }
-  for (const ac::AcPolicy* p : {&ac::AcNearLossless(), &ac::AcLow()}) {
+  for (const ac::AcPolicy* p : {&ac::AcHigh(), &ac::AcLow()}) {
     auto back = CompressionOfTrackName(p->track);
     ASSERT_TRUE(back.ok());
     EXPECT_EQ(back->ac, p);

@@ -40,8 +40,8 @@ absl::Status KvPublisher::SetAcTuning(const ac::AcLayerTuning& tuning) {
   }
   // ac only: at ac-lo's few levels the fit's assumption (error ~ step^2)
   // fails, and tuned ac-lo measured worse than untuned (docs/kv-quality.md).
-  tuned_[&ac::AcNearLossless()] =
-      std::make_unique<const ac::AcPolicy>(ac::Tuned(ac::AcNearLossless(), tuning));
+  tuned_[&ac::AcHigh()] =
+      std::make_unique<const ac::AcPolicy>(ac::Tuned(ac::AcHigh(), tuning));
   return absl::OkStatus();
 }
 

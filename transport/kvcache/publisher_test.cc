@@ -330,7 +330,7 @@ TEST_F(KvOverMoqt, LiveChunksInAnyOrderLandForEveryCompression) {
     landings.push_back(Subscribe(client->session(),
                                  FullTrackNameOf({ModelId(kModel), Digest(1), f}), tokens, 0, 3));
   }
-  const ac::AcPolicy* const kAc[] = {&ac::AcNearLossless(), &ac::AcLow()};
+  const ac::AcPolicy* const kAc[] = {&ac::AcHigh(), &ac::AcLow()};
   for (const ac::AcPolicy* p : kAc) {
     landings.push_back(Subscribe(client->session(),
                                  FullTrackNameOf({ModelId(kModel), Digest(1), KvCompression(p)}),
@@ -381,7 +381,7 @@ TEST_F(KvOverMoqt, AcGroupsCodedInTheBackgroundLandTheSame) {
   for (int g = 0; g < 5; ++g) Ready(Digest(3), pages, g);
   h_.thread()->RunSync([&] { ASSERT_TRUE(publisher_->EndPrompt(Digest(3), absl::OkStatus()).ok()); });
   moqt::MoqtClient* client = h_.Connect(&decode_);
-  const ac::AcPolicy* const kAc[] = {&ac::AcNearLossless(), &ac::AcLow()};
+  const ac::AcPolicy* const kAc[] = {&ac::AcHigh(), &ac::AcLow()};
   std::vector<std::unique_ptr<Landing>> landings;
   for (const ac::AcPolicy* p : kAc) {
     const auto track = FullTrackNameOf({ModelId(kModel), Digest(3), KvCompression(p)});
@@ -421,11 +421,11 @@ TEST_F(KvOverMoqt, AcTuningSetsTheLevelsOfTheAcTracks) {
   h_.thread()->RunSync([&] { ASSERT_TRUE(publisher_->EndPrompt(Digest(4), absl::OkStatus()).ok()); });
   moqt::MoqtClient* client = h_.Connect(&decode_);
   const auto track =
-      FullTrackNameOf({ModelId(kModel), Digest(4), KvCompression(&ac::AcNearLossless())});
+      FullTrackNameOf({ModelId(kModel), Digest(4), KvCompression(&ac::AcHigh())});
   auto landing = Subscribe(client->session(), track, tokens, 0, 2);
   ASSERT_TRUE(WaitDone(*landing));
   ASSERT_TRUE(landing->result.ok()) << landing->result.status();
-  ExpectLandedAc(ac::Tuned(ac::AcNearLossless(), tuning), pages, landing->pages, tokens);
+  ExpectLandedAc(ac::Tuned(ac::AcHigh(), tuning), pages, landing->pages, tokens);
   ReleaseLanded(*landing);
   h_.thread()->RunSync([&] { publisher_->DropPrompt(Digest(4)); });
   ReleasePages(pages);
@@ -737,7 +737,7 @@ TEST_F(KvOverMoqt, AcObjectsOutliveTheirGroupInThePublishersCache) {
     ASSERT_TRUE(publisher->BeginPrompt(Digest(0), kTokens).ok());
   });
   Direct direct(h_, publisher.get());
-  const ac::AcPolicy& policy = ac::AcNearLossless();
+  const ac::AcPolicy& policy = ac::AcHigh();
   auto consumer =
       direct.SubscribeAndStall(FullTrackNameOf({ModelId(kModel), Digest(0), KvCompression(&policy)}));
   h_.thread()->RunSync([&] {
@@ -804,7 +804,7 @@ TEST_F(KvOverMoqtFailingEncode, AGroupTheBackendCannotReadEndsItsRequestsWithThe
   moqt::MoqtClient* client = h_.Connect(&decode_);
   std::vector<std::unique_ptr<Landing>> landings;
   for (KvCompression c : {KvCompression(KvFormat::kFp16), KvCompression(KvFormat::kInt8),
-                          KvCompression(&ac::AcNearLossless())}) {
+                          KvCompression(&ac::AcHigh())}) {
     landings.push_back(Subscribe(client->session(),
                                  FullTrackNameOf({ModelId(kModel), Digest(1), c}), tokens, 0, 3));
   }

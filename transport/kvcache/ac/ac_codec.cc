@@ -58,7 +58,7 @@ AcPolicy RotatedPoint(std::string_view track, float k_levels, float v_levels) {
 
 }  // namespace
 
-const AcPolicy& AcNearLossless() {
+const AcPolicy& AcHigh() {
   static const AcPolicy p = RotatedPoint("ac", 11, 6);
   return p;
 }
@@ -69,7 +69,7 @@ const AcPolicy& AcLow() {
 }
 
 const AcPolicy* AcPolicyOf(std::string_view track) {
-  for (const AcPolicy* p : {&AcNearLossless(), &AcLow()}) {
+  for (const AcPolicy* p : {&AcHigh(), &AcLow()}) {
     if (p->track == track) return p;
   }
   return nullptr;

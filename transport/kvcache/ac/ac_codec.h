@@ -91,7 +91,7 @@ struct AcPolicy {
 // and 2.04 bits a value (5.0x and 7.8x smaller than fp16) at +0.42% and
 // +2.4% perplexity with the prompt's KV through the track
 // (docs/benchmarks.md, "KV quality on natural text").
-const AcPolicy& AcNearLossless();
+const AcPolicy& AcHigh();
 const AcPolicy& AcLow();
 // The policy of a track name; nullptr if it is not an ac track.
 const AcPolicy* AcPolicyOf(std::string_view track);

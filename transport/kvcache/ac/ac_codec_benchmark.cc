@@ -38,7 +38,7 @@ const std::vector<float>& Kv(int64_t which) {
   return kv[which];
 }
 
-const AcPolicy& PolicyOf(int64_t p) { return p == 0 ? AcNearLossless() : AcLow(); }
+const AcPolicy& PolicyOf(int64_t p) { return p == 0 ? AcHigh() : AcLow(); }
 
 void SetLabel(benchmark::State& state, size_t encoded_bytes) {
   const AcShape s = ShapeOf(state.range(0));

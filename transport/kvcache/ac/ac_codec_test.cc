@@ -80,7 +80,7 @@ void ExpectWithinHalfStep(const AcShape& s, const AcPolicy& p, const std::vector
 
 TEST(AcCodec, RoundTripsWithinHalfAStepAtEveryOperatingPoint) {
   const AcPolicy layered{"test", 15, 7, {4.f, 4.f}, {4.f, 0.5f}};  // per-layer levels
-  for (const AcPolicy* p : {&AcNearLossless(), &AcLow(), &Fine(), &layered}) {
+  for (const AcPolicy* p : {&AcHigh(), &AcLow(), &Fine(), &layered}) {
     for (int tokens : {1, 2, 77, 128}) {
       const auto kv = MakeKv(kShape, tokens, tokens);
       AcGroupEncoder enc(kShape, *p);
@@ -126,7 +126,7 @@ TEST(AcCodec, CompressesAndTheLowPointIsSmaller) {
   const auto kv = MakeKv(kShape, 128, 3);
   size_t bytes[2] = {0, 0};
   int k = 0;
-  for (const AcPolicy* p : {&AcNearLossless(), &AcLow()}) {
+  for (const AcPolicy* p : {&AcHigh(), &AcLow()}) {
     AcGroupEncoder enc(kShape, *p);
     std::vector<std::vector<uint8_t>> objects;
     enc.Encode(kv.data(), 128, &objects);
@@ -174,7 +174,7 @@ INSTANTIATE_TEST_SUITE_P(Sets, AcSimdKernels,
 // bytes and floats exactly, also for escapes and both operating points.
 TEST_P(AcSimdKernels, SimdKernelsEqualScalar) {
   const AcPolicy rotated = RotatedPolicy();
-  for (const AcPolicy* p : {&AcNearLossless(), &AcLow(), &rotated}) {
+  for (const AcPolicy* p : {&AcHigh(), &AcLow(), &rotated}) {
     for (int tokens : {1, 50, 128}) {
       const auto kv = MakeKv(kShape, tokens, 40 + tokens);
       std::vector<std::vector<uint8_t>> simd, scalar;
@@ -222,7 +222,7 @@ std::vector<float> AwkwardKv(const AcShape& s, int tokens, uint32_t seed) {
 // As SimdKernelsEqualScalar, on the awkward inputs and odd token counts.
 TEST_P(AcSimdKernels, SimdKernelsEqualScalarOnAwkwardInputs) {
   const AcShape s{2, 3, 48};
-  for (const AcPolicy* p : {&AcNearLossless(), &AcLow(), &Fine()}) {
+  for (const AcPolicy* p : {&AcHigh(), &AcLow(), &Fine()}) {
     for (int tokens : {1, 2, 3, 17, 64, 129}) {
       for (uint32_t seed : {10u, 11u, 12u}) {
         const auto kv = AwkwardKv(s, tokens, seed + tokens);
@@ -242,7 +242,7 @@ TEST_P(AcSimdKernels, SimdKernelsEqualScalarOnAwkwardInputs) {
 // damaged objects (the same error, message included).
 TEST_P(AcSimdKernels, SimdDecoderEqualsScalarOnAwkwardInputs) {
   for (const AcShape& s : {AcShape{2, 3, 48}, AcShape{3, 1, 16}, AcShape{1, 2, 512}}) {
-    for (const AcPolicy* p : {&AcNearLossless(), &AcLow(), &Fine()}) {
+    for (const AcPolicy* p : {&AcHigh(), &AcLow(), &Fine()}) {
       for (int tokens : {1, 2, 3, 7, 9, 15, 17, 129}) {
         const uint32_t seed = 20u + tokens + s.head_dim;
         const auto kv = AwkwardKv(s, tokens, seed);
@@ -341,7 +341,7 @@ TEST_P(AcCodecKernels, BytesMatchTheReferenceDigests) {
   for (const Case& c : cases) {
     const auto kv = c.plain ? SyntheticKv(c.shape, c.tokens, c.seed, false)
                             : AwkwardKv(c.shape, c.tokens, c.seed);
-    for (const AcPolicy* p : {&AcNearLossless(), &AcLow(), &Fine()}) {
+    for (const AcPolicy* p : {&AcHigh(), &AcLow(), &Fine()}) {
       std::vector<std::vector<uint8_t>> objects;
       AcGroupEncoder(c.shape, *p).Encode(kv.data(), c.tokens, &objects, c.seed % 2 == 1);
       got += absl::StrCat(absl::Hex(Digest(objects)), " ");
@@ -439,7 +439,7 @@ TEST_P(AcSimdKernels, EncodeHalfGivesTheBytesOfItsFloats) {
       for (size_t i = 0; i < half.size(); ++i) floats[i] = HalfToFloat(half[i]);
       for (bool scalar : {false, true}) {
         Use(scalar);
-        for (const AcPolicy* p : {&AcNearLossless(), &AcLow(), &Fine()}) {
+        for (const AcPolicy* p : {&AcHigh(), &AcLow(), &Fine()}) {
           std::vector<std::vector<uint8_t>> from_floats, from_half;
           AcGroupEncoder(s, *p).Encode(floats.data(), tokens, &from_floats);
           AcGroupEncoder(s, *p).EncodeHalf(half.data(), tokens, &from_half);
@@ -462,7 +462,7 @@ TEST_P(AcSimdKernels, DecodeGroupHalfNarrowsWhatDecodeGroupGives) {
       if (trial % 2) kv[s.head_dim + 3] = std::numeric_limits<float>::infinity();
       for (size_t i = 0; i < kv.size(); i += 97) kv[i] *= 1e-30f;  // fp16 subnormals and zeros
       std::vector<std::vector<uint8_t>> objects;
-      AcGroupEncoder(s, trial < 3 ? AcNearLossless() : AcLow()).Encode(kv.data(), tokens, &objects);
+      AcGroupEncoder(s, trial < 3 ? AcHigh() : AcLow()).Encode(kv.data(), tokens, &objects);
       if (trial == 5) objects[tokens / 2].pop_back();  // damaged: both fail alike
       const std::vector<absl::Span<const uint8_t>> spans(objects.begin(), objects.end());
       for (bool scalar : {false, true}) {
@@ -488,7 +488,7 @@ TEST(AcCodec, NonFiniteUnitsDecodeToNanAndZerosToZeros) {
   const int d = kShape.head_dim, n = kShape.token_floats();
   kv[2 * n + 3 * d + 5] = std::numeric_limits<float>::infinity();  // unit 3, token 2
   for (int t = 0; t < 4; ++t) std::fill_n(kv.begin() + t * n + 4 * d, d, 0.f);  // unit 4
-  AcGroupEncoder enc(kShape, AcNearLossless());
+  AcGroupEncoder enc(kShape, AcHigh());
   std::vector<std::vector<uint8_t>> objects;
   enc.Encode(kv.data(), 4, &objects);
   const auto out = DecodeAll(kShape, objects);
@@ -503,7 +503,7 @@ TEST(AcCodec, NonFiniteUnitsDecodeToNanAndZerosToZeros) {
 
 TEST_P(AcCodecKernels, DamagedObjectsAreRefused) {
   const auto kv = MakeKv(kShape, 8, 5);
-  AcGroupEncoder enc(kShape, AcNearLossless());
+  AcGroupEncoder enc(kShape, AcHigh());
   std::vector<std::vector<uint8_t>> objects;
   enc.Encode(kv.data(), 8, &objects);
   std::vector<float> out(kShape.token_floats());

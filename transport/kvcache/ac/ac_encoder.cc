@@ -65,10 +65,6 @@ void Quantize(const internal::EncoderKernels& k, const uint16_t* x, Args... args
   k.quantize_half(x, args...);
 }
 
-}  // namespace
-
-namespace {
-
 // The policy as this shape takes it: heads that cannot rotate are coded as
 // they are.
 AcPolicy ForShape(const AcPolicy& policy, const AcShape& shape) {

@@ -53,12 +53,12 @@ int Main() {
     const AcPolicy* policy;
   };
   const std::vector<Case> cases = {
-      {"sink group, ac", {4, 2, 32}, 128, 1, &AcNearLossless()},
+      {"sink group, ac", {4, 2, 32}, 128, 1, &AcHigh()},
       {"sink group, ac-lo", {4, 2, 32}, 128, 1, &AcLow()},
-      {"later group, ac", {3, 3, 64}, 128, 2, &AcNearLossless()},
+      {"later group, ac", {3, 3, 64}, 128, 2, &AcHigh()},
       {"short last group, ac-lo", {2, 1, 16}, 77, 4, &AcLow()},
-      {"one token, ac", {2, 2, 16}, 1, 3, &AcNearLossless()},
-      {"non-finite and zero units, ac", {2, 2, 16}, 9, 5, &AcNearLossless()},
+      {"one token, ac", {2, 2, 16}, 1, 3, &AcHigh()},
+      {"non-finite and zero units, ac", {2, 2, 16}, 9, 5, &AcHigh()},
       {"escapes, ac@255/191", {1, 1, 16}, 64, 6, &fine},
       {"later group, ac@255/191", {3, 3, 64}, 128, 2, &fine},
       {"rotated sink group, ac@15/8+rot", {4, 2, 32}, 128, 1, &rotated},

@@ -48,7 +48,7 @@ struct Codecs {
   ac::AcGroupDecoder group, one;
   ac::AcGroupEncoder near, low, rotated;
   explicit Codecs(const ac::AcShape& s)
-      : group(s), one(s), near(s, ac::AcNearLossless()), low(s, ac::AcLow()),
+      : group(s), one(s), near(s, ac::AcHigh()), low(s, ac::AcLow()),
         rotated(s, Rotated()) {}
 };
 // Per shape and kernel set (the set a codec uses is fixed when it is made).
@@ -130,7 +130,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   std::vector<std::vector<uint8_t>> objs;
   Codecs& codecs = CodecsOf(shape_index, set);
-  const ac::AcPolicy& policy = rotate ? Rotated() : low ? ac::AcLow() : ac::AcNearLossless();
+  const ac::AcPolicy& policy = rotate ? Rotated() : low ? ac::AcLow() : ac::AcHigh();
   (rotate ? codecs.rotated : low ? codecs.low : codecs.near)
       .Encode(kv.data(), tokens, &objs, starts_sequence);
   Check(int(objs.size()) == tokens, "the encoder gave another number of objects");
