@@ -38,10 +38,9 @@ absl::Status KvPublisher::SetAcTuning(const ac::AcLayerTuning& tuning) {
     return absl::InvalidArgumentError(absl::StrCat("an ac tuning of ", tuning.k.size(),
                                                    " layers; the model has ", layers));
   }
-  // ac only: at ac-lo's few levels the fit's assumption (error ~ step^2)
-  // fails, and tuned ac-lo measured worse than untuned (docs/kv-quality.md).
-  tuned_[&ac::AcHigh()] =
-      std::make_unique<const ac::AcPolicy>(ac::Tuned(ac::AcHigh(), tuning));
+  for (const ac::AcPolicy* p : {&ac::AcHigh(), &ac::AcLow()}) {
+    tuned_[p] = std::make_unique<const ac::AcPolicy>(ac::Tuned(*p, tuning));
+  }
   return absl::OkStatus();
 }
 

@@ -103,7 +103,6 @@ absl::StatusOr<AcLayerTuning> ReadAcTuning(const std::string& path) {
 AcPolicy Tuned(const AcPolicy& policy, const AcLayerTuning& tuning) {
   AcPolicy p = policy;
   p.k_layer_scale = tuning.k;
-  p.v_layer_scale = tuning.v;
   return p;
 }
 

@@ -45,7 +45,9 @@ absl::StatusOr<AcLayerTuning> ParseAcTuning(std::string_view text);
 // ParseAcTuning of a file's contents; NotFound for a file that cannot be read.
 absl::StatusOr<AcLayerTuning> ReadAcTuning(const std::string& path);
 
-// `policy` with the tuning's per-layer scales.
+// `policy` with the tuning's per-layer K scales. The V scales are the
+// file's record of V's sensitivity, not applied: with them, product-mode
+// perplexity measured worse at both shipped points (docs/kv-quality.md).
 AcPolicy Tuned(const AcPolicy& policy, const AcLayerTuning& tuning);
 
 }  // namespace kvcast::kvcache::ac

@@ -57,9 +57,9 @@ TEST(AcTuning, MalformedFilesAreRefusedNamingTheLine) {
   EXPECT_EQ(ReadAcTuning("/nonexistent/tuning").status().code(), absl::StatusCode::kNotFound);
 }
 
-// A tuned layer gets its scale's levels: more bytes where the scale is
-// above 1, fewer below, the other layers' bytes as before (units code
-// apart); the decoder reads every tuning.
+// A tuned layer's K units get its scale's levels: more bytes where the
+// scale is above 1, fewer below (units code apart); the decoder reads
+// every tuning.
 TEST(AcTuning, TunedPolicyMovesBytesBetweenLayers) {
   const AcShape s{2, 1, 32};
   const auto kv = SyntheticKv(s, 64, 7, false);
@@ -77,7 +77,9 @@ TEST(AcTuning, TunedPolicyMovesBytesBetweenLayers) {
   const size_t plain = bytes(base);
   EXPECT_EQ(bytes(Tuned(base, {{1.f, 1.f}, {1.f, 1.f}})), plain);
   EXPECT_GT(bytes(Tuned(base, {{4.f, 1.f}, {1.f, 1.f}})), plain);
-  EXPECT_LT(bytes(Tuned(base, {{1.f, 1.f}, {1.f, 0.25f}})), plain);
+  EXPECT_LT(bytes(Tuned(base, {{1.f, 0.25f}, {1.f, 1.f}})), plain);
+  // V's scales are recorded, not applied.
+  EXPECT_EQ(bytes(Tuned(base, {{1.f, 1.f}, {4.f, 0.25f}})), plain);
 }
 
 }  // namespace
