@@ -37,19 +37,9 @@ void NormalizeFrequencies(absl::Span<const uint32_t> counts, uint16_t* freqs) {
   }
   // Rounding down leaves a surplus for the most frequent symbol; the
   // minimum of 1 can overshoot, taken back from the largest frequencies.
-  int32_t diff = int32_t(kProbScale) - sum;
-  while (diff != 0) {
-    const size_t top = std::max_element(freqs, freqs + n) - freqs;
-    if (diff > 0) {
-      freqs[top] += diff;
-      diff = 0;
-    } else {
-      const int32_t take = std::min<int32_t>(-diff, freqs[top] - 1);
-      freqs[top] -= take;
-      diff += take;
-      if (take == 0) break;  // unreachable: at most 256 symbols of >= 1 each
-    }
-  }
+  SettleSurplus(int32_t(kProbScale) - sum, freqs, int(n), [](const uint16_t* f, int m) {
+    return int(std::max_element(f, f + m) - f);
+  });
 }
 
 namespace {

@@ -28,6 +28,7 @@
 #ifndef KVCAST_TRANSPORT_KVCACHE_AC_RANS_H_
 #define KVCAST_TRANSPORT_KVCACHE_AC_RANS_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -50,6 +51,25 @@ inline constexpr double kDivisionNudge = 0x1p-14;
 std::vector<uint16_t> NormalizeFrequencies(absl::Span<const uint32_t> counts);
 // The same into freqs[0, counts.size()).
 void NormalizeFrequencies(absl::Span<const uint32_t> counts, uint16_t* freqs);
+
+// NormalizeFrequencies' last step (and its SIMD versions'): n frequencies
+// summing to kProbScale - diff brought to kProbScale, the surplus (or
+// deficit) on the most frequent symbol (first_largest(freqs, n): the
+// index of the first largest).
+template <typename FirstLargest>
+inline void SettleSurplus(int32_t diff, uint16_t* freqs, int n, FirstLargest first_largest) {
+  while (diff != 0) {
+    const int top = first_largest(freqs, n);
+    if (diff > 0) {
+      freqs[top] += diff;
+      return;
+    }
+    const int32_t take = std::min<int32_t>(-diff, freqs[top] - 1);
+    if (take == 0) return;  // unreachable: at most 256 symbols of >= 1 each
+    freqs[top] -= take;
+    diff += take;
+  }
+}
 
 // False unless 1 <= freqs.size() <= kMaxSymbols and the frequencies sum to
 // kProbScale. Entries of symbols past freqs.size() are left alone.

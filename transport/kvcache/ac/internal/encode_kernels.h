@@ -11,7 +11,6 @@
 #ifndef KVCAST_TRANSPORT_KVCACHE_AC_INTERNAL_ENCODE_KERNELS_H_
 #define KVCAST_TRANSPORT_KVCACHE_AC_INTERNAL_ENCODE_KERNELS_H_
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -141,24 +140,6 @@ EncoderKernels SelectEncoderKernels();
 // and put_varints (the scalar ones serve AVX2).
 void UseAvx2EncoderKernels(EncoderKernels* k);
 
-// NormalizeFrequencies' last step (rans.cc): frequencies summing to
-// kProbScale - diff brought to kProbScale, the surplus (or deficit) on the
-// most frequent symbol (first_largest(freqs, n): the first largest's index).
-template <typename FirstLargest>
-inline void SettleSurplus(int32_t diff, uint16_t* freqs, int n, FirstLargest first_largest) {
-  while (diff != 0) {
-    const int top = first_largest(freqs, n);
-    if (diff > 0) {
-      freqs[top] += diff;
-      return;
-    }
-    const int32_t take = std::min<int32_t>(-diff, freqs[top] - 1);
-    if (take == 0) return;  // unreachable: at most 256 symbols of >= 1 each
-    freqs[top] -= take;
-    diff += take;
-  }
-}
-
 // Adds the n symbols sym[0, n) to counts (2 x kMaxSymbols): the AVX2
 // kernel, which the AVX-512 set shares (every AVX-512 CPU has AVX2).
 void CountSymbolsAvx2(const uint16_t* sym, size_t n, uint32_t* counts);
@@ -172,6 +153,7 @@ inline constexpr size_t kStreamSlack = 16;
 // encoder divides, 16 at a time (false for scalar or a set this CPU lacks).
 bool DivideForTest(KernelSet set, const uint32_t* x, const uint32_t* f, uint32_t* quot,
                    uint32_t* rem);
+// DivideForTest's AVX2 case (encode_kernels_avx2.cc).
 void DivideAvx2ForTest(const uint32_t* x, const uint32_t* f, uint32_t* quot, uint32_t* rem);
 
 }  // namespace kvcast::kvcache::ac::internal
