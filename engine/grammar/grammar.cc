@@ -25,6 +25,24 @@ ByteSet ByteSet::Complement() const {
   return out;
 }
 
+ByteSet ByteSet::Intersect(const ByteSet& other) const {
+  ByteSet out;
+  for (size_t i = 0; i < 4; ++i) out.bits_[i] = bits_[i] & other.bits_[i];
+  return out;
+}
+
+ByteSet ByteSet::Minus(const ByteSet& other) const {
+  ByteSet out;
+  for (size_t i = 0; i < 4; ++i) out.bits_[i] = bits_[i] & ~other.bits_[i];
+  return out;
+}
+
+uint8_t ByteSet::First() const {
+  for (int w = 0;; ++w) {
+    if (bits_[size_t(w)] != 0) return uint8_t(w * 64 + __builtin_ctzll(bits_[size_t(w)]));
+  }
+}
+
 RuleId GrammarBuilder::Declare(std::string_view name) {
   names_.emplace_back(name);
   rules_.emplace_back();

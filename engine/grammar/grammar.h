@@ -27,7 +27,19 @@ class ByteSet {
   ByteSet& Add(uint8_t lo, uint8_t hi);
   ByteSet& Add(const ByteSet& other);
   ByteSet Complement() const;
+  // The bytes in both sets; in this one and not `other`.
+  ByteSet Intersect(const ByteSet& other) const;
+  ByteSet Minus(const ByteSet& other) const;
   bool Has(uint8_t b) const { return (bits_[b >> 6] >> (b & 63)) & 1; }
+  // The smallest byte in the set (which must not be empty).
+  uint8_t First() const;
+  // Calls f(b) for every byte b in the set, in increasing order.
+  template <typename F>
+  void ForEach(F f) const {
+    for (int w = 0; w < 4; ++w) {
+      for (uint64_t bits = bits_[size_t(w)]; bits != 0; bits &= bits - 1) f(uint8_t(w * 64 + __builtin_ctzll(bits)));
+    }
+  }
   bool Empty() const { return (bits_[0] | bits_[1] | bits_[2] | bits_[3]) == 0; }
   bool operator==(const ByteSet& o) const { return bits_ == o.bits_; }
 

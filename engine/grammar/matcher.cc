@@ -85,43 +85,41 @@ int32_t Automaton::Step(int32_t from, uint8_t b) {
 }
 
 void Automaton::FillRow(int32_t from) {
-  // Bytes that the same stacks take lead to the same state: group the 256
-  // bytes by which stacks take them (a bit per stack) and expand once per
-  // group (inside a string, ~95 printable bytes are one group).
+  // Bytes that the same stacks take lead to the same state: split the 256
+  // bytes into classes no stack's byte set cuts (refining by each stack's
+  // set in turn), then expand once per class (inside a string, ~95
+  // printable bytes are one class).
   const std::vector<Symbol>& symbols = grammar_->symbols();
   const std::vector<ByteSet>& byte_sets = grammar_->byte_sets();
   const std::vector<int32_t> tops = sets_[size_t(from)].nodes;  // SetId may grow sets_
-  const size_t words = (tops.size() + 63) / 64;
-  std::vector<uint64_t> takers(256 * words, 0);  // byte b: takers[b * words ..]
-  for (size_t i = 0; i < tops.size(); ++i) {
-    const ByteSet& set = byte_sets[size_t(symbols[size_t(nodes_[size_t(tops[i])].pos)].index)];
-    for (int b = 0; b < 256; ++b) {
-      if (set.Has(uint8_t(b))) takers[size_t(b) * words + i / 64] |= uint64_t{1} << (i % 64);
+  auto set_of = [&](int32_t node) -> const ByteSet& {
+    return byte_sets[size_t(symbols[size_t(nodes_[size_t(node)].pos)].index)];
+  };
+  std::vector<ByteSet> classes = {ByteSet().Complement()};
+  for (int32_t top : tops) {
+    const ByteSet& taken = set_of(top);
+    for (size_t c = 0, n = classes.size(); c < n; ++c) {
+      ByteSet in = classes[c].Intersect(taken);
+      if (in.Empty() || in == classes[c]) continue;
+      classes[c] = classes[c].Minus(taken);
+      classes.push_back(in);
     }
   }
-  std::vector<std::pair<size_t, int32_t>> groups;  // (a byte of the group, its state)
-  for (size_t b = 0; b < 256; ++b) {
-    const uint64_t* mine = &takers[b * words];
-    int32_t to = kDead;
-    if (std::any_of(mine, mine + words, [](uint64_t w) { return w != 0; })) {
-      auto same = std::find_if(groups.begin(), groups.end(), [&](const auto& g) {
-        return std::equal(mine, mine + words, &takers[g.first * words]);
-      });
-      if (same != groups.end()) {
-        to = same->second;
-      } else {
-        Set next;
-        for (size_t i = 0; i < tops.size(); ++i) {
-          if ((mine[i / 64] >> (i % 64)) & 1) {
-            const Node node = nodes_[size_t(tops[i])];
-            Expand(node.pos + 1, node.parent, &next, 0);
-          }
-        }
-        if (!next.nodes.empty() || next.accepting) to = SetId(std::move(next));
-        groups.emplace_back(b, to);
-      }
+  std::fill_n(&transitions_[size_t(from) * 256], 256, kDead);
+  for (const ByteSet& bytes : classes) {
+    const uint8_t first = bytes.First();
+    Set next;
+    bool taken = false;
+    for (int32_t top : tops) {
+      if (!set_of(top).Has(first)) continue;
+      taken = true;
+      const Node node = nodes_[size_t(top)];
+      Expand(node.pos + 1, node.parent, &next, 0);
     }
-    transitions_[size_t(from) * 256 + b] = to;  // after SetId, which may grow the table
+    if (!taken || (next.nodes.empty() && !next.accepting)) continue;
+    const int32_t to = SetId(std::move(next));
+    int32_t* row = &transitions_[size_t(from) * 256];  // after SetId, which may grow the table
+    bytes.ForEach([&](uint8_t b) { row[b] = to; });
   }
 }
 
@@ -218,10 +216,16 @@ void Automaton::FillMask(int32_t state, const TokenTrie& trie, absl::Span<uint32
         trie.plain_tokens_up_to(root_run == kAnyPlainRun ? std::numeric_limits<int>::max() : root_run);
     for (size_t w = 0; w < mask.size(); ++w) bits[w] |= plain[w];
   }
+  // Per depth: whether the bytes down to it are all plain (a plain subtree
+  // below such a path holds only tokens the table above has decided).
+  plain_path_.assign(size_t(trie.max_depth()) + 1, 0);
+  plain_path_[0] = root_plain;
+  uint8_t* plain_path = plain_path_.data();
   for (int node = 1; node < end;) {
     const TokenTrie::Node& n = nodes[node];
     const int32_t from = level[n.depth - 1];
-    if (root_plain && n.depth == 1 && n.plain) {
+    const bool on_plain_path = plain_path[n.depth - 1] && TokenTrie::IsPlain(n.byte);
+    if (on_plain_path && n.plain) {
       node = n.end;
       continue;
     }
@@ -258,6 +262,7 @@ void Automaton::FillMask(int32_t state, const TokenTrie& trie, absl::Span<uint32
       continue;
     }
     level[n.depth] = s;
+    plain_path[n.depth] = on_plain_path;
     ++node;
   }
   if (masks_.size() >= kMaxMasks) masks_.clear();

@@ -101,7 +101,8 @@ class Automaton {
   std::vector<uint8_t> plain_exact_;                            // per set: see PlainRun
   absl::flat_hash_map<int32_t, std::vector<uint32_t>> masks_;   // per set, FillMask's
   int32_t start_ = 0;
-  std::vector<int32_t> levels_;  // FillMask's state per trie depth
+  std::vector<int32_t> levels_;       // FillMask's state per trie depth
+  std::vector<uint8_t> plain_path_;   // ... and whether its path is all plain
 };
 
 // One sequence's place in its grammar: a state of a shared automaton.

@@ -4,14 +4,17 @@ documents, walked token by token, timing each engine's full-vocabulary mask
 at every step, in one run, the engines alternating per round.
 
   .venv-grammar/bin/python tools/bench/grammar_peers.py --model M.gguf \
-      --mask_bench bazel-bin/engine/grammar/mask_bench [--rounds 3] [--json FILE]
+      --mask_bench bazel-bin/engine/grammar/mask_bench [--rounds 3] [--cold_walks 5] [--json FILE]
 
 (.venv-grammar: pip install llguidance xgrammar transformers gguf.) For each
 engine: the grammar's compile time, then per-token mask time on a fresh
 matcher of a freshly compiled grammar (cold: a schema's first request) and
 on a second matcher of the same compiled grammar (warm: its later ones).
 kvcast's numbers come from its own mask_bench binary, which measures the
-same way (engine/grammar/mask_bench.cc).
+same way (engine/grammar/mask_bench.cc). Each round gives every engine
+--cold_walks walks each on a freshly compiled grammar (pooled: mean, median,
+max per token), then one warm walk, and the "first request" time: a compile
+plus one cold walk's masks.
 """
 import argparse
 import json
@@ -50,45 +53,52 @@ def walk(fill, accept, ids):
     return times
 
 
-def run_xgrammar(tok, vocab, schema, ids):
+def run_xgrammar(tok, vocab, schema, ids, cold_walks):
     import xgrammar as xgr
     info = xgr.TokenizerInfo.from_huggingface(tok, vocab_size=vocab)
-    a = time.perf_counter()
-    compiler = xgr.GrammarCompiler(info, cache_enabled=False)
-    compiled = (compiler.compile_builtin_json_grammar() if schema is None
-                else compiler.compile_json_schema(json.dumps(schema), any_whitespace=True))
-    compile_us = (time.perf_counter() - a) * 1e6
     bitmask = xgr.allocate_token_bitmask(1, vocab)
-    out = []
-    for _ in range(2):
+    compiles, cold = [], []
+    for _ in range(cold_walks):
+        a = time.perf_counter()
+        compiler = xgr.GrammarCompiler(info, cache_enabled=False)
+        compiled = (compiler.compile_builtin_json_grammar() if schema is None
+                    else compiler.compile_json_schema(json.dumps(schema), any_whitespace=True))
+        compiles.append((time.perf_counter() - a) * 1e6)
         m = xgr.GrammarMatcher(compiled)
-        out.append(walk(lambda: m.fill_next_token_bitmask(bitmask),
-                        lambda t: m.accept_token(t) or sys.exit(f"xgrammar refused {t}"), ids))
-    return compile_us, out
+        cold += walk(lambda: m.fill_next_token_bitmask(bitmask),
+                     lambda t: m.accept_token(t) or sys.exit(f"xgrammar refused {t}"), ids)
+    m = xgr.GrammarMatcher(compiled)
+    warm = walk(lambda: m.fill_next_token_bitmask(bitmask),
+                lambda t: m.accept_token(t) or sys.exit(f"xgrammar refused {t}"), ids)
+    return statistics.mean(compiles), cold, warm
 
 
-def run_llguidance(tok, vocab, schema, ids):
+def run_llguidance(tok, vocab, schema, ids, cold_walks):
     import llguidance
     import llguidance.hf
     import llguidance.numpy
     lltok = llguidance.hf.from_tokenizer(tok, n_vocab=vocab)
-    a = time.perf_counter()
-    grammar = llguidance.LLMatcher.grammar_from_json_schema(
-        schema if schema is not None else {"type": "object"})
-    compile_us = (time.perf_counter() - a) * 1e6
     bitmask = llguidance.numpy.allocate_token_bitmask(1, vocab)
-    out = []
-    for _ in range(2):
+    compiles, cold = [], []
+
+    def one_walk(grammar):
         m = llguidance.LLMatcher(lltok, grammar)
         if m.is_error():
             sys.exit(f"llguidance: {m.get_error()}")
-        out.append(walk(lambda: llguidance.numpy.fill_next_token_bitmask(m, bitmask, 0),
-                        lambda t: m.consume_token(t) or sys.exit(f"llguidance refused {t}"), ids))
-    return compile_us, out
+        return walk(lambda: llguidance.numpy.fill_next_token_bitmask(m, bitmask, 0),
+                    lambda t: m.consume_token(t) or sys.exit(f"llguidance refused {t}"), ids)
+    for _ in range(cold_walks):
+        a = time.perf_counter()
+        grammar = llguidance.LLMatcher.grammar_from_json_schema(
+            schema if schema is not None else {"type": "object"})
+        compiles.append((time.perf_counter() - a) * 1e6)
+        cold += one_walk(grammar)
+    return statistics.mean(compiles), cold, one_walk(grammar)
 
 
-def run_kvcast(binary, model, schema, doc):
-    args = [binary, "--model", model, "--document", doc, "--repeats", "2"]
+def run_kvcast(binary, model, schema, doc, cold_walks):
+    args = [binary, "--model", model, "--document", doc, "--repeats", "2", "--cold_walks", str(cold_walks),
+            "--times"]
     if schema is not None:
         path = "/tmp/grammar_peers_schema.json"
         with open(path, "w") as f:
@@ -96,8 +106,9 @@ def run_kvcast(binary, model, schema, doc):
         args += ["--schema_file", path]
     out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
     compile_us = float(re.search(r"compiled in (\d+) us", out).group(1))
-    rows = re.findall(r"mean ([\d.]+) us, median ([\d.]+) us, max ([\d.]+) us", out)
-    return compile_us, rows
+    cold = [float(t) for t in re.search(r"^cold times: (.*)$", out, re.M).group(1).split()]
+    warm = [float(t) for t in re.search(r"^warm times: (.*)$", out, re.M).group(1).split()]
+    return compile_us, cold, warm
 
 
 def main():
@@ -105,6 +116,8 @@ def main():
     ap.add_argument("--model", required=True)
     ap.add_argument("--mask_bench", required=True)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--cold_walks", type=int, default=5,
+                    help="per engine and round: walks each on a freshly compiled grammar")
     ap.add_argument("--json", default="", help="also write every round here as a result file")
     args = ap.parse_args()
     rows = []
@@ -118,19 +131,17 @@ def main():
         ids = tok.encode(doc, add_special_tokens=False)
         print(f"\n{name}: {len(ids)} tokens")
         for r in range(args.rounds):
-            kc, krows = run_kvcast(args.mask_bench, args.model, schema, doc)
-            print(f"  round {r + 1} kvcast      compile {kc:8.0f} us; cold mean {float(krows[0][0]):7.1f} us, "
-                  f"median {float(krows[0][1]):6.1f} us, max {float(krows[0][2]):7.1f} us; "
-                  f"warm mean {float(krows[1][0]):7.1f} us")
-            rows.append({"document": name, "round": r + 1, "engine": "kvcast", "compile_us": kc,
-                         "cold_mean_us": float(krows[0][0]), "warm_mean_us": float(krows[1][0])})
-            for label, fn in (("xgrammar", run_xgrammar), ("llguidance", run_llguidance)):
-                c, (cold, warm) = fn(tok, vocab, schema, ids)
+            for label, fn in (("kvcast", lambda *a: run_kvcast(args.mask_bench, args.model, schema, doc, a[-1])),
+                              ("xgrammar", run_xgrammar), ("llguidance", run_llguidance)):
+                c, cold, warm = fn(tok, vocab, schema, ids, args.cold_walks)
+                # A new schema's first request: its compile and one cold walk's masks.
+                request_us = c + sum(cold) / args.cold_walks
                 print(f"  round {r + 1} {label:11s} compile {c:8.0f} us; cold {summary(cold)}; "
-                      f"warm mean {statistics.mean(warm):7.1f} us")
+                      f"warm mean {statistics.mean(warm):7.1f} us; first request {request_us / 1000:6.2f} ms")
                 rows.append({"document": name, "round": r + 1, "engine": label, "compile_us": c,
-                             "cold_mean_us": statistics.mean(cold),
-                             "warm_mean_us": statistics.mean(warm)})
+                             "cold_mean_us": statistics.mean(cold), "cold_median_us": statistics.median(cold),
+                             "cold_max_us": max(cold), "warm_mean_us": statistics.mean(warm),
+                             "first_request_us": request_us})
     if args.json:
         results.write(args.json, results.header("grammar_peers"), rows,
                       xgrammar=version("xgrammar"), llguidance=version("llguidance"))
