@@ -16,14 +16,19 @@ constexpr size_t kMaxMasks = 256;
 }  // namespace
 
 Automaton::Automaton(std::shared_ptr<const Grammar> grammar) : grammar_(std::move(grammar)) {
+  // Room for the states a document's walk builds (untouched room costs no
+  // memory), so the table rarely moves.
+  transitions_.reserve(256 * 1024);
+  node_ids_.reserve(1024);
+  set_ids_.reserve(1024);
   Set start;
   for (int32_t alt : grammar_->alternatives(grammar_->root())) Expand(alt, -1, &start, 0);
-  start_ = SetId(std::move(start));
+  start_ = SetId(&start);
 }
 
 size_t Automaton::memory_bytes() const {
   size_t bytes = nodes_.size() * (sizeof(Node) + 16) + transitions_.size() * sizeof(int32_t);
-  for (const Set& s : sets_) bytes += 2 * s.nodes.size() * sizeof(int32_t) + 64;
+  for (const Set& s : sets_) bytes += s.nodes.size() * sizeof(int32_t) + 64;
   for (const auto& [state, mask] : masks_) bytes += mask.size() * sizeof(uint32_t);
   return bytes;
 }
@@ -35,20 +40,29 @@ int32_t Automaton::NodeId(int32_t pos, int32_t parent) {
   return it->second;
 }
 
-int32_t Automaton::SetId(Set set) {
-  std::sort(set.nodes.begin(), set.nodes.end());
-  set.nodes.erase(std::unique(set.nodes.begin(), set.nodes.end()), set.nodes.end());
-  std::vector<int32_t> key = set.nodes;
-  key.push_back(set.accepting ? -1 : -2);
-  auto [it, added] = set_ids_.try_emplace(std::move(key), int32_t(sets_.size()));
-  if (added) {
-    continues_.push_back(!set.nodes.empty());
-    plain_run_.push_back(-1);
-    plain_exact_.push_back(0);
-    sets_.push_back(std::move(set));
-    transitions_.resize(transitions_.size() + 256, kUnknown);
+int32_t Automaton::SetId(Set* set) {
+  std::vector<int32_t>& nodes = set->nodes;
+  std::sort(nodes.begin(), nodes.end());
+  nodes.erase(std::unique(nodes.begin(), nodes.end()), nodes.end());
+  uint64_t h = set->accepting ? 0x9e3779b97f4a7c15ull : 0x6a09e667f3bcc909ull;
+  for (int32_t n : nodes) h = (h ^ uint32_t(n)) * 0x100000001b3ull + (h >> 29);
+  auto [it, added] = set_ids_.try_emplace(h, int32_t(sets_.size()));
+  if (!added) {  // a set of this hash: the same one, or another down its chain
+    for (int32_t id = it->second; id >= 0; id = same_hash_[size_t(id)]) {
+      const Set& known = sets_[size_t(id)];
+      if (known.accepting == set->accepting && known.nodes == nodes) return id;
+    }
+    same_hash_.push_back(it->second);
+    it->second = int32_t(sets_.size());
+  } else {
+    same_hash_.push_back(-1);
   }
-  return it->second;
+  continues_.push_back(!nodes.empty());
+  plain_run_.push_back(-1);
+  plain_exact_.push_back(0);
+  sets_.push_back(Set{nodes, set->accepting});
+  transitions_.resize(transitions_.size() + 256, kUnknown);
+  return int32_t(sets_.size()) - 1;
 }
 
 void Automaton::Expand(int32_t pos, int32_t parent, Set* out, int depth) {
@@ -91,11 +105,13 @@ void Automaton::FillRow(int32_t from) {
   // printable bytes are one class).
   const std::vector<Symbol>& symbols = grammar_->symbols();
   const std::vector<ByteSet>& byte_sets = grammar_->byte_sets();
-  const std::vector<int32_t> tops = sets_[size_t(from)].nodes;  // SetId may grow sets_
+  std::vector<int32_t>& tops = row_tops_;
+  tops = sets_[size_t(from)].nodes;  // SetId may grow sets_
   auto set_of = [&](int32_t node) -> const ByteSet& {
     return byte_sets[size_t(symbols[size_t(nodes_[size_t(node)].pos)].index)];
   };
-  std::vector<ByteSet> classes = {ByteSet().Complement()};
+  std::vector<ByteSet>& classes = row_classes_;
+  classes.assign(1, ByteSet().Complement());
   for (int32_t top : tops) {
     const ByteSet& taken = set_of(top);
     for (size_t c = 0, n = classes.size(); c < n; ++c) {
@@ -106,9 +122,11 @@ void Automaton::FillRow(int32_t from) {
     }
   }
   std::fill_n(&transitions_[size_t(from) * 256], 256, kDead);
+  Set& next = row_next_;
   for (const ByteSet& bytes : classes) {
     const uint8_t first = bytes.First();
-    Set next;
+    next.nodes.clear();
+    next.accepting = false;
     bool taken = false;
     for (int32_t top : tops) {
       if (!set_of(top).Has(first)) continue;
@@ -117,7 +135,7 @@ void Automaton::FillRow(int32_t from) {
       Expand(node.pos + 1, node.parent, &next, 0);
     }
     if (!taken || (next.nodes.empty() && !next.accepting)) continue;
-    const int32_t to = SetId(std::move(next));
+    const int32_t to = SetId(&next);
     int32_t* row = &transitions_[size_t(from) * 256];  // after SetId, which may grow the table
     bytes.ForEach([&](uint8_t b) { row[b] = to; });
   }

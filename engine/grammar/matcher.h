@@ -73,7 +73,9 @@ class Automaton {
   };
 
   int32_t NodeId(int32_t pos, int32_t parent);
-  int32_t SetId(Set set);
+  // The id of `set` (sorting and deduplicating its nodes), interning a copy
+  // when it is new.
+  int32_t SetId(Set* set);
   // Adds to `out` the stacks reached from position `pos` over `parent` by
   // expanding rules until a byte set is on top; `accepting` when an
   // expansion completes the root rule.
@@ -94,13 +96,17 @@ class Automaton {
   std::vector<Node> nodes_;
   absl::flat_hash_map<uint64_t, int32_t> node_ids_;
   std::vector<Set> sets_;
-  absl::flat_hash_map<std::vector<int32_t>, int32_t> set_ids_;  // key: nodes, then accepting
+  absl::flat_hash_map<uint64_t, int32_t> set_ids_;  // a hash of the set: the last set of it
+  std::vector<int32_t> same_hash_;                   // per set: the one before of its hash, or -1
   std::vector<int32_t> transitions_;                            // 256 per set
   std::vector<uint8_t> continues_;                              // per set: has nodes
   std::vector<int8_t> plain_run_;                               // per set: -1 unknown
   std::vector<uint8_t> plain_exact_;                            // per set: see PlainRun
   absl::flat_hash_map<int32_t, std::vector<uint32_t>> masks_;   // per set, FillMask's
   int32_t start_ = 0;
+  std::vector<int32_t> row_tops_;       // FillRow's scratch
+  std::vector<ByteSet> row_classes_;
+  Set row_next_;
   std::vector<int32_t> levels_;       // FillMask's state per trie depth
   std::vector<uint8_t> plain_path_;   // ... and whether its path is all plain
 };
