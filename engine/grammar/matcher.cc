@@ -243,8 +243,8 @@ void Automaton::FillMask(int32_t state, const TokenTrie& trie, absl::Span<uint32
     const TokenTrie::Node& n = nodes[node];
     const int32_t from = level[n.depth - 1];
     const bool on_plain_path = plain_path[n.depth - 1] && TokenTrie::IsPlain(n.byte);
-    if (on_plain_path && n.plain) {
-      node = n.end;
+    if (on_plain_path && n.plain) {  // ... and so are its plain siblings
+      node = n.next_impure;
       continue;
     }
     if (n.plain) {

@@ -18,7 +18,10 @@
 // takes: a token is allowed when every one of its bytes is. Where a state
 // takes any run of plain string bytes (PlainRun: inside a string), the
 // tokens made only of them are allowed without walking: from the trie's
-// table per length at the top, a subtree at a time below. The mask of a
+// table per length (and then never visited: below bytes all plain, the walk
+// jumps over a node's plain siblings at once), a subtree at a time below. A
+// new state's row of transitions splits the bytes into the classes no
+// stack's byte set cuts and expands each class once. The mask of a
 // state is kept, so a state met again (the inside of a string, a list's
 // next item, the same schema's next request) costs a copy.
 #ifndef KVCAST_ENGINE_GRAMMAR_MATCHER_H_

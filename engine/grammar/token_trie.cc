@@ -58,6 +58,12 @@ TokenTrie::TokenTrie(const std::vector<std::optional<std::string>>& token_bytes)
   for (size_t i = 1; i < n; ++i) {
     nodes_[i].plain = impure[size_t(nodes_[i].end)] == impure[i];
   }
+  for (size_t i = n; i-- > 1;) {  // a node's next sibling, at its end, is done before it
+    const int32_t sibling = nodes_[i].end;
+    const bool is_sibling = nodes_[size_t(sibling)].depth == nodes_[i].depth;  // the sentinel's is 0
+    nodes_[i].next_impure =
+        is_sibling && nodes_[size_t(sibling)].plain ? nodes_[size_t(sibling)].next_impure : sibling;
+  }
   // All-plain tokens by length, each length's mask including the shorter.
   mask_words_ = (size_t(vocab_size_) + 31) / 32;
   for (int32_t id : order) {

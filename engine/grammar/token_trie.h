@@ -33,6 +33,8 @@ class TokenTrie {
     int32_t first = 0;   // into ids(): the node's tokens, then its subtree's,
                          // up to the next node's `first` (its subtree's: up to
                          // nodes()[end].first)
+    int32_t next_impure = 0;  // the first of the siblings after this node
+                              // that is not `plain`, or where they end
   };
   // The bytes of plain JSON string text (printable ASCII but `"` and `\`):
   // a grammar state that takes any run of them (inside a string) allows a
