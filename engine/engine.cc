@@ -30,6 +30,7 @@ struct Engine::Sequence {
   std::shared_ptr<const grammar::Grammar> grammar;
   std::optional<grammar::Matcher> matcher;
   int replay = 0;
+  int32_t forced_token = -1;  // the format's prefix_token while it is still to be emitted
 
   Sequence(uint64_t id, std::vector<int32_t> prompt, const GenerationParams& p)
       : id(id), tokens(std::move(prompt)), params(p), sampler(p.sampling) {
@@ -208,15 +209,34 @@ absl::StatusOr<uint64_t> Engine::Submit(std::vector<int32_t> prompt,
   if (absl::Status st = CheckRequest(prompt, params, kv); !st.ok()) return st;
   auto seq = std::make_unique<Sequence>(0, std::move(prompt), params);
   if (params.response_format.constrained()) {
-    absl::StatusOr<std::shared_ptr<const grammar::Grammar>> g = grammars_.Get(params.response_format);
+    ResponseFormat format = params.response_format;
+    if (!format.prefix_token.empty()) {  // one special token, or else its text
+      const std::optional<int32_t> id = tokenizer_->TokenId(format.prefix_token);
+      if (id && !tokenizer_->TokenBytes(*id)) {
+        seq->forced_token = *id;
+      } else {
+        format.json_prefix = format.prefix_token + format.json_prefix;
+      }
+      format.prefix_token.clear();
+    }
+    absl::StatusOr<std::shared_ptr<const grammar::Grammar>> g = grammars_.Get(format);
     if (!g.ok()) return absl::InvalidArgumentError(absl::StrCat("response_format: ", g.status().message()));
     seq->grammar = *std::move(g);
-    seq->replay = params.response_format.generated_tokens + (kv.next_token >= 0 ? 1 : 0);
+    seq->replay = format.generated_tokens + (kv.next_token >= 0 ? 1 : 0);
     // The output so far must fit: checked here on a private automaton (the
     // shared ones belong to the compute thread), replayed there again.
     const std::vector<int32_t>& t = seq->tokens;
-    std::vector<int32_t> out(t.end() - params.response_format.generated_tokens, t.end());
+    std::vector<int32_t> out(t.end() - format.generated_tokens, t.end());
     if (kv.next_token >= 0) out.push_back(kv.next_token);
+    if (seq->forced_token >= 0 && !out.empty()) {  // emitted already: not replayed
+      if (out.front() != seq->forced_token) {
+        return absl::InvalidArgumentError(absl::StrCat("response_format: generated token 0 (id ", out.front(),
+                                                       ") is not the format's prefix token"));
+      }
+      out.erase(out.begin());
+      seq->forced_token = -1;
+      --seq->replay;
+    }
     std::optional<grammar::Matcher> check;
     if (!out.empty()) check.emplace(seq->grammar);
     for (size_t i = 0; i < out.size(); ++i) {
@@ -474,6 +494,13 @@ absl::Status Engine::MaskByGrammar(Sequence* seq, absl::Span<float> logits) {
       }
     }
   }
+  if (seq->forced_token >= 0) {  // the format's prefix token comes first
+    for (size_t t = 0; t < logits.size(); ++t) {
+      if (int32_t(t) != seq->forced_token) logits[t] = -INFINITY;
+    }
+    grammar_seconds_ += absl::ToDoubleSeconds(absl::Now() - start);
+    return absl::OkStatus();
+  }
   const grammar::Matcher& m = *seq->matcher;
   grammar_mask_.resize(size_t(trie_->vocab_size() + 31) / 32);
   seq->matcher->FillMask(*trie_, absl::MakeSpan(grammar_mask_));
@@ -502,7 +529,9 @@ bool Engine::Accept(Sequence* seq, int32_t tok, SequenceEvent* ev) {
   const auto& eos = config().eos_token_ids;
   const auto& stop = seq->params.stop_tokens;
   bool complete = false;  // the grammar admits no more bytes
-  if (seq->matcher) {
+  if (seq->forced_token >= 0 && tok == seq->forced_token) {
+    seq->forced_token = -1;
+  } else if (seq->matcher) {
     const std::optional<std::string>& bytes = trie_->bytes_of(tok);
     if (bytes && seq->matcher->Advance(*bytes)) complete = !seq->matcher->CanContinue();
   }

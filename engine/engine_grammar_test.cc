@@ -143,6 +143,67 @@ TEST(EngineGrammar, AResumedRequestContinuesTheSameOutput) {
   }
 }
 
+// A format's prefix token (Mistral's [TOOL_CALLS] before a forced call)
+// is the first token when the tokenizer has it as a special token (here the
+// tiny model's BOS stands in for it), then the grammar; a resumed request
+// with it among its generated tokens continues the same output.
+TEST(EngineGrammar, APrefixTokenComesFirstThenTheGrammar) {
+  auto e = MakeEngine();
+  const std::string special = "<|begin_of_text|>";
+  const int32_t special_id = *e->tokenizer()->TokenId(special);
+  auto with_prefix = [&](uint64_t seed) {
+    GenerationParams p = Constrained(seed == 0 ? 0.f : 1.f, seed);
+    p.response_format.prefix_token = special;
+    p.response_format.json_prefix = " [";
+    p.response_format.json_suffix = "]";
+    return p;
+  };
+  std::vector<uint64_t> ids;
+  for (uint64_t seed = 1; seed <= 4; ++seed) ids.push_back(*e->Submit(Prompt(*e), with_prefix(seed)));
+  auto out = RunAll(e.get());
+  for (uint64_t id : ids) {
+    ASSERT_EQ(out[id].finish, FinishReason::kStop) << out[id].status;
+    ASSERT_GT(out[id].tokens.size(), 2u);
+    EXPECT_EQ(out[id].tokens[0], special_id);
+    const std::vector<int32_t> rest(out[id].tokens.begin() + 1, out[id].tokens.end());
+    const std::string text = e->tokenizer()->Decode(rest, /*skip_special=*/true);
+    ASSERT_EQ(text.substr(0, 2), " [") << text;
+    nlohmann::json doc = nlohmann::json::parse(text, nullptr, false);
+    ASSERT_TRUE(doc.is_array() && doc.size() == 1) << text;
+    EXPECT_TRUE(doc[0]["ok"].is_boolean()) << text;
+  }
+  // Resumed after the prefix token alone, and after it and two more.
+  const std::vector<int32_t> prompt = Prompt(*e);
+  const uint64_t whole_id = *e->Submit(prompt, with_prefix(0));
+  const std::vector<int32_t> whole = RunAll(e.get())[whole_id].tokens;
+  ASSERT_GT(whole.size(), 4u);
+  for (int k : {1, 3}) {
+    auto b = MakeEngine();
+    std::vector<int32_t> resumed = prompt;
+    resumed.insert(resumed.end(), whole.begin(), whole.begin() + k);
+    GenerationParams p = with_prefix(0);
+    p.response_format.generated_tokens = k;
+    const uint64_t id = *b->Submit(resumed, p);
+    std::vector<int32_t> rest = RunAll(b.get())[id].tokens;
+    rest.insert(rest.begin(), whole.begin(), whole.begin() + k);
+    EXPECT_EQ(rest, whole) << "resumed after " << k;
+  }
+  // Generated output that does not start with the prefix token is refused.
+  std::vector<int32_t> wrong = prompt;
+  wrong.insert(wrong.end(), whole.begin() + 1, whole.begin() + 3);
+  GenerationParams p = with_prefix(0);
+  p.response_format.generated_tokens = 2;
+  absl::StatusOr<uint64_t> r = e->Submit(wrong, p);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("prefix token"), std::string::npos) << r.status();
+  // A tokenizer without such a special token writes its text instead.
+  p = with_prefix(0);
+  p.response_format.prefix_token = "[TOOL_CALLS]";
+  const uint64_t text_id = *e->Submit(prompt, p);
+  const std::string text = e->tokenizer()->Decode(RunAll(e.get())[text_id].tokens, true);
+  EXPECT_EQ(text.rfind("[TOOL_CALLS] [{", 0), 0u) << text;
+}
+
 TEST(EngineGrammar, BadFormatsAreRefusedAtSubmit) {
   auto e = MakeEngine();
   const std::vector<int32_t> prompt = Prompt(*e);

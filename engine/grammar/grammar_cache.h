@@ -23,6 +23,11 @@ struct ResponseFormat {
   Type type = Type::kText;
   std::string json_schema;           // kJsonSchema: the schema's JSON text
   std::string json_prefix, json_suffix;  // kJsonSchema: literal text around the JSON
+  // kJsonSchema: a special token the output starts with, before json_prefix
+  // (Mistral's [TOOL_CALLS]): the engine emits it as the first token. With
+  // a tokenizer that has no special token of this text, the text is the
+  // start of json_prefix instead.
+  std::string prefix_token;
   std::string regex;                 // kRegex: matched whole (regex.h)
   std::vector<std::string> choices;  // kChoice: the output is one of them
   // The last `generated_tokens` prompt tokens were generated under this

@@ -43,6 +43,7 @@ inline ResponseFormat ResponseFormatFromProto(const v1::SamplingParams& s) {
   f.regex = s.response_format().regex();
   f.json_prefix = s.response_format().json_prefix();
   f.json_suffix = s.response_format().json_suffix();
+  f.prefix_token = s.response_format().prefix_token();
   f.choices.assign(s.response_format().choices().begin(), s.response_format().choices().end());
   f.generated_tokens = s.response_format().generated_tokens();
   return f;

@@ -627,6 +627,7 @@ class OpenAiFrontend::Impl {
         f->set_json_schema(forced.schema);
         f->set_json_prefix(forced.prefix);
         f->set_json_suffix(forced.suffix);
+        f->set_prefix_token(forced.prefix_token);
       } else if (creq.format == CompletionRequest::Format::kChoice) {
         s->mutable_response_format()->set_type(v1::ResponseFormat::RESPONSE_FORMAT_CHOICE);
         *s->mutable_response_format()->mutable_choices() = {creq.choices.begin(), creq.choices.end()};

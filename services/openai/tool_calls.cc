@@ -159,8 +159,9 @@ ForcedToolCall ForcedToolCallOf(ToolCallFormat format, const Json& tools, const 
       out.prefix = "<tool_call>\n";
       out.suffix = "\n</tool_call>";
       break;
-    case ToolCallFormat::kMistral:  // [TOOL_CALLS] is a special token: the list alone
-      out.prefix = "[";
+    case ToolCallFormat::kMistral:  // as its template writes a call: "[TOOL_CALLS] [" ... "]"
+      out.prefix_token = "[TOOL_CALLS]";
+      out.prefix = " [";
       out.suffix = "]";
       break;
     case ToolCallFormat::kLlama3Json:

@@ -46,6 +46,7 @@ ParsedToolCalls ParseToolCalls(ToolCallFormat format, std::string_view text);
 // constrained decoding. `tools` as the request gives them (validated).
 struct ForcedToolCall {
   std::string prefix, schema, suffix;  // schema: JSON text
+  std::string prefix_token;            // a special token before `prefix` (Mistral's [TOOL_CALLS])
 };
 ForcedToolCall ForcedToolCallOf(ToolCallFormat format, const nlohmann::ordered_json& tools,
                                 const std::string& name);

@@ -117,6 +117,30 @@ TEST(ToolCallsTest, TextAroundCallsAndMalformedCalls) {
   EXPECT_EQ(p.calls[0].arguments, R"({"q":"x"})");
 }
 
+// A forced call is written as the template writes one: Mistral's list
+// after its [TOOL_CALLS] special token (which the engine emits as a token).
+TEST(ToolCallsTest, ForcedCallsTakeTheFormatsTags) {
+  const Json tools = Json::array(
+      {{{"type", "function"}, {"function", {{"name", "f"}, {"parameters", {{"type", "object"}}}}}}});
+  ForcedToolCall hermes = ForcedToolCallOf(ToolCallFormat::kHermes, tools, "");
+  EXPECT_EQ(hermes.prefix, "<tool_call>\n");
+  EXPECT_EQ(hermes.suffix, "\n</tool_call>");
+  EXPECT_EQ(hermes.prefix_token, "");
+  ForcedToolCall mistral = ForcedToolCallOf(ToolCallFormat::kMistral, tools, "f");
+  EXPECT_EQ(mistral.prefix_token, "[TOOL_CALLS]");
+  EXPECT_EQ(mistral.prefix, " [");
+  EXPECT_EQ(mistral.suffix, "]");
+  EXPECT_EQ(Json::parse(mistral.schema)["properties"]["name"]["const"], "f");
+  // What it generates parses back, with the tag's text or without (skipped
+  // as a special token).
+  const std::string call = R"({"name": "f", "arguments": {}})";
+  for (const std::string& tag : {std::string("[TOOL_CALLS]"), std::string()}) {
+    ParsedToolCalls p = ParseToolCalls(ToolCallFormat::kMistral, tag + mistral.prefix + call + mistral.suffix);
+    ASSERT_EQ(p.calls.size(), 1u) << tag;
+    EXPECT_EQ(p.calls[0].name, "f");
+  }
+}
+
 TEST(ToolCallsTest, StreamingHoldsBackWhereACallMayBegin) {
   EXPECT_EQ(ToolCallStart(ToolCallFormat::kHermes, "Sure. <tool"), 6u);
   EXPECT_EQ(ToolCallStart(ToolCallFormat::kHermes, "Sure. <tool_call>{\"na"), 6u);
