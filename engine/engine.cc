@@ -442,16 +442,26 @@ absl::Status Engine::PickTokens(const std::vector<Sequence*>& batch,
   picked->assign(batch.size(), -1);
   logprobs->assign(batch.size(), std::nullopt);
   std::vector<TokenSampling> draws;
-  std::vector<size_t> on_host;
+  std::vector<size_t> on_host, masked;  // masked: indexes into draws
   for (size_t i = 0; i < batch.size(); ++i) {
     Sequence* s = batch[i];
     if (s->pending() != counts[i]) continue;  // more prompt to go
     if (s->sampler.PicksWithoutHistory() && s->generated >= s->params.min_tokens &&
-        !s->params.logprobs && s->grammar == nullptr) {
+        !s->params.logprobs && (s->grammar == nullptr || backend_->SamplesWithTokenMasks())) {
+      if (s->grammar != nullptr) masked.push_back(draws.size());
       draws.push_back(s->sampler.NextDraw(int(i)));
     } else {
       on_host.push_back(i);
     }
+  }
+  // Constrained rows sampled on the backend: each with its grammar's mask.
+  const size_t words = MaskWords();
+  batch_masks_.assign(masked.size() * words, 0u);
+  for (size_t k = 0; k < masked.size(); ++k) {
+    TokenSampling& draw = draws[masked[k]];
+    absl::Span<uint32_t> mask = absl::MakeSpan(batch_masks_).subspan(k * words, words);
+    RETURN_IF_ERROR(GrammarMask(batch[size_t(draw.row)], mask));
+    draw.allowed = mask.data();
   }
   std::vector<int32_t> tokens(draws.size());
   // Waits for the pass even when nothing is drawn.
@@ -471,7 +481,13 @@ absl::Status Engine::PickTokens(const std::vector<Sequence*>& batch,
         if (t >= 0 && t < vocab) host_logits_[size_t(t)] = -INFINITY;
       }
     }
-    if (batch[i]->grammar != nullptr) RETURN_IF_ERROR(MaskByGrammar(batch[i], absl::MakeSpan(host_logits_)));
+    if (batch[i]->grammar != nullptr) {
+      grammar_mask_.assign(MaskWords(), 0u);
+      RETURN_IF_ERROR(GrammarMask(batch[i], absl::MakeSpan(grammar_mask_)));
+      for (size_t t = 0; t < size_t(vocab); ++t) {
+        if (!((grammar_mask_[t >> 5] >> (t & 31)) & 1)) host_logits_[t] = -INFINITY;
+      }
+    }
     (*picked)[i] = batch[i]->sampler.Sample(host_logits_, batch[i]->tokens);
     if (want_logprobs) {
       (*logprobs)[i] = ComputeLogprobs(raw_logits_, (*picked)[i], batch[i]->params.top_logprobs);
@@ -480,11 +496,18 @@ absl::Status Engine::PickTokens(const std::vector<Sequence*>& batch,
   return absl::OkStatus();
 }
 
-absl::Status Engine::MaskByGrammar(Sequence* seq, absl::Span<float> logits) {
-  const absl::Time start = absl::Now();
+size_t Engine::MaskWords() {
   if (trie_ == nullptr) {
     trie_ = std::make_unique<grammar::TokenTrie>(grammar::TokenTrie::FromTokenizer(*tokenizer_));
   }
+  return (size_t(std::max(config().vocab_size, trie_->vocab_size())) + 31) / 32;
+}
+
+absl::Status Engine::GrammarMask(Sequence* seq, absl::Span<uint32_t> mask) {
+  const absl::Time start = absl::Now();
+  auto allow = [&](int32_t t) {
+    if (t >= 0 && size_t(t) < mask.size() * 32) mask[size_t(t) >> 5] |= 1u << (t & 31);
+  };
   if (!seq->matcher) {
     seq->matcher.emplace(grammars_.AutomatonOf(seq->grammar));
     for (auto it = seq->tokens.end() - seq->replay; it != seq->tokens.end(); ++it) {
@@ -495,28 +518,16 @@ absl::Status Engine::MaskByGrammar(Sequence* seq, absl::Span<float> logits) {
     }
   }
   if (seq->forced_token >= 0) {  // the format's prefix token comes first
-    for (size_t t = 0; t < logits.size(); ++t) {
-      if (int32_t(t) != seq->forced_token) logits[t] = -INFINITY;
+    allow(seq->forced_token);
+  } else {
+    const size_t words = (size_t(trie_->vocab_size()) + 31) / 32;
+    seq->matcher->FillMask(*trie_, mask.subspan(0, words));
+    // EOS and stop tokens (no bytes of their own) once the output is complete.
+    if (seq->matcher->CanEnd()) {
+      for (int32_t t : config().eos_token_ids) allow(t);
+      for (int32_t t : seq->params.stop_tokens) allow(t);
     }
-    grammar_seconds_ += absl::ToDoubleSeconds(absl::Now() - start);
-    return absl::OkStatus();
   }
-  const grammar::Matcher& m = *seq->matcher;
-  grammar_mask_.resize(size_t(trie_->vocab_size() + 31) / 32);
-  seq->matcher->FillMask(*trie_, absl::MakeSpan(grammar_mask_));
-  // EOS and stop tokens (no bytes of their own) once the output is complete.
-  if (m.CanEnd()) {
-    auto allow = [&](int32_t t) {
-      if (t >= 0 && t < trie_->vocab_size()) grammar_mask_[size_t(t) >> 5] |= 1u << (t & 31);
-    };
-    for (int32_t t : config().eos_token_ids) allow(t);
-    for (int32_t t : seq->params.stop_tokens) allow(t);
-  }
-  const size_t n = std::min(logits.size(), size_t(trie_->vocab_size()));
-  for (size_t t = 0; t < n; ++t) {
-    if (!((grammar_mask_[t >> 5] >> (t & 31)) & 1)) logits[t] = -INFINITY;
-  }
-  for (size_t t = n; t < logits.size(); ++t) logits[t] = -INFINITY;  // past the tokenizer's ids
   grammar_seconds_ += absl::ToDoubleSeconds(absl::Now() - start);
   return absl::OkStatus();
 }

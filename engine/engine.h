@@ -251,10 +251,13 @@ class Engine {
                           std::vector<std::optional<TokenLogprob>>* logprobs);
   // Appends `token` to `seq`; true when the sequence is finished.
   bool Accept(Sequence* seq, int32_t token, SequenceEvent* event);
-  // Constrained decoding (compute thread): sets -inf in `logits` for the
-  // tokens `seq`'s grammar refuses next, first making its matcher (replaying
-  // the output generated so far) when it has none.
-  absl::Status MaskByGrammar(Sequence* seq, absl::Span<float> logits);
+  // Constrained decoding (compute thread): sets in `mask` (MaskWords()
+  // words, zeroed) the tokens `seq`'s grammar allows next, first making its
+  // matcher (replaying the output generated so far) when it has none.
+  absl::Status GrammarMask(Sequence* seq, absl::Span<uint32_t> mask);
+  // Words of a token mask (TokenSampling::allowed) over the model's and the
+  // tokenizer's ids; makes the vocabulary's trie at first use.
+  size_t MaskWords();
 
   const EngineOptions options_;
   std::unique_ptr<Backend> backend_;
@@ -275,7 +278,8 @@ class Engine {
   std::vector<float> raw_logits_;                    // compute thread only: for logprobs
   GrammarCache grammars_;                            // Get: any thread; automata: compute thread
   std::unique_ptr<grammar::TokenTrie> trie_;         // compute thread only: made at first use
-  std::vector<uint32_t> grammar_mask_;               // compute thread only
+  std::vector<uint32_t> grammar_mask_;               // compute thread only: a host-picked row's
+  std::vector<uint32_t> batch_masks_;                // compute thread only: backend-picked rows
   double grammar_seconds_ = 0;                       // compute thread only
 
   mutable absl::Mutex mu_;

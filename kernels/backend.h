@@ -212,6 +212,10 @@ class Backend {
   // any op issued so far (as Synchronize). Only the tokens cross to the host.
   virtual absl::Status SampleTokens(const float* logits, int vocab, const TokenSampling* params,
                                     int num, int32_t* tokens) = 0;
+  // SampleTokens honours TokenSampling::allowed (constrained decoding picks
+  // on the backend, not from a host copy of the row). The CUDA backend does
+  // not yet.
+  virtual bool SamplesWithTokenMasks() const { return false; }
 
   // KV transfer (kv_codec.h formats; rows of num_heads * head_dim values,
   // scale blocks of `block` values, row_bytes = KvRowBytes(...)). EncodeKv

@@ -72,6 +72,7 @@ class ForwardingBackend : public Backend {
                     v_cache);
   }
   bool SupportsHalfKvPages() const override { return inner_->SupportsHalfKvPages(); }
+  bool SamplesWithTokenMasks() const override { return inner_->SamplesWithTokenMasks(); }
   absl::Status SupportsAttention(int num_heads, int num_kv_heads, int head_dim) const override {
     return inner_->SupportsAttention(num_heads, num_kv_heads, head_dim);
   }

@@ -16,12 +16,17 @@ constexpr size_t kHeapTopKRatio = 8;
 
 }  // namespace
 
-absl::Span<float> TokenPicker::Load(absl::Span<const float> logits) {
+absl::Span<float> TokenPicker::Load(absl::Span<const float> logits, const uint32_t* allowed) {
   const size_t n = logits.size();
   logits_.resize(n);
   for (size_t i = 0; i < n; ++i) {
     const float v = logits[i];
     logits_[i] = v == v ? v : kNegInf;  // NaN -> -inf, branch-free
+  }
+  if (allowed != nullptr) {
+    for (size_t i = 0; i < n; ++i) {
+      if (!((allowed[i >> 5] >> (i & 31)) & 1)) logits_[i] = kNegInf;
+    }
   }
   return absl::MakeSpan(logits_);
 }

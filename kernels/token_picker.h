@@ -34,18 +34,24 @@ struct TokenSampling {
   int top_k = 0;          // 0: off
   float top_p = 1;        // 1: off
   double uniform = 0;     // the sampler's PRNG draw, in [0, 1)
+  // Null, or the tokens that may be picked (constrained decoding): bit t
+  // (allowed[t / 32] >> t % 32) for token t, ceil(vocab / 32) words of host
+  // memory; the others count as -inf. Only to a backend whose
+  // SamplesWithTokenMasks() is true.
+  const uint32_t* allowed = nullptr;
 };
 
 class TokenPicker {
  public:
-  // Copies `logits` into the picker, NaN as -inf, and returns the copy,
+  // Copies `logits` into the picker, NaN as -inf (and, with `allowed`, the
+  // tokens it refuses: see TokenSampling::allowed), and returns the copy,
   // which the caller may change (the repetition penalty) before Pick().
-  absl::Span<float> Load(absl::Span<const float> logits);
+  absl::Span<float> Load(absl::Span<const float> logits, const uint32_t* allowed = nullptr);
   // The token for the loaded logits (its `row` is not used); -1 when empty.
   int32_t Pick(const TokenSampling& sampling);
-  // Load, then Pick.
+  // Load (with sampling.allowed), then Pick.
   int32_t Pick(absl::Span<const float> logits, const TokenSampling& sampling) {
-    Load(logits);
+    Load(logits, sampling.allowed);
     return Pick(sampling);
   }
 

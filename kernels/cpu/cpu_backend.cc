@@ -306,6 +306,7 @@ class CpuBackend : public Backend {
     }
   }
   bool SupportsHalfKvPages() const override { return true; }
+  bool SamplesWithTokenMasks() const override { return true; }
   bool KvPagesInHostMemory() const override { return true; }
 
   // Rows of fp16 pages go to the wire as they are for the fp16 format, and

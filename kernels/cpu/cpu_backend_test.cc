@@ -4,6 +4,7 @@
 #include <numeric>
 #include <random>
 #include <tuple>
+#include <set>
 #include <vector>
 
 #include "common/dtype.h"
@@ -352,6 +353,34 @@ TEST(CpuBackend, SampleTokensPicksFromEachRequestsRow) {
   int32_t token = -1;
   ASSERT_TRUE(be->SampleTokens(two.data(), 2, &last, 1, &token).ok());
   EXPECT_EQ(token, 1);
+}
+
+// Constrained rows: only the tokens of a row's mask may be picked, greedy
+// or sampled, whatever the logits prefer; rows without a mask are free.
+TEST(CpuBackend, SampleTokensKeepToEachRowsMask) {
+  auto be = NewCpuBackend();
+  ASSERT_TRUE(be->SamplesWithTokenMasks());
+  const int vocab = 70;
+  std::vector<float> logits(vocab, 0.f);
+  logits[4] = 9.f;   // the model's favourite, refused
+  logits[40] = 2.f;  // the best allowed
+  logits[65] = 1.f;  // allowed, in the mask's third word
+  std::vector<uint32_t> mask(3, 0u);
+  for (int t : {40, 65, 7}) mask[size_t(t) >> 5] |= 1u << (t & 31);
+  TokenSampling greedy{0, 0.f, 0, 1.f, 0.0};
+  greedy.allowed = mask.data();
+  std::vector<TokenSampling> params = {greedy, {0, 0.f, 0, 1.f, 0.0}};
+  for (int i = 0; i < 40; ++i) {
+    TokenSampling draw{0, 1.5f, 0, 1.f, (i + 0.5) / 40};
+    draw.allowed = mask.data();
+    params.push_back(draw);
+  }
+  std::vector<int32_t> tokens(params.size(), -1);
+  ASSERT_TRUE(be->SampleTokens(logits.data(), vocab, params.data(), int(params.size()), tokens.data()).ok());
+  EXPECT_EQ(tokens[0], 40);
+  EXPECT_EQ(tokens[1], 4);
+  std::set<int32_t> sampled(tokens.begin() + 2, tokens.end());
+  EXPECT_EQ(sampled, (std::set<int32_t>{7, 40, 65}));
 }
 
 TEST(CpuBackend, AttentionTakesAnyGroupedShape) {
