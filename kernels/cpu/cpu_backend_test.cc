@@ -365,8 +365,9 @@ TEST(CpuBackend, SampleTokensKeepToEachRowsMask) {
   logits[4] = 9.f;   // the model's favourite, refused
   logits[40] = 2.f;  // the best allowed
   logits[65] = 1.f;  // allowed, in the mask's third word
+  logits[41] = std::nanf("");  // allowed, but NaN counts as -inf
   std::vector<uint32_t> mask(3, 0u);
-  for (int t : {40, 65, 7}) mask[size_t(t) >> 5] |= 1u << (t & 31);
+  for (int t : {40, 41, 65, 7}) mask[size_t(t) >> 5] |= 1u << (t & 31);
   TokenSampling greedy{0, 0.f, 0, 1.f, 0.0};
   greedy.allowed = mask.data();
   std::vector<TokenSampling> params = {greedy, {0, 0.f, 0, 1.f, 0.0}};
