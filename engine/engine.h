@@ -215,8 +215,9 @@ class Engine {
             step_sequences_total_.load(std::memory_order_relaxed),
             step_seconds_total_.load(std::memory_order_relaxed)};
   }
-  // Time spent masking logits by grammars (constrained decoding), in
-  // seconds since creation (compute thread).
+  // Time spent computing grammars' token masks (constrained decoding; and
+  // applying them, for rows picked from a host copy), in seconds since
+  // creation (compute thread).
   double grammar_seconds() const { return grammar_seconds_; }
 
  private:

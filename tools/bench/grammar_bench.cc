@@ -3,7 +3,8 @@
 // same batches unconstrained, alternating, on one engine; prints the time per
 // decode step of each, and the part of the constrained steps spent masking
 // logits by the grammar (Engine::grammar_seconds: the trie walk or cached
-// mask, the -inf writes). Constrained sequences end when their document
+// mask; on a backend that samples with masks, the mask's -inf is applied
+// there, inside the step's sampling). Constrained sequences end when their document
 // does, so later steps run fewer of them: compare the grammar's share, not
 // the two step times. The first constrained round builds the grammar's
 // automaton (cold); the later ones find its states (warm), as a schema's
