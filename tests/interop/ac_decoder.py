@@ -7,7 +7,9 @@ quantization steps, delta-channel bits and rANS frequency tables) in object
 rANS lanes, a shared 16-bit word stream and varint escapes), zigzag
 residuals, delta coding against the previous token's codes, and
 value = float32(code) x step; in version 2 with transform 1, each unit's
-values rotated back (the inverse randomized Hadamard transform, "Transform").
+values rotated back (the inverse randomized Hadamard transform, "Transform"),
+and with transform 2 the K units' channels then divided by the header's
+weights.
 
 Written from that document alone, without reading kvcast's C++ codec, so
 that agreement with it (tests/interop/ac_decoder_test.py) is evidence that
@@ -32,7 +34,18 @@ import struct
 import numpy as np
 
 VERSIONS = (1, 2)
-TRANSFORM_NONE, TRANSFORM_HADAMARD = 0, 1
+TRANSFORM_NONE, TRANSFORM_HADAMARD, TRANSFORM_WEIGHTED = 0, 1, 2
+# F[i] = 2^(i/16) as binary32, by bit pattern ("Transform").
+_WEIGHT_FRACTIONS = np.array([
+    0x3f800000, 0x3f85aac3, 0x3f8b95c2, 0x3f91c3d3, 0x3f9837f0, 0x3f9ef532, 0x3fa5fed7, 0x3fad583f,
+    0x3fb504f3, 0x3fbd08a4, 0x3fc5672a, 0x3fce248c, 0x3fd744fd, 0x3fe0ccdf, 0x3feac0c7, 0x3ff5257d,
+], dtype=np.uint32).view(np.float32)
+
+
+def channel_weight(codes: np.ndarray) -> np.ndarray:
+    """The binary32 weight of each code: F[w mod 16] x 2^(w div 16 - 8), exact."""
+    codes = codes.astype(np.int32)
+    return np.ldexp(_WEIGHT_FRACTIONS[codes % 16], codes // 16 - 8).astype(np.float32)
 LANES = 16  # rANS lanes; value i runs on lane i mod 16
 PROB_BITS = 12  # frequencies sum to 2^12 = 4096
 PROB_SCALE = 1 << PROB_BITS
@@ -120,16 +133,20 @@ class _Header:
             r.fail(f"version {version}, this decoder reads versions {VERSIONS}")
         transform = r.u8("transform")  # version 1: reserved, ignored
         self.transform = TRANSFORM_NONE if version == 1 else transform
-        if self.transform not in (TRANSFORM_NONE, TRANSFORM_HADAMARD):
-            r.fail(f"transform {transform}, not 0 (none) or 1 (Hadamard)")
+        if self.transform not in (TRANSFORM_NONE, TRANSFORM_HADAMARD, TRANSFORM_WEIGHTED):
+            r.fail(f"transform {transform}, not 0 (none), 1 (Hadamard) or 2 (weighted K, Hadamard)")
         self.tokens = r.u16("T")
         if self.tokens == 0:
             r.fail("T is 0, not 1 .. 65535")
         shape = (r.u16("L"), r.u16("H"), r.u16("D"))
         if shape != (layers, heads, head_dim):
             r.fail(f"shape (L, H, D) = {shape}, the model's is {(layers, heads, head_dim)}")
-        if self.transform == TRANSFORM_HADAMARD and head_dim & (head_dim - 1):
+        if self.transform != TRANSFORM_NONE and head_dim & (head_dim - 1):
             r.fail(f"a Hadamard transform of heads of {head_dim}, not a power of two")
+        self.k_weights = None  # transform 2: (layers, heads, head_dim) binary32
+        if self.transform == TRANSFORM_WEIGHTED:
+            codes = np.frombuffer(r.take(layers * heads * head_dim, "K channel weights"), dtype=np.uint8)
+            self.k_weights = channel_weight(codes).reshape(layers, heads, head_dim)
         units = 2 * layers * heads
         self.steps = np.zeros(units, dtype=np.float32)
         self.delta_channel = np.zeros((units, head_dim), dtype=bool)
@@ -322,6 +339,11 @@ def decode_group(objects: list[bytes], layers: int, heads: int, head_dim: int) -
         with np.errstate(over="ignore", invalid="ignore"):
             out[t] = codes.astype(np.float32) * token_steps[unit_of_value]
         prev_shifts, prev_codes = shifts, codes
-    if header.transform == TRANSFORM_HADAMARD:
+    if header.transform != TRANSFORM_NONE:
         out = _unrotate(out, head_dim).reshape(header.tokens, n)
+    if header.k_weights is not None:  # K units: x_c / w_c, binary32 division
+        view = out.reshape(header.tokens, layers, 2, heads, head_dim)
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            view[:, :, 0] = view[:, :, 0] / header.k_weights[None]
+        out = view.reshape(header.tokens, n)
     return out

@@ -127,6 +127,8 @@ class Header:
         self.units = 2 * layers * heads
         self.delta_bits, self.raw, self.delta = [], [], []
         pos = 10
+        if data[0] == 2 and data[1] == 2:  # transform 2: the K channel weights
+            pos += layers * heads * head_dim
         for _ in range(self.units):
             pos += 4  # step_u
             self.delta_bits.append(data[pos:pos + head_dim // 8])

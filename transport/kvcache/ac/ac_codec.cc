@@ -68,6 +68,22 @@ const AcPolicy& AcLow() {
   return p;
 }
 
+float AcChannelWeight(uint8_t code) {
+  // 2^(i/16) for i = 0 .. 15, binary32 rounded to nearest (the wire
+  // format's table, by bit pattern).
+  static constexpr uint32_t kFraction[16] = {
+      0x3f800000, 0x3f85aac3, 0x3f8b95c2, 0x3f91c3d3, 0x3f9837f0, 0x3f9ef532, 0x3fa5fed7, 0x3fad583f,
+      0x3fb504f3, 0x3fbd08a4, 0x3fc5672a, 0x3fce248c, 0x3fd744fd, 0x3fe0ccdf, 0x3feac0c7, 0x3ff5257d};
+  float f;
+  std::memcpy(&f, &kFraction[code & 15], sizeof(f));
+  return std::ldexp(f, int(code >> 4) - 8);  // exact: a power of two times a normal float
+}
+
+uint8_t AcChannelWeightCode(float w) {
+  if (!(w > 0) || !std::isfinite(w)) return w > 0 ? 255 : 0;
+  return uint8_t(std::clamp(std::lround(16 * std::log2(double(w))) + 128, 0L, 255L));
+}
+
 const AcPolicy* AcPolicyOf(std::string_view track) {
   for (const AcPolicy* p : {&AcHigh(), &AcLow()}) {
     if (p->track == track) return p;
@@ -106,9 +122,10 @@ absl::Status AcGroupDecoder::ParseHeader(const uint8_t** p, const uint8_t* end) 
                                                    " and ", kTransformedFormatVersion));
   }
   if (version == kFormatVersion) transform = kTransformNone;  // a reserved byte in version 1
-  if (transform != kTransformNone && transform != kTransformHadamard) {
-    return absl::InvalidArgumentError(absl::StrCat("ac object: transform ", transform,
-                                                   "; this decoder knows 0 (none), 1 (Hadamard)"));
+  if (transform > kTransformWeightedHadamard) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ac object: transform ", transform,
+        "; this decoder knows 0 (none), 1 (Hadamard), 2 (weighted K, Hadamard)"));
   }
   if (layers != shape_.num_layers || heads != shape_.num_kv_heads || dim != shape_.head_dim) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -116,10 +133,15 @@ absl::Status AcGroupDecoder::ParseHeader(const uint8_t** p, const uint8_t* end) 
         "; this model has ", shape_.num_layers, " x ", shape_.num_kv_heads, " x ", shape_.head_dim));
   }
   if (tokens == 0) return Corrupt("a group of 0 tokens");
-  if (transform == kTransformHadamard && !HadamardDim(dim)) {
+  if (transform != kTransformNone && !HadamardDim(dim)) {
     return Corrupt(absl::StrCat("a Hadamard transform of heads of ", dim));
   }
   const int d = shape_.head_dim;
+  if (transform == kTransformWeightedHadamard) {
+    weights_.resize(size_t(shape_.num_layers) * shape_.num_kv_heads * d);
+    if (size_t(end - *p) < weights_.size()) return Corrupt("truncated group header");
+    for (float& w : weights_) w = AcChannelWeight(*(*p)++);
+  }
   for (int u = 0; u < shape_.num_units(); ++u) {
     if (!GetLe(p, end, &steps_[u])) return Corrupt("truncated group header");
     for (int b = 0; b < d / 16; ++b) {
@@ -210,7 +232,7 @@ absl::Status AcGroupDecoder::DecodeUnit(int t, int count, int u, Cursor* curs,
     steps[k] = steps_[u] * kInversePowersOfTwo[shift];
     outs[k] = out + k * out_stride;
   }
-  if (transform_ == kTransformHadamard) {
+  if (transform_ != kTransformNone) {
     // The rotated values as floats, rotated back, then stored (narrowed
     // after the inverse, so fp16 output is FloatToHalf of the floats).
     unrotate_.resize(size_t(count) * d);
@@ -220,8 +242,15 @@ absl::Status AcGroupDecoder::DecodeUnit(int t, int count, int u, Cursor* curs,
                                        steps, d, rotated)) {
       return Corrupt(why);
     }
+    const int heads = shape_.num_kv_heads;
+    const float* w = transform_ == kTransformWeightedHadamard && (u / heads) % 2 == 0
+                         ? &weights_[size_t((u / (2 * heads)) * heads + u % heads) * d]
+                         : nullptr;  // a K unit's weights
     for (int k = 0; k < count; ++k) {
       UnrotateHead(rotated[k], d);
+      if (w != nullptr) {
+        for (int c = 0; c < d; ++c) rotated[k][c] /= w[c];
+      }
       if constexpr (std::is_same_v<Out, float>) {
         std::memcpy(outs[k], rotated[k], sizeof(float) * d);
       } else {

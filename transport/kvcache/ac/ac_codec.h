@@ -47,6 +47,16 @@ inline constexpr uint8_t kFormatVersion = 1;
 inline constexpr uint8_t kTransformedFormatVersion = 2;
 inline constexpr uint8_t kTransformNone = 0;
 inline constexpr uint8_t kTransformHadamard = 1;
+// Transform 2: each K unit's channels multiplied by per-channel weights
+// (one byte each in the header: AcChannelWeight) before the rotation, and
+// divided by them after the inverse; V units as transform 1.
+inline constexpr uint8_t kTransformWeightedHadamard = 2;
+
+// A K channel weight's code: w = 2^((code - 128) / 16), computed exactly as
+// AcChannelWeight does (docs/kvcache-wire-format.md, "Transform").
+float AcChannelWeight(uint8_t code);
+// The code of the weight nearest `w` in log scale (clamped to 0 .. 255).
+uint8_t AcChannelWeightCode(float w);
 
 // Token shape: a token's values are, for each layer, its K row then its V
 // row, each num_kv_heads * head_dim floats (heads in order).
@@ -81,6 +91,12 @@ struct AcPolicy {
   // the step of its whole head. Heads whose size is not a power of two
   // (kernels/hadamard.h) are coded as they are.
   bool rotate = false;
+  // With rotate: each K unit's channels weighted before the rotation
+  // (transform 2), in proportion to how much a coding error in the channel
+  // moves the attention scores (the energy of the queries that read it),
+  // so the rotated values' uniform error lands where it matters least.
+  // Per layer, KV head and channel (empty: none); layers past its end at 1.
+  std::vector<float> k_channel_weights;
   float LevelsOf(int layer, bool is_v) const {
     const std::vector<float>& s = is_v ? v_layer_scale : k_layer_scale;
     return (is_v ? v_levels : k_levels) * (layer < int(s.size()) ? s[layer] : 1.f);
@@ -130,9 +146,18 @@ class AcGroupEncoder {
     return t > 0 && shifts_[t * units + u] == shifts_[(t - 1) * units + u];
   }
 
+  // Values of a rotating policy into rotated_, a head at a time (widened
+  // from fp16 when T is uint16_t), weighted (transform 2) and rotated.
+  template <typename T>
+  void Rotate(const T* kv, int tokens);
+
   const AcShape shape_;
   const AcPolicy policy_;
   const internal::EncoderKernels kernels_;
+  // Transform 2: per K unit (layer x head) x channel, the weights' codes
+  // and values (empty: no weights).
+  std::vector<uint8_t> weight_codes_;
+  std::vector<float> weights_;
   std::vector<float> steps_;         // per unit (NaN: non-finite input)
   std::vector<uint8_t> shifts_;      // tokens x units: token step = unit step / 2^shift
   std::vector<uint16_t> masks_;      // per unit x block of 16 channels: delta channels
@@ -230,6 +255,7 @@ class AcGroupDecoder {
   std::vector<int32_t> prev_;  // the previous token's codes
   std::vector<uint8_t> prev_shift_;  // and step shifts
   uint8_t transform_ = kTransformNone;  // the group's, from its header
+  std::vector<float> weights_;   // transform 2: per K unit x channel, from the header
   std::vector<float> unrotate_;  // a transformed unit's values before the inverse
 };
 

@@ -595,6 +595,56 @@ TEST_P(AcCodecKernels, RotatedGroupsSpreadOutliersAndDecodeBack) {
   for (size_t i = 0; i < r.size(); ++i) ASSERT_EQ(half[i], FloatToHalf(r[i])) << i;
 }
 
+// Weighted K channels (transform 2): a K channel weighted 4 comes back with
+// 1/16 the error of one weighted 1/4 (the rotated values' error is uniform,
+// divided by the weight after the inverse); V units code as transform 1's,
+// bit for bit; the weights travel in the header (a truncated one is
+// refused), one byte each, exactly as AcChannelWeight gives them.
+TEST_P(AcCodecKernels, WeightedKChannelsTakeTheirShareOfTheError) {
+  EXPECT_EQ(AcChannelWeight(128), 1.f);
+  EXPECT_EQ(AcChannelWeight(144), 2.f);
+  EXPECT_EQ(AcChannelWeight(96), 0.25f);
+  EXPECT_EQ(AcChannelWeight(0), std::ldexp(1.f, -8));
+  for (int c = 0; c < 256; ++c) {
+    EXPECT_EQ(AcChannelWeightCode(AcChannelWeight(uint8_t(c))), c);
+    if (c > 0) EXPECT_GT(AcChannelWeight(uint8_t(c)), AcChannelWeight(uint8_t(c - 1)));
+  }
+  EXPECT_NEAR(AcChannelWeight(AcChannelWeightCode(3.f)), 3.f, 3.f * 0.022f);
+  const AcShape s{2, 2, 32};
+  const auto kv = MakeKv(s, 40, 11);
+  AcPolicy weighted = RotatedPolicy();
+  for (int k = 0; k < s.num_layers * s.num_kv_heads; ++k) {
+    for (int c = 0; c < s.head_dim; ++c) weighted.k_channel_weights.push_back(c < 16 ? 4.f : 0.25f);
+  }
+  std::vector<std::vector<uint8_t>> w_objects, r_objects;
+  AcGroupEncoder(s, weighted).Encode(kv.data(), 40, &w_objects);
+  AcGroupEncoder(s, RotatedPolicy()).Encode(kv.data(), 40, &r_objects);
+  EXPECT_EQ(w_objects[0][0], kTransformedFormatVersion);
+  EXPECT_EQ(w_objects[0][1], kTransformWeightedHadamard);
+  EXPECT_EQ(w_objects[0][10], AcChannelWeightCode(4.f));  // unit 0's channel 0
+  const auto w = DecodeAll(s, w_objects), r = DecodeAll(s, r_objects);
+  const int n = s.token_floats(), d = s.head_dim;
+  for (int u = 0; u < s.num_units(); ++u) {
+    const bool is_k = (u / s.num_kv_heads) % 2 == 0;
+    double err_hi = 0, err_lo = 0;
+    for (int t = 0; t < 40; ++t) {
+      for (int c = 0; c < d; ++c) {
+        const size_t i = size_t(t) * n + u * d + c;
+        if (!is_k) ASSERT_EQ(w[i], r[i]) << "V unit " << u;
+        (c < 16 ? err_hi : err_lo) += (w[i] - kv[i]) * (w[i] - kv[i]);
+      }
+    }
+    if (is_k) EXPECT_LT(err_hi, err_lo / 16) << "K unit " << u;
+  }
+  std::vector<uint16_t> half(w.size());
+  const std::vector<absl::Span<const uint8_t>> spans(w_objects.begin(), w_objects.end());
+  ASSERT_TRUE(AcGroupDecoder(s).DecodeGroupHalf(spans, half.data()).ok());
+  for (size_t i = 0; i < w.size(); ++i) ASSERT_EQ(half[i], FloatToHalf(w[i])) << i;
+  const std::vector<uint8_t> cut(w_objects[0].begin(), w_objects[0].begin() + 10 + 100);
+  std::vector<float> out(n);
+  EXPECT_EQ(AcGroupDecoder(s).Decode(0, cut, out.data()).code(), absl::StatusCode::kDataLoss);
+}
+
 // Heads that cannot rotate are coded as they are; a header's transform is
 // read only in version 2, where an unknown one is refused.
 TEST(AcCodec, TransformsInTheHeader) {
@@ -613,7 +663,7 @@ TEST(AcCodec, TransformsInTheHeader) {
   auto v2 = a;
   v2[0][0] = kTransformedFormatVersion;  // transform 0: as version 1
   EXPECT_EQ(DecodeAll(odd, v2), want);
-  v2[0][1] = 2;
+  v2[0][1] = 3;
   std::vector<float> out(want.size());
   const std::vector<absl::Span<const uint8_t>> spans(v2.begin(), v2.end());
   const absl::Status s = AcGroupDecoder(odd).DecodeGroup(spans, out.data());

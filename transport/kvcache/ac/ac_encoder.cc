@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "transport/kvcache/ac/ac_codec.h"
 
@@ -83,6 +84,16 @@ AcGroupEncoder::AcGroupEncoder(const AcShape& shape, const AcPolicy& policy)
   for (int m = 0; m < 2; ++m) {
     freqs_[m].resize(size_t(units) * kMaxSymbols);
     nsym_[m].resize(units);
+  }
+  if (policy_.rotate && !policy_.k_channel_weights.empty()) {  // transform 2
+    const size_t k_units = size_t(shape.num_layers) * shape.num_kv_heads;
+    weight_codes_.resize(k_units * d);
+    weights_.resize(k_units * d);
+    for (size_t i = 0; i < weights_.size(); ++i) {
+      const float w = i < policy_.k_channel_weights.size() ? policy_.k_channel_weights[i] : 1.f;
+      weight_codes_[i] = AcChannelWeightCode(w);
+      weights_[i] = AcChannelWeight(weight_codes_[i]);
+    }
   }
   raw_cost_.resize(d);
   delta_cost_.resize(d);
@@ -188,7 +199,7 @@ void AcGroupEncoder::ChooseTables(int u) {
 
 void AcGroupEncoder::AppendHeader(int tokens, std::vector<uint8_t>* out) const {
   const int d = shape_.head_dim, units = shape_.num_units();
-  size_t most = 12;
+  size_t most = 12 + weight_codes_.size();
   for (int u = 0; u < units; ++u) {  // varints of table sizes and frequencies: <= 4096, 2 bytes
     most += 4 + d / 8 + 2 * (2 + nsym_[0][u] + nsym_[1][u]);
   }
@@ -196,11 +207,14 @@ void AcGroupEncoder::AppendHeader(int tokens, std::vector<uint8_t>* out) const {
   out->resize(start + most);
   uint8_t* p = out->data() + start;
   *p++ = policy_.rotate ? kTransformedFormatVersion : kFormatVersion;
-  *p++ = policy_.rotate ? kTransformHadamard : kTransformNone;
+  *p++ = !policy_.rotate           ? kTransformNone
+         : weight_codes_.empty() ? kTransformHadamard
+                                 : kTransformWeightedHadamard;
   p = PutLe<uint16_t>(tokens, p);
   p = PutLe<uint16_t>(shape_.num_layers, p);
   p = PutLe<uint16_t>(shape_.num_kv_heads, p);
   p = PutLe<uint16_t>(shape_.head_dim, p);
+  if (!weight_codes_.empty()) p = std::copy(weight_codes_.begin(), weight_codes_.end(), p);
   for (int u = 0; u < units; ++u) {
     p = PutLe<float>(steps_[u], p);
     for (int b = 0; b < d / 16; ++b) p = PutLe<uint16_t>(masks_[size_t(u) * d / 16 + b], p);
@@ -212,15 +226,30 @@ void AcGroupEncoder::AppendHeader(int tokens, std::vector<uint8_t>* out) const {
   out->resize(p - out->data());
 }
 
+template <typename T>
+void AcGroupEncoder::Rotate(const T* kv, int tokens) {
+  const size_t d = shape_.head_dim, n = size_t(tokens) * shape_.token_floats();
+  const size_t units = shape_.num_units(), heads = shape_.num_kv_heads;
+  rotated_.resize(n);
+  for (size_t i = 0, u = 0; i < n; i += d, u = u + 1 == units ? 0 : u + 1) {  // a head at a time, in cache
+    float* x = &rotated_[i];
+    if constexpr (std::is_same_v<T, float>) {
+      std::memcpy(x, kv + i, d * sizeof(float));
+    } else {
+      kernels_.widen_half(kv + i, d, x);
+    }
+    if (!weights_.empty() && (u / heads) % 2 == 0) {  // a K unit: weighted (transform 2)
+      const float* w = &weights_[((u / (2 * heads)) * heads + u % heads) * d];
+      for (size_t c = 0; c < d; ++c) x[c] *= w[c];
+    }
+    RotateHead(x, int(d));
+  }
+}
+
 void AcGroupEncoder::Encode(const float* kv, int tokens,
                             std::vector<std::vector<uint8_t>>* objects, bool starts_sequence) {
   if (policy_.rotate) {
-    const size_t n = size_t(tokens) * shape_.token_floats(), d = shape_.head_dim;
-    rotated_.resize(n);
-    for (size_t i = 0; i < n; i += d) {  // a head at a time, in cache
-      std::memcpy(&rotated_[i], kv + i, d * sizeof(float));
-      RotateHead(&rotated_[i], int(d));
-    }
+    Rotate(kv, tokens);
     kv = rotated_.data();
   }
   EncodeValues(kv, tokens, objects, starts_sequence);
@@ -228,13 +257,8 @@ void AcGroupEncoder::Encode(const float* kv, int tokens,
 
 void AcGroupEncoder::EncodeHalf(const uint16_t* kv, int tokens,
                                 std::vector<std::vector<uint8_t>>* objects, bool starts_sequence) {
-  if (policy_.rotate) {  // rotated as floats, a head at a time (in cache)
-    const size_t n = size_t(tokens) * shape_.token_floats(), d = shape_.head_dim;
-    rotated_.resize(n);
-    for (size_t i = 0; i < n; i += d) {
-      kernels_.widen_half(kv + i, d, &rotated_[i]);
-      RotateHead(&rotated_[i], int(d));
-    }
+  if (policy_.rotate) {  // rotated as floats
+    Rotate(kv, tokens);
     EncodeValues(rotated_.data(), tokens, objects, starts_sequence);
     return;
   }

@@ -45,6 +45,9 @@ int Main() {
   const AcPolicy fine{"ac@255/191", 255, 191};
   AcPolicy rotated{"ac@15/8+rot", 15, 8};  // version 2, transform 1
   rotated.rotate = true;
+  AcPolicy weighted = rotated;  // transform 2: every code's weight, and 1s past the list
+  weighted.track = "ac@15/8+rot+kw";
+  for (int i = 0; i < 4 * 2 * 32 - 7; ++i) weighted.k_channel_weights.push_back(AcChannelWeight(uint8_t(i * 37)));
   struct Case {
     std::string name;
     AcShape shape;
@@ -63,6 +66,7 @@ int Main() {
       {"later group, ac@255/191", {3, 3, 64}, 128, 2, &fine},
       {"rotated sink group, ac@15/8+rot", {4, 2, 32}, 128, 1, &rotated},
       {"rotated non-finite and zero units", {2, 2, 16}, 9, 5, &rotated},
+      {"weighted K channels, ac@15/8+rot+kw", {4, 2, 32}, 128, 1, &weighted},
   };
   std::string json = "[\n";
   for (size_t k = 0; k < cases.size(); ++k) {
