@@ -8,6 +8,7 @@
 #include "common/status_macros.h"
 #include "engine/kv/token_codec.h"
 #include "engine/transformer.h"
+#include "tools/kvquality/query_energy.h"
 #include "tools/kvquality/track_codecs.h"
 
 namespace kvcast::kvquality {
@@ -49,11 +50,15 @@ absl::Status CheckOptions(const EvalOptions& o,
 class Evaluation {
  public:
   Evaluation(Backend* backend, const EvalOptions& options)
-      : inner_(backend), round_trip_(backend), o_(options) {}
+      : inner_(backend), energy_(backend), round_trip_(&energy_), o_(options) {}
 
   absl::Status Load(const Checkpoint& checkpoint, int window_tokens);
   // Scores every track of every mode on one window.
   absl::Status Window(absl::Span<const int32_t> window);
+  // Adds the window's queries (exact KV, every position) to the query
+  // energy.
+  absl::Status MeasureEnergy(absl::Span<const int32_t> window);
+  std::vector<double> Energy() const { return energy_.MeanEnergy(); }
   std::vector<TrackResult> Results(int windows) const;
 
  private:
@@ -65,7 +70,8 @@ class Evaluation {
              absl::Span<const int32_t> targets);
 
   Backend* const inner_;
-  RoundTripBackend round_trip_;  // the model's backend
+  QueryEnergyBackend energy_;
+  RoundTripBackend round_trip_;  // the model's backend, over energy_
   const EvalOptions o_;
   std::unique_ptr<Transformer> model_;
   std::unique_ptr<KvPagePool> pool_;
@@ -153,6 +159,13 @@ absl::Status Evaluation::Window(absl::Span<const int32_t> window) {
   return absl::OkStatus();
 }
 
+absl::Status Evaluation::MeasureEnergy(absl::Span<const int32_t> window) {
+  energy_.Measure(pool_.get());
+  const absl::Status s = Run(window, 0, int(window.size()), exact_table_, nullptr);
+  energy_.Measure(nullptr);
+  return s;
+}
+
 std::vector<TrackResult> Evaluation::Results(int windows) const {
   std::vector<TrackResult> out;
   const bool measured = std::count(o_.modes.begin(), o_.modes.end(), Mode::kProduct) > 0;
@@ -186,6 +199,16 @@ absl::StatusOr<std::vector<TrackResult>> EvaluateTracks(
     if (options.progress) options.progress(int(w + 1), int(windows.size()));
   }
   return e.Results(int(windows.size()));
+}
+
+absl::StatusOr<std::vector<double>> MeasureQueryEnergy(
+    const Checkpoint& checkpoint, Backend* backend,
+    const std::vector<absl::Span<const int32_t>>& windows, const EvalOptions& options) {
+  RETURN_IF_ERROR(CheckOptions(options, windows));
+  Evaluation e(backend, options);
+  RETURN_IF_ERROR(e.Load(checkpoint, options.prefix_tokens + options.continuation_tokens));
+  for (absl::Span<const int32_t> w : windows) RETURN_IF_ERROR(e.MeasureEnergy(w));
+  return e.Energy();
 }
 
 }  // namespace kvcast::kvquality

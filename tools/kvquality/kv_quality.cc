@@ -18,9 +18,12 @@
 // --calibrate_ac fits a model's per-layer ac levels (ac_tuning.h) on
 // calibration text: in product mode, one probe per layer and kind (only
 // that layer's K, or V, at --calibrate_levels, everything else exact); each
-// probe's mean KL is the layer's sensitivity. Writes the tuning file that
-// --ac_tuning reads (tracks ending in "+tuned" use it) and prints the
-// sensitivities.
+// probe's mean KL is the layer's sensitivity. It fits the K channel
+// weights too, from the energy of the queries over the text
+// (query_energy.h). Writes the tuning file that --ac_tuning reads (tracks
+// ending in "+tuned" use its levels, "+kw" its weights) and prints the
+// sensitivities. --calibrate_kw OUT fits only the weights, adding them to
+// --ac_tuning's levels.
 #include <chrono>
 #include <cstdio>
 #include <string>
@@ -61,6 +64,8 @@ ABSL_FLAG(std::string, ac_tuning, "", "per-layer ac levels for the tracks ending
 ABSL_FLAG(std::string, calibrate_ac, "",
           "fit per-layer ac levels on --text and write them here (see the file's comment)");
 ABSL_FLAG(std::string, calibrate_levels, "15/8", "K/V levels of the calibration's probes");
+ABSL_FLAG(std::string, calibrate_kw, "",
+          "write here the --ac_tuning file with K channel weights fitted on --text (and nothing else)");
 ABSL_FLAG(std::string, windows_out, "",
           "write the windows' token ids here as JSON (for hf_crosscheck.py)");
 
@@ -100,12 +105,40 @@ nlohmann::json ToJson(const std::vector<TrackResult>& results) {
 
 // The calibration's results: each probe's mean KL by layer and kind, the
 // fitted tuning written to `path`.
+// The K channel weights of `tuning` from the query energy on `windows`.
+absl::Status FitChannelWeights(const Checkpoint& checkpoint, Backend* backend,
+                               const std::vector<absl::Span<const int32_t>>& windows,
+                               const EvalOptions& o, kvcache::ac::AcLayerTuning* tuning) {
+  ASSIGN_OR_RETURN(const std::vector<double> energy,
+                   MeasureQueryEnergy(checkpoint, backend, windows, o));
+  const ModelConfig& c = checkpoint.config();
+  tuning->kv_heads = c.num_key_value_heads;
+  tuning->head_dim = c.head_dim;
+  ASSIGN_OR_RETURN(tuning->k_channel,
+                   kvcache::ac::FitKChannelWeights(energy, c.num_hidden_layers, tuning->kv_heads,
+                                                   tuning->head_dim));
+  return absl::OkStatus();
+}
+
+absl::Status WriteFile(const std::string& path, const std::string& text) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) return absl::NotFoundError("cannot write " + path);
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  if (std::fclose(f) != 0 || !ok) return absl::DataLossError("cannot write " + path);
+  std::printf("\nwrote %s\n", path.c_str());
+  return absl::OkStatus();
+}
+
 absl::Status WriteTuning(const std::string& path, const std::vector<TrackResult>& probes,
-                         const std::string& about) {
+                         const std::string& about, const std::vector<float>& k_channel,
+                         int kv_heads, int head_dim) {
   std::vector<double> sensitivity[2];
   for (size_t i = 0; i < probes.size(); ++i) sensitivity[i % 2].push_back(probes[i].quality.mean_kl);
-  ASSIGN_OR_RETURN(const kvcache::ac::AcLayerTuning tuning,
+  ASSIGN_OR_RETURN(kvcache::ac::AcLayerTuning tuning,
                    kvcache::ac::FitAcTuning(sensitivity[0], sensitivity[1]));
+  tuning.k_channel = k_channel;
+  tuning.kv_heads = kv_heads;
+  tuning.head_dim = head_dim;
   std::string comment =
       about + "\nlayer: sensitivity of K, V (mean KL with that layer alone at the probe levels)";
   std::printf("\n| layer | K sensitivity | V sensitivity | K scale | V scale |\n"
@@ -116,13 +149,9 @@ absl::Status WriteTuning(const std::string& path, const std::vector<TrackResult>
     absl::StrAppend(&comment, "\n", l, ": ",
                     absl::StrFormat("%.3e %.3e", sensitivity[0][l], sensitivity[1][l]));
   }
-  std::FILE* f = std::fopen(path.c_str(), "w");
-  if (f == nullptr) return absl::NotFoundError("cannot write " + path);
-  const std::string text = kvcache::ac::FormatAcTuning(tuning, comment);
-  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  if (std::fclose(f) != 0 || !ok) return absl::DataLossError("cannot write " + path);
-  std::printf("\nwrote %s\n", path.c_str());
-  return absl::OkStatus();
+  absl::StrAppend(&comment, "\nk LAYER HEAD: K channel weights, sqrt(query energy) over each head's "
+                            "geometric mean");
+  return WriteFile(path, kvcache::ac::FormatAcTuning(tuning, comment));
 }
 
 absl::Status Main(nlohmann::json header) {
@@ -161,6 +190,23 @@ absl::Status Main(nlohmann::json header) {
                            checkpoint->config().num_hidden_layers);
   }
   ASSIGN_OR_RETURN(auto backend, NewBackend(absl::GetFlag(FLAGS_backend)));
+  kvcache::ac::AcLayerTuning weights;  // K channel weights, when calibrating
+  if (!calibrate.empty() || !absl::GetFlag(FLAGS_calibrate_kw).empty()) {
+    RETURN_IF_ERROR(FitChannelWeights(*checkpoint, backend.get(), windows, o, &weights));
+  }
+  if (const std::string path = absl::GetFlag(FLAGS_calibrate_kw); !path.empty()) {
+    if (!o.ac_tuning) return absl::InvalidArgumentError("--calibrate_kw adds to an --ac_tuning");
+    kvcache::ac::AcLayerTuning tuning = *o.ac_tuning;
+    tuning.k_channel = weights.k_channel;
+    tuning.kv_heads = weights.kv_heads;
+    tuning.head_dim = weights.head_dim;
+    return WriteFile(path, kvcache::ac::FormatAcTuning(
+                               tuning, absl::StrCat("kvcast ac tuning of ", model_path, ", ",
+                                                    bench::TodayUtc(), ": the layers of ",
+                                                    absl::GetFlag(FLAGS_ac_tuning), "; K channel weights from ",
+                                                    absl::StrJoin(absl::GetFlag(FLAGS_text), ", "), ", ",
+                                                    windows.size(), " windows")));
+  }
   const auto start = std::chrono::steady_clock::now();
   o.progress = [&](int done, int total) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -182,7 +228,8 @@ absl::Status Main(nlohmann::json header) {
         absl::StrCat("kvcast ac tuning of ", model_path, ", ", bench::TodayUtc(), "\ncalibration text ",
                      absl::StrJoin(absl::GetFlag(FLAGS_text), ", "), ", ", windows.size(),
                      " windows of ", o.prefix_tokens, " + ", o.continuation_tokens,
-                     " tokens, product mode; probes at ac@", absl::GetFlag(FLAGS_calibrate_levels))));
+                     " tokens, product mode; probes at ac@", absl::GetFlag(FLAGS_calibrate_levels)),
+        weights.k_channel, weights.kv_heads, weights.head_dim));
   }
   if (const std::string path = absl::GetFlag(FLAGS_json); !path.empty()) {
     header.update({{"model", model_path}, {"backend", absl::GetFlag(FLAGS_backend)},

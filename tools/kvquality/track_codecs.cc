@@ -59,12 +59,13 @@ absl::StatusOr<HarnessTrack> ParseTrack(std::string_view name,
   const std::string full(name);
   HarnessTrack t;
   // Suffixes, in any order.
-  bool tuned = false;
+  bool tuned = false, weighted = false;
   int sink = 0;
   for (bool more = true; more;) {
     more = false;
     if (TakeSuffix(&name, "+rot")) more = t.rotate = true;
     if (TakeSuffix(&name, "+tuned")) more = tuned = true;
+    if (TakeSuffix(&name, "+kw")) more = weighted = true;
     const size_t at = name.rfind("+sink");
     if (at != std::string_view::npos && at > 0) {
       if (!absl::SimpleAtoi(absl::string_view(name.data() + at + 5, name.size() - at - 5), &sink) ||
@@ -93,9 +94,9 @@ absl::StatusOr<HarnessTrack> ParseTrack(std::string_view name,
     if (!c.ok()) return absl::InvalidArgumentError(c.status().message());
     t.compression = *c;
     if (t.compression.ac == nullptr) {
-      if (tuned || probe || sink > 0) {
+      if (tuned || weighted || probe || sink > 0) {
         return absl::InvalidArgumentError(
-            absl::StrCat("\"", full, "\": only ac tracks take +tuned, +sinkN or a probe"));
+            absl::StrCat("\"", full, "\": only ac tracks take +tuned, +kw, +sinkN or a probe"));
       }
       return t;
     }
@@ -107,6 +108,13 @@ absl::StatusOr<HarnessTrack> ParseTrack(std::string_view name,
           absl::StrCat("\"", full, "\": +tuned needs a tuning (kv_quality --ac_tuning)"));
     }
     policy = kvcache::ac::Tuned(policy, *tuning);
+  }
+  if (weighted) {
+    if (tuning == nullptr || tuning->k_channel.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "\"", full, "\": +kw needs a tuning with K channel weights (kv_quality --ac_tuning)"));
+    }
+    policy = kvcache::ac::WithChannelWeights(policy, *tuning);
   }
   if (probe) policy = Probe(policy, probe->first, probe->second);
   if (sink > 0) policy.sink_shift = sink;

@@ -47,6 +47,7 @@ struct HarnessTrack {
 // for V units (any levels > 0: the operating points' space; one decoder
 // reads them all). An ac track may end in
 //  - "+tuned": the model's per-layer levels from `tuning` (ac_tuning.h);
+//  - "+kw": the tuning's K channel weights (transform 2; with "+rot");
 //  - "+sinkN": the sequence's first token at steps 2^N finer
 //    (ac::AcPolicy::sink_shift);
 //  - "#LnK" or "#LnV" (a probe): only layer n's K (or V) units at the

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <fstream>
 #include <sstream>
+#include <utility>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -14,7 +15,9 @@
 namespace kvcast::kvcache::ac {
 namespace {
 
-absl::StatusOr<std::vector<float>> Scales(absl::Span<const double> s, const char* kind) {
+// sqrt(s) over its geometric mean, clamped to [1 / bound, bound].
+absl::StatusOr<std::vector<float>> Scales(absl::Span<const double> s, const char* kind,
+                                          double bound) {
   double least = 0;
   for (double x : s) {
     if (!(x >= 0) || !std::isfinite(x)) {
@@ -30,9 +33,32 @@ absl::StatusOr<std::vector<float>> Scales(absl::Span<const double> s, const char
   std::vector<float> out;
   for (double x : s) {
     const double scale = std::exp(0.5 * std::log(std::max(x, least)) - log_mean);
-    out.push_back(float(std::clamp(scale, 0.125, 8.0)));
+    out.push_back(float(std::clamp(scale, 1 / bound, bound)));
   }
   return out;
+}
+
+// One "k LAYER HEAD W_0 .. W_{D-1}" line: the weights appended to
+// t->k_channel (the first line sets head_dim), its head to *heads.
+absl::Status ParseChannelLine(const std::vector<absl::string_view>& f, int line_no,
+                              AcLayerTuning* t, std::vector<std::pair<int, int>>* heads) {
+  const int dim = t->head_dim > 0 ? t->head_dim : int(f.size()) - 3;
+  int layer = -1, head = -1;
+  bool ok = dim > 0 && int(f.size()) == dim + 3 && absl::SimpleAtoi(f[1], &layer) &&
+            absl::SimpleAtoi(f[2], &head);
+  std::vector<float> w(size_t(std::max(dim, 0)));
+  for (size_t c = 0; ok && c < w.size(); ++c) {
+    ok = absl::SimpleAtof(f[c + 3], &w[c]) && w[c] > 0 && std::isfinite(w[c]);
+  }
+  if (!ok) {
+    return absl::InvalidArgumentError(absl::StrCat("ac tuning line ", line_no,
+                                                   ": expected \"k LAYER HEAD\" and ", dim,
+                                                   " positive weights"));
+  }
+  t->head_dim = dim;
+  t->k_channel.insert(t->k_channel.end(), w.begin(), w.end());
+  heads->emplace_back(layer, head);
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -45,13 +71,29 @@ absl::StatusOr<AcLayerTuning> FitAcTuning(absl::Span<const double> k_sensitivity
                                                    " V layers: one of each per layer"));
   }
   AcLayerTuning t;
-  auto k = Scales(k_sensitivity, "K");
+  auto k = Scales(k_sensitivity, "K", 8);
   if (!k.ok()) return k.status();
-  auto v = Scales(v_sensitivity, "V");
+  auto v = Scales(v_sensitivity, "V", 8);
   if (!v.ok()) return v.status();
   t.k = *std::move(k);
   t.v = *std::move(v);
   return t;
+}
+
+absl::StatusOr<std::vector<float>> FitKChannelWeights(absl::Span<const double> energy, int layers,
+                                                      int heads, int dim) {
+  if (layers <= 0 || heads <= 0 || dim <= 0 || energy.size() != size_t(layers) * heads * dim) {
+    return absl::InvalidArgumentError(absl::StrCat("query energies of ", energy.size(), " channels; ",
+                                                   layers, " layers x ", heads, " KV heads x ", dim,
+                                                   " expected"));
+  }
+  std::vector<float> out;
+  for (size_t unit = 0; unit < size_t(layers) * heads; ++unit) {
+    auto weights = Scales(energy.subspan(unit * dim, dim), "query energy", 16);
+    if (!weights.ok()) return weights.status();
+    out.insert(out.end(), weights->begin(), weights->end());
+  }
+  return out;
 }
 
 std::string FormatAcTuning(const AcLayerTuning& tuning, std::string_view comment) {
@@ -63,17 +105,34 @@ std::string FormatAcTuning(const AcLayerTuning& tuning, std::string_view comment
   for (size_t l = 0; l < tuning.k.size(); ++l) {
     absl::StrAppend(&out, absl::StrFormat("%zu %.4f %.4f\n", l, tuning.k[l], tuning.v[l]));
   }
+  const size_t dim = size_t(tuning.head_dim), heads = size_t(tuning.kv_heads);
+  for (size_t unit = 0; dim > 0 && heads > 0 && unit * dim < tuning.k_channel.size(); ++unit) {
+    absl::StrAppend(&out, "k ", unit / heads, " ", unit % heads);
+    for (size_t c = 0; c < dim; ++c) {
+      absl::StrAppend(&out, absl::StrFormat(" %.4g", tuning.k_channel[unit * dim + c]));
+    }
+    absl::StrAppend(&out, "\n");
+  }
   return out;
 }
 
 absl::StatusOr<AcLayerTuning> ParseAcTuning(std::string_view text) {
   AcLayerTuning t;
+  std::vector<std::pair<int, int>> heads;  // (layer, head) of each K channel weights line
   int line_no = 0;
   for (absl::string_view line : absl::StrSplit(absl::string_view(text.data(), text.size()), '\n')) {
     ++line_no;
     line = absl::StripAsciiWhitespace(line);
     if (line.empty() || line[0] == '#') continue;
     const std::vector<absl::string_view> f = absl::StrSplit(line, ' ', absl::SkipWhitespace());
+    if (f[0] == "k") {  // K channel weights: "k LAYER HEAD W_0 .. W_{D-1}"
+      if (absl::Status s = ParseChannelLine(f, line_no, &t, &heads); !s.ok()) return s;
+      continue;
+    }
+    if (!t.k_channel.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ac tuning line ", line_no, ": a layer line after the K channel weights"));
+    }
     int layer = -1;
     float k = 0, v = 0;
     if (f.size() != 3 || !absl::SimpleAtoi(f[0], &layer) || !absl::SimpleAtof(f[1], &k) ||
@@ -87,6 +146,17 @@ absl::StatusOr<AcLayerTuning> ParseAcTuning(std::string_view text) {
     t.v.push_back(v);
   }
   if (t.k.empty()) return absl::InvalidArgumentError("ac tuning: no layers");
+  // Weights lines: every layer's heads 0 .. H-1, layer by layer.
+  t.kv_heads = int(heads.size() / std::max<size_t>(t.k.size(), 1));
+  for (size_t i = 0; i < heads.size(); ++i) {
+    if (t.kv_heads == 0 || heads.size() != t.k.size() * size_t(t.kv_heads) ||
+        heads[i] != std::make_pair(int(i) / t.kv_heads, int(i) % t.kv_heads)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ac tuning: K channel weights lines for ", heads.size(), " heads, (layer, head) = (",
+          heads[i].first, ", ", heads[i].second, ") the ", i + 1, "th; every layer's heads in order (",
+          t.k.size(), " layers)"));
+    }
+  }
   return t;
 }
 
@@ -103,6 +173,12 @@ absl::StatusOr<AcLayerTuning> ReadAcTuning(const std::string& path) {
 AcPolicy Tuned(const AcPolicy& policy, const AcLayerTuning& tuning) {
   AcPolicy p = policy;
   p.k_layer_scale = tuning.k;
+  return p;
+}
+
+AcPolicy WithChannelWeights(const AcPolicy& policy, const AcLayerTuning& tuning) {
+  AcPolicy p = policy;
+  p.k_channel_weights = tuning.k_channel;
   return p;
 }
 

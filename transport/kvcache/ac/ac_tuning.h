@@ -6,7 +6,9 @@
 // and relays need no tuning.
 //
 // File format (text): '#' comment lines, then one line per layer from 0,
-// "LAYER K_SCALE V_SCALE" (scales positive and finite).
+// "LAYER K_SCALE V_SCALE" (scales positive and finite); then, optionally,
+// the K channel weights: one line per layer and KV head, in order, "k LAYER
+// HEAD W_0 .. W_{D-1}" (weights positive and finite).
 //
 // Pure functions; thread-safe.
 #ifndef KVCAST_TRANSPORT_KVCACHE_AC_AC_TUNING_H_
@@ -24,7 +26,23 @@ namespace kvcast::kvcache::ac {
 
 struct AcLayerTuning {
   std::vector<float> k, v;  // per layer: levels scale of its K units, V units
+  // AcPolicy::k_channel_weights: per layer, KV head (kv_heads of them) and
+  // channel (head_dim); empty when the tuning has none.
+  int kv_heads = 0, head_dim = 0;
+  std::vector<float> k_channel;
 };
+
+// K channel weights from query energies (per layer, KV head and channel,
+// layers x heads x dim values: the mean squared query value that reads the
+// channel, over the KV head's query heads): an error e in K channel c moves
+// a score by q_c e, so weights in proportion to sqrt(energy) make the
+// rotated values' uniform error least where it matters most. Each K unit's
+// weights are normalized to a geometric mean of 1 (its bits stay about the
+// same) and clamped to [1/16, 16]; an energy of 0 counts as the unit's
+// least positive one. InvalidArgument for a size other than layers x heads
+// x dim or an energy that is negative or not finite.
+absl::StatusOr<std::vector<float>> FitKChannelWeights(absl::Span<const double> energy, int layers,
+                                                      int heads, int dim);
 
 // The scales of per-layer sensitivities (each: the mean KL divergence with
 // only that layer's K, or V, coded at probe levels; everything else
@@ -49,6 +67,8 @@ absl::StatusOr<AcLayerTuning> ReadAcTuning(const std::string& path);
 // file's record of V's sensitivity, not applied: with them, product-mode
 // perplexity measured worse at both shipped points (docs/kv-quality.md).
 AcPolicy Tuned(const AcPolicy& policy, const AcLayerTuning& tuning);
+// `policy` with the tuning's K channel weights (none if it has none).
+AcPolicy WithChannelWeights(const AcPolicy& policy, const AcLayerTuning& tuning);
 
 }  // namespace kvcast::kvcache::ac
 

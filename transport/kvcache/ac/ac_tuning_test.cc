@@ -60,6 +60,44 @@ TEST(AcTuning, MalformedFilesAreRefusedNamingTheLine) {
 // A tuned layer's K units get its scale's levels: more bytes where the
 // scale is above 1, fewer below (units code apart); the decoder reads
 // every tuning.
+// K channel weights: sqrt(energy) over each unit's geometric mean, clamped
+// to [1/16, 16], zero as the unit's least; in the file after the layers,
+// a line per (layer, head) in order.
+TEST(AcTuning, ChannelWeightsFollowTheSquareRootOfQueryEnergy) {
+  // 2 layers x 1 head x 4 channels (a unit of 4^0..4^3, a unit with a 0 and
+  // an outlier far beyond the clamp).
+  auto w = FitKChannelWeights({1, 4, 16, 64, 0, 1, 1, 1e12}, 2, 1, 4);
+  ASSERT_TRUE(w.ok()) << w.status();
+  const float g = std::sqrt(8.0f);  // the first unit's geometric mean of sqrt(energy)
+  EXPECT_NEAR((*w)[0], 1 / g, 1e-5);
+  EXPECT_NEAR((*w)[3], 8 / g, 1e-5);
+  EXPECT_EQ((*w)[4], (*w)[5]);  // 0 counts as the least positive energy
+  EXPECT_EQ((*w)[7], 16.f);      // clamped
+  EXPECT_EQ(FitKChannelWeights({1, 2, 3}, 2, 1, 4).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(FitKChannelWeights({1, -2, 3, 4}, 1, 1, 4).status().code(), absl::StatusCode::kInvalidArgument);
+
+  AcLayerTuning t;
+  t.k = {1.5f, 0.75f};
+  t.v = {1.f, 1.f};
+  t.kv_heads = 2;
+  t.head_dim = 2;
+  t.k_channel = {0.5f, 2.f, 1.f, 1.f, 0.25f, 4.f, 3.f, 0.333f};
+  const std::string text = FormatAcTuning(t, "test");
+  auto back = ParseAcTuning(text);
+  ASSERT_TRUE(back.ok()) << back.status() << "\n" << text;
+  EXPECT_EQ(back->kv_heads, 2);
+  EXPECT_EQ(back->head_dim, 2);
+  EXPECT_EQ(back->k_channel, t.k_channel);
+  EXPECT_EQ(WithChannelWeights(AcHigh(), *back).k_channel_weights, t.k_channel);
+  EXPECT_TRUE(ParseAcTuning("0 1 1\n").value().k_channel.empty());
+  for (const char* bad : {"0 1 1\n1 1 1\nk 0 0 1 1\nk 1 0 1 1\nk 0 1 1 1\nk 1 1 1 1\n",  // out of order
+                          "0 1 1\nk 0 0 1 1\nk 0 1 1\n",                                      // another width
+                          "0 1 1\nk 0 0 1 0\n",                                                // a weight of 0
+                          "0 1 1\nk 0 0 1 1\n1 1 1\n"}) {                                     // a layer after
+    EXPECT_EQ(ParseAcTuning(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+}
+
 TEST(AcTuning, TunedPolicyMovesBytesBetweenLayers) {
   const AcShape s{2, 1, 32};
   const auto kv = SyntheticKv(s, 64, 7, false);
