@@ -58,7 +58,7 @@ class Evaluation {
   // Adds the window's queries (exact KV, every position) to the query
   // energy.
   absl::Status MeasureEnergy(absl::Span<const int32_t> window);
-  std::vector<double> Energy() const { return energy_.MeanEnergy(); }
+  ChannelEnergy Energy() const { return {energy_.MeanEnergy(), energy_.MeanKeyEnergy()}; }
   std::vector<TrackResult> Results(int windows) const;
 
  private:
@@ -201,7 +201,7 @@ absl::StatusOr<std::vector<TrackResult>> EvaluateTracks(
   return e.Results(int(windows.size()));
 }
 
-absl::StatusOr<std::vector<double>> MeasureQueryEnergy(
+absl::StatusOr<ChannelEnergy> MeasureChannelEnergy(
     const Checkpoint& checkpoint, Backend* backend,
     const std::vector<absl::Span<const int32_t>>& windows, const EvalOptions& options) {
   RETURN_IF_ERROR(CheckOptions(options, windows));

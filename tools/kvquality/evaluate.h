@@ -73,10 +73,14 @@ absl::StatusOr<std::vector<TrackResult>> EvaluateTracks(
     const Checkpoint& checkpoint, Backend* backend,
     const std::vector<absl::Span<const int32_t>>& windows, const EvalOptions& options);
 
-// Per layer, KV head and channel: the query energy (query_energy.h) over
-// every position of `windows`, with exact KV; what the K channel weights
-// are fitted to (ac_tuning.h). Errors as EvaluateTracks.
-absl::StatusOr<std::vector<double>> MeasureQueryEnergy(
+// Per layer, KV head and channel: the query and key energies
+// (query_energy.h) over every position of `windows`, with exact KV; what
+// the K channel weights are fitted to (ac_tuning.h). Errors as
+// EvaluateTracks.
+struct ChannelEnergy {
+  std::vector<double> query, key;
+};
+absl::StatusOr<ChannelEnergy> MeasureChannelEnergy(
     const Checkpoint& checkpoint, Backend* backend,
     const std::vector<absl::Span<const int32_t>>& windows, const EvalOptions& options);
 

@@ -109,14 +109,13 @@ nlohmann::json ToJson(const std::vector<TrackResult>& results) {
 absl::Status FitChannelWeights(const Checkpoint& checkpoint, Backend* backend,
                                const std::vector<absl::Span<const int32_t>>& windows,
                                const EvalOptions& o, kvcache::ac::AcLayerTuning* tuning) {
-  ASSIGN_OR_RETURN(const std::vector<double> energy,
-                   MeasureQueryEnergy(checkpoint, backend, windows, o));
+  ASSIGN_OR_RETURN(const ChannelEnergy energy, MeasureChannelEnergy(checkpoint, backend, windows, o));
   const ModelConfig& c = checkpoint.config();
   tuning->kv_heads = c.num_key_value_heads;
   tuning->head_dim = c.head_dim;
   ASSIGN_OR_RETURN(tuning->k_channel,
-                   kvcache::ac::FitKChannelWeights(energy, c.num_hidden_layers, tuning->kv_heads,
-                                                   tuning->head_dim));
+                   kvcache::ac::FitKChannelWeights(energy.query, energy.key, c.num_hidden_layers,
+                                                   tuning->kv_heads, tuning->head_dim));
   return absl::OkStatus();
 }
 
@@ -149,8 +148,8 @@ absl::Status WriteTuning(const std::string& path, const std::vector<TrackResult>
     absl::StrAppend(&comment, "\n", l, ": ",
                     absl::StrFormat("%.3e %.3e", sensitivity[0][l], sensitivity[1][l]));
   }
-  absl::StrAppend(&comment, "\nk LAYER HEAD: K channel weights, sqrt(query energy) over each head's "
-                            "geometric mean");
+  absl::StrAppend(&comment, "\nk LAYER HEAD: K channel weights, (query energy / key energy)^(1/4) over "
+                            "each head's geometric mean");
   return WriteFile(path, kvcache::ac::FormatAcTuning(tuning, comment));
 }
 

@@ -4,31 +4,43 @@ namespace kvcast::kvquality {
 
 void QueryEnergyBackend::Measure(const KvPagePool* pool) { pool_ = pool; }
 
-std::vector<double> QueryEnergyBackend::MeanEnergy() const {
-  std::vector<double> out = sum_;
-  const size_t per_layer = size_t(heads_) * dim_;
+std::vector<double> QueryEnergyBackend::Mean(const std::vector<double>& sum,
+                                             const std::vector<long>& count, size_t per_layer) {
+  std::vector<double> out = sum;
   for (size_t i = 0; i < out.size(); ++i) {
-    const long n = queries_[i / per_layer];
+    const long n = count[i / per_layer];
     out[i] = n > 0 ? out[i] / double(n) : 0;
   }
   return out;
 }
 
+std::vector<double> QueryEnergyBackend::MeanEnergy() const {
+  return Mean(sum_, queries_, size_t(heads_) * dim_);
+}
+
+std::vector<double> QueryEnergyBackend::MeanKeyEnergy() const {
+  return Mean(key_sum_, keys_, size_t(heads_) * dim_);
+}
+
+int QueryEnergyBackend::LayerOf(const void* k_cache, int kv_heads, int head_dim) {
+  if (pool_ == nullptr) return -1;
+  const int layers = pool_->layout().num_layers;
+  for (int l = 0; l < layers; ++l) {
+    if (pool_->k_pages(l) != k_cache) continue;
+    heads_ = kv_heads;
+    dim_ = head_dim;
+    for (auto* sum : {&sum_, &key_sum_}) sum->resize(size_t(layers) * heads_ * dim_, 0.0);
+    queries_.resize(size_t(layers), 0);
+    keys_.resize(size_t(layers), 0);
+    return l;
+  }
+  return -1;
+}
+
 void QueryEnergyBackend::PagedAttention(const float* q, int q_stride, const AttentionSeq* seqs,
                                         int num_seqs, const AttentionShape& shape,
                                         const void* k_cache, const void* v_cache, float* out) {
-  int layer = -1;
-  if (pool_ != nullptr) {
-    for (int l = 0; l < pool_->layout().num_layers && layer < 0; ++l) {
-      if (pool_->k_pages(l) == k_cache) layer = l;
-    }
-  }
-  if (layer >= 0) {
-    const int layers = pool_->layout().num_layers;
-    heads_ = shape.num_kv_heads;
-    dim_ = shape.head_dim;
-    sum_.resize(size_t(layers) * heads_ * dim_, 0.0);
-    queries_.resize(size_t(layers), 0);
+  if (const int layer = LayerOf(k_cache, shape.num_kv_heads, shape.head_dim); layer >= 0) {
     const int group = shape.num_heads / shape.num_kv_heads;  // query heads per KV head
     double* sum = &sum_[size_t(layer) * heads_ * dim_];
     for (int s = 0; s < num_seqs; ++s) {
@@ -43,6 +55,21 @@ void QueryEnergyBackend::PagedAttention(const float* q, int q_stride, const Atte
     }
   }
   inner()->PagedAttention(q, q_stride, seqs, num_seqs, shape, k_cache, v_cache, out);
+}
+
+void QueryEnergyBackend::WriteKv(const float* k, const float* v, int num_tokens, int stride,
+                                 const int32_t* slots, int num_kv_heads, int head_dim,
+                                 KvStorage storage, void* k_cache, void* v_cache) {
+  if (const int layer = LayerOf(k_cache, num_kv_heads, head_dim); layer >= 0) {
+    double* sum = &key_sum_[size_t(layer) * heads_ * dim_];
+    for (int t = 0; t < num_tokens; ++t) {
+      const float* row = k + size_t(t) * stride;
+      for (int i = 0; i < heads_ * dim_; ++i) sum[i] += double(row[i]) * row[i];
+    }
+    keys_[size_t(layer)] += num_tokens;
+  }
+  inner()->WriteKv(k, v, num_tokens, stride, slots, num_kv_heads, head_dim, storage, k_cache,
+                   v_cache);
 }
 
 }  // namespace kvcast::kvquality

@@ -52,6 +52,22 @@ TEST(QueryEnergyTest, SumsEachKvHeadsQueriesPerChannel) {
       EXPECT_EQ(e[size_t(kv * 16 + c)], 0.0);  // layer 0: no queries
     }
   }
+  // Keys written into the measured pool's layer 0: rows of stride 40, key
+  // value i * 100 + channel index (v ignored), two tokens.
+  energy.Measure(pool->get());
+  std::vector<float> k(2 * 40), v(2 * 40, 0.f);
+  for (int t = 0; t < 2; ++t) {
+    for (int i = 0; i < 32; ++i) k[t * 40 + i] = float(t * 100 + i);
+  }
+  const int32_t slots[] = {0, 1};
+  energy.WriteKv(k.data(), v.data(), 2, 40, slots, 2, 16, KvStorage::kF32, (*pool)->k_pages(0),
+                 (*pool)->v_pages(0));
+  const std::vector<double> keys = energy.MeanKeyEnergy();
+  ASSERT_EQ(keys.size(), 2u * 2 * 16);
+  for (int i = 0; i < 32; ++i) {
+    EXPECT_DOUBLE_EQ(keys[size_t(i)], (double(i) * i + double(100 + i) * (100 + i)) / 2) << i;
+    EXPECT_EQ(keys[size_t(32 + i)], 0.0);
+  }
 }
 
 }  // namespace

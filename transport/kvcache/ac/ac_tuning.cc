@@ -80,16 +80,34 @@ absl::StatusOr<AcLayerTuning> FitAcTuning(absl::Span<const double> k_sensitivity
   return t;
 }
 
-absl::StatusOr<std::vector<float>> FitKChannelWeights(absl::Span<const double> energy, int layers,
-                                                      int heads, int dim) {
-  if (layers <= 0 || heads <= 0 || dim <= 0 || energy.size() != size_t(layers) * heads * dim) {
-    return absl::InvalidArgumentError(absl::StrCat("query energies of ", energy.size(), " channels; ",
-                                                   layers, " layers x ", heads, " KV heads x ", dim,
-                                                   " expected"));
+absl::StatusOr<std::vector<float>> FitKChannelWeights(absl::Span<const double> query_energy,
+                                                      absl::Span<const double> key_energy,
+                                                      int layers, int heads, int dim) {
+  const size_t n = size_t(std::max(layers, 0)) * std::max(heads, 0) * std::max(dim, 0);
+  if (n == 0 || query_energy.size() != n || key_energy.size() != n) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "energies of ", query_energy.size(), " query and ", key_energy.size(), " key channels; ",
+        layers, " layers x ", heads, " KV heads x ", dim, " expected"));
   }
   std::vector<float> out;
-  for (size_t unit = 0; unit < size_t(layers) * heads; ++unit) {
-    auto weights = Scales(energy.subspan(unit * dim, dim), "query energy", 16);
+  for (size_t unit = 0; unit * dim < n; ++unit) {
+    const auto q = query_energy.subspan(unit * dim, dim), k = key_energy.subspan(unit * dim, dim);
+    double least_q = 0, least_k = 0;
+    for (size_t c = 0; c < size_t(dim); ++c) {
+      for (auto [x, least] : {std::pair{q[c], &least_q}, std::pair{k[c], &least_k}}) {
+        if (!(x >= 0) || !std::isfinite(x)) {
+          return absl::InvalidArgumentError(absl::StrCat("an energy of ", x, ": energies are finite and >= 0"));
+        }
+        if (x > 0 && (*least == 0 || x < *least)) *least = x;
+      }
+    }
+    // Scales takes a square root: sqrt(Q / K) gives (Q / K)^(1/4).
+    std::vector<double> ratio(dim);
+    for (size_t c = 0; c < size_t(dim); ++c) {
+      ratio[c] = std::sqrt(std::max(q[c], least_q > 0 ? least_q : 1) /
+                           std::max(k[c], least_k > 0 ? least_k : 1));
+    }
+    auto weights = Scales(ratio, "energy ratio", 16);
     if (!weights.ok()) return weights.status();
     out.insert(out.end(), weights->begin(), weights->end());
   }

@@ -32,17 +32,23 @@ struct AcLayerTuning {
   std::vector<float> k_channel;
 };
 
-// K channel weights from query energies (per layer, KV head and channel,
-// layers x heads x dim values: the mean squared query value that reads the
-// channel, over the KV head's query heads): an error e in K channel c moves
-// a score by q_c e, so weights in proportion to sqrt(energy) make the
-// rotated values' uniform error least where it matters most. Each K unit's
-// weights are normalized to a geometric mean of 1 (its bits stay about the
-// same) and clamped to [1/16, 16]; an energy of 0 counts as the unit's
-// least positive one. InvalidArgument for a size other than layers x heads
-// x dim or an energy that is negative or not finite.
-absl::StatusOr<std::vector<float>> FitKChannelWeights(absl::Span<const double> energy, int layers,
-                                                      int heads, int dim);
+// K channel weights from energies per layer, KV head and channel (layers x
+// heads x dim values each): Q, the mean squared query value that reads the
+// channel (over the KV head's query heads), and K, the keys' own. An error
+// e in K channel c moves a score by q_c e; in a rotated head every channel
+// gets the same error, at a step in proportion to the head's weighted key
+// magnitude, sqrt(sum_c w_c^2 K_c). The scores' error, in proportion to
+// (sum_c w_c^2 K_c)(sum_c Q_c / w_c^2), is least (Cauchy-Schwarz) with
+// w_c = (Q_c / K_c)^(1/4): weighting by the queries alone (sqrt(Q_c)) is
+// worse than none where large queries meet large keys, as RoPE's
+// slow-turning channels do. Each K unit's weights are normalized to a
+// geometric mean of 1 and clamped to [1/16, 16]; a key energy of 0 counts
+// as the unit's least positive one, a query energy of 0 likewise.
+// InvalidArgument for sizes other than layers x heads x dim or an energy
+// that is negative or not finite.
+absl::StatusOr<std::vector<float>> FitKChannelWeights(absl::Span<const double> query_energy,
+                                                      absl::Span<const double> key_energy,
+                                                      int layers, int heads, int dim);
 
 // The scales of per-layer sensitivities (each: the mean KL divergence with
 // only that layer's K, or V, coded at probe levels; everything else

@@ -60,21 +60,26 @@ TEST(AcTuning, MalformedFilesAreRefusedNamingTheLine) {
 // A tuned layer's K units get its scale's levels: more bytes where the
 // scale is above 1, fewer below (units code apart); the decoder reads
 // every tuning.
-// K channel weights: sqrt(energy) over each unit's geometric mean, clamped
-// to [1/16, 16], zero as the unit's least; in the file after the layers,
-// a line per (layer, head) in order.
-TEST(AcTuning, ChannelWeightsFollowTheSquareRootOfQueryEnergy) {
-  // 2 layers x 1 head x 4 channels (a unit of 4^0..4^3, a unit with a 0 and
-  // an outlier far beyond the clamp).
-  auto w = FitKChannelWeights({1, 4, 16, 64, 0, 1, 1, 1e12}, 2, 1, 4);
+// K channel weights: (query energy / key energy)^(1/4) over each unit's
+// geometric mean, clamped to [1/16, 16], zero as the unit's least; in the
+// file after the layers, a line per (layer, head) in order.
+TEST(AcTuning, ChannelWeightsBalanceQueryAndKeyEnergy) {
+  // 2 layers x 1 head x 4 channels: query energies 1, 16, 256, 4096 over
+  // keys all alike, then a unit with a zero query energy, an outlier beyond
+  // the clamp, and key energies that cancel the queries'.
+  auto w = FitKChannelWeights({1, 16, 256, 4096, 0, 1, 1e12, 4}, {2, 2, 2, 2, 1, 1, 1, 4}, 2, 1, 4);
   ASSERT_TRUE(w.ok()) << w.status();
-  const float g = std::sqrt(8.0f);  // the first unit's geometric mean of sqrt(energy)
+  const float g = 2 * std::sqrt(2.f);  // ratios 1, 2, 4, 8 (times 2^(-1/4)): geometric mean 2 sqrt 2
   EXPECT_NEAR((*w)[0], 1 / g, 1e-5);
+  EXPECT_NEAR((*w)[1], 2 / g, 1e-5);
   EXPECT_NEAR((*w)[3], 8 / g, 1e-5);
-  EXPECT_EQ((*w)[4], (*w)[5]);  // 0 counts as the least positive energy
-  EXPECT_EQ((*w)[7], 16.f);      // clamped
-  EXPECT_EQ(FitKChannelWeights({1, 2, 3}, 2, 1, 4).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(FitKChannelWeights({1, -2, 3, 4}, 1, 1, 4).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ((*w)[4], (*w)[5]);  // 0 counts as the least positive query energy
+  EXPECT_EQ((*w)[5], (*w)[7]);  // 4 / 4 = 1 / 1
+  EXPECT_EQ((*w)[6], 16.f);     // clamped
+  EXPECT_EQ(FitKChannelWeights({1, 2, 3}, {1, 2, 3}, 2, 1, 4).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(FitKChannelWeights({1, 2, 3, 4}, {1, -2, 3, 4}, 1, 1, 4).status().code(),
+            absl::StatusCode::kInvalidArgument);
 
   AcLayerTuning t;
   t.k = {1.5f, 0.75f};
