@@ -133,6 +133,12 @@ absl::Status Engine::CheckRequest(const std::vector<int32_t>& prompt,
     }
   }
   RETURN_IF_ERROR(params.sampling.Validate());
+  for (const auto& [token, bias] : params.sampling.logit_bias) {
+    if (token < 0 || token >= config().vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("engine: logit_bias of token id ", token,
+                                                     " outside the vocabulary of ", config().vocab_size));
+    }
+  }
   if (params.top_logprobs < 0 || params.top_logprobs > kMaxTopLogprobs) {
     return absl::InvalidArgumentError(absl::StrCat("engine: top_logprobs ", params.top_logprobs,
                                                    " outside [0, ", kMaxTopLogprobs, "]"));
@@ -488,7 +494,12 @@ absl::Status Engine::PickTokens(const std::vector<Sequence*>& batch,
         if (!((grammar_mask_[t >> 5] >> (t & 31)) & 1)) host_logits_[t] = -INFINITY;
       }
     }
-    (*picked)[i] = batch[i]->sampler.Sample(host_logits_, batch[i]->tokens);
+    // The output: what this engine generated, after what the prompt holds
+    // of a resumed request's.
+    const Sequence& s = *batch[i];
+    const size_t output =
+        s.tokens.size() - size_t(s.prompt_len) + size_t(s.params.response_format.generated_tokens);
+    (*picked)[i] = batch[i]->sampler.Sample(host_logits_, batch[i]->tokens, output);
     if (want_logprobs) {
       (*logprobs)[i] = ComputeLogprobs(raw_logits_, (*picked)[i], batch[i]->params.top_logprobs);
     }

@@ -38,6 +38,19 @@ absl::Status SamplingParams::Validate() const {
         "SamplingParams.repetition_penalty must be finite and > 0, got %g",
         repetition_penalty));
   }
+  for (auto [name, v] : {std::pair{"frequency_penalty", frequency_penalty},
+                         std::pair{"presence_penalty", presence_penalty}}) {
+    if (!(v >= -2.f && v <= 2.f)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("SamplingParams.%s must be in [-2, 2], got %g", name, v));
+    }
+  }
+  for (const auto& [token, bias] : logit_bias) {
+    if (!(bias >= -100.f && bias <= 100.f)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "SamplingParams.logit_bias of token %d must be in [-100, 100], got %g", token, bias));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -73,6 +86,12 @@ Sampler::Sampler(const SamplingParams& params)
       params_.repetition_penalty <= 0.f) {
     params_.repetition_penalty = 1.f;
   }
+  for (float* v : {&params_.frequency_penalty, &params_.presence_penalty}) {
+    if (!(*v >= -2.f && *v <= 2.f)) *v = 0.f;
+  }
+  for (auto& [token, bias] : params_.logit_bias) {
+    if (!(bias >= -100.f && bias <= 100.f)) bias = 0.f;
+  }
 }
 
 absl::StatusOr<Sampler> Sampler::Create(const SamplingParams& params) {
@@ -81,28 +100,56 @@ absl::StatusOr<Sampler> Sampler::Create(const SamplingParams& params) {
   return Sampler(params);
 }
 
-int32_t Sampler::Sample(absl::Span<const float> logits,
-                        absl::Span<const int32_t> history) {
+void Sampler::NewStamp(size_t n) {
+  if (seen_.size() != n) {
+    seen_.assign(n, 0);
+    stamp_ = 0;
+  }
+  if (++stamp_ == 0) {  // wrapped: old stamps could collide
+    std::fill(seen_.begin(), seen_.end(), 0);
+    stamp_ = 1;
+  }
+}
+
+int32_t Sampler::Sample(absl::Span<const float> logits, absl::Span<const int32_t> history,
+                        size_t output) {
   const size_t n = logits.size();
   if (n == 0) return -1;
   absl::Span<float> loaded = picker_.Load(logits);
+  for (const auto& [token, bias] : params_.logit_bias) {
+    if (token >= 0 && size_t(token) < n) loaded[size_t(token)] += bias;
+  }
 
   const float penalty = params_.repetition_penalty;
   if (penalty != 1.f && !history.empty()) {
-    if (seen_.size() != n) {
-      seen_.assign(n, 0);
-      stamp_ = 0;
-    }
-    if (++stamp_ == 0) {  // wrapped: old stamps could collide
-      std::fill(seen_.begin(), seen_.end(), 0);
-      stamp_ = 1;
-    }
+    NewStamp(n);
     for (int32_t token : history) {
       if (token < 0 || static_cast<size_t>(token) >= n) continue;
       if (seen_[token] == stamp_) continue;
       seen_[token] = stamp_;
       float& v = loaded[token];
       v = v < 0.f ? v * penalty : v / penalty;
+    }
+  }
+  const float frequency = params_.frequency_penalty, presence = params_.presence_penalty;
+  if ((frequency != 0.f || presence != 0.f) && output > 0) {
+    // As vLLM: logit -= frequency * count, then -= presence where count > 0.
+    NewStamp(n);
+    counts_.resize(n);
+    touched_.clear();
+    for (int32_t token : history.subspan(history.size() - std::min(output, history.size()))) {
+      if (token < 0 || static_cast<size_t>(token) >= n) continue;
+      if (seen_[size_t(token)] != stamp_) {
+        seen_[size_t(token)] = stamp_;
+        counts_[size_t(token)] = 0;
+        touched_.push_back(token);
+      }
+      ++counts_[size_t(token)];
+    }
+    for (int32_t token : touched_) {
+      float& v = loaded[size_t(token)];
+      v -= frequency * float(counts_[size_t(token)]);
+      v -= presence;
     }
   }
   return picker_.Pick(NextDraw(0));

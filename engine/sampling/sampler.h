@@ -3,11 +3,15 @@
 // self-contained seeded PRNG so that a seed reproduces the same tokens on
 // every platform and standard library.
 //
-// Order of operations follows Hugging Face transformers' processors
-// (RepetitionPenaltyLogitsProcessor, then TemperatureLogitsWarper,
-// TopKLogitsWarper, TopPLogitsWarper):
+// Order of operations follows vLLM's sampler, and Hugging Face
+// transformers' processors for what they share (RepetitionPenaltyLogits-
+// Processor, then TemperatureLogitsWarper, TopKLogitsWarper,
+// TopPLogitsWarper):
+//   0. logit bias: logit[t] += bias[t] (OpenAI's logit_bias);
 //   1. repetition penalty p: for each distinct token t in `history`,
-//      logit[t] = logit[t] > 0 ? logit[t] / p : logit[t] * p;
+//      logit[t] = logit[t] > 0 ? logit[t] / p : logit[t] * p; then OpenAI's
+//      frequency and presence penalties over the output tokens (the end of
+//      `history`): logit[t] -= frequency * count(t) + presence * (count(t) > 0);
 //   2. temperature == 0 (or top_k == 1): return the argmax, lowest index on
 //      ties; no random number is drawn;
 //   3. otherwise divide by temperature, keep the top_k largest logits
@@ -24,6 +28,7 @@
 #define KVCAST_ENGINE_SAMPLING_SAMPLER_H_
 
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -45,6 +50,12 @@ struct SamplingParams {
   float repetition_penalty = 1.f;
   // Seed of the sampler's PRNG; the same seed and inputs give the same tokens.
   uint64_t seed = 0;
+  // OpenAI's, over the tokens generated so far; 0 means off; in [-2, 2].
+  float frequency_penalty = 0.f;
+  float presence_penalty = 0.f;
+  // OpenAI's logit_bias: (token, bias in [-100, 100]); tokens outside the
+  // vocabulary are ignored (callers refuse them).
+  std::vector<std::pair<int32_t, float>> logit_bias;
 
   // OK if every field is in range; otherwise InvalidArgument whose message
   // names the first offending field and its value.
@@ -69,22 +80,27 @@ class Sampler {
 
   // Picks the next token from `logits` (one float per vocabulary entry).
   // `history` holds the tokens the repetition penalty applies to (prompt and
-  // generated so far); ids outside [0, logits.size()) are ignored, and a
-  // token counts once however often it appears. Neither span is retained.
+  // generated so far), its last `output` tokens those generated (the
+  // frequency and presence penalties'); ids outside [0, logits.size()) are
+  // ignored, and for the repetition penalty a token counts once however
+  // often it appears. Neither span is retained.
   //
   // Returns an index in [0, logits.size()), or -1 if `logits` is empty.
   // NaN logits count as -inf. If the largest logit is +inf, or every logit is
   // -inf (or NaN), the result is the greedy argmax (0 in the latter case).
   // One random number is drawn per call exactly when sampling is stochastic
   // (temperature > 0 and top_k != 1), whatever the logits.
-  int32_t Sample(absl::Span<const float> logits,
-                 absl::Span<const int32_t> history);
+  int32_t Sample(absl::Span<const float> logits, absl::Span<const int32_t> history,
+                 size_t output = 0);
 
   // For picking elsewhere (Backend::SampleTokens) what Sample would pick:
-  // only without a repetition penalty, which needs the history; then
+  // only without penalties, which need the history, or a logit bias; then
   // Sample(logits, history) == TokenPicker().Pick(logits, NextDraw(row)),
   // and NextDraw draws from the PRNG as Sample does.
-  bool PicksWithoutHistory() const { return params_.repetition_penalty == 1.f; }
+  bool PicksWithoutHistory() const {
+    return params_.repetition_penalty == 1.f && params_.frequency_penalty == 0.f &&
+           params_.presence_penalty == 0.f && params_.logit_bias.empty();
+  }
   TokenSampling NextDraw(int row);
 
   const SamplingParams& params() const { return params_; }
@@ -111,6 +127,10 @@ class Sampler {
   TokenPicker picker_;
   std::vector<uint32_t> seen_;    // per-token stamp for history dedup
   uint32_t stamp_ = 0;
+  std::vector<uint32_t> counts_;  // per token: occurrences in the output (valid where seen_)
+  std::vector<int32_t> touched_;  // the output's distinct tokens
+  // Bumps stamp_ (resetting seen_ for `n` tokens when needed): a fresh mark.
+  void NewStamp(size_t n);
 };
 
 }  // namespace kvcast

@@ -149,6 +149,15 @@ TEST(SamplingParamsTest, RejectsEachOutOfRangeField) {
   p = SamplingParams();
   p.repetition_penalty = -2.f;
   cases.push_back({p, "repetition_penalty", "-2"});
+  p = SamplingParams();
+  p.frequency_penalty = 2.5f;
+  cases.push_back({p, "frequency_penalty", "2.5"});
+  p = SamplingParams();
+  p.presence_penalty = -3.f;
+  cases.push_back({p, "presence_penalty", "-3"});
+  p = SamplingParams();
+  p.logit_bias = {{7, 101.f}};
+  cases.push_back({p, "logit_bias", "101"});
 
   for (const Case& c : cases) {
     const absl::Status status = c.params.Validate();
@@ -231,6 +240,36 @@ TEST(SamplerTest, RepetitionPenaltyCountsEachTokenOnceAndIgnoresBadIds) {
   // Consecutive calls must not leak penalty state.
   EXPECT_EQ(sampler.Sample(logits, {}), 0);
   EXPECT_EQ(sampler.Sample(logits, std::vector<int32_t>{0, 0}), 0);
+}
+
+// OpenAI's penalties count the output only (the last `output` tokens of the
+// history): frequency per occurrence, presence once; then the pick. The
+// logit bias adds to its tokens; none of them picks without the history.
+TEST(SamplerTest, FrequencyAndPresencePenaltiesCountTheOutput) {
+  SamplingParams p = Params(0.f);
+  p.frequency_penalty = 0.5f;
+  Sampler frequency(p);
+  EXPECT_FALSE(frequency.PicksWithoutHistory());
+  const std::vector<float> logits = {3.f, 2.1f, 1.f};
+  // Token 0 twice in the output: 3 - 2 x 0.5 = 2 < 2.1.
+  EXPECT_EQ(frequency.Sample(logits, std::vector<int32_t>{0, 0}, 2), 1);
+  // Once: 2.5 > 2.1; in the prompt part of the history: not counted.
+  EXPECT_EQ(frequency.Sample(logits, std::vector<int32_t>{0, 0}, 1), 0);
+  EXPECT_EQ(frequency.Sample(logits, std::vector<int32_t>{0, 0, 0, 1}, 1), 0);
+  p = Params(0.f);
+  p.presence_penalty = 1.f;
+  Sampler presence(p);
+  // Presence counts once however often: 3 - 1 = 2 < 2.1, and 2.1 - 1 for 1.
+  EXPECT_EQ(presence.Sample(logits, std::vector<int32_t>{0, 0, 0, 7, -1}, 5), 1);
+  EXPECT_EQ(presence.Sample(logits, std::vector<int32_t>{0, 1}, 2), 0);  // 2 > 1.1
+  p = Params(0.f);
+  p.presence_penalty = -1.f;  // negative: favours the output
+  EXPECT_EQ(Sampler(p).Sample(logits, std::vector<int32_t>{2}, 1), 0);
+  p = Params(0.f);
+  p.logit_bias = {{2, 2.5f}, {99, 100.f}, {-1, 100.f}};
+  Sampler bias(p);
+  EXPECT_FALSE(bias.PicksWithoutHistory());
+  EXPECT_EQ(bias.Sample(logits, {}), 2);  // 1 + 2.5 > 3; ids outside ignored
 }
 
 TEST(SamplerTest, RepetitionPenaltyBelowOneFavoursHistory) {

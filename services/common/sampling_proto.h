@@ -4,6 +4,8 @@
 #ifndef KVCAST_SERVICES_COMMON_SAMPLING_PROTO_H_
 #define KVCAST_SERVICES_COMMON_SAMPLING_PROTO_H_
 
+#include <algorithm>
+
 #include "engine/grammar/grammar_cache.h"
 #include "engine/sampling/logprobs.h"
 #include "engine/sampling/sampler.h"
@@ -18,6 +20,10 @@ inline SamplingParams SamplingFromProto(const v1::SamplingParams& s) {
   p.top_p = s.top_p() == 0 ? 1.f : s.top_p();
   p.repetition_penalty = s.repetition_penalty() == 0 ? 1.f : s.repetition_penalty();
   p.seed = s.seed();
+  p.frequency_penalty = s.frequency_penalty();
+  p.presence_penalty = s.presence_penalty();
+  p.logit_bias.assign(s.logit_bias().begin(), s.logit_bias().end());
+  std::sort(p.logit_bias.begin(), p.logit_bias.end());  // a map's order is not fixed
   return p;
 }
 

@@ -600,6 +600,9 @@ class OpenAiFrontend::Impl {
       s->set_top_k(creq.top_k);
       s->set_top_p(float(creq.top_p));
       s->set_repetition_penalty(float(creq.repetition_penalty));
+      s->set_frequency_penalty(float(creq.frequency_penalty));
+      s->set_presence_penalty(float(creq.presence_penalty));
+      for (const auto& [id, bias] : creq.logit_bias) (*s->mutable_logit_bias())[id] = bias;
       // As vLLM: a given seed makes the choices reproducible (seed + i per
       // choice); none, a random one each.
       s->set_seed(creq.seed ? *creq.seed + uint64_t(choice) : seeds());

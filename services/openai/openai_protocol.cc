@@ -4,6 +4,7 @@
 #include <limits>
 #include <random>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace kvcast::openai {
@@ -395,15 +396,34 @@ std::optional<ApiError> ParseChoices(const Json& j, CompletionRequest* out) {
   return std::nullopt;
 }
 
-// Lengths, sampling parameters and the penalties refused.
+// OpenAI's logit_bias: {"TOKEN_ID": bias in [-100, 100], ...} (ids as the
+// object's keys, so strings of digits).
+std::optional<ApiError> ParseLogitBias(const Json& j, CompletionRequest* out) {
+  auto it = j.find("logit_bias");
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  if (!it->is_object()) {
+    return Bad("logit_bias", absl::StrCat("'logit_bias' must be an object of token ids, not ", TypeName(*it)));
+  }
+  if (it->size() > 1024) return Bad("logit_bias", "'logit_bias' has more than 1024 tokens");
+  for (const auto& [key, value] : it->items()) {
+    int32_t id = -1;
+    if (!absl::SimpleAtoi(key, &id) || id < 0) {
+      return Bad("logit_bias", absl::StrCat("'logit_bias' key '", key, "' is not a token id"));
+    }
+    if (!value.is_number() || !(value.get<double>() >= -100 && value.get<double>() <= 100)) {
+      return Bad("logit_bias", absl::StrCat("'logit_bias' of token ", key, " must be a number in [-100, 100]"));
+    }
+    out->logit_bias.emplace_back(id, value.get<float>());
+  }
+  return std::nullopt;
+}
+
+// Lengths and sampling parameters.
 std::optional<ApiError> ParseSampling(const Json& j, CompletionRequest* out) {
   CompletionRequest& r = *out;
-  for (const char* name : {"presence_penalty", "frequency_penalty"}) {
-    if (auto e = Refuse(j, name, [](const Json& v) { return v.is_number() && v.get<double>() == 0; },
-                        "is not supported (use repetition_penalty)")) return e;
-  }
-  if (auto e = Refuse(j, "logit_bias", [](const Json& v) { return v.is_object() && v.empty(); },
-                      "is not supported")) return e;
+  if (auto e = ReadNumber(j, "frequency_penalty", -2, 2, &r.frequency_penalty)) return e;
+  if (auto e = ReadNumber(j, "presence_penalty", -2, 2, &r.presence_penalty)) return e;
+  if (auto e = ParseLogitBias(j, out)) return e;
 
   std::optional<int64_t> v;
   const char* max_name = j.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";

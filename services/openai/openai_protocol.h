@@ -61,6 +61,9 @@ struct CompletionRequest {
   double top_p = 1.0;
   int top_k = 0;                   // 0 = off (vLLM's -1 is accepted as off)
   double repetition_penalty = 1.0;
+  double frequency_penalty = 0.0;  // OpenAI's, over the generated tokens, [-2, 2]
+  double presence_penalty = 0.0;
+  std::vector<std::pair<int32_t, float>> logit_bias;  // token id -> bias in [-100, 100]
   std::optional<uint64_t> seed;    // unset: a random seed per choice
   // Choices per prompt (choice p * n + i is prompt p's i-th), each with its
   // own seed stream (seed + i); the prompt counts once in the usage.

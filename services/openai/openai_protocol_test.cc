@@ -29,6 +29,7 @@ TEST(OpenAiProtocolTest, ParsesCompletionPromptsOfEveryShape) {
   auto r = Parsed(Endpoint::kCompletions,
                   R"({"model":"m","prompt":"hi","max_tokens":5,"temperature":0,"top_p":0.5,
                       "top_k":-1,"seed":7,"stop":"x","ignore_eos":true,"min_tokens":2,
+                      "frequency_penalty":0.5,"presence_penalty":-1.5,"logit_bias":{"17":-100,"3":2.5},
                       "stream":true,"stream_options":{"include_usage":true},"unknown":[1]})");
   EXPECT_EQ(r.model, "m");
   ASSERT_EQ(r.prompts.size(), 1u);
@@ -41,6 +42,9 @@ TEST(OpenAiProtocolTest, ParsesCompletionPromptsOfEveryShape) {
   EXPECT_THAT(r.stop, ElementsAre("x"));
   EXPECT_TRUE(r.ignore_eos && r.stream && r.include_usage && !r.continuous_usage_stats);
   EXPECT_EQ(r.min_tokens, 2);
+  EXPECT_EQ(r.frequency_penalty, 0.5);
+  EXPECT_EQ(r.presence_penalty, -1.5);
+  EXPECT_THAT(r.logit_bias, ElementsAre(std::pair<int32_t, float>{17, -100.f}, std::pair<int32_t, float>{3, 2.5f}));
 
   r = Parsed(Endpoint::kCompletions, R"({"prompt":[1,2,3]})");
   ASSERT_EQ(r.prompts.size(), 1u);
@@ -105,8 +109,15 @@ TEST(OpenAiProtocolTest, RefusesBadFieldsNamingThem) {
        "stream_options.include_usage", "boolean"},
       {Endpoint::kCompletions, R"({"prompt":"a","min_tokens":5,"max_tokens":2})", "min_tokens",
        "must not exceed"},
-      {Endpoint::kCompletions, R"({"prompt":"a","presence_penalty":0.5})", "presence_penalty",
-       "repetition_penalty"},
+      {Endpoint::kCompletions, R"({"prompt":"a","presence_penalty":2.5})", "presence_penalty",
+       "[-2, 2]"},
+      {Endpoint::kCompletions, R"({"prompt":"a","frequency_penalty":"1"})", "frequency_penalty",
+       "number"},
+      {Endpoint::kCompletions, R"({"prompt":"a","logit_bias":[1]})", "logit_bias", "object"},
+      {Endpoint::kCompletions, R"({"prompt":"a","logit_bias":{"x":1}})", "logit_bias",
+       "'x' is not a token id"},
+      {Endpoint::kCompletions, R"({"prompt":"a","logit_bias":{"5":-101}})", "logit_bias",
+       "[-100, 100]"},
       {Endpoint::kCompletions, R"({"prompt":"a","model":3})", "model", "string"},
       {Endpoint::kChat, R"({"messages":[]})", "messages", "non-empty"},
       {Endpoint::kChat, R"({"messages":[{"content":"x"}]})", "messages[0].role", "string"},

@@ -90,6 +90,9 @@ absl::StatusOr<ValidRequest> ValidateRequest(const v1::GenerateRequest& req,
   for (int32_t t : req.stop_token_ids()) {
     if (absl::Status s = InVocabulary("stop token id", t, model); !s.ok()) return s;
   }
+  for (const auto& [t, bias] : v.sampling.logit_bias()) {
+    if (absl::Status s = InVocabulary("logit_bias token id", t, model); !s.ok()) return s;
+  }
   const Hash128 seed =
       req.tenant().empty() ? model.prefix_seed : PrefixSeed(model.fingerprint, req.tenant());
   v.chain = ChunkHashChain(seed, v.prompt, model.chunk_tokens);

@@ -229,6 +229,44 @@ class Checks:
         expect(short.usage.completion_tokens < 8, f"{short}")
         expect(held.usage.completion_tokens >= 8, f"{held}")
 
+    def tokens(self, text):
+        status, _, body = http(self.cluster.http, "/tokenize",
+                               body={"model": self.model, "prompt": text, "add_special_tokens": False})
+        expect(status == 200, f"/tokenize: {status} {body!r}")
+        return json.loads(body)["tokens"]
+
+    def penalties_and_logit_bias(self):
+        # A token biased +100 is every greedy token; the official client
+        # sends logit_bias keyed by id strings, as OpenAI's API takes it.
+        args = dict(model=self.model, prompt="The three primary colors are", max_tokens=6, temperature=0)
+        [blue] = self.tokens(" blue")
+        forced = self.client.completions.create(**args, logit_bias={str(blue): 100})
+        expect(forced.choices[0].text == " blue" * 6, f"logit_bias +100 on ' blue': {forced.choices[0].text!r}")
+        banned = self.client.completions.create(**args, logit_bias={str(blue): -100})
+        expect(blue not in self.tokens(banned.choices[0].text), f"banned ' blue': {banned.choices[0].text!r}")
+        # Penalties change a greedy answer; a negative frequency penalty
+        # (each occurrence raises a token's logit by 2) makes it repeat.
+        loop_args = dict(model=self.model, prompt="la la la la la la la la", max_tokens=24, temperature=0)
+        plain = self.client.completions.create(**loop_args).choices[0].text
+        freq = self.client.completions.create(**loop_args, frequency_penalty=2.0).choices[0].text
+        pres = self.client.completions.create(**loop_args, presence_penalty=2.0).choices[0].text
+        echo = self.client.completions.create(**loop_args, frequency_penalty=-2.0).choices[0].text
+
+        def most_repeated(text):
+            ids = self.tokens(text)
+            return max(ids.count(t) for t in set(ids)) if ids else 0
+        log(f"greedy: {plain!r}; frequency_penalty 2: {freq!r}; presence_penalty 2: {pres!r}; "
+            f"frequency_penalty -2: {echo!r}")
+        expect(freq != plain and pres != plain, "a penalty of 2 changed nothing")
+        expect(most_repeated(echo) > most_repeated(plain),
+               f"frequency_penalty -2 repeats no more: {echo!r} against {plain!r}")
+        for bad in (dict(frequency_penalty=2.5), dict(logit_bias={"99999999": 1})):
+            try:
+                self.client.completions.create(**args, **bad)
+                raise AssertionError(f"{bad} was accepted")
+            except openai.BadRequestError as e:
+                expect(e.status_code == 400, f"{bad}: {e.status_code} {e.body}")
+
     def best_of(self):
         args = dict(model=self.model, prompt="The best color for a barn is", max_tokens=8,
                     temperature=1.0, seed=7)
@@ -376,7 +414,8 @@ def main():
         if runner.run("setup", setup):
             c = state["checks"]
             for name in ("models", "auth", "completion_stream", "chat_stream", "cached_tokens",
-                         "tenant_isolation", "bad_requests", "min_tokens", "best_of", "n_prefill_once",
+                         "tenant_isolation", "bad_requests", "min_tokens", "penalties_and_logit_bias",
+                         "best_of", "n_prefill_once",
                          "disconnect_cancels",
                          "concurrent_streams", "grpc_api_key", "tls_required",
                          "health_and_metrics"):
