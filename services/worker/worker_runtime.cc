@@ -64,10 +64,12 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(const Worke
   options.disk_tier_bytes = int64_t(config.kv_disk_tier_mb) << 20;
   ASSIGN_OR_RETURN(rt->engine_, Engine::Create(config.model_dir, options, *std::move(backend)));
   rt->model_name_ = config.model_name.empty() ? BaseName(config.model_dir) : config.model_name;
-  if (const int layers = rt->engine_->pool().layout().num_layers;
-      config.ac_tuning && int(config.ac_tuning->k.size()) != layers) {
-    return absl::InvalidArgumentError(absl::StrCat("--ac_tuning has ", config.ac_tuning->k.size(),
-                                                   " layers; the model has ", layers));
+  if (const KvLayout& l = rt->engine_->pool().layout(); config.ac_tuning) {
+    if (absl::Status s = kvcache::ac::CheckTuningShape(*config.ac_tuning, l.num_layers,
+                                                        l.num_kv_heads, l.head_dim);
+        !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--ac_tuning: ", s.message()));
+    }
   }
   WorkerRuntime* self = rt.get();
   rt->engine_->prefix_cache().SetObserver([self](PrefixCache::Event e, const Hash128& h) {

@@ -25,6 +25,7 @@
 // sensitivities. --calibrate_kw OUT fits only the weights, adding them to
 // --ac_tuning's levels.
 #include <chrono>
+#include <fstream>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -199,12 +200,19 @@ absl::Status Main(nlohmann::json header) {
     tuning.k_channel = weights.k_channel;
     tuning.kv_heads = weights.kv_heads;
     tuning.head_dim = weights.head_dim;
-    return WriteFile(path, kvcache::ac::FormatAcTuning(
-                               tuning, absl::StrCat("kvcast ac tuning of ", model_path, ", ",
-                                                    bench::TodayUtc(), ": the layers of ",
-                                                    absl::GetFlag(FLAGS_ac_tuning), "; K channel weights from ",
-                                                    absl::StrJoin(absl::GetFlag(FLAGS_text), ", "), ", ",
-                                                    windows.size(), " windows")));
+    // The levels' file's comments (its fit's record), then the weights'.
+    std::string comment;
+    std::ifstream in(absl::GetFlag(FLAGS_ac_tuning));
+    for (std::string line; std::getline(in, line);) {
+      if (line.rfind("# k LAYER HEAD", 0) != 0 && line.rfind("# K channel", 0) != 0 &&
+          line.rfind("# ", 0) == 0) {
+        absl::StrAppend(&comment, line.substr(2), "\n");
+      }
+    }
+    absl::StrAppend(&comment, "K channel weights: ", absl::StrJoin(absl::GetFlag(FLAGS_text), ", "),
+                    ", ", windows.size(), " windows, ", bench::TodayUtc(),
+                    "\nk LAYER HEAD: (query energy / key energy)^(1/4) over each head's geometric mean");
+    return WriteFile(path, kvcache::ac::FormatAcTuning(tuning, comment));
   }
   const auto start = std::chrono::steady_clock::now();
   o.progress = [&](int done, int total) {

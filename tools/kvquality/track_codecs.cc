@@ -67,7 +67,7 @@ absl::StatusOr<HarnessTrack> ParseTrack(std::string_view name,
     if (TakeSuffix(&name, "+tuned")) more = tuned = true;
     if (TakeSuffix(&name, "+kw")) more = weighted = true;
     const size_t at = name.rfind("+sink");
-    if (at != std::string_view::npos && at > 0) {
+    if (at != std::string_view::npos && at > 0 && name.find('+', at + 1) == std::string_view::npos) {
       if (!absl::SimpleAtoi(absl::string_view(name.data() + at + 5, name.size() - at - 5), &sink) ||
           sink < 1 || sink > kvcache::ac::internal::kMaxShift) {
         return absl::InvalidArgumentError(

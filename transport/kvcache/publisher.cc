@@ -33,13 +33,14 @@ KvPublisher::KvPublisher(KvPagePool* pool, Backend* backend, const Hash128& mode
       chunk_tokens_(chunk_tokens) {}
 
 absl::Status KvPublisher::SetAcTuning(const ac::AcLayerTuning& tuning) {
-  const int layers = pool_->layout().num_layers;
-  if (int(tuning.k.size()) != layers || int(tuning.v.size()) != layers) {
-    return absl::InvalidArgumentError(absl::StrCat("an ac tuning of ", tuning.k.size(),
-                                                   " layers; the model has ", layers));
+  const KvLayout& l = pool_->layout();
+  if (absl::Status s = ac::CheckTuningShape(tuning, l.num_layers, l.num_kv_heads, l.head_dim);
+      !s.ok()) {
+    return s;
   }
   for (const ac::AcPolicy* p : {&ac::AcHigh(), &ac::AcLow()}) {
-    tuned_[p] = std::make_unique<const ac::AcPolicy>(ac::Tuned(*p, tuning));
+    tuned_[p] = std::make_unique<const ac::AcPolicy>(
+        ac::WithChannelWeights(ac::Tuned(*p, tuning), tuning));
   }
   return absl::OkStatus();
 }

@@ -94,10 +94,10 @@ class KvPublisher : public moqt::RequestHandler {
   // its first piece goes out.
   void CodeAcInBackground(quic::EventLoop* loop);
 
-  // The model's per-layer ac levels (ac/ac_tuning.h) for the ac tracks'
-  // groups coded from now on; decoders need nothing (the steps travel in
-  // each group). InvalidArgument for a tuning of another number of layers
-  // than the pool's.
+  // The model's per-layer ac levels and K channel weights (ac/ac_tuning.h)
+  // for the ac tracks' groups coded from now on; decoders need nothing (the
+  // steps and weights travel in each group). InvalidArgument for a tuning
+  // of another shape than the pool's.
   absl::Status SetAcTuning(const ac::AcLayerTuning& tuning);
 
   // Bytes a request's send queue may hold before the publisher waits for

@@ -405,15 +405,23 @@ TEST_F(KvOverMoqt, AcGroupsCodedInTheBackgroundLandTheSame) {
 }
 
 // A publisher given the model's ac tuning codes the ac tracks at the
-// tuned levels (a decoder reads them as any group); a tuning of another
-// number of layers is refused.
+// tuned levels and K channel weights (a decoder reads them as any group); a
+// tuning of another shape is refused.
 TEST_F(KvOverMoqt, AcTuningSetsTheLevelsOfTheAcTracks) {
   const int tokens = 2 * kChunk;
   const auto pages = Pages(tokens);
-  const ac::AcLayerTuning tuning{std::vector<float>(kLayout.num_layers, 0.25f),
-                                 std::vector<float>(kLayout.num_layers, 0.5f)};
+  ac::AcLayerTuning tuning{std::vector<float>(kLayout.num_layers, 0.25f),
+                           std::vector<float>(kLayout.num_layers, 0.5f)};
+  tuning.kv_heads = kLayout.num_kv_heads;
+  tuning.head_dim = kLayout.head_dim;
+  for (int i = 0; i < kLayout.num_layers * kLayout.num_kv_heads * kLayout.head_dim; ++i) {
+    tuning.k_channel.push_back(i % 3 == 0 ? 4.f : 0.5f);
+  }
+  ac::AcLayerTuning other_heads = tuning;
+  other_heads.kv_heads += 1;
   h_.thread()->RunSync([&] {
     EXPECT_EQ(publisher_->SetAcTuning({{1.f}, {1.f}}).code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(publisher_->SetAcTuning(other_heads).code(), absl::StatusCode::kInvalidArgument);
     ASSERT_TRUE(publisher_->SetAcTuning(tuning).ok());
     ASSERT_TRUE(publisher_->BeginPrompt(Digest(4), tokens).ok());
   });
@@ -425,7 +433,8 @@ TEST_F(KvOverMoqt, AcTuningSetsTheLevelsOfTheAcTracks) {
   auto landing = Subscribe(client->session(), track, tokens, 0, 2);
   ASSERT_TRUE(WaitDone(*landing));
   ASSERT_TRUE(landing->result.ok()) << landing->result.status();
-  ExpectLandedAc(ac::Tuned(ac::AcHigh(), tuning), pages, landing->pages, tokens);
+  ExpectLandedAc(ac::WithChannelWeights(ac::Tuned(ac::AcHigh(), tuning), tuning), pages,
+                 landing->pages, tokens);
   ReleaseLanded(*landing);
   h_.thread()->RunSync([&] { publisher_->DropPrompt(Digest(4)); });
   ReleasePages(pages);

@@ -194,6 +194,21 @@ AcPolicy Tuned(const AcPolicy& policy, const AcLayerTuning& tuning) {
   return p;
 }
 
+absl::Status CheckTuningShape(const AcLayerTuning& tuning, int layers, int kv_heads, int head_dim) {
+  if (int(tuning.k.size()) != layers || int(tuning.v.size()) != layers) {
+    return absl::InvalidArgumentError(absl::StrCat("an ac tuning of ", tuning.k.size(),
+                                                   " layers; the model has ", layers));
+  }
+  if (!tuning.k_channel.empty() &&
+      (tuning.kv_heads != kv_heads || tuning.head_dim != head_dim ||
+       tuning.k_channel.size() != size_t(layers) * kv_heads * head_dim)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "an ac tuning's K channel weights for ", tuning.kv_heads, " KV heads of ", tuning.head_dim,
+        " channels; the model has ", kv_heads, " of ", head_dim));
+  }
+  return absl::OkStatus();
+}
+
 AcPolicy WithChannelWeights(const AcPolicy& policy, const AcLayerTuning& tuning) {
   AcPolicy p = policy;
   p.k_channel_weights = tuning.k_channel;

@@ -75,6 +75,9 @@ absl::StatusOr<AcLayerTuning> ReadAcTuning(const std::string& path);
 AcPolicy Tuned(const AcPolicy& policy, const AcLayerTuning& tuning);
 // `policy` with the tuning's K channel weights (none if it has none).
 AcPolicy WithChannelWeights(const AcPolicy& policy, const AcLayerTuning& tuning);
+// InvalidArgument unless the tuning is of a model of this shape: its
+// layers, and its K channel weights' heads and channels (if it has any).
+absl::Status CheckTuningShape(const AcLayerTuning& tuning, int layers, int kv_heads, int head_dim);
 
 }  // namespace kvcast::kvcache::ac
 
