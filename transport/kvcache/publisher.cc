@@ -39,8 +39,9 @@ absl::Status KvPublisher::SetAcTuning(const ac::AcLayerTuning& tuning) {
     return s;
   }
   for (const ac::AcPolicy* p : {&ac::AcHigh(), &ac::AcLow()}) {
+    const ac::AcPolicy tuned = ac::Tuned(*p, tuning);
     tuned_[p] = std::make_unique<const ac::AcPolicy>(
-        ac::WithChannelWeights(ac::Tuned(*p, tuning), tuning));
+        p->takes_channel_weights ? ac::WithChannelWeights(tuned, tuning) : tuned);
   }
   return absl::OkStatus();
 }

@@ -94,7 +94,8 @@ class KvPublisher : public moqt::RequestHandler {
   // its first piece goes out.
   void CodeAcInBackground(quic::EventLoop* loop);
 
-  // The model's per-layer ac levels and K channel weights (ac/ac_tuning.h)
+  // The model's per-layer ac levels and (for the points that take them:
+  // AcPolicy::takes_channel_weights) K channel weights (ac/ac_tuning.h)
   // for the ac tracks' groups coded from now on; decoders need nothing (the
   // steps and weights travel in each group). InvalidArgument for a tuning
   // of another shape than the pool's.

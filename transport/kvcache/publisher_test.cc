@@ -428,14 +428,17 @@ TEST_F(KvOverMoqt, AcTuningSetsTheLevelsOfTheAcTracks) {
   for (int g = 0; g < 2; ++g) Ready(Digest(4), pages, g);
   h_.thread()->RunSync([&] { ASSERT_TRUE(publisher_->EndPrompt(Digest(4), absl::OkStatus()).ok()); });
   moqt::MoqtClient* client = h_.Connect(&decode_);
-  const auto track =
-      FullTrackNameOf({ModelId(kModel), Digest(4), KvCompression(&ac::AcHigh())});
-  auto landing = Subscribe(client->session(), track, tokens, 0, 2);
-  ASSERT_TRUE(WaitDone(*landing));
-  ASSERT_TRUE(landing->result.ok()) << landing->result.status();
-  ExpectLandedAc(ac::WithChannelWeights(ac::Tuned(ac::AcHigh(), tuning), tuning), pages,
-                 landing->pages, tokens);
-  ReleaseLanded(*landing);
+  // ac takes the levels; ac-lo the levels and the channel weights.
+  for (const ac::AcPolicy* p : {&ac::AcHigh(), &ac::AcLow()}) {
+    const auto track = FullTrackNameOf({ModelId(kModel), Digest(4), KvCompression(p)});
+    auto landing = Subscribe(client->session(), track, tokens, 0, 2);
+    ASSERT_TRUE(WaitDone(*landing));
+    ASSERT_TRUE(landing->result.ok()) << landing->result.status();
+    const ac::AcPolicy tuned = ac::Tuned(*p, tuning);
+    ExpectLandedAc(p == &ac::AcLow() ? ac::WithChannelWeights(tuned, tuning) : tuned, pages,
+                   landing->pages, tokens);
+    ReleaseLanded(*landing);
+  }
   h_.thread()->RunSync([&] { publisher_->DropPrompt(Digest(4)); });
   ReleasePages(pages);
 }

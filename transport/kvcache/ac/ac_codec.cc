@@ -64,7 +64,11 @@ const AcPolicy& AcHigh() {
 }
 
 const AcPolicy& AcLow() {
-  static const AcPolicy p = RotatedPoint("ac-lo", 6, 2);
+  static const AcPolicy p = [] {
+    AcPolicy low = RotatedPoint("ac-lo", 6, 2);
+    low.takes_channel_weights = true;
+    return low;
+  }();
   return p;
 }
 

@@ -97,6 +97,9 @@ struct AcPolicy {
   // so the rotated values' uniform error lands where it matters least.
   // Per layer, KV head and channel (empty: none); layers past its end at 1.
   std::vector<float> k_channel_weights;
+  // Whether a worker's tuning gives this point its K channel weights (they
+  // paid at ac-lo's few levels, not at ac's: docs/benchmarks.md).
+  bool takes_channel_weights = false;
   float LevelsOf(int layer, bool is_v) const {
     const std::vector<float>& s = is_v ? v_layer_scale : k_layer_scale;
     return (is_v ? v_levels : k_levels) * (layer < int(s.size()) ? s[layer] : 1.f);
