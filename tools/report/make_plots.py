@@ -218,7 +218,9 @@ def plot_kv_transport(doc):
 
 
 def plot_kv_quality(doc):
-    rows = doc["results"]
+    # The tracks and tunings a worker sends (not the sweeps' explored
+    # points, "ac@K/V...", nor ac with channel weights, which it does not).
+    rows = [r for r in doc["results"] if "@" not in r["track"] and r["track"] != "ac+tuned+kw"]
     fig, ax = new_figure(doc, f"Compressed KV on natural text: size against perplexity "
                               f"({doc['windows']} windows of {doc['prefix']} + "
                               f"{doc['continuation']} tokens)")
@@ -465,13 +467,34 @@ PLOTS = {
     "llamacpp_by_batch": ("llamacpp_by_batch.json", plot_llamacpp_by_batch),
     "kv_transport": ("kv_transport.json", plot_kv_transport),
     "relay_fanout": ("kv_transport.json", plot_relay_fanout),
-    "kv_quality": ("kv_quality_lee.json", plot_kv_quality),
+    # Every track of the first file; each later file's, where present (the
+    # K-only tuning's run, the K channel weights'), added, replacing rows of
+    # the same track and mode.
+    "kv_quality": (("kv_quality_lee.json", "kv_quality_lee_tuned.json", "kv_quality_lee_kw.json"),
+                   plot_kv_quality),
     "kv_tiers": ("kv_tiers.json", plot_kv_tiers),
     "kv_abr": ("kv_abr.json", plot_kv_abr),
     "planner_day": ("planner_day.json", plot_planner_day),
     "planner_on_machine": ("planner_on_machine.json", plot_planner_on_machine),
     "chaos": ("chaos.json", plot_chaos),
 }
+
+
+def load_doc(results_dir, name):
+    """The result document plot `name` draws, and the files it came from."""
+    file = PLOTS[name][0]
+    files = file if isinstance(file, tuple) else (file,)
+    doc = result_files.load(os.path.join(results_dir, files[0]))
+    used = [files[0]]
+    for more in files[1:]:
+        path = os.path.join(results_dir, more)
+        if not os.path.exists(path):
+            continue
+        extra = result_files.load(path)["results"]
+        replaced = {(r["track"], r["mode"]) for r in extra}
+        doc["results"] = [r for r in doc["results"] if (r["track"], r["mode"]) not in replaced] + extra
+        used.append(more)
+    return doc, " + ".join(used)
 
 
 def render(results_dir, out_dir, only=None):
@@ -481,7 +504,7 @@ def render(results_dir, out_dir, only=None):
     for name, (file, fn) in PLOTS.items():
         if only and name not in only:
             continue
-        doc = result_files.load(os.path.join(results_dir, file))
+        doc, file = load_doc(results_dir, name)
         path = os.path.join(out_dir, f"{name}.png")
         save(fn(doc), path)
         written.append(path)

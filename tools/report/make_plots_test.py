@@ -23,8 +23,7 @@ FIXTURES = HERE / "testdata"
 
 
 def figure(name):
-    file, fn = make_plots.PLOTS[name]
-    return fn(results.load(FIXTURES / file))
+    return make_plots.PLOTS[name][1](make_plots.load_doc(FIXTURES, name)[0])
 
 
 class RendersFromFixtures(unittest.TestCase):
@@ -53,7 +52,7 @@ class RendersFromFixtures(unittest.TestCase):
         for name in make_plots.PLOTS:
             fig = figure(name)
             line = next(t.get_text() for t in fig.texts if t.get_text().startswith("Machine: "))
-            doc = results.load(FIXTURES / make_plots.PLOTS[name][0])
+            doc = make_plots.load_doc(FIXTURES, name)[0]
             for field in ("cpu", "date", "commit"):
                 self.assertIn(str(doc[field]), line, name)
             make_plots.plt.close(fig)
