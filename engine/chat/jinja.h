@@ -15,11 +15,13 @@
 // Python expressions with jinja2's precedence, slices, inline if, tests and
 // filters listed in internal/builtins.cc and internal/filters.cc, and the
 // str/dict/list methods templates use. Values print as Python's str() does
-// (True, None, 1.0, ['a', 1]); dicts keep insertion order. Undefined values
-// behave as jinja2's default Undefined: they print as "", iterate as empty
-// and are false, while attribute access on them, calling them or using them
-// in arithmetic or ordering is an error. Not supported: extends, include,
-// import, block, recursive loops, *args/**kwargs in calls, the % operator
+// (True, None, 1.0, ['a', 1]); dicts keep insertion order; ints are exact
+// at any size up to 4,096 bits, as Python's (2 ** 100, 10 ** 30 // 7), and
+// meet floats as Python's do. Undefined values behave as jinja2's default
+// Undefined: they print as "", iterate as empty and are false, while
+// attribute access on them, calling them or using them in arithmetic or
+// ordering is an error. Not supported: extends, include, import, block,
+// recursive loops, *args/**kwargs in calls, the % operator
 // (the format filter does %-formatting: %s %r %d %i %f %e %g %x %o, flags,
 // width, precision), and the rarely used filters (groupby, batch, slice,
 // truncate, wordwrap, urlize, ...): a template that uses them fails to parse.
@@ -33,8 +35,9 @@
 // "line N: ..." (type errors, undefined values used in operations, bad
 // arguments); ResourceExhausted when the output or any string exceeds
 // max_output_bytes, a list exceeds max_list_items, the loop iterations
-// exceed max_loop_iterations or macro calls nest deeper than
-// max_call_depth. Nothing throws and every render ends.
+// exceed max_loop_iterations, macro calls nest deeper than max_call_depth
+// or an int grows beyond 4,096 bits (Python has no such bound; an integer
+// literal that long fails to parse). Nothing throws and every render ends.
 //
 // Thread safety: a JinjaTemplate is immutable after Parse; Render may be
 // called concurrently from many threads.
@@ -71,8 +74,8 @@ struct JinjaOptions {
 
 // A function callable from templates, e.g. a fixed strftime_now for tests.
 // `args` is a JSON array of the positional arguments, `kwargs` an object of
-// the keyword arguments (undefined values arrive as null). An error status
-// ends the render with that status.
+// the keyword arguments (undefined values arrive as null, ints beyond int64
+// as the nearest double). An error status ends the render with that status.
 using JinjaFunction = std::function<absl::StatusOr<nlohmann::ordered_json>(
     const nlohmann::ordered_json& args, const nlohmann::ordered_json& kwargs)>;
 

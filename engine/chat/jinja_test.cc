@@ -69,7 +69,7 @@ TEST(JinjaTest, MalformedTemplatesNameTheLine) {
 TEST(JinjaTest, RenderErrorsAreStatuses) {
   const char* const cases[] = {
       "{{ missing.attr }}", "{{ 1 + 'a' }}", "{{ 1 // 0 }}", "{{ none() }}", "{{ missing() }}",
-      "{% for i in 3 %}{% endfor %}", "{{ [1] < 'a' }}", "{{ 'x' * 'y' }}", "{{ 2 ** 100 }}",
+      "{% for i in 3 %}{% endfor %}", "{{ [1] < 'a' }}", "{{ 'x' * 'y' }}", "{{ (2 ** 1100) | float }}",
       "{% set a, b = [1, 2, 3] %}", "{{ {}|items + 1 }}", "{{ 'abc'[::0] }}", "{{ missing + 1 }}",
       "{{ x|tojson }}{{ missing|tojson }}", "{% set x.y = 1 %}",
   };
@@ -315,6 +315,128 @@ TEST(JinjaTest, FormatFilterAsJinja2) {
   EXPECT_FALSE(Render(R"({{ "%s %s" | format("x") }})").ok());
   EXPECT_FALSE(Render(R"({{ "%s" | format("x", "y") }})").ok());
   EXPECT_FALSE(Render(R"({{ "%d" | format("x") }})").ok());
+}
+
+// Ints of any size, as Python's (expected strings: Jinja2 3.1.6's output):
+// arithmetic past int64 and back, Python's floor division and modulo,
+// exact comparisons with floats, printing, JSON, filters, tests and range.
+TEST(JinjaTest, BigIntegersAsJinja2) {
+  EXPECT_EQ(*Render("{{ 2 ** 100 }}|{{ 99999999999999999999 + 1 }}|{{ (2**70) // 3 }}|{{ -(2**64) % 7 }}|"
+                    "{{ 2**64 == 18446744073709551616 }}|{{ (2**80) | string | length }}|{{ [2**65, 1] | max }}|"
+                    "{{ [2**65, 1] | min }}|{{ (2**65) | tojson }}|{{ (2**65) | float }}|{{ 10**30 > 10**29 }}|"
+                    "{{ 0x1_0000_0000_0000_0000 }}|{{ (2**64) | int }}|{{ \"%d\" | format(2**70) }}"),
+            "1267650600228229401496703205376|100000000000000000000|393530540239137101141|5|True|25|"
+            "36893488147419103232|1|36893488147419103232|3.6893488147419103e+19|True|18446744073709551616|"
+            "18446744073709551616|1180591620717411303424");
+  EXPECT_EQ(*Render("{{ 9223372036854775807 + 1 }}|{{ -9223372036854775808 - 1 }}|"
+                    "{{ -(-9223372036854775807 - 1) }}|{{ 3037000500 * 3037000500 }}|{{ (2**64) - (2**64) }}|"
+                    "{{ ((2**64) * (2**64)) // (2**64) }}|{{ 2**63 - 1 }}|{{ (-(2**64))|abs }}|"
+                    "{{ [2**64, 2**64, 1.5]|sum }}|{{ [2**64]|sum(start=2**64) }}|{{ +(2**64) }}|"
+                    "{{ 0o1_000_000_000_000_000_000_000_000 }}|"
+                    "{{ -0b1111111111111111111111111111111111111111111111111111111111111111111 }}"),
+            "9223372036854775808|-9223372036854775809|9223372036854775808|9223372037000250000|0|"
+            "18446744073709551616|9223372036854775807|18446744073709551616|3.6893488147419103e+19|"
+            "36893488147419103232|18446744073709551616|4722366482869645213696|-147573952589676412927");
+  EXPECT_EQ(*Render("{{ 2**64 == 18446744073709551616.0 }}|{{ 9007199254740993 == 9007199254740992.0 }}|"
+                    "{{ 9007199254740993 > 9007199254740992.0 }}|{{ 2**1100 > 1e308 }}|{{ (2**1100) / (2**1099) }}|"
+                    "{{ (10**30 + 1) / 3 }}|{{ (2**100) ** -1 }}|{{ 2 ** -(2**100) }}|{{ (2**1000) * 1.0 }}|"
+                    "{{ 2**53 + 1 + 0.0 }}|{{ {2**64: 'k'}[18446744073709551616.0] }}|"
+                    "{{ 2**64 in [18446744073709551616.0] }}|{{ 1056803473768512037 / 878150 }}|"
+                    "{{ 0 / -(2**70) }}"),
+            "True|False|True|True|2.0|3.333333333333333e+29|7.888609052210118e-31|0.0|1.0715086071862673e+301|"
+            "9007199254740992.0|k|True|1203443003778.981|-0.0");
+  EXPECT_EQ(*Render("{{ 1 ** (2**100) }}|{{ (-1) ** (2**100+1) }}|{{ 0 ** (2**100) }}|"
+                    "{{ (2**64) is divisibleby (2**32) }}|{{ (2**64) is even }}|{{ (2**64+1) is odd }}|"
+                    "{{ -3.0 is odd }}|{{ (2**64) is integer }}|{{ range(2**70, 2**70+3)|list }}|"
+                    "{{ range(2**64+4, 2**64, -2)|list }}|"
+                    "{{ range(9223372036854775800, 9223372036854775807, 3)|list }}|{{ [1,2,3][2**70:] }}|"
+                    "{{ [1,2,3][-(2**70):] }}|{{ [1,2][2**70] is defined }}|{{ (2**64) if 2**64 else 'no' }}|"
+                    "{{ not 2**64 }}|{{ [2**64] }}|{{ {'a': -(2**64)} }}|{{ 2**64 ~ '' }}|"
+                    "{{ [2**64, 3, -(2**65)]|sort }}|{{ [1, 2**64, 2**64]|unique|list }}"),
+            "1|-1|0|True|True|True|True|True|[1180591620717411303424, 1180591620717411303425, "
+            "1180591620717411303426]|[18446744073709551620, 18446744073709551618]|[9223372036854775800, "
+            "9223372036854775803, 9223372036854775806]|[]|[1, 2, 3]|False|18446744073709551616|False|"
+            "[18446744073709551616]|{'a': -18446744073709551616}|18446744073709551616|"
+            "[-36893488147419103232, 3, 18446744073709551616]|[1, 18446744073709551616]");
+}
+
+// round (half to even, exactly: 2.675 is below 2.675 as a double), int,
+// float and format where ints meet them, as Jinja2 3.1.6 renders them.
+TEST(JinjaTest, NumberFiltersAsJinja2) {
+  EXPECT_EQ(*Render("{{ 2.5|round }}|{{ 3|round }}|{{ 1234|round(-2) }}|{{ 1250|round(-2) }}|"
+                    "{{ -1350|round(-2) }}|{{ (2**70)|round(-5) }}|{{ 2.675|round(2) }}|{{ 1234.5|round(-2) }}|"
+                    "{{ -0.4|round }}|{{ 2.5|round(method='floor') }}|{{ 7|round(method='ceil') }}|"
+                    "{{ (2**70)|round(method='ceil') }}|{{ 17|round(-1, 'floor') }}|{{ 0.125|round(2) }}|"
+                    "{{ true|round }}|{{ 5e-324|round(324) }}|{{ 1e300|round(-299) }}"),
+            "2.0|3|1200|1200|-1400|1180591620717411300000|2.67|1200.0|-0.0|2.0|7.0|1.1805916207174113e+21|10.0|"
+            "0.12|1|5e-324|1e+300");
+  EXPECT_EQ(*Render("{{ '99999999999999999999'|int }}|{{ '-0x1_F'|int(base=16) }}|{{ '1e30'|int }}|"
+                    "{{ 1e300|int|string|length }}|{{ 'inf'|int }}|{{ 'nan'|float|int(7) }}|"
+                    "{{ '%x|%X|%o|%#o|%#x|%+d|%30d|%-30d|%030d|%.25d'|format(2**70, 2**70, -(2**70), 8, 255, "
+                    "2**70, 2**70, -(2**70), -(2**70), 2**70) }}|{{ '%d'|format(1e30) }}|"
+                    "{{ '%.0f'|format(10**30) }}|{{ '%d' % (2**70) }}|"
+                    "{{ '%08.3d|% 05d|%#.3x|%i'|format(5, -3, 5, true) }}"),
+            "99999999999999999999|-31|1000000000000000019884624838656|301|0|7|400000000000000000|"
+            "400000000000000000|-200000000000000000000000|0o10|0xff|+1180591620717411303424|"
+            "        1180591620717411303424|-1180591620717411303424       |-00000001180591620717411303424|"
+            "0001180591620717411303424|1000000000000000019884624838656|1000000000000000019884624838656|"
+            "1180591620717411303424|00000005|-0003|0x005|1");
+}
+
+// Where Python raises for ints, the render fails with Python's message.
+TEST(JinjaTest, BigIntegerErrorsAsPython) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"{{ (2**1100)|float }}", "int too large to convert to float"},
+      {"{{ (2**1100) + 1.5 }}", "int too large to convert to float"},
+      {"{{ (2**1100) / 3 }}", "integer division result too large for a float"},
+      {"{{ 'x' * 2**70 }}", "cannot fit 'int' into an index-sized integer"},
+      {"{{ (2**70) // 0 }}", "integer division or modulo by zero"},
+      {"{{ (2**70) % 0 }}", "modulo by zero"},
+      {"{{ 0 ** -(2**100) }}", "0.0 cannot be raised to a negative power"},
+      {"{{ 'a'.split(None, 2**70) }}", "Python int too large to convert to C ssize_t"},
+      {"{{ 'abc'|replace('a', 'b', 2**70) }}", "Python int too large to convert to C ssize_t"},
+      {"{{ 1e309|int }}", "cannot convert float infinity to integer"},
+      {"{{ '%x'|format(1.5) }}", "%x format: an integer is required, not float"},
+      {"{{ 1.7976931348623157e308|round(-308) }}", "rounded value too large to represent"},
+      {"{{ 2.5|round(1.5) }}", "'float' object cannot be interpreted as an integer"},
+      {"{{ range(2**70)|length }}", "Range too big"},
+  };
+  for (const auto& [text, message] : cases) {
+    auto r = Render(text);
+    ASSERT_FALSE(r.ok()) << text << " rendered " << *r;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << text;
+    EXPECT_NE(r.status().message().find(message), std::string::npos) << text << " -> " << r.status();
+  }
+}
+
+// An int of more than 4,096 bits is ResourceExhausted, found before the
+// work for powers (2 ** (10 ** 9) fails at once) and literals.
+TEST(JinjaTest, BigIntegersAreBounded) {
+  auto largest = Render("{{ 2 ** 4095 }}|{{ (2 ** 4095 - 1 + 2 ** 4095) | string | length }}");
+  ASSERT_TRUE(largest.ok()) << largest.status();
+  EXPECT_EQ(largest->substr(0, 10), "5221944407");
+  EXPECT_EQ(largest->substr(largest->size() - 5), "|1234");
+  const char* const too_large[] = {
+      "{{ 2 ** 4096 }}",          "{{ 2 ** (10 ** 9) }}",     "{{ (-3) ** (2**62) }}",
+      "{{ 10 ** (2**70) }}",      "{{ (2**4000) * (2**4000) }}", "{{ -(2**4095) - 2**4095 }}",
+      "{{ ('1' * 1300)|int }}",   "{{ (2 ** 4095) * 2 }}",
+      "{% set ns = namespace(x=3) %}{% for i in range(100) %}{% set ns.x = ns.x * ns.x %}{% endfor %}",
+  };
+  for (const char* text : too_large) {
+    auto r = Render(text);
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << text << " -> " << r.status();
+    EXPECT_EQ(r.status().message(), "line 1: integer longer than 4096 bits") << text;
+  }
+  EXPECT_EQ(*Render("{{ 25|round(-(2**70)) }}|{{ 1 ** (2**4000) }}"), "0|1");
+  // Text that is no number, however long, is int's default, as in Python.
+  auto not_a_number = Render("{{ ('1' * 1400 ~ 'x')|int }}");
+  ASSERT_TRUE(not_a_number.ok()) << not_a_number.status();
+  EXPECT_EQ(*not_a_number, "0");
+  auto literal = JinjaTemplate::Parse("{{ " + std::string(1300, '7') + " }}");
+  ASSERT_FALSE(literal.ok());
+  EXPECT_EQ(literal.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(literal.status().message().find("integer literal too large"), std::string::npos);
 }
 
 }  // namespace

@@ -2,16 +2,17 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cmath>
 #include <cstdlib>
 #include <ctime>
 #include <initializer_list>
+#include <optional>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
+#include "engine/chat/internal/numbers.h"
 #include "engine/chat/internal/text.h"
 
 namespace kvcast {
@@ -53,9 +54,16 @@ absl::Status NeedString(Interpreter& in, absl::string_view fn, const Value& v) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> NeedInt(Interpreter& in, absl::string_view fn, const Value& v) {
+absl::Status NeedIntegral(Interpreter& in, absl::string_view fn, const Value& v) {
   if (v.is_undefined()) return UndefinedError(in, v);
   if (!v.is_integral()) return in.Error(absl::StrCat(fn, ": expected an integer, got ", v.TypeName()));
+  return absl::OkStatus();
+}
+
+// An int argument that Python takes as a C ssize_t.
+absl::StatusOr<int64_t> NeedInt(Interpreter& in, absl::string_view fn, const Value& v) {
+  RETURN_IF_ERROR(NeedIntegral(in, fn, v));
+  if (v.is_big_int()) return in.Error("Python int too large to convert to C ssize_t");
   return v.int_value();
 }
 
@@ -305,7 +313,7 @@ Value GetItem(const Value& obj, const Value& key) {
       std::vector<size_t> off = CodePointOffsets(obj.str());
       return Value::String(obj.str().substr(off[i], off[i + 1] - off[i]));
     }
-    return Value::Undefined(absl::StrCat("'", ObjectDescription(obj), "' has no element ", key.int_value()));
+    return Value::Undefined(absl::StrCat("'", ObjectDescription(obj), "' has no element ", key.Repr()));
   }
   if (key.is_string()) return GetAttr(obj, key.str());
   return Value::Undefined(absl::StrCat("'", ObjectDescription(obj), "' has no element ", key.Repr()));
@@ -333,13 +341,13 @@ absl::StatusOr<bool> CompareTest(Interpreter& in, const Value& v, CallArgs& a, a
   return (op == "lt" || op == "gt") ? *r : !*r;
 }
 
-absl::StatusOr<bool> NumberParity(Interpreter& in, const Value& v, int64_t divisor, int64_t want) {
+// v % divisor == want, as jinja2's even, odd and divisibleby test it.
+absl::StatusOr<bool> RemainderIs(Interpreter& in, const Value& v, const Value& divisor, int64_t want) {
   if (v.is_undefined()) return UndefinedError(in, v);
   if (!v.is_number()) return in.Error(absl::StrCat("unsupported operand type(s) for %: '", v.TypeName(), "' and 'int'"));
-  if (v.is_float()) return std::fmod(v.number_value(), static_cast<double>(divisor)) == static_cast<double>(want);
-  int64_t m = v.int_value() % divisor;
-  if (m < 0) m += std::llabs(divisor);
-  return m == want;
+  absl::StatusOr<Value> m = Arithmetic("%", v, divisor);
+  if (!m.ok()) return in.AtLine(m.status());
+  return m->Equals(Value::Int(want));
 }
 
 const absl::flat_hash_map<std::string, TestFn>& Tests() {
@@ -367,14 +375,14 @@ const absl::flat_hash_map<std::string, TestFn>& Tests() {
       {"false",
        [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<bool> { return v.is_bool() && !v.bool_value(); }},
       {"callable", [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<bool> { return v.is_callable(); }},
-      {"even", [](Interpreter& in, const Value& v, CallArgs&) { return NumberParity(in, v, 2, 0); }},
-      {"odd", [](Interpreter& in, const Value& v, CallArgs&) { return NumberParity(in, v, 2, 1); }},
+      {"even", [](Interpreter& in, const Value& v, CallArgs&) { return RemainderIs(in, v, Value::Int(2), 0); }},
+      {"odd", [](Interpreter& in, const Value& v, CallArgs&) { return RemainderIs(in, v, Value::Int(2), 1); }},
       {"divisibleby",
        [](Interpreter& in, const Value& v, CallArgs& a) -> absl::StatusOr<bool> {
          ASSIGN_OR_RETURN(Value n, Arg0(in, "divisibleby", a));
-         ASSIGN_OR_RETURN(int64_t d, NeedInt(in, "divisibleby", n));
-         if (d == 0) return in.Error("integer division or modulo by zero");
-         return NumberParity(in, v, d, 0);
+         RETURN_IF_ERROR(NeedIntegral(in, "divisibleby", n));
+         if (!n.Truthy()) return in.Error("integer division or modulo by zero");
+         return RemainderIs(in, v, n, 0);
        }},
       {"lower",
        [](Interpreter&, const Value& v, CallArgs&) -> absl::StatusOr<bool> {
@@ -444,21 +452,36 @@ void AddGlobals(Scope* scope) {
   scope->vars["range"] = Value::Function("range", [](Interpreter& in, CallArgs& a) -> absl::StatusOr<Value> {
     if (!a.kwargs.empty()) return in.Error("range() takes no keyword arguments");
     if (a.args.empty() || a.args.size() > 3) return in.Error("range expected 1 to 3 arguments");
-    int64_t v[3] = {0, 0, 1};
+    BigInt v[3];
     for (size_t i = 0; i < a.args.size(); ++i) {
-      ASSIGN_OR_RETURN(v[i], NeedInt(in, "range", a.args[i]));
+      RETURN_IF_ERROR(NeedIntegral(in, "range", a.args[i]));
+      v[i] = a.args[i].big_int_value();
     }
-    int64_t start = a.args.size() == 1 ? 0 : v[0];
-    int64_t stop = a.args.size() == 1 ? v[0] : v[1];
-    int64_t step = a.args.size() == 3 ? v[2] : 1;
-    if (step == 0) return in.Error("range() arg 3 must not be zero");
-    long double count = step > 0 ? std::ceil((static_cast<long double>(stop) - start) / step)
-                                 : std::ceil((static_cast<long double>(start) - stop) / -step);
-    if (count > kMaxRange) {
+    const BigInt start = a.args.size() == 1 ? BigInt(0) : v[0];
+    const BigInt stop = a.args.size() == 1 ? v[0] : v[1];
+    const BigInt step = a.args.size() == 3 ? v[2] : BigInt(1);
+    if (step.is_zero()) return in.Error("range() arg 3 must not be zero");
+    // The length, ceil((stop - start) / step) or 0, is -floor((start - stop) / step).
+    BigInt floor, rest;
+    BigInt::DivMod(start - stop, step, &floor, &rest);
+    if (Compare(-floor, BigInt(kMaxRange)) > 0) {
       return in.Error("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
     }
+    const int64_t count = floor.negative() ? *(-floor).ToInt64() : 0;
     std::vector<Value> items;
-    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) items.push_back(Value::Int(i));
+    items.reserve(count);
+    const std::optional<int64_t> first = start.ToInt64(), stride = step.ToInt64();
+    if (count > 0 && first && stride && (start + step * BigInt(count - 1)).ToInt64()) {
+      // Every item fits int64.
+      int64_t x = *first;
+      for (int64_t k = 0; k < count; ++k) {
+        items.push_back(Value::Int(x));
+        if (k + 1 < count) x += *stride;
+      }
+    } else {
+      BigInt x = start;
+      for (int64_t k = 0; k < count; ++k, x = x + step) items.push_back(Value::Int(x));
+    }
     return Value::List(std::move(items));
   });
   scope->vars["namespace"] = Value::Function("namespace", [](Interpreter& in, CallArgs& a) -> absl::StatusOr<Value> {

@@ -1,16 +1,18 @@
 // jinja2's filters (the ones chat templates use) and HF's tojson.
 #include <algorithm>
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string_view>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
 #include "engine/chat/internal/builtins.h"
+#include "engine/chat/internal/numbers.h"
 #include "engine/chat/internal/text.h"
 
 namespace kvcast {
@@ -18,6 +20,13 @@ namespace jinja_internal {
 namespace {
 
 bool Has(const Value& v) { return !v.is_undefined(); }
+
+// A numbers.h result with the template line in its error.
+template <typename T>
+absl::StatusOr<T> Located(Interpreter& in, absl::StatusOr<T> r) {
+  if (!r.ok()) return in.AtLine(r.status());
+  return r;
+}
 
 absl::StatusOr<std::vector<Value>> Bind(Interpreter& in, absl::string_view fn, const CallArgs& a,
                                         std::initializer_list<absl::string_view> names) {
@@ -100,6 +109,23 @@ absl::StatusOr<Value> SelectOrReject(Interpreter& in, const Value& v, CallArgs& 
   return Value::List(std::move(out));
 }
 
+// Python's %d, %i, %x, %X and %o of an int, with the flags "-+ 0#", a width
+// and a precision (the least number of digits).
+std::string FormatInt(const BigInt& v, absl::string_view flags, size_t width, size_t precision, char conv) {
+  auto has = [&](char flag) { return flags.find(flag) != absl::string_view::npos; };
+  const int base = conv == 'o' ? 8 : conv == 'x' || conv == 'X' ? 16 : 10;
+  std::string digits = v.Abs().ToString(base);
+  if (conv == 'X') absl::AsciiStrToUpper(&digits);
+  if (digits.size() < precision) digits.insert(0, precision - digits.size(), '0');
+  std::string prefix = v.negative() ? "-" : has('+') ? "+" : has(' ') ? " " : "";
+  if (has('#') && base != 10) prefix += conv == 'o' ? "0o" : conv == 'x' ? "0x" : "0X";
+  const size_t length = prefix.size() + digits.size();
+  if (length >= width) return prefix + digits;
+  if (has('-')) return prefix + digits + std::string(width - length, ' ');
+  if (has('0')) return prefix + std::string(width - length, '0') + digits;
+  return std::string(width - length, ' ') + prefix + digits;
+}
+
 // jinja2's format: str(value) % args, Python's %-formatting for %s %r %d %i
 // %f %F %e %E %g %G %x %X %o and %%, with the flags "-+ 0#", a width and a
 // precision (not %(name)s, nor * widths).
@@ -114,16 +140,18 @@ absl::StatusOr<Value> Format(Interpreter& in, const Value& v, CallArgs& a) {
       out += fmt[i];
       continue;
     }
-    std::string spec = "%";
+    std::string flags, width, precision;
     ++i;
     while (i < fmt.size() && std::string_view("-+ 0#").find(fmt[i]) != std::string_view::npos) {
-      spec += fmt[i++];
+      flags += fmt[i++];
     }
-    while (i < fmt.size() && fmt[i] >= '0' && fmt[i] <= '9') spec += fmt[i++];
-    if (i < fmt.size() && fmt[i] == '.') {
-      spec += fmt[i++];
-      while (i < fmt.size() && fmt[i] >= '0' && fmt[i] <= '9') spec += fmt[i++];
+    while (i < fmt.size() && fmt[i] >= '0' && fmt[i] <= '9') width += fmt[i++];
+    const bool has_precision = i < fmt.size() && fmt[i] == '.';
+    if (has_precision) {
+      ++i;
+      while (i < fmt.size() && fmt[i] >= '0' && fmt[i] <= '9') precision += fmt[i++];
     }
+    const std::string spec = "%" + flags + width + (has_precision ? "." + precision : "");
     if (i >= fmt.size()) return in.Error("incomplete format");
     const char conv = fmt[i];
     if (conv == '%' && spec == "%") {
@@ -149,27 +177,30 @@ absl::StatusOr<Value> Format(Interpreter& in, const Value& v, CallArgs& a) {
       case 'x':
       case 'X':
       case 'o': {
-        if (!x.is_number()) {
-          return in.Error(absl::StrCat("%", std::string(1, conv), " format: a number is required, not ",
-                                       x.TypeName()));
+        const bool decimal = conv == 'd' || conv == 'i';
+        if (!x.is_number() || (x.is_float() && !decimal)) {
+          return in.Error(absl::StrCat("%", std::string(1, conv), " format: ", decimal ? "a number" : "an integer",
+                                       " is required, not ", x.TypeName()));
         }
-        const long long value = x.is_float() ? static_cast<long long>(std::trunc(x.number_value()))
-                                             : static_cast<long long>(x.int_value());
-        n = std::snprintf(buf, sizeof(buf), (spec + "ll" + (conv == 'i' ? 'd' : conv)).c_str(), value);
-        break;
+        if (width.size() > 3 || precision.size() > 3) return in.Error("format: a field too wide");
+        ASSIGN_OR_RETURN(Value value, Located(in, TruncateToInt(x)));
+        out += FormatInt(value.big_int_value(), flags, std::atoi(width.c_str()), std::atoi(precision.c_str()), conv);
+        continue;
       }
       case 'f':
       case 'F':
       case 'e':
       case 'E':
       case 'g':
-      case 'G':
+      case 'G': {
         if (!x.is_number()) {
           return in.Error(absl::StrCat("%", std::string(1, conv), " format: a number is required, not ",
                                        x.TypeName()));
         }
-        n = std::snprintf(buf, sizeof(buf), (spec + conv).c_str(), x.number_value());
+        ASSIGN_OR_RETURN(double f, Located(in, ToDouble(x)));
+        n = std::snprintf(buf, sizeof(buf), (spec + conv).c_str(), f);
         break;
+      }
       default:
         return in.Error(absl::StrCat("unsupported format character '", std::string(1, conv), "'"));
     }
@@ -301,28 +332,39 @@ absl::StatusOr<Value> MinMax(Interpreter& in, const Value& v, CallArgs& a, bool 
   return items[best];
 }
 
+// Python's int(s, base) of stripped text without '_': a sign, a prefix
+// that names the base (0x, 0o, 0b) and its digits; nullopt when s is not
+// such a number.
+absl::StatusOr<std::optional<Value>> ParseIntText(Interpreter& in, absl::string_view s, int base) {
+  const bool negative = !s.empty() && s[0] == '-';
+  if (!s.empty() && (s[0] == '-' || s[0] == '+')) s.remove_prefix(1);
+  const char prefix = base == 16 ? 'x' : base == 8 ? 'o' : base == 2 ? 'b' : 0;
+  if (prefix != 0 && s.size() > 2 && s[0] == '0' && (s[1] | 0x20) == prefix) s.remove_prefix(2);
+  absl::StatusOr<BigInt> digits = ParseIntDigits(s, base);
+  if (absl::IsInvalidArgument(digits.status())) return std::nullopt;
+  if (!digits.ok()) return in.AtLine(digits.status());
+  return Value::Int(negative ? -*digits : *digits);
+}
+
 absl::StatusOr<Value> ToInt(Interpreter& in, const Value& v, CallArgs& a) {
   ASSIGN_OR_RETURN(std::vector<Value> p, Bind(in, "int", a, {"default", "base"}));
   Value fallback = Has(p[0]) ? p[0] : Value::Int(0);
   int base = p[1].is_integral() ? static_cast<int>(p[1].int_value()) : 10;
-  if (v.is_integral()) return Value::Int(v.int_value());
-  if (v.is_float()) {
-    double f = v.number_value();
-    if (!std::isfinite(f) || std::fabs(f) >= 9.2e18) return fallback;
-    return Value::Int(static_cast<int64_t>(f));
+  // int(x), and where that is a ValueError int(float(x)); the default where
+  // that fails too. int(inf) is Python's OverflowError.
+  if (v.is_number()) {
+    if (v.is_float() && std::isnan(v.number_value())) return fallback;
+    return Located(in, TruncateToInt(v));
   }
   if (!v.is_string()) return fallback;
   std::string s = PyStrip(v.str(), nullptr, 3);
   s.erase(std::remove(s.begin(), s.end(), '_'), s.end());
   if (!s.empty() && base >= 2 && base <= 36) {
-    errno = 0;
+    ASSIGN_OR_RETURN(std::optional<Value> i, ParseIntText(in, s, base));
+    if (i.has_value()) return *std::move(i);
     char* end = nullptr;
-    long long r = std::strtoll(s.c_str(), &end, base);
-    if (errno == 0 && end == s.c_str() + s.size()) return Value::Int(r);
     double f = std::strtod(s.c_str(), &end);
-    if (end == s.c_str() + s.size() && std::isfinite(f) && std::fabs(f) < 9.2e18) {
-      return Value::Int(static_cast<int64_t>(f));
-    }
+    if (end == s.c_str() + s.size() && std::isfinite(f)) return Located(in, TruncateToInt(Value::Float(f)));
   }
   return fallback;
 }
@@ -330,7 +372,10 @@ absl::StatusOr<Value> ToInt(Interpreter& in, const Value& v, CallArgs& a) {
 absl::StatusOr<Value> ToFloat(Interpreter& in, const Value& v, CallArgs& a) {
   ASSIGN_OR_RETURN(std::vector<Value> p, Bind(in, "float", a, {"default"}));
   Value fallback = Has(p[0]) ? p[0] : Value::Float(0.0);
-  if (v.is_number()) return Value::Float(v.number_value());
+  if (v.is_number()) {
+    ASSIGN_OR_RETURN(double f, Located(in, ToDouble(v)));
+    return Value::Float(f);
+  }
   if (!v.is_string()) return fallback;
   std::string s = PyStrip(v.str(), nullptr, 3);
   if (s.empty()) return fallback;
@@ -338,6 +383,32 @@ absl::StatusOr<Value> ToFloat(Interpreter& in, const Value& v, CallArgs& a) {
   double f = std::strtod(s.c_str(), &end);
   if (end != s.c_str() + s.size()) return fallback;
   return Value::Float(f);
+}
+
+// jinja2's round: Python's round(x, precision) for the method "common";
+// math.ceil or math.floor of x * 10**precision, over 10**precision (a
+// float) for "ceil" and "floor".
+absl::StatusOr<Value> RoundFilter(Interpreter& in, const Value& v, CallArgs& a) {
+  ASSIGN_OR_RETURN(std::vector<Value> p, Bind(in, "round", a, {"precision", "method"}));
+  const Value precision = Has(p[0]) ? p[0] : Value::Int(0);
+  const std::string method = Has(p[1]) ? p[1].ToString() : "common";
+  if (method != "common" && method != "ceil" && method != "floor") {
+    return in.Error("method must be common, ceil or floor");
+  }
+  if (!v.is_number()) return in.Error(absl::StrCat("type ", v.TypeName(), " doesn't define __round__ method"));
+  if (!precision.is_integral() && (method == "common" || !precision.is_float())) {
+    return in.Error(absl::StrCat("'", precision.TypeName(), "' object cannot be interpreted as an integer"));
+  }
+  if (method == "common") {
+    return Located(in, Round(v, precision.int_value()));  // Python clamps a huge precision, as int_value does.
+  }
+  ASSIGN_OR_RETURN(Value scale, Located(in, Arithmetic("**", Value::Int(10), precision)));
+  ASSIGN_OR_RETURN(Value scaled, Located(in, Arithmetic("*", v, scale)));
+  if (scaled.is_float()) {
+    const double f = scaled.number_value();
+    ASSIGN_OR_RETURN(scaled, Located(in, TruncateToInt(Value::Float(method == "ceil" ? std::ceil(f) : std::floor(f)))));
+  }
+  return Located(in, Arithmetic("/", scaled, scale));
 }
 
 std::string HtmlEscape(const std::string& s) {
@@ -491,6 +562,7 @@ const absl::flat_hash_map<std::string, FilterFn>& Filters() {
       {"replace",
        [](Interpreter& in, const Value& v, CallArgs& a) -> absl::StatusOr<Value> {
          ASSIGN_OR_RETURN(std::vector<Value> p, Bind(in, "replace", a, {"old", "new", "count"}));
+         if (p[2].is_big_int()) return in.Error("Python int too large to convert to C ssize_t");
          int64_t count = p[2].is_integral() ? p[2].int_value() : -1;
          std::string r = PyReplace(v.ToString(), p[0].ToString(), p[1].ToString(), count);
          RETURN_IF_ERROR(in.CheckStringSize(r.size()));
@@ -498,10 +570,10 @@ const absl::flat_hash_map<std::string, FilterFn>& Filters() {
        }},
       {"abs",
        [](Interpreter& in, const Value& v, CallArgs&) -> absl::StatusOr<Value> {
-         if (v.is_float()) return Value::Float(std::fabs(v.number_value()));
-         if (v.is_integral() && v.int_value() != INT64_MIN) return Value::Int(std::llabs(v.int_value()));
-         return in.Error(absl::StrCat("bad operand type for abs(): '", v.TypeName(), "'"));
+         if (!v.is_number()) return in.Error(absl::StrCat("bad operand type for abs(): '", v.TypeName(), "'"));
+         return Located(in, Absolute(v));
        }},
+      {"round", RoundFilter},
       {"attr",
        [](Interpreter& in, const Value& v, CallArgs& a) -> absl::StatusOr<Value> {
          ASSIGN_OR_RETURN(std::vector<Value> p, Bind(in, "attr", a, {"name"}));
@@ -516,8 +588,7 @@ const absl::flat_hash_map<std::string, FilterFn>& Filters() {
          for (const Value& item : items) {
            Value x = Has(p[0]) ? GetPath(item, p[0]) : item;
            if (!x.is_number() || !total.is_number()) return in.Error("sum: expected numbers");
-           total = total.is_float() || x.is_float() ? Value::Float(total.number_value() + x.number_value())
-                                                    : Value::Int(total.int_value() + x.int_value());
+           ASSIGN_OR_RETURN(total, Located(in, Arithmetic("+", total, x)));
          }
          return total;
        }},

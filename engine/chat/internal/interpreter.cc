@@ -1,6 +1,5 @@
 #include "engine/chat/internal/interpreter.h"
 
-#include <cmath>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -9,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "engine/chat/internal/builtins.h"
+#include "engine/chat/internal/numbers.h"
 
 namespace kvcast {
 namespace jinja_internal {
@@ -49,6 +49,10 @@ absl::StatusOr<bool> Contains(const Value& container, const Value& item) {
 
 absl::Status Interpreter::Error(const std::string& message) const {
   return absl::InvalidArgumentError(absl::StrCat("line ", line_, ": ", message));
+}
+
+absl::Status Interpreter::AtLine(const absl::Status& status) const {
+  return absl::Status(status.code(), absl::StrCat("line ", line_, ": ", status.message()));
 }
 
 absl::Status Interpreter::CheckStringSize(size_t bytes) const {
@@ -393,22 +397,6 @@ absl::StatusOr<Value> Interpreter::Lookup(const Expr& e) {
   return Value::Undefined(absl::StrCat("'", e.name, "' is undefined"));
 }
 
-namespace {
-
-int64_t FloorDiv(int64_t a, int64_t b) {
-  int64_t q = a / b;
-  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
-  return q;
-}
-
-int64_t FloorMod(int64_t a, int64_t b) {
-  int64_t m = a % b;
-  if (m != 0 && ((m < 0) != (b < 0))) m += b;
-  return m;
-}
-
-}  // namespace
-
 // Python's str % args for the conversions %s %r %d %i and %%.
 absl::StatusOr<Value> Interpreter::FormatPercent(const std::string& format, const Value& args) {
   std::vector<Value> values;
@@ -438,7 +426,9 @@ absl::StatusOr<Value> Interpreter::FormatPercent(const std::string& format, cons
       out += v.Repr();
     } else if (c == 'd' || c == 'i') {
       if (!v.is_number()) return Error(absl::StrCat("%", std::string(1, c), " format: a real number is required, not ", v.TypeName()));
-      out += v.is_float() ? absl::StrCat(static_cast<int64_t>(v.number_value())) : absl::StrCat(v.int_value());
+      absl::StatusOr<Value> i = TruncateToInt(v);
+      if (!i.ok()) return AtLine(i.status());
+      out += i->Repr();
     } else {
       return Error(absl::StrCat("unsupported format character '", std::string(1, c), "'"));
     }
@@ -464,57 +454,9 @@ absl::StatusOr<Value> Interpreter::EvalBinary(const std::string& op, const Value
                               "'"));
   };
   if (a.is_number() && b.is_number()) {
-    bool as_float = a.is_float() || b.is_float();
-    int64_t x = a.int_value(), y = b.int_value(), r = 0;
-    double fx = a.number_value(), fy = b.number_value();
-    if (op == "+" || op == "-" || op == "*") {
-      if (as_float) return Value::Float(op == "+" ? fx + fy : op == "-" ? fx - fy : fx * fy);
-      bool overflow = op == "+" ? __builtin_add_overflow(x, y, &r)
-                      : op == "-" ? __builtin_sub_overflow(x, y, &r)
-                                  : __builtin_mul_overflow(x, y, &r);
-      if (overflow) return Error("integer overflow");
-      return Value::Int(r);
-    }
-    if (op == "/") {
-      if (fy == 0) return Error("division by zero");
-      return Value::Float(fx / fy);
-    }
-    if (op == "//" || op == "%") {
-      if (fy == 0) return Error(op == "//" ? "integer division or modulo by zero" : "modulo by zero");
-      if (!as_float) {
-        if (x == INT64_MIN && y == -1) return Error("integer overflow");
-        return Value::Int(op == "//" ? FloorDiv(x, y) : FloorMod(x, y));
-      }
-      // CPython's float_divmod.
-      double mod = std::fmod(fx, fy);
-      double div = (fx - mod) / fy;
-      if (mod != 0 && ((fy < 0) != (mod < 0))) {
-        mod += fy;
-        div -= 1.0;
-      }
-      if (op == "%") return Value::Float(mod != 0 ? mod : std::copysign(0.0, fy));
-      double floordiv = std::copysign(0.0, fx / fy);
-      if (div != 0) {
-        floordiv = std::floor(div);
-        if (div - floordiv > 0.5) floordiv += 1.0;
-      }
-      return Value::Float(floordiv);
-    }
-    if (op == "**") {
-      if (!as_float && y >= 0) {
-        int64_t result = 1, base = x;
-        for (int64_t e = y; e > 0; e >>= 1) {
-          if (e & 1) {
-            if (__builtin_mul_overflow(result, base, &result)) return Error("integer overflow");
-          }
-          if (e > 1 && __builtin_mul_overflow(base, base, &base)) return Error("integer overflow");
-        }
-        return Value::Int(result);
-      }
-      if (fx == 0 && fy < 0) return Error("0.0 cannot be raised to a negative power");
-      return Value::Float(std::pow(fx, fy));
-    }
-    return type_error();
+    absl::StatusOr<Value> r = Arithmetic(op, a, b);
+    if (!r.ok()) return AtLine(r.status());
+    return r;
   }
   if (op == "+") {
     if (a.is_string() && b.is_string()) {
@@ -539,6 +481,7 @@ absl::StatusOr<Value> Interpreter::EvalBinary(const std::string& op, const Value
     const Value* seq = a.is_integral() ? &b : &a;
     const Value* count = a.is_integral() ? &a : &b;
     if (!count->is_integral() || !(seq->is_string() || seq->is_list())) return type_error();
+    if (count->is_big_int()) return Error("cannot fit 'int' into an index-sized integer");
     int64_t times = std::max<int64_t>(0, count->int_value());
     if (seq->is_string()) {
       if (times > 0 && seq->str().size() > limits_.max_output_bytes / static_cast<uint64_t>(times)) {
@@ -712,10 +655,10 @@ absl::StatusOr<Value> Interpreter::Eval(const Expr& e) {
         return Error(absl::StrCat("bad operand type for unary ", e.kind == ExprKind::kNeg ? "-" : "+", ": '",
                                   v.TypeName(), "'"));
       }
-      if (e.kind == ExprKind::kPos) return v.is_float() ? v : Value::Int(v.int_value());
-      if (v.is_float()) return Value::Float(-v.number_value());
-      if (v.int_value() == INT64_MIN) return Error("integer overflow");
-      return Value::Int(-v.int_value());
+      if (e.kind == ExprKind::kPos) return v.is_bool() ? Value::Int(v.int_value()) : v;
+      absl::StatusOr<Value> r = Negate(v);
+      if (!r.ok()) return AtLine(r.status());
+      return r;
     }
     case ExprKind::kBinary: {
       ASSIGN_OR_RETURN(Value a, Eval(*e.args[0]));

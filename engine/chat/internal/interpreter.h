@@ -7,7 +7,7 @@
 // undefined values used in operations and raise_exception (whose message is
 // kept as given, without a line prefix); ResourceExhausted when the output,
 // a string or list, the loop iterations or the macro call depth exceed the
-// limits.
+// limits, or an int grows beyond numbers.h's kMaxIntBits.
 #ifndef KVCAST_ENGINE_CHAT_INTERNAL_INTERPRETER_H_
 #define KVCAST_ENGINE_CHAT_INTERNAL_INTERPRETER_H_
 
@@ -66,6 +66,8 @@ class Interpreter {
   const Limits& limits() const { return limits_; }
   // An error naming the current template line.
   absl::Status Error(const std::string& message) const;
+  // `status` naming the current template line, its code kept.
+  absl::Status AtLine(const absl::Status& status) const;
 
  private:
   enum class Flow { kNormal, kBreak, kContinue };

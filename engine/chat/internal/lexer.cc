@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "engine/chat/internal/numbers.h"
 #include "engine/chat/internal/value.h"
 
 namespace kvcast {
@@ -131,6 +132,20 @@ class Lexer {
  private:
   absl::Status Error(size_t at, absl::string_view message) {
     return absl::InvalidArgumentError(absl::StrCat("line ", LineAt(at), ": ", message));
+  }
+
+  // The value of an integer literal's digits (at `at`) in `base`: int64
+  // where it fits, else within numbers.h's bound as decimal text.
+  absl::Status ReadInt(size_t at, const std::string& digits, int base, Token* t) {
+    errno = 0;
+    t->int_value = std::strtoll(digits.c_str(), nullptr, base);
+    if (errno != ERANGE) return absl::OkStatus();
+    absl::StatusOr<BigInt> big = ParseIntDigits(digits, base);
+    if (!big.ok()) return Error(at, "integer literal too large");
+    t->int_value = 0;
+    t->big_int = true;
+    t->text = big->ToString();
+    return absl::OkStatus();
   }
 
   int LineAt(size_t at) {
@@ -290,11 +305,9 @@ class Lexer {
           q = at + 1;
         }
         if (!num.empty()) {
-          errno = 0;
           t.kind = TokenKind::kInt;
-          t.int_value = std::strtoll(num.c_str(), nullptr, base);
-          if (errno == ERANGE) return Error(p, "integer literal too large");
           t.text = src_.substr(p, q - p);
+          RETURN_IF_ERROR(ReadInt(p, num, base, &t));
           p = q;
           tokens_.push_back(std::move(t));
           continue;
@@ -325,16 +338,14 @@ class Lexer {
         for (size_t k = p; k < q; ++k) {
           if (src_[k] != '_') num.push_back(src_[k]);
         }
+        t.text = num;
         if (is_float) {
           t.kind = TokenKind::kFloat;
           t.float_value = std::strtod(num.c_str(), nullptr);
         } else {
-          errno = 0;
           t.kind = TokenKind::kInt;
-          t.int_value = std::strtoll(num.c_str(), nullptr, 10);
-          if (errno == ERANGE) return Error(p, "integer literal too large");
+          RETURN_IF_ERROR(ReadInt(p, num, 10, &t));
         }
-        t.text = num;
         p = q;
       } else if (IsNameStart(c)) {
         size_t q = p;

@@ -7,7 +7,8 @@
 // starts a line ("+" on the tag's left disables it), newlines are
 // normalized to "\n" and one trailing newline of the template is dropped.
 // Errors: InvalidArgument "line N: ..." for unclosed tags, comments and raw
-// blocks, unexpected characters and unbalanced brackets.
+// blocks, unexpected characters, unbalanced brackets and integer literals
+// beyond numbers.h's kMaxIntBits.
 #ifndef KVCAST_ENGINE_CHAT_INTERNAL_LEXER_H_
 #define KVCAST_ENGINE_CHAT_INTERNAL_LEXER_H_
 
@@ -28,8 +29,11 @@ enum class TokenKind {
 
 struct Token {
   TokenKind kind = TokenKind::kEof;
-  std::string text;  // Data, name, operator, or the decoded string literal.
-  int64_t int_value = 0;
+  // Data, name, operator, the decoded string literal, a number's text; the
+  // decimal digits of an integer beyond int64.
+  std::string text;
+  int64_t int_value = 0;  // An integer within int64.
+  bool big_int = false;   // An integer beyond int64 (then int_value is 0).
   double float_value = 0;
   int line = 1;
 };

@@ -15,6 +15,10 @@ constexpr int kMaxDepth = 256;
 
 using ExprPtr = std::unique_ptr<Expr>;
 
+Value IntLiteral(const Token& t) {
+  return t.big_int ? Value::Int(*BigInt::FromDigits(t.text, 10)) : Value::Int(t.int_value);
+}
+
 class Parser {
  public:
   Parser(const std::vector<Token>& tokens, const ParserHooks& hooks) : tokens_(tokens), hooks_(hooks) {}
@@ -564,7 +568,7 @@ class Parser {
     }
     if (t.kind == TokenKind::kInt || t.kind == TokenKind::kFloat) {
       ExprPtr e = NewExpr(ExprKind::kLiteral, line);
-      e->literal = t.kind == TokenKind::kInt ? Value::Int(t.int_value) : Value::Float(t.float_value);
+      e->literal = t.kind == TokenKind::kFloat ? Value::Float(t.float_value) : IntLiteral(t);
       Next();
       return e;
     }
@@ -619,7 +623,7 @@ class Parser {
           ExprPtr e = NewExpr(ExprKind::kGetItem, line);
           e->args.push_back(std::move(node));
           ExprPtr index = NewExpr(ExprKind::kLiteral, line);
-          index->literal = Value::Int(Cur().int_value);
+          index->literal = IntLiteral(Cur());
           e->args.push_back(std::move(index));
           node = std::move(e);
           Next();

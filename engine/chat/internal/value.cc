@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -39,6 +40,14 @@ void ValueDict::Set(Value key, Value value) {
   entries.emplace_back(std::move(key), std::move(value));
 }
 
+Value Value::Int(const BigInt& i) {
+  if (std::optional<int64_t> small = i.ToInt64()) return Int(*small);
+  Value v(ValueKind::kInt);
+  v.int_ = i.negative() ? INT64_MIN : INT64_MAX;
+  v.object_ = std::make_shared<const BigInt>(i);
+  return v;
+}
+
 Value Value::List(std::vector<Value> items, bool is_tuple) {
   Value v(ValueKind::kList);
   v.list_ = std::make_shared<ValueList>();
@@ -58,7 +67,7 @@ Value Value::Function(std::string name, NativeFunction fn) {
   auto c = std::make_shared<Callable>();
   c->name = std::move(name);
   c->fn = std::move(fn);
-  v.callable_ = std::move(c);
+  v.object_ = std::move(c);
   return v;
 }
 
@@ -72,7 +81,7 @@ Value Value::FromJson(const nlohmann::ordered_json& j) {
       return Int(j.get<int64_t>());
     case nlohmann::ordered_json::value_t::number_unsigned: {
       uint64_t u = j.get<uint64_t>();
-      if (u > static_cast<uint64_t>(INT64_MAX)) return Float(static_cast<double>(u));
+      if (u > static_cast<uint64_t>(INT64_MAX)) return Int(*BigInt::FromDigits(absl::StrCat(u), 10));
       return Int(static_cast<int64_t>(u));
     }
     case nlohmann::ordered_json::value_t::number_float:
@@ -101,7 +110,9 @@ Value Value::FromJson(const nlohmann::ordered_json& j) {
 nlohmann::ordered_json Value::ToJson() const {
   switch (kind_) {
     case ValueKind::kBool: return bool_value();
-    case ValueKind::kInt: return int_;
+    case ValueKind::kInt:
+      if (is_big_int()) return big().ToDouble();  // The nearest a JSON number holds.
+      return int_;
     case ValueKind::kFloat: return float_;
     case ValueKind::kString: return str_;
     case ValueKind::kList: {
@@ -215,6 +226,24 @@ bool IsPrintable(uint32_t cp) {
   return true;
 }
 
+// How two numbers compare, exactly as Python compares ints and floats of
+// any size: -1, 0 or 1; nullopt when a NaN leaves them unordered.
+std::optional<int> CompareNumbers(const Value& a, const Value& b) {
+  if (!a.is_float() && !b.is_float()) return Compare(a.big_int_value(), b.big_int_value());
+  const double x = a.number_value(), y = b.number_value();
+  if (std::isnan(x) || std::isnan(y)) return std::nullopt;
+  if (a.is_float() && b.is_float()) return (x > y) - (x < y);
+  // An int and a float: as doubles where the int is one exactly (at most
+  // 53 bits), else as integers with the float's fraction breaking a tie.
+  const Value& i = a.is_float() ? b : a;
+  const double f = a.is_float() ? x : y;
+  constexpr int64_t kExact = int64_t{1} << 53;
+  const int c = i.is_big_int() || i.int_value() < -kExact || i.int_value() > kExact
+                    ? i.big_int_value().CompareToDouble(f)
+                    : (i.number_value() > f) - (i.number_value() < f);
+  return a.is_float() ? -c : c;
+}
+
 std::string ReprString(const std::string& s) {
   char quote = '\'';
   if (s.find('\'') != std::string::npos && s.find('"') == std::string::npos) quote = '"';
@@ -282,7 +311,7 @@ std::string Value::Repr() const {
     case ValueKind::kUndefined: return "Undefined";
     case ValueKind::kNone: return "None";
     case ValueKind::kBool: return bool_value() ? "True" : "False";
-    case ValueKind::kInt: return absl::StrCat(int_);
+    case ValueKind::kInt: return is_big_int() ? big().ToString() : absl::StrCat(int_);
     case ValueKind::kFloat: return FormatPythonFloat(float_);
     case ValueKind::kString: return ReprString(str_);
     case ValueKind::kList: {
@@ -306,7 +335,7 @@ std::string Value::Repr() const {
       }
       return out + "}";
     }
-    case ValueKind::kCallable: return "<function " + callable_->name + ">";
+    case ValueKind::kCallable: return "<function " + callable().name + ">";
   }
   return "";
 }
@@ -328,8 +357,8 @@ std::string Value::TypeName() const {
 
 bool Value::Equals(const Value& other) const {
   if (is_number() && other.is_number()) {
-    if (is_float() || other.is_float()) return number_value() == other.number_value();
-    return int_ == other.int_;
+    if (!is_float() && !other.is_float() && !is_big_int() && !other.is_big_int()) return int_ == other.int_;
+    return CompareNumbers(*this, other) == 0;
   }
   if (kind_ != other.kind_) return false;
   switch (kind_) {
@@ -354,15 +383,15 @@ bool Value::Equals(const Value& other) const {
       }
       return true;
     }
-    case ValueKind::kCallable: return callable_ == other.callable_;
+    case ValueKind::kCallable: return object_ == other.object_;
     default: return false;
   }
 }
 
 absl::StatusOr<bool> Value::Less(const Value& other) const {
   if (is_number() && other.is_number()) {
-    if (is_float() || other.is_float()) return number_value() < other.number_value();
-    return int_ < other.int_;
+    if (!is_float() && !other.is_float() && !is_big_int() && !other.is_big_int()) return int_ < other.int_;
+    return CompareNumbers(*this, other) == -1;
   }
   if (is_string() && other.is_string()) return str_ < other.str_;
   if (is_list() && other.is_list()) {
@@ -444,7 +473,7 @@ absl::Status Value::DumpJsonAt(const JsonOptions& options, int depth, std::strin
   switch (kind_) {
     case ValueKind::kNone: *out += "null"; return absl::OkStatus();
     case ValueKind::kBool: *out += bool_value() ? "true" : "false"; return absl::OkStatus();
-    case ValueKind::kInt: *out += absl::StrCat(int_); return absl::OkStatus();
+    case ValueKind::kInt: *out += Repr(); return absl::OkStatus();
     case ValueKind::kFloat:
       if (std::isnan(float_)) {
         *out += "NaN";

@@ -2,6 +2,8 @@
 // objects jinja2 works with (str, int, float, bool, None, list, tuple, dict,
 // jinja2's Undefined, callables and namespaces), with Python's printing,
 // equality, ordering and truthiness, and json.dumps serialization.
+// Ints are unbounded as Python's: int64, or a BigInt where that is too
+// small (numbers.h does their arithmetic and bounds their size).
 //
 // Lists, dicts and callables are shared by reference like Python objects
 // (copying a Value copies a pointer); strings and numbers by value. Dicts keep
@@ -22,6 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "engine/chat/internal/bigint.h"
 #include "nlohmann/json.hpp"
 
 namespace kvcast {
@@ -81,6 +84,8 @@ class Value {
     v.int_ = i;
     return v;
   }
+  // An int of any size, held as int64 where it fits.
+  static Value Int(const BigInt& i);
   static Value Float(double f) {
     Value v(ValueKind::kFloat);
     v.float_ = f;
@@ -102,6 +107,8 @@ class Value {
   bool is_none() const { return kind_ == ValueKind::kNone; }
   bool is_bool() const { return kind_ == ValueKind::kBool; }
   bool is_int() const { return kind_ == ValueKind::kInt; }
+  // An int beyond int64.
+  bool is_big_int() const { return kind_ == ValueKind::kInt && object_ != nullptr; }
   // int or bool: Python's bool is an int.
   bool is_integral() const { return kind_ == ValueKind::kInt || kind_ == ValueKind::kBool; }
   bool is_number() const { return is_integral() || kind_ == ValueKind::kFloat; }
@@ -113,13 +120,21 @@ class Value {
   bool is_callable() const { return kind_ == ValueKind::kCallable; }
 
   bool bool_value() const { return int_ != 0; }
-  int64_t int_value() const { return int_; }  // int or bool.
-  double number_value() const { return is_float() ? float_ : static_cast<double>(int_); }
+  // An int or bool; a big int saturates to INT64_MIN or INT64_MAX, as
+  // Python clamps slice bounds (indexes that large find nothing either).
+  int64_t int_value() const { return int_; }
+  // An int or bool of any size.
+  BigInt big_int_value() const { return is_big_int() ? big() : BigInt(int_); }
+  // A number as a double; a big int rounded, or +-inf beyond the double
+  // range (numbers.h's ToDouble fails there, as Python does).
+  double number_value() const {
+    return is_float() ? float_ : is_big_int() ? big().ToDouble() : static_cast<double>(int_);
+  }
   const std::string& str() const { return str_; }  // String; or the hint of an undefined.
   std::vector<Value>& items() const { return list_->items; }
   bool is_tuple() const { return list_->is_tuple; }
   ValueDict& dict() const { return *dict_; }
-  const Callable& callable() const { return *callable_; }
+  const Callable& callable() const { return *static_cast<const Callable*>(object_.get()); }
 
   // Python's bool(x). Undefined is false.
   bool Truthy() const;
@@ -154,20 +169,23 @@ class Value {
   };
   absl::Status DumpJson(const JsonOptions& options, std::string* out) const;
   // The value as JSON (for registered C++ functions); undefined and
-  // callables become null.
+  // callables become null, ints beyond int64 the nearest double.
   nlohmann::ordered_json ToJson() const;
 
  private:
   explicit Value(ValueKind kind) : kind_(kind) {}
+  const BigInt& big() const { return *static_cast<const BigInt*>(object_.get()); }
   absl::Status DumpJsonAt(const JsonOptions& options, int depth, std::string* out) const;
 
   ValueKind kind_ = ValueKind::kUndefined;
-  int64_t int_ = 0;
+  int64_t int_ = 0;  // Saturated for a big int.
   double float_ = 0;
   std::string str_;
   std::shared_ptr<ValueList> list_;
   std::shared_ptr<ValueDict> dict_;
-  std::shared_ptr<const Callable> callable_;
+  // A callable's Callable, a big int's BigInt (one pointer for both keeps
+  // every Value small).
+  std::shared_ptr<const void> object_;
 };
 
 // Python's repr(float), e.g. 1.0, 0.1, 1e+16, 1.5e-07, inf, nan.
