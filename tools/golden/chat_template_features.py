@@ -4,7 +4,7 @@ render errors) is rendered with CONTEXT by Python jinja2 and by the C++
 renderer, which must agree byte for byte (or both fail)."""
 CONTEXT = {"x": 5, "s": "  Hello World  ", "l": [3, 1, 2], "d": {"b": 1, "a": [1, 2], "c": {"k": None}},
        "msgs": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"}, {"role": "user", "content": "bye", "extra": True}],
-       "f": 2.5, "n": None, "t": True, "u8": "héllo wörld 中文😀", "e": ""}
+       "f": 2.5, "n": None, "t": True, "u8": "héllo wörld 中文😀", "e": "", "big": 18446744073709551615}
 LINES_TEXT = r'''
 {{ 1 + 2 }}|{{ 7 / 2 }}|{{ 7 // 2 }}|{{ -7 // 2 }}|{{ 7 % 3 }}|{{ -7 % 3 }}|{{ 2 ** 10 }}|{{ 2 ** -1 }}|{{ 7.5 // 2 }}|{{ -7.5 % 2 }}
 {{ 'a' ~ 1 ~ none ~ true ~ undefined_thing }}|{{ 'ab' * 3 }}|{{ [1] * 3 }}|{{ [1,2] + [3] }}|{{ (1,) }}|{{ (1, 'a') }}|{{ {'a': 1, 2: [none, true]} }}
@@ -30,6 +30,8 @@ LINES_TEXT = r'''
 {% macro m(a, b=2, c='c') %}[{{ a }},{{ b }},{{ c }}]{% endmacro %}{{ m(1) }}{{ m(1, 3) }}{{ m(1, c='z') }}{{ m() }}|{% macro w() %}<{{ caller() }}>{% endmacro %}{% call w() %}inner {{ x }}{% endcall %}|{% macro v() %}{{ varargs }}{{ kwargs }}{% endmacro %}{{ v(1, 2, k=3) }}
 {% filter upper %}shout {{ x }}{% endfilter %}|{% with p = 5, q2 = 6 %}{{ p + q2 }}{% endwith %}{{ p }}|{% raw %}{{ not rendered }}{% endraw %}|{# comment #}|{{ strftime_now('%d %b %Y') }}|{{ strftime_now('%H:%M %Z|%z|%f|%%Z|100%%') }}|{% generation %}gen{% endgeneration %}
 {{ [1, 'a', none, true, 2.5, (1, 2), {'k': 'v'}] }}|{{ n }}|{{ t }}|{{ u8 }}|{{ ['a\u200b', 'é', '😀', '\x7f'] }}|{{ x|string ~ 'a' }}|{{ 'x' if 0 else 'y' if '' else 'z' }}|{{ ('a', 'b')|join }}|{{ (l|list)[0] }}
+{{ 2 ** 100 }}|{{ 99999999999999999999 + 1 }}|{{ (2**70) // 3 }}|{{ (2**70) // -3 }}|{{ -(2**64) % 7 }}|{{ -(2**70) % -3 }}|{{ 9223372036854775807 + 1 }}|{{ -(-9223372036854775807 - 1) }}|{{ 0x1_0000_0000_0000_0000 }}|{{ 2**64 == 18446744073709551616.0 }}|{{ 9007199254740993 == 9007199254740992.0 }}|{{ 10**30 > 10**29 }}|{{ (2**1100) / (2**1099) }}|{{ (10**30 + 1) / 3 }}|{{ big + 1 }}|{{ big|tojson }}|{{ x ** 30 }}|{{ f * 2**64 }}
+{{ (2**80)|string|length }}|{{ [2**65, 1]|max }}|{{ (2**65)|tojson }}|{{ (2**65)|float }}|{{ (2**64)|int }}|{{ (-(2**64))|abs }}|{{ [2**64, 2**64]|sum }}|{{ range(2**70, 2**70+2)|list }}|{{ {2**64: 'k'}[18446744073709551616.0] }}|{{ (2**64) is divisibleby (2**32) }}|{{ (2**64+1) is odd }}|{{ [1,2,3][2**70:] }}|{{ [2**64, 3, -(2**65)]|sort }}|{{ '%d|%x|%#o|%+30d'|format(2**70, -(2**70), 2**70, 2**70) }}|{{ '%d' % (2**70) }}|{{ (2**70)|round(-5) }}|{{ 2.675|round(2) }}|{{ 2.5|round }}|{{ 17|round(-1, 'floor') }}|{{ '99999999999999999999'|int }}|{{ '1e30'|int }}
 {{ '%s' }}|{{ d|length }}|{{ 'abc'.find('c') }}|{{ 'banana'.count('a') }}|{{ '-'.join(['a', 'b']) }}|{{ 'a\nb'.splitlines() }}|{{ '12'.isdigit() }}|{{ l.index(2) }}|{{ y|length }}|{{ y|list }}
 '''
 WHITESPACE = ["  {% if true %}\n  yes\n  {% endif %}\n  done", "{%- if true -%}\n  x  \n{%- endif -%}\n  y", "a  {{- ' b ' -}}  c", "{% for i in [1,2] %}\n  {{ i }}\n{% endfor %}\n",
@@ -38,7 +40,8 @@ WHITESPACE = ["  {% if true %}\n  yes\n  {% endif %}\n  done", "{%- if true -%}\
 ERRORS = ["{{ x.y.z }}", "{{ undefined_var.attr }}", "{{ 1 + 'a' }}", "{{ 'a' + 1 }}", "{{ 1 / 0 }}", "{{ raise_exception('boom: bad roles') }}", "{% for %}", "{% if x %}unclosed", "{{ x", "{{ x | nosuchfilter }}",
        "{{ x is nosuchtest }}", "{% endfor %}", "{% break %}", "{{ l < 'a' }}", "{{ none() }}", "{{ undefined_fn() }}", "{% for i in 5 %}{% endfor %}", "{% for i in none %}{% endfor %}", "{{ (1, 2) + [3] }}", "{{ range(1000000) }}",
        "{% macro r(n) %}{{ r(n + 1) }}{% endmacro %}{{ r(0) }}", "{{ {'a': 1}|items|list + 1 }}", "{% set a, b = [1] %}", "{% extends 'x' %}", "{{ 'abc'[::0] }}", "{# unclosed comment", "{% raw %}no end", "{{ ) }}", "{{ (1 }}", "{{ 'unterminated }}",
-       "{% set x.y = 1 %}", "{{ -'a' }}", "{{ y + 1 }}", "{{ y < 1 }}", "{{ [1] | tojson(indent='  ') }}{{ y|tojson }}", "{% if %}{% endif %}", "{{ }}", "{% macro m(a=1, b) %}{% endmacro %}", "{{ 1 if }}", "{{ '%s' % 1 }}"]
+       "{% set x.y = 1 %}", "{{ -'a' }}", "{{ y + 1 }}", "{{ y < 1 }}", "{{ [1] | tojson(indent='  ') }}{{ y|tojson }}", "{% if %}{% endif %}", "{{ }}", "{% macro m(a=1, b) %}{% endmacro %}", "{{ 1 if }}", "{{ '%s' % 1 }}",
+       "{{ (2**1100)|float }}", "{{ (2**1100) / 3 }}", "{{ 'x' * 2**70 }}", "{{ (2**70) // 0 }}", "{{ 'a'.split(None, 2**70) }}"]
 
 
 def feature_cases():
