@@ -461,7 +461,7 @@ absl::Status Engine::PickTokens(const std::vector<Sequence*>& batch,
     }
   }
   // Constrained rows sampled on the backend: each with its grammar's mask.
-  const size_t words = MaskWords();
+  const size_t words = masked.empty() ? 0 : MaskWords();
   batch_masks_.assign(masked.size() * words, 0u);
   for (size_t k = 0; k < masked.size(); ++k) {
     TokenSampling& draw = draws[masked[k]];
