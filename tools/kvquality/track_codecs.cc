@@ -154,6 +154,10 @@ absl::StatusOr<size_t> FloatGroupCoder::Code(const kvcache::KvCompression& track
         policy.v_levels = p->LevelsOf(first_layer, true);
         policy.k_layer_scale.clear();
         policy.v_layer_scale.clear();
+        // ... and the K channel weights of those layers.
+        const size_t per_layer = size_t(heads_) * head_dim_;
+        const size_t from = std::min(size_t(first_layer) * per_layer, p->k_channel_weights.size());
+        policy.k_channel_weights.assign(p->k_channel_weights.begin() + from, p->k_channel_weights.end());
       }
       encoder = std::make_unique<kvcache::ac::AcGroupEncoder>(shape, policy);
     }
