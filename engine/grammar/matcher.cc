@@ -127,14 +127,14 @@ void Automaton::FillRow(int32_t from) {
     const uint8_t first = bytes.First();
     next.nodes.clear();
     next.accepting = false;
-    bool taken = false;
+    bool any_stack = false;  // takes this class's bytes
     for (int32_t top : tops) {
       if (!set_of(top).Has(first)) continue;
-      taken = true;
+      any_stack = true;
       const Node node = nodes_[size_t(top)];
       Expand(node.pos + 1, node.parent, &next, 0);
     }
-    if (!taken || (next.nodes.empty() && !next.accepting)) continue;
+    if (!any_stack || (next.nodes.empty() && !next.accepting)) continue;
     const int32_t to = SetId(&next);
     int32_t* row = &transitions_[size_t(from) * 256];  // after SetId, which may grow the table
     bytes.ForEach([&](uint8_t b) { row[b] = to; });
