@@ -9,6 +9,13 @@
 // their byte buffers are host memory, ideally from Backend::AllocateStaging
 // (page-locked on a GPU, so the copy to or from the device is one DMA).
 //
+// A rotated codec (the int4-rot and fp4-e2m1-rot tracks) codes each head's
+// values Hadamard-rotated (kernels/hadamard.h): y = H (D x) of the token's
+// fp16 values, whatever the pages' storage, so every backend sends the
+// same bytes; decoded, x = D (H y) / d, rounded to fp16 into the pages. It
+// goes through the host: one fp16 EncodeKv / DecodeKv call, the rotation
+// and the row codec on the calling thread.
+//
 // Thread safety: immutable after construction; Encode/Decode follow the
 // backend's threading contract.
 #ifndef KVCAST_ENGINE_KV_TOKEN_CODEC_H_
@@ -31,9 +38,14 @@ int ScaleBlock(KvFormat format, int head_dim);
 
 class TokenCodec {
  public:
-  TokenCodec(const KvLayout& layout, KvFormat format);
+  TokenCodec(const KvLayout& layout, KvFormat format, bool rotated = false);
 
   KvFormat format() const { return format_; }
+  bool rotated() const { return rotated_; }
+  // InvalidArgument when the layout's heads cannot rotate (head_dim not a
+  // power of two, 2 .. 1024) and the codec is rotated; else OK. Encode and
+  // Decode require it.
+  absl::Status Supported() const;
   int block() const { return block_; }
   size_t row_bytes() const { return row_bytes_; }
   size_t token_bytes() const { return row_bytes_ * 2 * layout_.num_layers; }
@@ -50,9 +62,14 @@ class TokenCodec {
  private:
   // Every layer's K and V of `pool`, in payload order.
   KvArrays Arrays(const KvPagePool& pool) const;
+  absl::Status EncodeRotated(Backend* backend, const KvPagePool& pool,
+                             absl::Span<const int32_t> slots, uint8_t* out) const;
+  absl::Status DecodeRotated(Backend* backend, const uint8_t* in,
+                             absl::Span<const int32_t> slots, KvPagePool* pool) const;
 
   const KvLayout layout_;
   const KvFormat format_;
+  const bool rotated_;
   const int block_;
   const size_t row_bytes_;
 };

@@ -44,25 +44,30 @@ absl::StatusOr<std::shared_ptr<KvLander>> KvLander::Create(
     // An ac group decodes whole: its objects wait in memory until it is complete.
     ac = std::make_unique<AcPageCodec>(pool->layout());
     if (absl::Status s = ac->Supported(); !s.ok()) return fail(s);
+  } else if (absl::Status s = TokenCodec(pool->layout(), compression.format, compression.rotated)
+                                 .Supported();
+             !s.ok()) {
+    return fail(s);
   } else if (!backend->KvPagesInHostMemory()) {
     // Staging for one group: objects are copied into it as they arrive and
     // land (one backend call for every layer) when the group is complete.
-    const size_t token_bytes = TokenCodec(pool->layout(), compression.format).token_bytes();
+    const size_t token_bytes =
+        TokenCodec(pool->layout(), compression.format, compression.rotated).token_bytes();
     auto buffer = backend->AllocateStaging(size_t(spec.chunk_tokens) * token_bytes);
     if (!buffer.ok()) return fail(buffer.status());
     staging = *std::move(buffer);
   }
-  return std::shared_ptr<KvLander>(new KvLander(pool, backend, compression.format,
-                                                std::move(ac), std::move(spec), std::move(done),
+  return std::shared_ptr<KvLander>(new KvLander(pool, backend, compression, std::move(ac),
+                                                std::move(spec), std::move(done),
                                                 std::move(staging)));
 }
 
-KvLander::KvLander(KvPagePool* pool, Backend* backend, KvFormat format,
+KvLander::KvLander(KvPagePool* pool, Backend* backend, const KvCompression& compression,
                    std::unique_ptr<AcPageCodec> ac, LandingSpec spec, DoneCallback done,
                    std::unique_ptr<DeviceBuffer> staging)
     : pool_(pool),
       backend_(backend),
-      codec_(pool->layout(), format),
+      codec_(pool->layout(), compression.format, compression.rotated),
       ac_(std::move(ac)),
       spec_(std::move(spec)),
       first_token_(spec_.first_group * spec_.chunk_tokens),
@@ -96,9 +101,10 @@ absl::Status KvLander::Land(const moqt::ObjectHeader& h, absl::Span<const uint8_
     return LandAc(h, payload, index);
   }
   if (payload.size() != codec_.token_bytes()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "KV object ", h.group, "/", h.object, " has ", payload.size(), " bytes; ",
-        TrackNameOf(codec_.format()), " tokens of this model have ", codec_.token_bytes()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV object ", h.group, "/", h.object, " has ", payload.size(), " bytes; ",
+                     TrackNameOf(KvCompression(codec_.format(), codec_.rotated())),
+                     " tokens of this model have ", codec_.token_bytes()));
   }
   if (landed_[index]) return absl::OkStatus();  // duplicate: first copy stands
   const int32_t slot = SlotsOf(spec_.pages.ids(), pool_->layout().page_tokens, index, 1)[0];

@@ -51,6 +51,7 @@
 #include "kernels/backend.h"
 #include "transport/kvcache/ac_codec_thread.h"
 #include "transport/kvcache/ac_pages.h"
+#include "transport/kvcache/naming.h"
 #include "engine/kv/token_codec.h"
 #include "transport/moqt/track_consumer.h"
 
@@ -96,8 +97,9 @@ class KvLander : public moqt::TrackConsumer, public std::enable_shared_from_this
   void OnDone(const absl::Status& status) override;
 
  private:
-  KvLander(KvPagePool* pool, Backend* backend, KvFormat format, std::unique_ptr<AcPageCodec> ac,
-           LandingSpec spec, DoneCallback done, std::unique_ptr<DeviceBuffer> staging);
+  KvLander(KvPagePool* pool, Backend* backend, const KvCompression& compression,
+           std::unique_ptr<AcPageCodec> ac, LandingSpec spec, DoneCallback done,
+           std::unique_ptr<DeviceBuffer> staging);
   absl::Status Land(const moqt::ObjectHeader& header, absl::Span<const uint8_t> payload);
   // An ac track's object: kept until its group is complete, then the group
   // decodes into its pages.

@@ -17,6 +17,9 @@ constexpr std::pair<KvFormat, std::string_view> kTrackNames[] = {
     {KvFormat::kFp8E4M3, "fp8-e4m3"}, {KvFormat::kInt8, "int8"},
     {KvFormat::kFp4E2M1, "fp4-e2m1"}, {KvFormat::kInt4, "int4"},
 };
+// The formats with a rotated track: "<name>-rot".
+constexpr KvFormat kRotatedTracks[] = {KvFormat::kFp4E2M1, KvFormat::kInt4};
+constexpr std::string_view kRotatedSuffix = "-rot";
 
 bool IsHex32(std::string_view s) {
   if (s.size() != 32) return false;
@@ -36,16 +39,21 @@ std::string TrackNameOf(KvFormat format) {
 }
 
 std::string TrackNameOf(const KvCompression& c) {
-  return c.ac ? std::string(c.ac->track) : TrackNameOf(c.format);
+  if (c.ac) return std::string(c.ac->track);
+  return c.rotated ? TrackNameOf(c.format) + std::string(kRotatedSuffix) : TrackNameOf(c.format);
 }
 
 absl::StatusOr<KvCompression> CompressionOfTrackName(std::string_view name) {
   for (const auto& [f, n] : kTrackNames) {
     if (n == name) return KvCompression(f);
   }
+  for (KvFormat f : kRotatedTracks) {
+    if (TrackNameOf(KvCompression(f, true)) == name) return KvCompression(f, true);
+  }
   if (const ac::AcPolicy* policy = ac::AcPolicyOf(name)) return KvCompression(policy);
   std::vector<std::string> known;
   for (const auto& entry : kTrackNames) known.emplace_back(entry.second);
+  for (KvFormat f : kRotatedTracks) known.push_back(TrackNameOf(KvCompression(f, true)));
   for (const ac::AcPolicy* p : {&ac::AcHigh(), &ac::AcLow()}) known.emplace_back(p->track);
   return absl::NotFoundError(absl::StrCat("unknown KV compression track \"", std::string(name),
                                           "\"; known: ", absl::StrJoin(known, ", ")));

@@ -2,8 +2,9 @@
 //
 //   namespace = ("moq://kvcache.moq.arpa/v1/", model id, prompt digest)
 //   track     = compression: "fp16" "bf16" "fp8-e4m3" "int8" "fp4-e2m1" "int4"
-//               (fixed-size tokens) or "ac" "ac-lo" (arithmetic-coded groups,
-//               transport/kvcache/ac/)
+//               (fixed-size tokens), "fp4-e2m1-rot" "int4-rot" (the 4-bit ones
+//               with each head Hadamard-rotated) or "ac" "ac-lo"
+//               (arithmetic-coded groups, transport/kvcache/ac/)
 //   group     = chunk index (chunk_tokens tokens per group, default 128)
 //   object    = token index within the chunk
 //
@@ -32,20 +33,22 @@ namespace kvcast::kvcache {
 // First namespace element; the "v1" is the wire-format version.
 inline constexpr std::string_view kNamespaceRoot = "moq://kvcache.moq.arpa/v1/";
 
-// What a track name selects: a fixed-size format, or an arithmetic-coded
-// operating point.
+// What a track name selects: a fixed-size format (its heads rotated or
+// not: TokenCodec), or an arithmetic-coded operating point.
 struct KvCompression {
   KvFormat format = KvFormat::kFp16;  // when ac is null
+  bool rotated = false;               // when ac is null
   const ac::AcPolicy* ac = nullptr;   // AcHigh() or AcLow()
   KvCompression() = default;
-  KvCompression(KvFormat f) : format(f) {}  // NOLINT: a format is a compression
+  KvCompression(KvFormat f, bool r = false) : format(f), rotated(r) {}  // NOLINT: a format is one
   explicit KvCompression(const ac::AcPolicy* policy) : ac(policy) {}
   bool operator==(const KvCompression& o) const {
-    return ac == o.ac && (ac != nullptr || format == o.format);
+    return ac == o.ac && (ac != nullptr || (format == o.format && rotated == o.rotated));
   }
   bool operator<(const KvCompression& o) const {
     if (ac != o.ac) return ac < o.ac;
-    return ac == nullptr && format < o.format;
+    if (ac != nullptr) return false;
+    return format != o.format ? format < o.format : rotated < o.rotated;
   }
 };
 
@@ -54,7 +57,9 @@ struct KvCompression {
 // group from the bandwidth it sees (adaptive bitrate, services/decode/kv_abr.h).
 inline constexpr std::string_view kAdaptiveCompression = "abr";
 
-// The track name of a compression, e.g. "fp8-e4m3", "ac".
+// The track name of a compression, e.g. "fp8-e4m3", "int4-rot", "ac" (a
+// rotated format without a track, e.g. int8 rotated, "int8-rot": the
+// harness's names; no track name parses to it).
 std::string TrackNameOf(KvFormat format);
 std::string TrackNameOf(const KvCompression& compression);
 // The compression a track name stands for. NotFound names the known ones.

@@ -30,12 +30,30 @@ TEST(Naming, EveryFormatRoundTripsThroughItsTrackName) {
   EXPECT_FALSE(KvCompression(&ac::AcLow()) == KvCompression(KvFormat::kFp16));
 }
 
+TEST(Naming, TheFourBitFormatsHaveRotatedTracks) {
+  for (auto [f, name] : {std::pair{KvFormat::kInt4, "int4-rot"},
+                         std::pair{KvFormat::kFp4E2M1, "fp4-e2m1-rot"}}) {
+    const KvCompression rotated(f, true);
+    EXPECT_EQ(TrackNameOf(rotated), name);
+    auto back = CompressionOfTrackName(name);
+    ASSERT_TRUE(back.ok()) << back.status();
+    EXPECT_EQ(*back, rotated);
+    EXPECT_TRUE(back->rotated);
+    EXPECT_FALSE(*back == KvCompression(f));
+    EXPECT_TRUE(KvCompression(f) < rotated);
+  }
+  // Other formats rotate only in the quality harness: no track parses to them.
+  EXPECT_EQ(TrackNameOf(KvCompression(KvFormat::kInt8, true)), "int8-rot");
+  EXPECT_EQ(CompressionOfTrackName("int8-rot").status().code(), absl::StatusCode::kNotFound);
+}
+
 TEST(Naming, UnknownTrackNamesAreRefusedWithTheKnownOnes) {
   auto unknown = CompressionOfTrackName("FP16");
   EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(unknown.status().message().find("known: fp16, bf16"), std::string::npos)
       << unknown.status();
-  EXPECT_NE(unknown.status().message().find("int4, ac, ac-lo"), std::string::npos)
+  EXPECT_NE(unknown.status().message().find("int4, fp4-e2m1-rot, int4-rot, ac, ac-lo"),
+            std::string::npos)
       << unknown.status();
 }
 

@@ -351,6 +351,11 @@ KvPublisher::Prompt* KvPublisher::Resolve(const moqt::FullTrackName& name, Downs
                            model_id_, ")");
   } else if (absl::Status shape = ac_.Supported(); track->compression.ac && !shape.ok()) {
     problem = std::string(shape.message());
+  } else if (absl::Status heads = TokenCodec(pool_->layout(), track->compression.format,
+                                             track->compression.rotated)
+                                      .Supported();
+             !heads.ok()) {
+    problem = std::string(heads.message());
   } else if (auto it = prompts_.find(track->prompt_digest); it != prompts_.end()) {
     *compression = track->compression;
     return &it->second;
@@ -414,7 +419,7 @@ void KvPublisher::SendChunk(const Prompt& p, int group, const KvCompression& com
     }
     for (int i = first; i < first + count; ++i) send(i, {objects, (*objects)[i]});
   } else if (count > 0) {
-    const TokenCodec codec(pool_->layout(), compression.format);
+    const TokenCodec codec(pool_->layout(), compression.format, compression.rotated);
     const size_t token_bytes = codec.token_bytes();
     // Host pages: a few tokens at a time, each batch sent while it is in
     // cache; a device: the whole piece in one call (one DMA).

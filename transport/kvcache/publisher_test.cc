@@ -10,6 +10,8 @@
 
 #include <random>
 
+#include "common/dtype.h"
+#include "kernels/hadamard.h"
 #include "kernels/profiling_backend.h"
 #include "transport/kvcache/lander.h"
 #include "transport/kvcache/naming.h"
@@ -194,13 +196,15 @@ class KvOverMoqt : public ::testing::Test {
         [&] { ASSERT_TRUE(publisher_->ChunkReady(digest, group, std::move(chunk)).ok()); });
   }
   // Checks that tokens [first, end) landed in `dst_pages` equal the source
-  // tokens in `src_pages` after one trip through `format`.
-  void ExpectLanded(KvFormat format, const std::vector<int32_t>& src_pages,
+  // tokens in `src_pages` after one trip through `format` (rotated: the
+  // fp16 values' heads rotated, coded, rotated back and rounded to fp16).
+  void ExpectLanded(KvCompression c, const std::vector<int32_t>& src_pages,
                     const std::vector<int32_t>& dst_pages, int first, int end,
                     int dst_first = 0) {
+    const KvFormat format = c.format;
     TokenCodec codec(kLayout, format);
     std::vector<uint8_t> enc(codec.row_bytes());
-    std::vector<float> want(kLayout.token_floats());
+    std::vector<float> want(kLayout.token_floats()), x(want.size());
     for (int t = first; t < end; ++t) {
       const int32_t s = SlotsOf(src_pages, 16, t, 1)[0];
       const int32_t d = SlotsOf(dst_pages, 16, t - dst_first, 1)[0];
@@ -210,10 +214,18 @@ class KvOverMoqt : public ::testing::Test {
                              size_t(s) * kLayout.token_floats();
           const float* got = (v ? dst_.pool->v_cache(l) : dst_.pool->k_cache(l)) +
                              size_t(d) * kLayout.token_floats();
-          EncodeKvRow(format, src, 2, 32, codec.block(), enc.data());
+          for (size_t i = 0; i < x.size(); ++i) {
+            x[i] = c.rotated ? HalfToFloat(FloatToHalf(src[i])) : src[i];
+          }
+          if (c.rotated) RotateHeads(x.data(), int(x.size()), 32, /*inverse=*/false);
+          EncodeKvRow(format, x.data(), 2, 32, codec.block(), enc.data());
           DecodeKvRow(format, enc.data(), 2, 32, codec.block(), want.data());
+          if (c.rotated) {
+            RotateHeads(want.data(), int(want.size()), 32, /*inverse=*/true);
+            for (float& w : want) w = HalfToFloat(FloatToHalf(w));
+          }
           for (size_t i = 0; i < want.size(); ++i) {
-            ASSERT_EQ(got[i], want[i]) << TrackNameOf(format) << " token " << t;
+            ASSERT_EQ(got[i], want[i]) << TrackNameOf(c) << " token " << t;
           }
         }
       }
@@ -326,9 +338,12 @@ TEST_F(KvOverMoqt, LiveChunksInAnyOrderLandForEveryCompression) {
   Ready(Digest(1), pages, 0);  // before anyone subscribes
   moqt::MoqtClient* client = h_.Connect(&decode_);
   std::vector<std::unique_ptr<Landing>> landings;
-  for (KvFormat f : kAllKvFormats) {
+  std::vector<KvCompression> fixed(std::begin(kAllKvFormats), std::end(kAllKvFormats));
+  fixed.push_back(KvCompression(KvFormat::kFp4E2M1, /*rotated=*/true));
+  fixed.push_back(KvCompression(KvFormat::kInt4, /*rotated=*/true));
+  for (const KvCompression& c : fixed) {
     landings.push_back(Subscribe(client->session(),
-                                 FullTrackNameOf({ModelId(kModel), Digest(1), f}), tokens, 0, 3));
+                                 FullTrackNameOf({ModelId(kModel), Digest(1), c}), tokens, 0, 3));
   }
   const ac::AcPolicy* const kAc[] = {&ac::AcHigh(), &ac::AcLow()};
   for (const ac::AcPolicy* p : kAc) {
@@ -340,11 +355,11 @@ TEST_F(KvOverMoqt, LiveChunksInAnyOrderLandForEveryCompression) {
   Ready(Digest(1), pages, 1);
   h_.thread()->RunSync([&] { ASSERT_TRUE(publisher_->EndPrompt(Digest(1), absl::OkStatus()).ok()); });
   int i = 0;
-  for (KvFormat f : kAllKvFormats) {
+  for (const KvCompression& c : fixed) {
     Landing& l = *landings[i++];
-    ASSERT_TRUE(WaitDone(l)) << TrackNameOf(f);
-    ASSERT_TRUE(l.result.ok()) << TrackNameOf(f) << ": " << l.result.status();
-    ExpectLanded(f, pages, l.pages, 0, tokens);
+    ASSERT_TRUE(WaitDone(l)) << TrackNameOf(c);
+    ASSERT_TRUE(l.result.ok()) << TrackNameOf(c) << ": " << l.result.status();
+    ExpectLanded(c, pages, l.pages, 0, tokens);
     ReleaseLanded(l);
   }
   for (const ac::AcPolicy* p : kAc) {
@@ -355,9 +370,9 @@ TEST_F(KvOverMoqt, LiveChunksInAnyOrderLandForEveryCompression) {
     ReleaseLanded(l);
   }
   h_.thread()->RunSync([&] {
-    // Pieces of a quarter chunk: 4 + 4 + 2 for each of 6 formats; the ac
-    // tracks encode each of the 3 groups once for all its pieces.
-    EXPECT_EQ(publisher_->stats().encodes, 6u * 10 + 2 * 3);
+    // Pieces of a quarter chunk: 4 + 4 + 2 for each of 8 fixed-size tracks;
+    // the ac tracks encode each of the 3 groups once for all its pieces.
+    EXPECT_EQ(publisher_->stats().encodes, 8u * 10 + 2 * 3);
     publisher_->DropPrompt(Digest(1));
   });
   ReleasePages(pages);
