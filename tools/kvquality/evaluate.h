@@ -43,8 +43,8 @@ struct EvalOptions {
   int prefix_tokens = 512;        // a multiple of group_tokens
   int continuation_tokens = 256;  // at least 2
   int group_tokens = 128;         // tokens per group, as the KV tracks publish them
-  std::vector<std::string> tracks = {"fp16", "bf16", "fp8-e4m3", "int8",
-                                     "fp4-e2m1", "int4", "ac", "ac-lo"};
+  std::vector<std::string> tracks = {"fp16", "bf16",         "fp8-e4m3", "int8", "fp4-e2m1",
+                                     "int4", "fp4-e2m1-rot", "int4-rot", "ac",   "ac-lo"};
   std::vector<Mode> modes = {Mode::kProduct, Mode::kAllKv};
   int resamples = 2000;  // bootstrap resamples (metrics.h)
   // The model's per-layer ac levels, for tracks ending in "+tuned"

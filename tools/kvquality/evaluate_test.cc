@@ -94,7 +94,7 @@ TEST_F(EvaluateTest, CoarserTracksCostMoreAndAllKvMoreThanProduct) {
 }
 
 TEST_F(EvaluateTest, RotatedTracksRotateBackAndCostTheirFormatsBytes) {
-  options_.tracks = {"int8", "int4", "int4+rot", "fp16+rot", "ac@15/8", "ac@15/8+rot"};
+  options_.tracks = {"int8", "int4", "int4+rot", "int4-rot", "fp16+rot", "ac@15/8", "ac@15/8+rot"};
   const auto rs = Evaluate();
   ASSERT_TRUE(rs.ok()) << rs.status();
   for (Mode m : {Mode::kProduct, Mode::kAllKv}) {
@@ -103,6 +103,10 @@ TEST_F(EvaluateTest, RotatedTracksRotateBackAndCostTheirFormatsBytes) {
     EXPECT_EQ(rot.bits_per_value, plain.bits_per_value);
     EXPECT_GT(rot.quality.mean_kl, 0.0);
     EXPECT_NE(rot.quality.mean_kl, plain.quality.mean_kl) << ModeName(m);
+    // The harness's rotation is the wire track's.
+    const TrackResult& wire = Find(*rs, "int4-rot", m);
+    EXPECT_EQ(wire.bits_per_value, rot.bits_per_value);
+    EXPECT_EQ(wire.quality.mean_kl, rot.quality.mean_kl) << ModeName(m);
     // fp16 of rotated values, rotated back: fp16 rounding's error only.
     const double fp16_rot = Find(*rs, "fp16+rot", m).quality.mean_kl;
     EXPECT_GT(fp16_rot, 0.0) << ModeName(m);
@@ -177,8 +181,7 @@ TEST_F(EvaluateTest, ProbesCodeOneLayerAndATuningOfOnesChangesNothing) {
   EXPECT_EQ(probe->compression.ac->LevelsOf(2, true), kProbeExactLevels);
   const auto both = ParseTrack("ac-lo+sink3+tuned+rot", &ones);
   ASSERT_TRUE(both.ok()) << both.status();
-  EXPECT_FALSE(both->rotate);  // an ac track rotates on the wire
-  EXPECT_TRUE(both->compression.ac->rotate);
+  EXPECT_TRUE(both->compression.ac->rotate);  // the ac group header's transform
   EXPECT_EQ(both->compression.ac->sink_shift, 3);
   EXPECT_EQ(both->compression.ac->k_layer_scale, ones.k);
   EXPECT_EQ(ProbeTracks("ac", 2), (std::vector<std::string>{"ac#L0K", "ac#L0V", "ac#L1K", "ac#L1V"}));

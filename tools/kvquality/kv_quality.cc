@@ -55,7 +55,7 @@ ABSL_FLAG(int, prefix, 512, "prompt tokens per window (their KV crosses the trac
 ABSL_FLAG(int, continuation, 256, "teacher-forced tokens per window");
 ABSL_FLAG(std::vector<std::string>, tracks,
           std::vector<std::string>({"fp16", "bf16", "fp8-e4m3", "int8", "fp4-e2m1", "int4",
-                                    "ac", "ac-lo"}),
+                                    "fp4-e2m1-rot", "int4-rot", "ac", "ac-lo"}),
           "KV tracks to judge");
 ABSL_FLAG(std::vector<std::string>, modes, std::vector<std::string>({"product", "all-kv"}),
           "product (the prompt's KV through the track) and/or all-kv (every position's)");

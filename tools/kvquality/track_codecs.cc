@@ -7,7 +7,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "engine/kv/token_codec.h"
-#include "common/dtype.h"
 #include "common/status_macros.h"
 #include "kernels/kv_codec.h"
 #include "kernels/hadamard.h"
@@ -59,11 +58,11 @@ absl::StatusOr<HarnessTrack> ParseTrack(std::string_view name,
   const std::string full(name);
   HarnessTrack t;
   // Suffixes, in any order.
-  bool tuned = false, weighted = false;
+  bool rotate = false, tuned = false, weighted = false;
   int sink = 0;
   for (bool more = true; more;) {
     more = false;
-    if (TakeSuffix(&name, "+rot")) more = t.rotate = true;
+    if (TakeSuffix(&name, "+rot")) more = rotate = true;
     if (TakeSuffix(&name, "+tuned")) more = tuned = true;
     if (TakeSuffix(&name, "+kw")) more = weighted = true;
     const size_t at = name.rfind("+sink");
@@ -98,6 +97,7 @@ absl::StatusOr<HarnessTrack> ParseTrack(std::string_view name,
         return absl::InvalidArgumentError(
             absl::StrCat("\"", full, "\": only ac tracks take +tuned, +kw, +sinkN or a probe"));
       }
+      t.compression.rotated |= rotate;
       return t;
     }
     policy = *t.compression.ac;
@@ -118,10 +118,7 @@ absl::StatusOr<HarnessTrack> ParseTrack(std::string_view name,
   }
   if (probe) policy = Probe(policy, probe->first, probe->second);
   if (sink > 0) policy.sink_shift = sink;
-  if (t.rotate) {  // an ac track rotates on the wire (its header's transform)
-    policy.rotate = true;
-    t.rotate = false;
-  }
+  if (rotate) policy.rotate = true;  // the ac group header's transform
   t.explored = std::make_shared<const kvcache::ac::AcPolicy>(std::move(policy));
   t.compression = kvcache::KvCompression(t.explored.get());
   return t;
@@ -179,10 +176,7 @@ absl::StatusOr<size_t> FloatGroupCoder::Code(const kvcache::KvCompression& track
   return row_.size() * rows;
 }
 
-TrackTransfer::TrackTransfer(const KvLayout& layout)
-    : layout_(layout),
-      ac_(layout),
-      floats_(layout.num_layers, layout.num_kv_heads, layout.head_dim) {}
+TrackTransfer::TrackTransfer(const KvLayout& layout) : layout_(layout), ac_(layout) {}
 
 absl::StatusOr<size_t> TrackTransfer::Transfer(const HarnessTrack& harness_track,
                                                Backend* backend, KvPagePool* pool,
@@ -195,13 +189,10 @@ absl::StatusOr<size_t> TrackTransfer::Transfer(const HarnessTrack& harness_track
                                                    group_tokens));
   }
   const kvcache::KvCompression& track = harness_track.compression;
-  if (track.ac != nullptr) {
-    if (absl::Status s = ac_.Supported(); !s.ok()) return s;
+  const TokenCodec codec(layout_, track.format, track.rotated);
+  if (absl::Status s = track.ac != nullptr ? ac_.Supported() : codec.Supported(); !s.ok()) {
+    return s;
   }
-  if (harness_track.rotate) {
-    return TransferRotated(track, backend, pool, src_slots, dst_slots, group_tokens);
-  }
-  const TokenCodec codec(layout_, track.format);
   size_t bytes = 0;
   for (size_t first = 0; first < src_slots.size(); first += group_tokens) {
     const size_t count = std::min(src_slots.size() - first, size_t(group_tokens));
@@ -226,46 +217,11 @@ absl::StatusOr<size_t> TrackTransfer::Transfer(const HarnessTrack& harness_track
   return bytes;
 }
 
-absl::StatusOr<size_t> TrackTransfer::TransferRotated(const kvcache::KvCompression& track,
-                                                      Backend* backend, KvPagePool* pool,
-                                                      absl::Span<const int32_t> src_slots,
-                                                      absl::Span<const int32_t> dst_slots,
-                                                      int group_tokens) {
-  const int dim = layout_.head_dim;
-  if (!HadamardDim(dim)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rotation: heads of ", dim, " (a power of two rotates)"));
-  }
-  // The tokens as fp16 payloads (every layer's K row, then V row: what the
-  // pages hold, in any storage, in an ac group's token order), rotated as
-  // floats, coded group by group, rotated back.
-  const TokenCodec fp16(layout_, KvFormat::kFp16);
-  std::vector<uint8_t> half(src_slots.size() * fp16.token_bytes());
-  if (absl::Status s = fp16.Encode(backend, *pool, src_slots, half.data()); !s.ok()) return s;
-  const size_t token_values = fp16.token_bytes() / 2;
-  uint16_t* values = reinterpret_cast<uint16_t*>(half.data());
-  values_.resize(src_slots.size() * token_values);
-  for (size_t i = 0; i < values_.size(); ++i) values_[i] = HalfToFloat(values[i]);
-  RotateHeads(values_.data(), int(values_.size()), dim, false);
-  size_t bytes = 0;
-  for (size_t first = 0; first < src_slots.size(); first += group_tokens) {
-    const int count = int(std::min(src_slots.size() - first, size_t(group_tokens)));
-    auto b = floats_.Code(track, values_.data() + first * token_values, count, 0,
-                          /*starts_sequence=*/first == 0);
-    if (!b.ok()) return b.status();
-    bytes += *b;
-  }
-  RotateHeads(values_.data(), int(values_.size()), dim, true);
-  for (size_t i = 0; i < values_.size(); ++i) values[i] = FloatToHalf(values_[i]);
-  if (absl::Status s = fp16.Decode(backend, half.data(), dst_slots, pool); !s.ok()) return s;
-  return bytes;
-}
-
 absl::Status RoundTripBackend::SetTrack(std::optional<HarnessTrack> track,
                                         const KvPagePool* pool, int32_t sequence_start) {
   if (track) {
     const KvLayout& l = pool->layout();
-    if (track->rotate && !HadamardDim(l.head_dim)) {
+    if (track->compression.rotated && !HadamardDim(l.head_dim)) {
       return absl::InvalidArgumentError(
           absl::StrCat("rotation: heads of ", l.head_dim, " (a power of two rotates)"));
     }
@@ -310,13 +266,14 @@ void RoundTripBackend::WriteKv(const float* k, const float* v, int num_tokens, i
     std::copy(v + size_t(t) * stride, v + size_t(t) * stride + row,
               &rows_[(size_t(t) * 2 + 1) * row]);
   }
-  if (track_->rotate) RotateHeads(rows_.data(), int(rows_.size()), head_dim, false);
+  const bool rotated = track_->compression.rotated;
+  if (rotated) RotateHeads(rows_.data(), int(rows_.size()), head_dim, false);
   if (auto b = coder_->Code(track_->compression, rows_.data(), num_tokens, layer,
                             /*starts_sequence=*/slots[0] == sequence_start_);
       !b.ok() && error_.ok()) {
     error_ = b.status();
   }
-  if (track_->rotate) RotateHeads(rows_.data(), int(rows_.size()), head_dim, true);
+  if (rotated) RotateHeads(rows_.data(), int(rows_.size()), head_dim, true);
   inner()->WriteKv(rows_.data(), rows_.data() + row, num_tokens, 2 * row, slots, num_kv_heads,
                    head_dim, storage, k_cache, v_cache);
 }

@@ -32,18 +32,19 @@
 
 namespace kvcast::kvquality {
 
-// A track as the harness judges it: a wire compression, with or without
-// the rotation study (kernels/hadamard.h) around a row format's codec.
+// A track as the harness judges it: a wire compression (a row format's
+// rotated or not, for any format: TokenCodec).
 struct HarnessTrack {
   kvcache::KvCompression compression;
-  bool rotate = false;
   // An ac operating point of the harness's own ("ac@K/V"), which
   // compression.ac points to.
   std::shared_ptr<const kvcache::ac::AcPolicy> explored;
 };
-// A track name ("int8", "ac", ...); a row format's with "+rot"
-// ("int4+rot": the harness rotates around the codec; an ac track's "+rot"
-// is its policy's wire rotation, ac::AcPolicy::rotate); or "ac@K/V": the ac coder at K levels for K units and V
+// A track name ("int8", "int4-rot", "ac", ...); a row format's with "+rot"
+// (its heads rotated around the row codec, as the wire's rotated tracks:
+// "int4+rot" is "int4-rot", "int8+rot" a harness-only point; an ac track's
+// "+rot" is its policy's wire rotation, ac::AcPolicy::rotate); or "ac@K/V":
+// the ac coder at K levels for K units and V
 // for V units (any levels > 0: the operating points' space; one decoder
 // reads them all). An ac track may end in
 //  - "+tuned": the model's per-layer levels from `tuning` (ac_tuning.h);
@@ -96,23 +97,16 @@ class TrackTransfer {
   // tables included). A rotated track codes the rotated values, its bytes
   // those of its format. InvalidArgument for slot lists of different
   // sizes, an ac track this shape has not, or a rotation of heads that
-  // cannot rotate; the codecs' errors.
+  // cannot rotate (TokenCodec::Supported); the codecs' errors.
   absl::StatusOr<size_t> Transfer(const HarnessTrack& track, Backend* backend, KvPagePool* pool,
                                   absl::Span<const int32_t> src_slots,
                                   absl::Span<const int32_t> dst_slots, int group_tokens);
 
  private:
-  // Transfer's path for rotated tracks: through fp16 payloads as floats.
-  absl::StatusOr<size_t> TransferRotated(const kvcache::KvCompression& track, Backend* backend,
-                                         KvPagePool* pool, absl::Span<const int32_t> src_slots,
-                                         absl::Span<const int32_t> dst_slots, int group_tokens);
-
   const KvLayout layout_;
   kvcache::AcPageCodec ac_;
-  FloatGroupCoder floats_;
   std::vector<uint8_t> bytes_;
   std::vector<std::vector<uint8_t>> objects_;
-  std::vector<float> values_;
 };
 
 class RoundTripBackend : public ForwardingBackend {
