@@ -255,8 +255,9 @@ def rotate(values: np.ndarray, d: int) -> np.ndarray:
     return hadamard(values.reshape(-1, d).astype(np.float32) * _hadamard_signs(d), d)
 
 
-def _unrotate(values: np.ndarray, d: int) -> np.ndarray:
-    """x = D (H y) / d for every row of d values (float32 throughout)."""
+def unrotate(values: np.ndarray, d: int) -> np.ndarray:
+    """x = D (H y) / d for every row of d values (float32 throughout); also
+    the rotated fixed-size tracks' (int4-rot, fp4-e2m1-rot) inverse."""
     y = hadamard(values, d)
     with np.errstate(over="ignore", invalid="ignore"):
         return (y * _hadamard_signs(d)) * np.float32(1.0 / d)
@@ -340,7 +341,7 @@ def decode_group(objects: list[bytes], layers: int, heads: int, head_dim: int) -
             out[t] = codes.astype(np.float32) * token_steps[unit_of_value]
         prev_shifts, prev_codes = shifts, codes
     if header.transform != TRANSFORM_NONE:
-        out = _unrotate(out, head_dim).reshape(header.tokens, n)
+        out = unrotate(out, head_dim).reshape(header.tokens, n)
     if header.k_weights is not None:  # K units: x_c / w_c, binary32 division
         view = out.reshape(header.tokens, layers, 2, heads, head_dim)
         with np.errstate(over="ignore", invalid="ignore", divide="ignore"):

@@ -15,7 +15,8 @@ kvcast-kvpub dumped (float32 LE, [token][layer][K then V][heads*head_dim]).
 3-element namespace tuple goes on the wire verbatim (its first element
 contains '/').
 
-For each track (fp16 bf16 fp8-e4m3 int8 fp4-e2m1 int4 ac ac-lo): SUBSCRIBE with an
+For each track (fp16 bf16 fp8-e4m3 int8 fp4-e2m1 int4 fp4-e2m1-rot int4-rot ac
+ac-lo): SUBSCRIBE with an
 AbsoluteStart (0, 0) filter; then a standalone FETCH of groups 0..last of
 --fetch-track (default int8), whose payloads must also equal the
 subscription's. Checks:
@@ -36,6 +37,11 @@ subscription's. Checks:
             zero block has scale 0 and decodes to 0, every code is a nearest
             code of x / scale (|x - q*scale| <= scale/2 for the ints, half a
             code step for the floats), codes within +-qmax
+            fp4-e2m1-rot / int4-rot: the same checks against each head's
+            fp16 values rotated (y = H (D x), ac_decoder.rotate), and the
+            decoded values rotated back (x = D (H y) / d) within the
+            unrotated error bound (the largest scale of the head times
+            half the widest code step) of the dump, plus its fp16 rounding
             ac / ac-lo: each group decodes (ac_decoder.py, the document's
             decoder, also written from the document alone) and every value
             is within half of its unit's coarsest step, amax / levels (the
@@ -64,13 +70,16 @@ import ac_decoder  # noqa: E402
 import interop_common as ic  # noqa: E402
 
 ROOT = "moq://kvcache.moq.arpa/v1/"
-TRACKS = ("fp16", "bf16", "fp8-e4m3", "int8", "fp4-e2m1", "int4", "ac", "ac-lo")
+TRACKS = ("fp16", "bf16", "fp8-e4m3", "int8", "fp4-e2m1", "int4", "fp4-e2m1-rot", "int4-rot",
+          "ac", "ac-lo")
 # ac track -> (levels of K units, levels of V units); the document's operating points.
 AC_LEVELS = {"ac": (11.0, 6.0), "ac-lo": (6.0, 2.0)}  # both rotated (transform 1)
 # track -> (bits per value, scaled, qmax); the document's table.
 FORMATS = {"fp16": (16, False, None), "bf16": (16, False, None),
            "fp8-e4m3": (8, True, 448.0), "int8": (8, True, 127.0),
-           "fp4-e2m1": (4, True, 6.0), "int4": (4, True, 7.0)}
+           "fp4-e2m1": (4, True, 6.0), "int4": (4, True, 7.0),
+           "fp4-e2m1-rot": (4, True, 6.0), "int4-rot": (4, True, 7.0)}
+ROTATED = "-rot"   # a track coding each head's values Hadamard-rotated
 END_OF_GROUP = 0x3
 TRACK_ENDED = 0x2
 SLACK = 1e-6   # relative; numpy computes x / scale in float64, the encoder in float32
@@ -157,7 +166,8 @@ class Layout:
 
 # The document's own examples of bytes per token.
 _L8B, _L70B = Layout(32, 8, 128), Layout(80, 8, 128)
-assert [_L8B.token_bytes(t) for t in FORMATS] == [131072, 131072, 66560, 66560, 36864, 36864]
+assert [_L8B.token_bytes(t) for t in FORMATS] == [131072, 131072, 66560, 66560, 36864, 36864,
+                                                  36864, 36864]
 assert _L70B.token_bytes("int8") == 166400
 
 
@@ -187,11 +197,22 @@ def where(mask, tokens, names):
     return " ".join(parts)
 
 
+def rotated_values(track, lay, x):
+    """What a track codes of x (..., V): x, or for a rotated track each
+    head's fp16 values rotated, y = H (D x) (float32)."""
+    if not track.endswith(ROTATED):
+        return x
+    half = x.astype(np.float16).astype(np.float32)
+    return ac_decoder.rotate(half, lay.D).reshape(x.shape)
+
+
 def verify_values(track, lay, payloads, x, tokens, err, stats):
     """payloads: (m, token_bytes) uint8; x: (m, L, 2, V) float32, the exact KV
     of the same tokens; tokens: their indices in the prompt (for messages)."""
     m = payloads.shape[0]
     bits, scaled, qmax = FORMATS[track]
+    exact, x = x, rotated_values(track, lay, x)
+    track = track.removesuffix(ROTATED)   # the rest as the unrotated track's
     rows = payloads.reshape(m, lay.L, 2, lay.row_bytes(track))
     if not scaled:
         got = np.ascontiguousarray(rows).view("<u2").astype(np.uint16)  # (m, L, 2, V)
@@ -293,6 +314,31 @@ def verify_values(track, lay, payloads, x, tokens, err, stats):
     # |x/scale - code| in half code steps: <= 1 is correct rounding.
     steps = np.where(live, off / half_step, 0.0)
     stats["max_err_half_steps"] = max(stats.get("max_err_half_steps", 0.0), float(steps.max()))
+    if x is not exact:
+        verify_unrotated(lay, dec, sb, half_step, exact, tokens, err, stats)
+
+
+def verify_unrotated(lay, dec, sb, half_step, exact, tokens, err, stats):
+    """A rotated track's decoded values y, rotated back (x = D (H y) / d),
+    against the exact KV: a head's rotation keeps the error's norm, so no
+    value is further off than the head's largest scale times half the
+    widest code step, plus the fp16 rounding the encoder read x through."""
+    m = dec.shape[0]
+    got = ac_decoder.unrotate(dec.reshape(m, lay.L, 2, lay.V).astype(np.float32), lay.D)
+    got = got.reshape(m, lay.L, 2, lay.H, lay.D).astype(np.float64)
+    want = exact.reshape(m, lay.L, 2, lay.H, lay.D).astype(np.float64)
+    rounding = np.abs(exact.astype(np.float16).astype(np.float64) -
+                      exact.astype(np.float64)).reshape(want.shape)
+    widest = np.max(half_step) if np.ndim(half_step) else half_step
+    head_scale = sb.reshape(m, lay.L, 2, lay.H, -1).max(axis=-1, keepdims=True)
+    bound = head_scale * widest * (1 + 1e-5) + rounding + 1e-6 * np.abs(want).max()
+    e = np.abs(got - want)
+    bad = e > bound
+    err.add("rotated back: |err| > the head's bound", bad.sum(),
+            lambda: where(bad.reshape(m, lay.L, 2, -1), tokens, ["elem"]) +
+            f": {float(e[bad][0])!r} > {float(bound[bad][0])!r}")
+    stats["max_abs_err_unrotated"] = max(stats.get("max_abs_err_unrotated", 0.0),
+                                         float(e.max()))
 
 
 def flip_one_bit(track, lay, payload, x_token):
@@ -535,7 +581,7 @@ def check_track(t, info, lay, x, sub_copy=None):
         verify_values(t.name, lay, payloads, x[toks], toks, err, stats)
         # Negative control: the same check must catch one flipped bit.
         ctl_err = Errors()
-        bad = flip_one_bit(t.name, lay, payloads[0], x[toks[0]])
+        bad = flip_one_bit(t.name, lay, payloads[0], rotated_values(t.name, lay, x[toks[0]]))
         verify_values(t.name, lay, bad[None, :], x[toks[:1]], toks[:1], ctl_err, {})
         stats["control_caught"] = bool(ctl_err)
         if not ctl_err:
@@ -590,7 +636,7 @@ def parse_args():
     ap.add_argument("--model-config", metavar="JSON",
                     help="the model's config.json: cross-check layers / kv heads / head_dim")
     ap.add_argument("--tracks", default=",".join(TRACKS),
-                    help="comma-separated tracks to SUBSCRIBE (default all eight)")
+                    help="comma-separated tracks to SUBSCRIBE (default all ten)")
     ap.add_argument("--fetch-track", default="int8",
                     help="track to FETCH groups 0..last of ('' = none)")
     ap.add_argument("--draft", type=int, default=14)

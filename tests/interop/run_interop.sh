@@ -244,6 +244,8 @@ for t in d.get("tracks", []):
               f"bytes={t['token_bytes']} max_abs_err={t.get('max_abs_err', 0):.3g}")
     if "max_err_half_steps" in t:
         detail += f" max_err/half_step={t['max_err_half_steps']:.6f}"
+    if "max_abs_err_unrotated" in t:
+        detail += f" rotated back: max_abs_err={t['max_abs_err_unrotated']:.3g}"
     if not t["ok"]:
         detail += f" errors={t['errors']} {'; '.join(t['error_sample'][:2])}"
     print(f"{0 if t['ok'] else 1}\tkvpub -> {name}\t{detail}")
