@@ -158,6 +158,7 @@ class OpenAiFrontendTest : public ::testing::Test {
     b.RegisterService(&upstream_);
     grpc_ = b.BuildAndStart();
     FrontendHooks hooks;
+    hooks.tool_call_format = ToolFormat();
     hooks.model = [] { return ServedModel{"m", 100}; };
     hooks.ready = [] { return true; };
     hooks.metrics = [] { return std::string("kvcast_x 1\n"); };
@@ -184,6 +185,7 @@ class OpenAiFrontendTest : public ::testing::Test {
     grpc_->Shutdown();
   }
   virtual FrontendOptions Options() const { return FrontendOptions(); }
+  virtual ToolCallFormat ToolFormat() const { return ToolCallFormat::kHermes; }
 
   // One request on a new connection; the whole response.
   std::string Call(const std::string& request, const std::string& until) {
@@ -347,10 +349,30 @@ TEST_F(OpenAiFrontendTest, ForcedToolCallsAskForTheirGrammar) {
   EXPECT_EQ(f.type(), v1::ResponseFormat::RESPONSE_FORMAT_JSON_SCHEMA);
   EXPECT_EQ(f.json_prefix(), "<tool_call>\n");
   EXPECT_EQ(f.json_suffix(), "\n</tool_call>");
+  EXPECT_EQ(f.prefix_token(), "");
   EXPECT_EQ(Json::parse(f.json_schema()), Json::parse(R"({"type":"object","properties":{
       "name":{"const":"get_weather"},
       "arguments":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}},
       "required":["name","arguments"],"additionalProperties":false})"));
+}
+
+// A model whose template writes Mistral's calls: the forced call starts
+// with the [TOOL_CALLS] special token, which travels apart from the text
+// prefix (the engine emits it as one token).
+class MistralToolsFrontendTest : public OpenAiFrontendTest {
+ protected:
+  ToolCallFormat ToolFormat() const override { return ToolCallFormat::kMistral; }
+};
+
+TEST_F(MistralToolsFrontendTest, AForcedCallAsksForTheToolCallsTokenFirst) {
+  Call(PostJson("/v1/chat/completions", std::string(kWeatherChat) + R"(,"tool_choice":"required"})"),
+       "}}}");
+  const v1::ResponseFormat& f = upstream_.last_request_.sampling().response_format();
+  EXPECT_EQ(f.type(), v1::ResponseFormat::RESPONSE_FORMAT_JSON_SCHEMA);
+  EXPECT_EQ(f.prefix_token(), "[TOOL_CALLS]");
+  EXPECT_EQ(f.json_prefix(), " [");
+  EXPECT_EQ(f.json_suffix(), "]");
+  EXPECT_NE(f.json_schema().find("get_weather"), std::string::npos) << f.json_schema();
 }
 
 TEST_F(OpenAiFrontendTest, ErrorAfterTheFirstTokenIsAnEventThenDone) {
