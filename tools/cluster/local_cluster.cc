@@ -405,7 +405,10 @@ absl::Status LocalCluster::Stop() {
       kill(-p->pid, SIGKILL);
       Reap(p.get(), true);
     } else if (!(WIFEXITED(p->wait_status) && WEXITSTATUS(p->wait_status) == 0) &&
-               !(WIFSIGNALED(p->wait_status) && WTERMSIG(p->wait_status) == SIGKILL)) {
+               !(WIFSIGNALED(p->wait_status) && WTERMSIG(p->wait_status) == SIGKILL) &&
+               // Killed by the SIGTERM itself: it was still starting (restarted
+               // a moment ago), before its handler: it served nothing yet.
+               !(WIFSIGNALED(p->wait_status) && WTERMSIG(p->wait_status) == SIGTERM)) {
       problems.push_back(absl::StrCat(p->name, ": ", DescribeWaitStatus(p->wait_status), " (", p->log_path, ")"));
     }
   }
