@@ -47,6 +47,9 @@ in log quality).
 
 Usage: .venv-hf/bin/python tools/bench/kv_transform_study.py GGUF [--windows 12]
           [--json FILE] [--cache PREFIX (keeps the captured KV)] [--quick]
+
+Importable: load() the model, then the capture, coders, accounting and
+metrics below serve other studies (tools/bench/kv_group_transform_study.py).
 """
 import argparse
 import os
@@ -65,16 +68,6 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import results  # noqa: E402  (tools/report/results.py)
 
 GROUP, PREFIX, CONT, TOKEN_BYTES = 128, 512, 256, 66
-ap = argparse.ArgumentParser()
-ap.add_argument("gguf")
-ap.add_argument("--windows", type=int, default=12)
-ap.add_argument("--calib", default="build/corpus/lee.cor")
-ap.add_argument("--eval", default="build/corpus/lee_background.cor")
-ap.add_argument("--tuning", default="docs/results/smollm2_ac_tuning.txt")
-ap.add_argument("--json")
-ap.add_argument("--cache")
-ap.add_argument("--quick", action="store_true")
-args = ap.parse_args()
 T0 = time.time()
 
 
@@ -82,21 +75,40 @@ def log(msg):
     print(f"[{time.time() - T0:5.0f}s] {msg}", flush=True)
 
 
-torch.set_num_threads(2)
-where, name = os.path.dirname(os.path.abspath(args.gguf)), os.path.basename(args.gguf)
-model = AutoModelForCausalLM.from_pretrained(
-    where, gguf_file=name, torch_dtype=torch.float32, attn_implementation="eager",
-    tie_word_embeddings=True, local_files_only=True).eval()
-tokenizer = AutoTokenizer.from_pretrained(where, gguf_file=name, local_files_only=True)
-cfg = model.config
-L, Hq, H = cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads
-D = cfg.hidden_size // Hq
-N = L * H * D  # values per token and kind
-captured = {}
-for i, layer in enumerate(model.model.layers):
-    for proj in ("q_proj", "k_proj", "v_proj"):
-        getattr(layer.self_attn, proj).register_forward_hook(
-            lambda mod, inp, out, key=(proj[0], i): captured.__setitem__(key, out[0].detach()))
+def load(gguf, tuning):
+    """Loads the model (2 threads) and the ac coder's tuning; sets the globals
+    the functions below use: model, tokenizer, L, Hq, H, D, N, captured
+    (q/k/v projections of the last run), inv_freq, hadamard, signs, k_scale,
+    k_weight."""
+    global model, tokenizer, L, Hq, H, D, N, captured, inv_freq, hadamard, signs, k_scale, k_weight
+    torch.set_num_threads(2)
+    where, name = os.path.dirname(os.path.abspath(gguf)), os.path.basename(gguf)
+    model = AutoModelForCausalLM.from_pretrained(
+        where, gguf_file=name, torch_dtype=torch.float32, attn_implementation="eager",
+        tie_word_embeddings=True, local_files_only=True).eval()
+    tokenizer = AutoTokenizer.from_pretrained(where, gguf_file=name, local_files_only=True)
+    cfg = model.config
+    L, Hq, H = cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads
+    D = cfg.hidden_size // Hq
+    N = L * H * D  # values per token and kind
+    captured = {}
+    for i, layer in enumerate(model.model.layers):
+        for proj in ("q_proj", "k_proj", "v_proj"):
+            getattr(layer.self_attn, proj).register_forward_hook(
+                lambda mod, inp, out, key=(proj[0], i): captured.__setitem__(key, out[0].detach()))
+    inv_freq = model.model.rotary_emb.inv_freq.float()
+    hadamard = torch.tensor([[1.0]])
+    while hadamard.shape[0] < D:
+        hadamard = torch.cat([torch.cat([hadamard, hadamard], 1), torch.cat([hadamard, -hadamard], 1)], 0)
+    signs = torch.tensor([splitmix_sign(c) for c in range(D)])
+    k_scale, k_weight = torch.ones(L), torch.ones(L, H, D)
+    for line in open(tuning):
+        f = line.split()
+        if f and f[0] == "k":
+            w = torch.tensor([float(x) for x in f[3:]])  # as the header's codes carry them
+            k_weight[int(f[1]), int(f[2])] = torch.pow(2.0, torch.round(16 * torch.log2(w)) / 16)
+        elif f and f[0][0].isdigit():
+            k_scale[int(f[0])] = float(f[1])
 
 
 def tokens_of(path):
@@ -124,9 +136,6 @@ def prefill(ids):
     v = torch.stack([captured["v", l] for l in range(L)], 1)
     q = torch.stack([captured["q", l].view(len(ids), Hq, D).transpose(0, 1) for l in range(L)])
     return k.reshape(len(ids), N), v.reshape(len(ids), N), q
-
-
-inv_freq = model.model.rotary_emb.inv_freq.float()
 
 
 def rope(k):
@@ -178,27 +187,11 @@ def table_bits(sym, tid, ntab, tables=True):
 
 
 # ---------------------------------------------------------------- the ac encoder (channel basis)
-hadamard = torch.tensor([[1.0]])
-while hadamard.shape[0] < D:
-    hadamard = torch.cat([torch.cat([hadamard, hadamard], 1), torch.cat([hadamard, -hadamard], 1)], 0)
-
-
 def splitmix_sign(c, m=(1 << 64) - 1):
     z = (c + 0x9e3779b97f4a7c15) & m
     z = ((z ^ (z >> 30)) * 0xbf58476d1ce4e5b9) & m
     z = ((z ^ (z >> 27)) * 0x94d049bb133111eb) & m
     return -1.0 if (z ^ (z >> 31)) & 1 else 1.0
-
-
-signs = torch.tensor([splitmix_sign(c) for c in range(D)])
-k_scale, k_weight = torch.ones(L), torch.ones(L, H, D)
-for line in open(args.tuning):
-    f = line.split()
-    if f and f[0] == "k":
-        w = torch.tensor([float(x) for x in f[3:]])  # as the header's codes carry them
-        k_weight[int(f[1]), int(f[2])] = torch.pow(2.0, torch.round(16 * torch.log2(w)) / 16)
-    elif f and f[0][0].isdigit():
-        k_scale[int(f[0])] = float(f[1])
 
 
 def channel_code(x, levels, rot=False, weight=None):
@@ -267,48 +260,50 @@ class Basis:
     def coeffs(self, X):
         return (X - self.mean) @ self.U
 
+    def decode(self, chat):
+        return chat @ self.U.T + self.mean
 
-calib_tokens = tokens_of(args.calib)
-starts = range(0, len(calib_tokens) - PREFIX + 1, PREFIX // 2)
-log(f"calibration: {args.calib}, {len(calib_tokens)} tokens, {len(starts)} windows of {PREFIX} "
-    f"(stride {PREFIX // 2}), position 0 left out")
-if args.cache and os.path.exists(args.cache + ".calib.pt"):
-    Xk, Xv, qcov = torch.load(args.cache + ".calib.pt")
-else:
-    Xk, Xv, qcov = [], [], torch.zeros(L, H, D, D)
-    for s in starts:
-        k, v, q = prefill(calib_tokens[s:s + PREFIX])
-        Xk.append(k[1:])
-        Xv.append(v[1:])
-        qq = q[:, :, 1:].reshape(L, H, -1, D)  # a KV head's 3 query heads' tokens
-        qcov += qq.transpose(-1, -2) @ qq
-    Xk, Xv = torch.cat(Xk), torch.cat(Xv)
-    qcov = qcov.double() / len(Xk)
-    if args.cache:
-        torch.save((Xk, Xv, qcov), args.cache + ".calib.pt")
-# K weights: the query covariance seen through RoPE at distances 1..767 (an
-# error e in pre-RoPE K moves the score by q . R(-delta) e = (R(delta) q) . e).
-deltas = torch.arange(1, PREFIX + CONT, dtype=torch.float64)
-ang = deltas[:, None] * inv_freq.double()[None]
-R = torch.zeros(len(deltas), D, D, dtype=torch.float64)
-i = torch.arange(D // 2)
-R[:, i, i] = R[:, i + D // 2, i + D // 2] = ang.cos()
-R[:, i, i + D // 2], R[:, i + D // 2, i] = -ang.sin(), ang.sin()
-Wk = sum(torch.einsum("rab,lhbc,rdc->lhad", R[r:r + 32], qcov, R[r:r + 32])
-         for r in range(0, len(deltas), 32)).reshape(L * H, D, D).float() / len(deltas)
-Wo = torch.stack([l.self_attn.o_proj.weight.detach().view(-1, H, Hq // H, D) for l in model.model.layers])
-Wv = torch.einsum("lohgi,lohgj->lhij", Wo, Wo).reshape(L * H, D, D)
-log(f"{len(Xk)} calibration tokens; fitting bases (eigh of {N} x {N})")
-bases = {}
-for kind, X, Wm in (("K", Xk, Wk), ("V", Xv, Wv)):
-    g = Basis(X, N, Wm)
-    bases["global", kind] = g
-    bases["layer", kind] = Basis(X, H * D, Wm, g.cov)
-    bases["head", kind] = Basis(X, D, Wm, g.cov)
-    g.cov = None
-    log(f"{kind}: bases fitted")
-cal_coeffs = {key: b.coeffs(Xk if key[1] == "K" else Xv) for key, b in bases.items()}
-del Xk, Xv
+
+def calibration(path, cache=None):
+    """Calibration KV: (tokens, window starts, pre-RoPE K and V as (tokens, N)
+    with each window's position 0 left out, the KV heads' query covariance
+    (L, H, D, D), pre-RoPE); kept at cache + ".calib.pt" if cache."""
+    calib_tokens = tokens_of(path)
+    starts = range(0, len(calib_tokens) - PREFIX + 1, PREFIX // 2)
+    log(f"calibration: {path}, {len(calib_tokens)} tokens, {len(starts)} windows of {PREFIX} "
+        f"(stride {PREFIX // 2}), position 0 left out")
+    if cache and os.path.exists(cache + ".calib.pt"):
+        Xk, Xv, qcov = torch.load(cache + ".calib.pt")
+    else:
+        Xk, Xv, qcov = [], [], torch.zeros(L, H, D, D)
+        for s in starts:
+            k, v, q = prefill(calib_tokens[s:s + PREFIX])
+            Xk.append(k[1:])
+            Xv.append(v[1:])
+            qq = q[:, :, 1:].reshape(L, H, -1, D)  # a KV head's 3 query heads' tokens
+            qcov += qq.transpose(-1, -2) @ qq
+        Xk, Xv = torch.cat(Xk), torch.cat(Xv)
+        qcov = qcov.double() / len(Xk)
+        if cache:
+            torch.save((Xk, Xv, qcov), cache + ".calib.pt")
+    return calib_tokens, starts, Xk, Xv, qcov
+
+
+def weights(qcov):
+    """The components' weight matrices per KV head, (L * H, D, D): K, Wk; V, Wv."""
+    # K weights: the query covariance seen through RoPE at distances 1..767 (an
+    # error e in pre-RoPE K moves the score by q . R(-delta) e = (R(delta) q) . e).
+    deltas = torch.arange(1, PREFIX + CONT, dtype=torch.float64)
+    ang = deltas[:, None] * inv_freq.double()[None]
+    R = torch.zeros(len(deltas), D, D, dtype=torch.float64)
+    i = torch.arange(D // 2)
+    R[:, i, i] = R[:, i + D // 2, i + D // 2] = ang.cos()
+    R[:, i, i + D // 2], R[:, i + D // 2, i] = -ang.sin(), ang.sin()
+    Wk = sum(torch.einsum("rab,lhbc,rdc->lhad", R[r:r + 32], qcov, R[r:r + 32])
+             for r in range(0, len(deltas), 32)).reshape(L * H, D, D).float() / len(deltas)
+    Wo = torch.stack([l.self_attn.o_proj.weight.detach().view(-1, H, Hq // H, D) for l in model.model.layers])
+    Wv = torch.einsum("lohgi,lohgj->lhij", Wo, Wo).reshape(L * H, D, D)
+    return Wk, Wv
 
 
 static_tables = {}
@@ -324,7 +319,7 @@ def pca_code(C, b, delta, weighted, cal=None, sink=True, recon=True):
     if sink:
         q[0] = torch.round(C[0] / (st.new_tensor(s) / 64))
         chat[0] = q[0] * st.new_tensor(s) / 64
-    x = chat @ b.U.T + b.mean if recon else None
+    x = b.decode(chat) if recon else None
     sym, esc = symbols(q[int(sink):, torch.from_numpy(keep)].numpy().astype(np.int64))
     nk, kt = int(keep.sum()), torch.from_numpy(keep)
     cls = np.clip(np.floor(4 * np.log2(np.sqrt(b.lam[keep]) / s[keep])).astype(np.int64) + 8, 0, 47)
@@ -348,26 +343,6 @@ def pca_code(C, b, delta, weighted, cal=None, sink=True, recon=True):
         bits = {a: n + float((2 * np.floor(np.log2(z + 1)) + 1).sum()) for a, n in bits.items()}
     return x, bits, nk
 
-
-def pca_point(C, scope, delta_k, ratio, weighted):
-    """Post-RoPE K', V' and bits (by accounting) of one PCA point; C: the
-    window's coefficients per (scope, kind)."""
-    out, bits = {}, {}
-    for kind, delta in (("K", delta_k), ("V", delta_k * ratio)):
-        out[kind], kb, _ = pca_code(C[scope, kind], bases[scope, kind], delta, weighted,
-                                    cal_coeffs.get((scope, kind)))
-        bits = {a: bits.get(a, 0.0) + kb[a] for a in kb}
-    return rope(out["K"]), out["V"], bits
-
-
-def calib_rate(scope, delta_k, ratio, weighted, kinds="KV"):
-    """Bits per value (class accounting) on a calibration subset, sinks excluded."""
-    rows = torch.cat([torch.arange(j * (PREFIX - 1), (j + 1) * (PREFIX - 1)) for j in (0, 8)])
-    bits = sum(pca_code(cal_coeffs[scope, k][rows], bases[scope, k], delta_k * (ratio if k == "V" else 1),
-                        weighted, sink=False, recon=False)[1]["class"] for k in kinds)
-    return bits / (len(rows) * N * len(kinds)) + 8 * TOKEN_BYTES / (2 * N)
-
-
 def delta_for(target, rate):
     """Bisection (in log DELTA) for the DELTA whose rate(DELTA) is target."""
     lo, hi = 1e-3, 10.0
@@ -384,161 +359,206 @@ def window_metrics(ids, logp_exact, kq, vq):
     return float(-lt[torch.arange(CONT - 1), ids[PREFIX + 1:]].sum()), float(kl.sum()), CONT - 1
 
 
-# K:V exchange rate: K alone and V alone coded on calibration windows.
-probe_windows = spread(calib_tokens, PREFIX + CONT, 2)
-ratios = {}
-for weighted in (False, True):
-    dk = delta_for(2.5, lambda d: calib_rate("global", d, 1, weighted, "K"))
-    dv = delta_for(2.5, lambda d: calib_rate("global", d, 1, weighted, "V"))
-    kls, kept = {"K": 0.0, "V": 0.0}, {}
-    for ids in probe_windows:
-        k, v, _ = prefill(ids[:PREFIX])
-        exact = continuation(ids, rope(k), v)
-        for kind, d in (("K", dk), ("V", dv)):
-            b = bases["global", kind]
-            xq, _, kept[kind] = pca_code(b.coeffs(k if kind == "K" else v), b, d, weighted)
-            kq, vq = (rope(xq), v) if kind == "K" else (rope(k), xq)
-            kls[kind] += window_metrics(ids, exact, kq, vq)[1]
-    ratios[weighted] = float(np.sqrt(kls["K"] / kept["K"] / (kls["V"] / kept["V"])) * dv / dk)
-    log(f"K:V probe ({'weighted' if weighted else 'unweighted'}): at 2.5 bits/value each, DELTA K "
-        f"{dk:.3g} KL {kls['K'] / 2 / (CONT - 1):.2e} ({kept['K']} components), DELTA V {dv:.3g} "
-        f"KL {kls['V'] / 2 / (CONT - 1):.2e} ({kept['V']}): DELTA_V = {ratios[weighted]:.3g} DELTA_K")
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("gguf")
+    ap.add_argument("--windows", type=int, default=12)
+    ap.add_argument("--calib", default="build/corpus/lee.cor")
+    ap.add_argument("--eval", default="build/corpus/lee_background.cor")
+    ap.add_argument("--tuning", default="docs/results/smollm2_ac_tuning.txt")
+    ap.add_argument("--json")
+    ap.add_argument("--cache")
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    load(args.gguf, args.tuning)
+    calib_tokens, starts, Xk, Xv, qcov = calibration(args.calib, args.cache)
+    Wk, Wv = weights(qcov)
+    log(f"{len(Xk)} calibration tokens; fitting bases (eigh of {N} x {N})")
+    bases = {}
+    for kind, X, Wm in (("K", Xk, Wk), ("V", Xv, Wv)):
+        g = Basis(X, N, Wm)
+        bases["global", kind] = g
+        bases["layer", kind] = Basis(X, H * D, Wm, g.cov)
+        bases["head", kind] = Basis(X, D, Wm, g.cov)
+        g.cov = None
+        log(f"{kind}: bases fitted")
+    cal_coeffs = {key: b.coeffs(Xk if key[1] == "K" else Xv) for key, b in bases.items()}
+    del Xk, Xv
 
-# The evaluation windows' prefixes (and the oracle bases fitted on them).
-eval_tokens = tokens_of(args.eval)
-W = 2 if args.quick else args.windows
-windows = spread(eval_tokens, PREFIX + CONT, W)
-log(f"evaluation: {args.eval}, {len(eval_tokens)} tokens, {W} windows of {PREFIX} + {CONT}")
-if args.cache and os.path.exists(args.cache + f".eval{W}.pt"):
-    prefixes = torch.load(args.cache + f".eval{W}.pt")
-else:
-    prefixes = [prefill(ids[:PREFIX])[:2] for ids in windows]
-    if args.cache:
-        torch.save(prefixes, args.cache + f".eval{W}.pt")
-for j, kind in enumerate("KV"):
-    bases["oracle", kind] = Basis(torch.cat([p[j][1:] for p in prefixes]), N, Wk if j == 0 else Wv)
-    bases["oracle", kind].cov = None
-log("oracle bases fitted on the evaluation prefixes")
+    def pca_point(C, scope, delta_k, ratio, weighted):
+        """Post-RoPE K', V' and bits (by accounting) of one PCA point; C: the
+        window's coefficients per (scope, kind)."""
+        out, bits = {}, {}
+        for kind, delta in (("K", delta_k), ("V", delta_k * ratio)):
+            out[kind], kb, _ = pca_code(C[scope, kind], bases[scope, kind], delta, weighted,
+                                        cal_coeffs.get((scope, kind)))
+            bits = {a: bits.get(a, 0.0) + kb[a] for a in kb}
+        return rope(out["K"]), out["V"], bits
 
-# Energy capture: components holding 90/99/99.9% of the calibration variance,
-# and the share of the evaluation prefixes' variance those components hold.
-energy = []
-for kind in "KV":
-    j = "KV".index(kind)
-    Xe = torch.cat([p[j][1:] for p in prefixes])
-    for scope in ("channel", "head", "layer", "global"):
-        b = bases.get((scope, kind))
-        if b is None:  # the channel basis: the calibration per-channel variances
-            g = bases["global", kind]
-            lam, ev = g.chan_var, ((Xe - g.mean) ** 2).mean(0).double().numpy()
-        else:
-            lam, ev = b.lam, (b.coeffs(Xe) ** 2).mean(0).double().numpy()
-        order = np.argsort(lam)[::-1]
-        counts = [int(np.searchsorted(np.cumsum(lam[order]) / lam.sum(), f) + 1) for f in (0.9, 0.99, 0.999)]
-        eval_share = [float(ev[order[:n]].sum() / ev.sum()) for n in counts]
-        energy.append({"kind": kind, "scope": scope, "components_90_99_999": counts,
-                       "eval_share_at_those": eval_share})
-        log(f"energy {kind} {scope:7s}: 90/99/99.9% of calibration variance in {counts} of {N} "
-            f"components; those hold {', '.join(f'{100 * e:.2f}%' for e in eval_share)} of the evaluation's")
+    def calib_rate(scope, delta_k, ratio, weighted, kinds="KV"):
+        """Bits per value (class accounting) on a calibration subset, sinks excluded."""
+        rows = torch.cat([torch.arange(j * (PREFIX - 1), (j + 1) * (PREFIX - 1)) for j in (0, 8)])
+        bits = sum(pca_code(cal_coeffs[scope, k][rows], bases[scope, k], delta_k * (ratio if k == "V" else 1),
+                            weighted, sink=False, recon=False)[1]["class"] for k in kinds)
+        return bits / (len(rows) * N * len(kinds)) + 8 * TOKEN_BYTES / (2 * N)
 
-# ---------------------------------------------------------------- the points
-points = [("channel", (6, 2), None), ("channel-pre", (6, 2), None)] + \
-    [("coder", lv, None) for lv in ((11, 6), (8, 4), (6, 2), (5, 1.8))]
-# Rate targets (bits per value on calibration KV) per scheme, chosen so each
-# sweep spans the coder's perplexity range (+0.3% .. +2.5%).
-pca_sets = (("global", False, (1.3, 2.0)), ("global", True, (1.0, 1.3, 1.7, 2.2)),
-            ("layer", True, (1.6, 2.4)), ("head", True, (2.2, 3.2)), ("oracle", True, (1.3,)))
-if args.quick:
-    points, pca_sets = [points[0], points[4]], (("global", True, (1.0, 1.7)), ("head", True, (2.8,)))
-for scope, weighted, targets in pca_sets:
-    rscope = "global" if scope == "oracle" else scope  # the oracle at global-w's DELTAs
-    for t in targets:
-        d = delta_for(t, lambda d: calib_rate(rscope, d, ratios[weighted], weighted))
-        points.append(("pca-" + scope + ("-w" if weighted else ""), (scope, d, weighted), t))
-    log(f"pca-{scope}{'-w' if weighted else ''}: DELTA_K for {targets} bits/value on calibration: "
-        + ", ".join(f"{p[1][1]:.3g}" for p in points[-len(targets):]))
+    # K:V exchange rate: K alone and V alone coded on calibration windows.
+    probe_windows = spread(calib_tokens, PREFIX + CONT, 2)
+    ratios = {}
+    for weighted in (False, True):
+        dk = delta_for(2.5, lambda d: calib_rate("global", d, 1, weighted, "K"))
+        dv = delta_for(2.5, lambda d: calib_rate("global", d, 1, weighted, "V"))
+        kls, kept = {"K": 0.0, "V": 0.0}, {}
+        for ids in probe_windows:
+            k, v, _ = prefill(ids[:PREFIX])
+            exact = continuation(ids, rope(k), v)
+            for kind, d in (("K", dk), ("V", dv)):
+                b = bases["global", kind]
+                xq, _, kept[kind] = pca_code(b.coeffs(k if kind == "K" else v), b, d, weighted)
+                kq, vq = (rope(xq), v) if kind == "K" else (rope(k), xq)
+                kls[kind] += window_metrics(ids, exact, kq, vq)[1]
+        ratios[weighted] = float(np.sqrt(kls["K"] / kept["K"] / (kls["V"] / kept["V"])) * dv / dk)
+        log(f"K:V probe ({'weighted' if weighted else 'unweighted'}): at 2.5 bits/value each, DELTA K "
+            f"{dk:.3g} KL {kls['K'] / 2 / (CONT - 1):.2e} ({kept['K']} components), DELTA V {dv:.3g} "
+            f"KL {kls['V'] / 2 / (CONT - 1):.2e} ({kept['V']}): DELTA_V = {ratios[weighted]:.3g} DELTA_K")
 
-stats = [{"nll": [], "kl": 0.0, "n": 0, "bits": {}} for _ in points]
-nll_exact = []
-for w, (ids, (kpre, v)) in enumerate(zip(windows, prefixes)):
-    kpost = rope(kpre)
-    exact = continuation(ids, kpost, v)
-    nll_exact.append(float(-exact[torch.arange(CONT - 1), ids[PREFIX + 1:]].sum()))
-    C = {key: b.coeffs(kpre if key[1] == "K" else v) for key, b in bases.items()
-         if any(p[2] is not None and p[1][0] == key[0] for p in points)}
-    for p, st in zip(points, stats):
-        if p[2] is None:
-            kq, vq, bits = channel_point(kpre, kpost, v, *p[1], p[0])
-            bits = {"coder": bits}
-        else:
-            scope, d, weighted = p[1]
-            kq, vq, bits = pca_point(C, scope, d, ratios[weighted], weighted)
-        nll, kl, n = window_metrics(ids, exact, kq, vq)
-        st["nll"].append(nll)
-        st["kl"], st["n"] = st["kl"] + kl, st["n"] + n
-        for a, b in bits.items():
-            st["bits"][a] = st["bits"].get(a, 0.0) + b + 8 * TOKEN_BYTES * PREFIX
-    log(f"window {w + 1}/{W}")
-
-rng = np.random.default_rng(0)
-boot = rng.integers(0, W, (2000, W))
-e = np.array(nll_exact)
-rows = []
-print("\n| quantizer | point | bits/value | x vs fp16 | ppl change [95% CI] | mean KL "
-      "| bits: comp tables | static tables | window bound |")
-print("|---|---|---|---|---|---|---|---|---|")
-for p, st in zip(points, stats):
-    t, n = np.array(st["nll"]), st["n"]
-    bpv = {a: b / (W * PREFIX * 2 * N) for a, b in st["bits"].items()}
-    head = bpv["coder" if p[2] is None else "class"]
-    ci = np.percentile(np.expm1((t[boot].sum(1) - e[boot].sum(1)) / n), [2.5, 97.5])
-    row = {"quantizer": p[0], "bits_per_value": head, "x_vs_fp16": 16 / head,
-           "bits_by_accounting": bpv, "ppl_change": float(np.expm1((t.sum() - e.sum()) / n)),
-           "ppl_change_ci95": [float(c) for c in ci], "mean_kl": st["kl"] / n, "positions": n}
-    if p[2] is None:
-        row.update(k_levels=p[1][0], v_levels=p[1][1])
-        label = f"{p[1][0]:g}/{p[1][1]:g}"
+    # The evaluation windows' prefixes (and the oracle bases fitted on them).
+    eval_tokens = tokens_of(args.eval)
+    W = 2 if args.quick else args.windows
+    windows = spread(eval_tokens, PREFIX + CONT, W)
+    log(f"evaluation: {args.eval}, {len(eval_tokens)} tokens, {W} windows of {PREFIX} + {CONT}")
+    if args.cache and os.path.exists(args.cache + f".eval{W}.pt"):
+        prefixes = torch.load(args.cache + f".eval{W}.pt")
     else:
-        row.update(delta_k=p[1][1], delta_v=p[1][1] * ratios[p[1][2]], calib_target_bits=p[2])
-        label = f"{p[2]:g} b/v target"
-    rows.append(row)
-    extra = " | ".join(f"{bpv[a]:.3f}" if a in bpv else "-" for a in ("comp", "static", "bound"))
-    print(f"| {p[0]} | {label} | {head:.3f} | {16 / head:.2f}x | {100 * row['ppl_change']:+.2f}% "
-          f"[{100 * ci[0]:+.2f}, {100 * ci[1]:+.2f}] | {row['mean_kl']:.2e} | {extra} |")
+        prefixes = [prefill(ids[:PREFIX])[:2] for ids in windows]
+        if args.cache:
+            torch.save(prefixes, args.cache + f".eval{W}.pt")
+    for j, kind in enumerate("KV"):
+        bases["oracle", kind] = Basis(torch.cat([p[j][1:] for p in prefixes]), N, Wk if j == 0 else Wv)
+        bases["oracle", kind].cov = None
+    log("oracle bases fitted on the evaluation prefixes")
+
+    # Energy capture: components holding 90/99/99.9% of the calibration variance,
+    # and the share of the evaluation prefixes' variance those components hold.
+    energy = []
+    for kind in "KV":
+        j = "KV".index(kind)
+        Xe = torch.cat([p[j][1:] for p in prefixes])
+        for scope in ("channel", "head", "layer", "global"):
+            b = bases.get((scope, kind))
+            if b is None:  # the channel basis: the calibration per-channel variances
+                g = bases["global", kind]
+                lam, ev = g.chan_var, ((Xe - g.mean) ** 2).mean(0).double().numpy()
+            else:
+                lam, ev = b.lam, (b.coeffs(Xe) ** 2).mean(0).double().numpy()
+            order = np.argsort(lam)[::-1]
+            counts = [int(np.searchsorted(np.cumsum(lam[order]) / lam.sum(), f) + 1) for f in (0.9, 0.99, 0.999)]
+            eval_share = [float(ev[order[:n]].sum() / ev.sum()) for n in counts]
+            energy.append({"kind": kind, "scope": scope, "components_90_99_999": counts,
+                           "eval_share_at_those": eval_share})
+            log(f"energy {kind} {scope:7s}: 90/99/99.9% of calibration variance in {counts} of {N} "
+                f"components; those hold {', '.join(f'{100 * e:.2f}%' for e in eval_share)} of the evaluation's")
+
+    # ---------------------------------------------------------------- the points
+    points = [("channel", (6, 2), None), ("channel-pre", (6, 2), None)] + \
+        [("coder", lv, None) for lv in ((11, 6), (8, 4), (6, 2), (5, 1.8))]
+    # Rate targets (bits per value on calibration KV) per scheme, chosen so each
+    # sweep spans the coder's perplexity range (+0.3% .. +2.5%).
+    pca_sets = (("global", False, (1.3, 2.0)), ("global", True, (1.0, 1.3, 1.7, 2.2)),
+                ("layer", True, (1.6, 2.4)), ("head", True, (2.2, 3.2)), ("oracle", True, (1.3,)))
+    if args.quick:
+        points, pca_sets = [points[0], points[4]], (("global", True, (1.0, 1.7)), ("head", True, (2.8,)))
+    for scope, weighted, targets in pca_sets:
+        rscope = "global" if scope == "oracle" else scope  # the oracle at global-w's DELTAs
+        for t in targets:
+            d = delta_for(t, lambda d: calib_rate(rscope, d, ratios[weighted], weighted))
+            points.append(("pca-" + scope + ("-w" if weighted else ""), (scope, d, weighted), t))
+        log(f"pca-{scope}{'-w' if weighted else ''}: DELTA_K for {targets} bits/value on calibration: "
+            + ", ".join(f"{p[1][1]:.3g}" for p in points[-len(targets):]))
+
+    stats = [{"nll": [], "kl": 0.0, "n": 0, "bits": {}} for _ in points]
+    nll_exact = []
+    for w, (ids, (kpre, v)) in enumerate(zip(windows, prefixes)):
+        kpost = rope(kpre)
+        exact = continuation(ids, kpost, v)
+        nll_exact.append(float(-exact[torch.arange(CONT - 1), ids[PREFIX + 1:]].sum()))
+        C = {key: b.coeffs(kpre if key[1] == "K" else v) for key, b in bases.items()
+             if any(p[2] is not None and p[1][0] == key[0] for p in points)}
+        for p, st in zip(points, stats):
+            if p[2] is None:
+                kq, vq, bits = channel_point(kpre, kpost, v, *p[1], p[0])
+                bits = {"coder": bits}
+            else:
+                scope, d, weighted = p[1]
+                kq, vq, bits = pca_point(C, scope, d, ratios[weighted], weighted)
+            nll, kl, n = window_metrics(ids, exact, kq, vq)
+            st["nll"].append(nll)
+            st["kl"], st["n"] = st["kl"] + kl, st["n"] + n
+            for a, b in bits.items():
+                st["bits"][a] = st["bits"].get(a, 0.0) + b + 8 * TOKEN_BYTES * PREFIX
+        log(f"window {w + 1}/{W}")
+
+    rng = np.random.default_rng(0)
+    boot = rng.integers(0, W, (2000, W))
+    e = np.array(nll_exact)
+    rows = []
+    print("\n| quantizer | point | bits/value | x vs fp16 | ppl change [95% CI] | mean KL "
+          "| bits: comp tables | static tables | window bound |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for p, st in zip(points, stats):
+        t, n = np.array(st["nll"]), st["n"]
+        bpv = {a: b / (W * PREFIX * 2 * N) for a, b in st["bits"].items()}
+        head = bpv["coder" if p[2] is None else "class"]
+        ci = np.percentile(np.expm1((t[boot].sum(1) - e[boot].sum(1)) / n), [2.5, 97.5])
+        row = {"quantizer": p[0], "bits_per_value": head, "x_vs_fp16": 16 / head,
+               "bits_by_accounting": bpv, "ppl_change": float(np.expm1((t.sum() - e.sum()) / n)),
+               "ppl_change_ci95": [float(c) for c in ci], "mean_kl": st["kl"] / n, "positions": n}
+        if p[2] is None:
+            row.update(k_levels=p[1][0], v_levels=p[1][1])
+            label = f"{p[1][0]:g}/{p[1][1]:g}"
+        else:
+            row.update(delta_k=p[1][1], delta_v=p[1][1] * ratios[p[1][2]], calib_target_bits=p[2])
+            label = f"{p[2]:g} b/v target"
+        rows.append(row)
+        extra = " | ".join(f"{bpv[a]:.3f}" if a in bpv else "-" for a in ("comp", "static", "bound"))
+        print(f"| {p[0]} | {label} | {head:.3f} | {16 / head:.2f}x | {100 * row['ppl_change']:+.2f}% "
+              f"[{100 * ci[0]:+.2f}, {100 * ci[1]:+.2f}] | {row['mean_kl']:.2e} | {extra} |")
+
+    def bits_at(name, metric, target, accounting):
+        """Bits per value a quantizer needs at a quality (interpolated in log quality)."""
+        pts = sorted((r[metric], r["bits_by_accounting"].get(accounting, r["bits_per_value"]))
+                     for r in rows if r["quantizer"] == name)
+        if len(pts) < 2 or not pts[0][0] <= target <= pts[-1][0]:
+            return None
+        m = np.log(np.maximum([q for q, _ in pts], 1e-6))
+        return float(np.interp(np.log(max(target, 1e-6)), m, [b for _, b in pts]))
+
+    coder_kl = {f"{r['k_levels']:g}/{r['v_levels']:g}": r["mean_kl"] for r in rows
+                if r["quantizer"] == "coder" and (r["k_levels"], r["v_levels"]) in ((11, 6), (6, 2))}
+    quality = [("ppl_change", 0.005), ("ppl_change", 0.02)] + [("mean_kl", v) for v in coder_kl.values()]
+    equal = []
+    print("\nbits/value at equal quality (interpolated; '-' outside the measured range):")
+    print("| quantizer | accounting | " + " | ".join(
+        f"ppl {100 * q:+.1f}%" if m == "ppl_change" else f"KL {q:.2e}" for m, q in quality) + " |")
+    print("|---|---|" + "---|" * len(quality))
+    for name in dict.fromkeys(r["quantizer"] for r in rows):
+        for acc in (("coder",) if not name.startswith("pca") else ("class", "static", "bound")):
+            got = [bits_at(name, m, q, acc) for m, q in quality]
+            equal.append({"quantizer": name, "accounting": acc, "targets": [[m, q] for m, q in quality],
+                          "bits_per_value": got})
+            print(f"| {name} | {acc} | " + " | ".join("-" if g is None else f"{g:.3f}" for g in got) + " |")
+    log("done")
+
+    if args.json:
+        results.write(args.json, results.header("kv_transform_study"), rows, energy=energy,
+                      equal_quality=equal, kv_ratio_weighted=ratios[True], kv_ratio_unweighted=ratios[False],
+                      calibration={"text": args.calib, "tokens": len(calib_tokens), "windows": len(starts),
+                                   "stride": PREFIX // 2, "fit_tokens": int(len(cal_coeffs["global", "K"]))},
+                      evaluation={"text": args.eval, "tokens": len(eval_tokens), "windows": W,
+                                  "prefix": PREFIX, "continuation": CONT, "mode": "product"},
+                      group=GROUP, token_bytes=TOKEN_BYTES, wall_s=round(time.time() - T0))
+        print(f"result file: {args.json}")
 
 
-def bits_at(name, metric, target, accounting):
-    """Bits per value a quantizer needs at a quality (interpolated in log quality)."""
-    pts = sorted((r[metric], r["bits_by_accounting"].get(accounting, r["bits_per_value"]))
-                 for r in rows if r["quantizer"] == name)
-    if len(pts) < 2 or not pts[0][0] <= target <= pts[-1][0]:
-        return None
-    m = np.log(np.maximum([q for q, _ in pts], 1e-6))
-    return float(np.interp(np.log(max(target, 1e-6)), m, [b for _, b in pts]))
-
-
-coder_kl = {f"{r['k_levels']:g}/{r['v_levels']:g}": r["mean_kl"] for r in rows
-            if r["quantizer"] == "coder" and (r["k_levels"], r["v_levels"]) in ((11, 6), (6, 2))}
-quality = [("ppl_change", 0.005), ("ppl_change", 0.02)] + [("mean_kl", v) for v in coder_kl.values()]
-equal = []
-print("\nbits/value at equal quality (interpolated; '-' outside the measured range):")
-print("| quantizer | accounting | " + " | ".join(
-    f"ppl {100 * q:+.1f}%" if m == "ppl_change" else f"KL {q:.2e}" for m, q in quality) + " |")
-print("|---|---|" + "---|" * len(quality))
-for name in dict.fromkeys(r["quantizer"] for r in rows):
-    for acc in (("coder",) if not name.startswith("pca") else ("class", "static", "bound")):
-        got = [bits_at(name, m, q, acc) for m, q in quality]
-        equal.append({"quantizer": name, "accounting": acc, "targets": [[m, q] for m, q in quality],
-                      "bits_per_value": got})
-        print(f"| {name} | {acc} | " + " | ".join("-" if g is None else f"{g:.3f}" for g in got) + " |")
-log("done")
-
-if args.json:
-    results.write(args.json, results.header("kv_transform_study"), rows, energy=energy,
-                  equal_quality=equal, kv_ratio_weighted=ratios[True], kv_ratio_unweighted=ratios[False],
-                  calibration={"text": args.calib, "tokens": len(calib_tokens), "windows": len(starts),
-                               "stride": PREFIX // 2, "fit_tokens": int(len(cal_coeffs["global", "K"]))},
-                  evaluation={"text": args.eval, "tokens": len(eval_tokens), "windows": W,
-                              "prefix": PREFIX, "continuation": CONT, "mode": "product"},
-                  group=GROUP, token_bytes=TOKEN_BYTES, wall_s=round(time.time() - T0))
-    print(f"result file: {args.json}")
+if __name__ == "__main__":
+    main()
