@@ -37,10 +37,15 @@ and MACs at the coder's two KLs (interpolated in log KL, as the first study).
 
 Usage: .venv-hf/bin/python tools/bench/kv_group_transform_study.py GGUF [--windows 10]
           [--groups 1,2,3,5,6,10,15,30] [--trunc-groups 5,10,30] [--fracs 0.25,0.5,0.75]
-          [--cache PREFIX (keeps captured KV)] [--json FILE] [--quick]
+          [--grid 0,0.5,1] [--cache PREFIX (keeps captured KV)] [--json FILE]
+          [--merge FILE (adds this run's PCA rows to a result file's)] [--quick]
+--grid: DELTA_K = 0.2^(1 - t) hi^t for each t (hi = 0.95 .. 1.9 from G = 1 to
+30); --merge: the same windows and coder are expected (checked), the
+equal-quality table is recomputed over all rows.
 """
 import argparse
 import copy
+import json
 import os
 import sys
 import time
@@ -99,7 +104,9 @@ def main():
     ap.add_argument("--calib", default="build/corpus/lee.cor")
     ap.add_argument("--eval", default="build/corpus/lee_background.cor")
     ap.add_argument("--tuning", default="docs/results/smollm2_ac_tuning.txt")
+    ap.add_argument("--grid", default="0,0.5,1")
     ap.add_argument("--json")
+    ap.add_argument("--merge")
     ap.add_argument("--cache")
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
@@ -148,7 +155,7 @@ def main():
     points = [{"quantizer": "coder", "levels": lv, "alias": None} for lv in ((11, 6), (6, 2))]
     for G in groups:
         hi = 0.95 * 2 ** (np.log(G) / np.log(L))  # 0.95 at G = 1 .. 1.9 at G = 30
-        for d in (0.2, (0.2 * hi) ** 0.5, hi):
+        for d in (0.2 ** (1 - t) * hi ** t for t in map(float, args.grid.split(","))):
             plain = None
             for f in [None] + [f for f in fracs if G in tgroups]:
                 masks = [keep_mask(bases[G, f, kd], d * (ratio if kd == "V" else 1)) for kd in "KV"]
@@ -228,6 +235,16 @@ def main():
         print(f"| {p['quantizer']} | {label} | {head:.3f} | {16 / head:.2f}x | {100 * row['ppl_change']:+.2f}% "
               f"[{100 * ci[0]:+.2f}, {100 * ci[1]:+.2f}] | {row['mean_kl']:.2e} | {kept} | {cost} |")
 
+    merged = None
+    if args.merge:  # the earlier run's rows (its coder rows must equal this run's)
+        merged = json.load(open(args.merge))
+        key = [(r["bits_per_value"], r["mean_kl"], r["ppl_change"]) for r in rows if r["quantizer"] == "coder"]
+        old = [(r["bits_per_value"], r["mean_kl"], r["ppl_change"]) for r in merged["results"]
+               if r["quantizer"] == "coder"]
+        assert merged["evaluation"]["windows"] == W and np.allclose(key, old, rtol=1e-9), "other windows/coder"
+        rows = merged["results"] + [r for r in rows if r["quantizer"] != "coder"]
+        rows.sort(key=lambda r: (r["quantizer"] != "coder", r.get("G", 0), r.get("frac") or 0,
+                                 r.get("delta_k", 0)))
     targets = {f"ac-lo {r['k_levels']}/{r['v_levels']}" if r["k_levels"] == 6 else
                f"ac {r['k_levels']}/{r['v_levels']}": r for r in rows if r["quantizer"] == "coder"}
     equal = []
@@ -263,7 +280,9 @@ def main():
                       calibration={"text": args.calib, "tokens": len(calib_tokens), "windows": len(starts)},
                       evaluation={"text": args.eval, "tokens": len(eval_tokens), "windows": W,
                                   "prefix": PREFIX, "continuation": CONT, "mode": "product"},
-                      sink="fp16", token_bytes=TOKEN_BYTES, wall_s=round(time.time() - kts.T0))
+                      sink="fp16", token_bytes=TOKEN_BYTES, wall_s=round(time.time() - kts.T0),
+                      merged_from=merged and {a: merged[a] for a in ("command", "commit", "date", "wall_s",
+                                                                     "groups", "truncated_groups", "fracs")})
         print(f"result file: {args.json}")
 
 
