@@ -219,8 +219,10 @@ def plot_kv_transport(doc):
 
 def plot_kv_quality(doc):
     # The tracks and tunings a worker sends (not the sweeps' explored
-    # points, "ac@K/V...", nor ac with channel weights, which it does not).
-    rows = [r for r in doc["results"] if "@" not in r["track"] and r["track"] != "ac+tuned+kw"]
+    # points, "ac@K/V...", nor ac with channel weights, which it does not,
+    # nor the rotation study's "int4+rot", now the wire's "int4-rot").
+    rows = [r for r in doc["results"] if "@" not in r["track"] and r["track"] != "ac+tuned+kw"
+            and not r["track"].endswith("+rot")]
     fig, ax = new_figure(doc, f"Compressed KV on natural text: size against perplexity "
                               f"({doc['windows']} windows of {doc['prefix']} + "
                               f"{doc['continuation']} tokens)")
@@ -468,9 +470,10 @@ PLOTS = {
     "kv_transport": ("kv_transport.json", plot_kv_transport),
     "relay_fanout": ("kv_transport.json", plot_relay_fanout),
     # Every track of the first file; each later file's, where present (the
-    # K-only tuning's run, the K channel weights'), added, replacing rows of
-    # the same track and mode.
-    "kv_quality": (("kv_quality_lee.json", "kv_quality_lee_tuned.json", "kv_quality_lee_kw.json"),
+    # K-only tuning's run, the K channel weights', the rotated 4-bit
+    # tracks'), added, replacing rows of the same track and mode.
+    "kv_quality": (("kv_quality_lee.json", "kv_quality_lee_tuned.json", "kv_quality_lee_kw.json",
+                    "kv_quality_rot_wire.json"),
                    plot_kv_quality),
     "kv_tiers": ("kv_tiers.json", plot_kv_tiers),
     "kv_abr": ("kv_abr.json", plot_kv_abr),
