@@ -38,7 +38,6 @@ absl::StatusOr<std::shared_ptr<KvLanding>> KvLanding::Start(
     const std::string& auth_token, Done done) {
   std::shared_ptr<KvLanding> landing(new KvLanding());
   KvLanding* self = landing.get();
-  self->session_ = session;
   self->mode_ = mode;
   const uint64_t first = spec.first_group, last = spec.end_group - 1;
   std::weak_ptr<bool> alive = self->alive_;
@@ -80,12 +79,15 @@ absl::StatusOr<std::shared_ptr<KvLanding>> KvLanding::Start(
     self->lander_->Abort(id.status());
     return id.status();
   }
+  // Only now is there a request to end (Abort, on every way out).
+  self->session_ = session;
   self->request_id_ = *id;
   return landing;
 }
 
 void KvLanding::Abort(const absl::Status& reason) {
-  if (!finished_) lander_->Abort(reason);  // reports through done and releases the pages
+  // A lander the track was refused for was never made (Start failed).
+  if (!finished_ && lander_ != nullptr) lander_->Abort(reason);  // reports through done, frees pages
   // A subscription stays open at the publisher (and a relay) after its
   // range landed: end it either way.
   if (session_ != nullptr && !session_->closed() && !closed_) {

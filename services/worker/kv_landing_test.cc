@@ -75,7 +75,7 @@ class KvLandingTest : public ::testing::Test {
 
   moqt::FullTrackName Track(const std::string& digest) {
     return kvcache::FullTrackNameOf(
-        {kvcache::ModelId(kModel), digest, kvcache::KvCompression(KvFormat::kFp16)});
+        {kvcache::ModelId(track_model_), digest, kvcache::KvCompression(KvFormat::kFp16)});
   }
 
   // Starts landing groups [first, end) of `digest`'s fp16 track; false if
@@ -138,6 +138,7 @@ class KvLandingTest : public ::testing::Test {
   moqt::MoqtClient* client_ = nullptr;
   moqt::MoqtClient* publisher_client_ = nullptr;
   std::shared_ptr<KvLanding> landing_;
+  Hash128 track_model_ = kModel;  // whose KV Track() names
   Outcome outcome_;
   int free_before_ = 0;
 };
@@ -207,6 +208,25 @@ TEST_F(KvLandingTest, AbortReleasesThePagesAndReportsItsReason) {
   EXPECT_NE(outcome_.pages.status().message().find("the client went away"), std::string::npos);
   EXPECT_EQ(PagesHeld(), 0);
   Release();
+}
+
+// A track the lander refuses (another model's KV) fails Start itself, with
+// nothing asked of the relay, the pages released, the worker still up.
+TEST_F(KvLandingTest, ATrackTheLanderRefusesFailsAtStartAndReleasesThePages) {
+  track_model_ = Hash128{0x9999, 0x5678};
+  EXPECT_FALSE(Start(Digest('9'), 0, 3, KvLanding::Mode::kSubscribe, true));
+  EXPECT_EQ(outcome_.pages.status().code(), absl::StatusCode::kInvalidArgument)
+      << outcome_.pages.status();
+  EXPECT_EQ(PagesHeld(), 0);
+  // The session goes on: a landing of this model's track still works.
+  track_model_ = kModel;
+  outcome_ = Outcome();
+  Publish(Digest('8'), 3, absl::OkStatus());
+  ASSERT_TRUE(Start(Digest('8'), 0, 3, KvLanding::Mode::kFetch, false));
+  ASSERT_TRUE(WaitDone());
+  EXPECT_TRUE(outcome_.pages.ok()) << outcome_.pages.status();
+  Release();
+  EXPECT_EQ(PagesHeld(), 0);
 }
 
 TEST_F(KvLandingTest, AnUnknownPromptFailsAndReleasesThePages) {

@@ -692,6 +692,26 @@ TEST_F(DisaggregatedTest, AcTrackCarriesTheKvEndToEnd) {
   EXPECT_TRUE(c->Stop().ok());
 }
 
+// A rotated fixed-size track through the services (--kv_compression=
+// int4-rot): every prompt token lands from the track, at int4's bytes.
+TEST_F(DisaggregatedTest, RotatedInt4TrackCarriesTheKvEndToEnd) {
+  auto c = Start("int4rot", 1, 1, {"--kv_compression=int4-rot"});
+  ASSERT_NE(c, nullptr);
+  const TinyModelOptions m;
+  const int head_dim = m.hidden_size / m.num_heads, values = m.num_kv_heads * head_dim;
+  const int block = head_dim % 32 == 0 ? 32 : head_dim;  // wire format v1's int4 blocks
+  const int token_bytes = m.num_layers * 2 * (values / 2 + 2 * (values / block));
+  const int n = 300;
+  Result r = Generate(c->scheduler_address(), Prompt(n, 91), 12);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.final.usage().generated_tokens(), 12);
+  EXPECT_EQ(r.final.timings().transfer_bytes(), uint64_t(n) * token_bytes);
+  const Process& decode = c->worker(Role::kDecode, 0);
+  EXPECT_EQ(Metric(decode, "kvcast_kv_transfer_failures_total"), 0) << "nothing recomputed";
+  ExpectNoPagesLeaked(decode);
+  EXPECT_TRUE(c->Stop().ok());
+}
+
 // Adaptive bitrate on loopback: with a generous budget every group comes
 // in the ladder's best track (fp16: output equals one process); with a
 // budget no group can meet, the decode worker computes the KV itself.
