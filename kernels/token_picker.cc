@@ -39,9 +39,10 @@ absl::Span<float> TokenPicker::Load(absl::Span<const float> logits, const uint32
       const uint32_t bits = allowed[i >> 5];
       for (int q = 0; q < 8; ++q) {
         const __m128 v = _mm_loadu_ps(logits.data() + i + 4 * q);
-        const __m128 keep = _mm_and_ps(_mm_load_ps(reinterpret_cast<const float*>(kKeep[(bits >> (4 * q)) & 15])),
-                                       _mm_cmpeq_ps(v, v));  // and not NaN
-        _mm_storeu_ps(logits_.data() + i + 4 * q, _mm_or_ps(_mm_and_ps(keep, v), _mm_andnot_ps(keep, neg_inf)));
+        const float* nibble = reinterpret_cast<const float*>(kKeep[(bits >> (4 * q)) & 15]);
+        const __m128 keep = _mm_and_ps(_mm_load_ps(nibble), _mm_cmpeq_ps(v, v));  // and not NaN
+        _mm_storeu_ps(logits_.data() + i + 4 * q,
+                      _mm_or_ps(_mm_and_ps(keep, v), _mm_andnot_ps(keep, neg_inf)));
       }
     }
 #endif

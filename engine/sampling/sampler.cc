@@ -17,6 +17,10 @@ uint64_t SplitMix64(uint64_t& state) {
 
 uint64_t Rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
+// OpenAI's ranges (false for NaN).
+bool PenaltyInRange(float v) { return v >= -2.f && v <= 2.f; }
+bool BiasInRange(float v) { return v >= -100.f && v <= 100.f; }
+
 }  // namespace
 
 absl::Status SamplingParams::Validate() const {
@@ -40,13 +44,13 @@ absl::Status SamplingParams::Validate() const {
   }
   for (auto [name, v] : {std::pair{"frequency_penalty", frequency_penalty},
                          std::pair{"presence_penalty", presence_penalty}}) {
-    if (!(v >= -2.f && v <= 2.f)) {
+    if (!PenaltyInRange(v)) {
       return absl::InvalidArgumentError(
           absl::StrFormat("SamplingParams.%s must be in [-2, 2], got %g", name, v));
     }
   }
   for (const auto& [token, bias] : logit_bias) {
-    if (!(bias >= -100.f && bias <= 100.f)) {
+    if (!BiasInRange(bias)) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "SamplingParams.logit_bias of token %d must be in [-100, 100], got %g", token, bias));
     }
@@ -87,10 +91,10 @@ Sampler::Sampler(const SamplingParams& params)
     params_.repetition_penalty = 1.f;
   }
   for (float* v : {&params_.frequency_penalty, &params_.presence_penalty}) {
-    if (!(*v >= -2.f && *v <= 2.f)) *v = 0.f;
+    if (!PenaltyInRange(*v)) *v = 0.f;
   }
   for (auto& [token, bias] : params_.logit_bias) {
-    if (!(bias >= -100.f && bias <= 100.f)) bias = 0.f;
+    if (!BiasInRange(bias)) bias = 0.f;
   }
 }
 
