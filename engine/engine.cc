@@ -31,12 +31,22 @@ struct Engine::Sequence {
   std::optional<grammar::Matcher> matcher;
   int replay = 0;
   int32_t forced_token = -1;  // the format's prefix_token while it is still to be emitted
+  // With params.prompt_logprobs: those of prompt tokens 1.. made so far
+  // (kept across a preemption), handed out with the first token's event.
+  std::vector<TokenLogprob> prompt_logprobs;
 
   Sequence(uint64_t id, std::vector<int32_t> prompt, const GenerationParams& p)
       : id(id), tokens(std::move(prompt)), params(p), sampler(p.sampling) {
     prompt_len = int(tokens.size());
   }
   int pending() const { return int(tokens.size()) - kv_len; }
+  // Whether prompt log-probabilities are still to be made (they go out with
+  // the first token): then no cached chunk can stand in for computing the
+  // prompt.
+  bool prompt_logprobs_due() const {
+    return params.prompt_logprobs && generated == 0 &&
+           int(prompt_logprobs.size()) + 1 < prompt_len;
+  }
 };
 
 const char* FinishReasonName(FinishReason r) {
@@ -182,6 +192,10 @@ absl::Status Engine::CheckRequest(const std::vector<int32_t>& prompt,
   if (!kv.pages.empty() && kv.pages.pool() != pool_.get()) {
     return absl::InvalidArgumentError("engine: prefilled pages of another page pool");
   }
+  if (kv.tokens > 0 && params.prompt_logprobs) {
+    return absl::InvalidArgumentError(
+        "engine: prompt_logprobs need the whole prompt computed here, not prefilled KV");
+  }
   if (kv.tokens < n) {
     if (kv.next_token != -1) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -326,8 +340,9 @@ int64_t Engine::waiting_prompt_tokens() const {
 }
 
 bool Engine::FollowsAPrefill(const Sequence& w) const {
-  if (!options_.prefix_caching || w.kv_len > 0 || !w.pages.empty() || w.prompt_chain.empty()) {
-    return false;  // nothing to share, or it holds its KV already (prefilled)
+  if (!options_.prefix_caching || w.kv_len > 0 || !w.pages.empty() || w.prompt_chain.empty() ||
+      w.prompt_logprobs_due()) {
+    return false;  // nothing to share, or it holds its KV already (prefilled), or computes it all
   }
   const int chunk = options_.chunk_tokens;
   const size_t reusable = std::min(w.prompt_chain.size(), size_t((w.prompt_len - 1) / chunk));
@@ -359,8 +374,9 @@ void Engine::Admit(Sequence* seq) {
       seq->kv_len == 0 && int(seq->tokens.size()) == seq->prompt_len && !seq->prompt_chain.empty()
           ? seq->prompt_chain
           : ChunkHashChain(seq->seed, seq->tokens, options_.chunk_tokens);
-  int max_chunks =
-      options_.prefix_caching ? (int(seq->tokens.size()) - 1) / options_.chunk_tokens : 0;
+  int max_chunks = options_.prefix_caching && !seq->prompt_logprobs_due()
+                       ? (int(seq->tokens.size()) - 1) / options_.chunk_tokens
+                       : 0;
   seq->pages = prefix_cache_->Acquire(chain, max_chunks);
   int chunks = seq->pages.size() / (options_.chunk_tokens / options_.page_tokens);
   seq->kv_len = chunks * options_.chunk_tokens;
@@ -543,6 +559,23 @@ absl::Status Engine::GrammarMask(Sequence* seq, absl::Span<uint32_t> mask) {
   return absl::OkStatus();
 }
 
+void Engine::AddPromptLogprobs(Sequence* seq, const ForwardItem& item, const float* logits,
+                               size_t i, size_t other_rows) {
+  const size_t vocab = size_t(config().vocab_size);
+  const int n = int(item.tokens.size());
+  host_logits_.resize(vocab);
+  // Position p's logits give token p + 1's; the next one due is token
+  // prompt_logprobs.size() + 1.
+  for (int j = 0; j < n; ++j) {
+    const int next = item.start_pos + j + 1;
+    if (next != int(seq->prompt_logprobs.size()) + 1 || next >= seq->prompt_len) continue;
+    const size_t row = j + 1 == n ? i : other_rows + size_t(j);
+    backend_->CopyToHost(host_logits_.data(), logits + row * vocab, vocab * sizeof(float));
+    seq->prompt_logprobs.push_back(
+        ComputeLogprobs(host_logits_, seq->tokens[size_t(next)], seq->params.top_logprobs));
+  }
+}
+
 bool Engine::Accept(Sequence* seq, int32_t tok, SequenceEvent* ev) {
   seq->tokens.push_back(tok);
   ++seq->generated;
@@ -677,10 +710,15 @@ absl::StatusOr<std::vector<SequenceEvent>> Engine::Step() {
   if (batch.empty()) return events;
 
   std::vector<ForwardItem> items;
+  std::vector<size_t> other_rows;  // of each item, where its every_logit rows start
+  size_t rows = batch.size();
   for (size_t i = 0; i < batch.size(); ++i) {
     Sequence* s = batch[i];
     items.push_back(ForwardItem{absl::MakeConstSpan(s->tokens).subspan(s->kv_len, counts[i]),
                                 s->kv_len, s->pages.ids()});
+    items.back().every_logit = s->prompt_logprobs_due() && counts[i] > 1;
+    other_rows.push_back(rows);
+    if (items.back().every_logit) rows += size_t(counts[i]) - 1;
   }
   const absl::Time pass_start = absl::Now();
   ASSIGN_OR_RETURN(const float* logits,
@@ -689,6 +727,11 @@ absl::StatusOr<std::vector<SequenceEvent>> Engine::Step() {
   std::vector<int32_t> picked;
   std::vector<std::optional<TokenLogprob>> logprobs;
   RETURN_IF_ERROR(PickTokens(batch, counts, logits, &picked, &logprobs));
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (batch[i]->prompt_logprobs_due()) {
+      AddPromptLogprobs(batch[i], items[i], logits, i, other_rows[i]);
+    }
+  }
   // Only this thread writes them: a load and a store, no lost update.
   step_seconds_total_.store(step_seconds_total_.load(std::memory_order_relaxed) +
                                 absl::ToDoubleSeconds(absl::Now() - pass_start),
@@ -709,6 +752,7 @@ absl::StatusOr<std::vector<SequenceEvent>> Engine::Step() {
     bool done = Accept(s, picked[i], &ev);
     ev.generated_tokens = s->generated;
     ev.logprob = std::move(logprobs[i]);
+    if (s->generated == 1) ev.prompt_logprobs = std::move(s->prompt_logprobs);
     events.push_back(ev);
     if (done) finished.push_back(s);
   }

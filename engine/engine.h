@@ -107,6 +107,14 @@ struct GenerationParams {
   // host copy of its logits row.
   bool logprobs = false;
   int top_logprobs = 0;
+  // Also each prompt token's log-probability after the tokens before it
+  // (and those of the `top_logprobs` most likely tokens there), for every
+  // prompt token but the first, on the event of the first generated token
+  // (SequenceEvent::prompt_logprobs): echo with logprobs, lm-eval's
+  // loglikelihood. Computed from the prompt pass's logits of every position
+  // (no second pass); no cached chunk is reused (its logits were never
+  // made). InvalidArgument with PrefilledKv.
+  bool prompt_logprobs = false;
   // Constrained decoding: each step samples only among the tokens the
   // format's grammar allows next (EOS and stop tokens once the output is
   // complete), and a sequence whose output admits no more bytes finishes
@@ -141,6 +149,9 @@ struct SequenceEvent {
   int generated_tokens = 0;
   // With GenerationParams::logprobs, on every event carrying a token.
   std::optional<TokenLogprob> logprob;
+  // With GenerationParams::prompt_logprobs, on the first generated token's
+  // event: prompt tokens 1.. (the first has none), in order.
+  std::vector<TokenLogprob> prompt_logprobs;
 };
 
 class Engine {
@@ -250,6 +261,11 @@ class Engine {
   absl::Status PickTokens(const std::vector<Sequence*>& batch, const std::vector<int>& counts,
                           const float* logits, std::vector<int32_t>* picked,
                           std::vector<std::optional<TokenLogprob>>* logprobs);
+  // Of the prompt tokens after the positions the pass computed for batch
+  // item i (of `seq`), those still due: from row i of `logits` and, with
+  // every_logit, the rows from `other_rows` on (Transformer::ForwardLogits).
+  void AddPromptLogprobs(Sequence* seq, const ForwardItem& item, const float* logits, size_t i,
+                         size_t other_rows);
   // Appends `token` to `seq`; true when the sequence is finished.
   bool Accept(Sequence* seq, int32_t token, SequenceEvent* event);
   // Constrained decoding (compute thread): sets in `mask` (MaskWords()

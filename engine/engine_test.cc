@@ -146,6 +146,74 @@ TEST(Engine, LogprobsAreTheLogSoftmaxOfTheModelsLogitsAndChangeNoToken) {
   EXPECT_EQ(e->Submit(prompt, too_many).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// A prompt's log-probabilities (echo with logprobs) are those of one pass
+// over the prompt alone, position by position, whatever shares the passes
+// and whatever the cache holds: the prompt is computed whole, over several
+// passes here, beside another sequence's prompt chunks and decode tokens.
+TEST(Engine, PromptLogprobsAreTheLogSoftmaxOfEveryPromptPosition) {
+  EngineOptions o;
+  o.max_batch_tokens = 100;
+  auto e = MakeEngine(o);
+  const std::vector<int32_t> prompt = Tokens(300, 21);
+  e->Submit(prompt, Greedy(2)).IgnoreError();  // its chunks go to the cache
+  RunToCompletion(e.get());
+  const int64_t computed_before = e->totals().prompt_tokens_computed;
+  GenerationParams with = Greedy(3);
+  with.prompt_logprobs = true;
+  with.top_logprobs = 2;
+  ASSERT_TRUE(e->Submit(Tokens(150, 22), Greedy(40)).ok());
+  std::map<uint64_t, Result> first_pass;
+  StepOnce(e.get(), &first_pass);  // `other` is mid-prompt when ours arrives
+  const uint64_t id = *e->Submit(prompt, with);
+  std::vector<TokenLogprob> got;
+  int events_with = 0, cached = -1;
+  for (int guard = 0; e->HasWork() && guard < 1000; ++guard) {
+    auto events = e->Step();
+    ASSERT_TRUE(events.ok()) << events.status();
+    for (SequenceEvent& ev : *events) {
+      if (ev.id != id) {
+        EXPECT_TRUE(ev.prompt_logprobs.empty());
+        continue;
+      }
+      if (ev.token >= 0 && cached < 0) cached = ev.cached_tokens;
+      if (ev.prompt_logprobs.empty()) continue;
+      ++events_with;
+      EXPECT_EQ(ev.generated_tokens, 1);
+      got = std::move(ev.prompt_logprobs);
+    }
+  }
+  EXPECT_EQ(events_with, 1);
+  EXPECT_EQ(cached, 0);  // the cached chunks have no logits: recomputed
+  EXPECT_EQ(e->totals().prompt_tokens_computed - computed_before, 300 + 150);
+  ASSERT_EQ(got.size(), prompt.size() - 1);
+
+  LoadedTinyModel m = LoadTinyModel();
+  auto pool = *KvPagePool::Create(m.backend.get(), m.model->kv_layout(16), 20);
+  auto table = *pool->Allocate(int(prompt.size() + 15) / 16);
+  ForwardItem item{prompt, 0, table.ids()};
+  std::vector<float> logits;
+  ASSERT_TRUE(m.model->Forward({&item, 1}, pool.get(), /*all_logits=*/true, &logits).ok());
+  const size_t vocab = size_t(m.model->config().vocab_size);
+  for (size_t k = 0; k < got.size(); ++k) {
+    const float* row = logits.data() + k * vocab;
+    double mx = row[0], sum = 0;
+    for (size_t t = 0; t < vocab; ++t) mx = std::max(mx, double(row[t]));
+    for (size_t t = 0; t < vocab; ++t) sum += std::exp(row[t] - mx);
+    const double lse = mx + std::log(sum);
+    ASSERT_NEAR(got[k].logprob, row[prompt[k + 1]] - lse, 2e-3) << k;
+    ASSERT_EQ(got[k].top.size(), 2u);
+    EXPECT_EQ(got[k].top[0].first, int32_t(std::max_element(row, row + vocab) - row)) << k;
+    EXPECT_NEAR(got[k].top[0].second, mx - lse, 2e-3) << k;
+  }
+  table.Reset();
+
+  // KV from elsewhere has no logits to give.
+  auto kv = *e->pool().Allocate(1);
+  PrefilledKv prefilled{std::move(kv), 16, -1};
+  EXPECT_EQ(e->Submit(prompt, with, std::move(prefilled)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 TEST(Engine, SampledAndPenalizedRequestsInOneBatchMatchEachAlone) {
   std::vector<std::vector<int32_t>> prompts = {Tokens(40, 5), Tokens(9, 6), Tokens(70, 7)};
   std::vector<GenerationParams> params(3, Greedy(16));

@@ -241,9 +241,8 @@ absl::Status Transformer::Forward(absl::Span<const ForwardItem> items,
                                   std::vector<float>* logits) {
   ASSIGN_OR_RETURN(const float* dev_logits, ForwardLogits(items, pool, all_logits));
   size_t rows = items.size();
-  if (all_logits) {
-    rows = 0;
-    for (const ForwardItem& it : items) rows += it.tokens.size();
+  for (const ForwardItem& it : items) {
+    if (all_logits || it.every_logit) rows += it.tokens.size() - 1;
   }
   logits->resize(rows * config_.vocab_size);
   backend_->CopyToHost(logits->data(), dev_logits, logits->size() * sizeof(float));
@@ -255,7 +254,7 @@ absl::StatusOr<const float*> Transformer::ForwardLogits(absl::Span<const Forward
   const ModelConfig& c = config_;
   const int page_tokens = pool->layout().page_tokens;
   // Host-side batch description.
-  std::vector<int32_t> ids, positions, slots, last_rows, tables;
+  std::vector<int32_t> ids, positions, slots, last_rows, other_rows, tables;
   std::vector<AttentionSeq> seqs(items.size());
   std::vector<size_t> table_offsets;
   for (size_t b = 0; b < items.size(); ++b) {
@@ -293,12 +292,16 @@ absl::StatusOr<const float*> Transformer::ForwardLogits(absl::Span<const Forward
       slots.push_back(it.page_table[pos / page_tokens] * page_tokens + pos % page_tokens);
     }
     last_rows.push_back(int32_t(ids.size()) - 1);
+    if (it.every_logit) {
+      for (int j = 0; j + 1 < n; ++j) other_rows.push_back(int32_t(ids.size()) - n + j);
+    }
   }
+  last_rows.insert(last_rows.end(), other_rows.begin(), other_rows.end());
   const int T = int(ids.size());
   const int H = c.hidden_size, I = c.intermediate_size, hd = c.head_dim;
   const int nh = c.num_attention_heads, nkv = c.num_key_value_heads;
   const int qkv_dim = (nh + 2 * nkv) * hd;
-  const int R = all_logits ? T : int(items.size());
+  const int R = all_logits ? T : int(last_rows.size());
 
   RETURN_IF_ERROR(Reserve(T, R, int(items.size()), tables.size()));
   Workspace& w = *ws_;
@@ -390,7 +393,7 @@ absl::Status Transformer::Reserve(int tokens, int rows, int items, size_t table_
   ASSIGN_OR_RETURN(w.ids, backend_->Allocate(T * i32));
   ASSIGN_OR_RETURN(w.positions, backend_->Allocate(T * i32));
   ASSIGN_OR_RETURN(w.slots, backend_->Allocate(T * i32));
-  ASSIGN_OR_RETURN(w.last_rows, backend_->Allocate(B * i32));
+  ASSIGN_OR_RETURN(w.last_rows, backend_->Allocate(std::max(B, R) * i32));
   ASSIGN_OR_RETURN(w.tables, backend_->Allocate(P * i32));
   ASSIGN_OR_RETURN(w.x, backend_->Allocate(T * c.hidden_size * f32));
   ASSIGN_OR_RETURN(w.h, backend_->Allocate(T * c.hidden_size * f32));
@@ -398,7 +401,7 @@ absl::Status Transformer::Reserve(int tokens, int rows, int items, size_t table_
   ASSIGN_OR_RETURN(w.attn, backend_->Allocate(T * c.num_attention_heads * c.head_dim * f32));
   ASSIGN_OR_RETURN(w.gate_up, backend_->Allocate(T * 2 * c.intermediate_size * f32));
   ASSIGN_OR_RETURN(w.act, backend_->Allocate(T * c.intermediate_size * f32));
-  ASSIGN_OR_RETURN(w.final_rows, backend_->Allocate(B * c.hidden_size * f32));
+  ASSIGN_OR_RETURN(w.final_rows, backend_->Allocate(std::max(B, R) * c.hidden_size * f32));
   ASSIGN_OR_RETURN(w.logits, backend_->Allocate(R * c.vocab_size * f32));
   w.tokens = int(T);
   w.rows = int(R);

@@ -30,6 +30,9 @@ struct ForwardItem {
   absl::Span<const int32_t> tokens;      // new tokens, at least one
   int start_pos = 0;                     // tokens of this sequence already in KV
   absl::Span<const int32_t> page_table;  // pages covering start_pos + tokens
+  // Logits of every token, not only the last (a prompt's log-probabilities):
+  // rows for tokens [0, n-1) follow the items' last rows (ForwardLogits).
+  bool every_logit = false;
 };
 
 class Transformer {
@@ -52,8 +55,9 @@ class Transformer {
 
   // Runs `items` through the model, writing their K/V into `pool`'s pages.
   // On success `logits` holds, for each item in order, the logits of its last
-  // token ([items, vocab]), or of every token ([sum of tokens, vocab]) when
-  // `all_logits`. InvalidArgument for token ids outside the vocabulary, empty
+  // token ([items, vocab]), then for each item with `every_logit`, in order,
+  // those of its other tokens in order; or of every token in order ([sum of
+  // tokens, vocab]) when `all_logits`. InvalidArgument for token ids outside the vocabulary, empty
   // items, or page tables too short; nothing is written to KV then.
   absl::Status Forward(absl::Span<const ForwardItem> items, KvPagePool* pool,
                        bool all_logits, std::vector<float>* logits);

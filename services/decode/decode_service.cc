@@ -36,6 +36,7 @@ GenerationParams ParamsOf(const v1::DecodeStart& start) {
   p.min_tokens = start.sampling().min_tokens();
   p.logprobs = start.sampling().logprobs();
   p.top_logprobs = start.sampling().top_logprobs();
+  p.prompt_logprobs = start.sampling().prompt_logprobs();
   p.response_format = services::ResponseFormatFromProto(start.sampling());
   p.tenant = start.tenant();
   return p;
@@ -66,6 +67,10 @@ absl::Status CheckStart(const v1::DecodeStart& start) {
   }
   if (start.max_tokens() < 1) {
     return absl::InvalidArgumentError("decode: max_tokens must be at least 1");
+  }
+  if (start.sampling().prompt_logprobs() && start.kv_tokens() > 0) {
+    return absl::InvalidArgumentError(
+        "decode: prompt_logprobs need the prompt computed here (kv_tokens 0)");
   }
   return absl::OkStatus();
 }
@@ -298,7 +303,9 @@ grpc::Status DecodeService::Decode(
   // tells the scheduler this worker is alive (its stall watchdog cancels
   // silent streams; a frozen worker sends nothing).
   auto keepalive = [stream] { stream->Write(v1::DecodeResponse()); };
-  Landed kv = LandPromptKv(context, start, keepalive);
+  // Prompt log-probabilities come from computing the whole prompt: no
+  // cached chunk of it is taken.
+  Landed kv = start.sampling().prompt_logprobs() ? Landed() : LandPromptKv(context, start, keepalive);
   local_cached_tokens_->Increment(kv.local_cached);
 
   std::vector<int32_t> prompt(start.prompt().begin(), start.prompt().end());
@@ -373,6 +380,9 @@ grpc::Status DecodeService::StreamTokens(
       if (ev.token >= 0) {
         out.add_token_ids(ev.token);
         if (ev.logprob) *out.add_logprobs() = services::LogprobToProto(*ev.logprob);
+        for (const TokenLogprob& lp : ev.prompt_logprobs) {
+          *out.add_prompt_logprobs() = services::LogprobToProto(lp);
+        }
         tokens_generated_->Increment();
         const auto now = Clock::now();
         tbt_seconds_->Observe(std::chrono::duration<double>(now - last).count());

@@ -115,6 +115,8 @@ class Job : public std::enable_shared_from_this<Job> {
     ChoiceState& c = choices_[size_t(index)];
     if (r.has_delta()) {
       const v1::Delta& d = r.delta();
+      if (req_.echo && !c.echoed) EchoLocked(index, d);
+      if (EchoOnly()) return;  // the one token made on the way is not asked for
       c.completion_tokens += d.token_ids_size();
       if (d.prompt_tokens() > 0) {
         c.prompt_tokens = d.prompt_tokens();
@@ -148,6 +150,10 @@ class Job : public std::enable_shared_from_this<Job> {
       c.prompt_tokens = f.usage().prompt_tokens();
       c.cached_tokens = f.usage().cached_prompt_tokens();
       c.completion_tokens = f.usage().generated_tokens();
+      if (EchoOnly()) {
+        c.finish = "length";
+        c.completion_tokens = 0;
+      }
       if (req_.stream) {
         StartStreamLocked();
         if (tools_) {  // what was held back: text, and the calls in it
@@ -221,6 +227,7 @@ class Job : public std::enable_shared_from_this<Job> {
 
  private:
   struct ChoiceState {
+    bool echoed = false;  // with echo: the prompt went first (streaming: was sent)
     std::string text;  // the answer so far (streaming: only with tools, for ToolCallStart)
     size_t text_sent = 0;  // streaming with tools: of `text`, sent as content
     std::string finish;
@@ -247,6 +254,39 @@ class Job : public std::enable_shared_from_this<Job> {
       out.top.emplace_back(TokenText(lp.top_ids(k)), lp.top_logprobs(k));
     }
     return out;
+  }
+
+  // echo with max_tokens 0: the prompt alone (one token is generated, not shown).
+  bool EchoOnly() const { return req_.echo && req_.max_tokens && *req_.max_tokens == 0; }
+
+  // With echo, at the choice's first delta: its prompt's text (and with
+  // logprobs, its tokens', from the delta's prompt_logprobs) before all else.
+  void EchoLocked(int index, const v1::Delta& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    ChoiceState& c = choices_[size_t(index)];
+    c.echoed = true;
+    const std::vector<int32_t>& ids = prompt_ids_[size_t(index)];
+    const Prompt& prompt = req_.prompts[size_t(index / per_prompt_)];
+    std::string text;
+    if (prompt.text) {
+      text = *prompt.text;
+    } else {
+      for (int32_t id : ids) text += TokenText(id);
+    }
+    if (req_.logprobs) {
+      for (size_t k = 0; k < ids.size(); ++k) {
+        if (k > 0 && int(k) <= d.prompt_logprobs_size()) {
+          c.logprobs.push_back(Readable(ids[k], d.prompt_logprobs(int(k) - 1)));
+        } else {
+          c.logprobs.push_back({TokenText(ids[k]), 0, {}, /*none=*/true});
+        }
+      }
+    }
+    if (!req_.stream) {
+      c.text = std::move(text);
+      return;
+    }
+    StartStreamLocked();
+    SendChunkLocked(index, text, "");
   }
 
   // The candidates answered, in choice order: all of them, or with best_of
@@ -324,6 +364,7 @@ class Job : public std::enable_shared_from_this<Job> {
   const std::string model_;
   absl::Mutex mu_;
   std::vector<ChoiceState> choices_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::vector<int32_t>> prompt_ids_;  // with echo: each call's prompt (set by Start)
   std::vector<std::shared_ptr<Call>> calls_ ABSL_GUARDED_BY(mu_);
   size_t done_ ABSL_GUARDED_BY(mu_) = 0;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
@@ -370,6 +411,10 @@ class Job::Call final : public grpc::ClientReadReactor<v1::GenerateResponse> {
 void Job::Start(v1::Generation::Stub* stub, std::vector<v1::GenerateRequest> requests,
                 const std::string& authorization) {
   std::vector<std::shared_ptr<Call>> calls;
+  for (size_t i = 0; req_.echo && i < requests.size(); ++i) {
+    const auto& ids = requests[i].token_ids().ids();
+    prompt_ids_.emplace_back(ids.begin(), ids.end());
+  }
   for (size_t i = 0; i < requests.size(); ++i) {
     calls.push_back(std::make_shared<Call>(shared_from_this(), int(i), std::move(requests[i])));
   }
@@ -607,13 +652,15 @@ class OpenAiFrontend::Impl {
       // choice); none, a random one each.
       s->set_seed(creq.seed ? *creq.seed + uint64_t(choice) : seeds());
       const int room = served->max_model_len - int(ids.size());
-      g.set_max_tokens(creq.max_tokens ? *creq.max_tokens
+      // echo with max_tokens 0: the prompt's pass makes one token anyway (not shown).
+      g.set_max_tokens(creq.max_tokens ? std::max(1, *creq.max_tokens)
                        : chat          ? std::max(1, std::min(room, options_.max_tokens_limit))
                                        : 16);
       s->set_min_tokens(creq.min_tokens);
       // best_of ranks the candidates by their tokens' log-probabilities.
       s->set_logprobs(creq.logprobs || candidates > creq.n);
       s->set_top_logprobs(creq.top_logprobs);
+      s->set_prompt_logprobs(creq.echo && creq.logprobs);
       if (creq.format == CompletionRequest::Format::kJsonObject) {
         s->mutable_response_format()->set_type(v1::ResponseFormat::RESPONSE_FORMAT_JSON_OBJECT);
       } else if (creq.format == CompletionRequest::Format::kJsonSchema) {

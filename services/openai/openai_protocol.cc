@@ -338,7 +338,7 @@ std::optional<ApiError> ParseEndpointFields(const Json& j, CompletionRequest* ou
   CompletionRequest& r = *out;
   if (r.endpoint == Endpoint::kCompletions) {
     if (auto e = ParsePrompts(j, &r.prompts)) return e;
-    if (auto e = Refuse(j, "echo", [](const Json& v) { return v == false; }, "is not supported")) return e;
+    if (auto e = ReadBool(j, "echo", &r.echo)) return e;
     if (auto e = Refuse(j, "suffix", [](const Json& v) { return v.is_string() && v.empty(); },
                         "is not supported")) return e;
 
@@ -350,6 +350,8 @@ std::optional<ApiError> ParseEndpointFields(const Json& j, CompletionRequest* ou
     }
   } else {
     if (auto e = ParseMessages(j, &r.messages)) return e;
+    if (auto e = Refuse(j, "echo", [](const Json& v) { return v == false; },
+                        "is not supported on chat (it is a /v1/completions field)")) return e;
     if (auto it = j.find("tools"); it != j.end() && !it->is_null()) {
       if (!it->is_array()) return Bad("tools", "'tools' must be a list");
       r.tools = *it;
@@ -427,7 +429,8 @@ std::optional<ApiError> ParseSampling(const Json& j, CompletionRequest* out) {
 
   std::optional<int64_t> v;
   const char* max_name = j.contains("max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-  if (auto e = ReadInt(j, max_name, 1, std::numeric_limits<int32_t>::max(), &v)) return e;
+  // 0 (the prompt alone) only with echo, as vLLM.
+  if (auto e = ReadInt(j, max_name, r.echo ? 0 : 1, std::numeric_limits<int32_t>::max(), &v)) return e;
   if (v) r.max_tokens = int(*v);
   v.reset();
   if (auto e = ReadInt(j, "min_tokens", 0, std::numeric_limits<int32_t>::max(), &v)) return e;
@@ -584,14 +587,19 @@ Json LogprobsJson(Endpoint endpoint, const std::vector<TokenLogprobs>& tokens, i
   Json toks = Json::array(), lps = Json::array(), tops = Json::array(), offsets = Json::array();
   for (const TokenLogprobs& t : tokens) {
     toks.push_back(t.bytes);
+    offsets.push_back(text_offset);
+    text_offset += Utf8Chars(t.bytes);
+    if (t.none) {
+      lps.push_back(nullptr);
+      tops.push_back(nullptr);
+      continue;
+    }
     lps.push_back(t.logprob);
     Json top = Json::object();
     for (const auto& [b, lp] : t.top) {
       if (!top.contains(b)) top[b] = lp;
     }
     tops.push_back(std::move(top));
-    offsets.push_back(text_offset);
-    text_offset += Utf8Chars(t.bytes);
   }
   return Json{{"tokens", std::move(toks)},
               {"token_logprobs", std::move(lps)},

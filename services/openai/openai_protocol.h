@@ -84,6 +84,10 @@ struct CompletionRequest {
   // 0-20: the top count).
   bool logprobs = false;
   int top_logprobs = 0;
+  // Completions: each choice's text starts with its prompt's, and with
+  // logprobs its logprobs with the prompt's tokens' (the first token's
+  // null); max_tokens may then be 0 (the prompt alone, nothing generated).
+  bool echo = false;
   // response_format (or vLLM's guided_json): the format the output must
   // have, enforced by constrained decoding. The schema is checked by the
   // scheduler (a 400 naming an unsupported keyword).
@@ -96,9 +100,9 @@ struct CompletionRequest {
 };
 
 // Parses and validates a request body. Unknown fields are ignored (as vLLM
-// does); fields kvcast cannot honour (echo, best_of other than n,
-// non-zero presence/frequency penalties, logit_bias, images, vLLM's
-// guided_grammar) are refused naming the field, never silently dropped.
+// does); fields kvcast cannot honour (suffix, images, vLLM's
+// guided_grammar, chat's echo) are refused naming the field, never
+// silently dropped.
 std::optional<ApiError> ParseRequest(Endpoint endpoint, const std::string& body,
                                      CompletionRequest* out);
 
@@ -128,6 +132,7 @@ struct TokenLogprobs {
   std::string bytes;
   float logprob = 0;
   std::vector<std::pair<std::string, float>> top;  // most likely first
+  bool none = false;  // an echoed prompt's first token: no log-probabilities (null)
 };
 // The choice's "logprobs" for these tokens: chat {"content": [{"token",
 // "logprob", "bytes", "top_logprobs": [...]}], "refusal": null};

@@ -98,7 +98,9 @@ TEST(OpenAiProtocolTest, RefusesBadFieldsNamingThem) {
       {Endpoint::kCompletions, R"({"prompt":["a","b"],"best_of":40})", "best_of", "80 generations"},
       {Endpoint::kCompletions, R"({"prompt":"a","best_of":3,"stream":true})", "best_of",
        "cannot be streamed"},
-      {Endpoint::kCompletions, R"({"prompt":"a","echo":true})", "echo", "not supported"},
+      {Endpoint::kCompletions, R"({"prompt":"a","echo":1})", "echo", "boolean"},
+      {Endpoint::kChat, R"({"messages":[{"role":"user","content":"x"}],"echo":true})", "echo",
+       "/v1/completions field"},
       {Endpoint::kCompletions, R"({"prompt":"a","logprobs":21})", "logprobs", "[0, 20]"},
       {Endpoint::kCompletions, R"({"prompt":"a","logprobs":"3"})", "logprobs", "integer"},
       {Endpoint::kCompletions, R"({"prompt":"a","stop":[""]})", "stop", "empty"},
@@ -291,6 +293,12 @@ TEST(OpenAiProtocol, LogprobsAreParsedPerEndpoint) {
   EXPECT_EQ(r.top_logprobs, 0);
   ASSERT_FALSE(ParseRequest(Endpoint::kCompletions, R"({"prompt":"a","logprobs":null})", &r));
   EXPECT_FALSE(r.logprobs);
+  EXPECT_FALSE(r.echo);
+  // echo, and with it max_tokens 0 (the prompt alone).
+  ASSERT_FALSE(ParseRequest(Endpoint::kCompletions,
+                            R"({"prompt":"a","echo":true,"max_tokens":0,"logprobs":1})", &r));
+  EXPECT_TRUE(r.echo);
+  EXPECT_EQ(r.max_tokens, 0);
 }
 
 // As the OpenAI API shapes them: chat a list of {token, logprob, bytes,
@@ -310,6 +318,10 @@ TEST(OpenAiProtocol, LogprobsJsonPerEndpoint) {
   EXPECT_EQ(c["top_logprobs"][0], Json::parse(R"({"a":-0.5,"x":-2.0})"));
   EXPECT_EQ(Dump(LogprobsJson(Endpoint::kChat, {t[1]}, 0, true)["content"][0]["bytes"]), "[226]");
   EXPECT_TRUE(LogprobsJson(Endpoint::kChat, {}, 0, false).is_null());
+  // An echoed prompt's first token: its token and offset, null log-probabilities.
+  const Json echoed = LogprobsJson(Endpoint::kCompletions, {{"ab", 0, {}, true}, t[0]}, 0, true);
+  EXPECT_EQ(Dump(echoed), R"({"tokens":["ab","a"],"token_logprobs":[null,-0.5],)"
+                          R"("top_logprobs":[null,{"a":-0.5,"x":-2.0}],"text_offset":[0,2]})");
   EXPECT_EQ(Utf8Chars("a\xc3\xa9\xe2z"), 4);
 }
 

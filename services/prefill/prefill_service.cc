@@ -258,6 +258,7 @@ GenerationParams FirstTokenParams(const v1::PrefillRequest& request) {
   params.sampling = services::SamplingFromProto(request.sampling());
   params.logprobs = request.sampling().logprobs();
   params.top_logprobs = request.sampling().top_logprobs();
+  params.prompt_logprobs = request.sampling().prompt_logprobs();
   params.response_format = services::ResponseFormatFromProto(request.sampling());
   return params;
 }
@@ -362,6 +363,10 @@ grpc::Status PrefillService::Compute(grpc::ServerContext* context,
   std::vector<int32_t> tokens(request.tokens().begin(), request.tokens().end());
   const int n = int(tokens.size());
   if (n == 0) return grpc::Status(grpc::INVALID_ARGUMENT, "prefill: empty prompt");
+  if (request.sampling().prompt_logprobs() && request.reuse().groups() > 0) {
+    return grpc::Status(grpc::INVALID_ARGUMENT,
+                        "prefill: prompt_logprobs need the whole prompt computed, not a reused prefix");
+  }
   const Hash128 seed = engine.prefix_seed(request.tenant());
   // Room for the prompt's pages, retained prompts giving way first.
   const int page_tokens = engine.options().page_tokens;
@@ -396,6 +401,9 @@ grpc::Status PrefillService::Compute(grpc::ServerContext* context,
   const int reused = ev->cached_tokens;
   response->set_first_token(ev->token);
   if (ev->logprob) *response->mutable_first_logprob() = services::LogprobToProto(*ev->logprob);
+  for (const TokenLogprob& lp : ev->prompt_logprobs) {
+    *response->add_prompt_logprobs() = services::LogprobToProto(lp);
+  }
   response->set_fetched_tokens(fetched_tokens);
   response->set_cached_tokens(reused - fetched_tokens);
   response->set_computed_tokens(n - reused);

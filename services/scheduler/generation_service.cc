@@ -90,6 +90,8 @@ grpc::Status GenerationService::GenerateUnary(grpc::ServerContext* context,
       result->mutable_text()->append(r.delta().text());
       result->mutable_token_ids()->Add(r.delta().token_ids().begin(), r.delta().token_ids().end());
       result->mutable_logprobs()->Add(r.delta().logprobs().begin(), r.delta().logprobs().end());
+      result->mutable_prompt_logprobs()->Add(r.delta().prompt_logprobs().begin(),
+                                             r.delta().prompt_logprobs().end());
     } else {
       *result->mutable_final() = r.final();
     }

@@ -241,7 +241,9 @@ std::optional<RequestRun::Outcome> RequestRun::Prefill(RouteLease& lease, Decode
   *request.mutable_tokens() = {v_.prompt.begin(), v_.prompt.end()};
   *request.mutable_sampling() = v_.sampling;
   request.set_tenant(req_.tenant());
-  if (plan.fetched_chunks > 0 || abandoned_.groups > planned) {
+  // Prompt log-probabilities come from computing the whole prompt: nothing
+  // published is fetched then.
+  if (!v_.sampling.prompt_logprobs() && (plan.fetched_chunks > 0 || abandoned_.groups > planned)) {
     // Fetch what an earlier attempt published, or the router's published prefix.
     const bool resume = abandoned_.groups > planned;
     v1::KvSource* reuse = request.mutable_reuse();
@@ -272,6 +274,7 @@ std::optional<RequestRun::Outcome> RequestRun::Prefill(RouteLease& lease, Decode
   cached_tokens_ = r.cached_tokens() + r.fetched_tokens();
   s_.metrics->served_cached_tokens->Increment(cached_tokens_);
   s_.registry->Published(r.prompt_digest(), kv_publisher_, v_.chain);
+  prompt_logprobs_ = r.prompt_logprobs();
   if (OnToken(r.first_token(), r.has_first_logprob() ? &r.first_logprob() : nullptr)) {
     decode.Abandon();
     return Outcome{Outcome::kDone, {}};
@@ -308,6 +311,7 @@ RequestRun::Outcome RequestRun::RelayDecode(const RouteLease& lease, DecodeCall&
     }
     watch->Extend(stall_bound());
     if (r.kv_ready()) KvReady(r, decode.kv_tokens, prefilled);
+    if (r.prompt_logprobs_size() > 0) prompt_logprobs_ = r.prompt_logprobs();
     for (int i = 0; i < r.token_ids_size() && !done; ++i) {
       done = OnToken(r.token_ids(i), i < r.logprobs_size() ? &r.logprobs(i) : nullptr);
     }
@@ -391,6 +395,7 @@ bool RequestRun::OnToken(int32_t token, const v1::TokenLogprob* logprob) {
   if (generated_.size() == 1) {
     delta->set_prompt_tokens(int(v_.prompt.size()));
     delta->set_cached_prompt_tokens(cached_tokens_);
+    if (v_.sampling.prompt_logprobs()) *delta->mutable_prompt_logprobs() = prompt_logprobs_;
   }
   if (text_) {
     TextStream::Piece piece = text_->Push(token, may_stop, done);
@@ -477,6 +482,10 @@ v1::DecodeStart RequestRun::DecodeStartFor(const WorkerRef* publisher) const {
     GrantRead(kv);
     start.set_kv_tokens(int(v_.prompt.size()));
   }
+  // Decode makes the prompt's log-probabilities only when it computes the
+  // whole prompt before the first token.
+  start.mutable_sampling()->set_prompt_logprobs(v_.sampling.prompt_logprobs() && from.empty() &&
+                                                generated_.empty());
   return start;
 }
 

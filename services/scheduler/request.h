@@ -175,6 +175,7 @@ class RequestRun {
   // Appends a token and emits its delta; true when generation is over (stop
   // token or string, max_tokens, or the client gone). `logprob`: the
   // token's, when the request asked for them (else null).
+  // The first token's delta also carries prompt_logprobs_ (when asked for).
   bool OnToken(int32_t token, const v1::TokenLogprob* logprob);
   grpc::Status Finish();
 
@@ -197,6 +198,8 @@ class RequestRun {
   ModelInfo model_;
   ValidRequest v_;
   std::optional<TextStream> text_;  // with a tokenizer
+  // With sampling.prompt_logprobs: from the worker that computed the prompt.
+  google::protobuf::RepeatedPtrField<v1::TokenLogprob> prompt_logprobs_;
 
   // Across attempts.
   absl::flat_hash_set<WorkerSlot> exclude_;

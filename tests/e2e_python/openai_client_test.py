@@ -18,6 +18,16 @@ plain urllib, no kvcast code:
   best_of             completions n=2 best_of=4 (sampled, a seed) return the
                       2 of the 4 candidates n=4 gives with the highest summed
                       token_logprobs, in that order; usage bills all 4
+  echo_logprobs       echo with logprobs, as lm-eval's loglikelihood asks
+                      (max_tokens 0 and 1): the prompt's tokens come back
+                      with their log-probabilities (the first null), those
+                      the model gave the same tokens when it generated them:
+                      on the fused route (a short prompt, computed as decode
+                      computes it) equal, each its position's top-1 (greedy);
+                      on the prefill route (long: its tiled attention sums
+                      in another order, which the int8 activations amplify)
+                      within 0.5; the prompt computed whole though its
+                      chunks are cached; streamed echo sends the prompt first
   n_prefill_once      n=4 choices of one new ~1,200-token prompt (longer than a
                       forward pass): the workers compute it once
                       (kvcast_prompt_tokens_computed_total grows by less than
@@ -285,6 +295,56 @@ class Checks:
         expect(len(set(c.text for c in every.choices)) > 1, "four samples, all the same")
         log(f"best_of=4 n=2: {got} of {[c.text for c in every.choices]}")
 
+    def echo_logprobs(self):
+        workers = [self.cluster.metrics[w] for w in ("prefill-0", "decode-0")]
+
+        def computed():
+            return sum(scrape(w, "kvcast_prompt_tokens_computed_total") for w in workers)
+
+        for name, prompt, within in (("short", "The capital of France is", 1e-4),
+                                     ("long", " ".join([SYSTEM] * 2) + " The capital of France is", 0.5)):
+            ids = self.tokens(prompt)
+            gen = self.client.completions.create(model=self.model, prompt=ids, max_tokens=6,
+                                                 temperature=0, logprobs=1)
+            g = gen.choices[0].logprobs
+            gen_ids = self.tokens(gen.choices[0].text)
+            expect(len(gen_ids) == 6, f"{name}: {gen.choices[0].text!r} tokenizes to {gen_ids}, not 6 tokens")
+            whole = ids + gen_ids
+            for max_tokens in (0, 1):  # lm-eval sends 1 and drops the last
+                before = computed()
+                r = self.client.completions.create(model=self.model, prompt=whole, max_tokens=max_tokens,
+                                                   temperature=0, logprobs=1, echo=True)
+                c = r.choices[0]
+                lp = c.logprobs
+                n = len(whole) + max_tokens
+                expect(len(lp.tokens) == n and len(lp.token_logprobs) == n and len(lp.top_logprobs) == n,
+                       f"{name}: {len(lp.tokens)} tokens for a {len(whole)}-token prompt + {max_tokens}")
+                expect(lp.token_logprobs[0] is None and lp.top_logprobs[0] is None,
+                       f"{name}: the first prompt token has {lp.token_logprobs[0]}")
+                expect(c.text.startswith(prompt + gen.choices[0].text),
+                       f"{name}: echoed text {c.text[:80]!r}...")
+                expect(r.usage.completion_tokens == max_tokens and r.usage.prompt_tokens == len(whole),
+                       f"{name}: usage {r.usage}")
+                echoed = slice(len(ids), len(whole))
+                expect(lp.tokens[echoed] == g.tokens, f"{name}: {lp.tokens[echoed]} != {g.tokens}")
+                worst = max(abs(a - b) for a, b in zip(lp.token_logprobs[echoed], g.token_logprobs))
+                expect(worst < within, f"{name}: prompt logprobs {lp.token_logprobs[echoed]} against "
+                                       f"generated {g.token_logprobs}")
+                # lm-eval's is_greedy: each continuation token is its position's top.
+                expect(name != "short" or all(t == max(top.values()) for t, top in
+                                              zip(lp.token_logprobs[echoed], lp.top_logprobs[echoed])),
+                       f"{name}: not greedy: {lp.top_logprobs[echoed]}")
+                grew = computed() - before
+                expect(grew >= len(whole), f"{name}: {grew} prompt tokens computed for {len(whole)}")
+                log(f"echo {name} max_tokens={max_tokens}: {len(whole)} tokens, continuation logprobs "
+                    f"within {worst:.2g} of the generated ones, {grew:.0f} computed")
+        # Streamed, without logprobs: the prompt first, then the answer.
+        args = dict(model=self.model, prompt="The capital of France is", max_tokens=4, temperature=0, echo=True)
+        unary = self.client.completions.create(**args).choices[0].text
+        chunks = [c.choices[0].text for c in self.client.completions.create(**args, stream=True)]
+        expect(chunks[0] == args["prompt"], f"first chunk {chunks[0]!r}")
+        expect("".join(chunks) == unary, f"streamed {''.join(chunks)!r} != {unary!r}")
+
     def n_prefill_once(self):
         workers = [self.cluster.metrics[w] for w in ("prefill-0", "decode-0")]
 
@@ -415,7 +475,7 @@ def main():
             c = state["checks"]
             for name in ("models", "auth", "completion_stream", "chat_stream", "cached_tokens",
                          "tenant_isolation", "bad_requests", "min_tokens", "penalties_and_logit_bias",
-                         "best_of", "n_prefill_once",
+                         "best_of", "echo_logprobs", "n_prefill_once",
                          "disconnect_cancels",
                          "concurrent_streams", "grpc_api_key", "tls_required",
                          "health_and_metrics"):
