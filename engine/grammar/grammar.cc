@@ -1,5 +1,6 @@
 #include "engine/grammar/grammar.h"
 
+#include <algorithm>
 #include <functional>
 
 #include "absl/strings/str_cat.h"
@@ -188,6 +189,85 @@ std::vector<GrammarBuilder::Seq> Utf8NonAscii(GrammarBuilder& b) {
       {b.Bytes(ByteSet::Of(0xf0)), b.Bytes(ByteSet::Range(0x90, 0xbf)), cont, cont},
       {b.Bytes(ByteSet::Of(0xf4)), b.Bytes(ByteSet::Range(0x80, 0x8f)), cont, cont},
   };
+}
+
+namespace {
+
+// Splits [lo, hi] until each piece's encodings have one length and, byte by
+// byte, run over a range: then that piece is one sequence of byte ranges.
+void SplitUtf8(GrammarBuilder& b, uint32_t lo, uint32_t hi, std::vector<GrammarBuilder::Seq>* out) {
+  if (lo > hi) return;
+  for (uint32_t edge : {0x7fu, 0x7ffu, 0xffffu}) {
+    if (lo <= edge && edge < hi) {
+      SplitUtf8(b, lo, edge, out);
+      SplitUtf8(b, edge + 1, hi, out);
+      return;
+    }
+  }
+  std::string a, z;
+  AppendUtf8(lo, &a);
+  AppendUtf8(hi, &z);
+  const int n = int(a.size());
+  // Trailing bytes must each span their whole range unless every byte
+  // before them is the same in lo and hi.
+  for (int i = 1; i < n; ++i) {
+    const uint32_t m = (1u << (6 * i)) - 1;
+    if ((lo & ~m) == (hi & ~m)) continue;
+    if ((lo & m) != 0) {
+      SplitUtf8(b, lo, lo | m, out);
+      SplitUtf8(b, (lo | m) + 1, hi, out);
+      return;
+    }
+    if ((hi & m) != m) {
+      SplitUtf8(b, lo, (hi & ~m) - 1, out);
+      SplitUtf8(b, hi & ~m, hi, out);
+      return;
+    }
+  }
+  GrammarBuilder::Seq seq;
+  for (int i = 0; i < n; ++i) seq.push_back(b.Bytes(ByteSet::Range(uint8_t(a[size_t(i)]), uint8_t(z[size_t(i)]))));
+  out->push_back(std::move(seq));
+}
+
+}  // namespace
+
+void AppendUtf8(uint32_t cp, std::string* out) {
+  if (cp < 0x80) {
+    out->push_back(char(cp));
+  } else if (cp < 0x800) {
+    out->push_back(char(0xc0 | (cp >> 6)));
+    out->push_back(char(0x80 | (cp & 0x3f)));
+  } else if (cp < 0x10000) {
+    out->push_back(char(0xe0 | (cp >> 12)));
+    out->push_back(char(0x80 | ((cp >> 6) & 0x3f)));
+    out->push_back(char(0x80 | (cp & 0x3f)));
+  } else {
+    out->push_back(char(0xf0 | (cp >> 18)));
+    out->push_back(char(0x80 | ((cp >> 12) & 0x3f)));
+    out->push_back(char(0x80 | ((cp >> 6) & 0x3f)));
+    out->push_back(char(0x80 | (cp & 0x3f)));
+  }
+}
+
+std::vector<GrammarBuilder::Seq> Utf8CodePoints(GrammarBuilder& b,
+                                                std::vector<std::pair<uint32_t, uint32_t>> ranges) {
+  std::sort(ranges.begin(), ranges.end());
+  std::vector<GrammarBuilder::Seq> out;
+  int64_t next = 0;  // code points below were emitted (ranges may overlap)
+  for (auto [lo, hi] : ranges) {
+    int64_t first = std::max<int64_t>(lo, next), last = std::min<uint32_t>(hi, 0x10ffff);
+    if (first > last) continue;
+    next = last + 1;
+    // Around the surrogates.
+    if (first < 0xd800 && last >= 0xd800) {
+      SplitUtf8(b, uint32_t(first), 0xd7ff, &out);
+      first = 0xe000;
+    } else if (first >= 0xd800 && first <= 0xdfff) {
+      first = 0xe000;
+    }
+    SplitUtf8(b, uint32_t(first), uint32_t(last), &out);
+  }
+  return out;
 }
 
 namespace {

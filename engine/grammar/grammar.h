@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -118,6 +119,16 @@ class GrammarBuilder {
 // The byte sequences of one non-ASCII character in valid UTF-8 (U+0080 to
 // U+10FFFF, no surrogates), as alternatives.
 std::vector<GrammarBuilder::Seq> Utf8NonAscii(GrammarBuilder& b);
+
+// Appends code point `cp` (< 0x110000) to `out` as UTF-8.
+void AppendUtf8(uint32_t cp, std::string* out);
+
+// The UTF-8 byte sequences of the characters whose code points lie in
+// `ranges` (inclusive [first, last] pairs, clamped to U+0000..U+10FFFF,
+// surrogates U+D800..U+DFFF left out), as alternatives: one per run of code
+// points whose encodings share each byte's range.
+std::vector<GrammarBuilder::Seq> Utf8CodePoints(GrammarBuilder& b,
+                                                std::vector<std::pair<uint32_t, uint32_t>> ranges);
 
 // Appends `b` to `seq` (a small helper for compilers).
 inline void Append(GrammarBuilder::Seq& seq, const GrammarBuilder::Seq& b) {

@@ -1,6 +1,7 @@
 #include "engine/grammar/grammar_cache.h"
 
 #include "absl/strings/str_cat.h"
+#include "engine/grammar/ebnf.h"
 #include "engine/grammar/json_schema.h"
 #include "engine/grammar/regex.h"
 #include "nlohmann/json.hpp"
@@ -27,6 +28,9 @@ absl::StatusOr<std::shared_ptr<const grammar::Grammar>> CompileResponseFormat(
     case ResponseFormat::Type::kRegex:
       g = grammar::RegexGrammar(format.regex);
       break;
+    case ResponseFormat::Type::kGrammar:
+      g = grammar::EbnfGrammar(format.grammar);
+      break;
     case ResponseFormat::Type::kChoice: {
       if (format.choices.empty()) return absl::InvalidArgumentError("no choices to choose from");
       grammar::GrammarBuilder b;
@@ -46,9 +50,12 @@ absl::StatusOr<std::shared_ptr<const grammar::Grammar>> CompileResponseFormat(
 absl::StatusOr<std::shared_ptr<const grammar::Grammar>> GrammarCache::Get(
     const ResponseFormat& format) {
   if (!format.constrained()) return std::shared_ptr<const grammar::Grammar>();
-  std::string key = absl::StrCat(int(format.type), ":", format.json_schema, "\n", format.regex,
-                                 "\n", format.json_prefix.size(), ":", format.json_prefix,
-                                 format.json_suffix);
+  // Each text length-prefixed: no two formats share a key.
+  std::string key = absl::StrCat(int(format.type));
+  for (const std::string* text : {&format.json_schema, &format.regex, &format.grammar,
+                                  &format.json_prefix, &format.json_suffix}) {
+    absl::StrAppend(&key, ":", text->size(), ":", *text);
+  }
   for (const std::string& c : format.choices) absl::StrAppend(&key, "\n", c.size(), ":", c);
   {
     absl::MutexLock lock(&mu_);

@@ -18,8 +18,9 @@
 namespace kvcast {
 
 struct ResponseFormat {
-  // kRegex and kChoice are vLLM's guided_regex and guided_choice.
-  enum class Type { kText, kJsonObject, kJsonSchema, kRegex, kChoice };
+  // kRegex, kChoice and kGrammar are vLLM's structured_outputs regex,
+  // choice and grammar.
+  enum class Type { kText, kJsonObject, kJsonSchema, kRegex, kChoice, kGrammar };
   Type type = Type::kText;
   std::string json_schema;           // kJsonSchema: the schema's JSON text
   std::string json_prefix, json_suffix;  // kJsonSchema: literal text around the JSON
@@ -29,6 +30,7 @@ struct ResponseFormat {
   // start of json_prefix instead.
   std::string prefix_token;
   std::string regex;                 // kRegex: matched whole (regex.h)
+  std::string grammar;               // kGrammar: GBNF / EBNF text (ebnf.h)
   std::vector<std::string> choices;  // kChoice: the output is one of them
   // The last `generated_tokens` prompt tokens were generated under this
   // format already (a request resumed on another worker): the engine replays

@@ -91,23 +91,6 @@ class RegexCompiler {
     }
     return b_.Literal(text);
   }
-  static void AppendUtf8(uint32_t cp, std::string* out) {
-    if (cp < 0x80) {
-      out->push_back(char(cp));
-    } else if (cp < 0x800) {
-      out->push_back(char(0xc0 | (cp >> 6)));
-      out->push_back(char(0x80 | (cp & 0x3f)));
-    } else if (cp < 0x10000) {
-      out->push_back(char(0xe0 | (cp >> 12)));
-      out->push_back(char(0x80 | ((cp >> 6) & 0x3f)));
-      out->push_back(char(0x80 | (cp & 0x3f)));
-    } else {
-      out->push_back(char(0xf0 | (cp >> 18)));
-      out->push_back(char(0x80 | ((cp >> 12) & 0x3f)));
-      out->push_back(char(0x80 | ((cp >> 6) & 0x3f)));
-      out->push_back(char(0x80 | (cp & 0x3f)));
-    }
-  }
   // The next code point of the pattern (UTF-8).
   uint32_t NextCodePoint() {
     const uint8_t c = uint8_t(p_[pos_++]);

@@ -42,11 +42,15 @@ inline ResponseFormat ResponseFormatFromProto(const v1::SamplingParams& s) {
     case v1::ResponseFormat::RESPONSE_FORMAT_CHOICE:
       f.type = ResponseFormat::Type::kChoice;
       break;
+    case v1::ResponseFormat::RESPONSE_FORMAT_GRAMMAR:
+      f.type = ResponseFormat::Type::kGrammar;
+      break;
     default:
       break;
   }
   f.json_schema = s.response_format().json_schema();
   f.regex = s.response_format().regex();
+  f.grammar = s.response_format().grammar();
   f.json_prefix = s.response_format().json_prefix();
   f.json_suffix = s.response_format().json_suffix();
   f.prefix_token = s.response_format().prefix_token();

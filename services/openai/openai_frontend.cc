@@ -666,6 +666,9 @@ class OpenAiFrontend::Impl {
       } else if (creq.format == CompletionRequest::Format::kJsonSchema) {
         s->mutable_response_format()->set_type(v1::ResponseFormat::RESPONSE_FORMAT_JSON_SCHEMA);
         s->mutable_response_format()->set_json_schema(creq.json_schema);
+      } else if (creq.format == CompletionRequest::Format::kGrammar) {
+        s->mutable_response_format()->set_type(v1::ResponseFormat::RESPONSE_FORMAT_GRAMMAR);
+        s->mutable_response_format()->set_grammar(creq.grammar);
       } else if (creq.format == CompletionRequest::Format::kRegex) {
         s->mutable_response_format()->set_type(v1::ResponseFormat::RESPONSE_FORMAT_REGEX);
         s->mutable_response_format()->set_regex(creq.regex);

@@ -253,7 +253,9 @@ std::optional<ApiError> ParseToolChoice(const Json& j, CompletionRequest* r) {
 
 // response_format {"type": "text" | "json_object" | "json_schema",
 // "json_schema": {"name", "schema", "strict", "description"}}, or vLLM's
-// guided_json (a schema, or its JSON text).
+// structured_outputs {json (a schema, or its JSON text) | regex | choice |
+// grammar} (guided_json, guided_regex, guided_choice, guided_grammar before
+// vLLM 0.12).
 std::optional<ApiError> ParseResponseFormat(const Json& j, CompletionRequest* r) {
   using Format = CompletionRequest::Format;
   if (auto it = j.find("response_format"); it != j.end() && !it->is_null()) {
@@ -287,46 +289,70 @@ std::optional<ApiError> ParseResponseFormat(const Json& j, CompletionRequest* r)
                                                       " is not one of text, json_object, json_schema"));
     }
   }
-  auto one_format = [&](const char* name) -> std::optional<ApiError> {
-    if (r->format == Format::kText) return std::nullopt;
-    return Bad(name, absl::StrCat("give one of response_format, guided_json, guided_regex and "
-                                  "guided_choice, not '", name, "' beside another"));
+  // vLLM's extras, by their names since v0.12 (structured_outputs.json,
+  // .regex, .choice, .grammar) and before (guided_json, ...).
+  struct Guided {
+    const char* kind;
+    std::string param;
+    const Json* value;
   };
-  if (auto it = j.find("guided_json"); it != j.end() && !it->is_null()) {
-    if (auto e = one_format("guided_json")) return e;
-    Json schema = *it;
-    if (it->is_string()) {
-      schema = Json::parse(it->get<std::string>(), nullptr, /*allow_exceptions=*/false);
-      if (schema.is_discarded()) return Bad("guided_json", "'guided_json' is not valid JSON");
-    }
-    if (!schema.is_object()) return Bad("guided_json", "'guided_json' must be a JSON Schema object");
-    r->format = Format::kJsonSchema;
-    r->json_schema = schema.dump();
+  std::vector<Guided> guided;
+  for (const char* kind : {"json", "regex", "choice", "grammar"}) {
+    const std::string name = absl::StrCat("guided_", kind);
+    if (auto it = j.find(name); it != j.end() && !it->is_null()) guided.push_back({kind, name, &*it});
   }
-  if (auto it = j.find("guided_regex"); it != j.end() && !it->is_null()) {
-    if (auto e = one_format("guided_regex")) return e;
-    if (!it->is_string() || it->get<std::string>().empty()) {
-      return Bad("guided_regex", "'guided_regex' must be a non-empty string");
-    }
-    r->format = Format::kRegex;
-    r->regex = it->get<std::string>();
-  }
-  if (auto it = j.find("guided_choice"); it != j.end() && !it->is_null()) {
-    if (auto e = one_format("guided_choice")) return e;
-    if (!it->is_array() || it->empty()) {
-      return Bad("guided_choice", "'guided_choice' must be a non-empty list of strings");
-    }
-    for (const Json& c : *it) {
-      if (!c.is_string() || c.get<std::string>().empty()) {
-        return Bad("guided_choice", "'guided_choice' must be a non-empty list of non-empty strings");
+  if (auto so = j.find("structured_outputs"); so != j.end() && !so->is_null()) {
+    if (!so->is_object()) return Bad("structured_outputs", "'structured_outputs' must be an object");
+    for (const auto& [key, value] : so->items()) {
+      const std::string param = absl::StrCat("structured_outputs.", key);
+      const char* kind = key == "json"     ? "json"
+                         : key == "regex"  ? "regex"
+                         : key == "choice" ? "choice"
+                         : key == "grammar" ? "grammar"
+                                            : nullptr;
+      if (kind != nullptr) {
+        if (!value.is_null()) guided.push_back({kind, param, &value});
+      } else if (!value.is_null() && value != false) {
+        return Bad(param, absl::StrCat("'", param, "' is not supported (json, regex, choice and grammar are)"));
       }
-      r->choices.push_back(c.get<std::string>());
     }
-    r->format = Format::kChoice;
   }
-  if (auto e = Refuse(j, "guided_grammar", [](const Json&) { return false; },
-                      "is not supported (use response_format, guided_json, guided_regex or "
-                      "guided_choice)")) return e;
+  for (const Guided& g : guided) {
+    const std::string& name = g.param;
+    const Json& v = *g.value;
+    if (r->format != Format::kText) {
+      return Bad(name, absl::StrCat("give one of response_format, structured_outputs' json, regex, choice "
+                                    "and grammar (or guided_*), not '", name, "' beside another"));
+    }
+    const std::string kind = g.kind;
+    if (kind == "json") {
+      Json schema = v;
+      if (v.is_string()) {
+        schema = Json::parse(v.get<std::string>(), nullptr, /*allow_exceptions=*/false);
+        if (schema.is_discarded()) return Bad(name, absl::StrCat("'", name, "' is not valid JSON"));
+      }
+      if (!schema.is_object()) return Bad(name, absl::StrCat("'", name, "' must be a JSON Schema object"));
+      r->format = Format::kJsonSchema;
+      r->json_schema = schema.dump();
+    } else if (kind == "regex" || kind == "grammar") {
+      if (!v.is_string() || v.get<std::string>().empty()) {
+        return Bad(name, absl::StrCat("'", name, "' must be a non-empty string"));
+      }
+      r->format = kind == "regex" ? Format::kRegex : Format::kGrammar;
+      (kind == "regex" ? r->regex : r->grammar) = v.get<std::string>();
+    } else {
+      if (!v.is_array() || v.empty()) {
+        return Bad(name, absl::StrCat("'", name, "' must be a non-empty list of strings"));
+      }
+      for (const Json& c : v) {
+        if (!c.is_string() || c.get<std::string>().empty()) {
+          return Bad(name, absl::StrCat("'", name, "' must be a non-empty list of non-empty strings"));
+        }
+        r->choices.push_back(c.get<std::string>());
+      }
+      r->format = Format::kChoice;
+    }
+  }
   return std::nullopt;
 }
 

@@ -88,21 +88,23 @@ struct CompletionRequest {
   // logprobs its logprobs with the prompt's tokens' (the first token's
   // null); max_tokens may then be 0 (the prompt alone, nothing generated).
   bool echo = false;
-  // response_format (or vLLM's guided_json): the format the output must
-  // have, enforced by constrained decoding. The schema is checked by the
-  // scheduler (a 400 naming an unsupported keyword).
-  // kRegex, kChoice: vLLM's guided_regex, guided_choice.
-  enum class Format { kText, kJsonObject, kJsonSchema, kRegex, kChoice };
+  // response_format (or vLLM's structured_outputs.json / guided_json): the
+  // format the output must have, enforced by constrained decoding. The
+  // schema or grammar is checked by the scheduler (a 400 naming an
+  // unsupported keyword or the grammar's fault).
+  // kRegex, kChoice, kGrammar: vLLM's regex, choice, grammar.
+  enum class Format { kText, kJsonObject, kJsonSchema, kRegex, kChoice, kGrammar };
   Format format = Format::kText;
   std::string json_schema;  // kJsonSchema: the schema's JSON text, key order kept
+  std::string grammar;               // kGrammar: GBNF / EBNF text (engine/grammar/ebnf.h)
   std::string regex;                 // kRegex
   std::vector<std::string> choices;  // kChoice
 };
 
 // Parses and validates a request body. Unknown fields are ignored (as vLLM
-// does); fields kvcast cannot honour (suffix, images, vLLM's
-// guided_grammar, chat's echo) are refused naming the field, never
-// silently dropped.
+// does); fields kvcast cannot honour (suffix, images, chat's echo, vLLM's
+// structured_outputs other than json/regex/choice/grammar) are refused
+// naming the field, never silently dropped.
 std::optional<ApiError> ParseRequest(Endpoint endpoint, const std::string& body,
                                      CompletionRequest* out);
 

@@ -158,8 +158,16 @@ TEST(OpenAiProtocolTest, RefusesBadFieldsNamingThem) {
       {Endpoint::kCompletions, R"({"prompt":"a","guided_choice":[]})", "guided_choice", "non-empty list"},
       {Endpoint::kCompletions, R"({"prompt":"a","guided_choice":["a",""]})", "guided_choice",
        "non-empty strings"},
-      {Endpoint::kCompletions, R"({"prompt":"a","guided_grammar":"root ::= x"})", "guided_grammar",
-       "not supported"},
+      {Endpoint::kCompletions, R"({"prompt":"a","guided_grammar":7})", "guided_grammar",
+       "non-empty string"},
+      {Endpoint::kCompletions, R"({"prompt":"a","structured_outputs":[]})", "structured_outputs",
+       "must be an object"},
+      {Endpoint::kCompletions, R"({"prompt":"a","structured_outputs":{"structural_tag":"x"}})",
+       "structured_outputs.structural_tag", "not supported (json, regex, choice and grammar are)"},
+      {Endpoint::kCompletions, R"({"prompt":"a","structured_outputs":{"regex":"a","grammar":"root ::= \"a\""}})",
+       "structured_outputs.grammar", "beside another"},
+      {Endpoint::kCompletions, R"({"prompt":"a","structured_outputs":{"json":"{no"}})",
+       "structured_outputs.json", "not valid JSON"},
   };
   for (const Case& c : cases) {
     ApiError e = Refused(c.e, c.body);
@@ -200,6 +208,21 @@ TEST(OpenAiProtocolTest, ResponseFormatsOnBothEndpoints) {
   r = Parsed(Endpoint::kChat, chat + R"("guided_choice":["yes","no"]})");
   EXPECT_EQ(r.format, Format::kChoice);
   EXPECT_THAT(r.choices, ElementsAre("yes", "no"));
+  r = Parsed(Endpoint::kCompletions, R"({"prompt":"a","guided_grammar":"root ::= \"x\""})");
+  EXPECT_EQ(r.format, Format::kGrammar);
+  EXPECT_EQ(r.grammar, R"(root ::= "x")");
+  // vLLM 0.12's names; null and false members are no request.
+  r = Parsed(Endpoint::kChat, chat + R"("structured_outputs":{"grammar":"root ::= [ab]+","json":null,
+      "disable_fallback":false}})");
+  EXPECT_EQ(r.format, Format::kGrammar);
+  EXPECT_EQ(r.grammar, "root ::= [ab]+");
+  r = Parsed(Endpoint::kCompletions, R"({"prompt":"a","structured_outputs":{"json":{"type":"integer"}}})");
+  EXPECT_EQ(r.format, Format::kJsonSchema);
+  EXPECT_EQ(r.json_schema, R"({"type":"integer"})");
+  r = Parsed(Endpoint::kCompletions, R"({"prompt":"a","structured_outputs":{"choice":["x"]}})");
+  EXPECT_EQ(r.format, Format::kChoice);
+  r = Parsed(Endpoint::kCompletions, R"({"prompt":"a","structured_outputs":{"regex":"[0-9]"}})");
+  EXPECT_EQ(r.format, Format::kRegex);
 }
 
 TEST(OpenAiProtocolTest, SeveralChoicesPerPrompt) {

@@ -12,7 +12,12 @@ goes prefill -> MoQT -> decode), then, with PyPI's `openai`, `pydantic` and
   json_object      response_format {"type": "json_object"} on chat and
                    completions: the text is a JSON object
   guided           vLLM's guided_choice and guided_regex (extra_body): the
-                   answer is one of the choices / matches the whole regex
+                   answer is one of the choices / matches the whole regex;
+                   structured_outputs (vLLM 0.12's names) grammar: vLLM's
+                   own SQL example (checked with a Python regex of the same
+                   language) and a recursive one (sampled, 4 seeds: each
+                   answer parsed by a Python recursive-descent parser); a
+                   grammar with an undefined rule: 400 naming it
   tool_calls       tool_choice naming a function, and "required" over two:
                    message.tool_calls holds the call (finish_reason
                    tool_calls), its arguments valid under the tool's
@@ -55,7 +60,7 @@ import pydantic
 from pydantic import BaseModel, Field
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from harness import Cluster, Runner, expect, log, scrape, wait_for  # noqa: E402
+from harness import CheckError, Cluster, Runner, expect, log, scrape, wait_for  # noqa: E402
 
 Name = Field(max_length=24)
 
@@ -269,6 +274,63 @@ class Checks:
             temperature=0, extra_body={"guided_regex": r" \d{4}-\d{2}-\d{2}"})
         expect(re.fullmatch(r" \d{4}-\d{2}-\d{2}", c.choices[0].text) is not None, f"{c.choices[0]}")
         log(f"guided_choice: {r.choices[0].message.content!r}; guided_regex: {c.choices[0].text!r}")
+        sql = '''
+            root ::= select_statement
+            select_statement ::= "SELECT " column " from " table " where " condition
+            column ::= "col_1 " | "col_2 "
+            table ::= "table_1 " | "table_2 "
+            condition ::= column "= " number
+            number ::= "1 " | "2 "
+        '''
+        r = self.client.chat.completions.create(
+            model=self.model, messages=self.chat("Write a SQL query that selects col_1 from table_1."),
+            max_tokens=40, temperature=0, extra_body={"structured_outputs": {"grammar": sql}})
+        got = r.choices[0].message.content
+        expect(re.fullmatch(r"SELECT (col_1 |col_2 ) from (table_1 |table_2 ) where (col_1 |col_2 )= (1 |2 )",
+                            got) is not None and r.choices[0].finish_reason == "stop", f"{r.choices[0]}")
+        # Nested lists of digits: recursion the matcher expands top-down.
+        nested = r'''
+            root  ::= list
+            list  ::= "[" (item ("," item)*)? "]"
+            item  ::= [0-9]{1,3} | list   # a number or a list
+        '''
+
+        def parse(s, i=0):  # index after the list starting at s[i], or None
+            if i >= len(s) or s[i] != "[":
+                return None
+            i += 1
+            if i < len(s) and s[i] == "]":
+                return i + 1
+            while True:
+                j = i
+                while j < len(s) and s[j].isdigit() and j - i < 3:
+                    j += 1
+                if j == i:
+                    j = parse(s, i)
+                    if j is None:
+                        return None
+                i = j
+                if i < len(s) and s[i] == ",":
+                    i += 1
+                    continue
+                return i + 1 if i < len(s) and s[i] == "]" else None
+
+        answers = []
+        for seed in range(4):
+            c = self.client.completions.create(
+                model=self.model, prompt="A nested list of numbers:", max_tokens=60, temperature=1.0,
+                seed=seed, extra_body={"structured_outputs": {"grammar": nested}})
+            text, finish = c.choices[0].text, c.choices[0].finish_reason
+            expect(finish == "length" or parse(text) == len(text), f"seed {seed}: {text!r} ({finish})")
+            answers.append((text, finish))
+        expect(any(f == "stop" for _, f in answers), f"no nested list ended within 60 tokens: {answers}")
+        log(f"grammar: {got!r}; nested: {answers}")
+        try:
+            self.client.completions.create(model=self.model, prompt="x", max_tokens=4,
+                                           extra_body={"structured_outputs": {"grammar": "root ::= item"}})
+            raise CheckError("a grammar with an undefined rule was accepted")
+        except openai.BadRequestError as e:
+            expect("rule 'item' is used but not defined" in str(e.body), f"{e.body}")
 
     def tool_calls(self):
         weather = {"type": "function", "function": {
