@@ -213,8 +213,8 @@ class Backend {
   virtual absl::Status SampleTokens(const float* logits, int vocab, const TokenSampling* params,
                                     int num, int32_t* tokens) = 0;
   // SampleTokens honours TokenSampling::allowed (constrained decoding picks
-  // on the backend, not from a host copy of the row). The CUDA backend does
-  // not yet.
+  // on the backend, not from a host copy of the row): the CPU and CUDA
+  // backends do.
   virtual bool SamplesWithTokenMasks() const { return false; }
 
   // KV transfer (kv_codec.h formats; rows of num_heads * head_dim values,

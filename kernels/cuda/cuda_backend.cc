@@ -396,6 +396,9 @@ class CudaBackend : public Backend {
     Check(cuda::LaunchPagedAttention(p, workspace, compute_), "PagedAttention");
   }
 
+  // Masks go up with the requests; the kernel reads a refused token as -inf.
+  bool SamplesWithTokenMasks() const override { return true; }
+
   absl::Status SampleTokens(const float* logits, int vocab, const TokenSampling* params, int num,
                             int32_t* tokens) override {
     Bind();
@@ -499,18 +502,34 @@ class CudaBackend : public Backend {
     if (error_.ok()) error_ = absl::InternalError("cuda backend: " + what);
   }
 
-  // The requests go up (from pageable memory: staged before the copy call
-  // returns), one block per request picks its token, and only the tokens
-  // come back.
+  // The requests and their token masks go up (from pageable memory: staged
+  // before the copy call returns), one block per request picks its token,
+  // and only the tokens come back.
   void EnqueueSample(const float* logits, int vocab, const TokenSampling* params, int num,
                      int32_t* tokens) {
+    const size_t words = (size_t(vocab) + 31) / 32;
     sample_params_.resize(num);
+    sample_masks_.clear();
     for (int j = 0; j < num; ++j) {
       const TokenSampling& t = params[j];
-      sample_params_[j] = {t.row, t.temperature, t.top_k, t.top_p, t.uniform};
+      sample_params_[j] = {t.row, t.temperature, t.top_k, t.top_p, t.uniform, nullptr};
+      if (t.allowed != nullptr) sample_masks_.insert(sample_masks_.end(), t.allowed, t.allowed + words);
+    }
+    cudaError_t e = cudaSuccess;
+    if (!sample_masks_.empty()) {
+      const size_t mask_bytes = sample_masks_.size() * sizeof(uint32_t);
+      auto* dev_masks = static_cast<uint32_t*>(sample_masks_dev_.Get(mask_bytes, &e));
+      if (!Check(e, "SampleTokens") ||
+          !Check(cudaMemcpyAsync(dev_masks, sample_masks_.data(), mask_bytes, cudaMemcpyHostToDevice,
+                                 compute_),
+                 "SampleTokens")) {
+        return;
+      }
+      for (int j = 0, k = 0; j < num; ++j) {
+        if (params[j].allowed != nullptr) sample_params_[j].allowed = dev_masks + size_t(k++) * words;
+      }
     }
     const size_t params_bytes = num * sizeof(cuda::SampleParams);
-    cudaError_t e = cudaSuccess;
     auto* dev_params = static_cast<cuda::SampleParams*>(sample_params_dev_.Get(params_bytes, &e));
     if (!Check(e, "SampleTokens")) return;
     auto* dev_tokens = static_cast<int32_t*>(sample_tokens_dev_.Get(num * sizeof(int32_t), &e));
@@ -562,8 +581,9 @@ class CudaBackend : public Backend {
 
   // Compute-thread scratch.
   Scratch gemm_input_, attention_ws_, descs_dev_;
-  Scratch sample_params_dev_, sample_tokens_dev_, sample_ws_;
+  Scratch sample_params_dev_, sample_tokens_dev_, sample_ws_, sample_masks_dev_;
   std::vector<cuda::SampleParams> sample_params_;
+  std::vector<uint32_t> sample_masks_;  // the masked requests', in order
   std::vector<cuda::AttentionSeqDesc> descs_, uploaded_;
   const void* uploaded_at_ = nullptr;
 

@@ -368,6 +368,29 @@ TEST_F(CudaBackendTest, SampleTokensPicksWhatTheCpuBackendPicks) {
   EXPECT_EQ(gpu, cpu);
   EXPECT_EQ(gpu[0], 3007);
   EXPECT_EQ(gpu[1], 7);
+
+  // Token masks (constrained decoding): the peaks refused, every path picks
+  // what the CPU backend picks among the allowed, and a row without a mask
+  // beside them keeps its peak.
+  ASSERT_TRUE(gpu_->SamplesWithTokenMasks());
+  const size_t words = (vocab + 31) / 32;
+  std::vector<uint32_t> mask(words);
+  for (size_t w = 0; w < words; ++w) mask[w] = uint32_t(0x9e3779b9u * uint32_t(w + 1)) | 0x10001u;
+  for (int r = 0; r < rows; ++r) {
+    const int peak = 1000 * r + 7;
+    mask[size_t(peak) / 32] &= ~(1u << (peak % 32));
+  }
+  std::vector<TokenSampling> masked = params;
+  for (size_t j = 1; j < masked.size(); ++j) masked[j].allowed = mask.data();
+  std::fill(gpu.begin(), gpu.end(), -7);
+  std::fill(cpu.begin(), cpu.end(), -7);
+  ASSERT_TRUE(gpu_->SampleTokens(F(d_logits), vocab, masked.data(), int(masked.size()), gpu.data()).ok());
+  ASSERT_TRUE(cpu_->SampleTokens(logits.data(), vocab, masked.data(), int(masked.size()), cpu.data()).ok());
+  EXPECT_EQ(gpu, cpu);
+  EXPECT_EQ(gpu[0], 3007);  // no mask
+  for (size_t j = 1; j < masked.size(); ++j) {
+    EXPECT_TRUE((mask[size_t(gpu[j]) / 32] >> (gpu[j] % 32)) & 1) << j << ": " << gpu[j];
+  }
 }
 
 TEST_F(CudaBackendTest, AttentionShapesItCannotRunAreRefused) {

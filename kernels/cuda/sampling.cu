@@ -67,6 +67,7 @@ __device__ __forceinline__ int BucketOf(float weight) {
 // inverted index, so keys are unique and the rank order is descending key.
 struct Row {
   const float* logits;
+  const uint32_t* allowed;  // null: every token may be picked
   float* w;  // weight of each token (workspace), where a path needs them all
   int n;
   int index_bits;
@@ -74,8 +75,14 @@ struct Row {
   float max_logit;
   float inv_temperature;
 
+  // Token i's logit as the Sampler reads it: NaN, and a token the mask
+  // refuses, as -inf.
+  __device__ __forceinline__ float Logit(int i) const {
+    if (allowed != nullptr && !((allowed[i >> 5] >> (i & 31)) & 1u)) return NegInf();
+    return Sanitize(logits[i]);
+  }
   __device__ __forceinline__ unsigned long long Key(int i) const {
-    return (static_cast<unsigned long long>(OrderedBits(Sanitize(logits[i]))) << index_bits) |
+    return (static_cast<unsigned long long>(OrderedBits(Logit(i))) << index_bits) |
            (index_mask - static_cast<uint32_t>(i));
   }
   __device__ __forceinline__ int IndexOf(unsigned long long key) const {
@@ -192,7 +199,7 @@ __device__ int BlockArgmax(const Row& r, Shared& s) {
   float v = NegInf();
   int idx = INT_MAX;
   for (int i = threadIdx.x; i < r.n; i += kThreads) {
-    const float x = Sanitize(r.logits[i]);
+    const float x = r.Logit(i);
     if (Better(x, i, v, idx)) {
       v = x;
       idx = i;
@@ -487,7 +494,7 @@ __device__ void SampleSmallTopK(const Row& r, int k, float top_p, double uniform
   }
   for (int pos = threadIdx.x; pos < k; pos += kThreads) {
     const int idx = r.IndexOf(s.keys[pos]);
-    s.weights[pos] = WeightOf(Sanitize(r.logits[idx]), r.max_logit, r.inv_temperature);
+    s.weights[pos] = WeightOf(r.Logit(idx), r.max_logit, r.inv_temperature);
   }
   __syncthreads();
   if (threadIdx.x != 0) return;
@@ -580,6 +587,7 @@ __global__ void __launch_bounds__(kThreads)
   const SampleParams p = params[row];
   Row r;
   r.logits = logits + static_cast<size_t>(p.row) * vocab;
+  r.allowed = p.allowed;
   r.w = workspace + static_cast<size_t>(row) * vocab;
   r.n = vocab;
   r.index_bits = vocab > 1 ? 32 - __clz(vocab - 1) : 1;
@@ -591,7 +599,7 @@ __global__ void __launch_bounds__(kThreads)
   const float top_p = p.top_p > 0.f && p.top_p <= 1.f ? p.top_p : 1.f;
 
   const int argmax = BlockArgmax(r, s);
-  r.max_logit = Sanitize(r.logits[argmax]);
+  r.max_logit = r.Logit(argmax);
   if (temperature == 0.f || top_k == 1 || !IsFinite(r.max_logit)) {
     if (threadIdx.x == 0) tokens[row] = argmax;
     return;
@@ -605,7 +613,7 @@ __global__ void __launch_bounds__(kThreads)
     return;
   }
   for (int i = threadIdx.x; i < vocab; i += kThreads) {
-    r.w[i] = WeightOf(Sanitize(r.logits[i]), r.max_logit, r.inv_temperature);
+    r.w[i] = WeightOf(r.Logit(i), r.max_logit, r.inv_temperature);
   }
   __syncthreads();  // makes the block's global writes visible to the block
   int token;

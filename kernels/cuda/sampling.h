@@ -26,6 +26,9 @@
 // its order and every sum are the CPU's exactly (only the exp caveat
 // applies). Results are deterministic run to run.
 //
+// With `allowed` (constrained decoding), the tokens whose bit is clear count
+// as -inf, as TokenPicker::Load takes TokenSampling::allowed.
+//
 // logits: device [rows][vocab] float32; params, tokens: device arrays of
 // `num` requests, tokens[j] picked from row params[j].row. The launcher
 // enqueues on `stream`, neither allocates nor synchronizes, and returns the
@@ -47,6 +50,9 @@ struct SampleParams {
   int top_k;          // 0: off
   float top_p;        // 1: off
   double uniform;     // the Sampler's PRNG draw, in [0, 1)
+  // Null, or device words of the tokens that may be picked: bit t of
+  // allowed[t / 32] for token t.
+  const uint32_t* allowed;
 };
 
 // top_k in [2, kSampleTopKCap] takes the fast, exact-order path (selection,
