@@ -85,6 +85,36 @@ TEST(Engine, ConcurrentRequestsGenerateWhatEachGeneratesAlone) {
 // logprobs: the log-softmax of the model's own logits at each step (checked
 // against a plain forward pass over the same tokens), the top list led by
 // the greedy pick, and no token changed by asking for them.
+// The tiny model's logits at every position of `tokens`, from one pass
+// alone (the reference for the engine's log-probabilities).
+class OnePass {
+ public:
+  explicit OnePass(const std::vector<int32_t>& tokens) {
+    LoadedTinyModel m = LoadTinyModel();
+    auto pool = *KvPagePool::Create(m.backend.get(), m.model->kv_layout(16), 64);
+    auto table = *pool->Allocate(int(tokens.size() + 15) / 16);
+    ForwardItem item{tokens, 0, table.ids()};
+    EXPECT_TRUE(m.model->Forward({&item, 1}, pool.get(), /*all_logits=*/true, &logits_).ok());
+    vocab_ = size_t(m.model->config().vocab_size);
+  }
+  // log-softmax of position `pos`'s row at `token`.
+  double Logprob(size_t pos, int32_t token) const {
+    const float* row = logits_.data() + pos * vocab_;
+    const double mx = *std::max_element(row, row + vocab_);
+    double sum = 0;
+    for (size_t t = 0; t < vocab_; ++t) sum += std::exp(row[t] - mx);
+    return row[token] - mx - std::log(sum);
+  }
+  int32_t Argmax(size_t pos) const {
+    const float* row = logits_.data() + pos * vocab_;
+    return int32_t(std::max_element(row, row + vocab_) - row);
+  }
+
+ private:
+  std::vector<float> logits_;
+  size_t vocab_ = 0;
+};
+
 TEST(Engine, LogprobsAreTheLogSoftmaxOfTheModelsLogitsAndChangeNoToken) {
   const std::vector<int32_t> prompt = Tokens(40, 9);
   GenerationParams with = Greedy(6);
@@ -117,29 +147,17 @@ TEST(Engine, LogprobsAreTheLogSoftmaxOfTheModelsLogitsAndChangeNoToken) {
   ASSERT_EQ(tokens_b.size(), 6u);
   EXPECT_EQ(tokens_a, tokens_b);
 
-  LoadedTinyModel m = LoadTinyModel();
   std::vector<int32_t> seq = prompt;
   seq.insert(seq.end(), tokens_b.begin(), tokens_b.end() - 1);
-  auto pool = *KvPagePool::Create(m.backend.get(), m.model->kv_layout(16), 8);
-  auto table = *pool->Allocate(int(seq.size() + 15) / 16);
-  ForwardItem item{seq, 0, table.ids()};
-  std::vector<float> logits;
-  ASSERT_TRUE(m.model->Forward({&item, 1}, pool.get(), /*all_logits=*/true, &logits).ok());
-  const size_t vocab = size_t(m.model->config().vocab_size);
+  const OnePass pass(seq);
   for (size_t k = 0; k < lps.size(); ++k) {
-    const float* row = logits.data() + (prompt.size() - 1 + k) * vocab;
-    double mx = row[0], sum = 0;
-    for (size_t t = 0; t < vocab; ++t) mx = std::max(mx, double(row[t]));
-    for (size_t t = 0; t < vocab; ++t) sum += std::exp(row[t] - mx);
-    const double lse = mx + std::log(sum);
-    EXPECT_NEAR(lps[k].logprob, row[tokens_b[k]] - lse, 2e-3) << k;
+    EXPECT_NEAR(lps[k].logprob, pass.Logprob(prompt.size() - 1 + k, tokens_b[k]), 2e-3) << k;
     ASSERT_EQ(lps[k].top.size(), 3u);
     EXPECT_EQ(lps[k].top[0].first, tokens_b[k]);  // greedy
     EXPECT_FLOAT_EQ(lps[k].top[0].second, lps[k].logprob);
     EXPECT_GE(lps[k].top[0].second, lps[k].top[1].second);
     EXPECT_GE(lps[k].top[1].second, lps[k].top[2].second);
   }
-  table.Reset();
 
   GenerationParams too_many = with;
   too_many.top_logprobs = kMaxTopLogprobs + 1;
@@ -187,25 +205,13 @@ TEST(Engine, PromptLogprobsAreTheLogSoftmaxOfEveryPromptPosition) {
   EXPECT_EQ(e->totals().prompt_tokens_computed - computed_before, 300 + 150);
   ASSERT_EQ(got.size(), prompt.size() - 1);
 
-  LoadedTinyModel m = LoadTinyModel();
-  auto pool = *KvPagePool::Create(m.backend.get(), m.model->kv_layout(16), 20);
-  auto table = *pool->Allocate(int(prompt.size() + 15) / 16);
-  ForwardItem item{prompt, 0, table.ids()};
-  std::vector<float> logits;
-  ASSERT_TRUE(m.model->Forward({&item, 1}, pool.get(), /*all_logits=*/true, &logits).ok());
-  const size_t vocab = size_t(m.model->config().vocab_size);
+  const OnePass pass(prompt);
   for (size_t k = 0; k < got.size(); ++k) {
-    const float* row = logits.data() + k * vocab;
-    double mx = row[0], sum = 0;
-    for (size_t t = 0; t < vocab; ++t) mx = std::max(mx, double(row[t]));
-    for (size_t t = 0; t < vocab; ++t) sum += std::exp(row[t] - mx);
-    const double lse = mx + std::log(sum);
-    ASSERT_NEAR(got[k].logprob, row[prompt[k + 1]] - lse, 2e-3) << k;
+    ASSERT_NEAR(got[k].logprob, pass.Logprob(k, prompt[k + 1]), 2e-3) << k;
     ASSERT_EQ(got[k].top.size(), 2u);
-    EXPECT_EQ(got[k].top[0].first, int32_t(std::max_element(row, row + vocab) - row)) << k;
-    EXPECT_NEAR(got[k].top[0].second, mx - lse, 2e-3) << k;
+    EXPECT_EQ(got[k].top[0].first, pass.Argmax(k)) << k;
+    EXPECT_NEAR(got[k].top[0].second, pass.Logprob(k, pass.Argmax(k)), 2e-3) << k;
   }
-  table.Reset();
 
   // KV from elsewhere has no logits to give.
   auto kv = *e->pool().Allocate(1);
