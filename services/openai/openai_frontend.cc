@@ -111,7 +111,26 @@ class Job : public std::enable_shared_from_this<Job> {
              const std::string& authorization);
 
   void OnMessage(int index, const v1::GenerateResponse& r) {
-    absl::MutexLock l(&mu_);
+    std::vector<std::shared_ptr<Call>> now;
+    {
+      absl::MutexLock l(&mu_);
+      HandleLocked(index, r);
+      // The prompt's first candidate has computed it: the others start,
+      // taking its KV from the cache and its log-probabilities from here.
+      const size_t p = size_t(index / per_prompt_);
+      if (p < deferred_.size() && prompt_logprobs_[p]) now.swap(deferred_[p]);
+    }
+    StartCalls(now);
+  }
+
+  // Whether candidate `index` echoes log-probabilities its prompt's first
+  // candidate computes (and so starts once they are in: the prompt is
+  // computed once, not again without its cached KV).
+  bool SharesPromptLogprobs(int index) const {
+    return req_.echo && req_.logprobs && index % per_prompt_ != 0;
+  }
+
+  void HandleLocked(int index, const v1::GenerateResponse& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     ChoiceState& c = choices_[size_t(index)];
     if (r.has_delta()) {
       const v1::Delta& d = r.delta();
@@ -175,8 +194,16 @@ class Job : public std::enable_shared_from_this<Job> {
   }
 
   // `trailers`: the call's trailing metadata (kvcast-limit, retry-after).
-  void OnDone(const grpc::Status& s, const std::multimap<grpc::string_ref, grpc::string_ref>& trailers) {
+  void OnDone(int index, const grpc::Status& s,
+              const std::multimap<grpc::string_ref, grpc::string_ref>& trailers) {
     absl::MutexLock l(&mu_);
+    // A first candidate that ended without its prompt's log-probabilities
+    // (an error): the others never start; they count as done.
+    const size_t p = size_t(index / per_prompt_);
+    if (index % per_prompt_ == 0 && p < deferred_.size() && !deferred_[p].empty()) {
+      done_ += deferred_[p].size();
+      deferred_[p].clear();
+    }
     if (!s.ok() && !error_) {
       auto get = [&](const char* key) {
         auto it = trailers.find(key);
@@ -273,13 +300,18 @@ class Job : public std::enable_shared_from_this<Job> {
       for (int32_t id : ids) text += TokenText(id);
     }
     if (req_.logprobs) {
-      for (size_t k = 0; k < ids.size(); ++k) {
-        if (k > 0 && int(k) <= d.prompt_logprobs_size()) {
-          c.logprobs.push_back(Readable(ids[k], d.prompt_logprobs(int(k) - 1)));
-        } else {
-          c.logprobs.push_back({TokenText(ids[k]), 0, {}, /*none=*/true});
+      std::optional<std::vector<TokenLogprobs>>& shared = prompt_logprobs_[size_t(index / per_prompt_)];
+      if (!shared) {  // the prompt's first candidate: they come with its delta
+        shared.emplace();
+        for (size_t k = 0; k < ids.size(); ++k) {
+          if (k > 0 && int(k) <= d.prompt_logprobs_size()) {
+            shared->push_back(Readable(ids[k], d.prompt_logprobs(int(k) - 1)));
+          } else {
+            shared->push_back({TokenText(ids[k]), 0, {}, /*none=*/true});
+          }
         }
       }
+      c.logprobs.insert(c.logprobs.begin(), shared->begin(), shared->end());
     }
     if (!req_.stream) {
       c.text = std::move(text);
@@ -352,6 +384,7 @@ class Job : public std::enable_shared_from_this<Job> {
   }
 
   void CancelLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void StartCalls(const std::vector<std::shared_ptr<Call>>& calls);
 
   const CompletionRequest req_;
   const int per_prompt_;  // calls a prompt: n, or best_of
@@ -365,6 +398,14 @@ class Job : public std::enable_shared_from_this<Job> {
   absl::Mutex mu_;
   std::vector<ChoiceState> choices_ ABSL_GUARDED_BY(mu_);
   std::vector<std::vector<int32_t>> prompt_ids_;  // with echo: each call's prompt (set by Start)
+  // With echo and logprobs: each prompt's tokens' log-probabilities, once
+  // its first candidate's first delta brought them; the other candidates'
+  // messages held until then.
+  std::vector<std::optional<std::vector<TokenLogprobs>>> prompt_logprobs_ ABSL_GUARDED_BY(mu_);
+  // Each prompt's candidates that start once its first one brought them.
+  std::vector<std::vector<std::shared_ptr<Call>>> deferred_ ABSL_GUARDED_BY(mu_);
+  v1::Generation::Stub* stub_ = nullptr;  // set by Start
+  std::string authorization_;
   std::vector<std::shared_ptr<Call>> calls_ ABSL_GUARDED_BY(mu_);
   size_t done_ ABSL_GUARDED_BY(mu_) = 0;
   bool started_ ABSL_GUARDED_BY(mu_) = false;
@@ -396,7 +437,7 @@ class Job::Call final : public grpc::ClientReadReactor<v1::GenerateResponse> {
   void OnDone(const grpc::Status& s) override {
     auto self = std::move(self_);
     auto job = std::move(job_);
-    job->OnDone(s, context_.GetServerTrailingMetadata());
+    job->OnDone(index_, s, context_.GetServerTrailingMetadata());
   }
 
  private:
@@ -415,18 +456,34 @@ void Job::Start(v1::Generation::Stub* stub, std::vector<v1::GenerateRequest> req
     const auto& ids = requests[i].token_ids().ids();
     prompt_ids_.emplace_back(ids.begin(), ids.end());
   }
+  stub_ = stub;
+  authorization_ = authorization;
   for (size_t i = 0; i < requests.size(); ++i) {
     calls.push_back(std::make_shared<Call>(shared_from_this(), int(i), std::move(requests[i])));
   }
+  std::vector<std::shared_ptr<Call>> now;
   {
     absl::MutexLock l(&mu_);
     calls_ = calls;
+    prompt_logprobs_.resize(calls.size() / size_t(per_prompt_));
+    deferred_.resize(prompt_logprobs_.size());
+    for (size_t i = 0; i < calls.size(); ++i) {
+      if (SharesPromptLogprobs(int(i))) {
+        deferred_[i / size_t(per_prompt_)].push_back(calls[i]);
+      } else {
+        now.push_back(calls[i]);
+      }
+    }
   }
   std::weak_ptr<Job> weak = shared_from_this();
   ex_->OnClose([weak] {
     if (auto job = weak.lock()) job->Cancel();
   });
-  for (auto& c : calls) c->Start(stub, authorization, c);
+  StartCalls(now);
+}
+
+void Job::StartCalls(const std::vector<std::shared_ptr<Call>>& calls) {
+  for (const auto& c : calls) c->Start(stub_, authorization_, c);
 }
 
 void Job::CancelLocked() {
@@ -660,7 +717,9 @@ class OpenAiFrontend::Impl {
       // best_of ranks the candidates by their tokens' log-probabilities.
       s->set_logprobs(creq.logprobs || candidates > creq.n);
       s->set_top_logprobs(creq.top_logprobs);
-      s->set_prompt_logprobs(creq.echo && creq.logprobs);
+      // A prompt's first candidate brings its log-probabilities for all
+      // (OnMessage): the others reuse its KV instead of computing it again.
+      s->set_prompt_logprobs(creq.echo && creq.logprobs && choice == 0);
       if (creq.format == CompletionRequest::Format::kJsonObject) {
         s->mutable_response_format()->set_type(v1::ResponseFormat::RESPONSE_FORMAT_JSON_OBJECT);
       } else if (creq.format == CompletionRequest::Format::kJsonSchema) {

@@ -27,7 +27,9 @@ plain urllib, no kvcast code:
                       on the prefill route (long: its tiled attention sums
                       in another order, which the int8 activations amplify)
                       within 0.5; the prompt computed whole though its
-                      chunks are cached; streamed echo sends the prompt first
+                      chunks are cached; streamed echo sends the prompt first;
+                      n=3 choices, unary and streamed, echo the same prompt
+                      logprobs, the prompt computed once
   n_prefill_once      n=4 choices of one new ~1,200-token prompt (longer than a
                       forward pass): the workers compute it once
                       (kvcast_prompt_tokens_computed_total grows by less than
@@ -344,6 +346,28 @@ class Checks:
         chunks = [c.choices[0].text for c in self.client.completions.create(**args, stream=True)]
         expect(chunks[0] == args["prompt"], f"first chunk {chunks[0]!r}")
         expect("".join(chunks) == unary, f"streamed {''.join(chunks)!r} != {unary!r}")
+        # n choices: the first computes the prompt and its logprobs, the
+        # others take its KV and echo its logprobs.
+        for stream in (False, True):
+            prompt = f"Note {os.getpid()} {stream}. " + " ".join([SYSTEM] * 2)
+            before = computed()
+            r = self.client.completions.create(model=self.model, prompt=prompt, max_tokens=3, temperature=1.0,
+                                               seed=5, n=3, logprobs=1, echo=True, stream=stream)
+            echoed = {}
+            if stream:
+                for c in r:
+                    for ch in c.choices:
+                        if ch.logprobs and ch.index not in echoed:  # the prompt's chunk comes first
+                            echoed[ch.index] = ch.logprobs.token_logprobs
+            else:
+                echoed = {ch.index: ch.logprobs.token_logprobs for ch in r.choices}
+            n = len(self.tokens(prompt)) + 1  # BOS
+            expect(sorted(echoed) == [0, 1, 2], f"stream={stream}: choices {sorted(echoed)}")
+            expect(all(echoed[i][:n] == echoed[0][:n] for i in (1, 2)) and echoed[0][0] is None and
+                   all(isinstance(x, float) for x in echoed[0][1:n]), f"stream={stream}: prompt logprobs differ")
+            grew = computed() - before
+            expect(n <= grew < 2 * n, f"stream={stream}: {grew:.0f} prompt tokens computed for 3 choices of {n}")
+            log(f"echo n=3 stream={stream}: {n}-token prompt computed once ({grew:.0f} tokens)")
 
     def n_prefill_once(self):
         workers = [self.cluster.metrics[w] for w in ("prefill-0", "decode-0")]
