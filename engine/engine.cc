@@ -659,10 +659,19 @@ absl::StatusOr<std::vector<SequenceEvent>> Engine::Step() {
   std::vector<Sequence*> batch;
   std::vector<int> counts;
   int budget = options_.max_batch_tokens;
+  // Prompt positions whose logits rows a pass keeps (prompt_logprobs): at
+  // most a chunk's, so the logits buffer stays within chunk_tokens rows
+  // beyond the batch's last rows, whatever the vocabulary and pass size.
+  int logit_rows = options_.chunk_tokens;
   for (size_t i = 0; i < order.size(); ++i) {
     Sequence* s = order[i];
     int n = std::min(s->pending(), budget);
     if (n <= 0) break;
+    if (s->prompt_logprobs_due()) {
+      n = std::min(n, logit_rows);
+      if (n <= 0) continue;  // the next pass computes it
+      logit_rows -= n;
+    }
     absl::Status st = EnsurePages(s, n);
     while (!st.ok() && absl::IsResourceExhausted(st)) {
       // Free the youngest other sequence not already in this pass.

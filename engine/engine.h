@@ -112,8 +112,9 @@ struct GenerationParams {
   // prompt token but the first, on the event of the first generated token
   // (SequenceEvent::prompt_logprobs): echo with logprobs, lm-eval's
   // loglikelihood. Computed from the prompt pass's logits of every position
-  // (no second pass); no cached chunk is reused (its logits were never
-  // made). InvalidArgument with PrefilledKv.
+  // (no second pass; such positions at most chunk_tokens a pass, which
+  // bounds the logits buffer); no cached chunk is reused (its logits were
+  // never made). InvalidArgument with PrefilledKv.
   bool prompt_logprobs = false;
   // Constrained decoding: each step samples only among the tokens the
   // format's grammar allows next (EOS and stop tokens once the output is

@@ -213,6 +213,24 @@ TEST(Engine, PromptLogprobsAreTheLogSoftmaxOfEveryPromptPosition) {
     EXPECT_NEAR(got[k].top[0].second, pass.Logprob(k, pass.Argmax(k)), 2e-3) << k;
   }
 
+  // A pass keeps at most a chunk's rows of them: 300 positions take 3 passes
+  // of 256 tokens each (not 2), with the same values.
+  auto wide = MakeEngine();  // max_batch_tokens 256, chunk_tokens 128
+  GenerationParams one = with;
+  one.max_tokens = 1;
+  const uint64_t only = *wide->Submit(prompt, one);
+  std::vector<TokenLogprob> again;
+  for (int guard = 0; wide->HasWork() && guard < 100; ++guard) {
+    auto events = wide->Step();
+    ASSERT_TRUE(events.ok()) << events.status();
+    for (SequenceEvent& ev : *events) {
+      if (ev.id == only && !ev.prompt_logprobs.empty()) again = std::move(ev.prompt_logprobs);
+    }
+  }
+  EXPECT_EQ(wide->totals().steps, 3);
+  ASSERT_EQ(again.size(), got.size());
+  for (size_t k = 0; k < got.size(); ++k) EXPECT_NEAR(again[k].logprob, got[k].logprob, 1e-4) << k;
+
   // KV from elsewhere has no logits to give.
   auto kv = *e->pool().Allocate(1);
   PrefilledKv prefilled{std::move(kv), 16, -1};
