@@ -7,6 +7,9 @@
 // online softmax, AVX-512 or AVX2. Decode rows take the row kernel below.
 // KVCAST_CPU_ATTENTION=rows (or =tiled) in the environment sends every
 // sequence to one kernel (A/B measurements); `kernel` does the same per call.
+// =tiled also makes a model whose projections are all in the Q8 / GGUF
+// block kernels batch-invariant: a token's logits the same bits in any pass
+// (engine/batch_invariance_test.cc), at a decode cost (docs/openai-api.md).
 //
 // Row kernel: each (sequence, KV head) pair is one task; tiled: each
 // (sequence, KV head, tile of rows). A batch with fewer than 2 row tasks
