@@ -5,25 +5,14 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
+#include "engine/sampling/benchmark_logits.h"
 #include "engine/sampling/logprobs.h"
 
 namespace kvcast {
 namespace {
 
-std::vector<float> Logits(size_t n) {
-  std::vector<float> logits(n);
-  uint64_t state = 88172645463325252ull;
-  for (float& v : logits) {
-    state ^= state << 13;
-    state ^= state >> 7;
-    state ^= state << 17;
-    v = static_cast<float>(static_cast<double>(state >> 11) * 0x1.0p-53 * 16.0 - 8.0);
-  }
-  return logits;
-}
-
 void BM_ComputeLogprobs(benchmark::State& state) {
-  const std::vector<float> logits = Logits(size_t(state.range(0)));
+  const std::vector<float> logits = BenchmarkLogits(size_t(state.range(0)));
   for (auto _ : state) {
     benchmark::DoNotOptimize(ComputeLogprobs(logits, 7, int(state.range(1))));
   }

@@ -4,26 +4,14 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
+#include "engine/sampling/benchmark_logits.h"
 #include "engine/sampling/sampler.h"
 
 namespace kvcast {
 namespace {
 
-std::vector<float> Logits(size_t n) {
-  std::vector<float> logits(n);
-  uint64_t state = 88172645463325252ull;
-  for (float& v : logits) {
-    state ^= state << 13;
-    state ^= state >> 7;
-    state ^= state << 17;
-    v = static_cast<float>(static_cast<double>(state >> 11) * 0x1.0p-53 * 16.0 -
-                           8.0);
-  }
-  return logits;
-}
-
 void BM_Sample(benchmark::State& state, SamplingParams params) {
-  const std::vector<float> logits = Logits(128 * 1024);
+  const std::vector<float> logits = BenchmarkLogits(128 * 1024);
   std::vector<int32_t> history(512);
   for (size_t i = 0; i < history.size(); ++i) history[i] = i * 211 % 131072;
   Sampler sampler(params);

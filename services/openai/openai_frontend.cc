@@ -399,8 +399,8 @@ class Job : public std::enable_shared_from_this<Job> {
   std::vector<ChoiceState> choices_ ABSL_GUARDED_BY(mu_);
   std::vector<std::vector<int32_t>> prompt_ids_;  // with echo: each call's prompt (set by Start)
   // With echo and logprobs: each prompt's tokens' log-probabilities, once
-  // its first candidate's first delta brought them; the other candidates'
-  // messages held until then.
+  // its first candidate's first delta brought them (its other candidates
+  // start then: deferred_).
   std::vector<std::optional<std::vector<TokenLogprobs>>> prompt_logprobs_ ABSL_GUARDED_BY(mu_);
   // Each prompt's candidates that start once its first one brought them.
   std::vector<std::vector<std::shared_ptr<Call>>> deferred_ ABSL_GUARDED_BY(mu_);
