@@ -80,4 +80,17 @@ absl::StatusOr<std::vector<absl::Span<const int32_t>>> Windows(absl::Span<const 
   return out;
 }
 
+absl::StatusOr<std::vector<absl::Span<const int32_t>>> HalfOverlappingWindows(
+    absl::Span<const int32_t> tokens, int len) {
+  if (len < 2 || tokens.size() < size_t(len)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("corpus: ", tokens.size(), " tokens for windows of ", len));
+  }
+  std::vector<absl::Span<const int32_t>> out;
+  for (size_t start = 0; start + len <= tokens.size(); start += len / 2) {
+    out.push_back(tokens.subspan(start, len));
+  }
+  return out;
+}
+
 }  // namespace kvcast::kvquality

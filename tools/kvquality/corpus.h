@@ -29,6 +29,13 @@ absl::StatusOr<std::string> ReadCorpus(const std::vector<std::string>& paths);
 absl::StatusOr<std::vector<absl::Span<const int32_t>>> Windows(absl::Span<const int32_t> tokens,
                                                                int len, int count);
 
+// Every window of `len` tokens that starts at a multiple of len / 2 (at
+// least 1) and ends within `tokens`: half-overlapping windows, as a
+// calibration cuts a short text (each token then seen in two contexts).
+// InvalidArgument when `tokens` holds fewer than len tokens or len < 2.
+absl::StatusOr<std::vector<absl::Span<const int32_t>>> HalfOverlappingWindows(
+    absl::Span<const int32_t> tokens, int len);
+
 }  // namespace kvcast::kvquality
 
 #endif  // KVCAST_TOOLS_KVQUALITY_CORPUS_H_

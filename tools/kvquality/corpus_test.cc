@@ -67,5 +67,19 @@ TEST(Windows, TooFewTokensSaysHowMany) {
   EXPECT_EQ(Windows(tokens, 0, 3).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(Windows, HalfOverlappingStartEveryHalfWindow) {
+  std::vector<int32_t> tokens(350);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t(i);
+  const auto w = HalfOverlappingWindows(tokens, 100);
+  ASSERT_TRUE(w.ok()) << w.status();
+  ASSERT_EQ(w->size(), 6u);  // starts 0, 50, ..., 250 (300 would end past 350)
+  for (size_t i = 0; i < w->size(); ++i) {
+    EXPECT_EQ((*w)[i].size(), 100u);
+    EXPECT_EQ((*w)[i][0], int32_t(50 * i));
+  }
+  EXPECT_FALSE(HalfOverlappingWindows(absl::MakeConstSpan(tokens).subspan(0, 99), 100).ok());
+  EXPECT_FALSE(HalfOverlappingWindows(tokens, 1).ok());
+}
+
 }  // namespace
 }  // namespace kvcast::kvquality

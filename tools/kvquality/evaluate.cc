@@ -59,6 +59,12 @@ class Evaluation {
   // energy.
   absl::Status MeasureEnergy(absl::Span<const int32_t> window);
   ChannelEnergy Energy() const { return {energy_.MeanEnergy(), energy_.MeanKeyEnergy()}; }
+  // Adds the window's exact KV, but its first position's, to `fitter`.
+  absl::Status AddKv(absl::Span<const int32_t> window, kvcache::xl::KvBasisFitter* fitter);
+  kvcache::ac::AcShape shape() const {
+    const KvLayout& l = pool_->layout();
+    return {l.num_layers, l.num_kv_heads, l.head_dim};
+  }
   std::vector<TrackResult> Results(int windows) const;
 
  private:
@@ -101,9 +107,15 @@ absl::Status Evaluation::Load(const Checkpoint& checkpoint, int window_tokens) {
   ASSIGN_OR_RETURN(track_pages_, pool_->Allocate(pages));
   exact_table_.assign(exact_pages_.ids().begin(), exact_pages_.ids().end());
   track_table_.assign(track_pages_.ids().begin(), track_pages_.ids().end());
-  transfer_ = std::make_unique<TrackTransfer>(layout);
+  transfer_ = std::make_unique<TrackTransfer>(layout, RopeInverseFrequencies(model_->config()),
+                                               o_.kv_basis);
+  const bool all_kv = std::count(o_.modes.begin(), o_.modes.end(), Mode::kAllKv) > 0;
   for (const auto& c : tracks_) {
-    RETURN_IF_ERROR(round_trip_.SetTrack(c, pool_.get()));  // fails for what cannot run
+    if (c.xl && o_.kv_basis == nullptr) {
+      return absl::InvalidArgumentError("the xl tracks need the model's KV basis (--kv_basis)");
+    }
+    // Fails for what cannot run.
+    if (all_kv) RETURN_IF_ERROR(round_trip_.SetTrack(c, pool_.get()));
   }
   RETURN_IF_ERROR(round_trip_.SetTrack(std::nullopt, nullptr));
   scores_.resize(o_.modes.size() * tracks_.size());
@@ -166,6 +178,17 @@ absl::Status Evaluation::MeasureEnergy(absl::Span<const int32_t> window) {
   return s;
 }
 
+absl::Status Evaluation::AddKv(absl::Span<const int32_t> window,
+                               kvcache::xl::KvBasisFitter* fitter) {
+  const int n = int(window.size());
+  RETURN_IF_ERROR(Run(window, 0, n, exact_table_, nullptr));
+  const auto slots = SlotsOf(exact_table_, kPageTokens, 0, n);
+  ASSIGN_OR_RETURN(const std::vector<float> kv, transfer_->PreRopeTokens(inner_, *pool_, slots));
+  const size_t token = kv.size() / n;
+  fitter->Add(kv.data() + token, n - 1);
+  return absl::OkStatus();
+}
+
 std::vector<TrackResult> Evaluation::Results(int windows) const {
   std::vector<TrackResult> out;
   const bool measured = std::count(o_.modes.begin(), o_.modes.end(), Mode::kProduct) > 0;
@@ -209,6 +232,23 @@ absl::StatusOr<ChannelEnergy> MeasureChannelEnergy(
   RETURN_IF_ERROR(e.Load(checkpoint, options.prefix_tokens + options.continuation_tokens));
   for (absl::Span<const int32_t> w : windows) RETURN_IF_ERROR(e.MeasureEnergy(w));
   return e.Energy();
+}
+
+absl::StatusOr<kvcache::xl::KvBasis> FitKvBasis(
+    const Checkpoint& checkpoint, Backend* backend,
+    const std::vector<absl::Span<const int32_t>>& windows, const EvalOptions& options,
+    int group_layers) {
+  RETURN_IF_ERROR(CheckOptions(options, windows));
+  EvalOptions o = options;
+  o.tracks.clear();  // none are scored
+  Evaluation e(backend, o);
+  RETURN_IF_ERROR(e.Load(checkpoint, o.prefix_tokens + o.continuation_tokens));
+  kvcache::xl::KvBasisFitter fitter(e.shape(), group_layers);
+  for (size_t w = 0; w < windows.size(); ++w) {
+    RETURN_IF_ERROR(e.AddKv(windows[w], &fitter));
+    if (options.progress) options.progress(int(w + 1), int(windows.size()));
+  }
+  return fitter.Fit();
 }
 
 }  // namespace kvcast::kvquality

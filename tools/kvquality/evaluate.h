@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -31,6 +32,7 @@
 #include "kernels/backend.h"
 #include "tools/kvquality/metrics.h"
 #include "transport/kvcache/ac/ac_tuning.h"
+#include "transport/kvcache/xl/kv_basis.h"
 
 namespace kvcast::kvquality {
 
@@ -50,6 +52,8 @@ struct EvalOptions {
   // The model's per-layer ac levels, for tracks ending in "+tuned"
   // (track_codecs.h).
   std::optional<kvcache::ac::AcLayerTuning> ac_tuning;
+  // The model's KV basis, for the xl tracks (track_codecs.h).
+  std::shared_ptr<const kvcache::xl::KvBasis> kv_basis;
   // Called after each window with (windows done, windows in all).
   std::function<void(int, int)> progress;
 };
@@ -83,6 +87,15 @@ struct ChannelEnergy {
 absl::StatusOr<ChannelEnergy> MeasureChannelEnergy(
     const Checkpoint& checkpoint, Backend* backend,
     const std::vector<absl::Span<const int32_t>>& windows, const EvalOptions& options);
+
+// The model's KV basis (kv_basis.h) over groups of `group_layers` layers,
+// fitted on every window's exact KV (K before RoPE), each window's first
+// position left out (the attention sink, which the xl tracks send as it
+// is). Errors as EvaluateTracks, and the fitter's.
+absl::StatusOr<kvcache::xl::KvBasis> FitKvBasis(
+    const Checkpoint& checkpoint, Backend* backend,
+    const std::vector<absl::Span<const int32_t>>& windows, const EvalOptions& options,
+    int group_layers);
 
 }  // namespace kvcast::kvquality
 

@@ -205,5 +205,49 @@ TEST_F(EvaluateTest, OptionsOutOfRangeAreNamed) {
   EXPECT_NE(rs.status().message().find("160"), std::string::npos) << rs.status();
 }
 
+// The xl tracks over a basis fitted on the windows: finer steps, more bytes
+// and less loss; refused without a basis and in all-kv mode.
+TEST_F(EvaluateTest, TheXlTracksCodeOverAFittedBasis) {
+  options_.tracks = {"xl@0.02/0.02"};
+  options_.modes = {Mode::kProduct};
+  EXPECT_EQ(Evaluate().status().code(), absl::StatusCode::kInvalidArgument);  // no basis
+  auto basis = FitKvBasis(*checkpoint_, backend_.get(), windows_, options_, /*group_layers=*/2);
+  ASSERT_TRUE(basis.ok()) << basis.status();
+  ASSERT_EQ(basis->num_groups(), 1);
+  options_.kv_basis = std::make_shared<const kvcache::xl::KvBasis>(*std::move(basis));
+  options_.tracks = {"int8", "xl@0.02/0.02", "xl@0.5/0.5"};
+  const auto rs = Evaluate();
+  ASSERT_TRUE(rs.ok()) << rs.status();
+  const TrackResult& fine = Find(*rs, "xl@0.02/0.02", Mode::kProduct);
+  const TrackResult& coarse = Find(*rs, "xl@0.5/0.5", Mode::kProduct);
+  const TrackResult& int8 = Find(*rs, "int8", Mode::kProduct);
+  EXPECT_GT(fine.bits_per_value, coarse.bits_per_value);
+  EXPECT_LT(coarse.bits_per_value, 8);
+  EXPECT_GT(coarse.quality.mean_kl, 4 * fine.quality.mean_kl);
+  EXPECT_GT(fine.quality.mean_kl, 0.0);
+  EXPECT_LT(fine.quality.mean_kl, 4 * int8.quality.mean_kl);
+  options_.modes = {Mode::kProduct, Mode::kAllKv};
+  const auto all_kv = Evaluate();
+  EXPECT_EQ(all_kv.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(all_kv.status().message().find("product mode only"), std::string::npos)
+      << all_kv.status();
+}
+
+// A window of one token repeated: every layer's K before RoPE is the same
+// at every position, so the fitted basis finds no K variance, which it
+// does only if RoPE came off at each position's angles.
+TEST_F(EvaluateTest, TheBasisSeesKBeforeRope) {
+  for (auto& t : tokens_) std::fill(t.begin(), t.end(), 42);
+  auto basis = FitKvBasis(*checkpoint_, backend_.get(), windows_, options_, /*group_layers=*/1);
+  ASSERT_TRUE(basis.ok()) << basis.status();
+  for (int l = 0; l < basis->num_groups(); ++l) {
+    const kvcache::xl::KvBasis::Block& k = basis->block(l, 0);
+    double energy = 0;
+    for (float m : k.mean) energy += double(m) * m / k.dim;
+    EXPECT_GT(energy, 1e-3) << "layer " << l;
+    EXPECT_LT(k.variance[0], 1e-4 * energy) << "layer " << l;
+  }
+}
+
 }  // namespace
 }  // namespace kvcast::kvquality

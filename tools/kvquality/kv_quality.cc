@@ -7,6 +7,8 @@
 //              [--windows_out WINDOWS.json] [--ac_tuning TUNING]
 //   kv_quality --model FILE.gguf --text CALIBRATION --calibrate_ac TUNING
 //              [--calibrate_levels 15/8] [--windows 12]
+//   kv_quality --model FILE.gguf --text CALIBRATION --fit_kv_basis BASIS
+//              [--group_layers 10]
 //
 // Prints, per mode, a table of each track's size (bits per value,
 // everything counted) and quality against exact KV: perplexity change with
@@ -24,6 +26,10 @@
 // ending in "+tuned" use its levels, "+kw" its weights) and prints the
 // sensitivities. --calibrate_kw OUT fits only the weights, adding them to
 // --ac_tuning's levels.
+//
+// --fit_kv_basis fits the model's cross-layer KV basis (kv_basis.h) on the
+// exact KV of every half-overlapping window of the text and writes it; tracks "xl@K_STEP/V_STEP" (product mode)
+// code over the basis that --kv_basis reads.
 #include <chrono>
 #include <fstream>
 #include <cstdio>
@@ -44,6 +50,7 @@
 #include "tools/kvquality/evaluate.h"
 #include "tools/kvquality/track_codecs.h"
 #include "transport/kvcache/ac/ac_tuning.h"
+#include "transport/kvcache/xl/kv_basis.h"
 
 ABSL_FLAG(std::string, model, "", "the model: a .gguf file or HF model directory");
 ABSL_FLAG(std::string, backend, "cpu-f32",
@@ -67,6 +74,10 @@ ABSL_FLAG(std::string, calibrate_ac, "",
 ABSL_FLAG(std::string, calibrate_levels, "15/8", "K/V levels of the calibration's probes");
 ABSL_FLAG(std::string, calibrate_kw, "",
           "write here the --ac_tuning file with K channel weights fitted on --text (and nothing else)");
+ABSL_FLAG(std::string, kv_basis, "", "the model's KV basis, for the xl@K/V tracks");
+ABSL_FLAG(std::string, fit_kv_basis, "",
+          "fit the model's KV basis on --text and write it here (and nothing else)");
+ABSL_FLAG(int, group_layers, 10, "--fit_kv_basis: layers per basis block");
 ABSL_FLAG(std::string, windows_out, "",
           "write the windows' token ids here as JSON (for hf_crosscheck.py)");
 
@@ -170,12 +181,21 @@ absl::Status Main(nlohmann::json header) {
   if (const std::string path = absl::GetFlag(FLAGS_ac_tuning); !path.empty()) {
     ASSIGN_OR_RETURN(o.ac_tuning, kvcache::ac::ReadAcTuning(path));
   }
+  if (const std::string path = absl::GetFlag(FLAGS_kv_basis); !path.empty()) {
+    ASSIGN_OR_RETURN(kvcache::xl::KvBasis basis, kvcache::xl::KvBasis::Load(path));
+    o.kv_basis = std::make_shared<const kvcache::xl::KvBasis>(std::move(basis));
+  }
   const std::string calibrate = absl::GetFlag(FLAGS_calibrate_ac);
   ASSIGN_OR_RETURN(std::string text, ReadCorpus(absl::GetFlag(FLAGS_text)));
   ASSIGN_OR_RETURN(auto tokenizer, LoadTokenizer(model_path));
   ASSIGN_OR_RETURN(std::vector<int32_t> tokens, tokenizer->Encode(text, /*add_bos=*/false));
-  ASSIGN_OR_RETURN(auto windows, Windows(tokens, o.prefix_tokens + o.continuation_tokens,
-                                         absl::GetFlag(FLAGS_windows)));
+  const std::string fit_basis = absl::GetFlag(FLAGS_fit_kv_basis);
+  // A basis is fitted on every half-overlapping window of its (short) text.
+  ASSIGN_OR_RETURN(auto windows,
+                   fit_basis.empty()
+                       ? Windows(tokens, o.prefix_tokens + o.continuation_tokens,
+                                 absl::GetFlag(FLAGS_windows))
+                       : HalfOverlappingWindows(tokens, o.prefix_tokens + o.continuation_tokens));
   if (const std::string path = absl::GetFlag(FLAGS_windows_out); !path.empty()) {
     nlohmann::json ids = nlohmann::json::array();
     for (const auto& w : windows) ids.push_back(std::vector<int32_t>(w.begin(), w.end()));
@@ -220,6 +240,17 @@ absl::Status Main(nlohmann::json header) {
     std::fprintf(stderr, "\rwindow %d/%d, %.0f s, about %.0f s left   %s", done, total, s,
                  s / done * (total - done), done == total ? "\n" : "");
   };
+  if (const std::string& path = fit_basis; !path.empty()) {
+    ASSIGN_OR_RETURN(const kvcache::xl::KvBasis basis,
+                     FitKvBasis(*checkpoint, backend.get(), windows, o,
+                                absl::GetFlag(FLAGS_group_layers)));
+    RETURN_IF_ERROR(basis.Save(path));
+    std::printf("wrote %s: %d groups of %d layers, id %016llx, fitted on %zu windows of %s\n",
+                path.c_str(), basis.num_groups(), basis.group_layers(),
+                static_cast<unsigned long long>(basis.id()), windows.size(),
+                absl::StrJoin(absl::GetFlag(FLAGS_text), ", ").c_str());
+    return absl::OkStatus();
+  }
   ASSIGN_OR_RETURN(auto results, EvaluateTracks(*checkpoint, backend.get(), windows, o));
 
   std::printf("### KV quality: %s\n\n%s, backend %s, %s; text %s (%zu tokens); %zu windows of "

@@ -29,6 +29,8 @@
 #include "transport/kvcache/ac/ac_tuning.h"
 #include "transport/kvcache/ac_pages.h"
 #include "transport/kvcache/naming.h"
+#include "transport/kvcache/xl/kv_basis.h"
+#include "transport/kvcache/xl/xl_codec.h"
 
 namespace kvcast::kvquality {
 
@@ -39,6 +41,10 @@ struct HarnessTrack {
   // An ac operating point of the harness's own ("ac@K/V"), which
   // compression.ac points to.
   std::shared_ptr<const kvcache::ac::AcPolicy> explored;
+  // A cross-layer transform point ("xl@K_STEP/V_STEP": xl_codec.h), coded
+  // over the evaluation's KV basis (product mode only); compression is
+  // then unused.
+  std::optional<kvcache::xl::XlPoint> xl;
 };
 // A track name ("int8", "int4-rot", "ac", ...); a row format's with "+rot"
 // (its heads rotated around the row codec, as the wire's rotated tracks:
@@ -46,7 +52,8 @@ struct HarnessTrack {
 // "+rot" is its policy's wire rotation, ac::AcPolicy::rotate); or "ac@K/V":
 // the ac coder at K levels for K units and V
 // for V units (any levels > 0: the operating points' space; one decoder
-// reads them all). An ac track may end in
+// reads them all); or "xl@KS/VS": the cross-layer transform at steps KS
+// for K coefficients and VS for V (any steps > 0). An ac track may end in
 //  - "+tuned": the model's per-layer levels from `tuning` (ac_tuning.h);
 //  - "+kw": the tuning's K channel weights (transform 2; with "+rot");
 //  - "+sinkN": the sequence's first token at steps 2^N finer
@@ -88,22 +95,48 @@ class FloatGroupCoder {
 
 class TrackTransfer {
  public:
-  explicit TrackTransfer(const KvLayout& layout);
+  // rope_inv_freq: the model's RoPE inverse frequencies (head_dim / 2), to
+  // take RoPE off K for the xl tracks and the basis; basis: the xl tracks'
+  // (none: they are refused).
+  TrackTransfer(const KvLayout& layout, std::vector<float> rope_inv_freq,
+                std::shared_ptr<const kvcache::xl::KvBasis> basis = nullptr);
 
   // Encodes the tokens at src_slots (in order; the first is the sequence's
   // first) into `track`'s objects in
   // groups of group_tokens, decodes each group into the same positions of
   // dst_slots; returns the objects' payload bytes (headers, scales and
   // tables included). A rotated track codes the rotated values, its bytes
-  // those of its format. InvalidArgument for slot lists of different
-  // sizes, an ac track this shape has not, or a rotation of heads that
-  // cannot rotate (TokenCodec::Supported); the codecs' errors.
+  // those of its format. An xl track codes K before RoPE, token i at
+  // position i. InvalidArgument for slot lists of different
+  // sizes, an ac track this shape has not, a rotation of heads that
+  // cannot rotate (TokenCodec::Supported), or an xl track without a basis
+  // of this shape; the codecs' errors.
   absl::StatusOr<size_t> Transfer(const HarnessTrack& track, Backend* backend, KvPagePool* pool,
                                   absl::Span<const int32_t> src_slots,
                                   absl::Span<const int32_t> dst_slots, int group_tokens);
 
+  // The tokens at `slots` (token i at position first_position + i) as
+  // floats in the ac token layout (per layer, K row then V row), K with
+  // RoPE taken off: what the KV basis is fitted to. The backend's
+  // transfer's errors.
+  absl::StatusOr<std::vector<float>> PreRopeTokens(Backend* backend, const KvPagePool& pool,
+                                                   absl::Span<const int32_t> slots,
+                                                   int first_position = 0);
+
  private:
+  // Turns every K row of `count` tokens at `tokens` (token i at position
+  // first_position + i) by RoPE's angles times `sign` (-1: takes it off).
+  void RotateK(float* tokens, int count, int first_position, int sign) const;
+  absl::StatusOr<size_t> TransferXl(const kvcache::xl::XlPoint& point, Backend* backend,
+                                    KvPagePool* pool, absl::Span<const int32_t> src,
+                                    absl::Span<const int32_t> dst, int first_position);
+
   const KvLayout layout_;
+  const std::vector<float> inv_freq_;
+  const std::shared_ptr<const kvcache::xl::KvBasis> basis_;
+  std::map<std::pair<float, float>, std::unique_ptr<kvcache::xl::XlGroupEncoder>> xl_encoders_;
+  std::unique_ptr<kvcache::xl::XlGroupDecoder> xl_decoder_;
+  std::vector<float> floats_;
   kvcache::AcPageCodec ac_;
   std::vector<uint8_t> bytes_;
   std::vector<std::vector<uint8_t>> objects_;
@@ -118,7 +151,8 @@ class RoundTripBackend : public ForwardingBackend {
   // one WriteKv call are one group for the ac tracks, so a caller forwards
   // group-sized chunks; a chunk whose first slot is `sequence_start` starts
   // the sequence. InvalidArgument for a track the pool's shape has not (ac,
-  // rotation).
+  // rotation) and for the xl tracks (a token's KV across layers: not
+  // codable as the model writes it layer by layer).
   absl::Status SetTrack(std::optional<HarnessTrack> track, const KvPagePool* pool,
                         int32_t sequence_start = -1);
 
