@@ -13,14 +13,24 @@
 
 namespace kvcast::kvquality {
 
-std::string_view ModeName(Mode mode) { return mode == Mode::kProduct ? "product" : "all-kv"; }
+std::string_view ModeName(Mode mode) {
+  switch (mode) {
+    case Mode::kProduct:
+      return "product";
+    case Mode::kAllKv:
+      return "all-kv";
+    case Mode::kAllKvToken:
+      return "all-kv-token";
+  }
+  return "?";
+}
 
 absl::StatusOr<Mode> ModeOfName(std::string_view name) {
-  for (Mode m : {Mode::kProduct, Mode::kAllKv}) {
+  for (Mode m : {Mode::kProduct, Mode::kAllKv, Mode::kAllKvToken}) {
     if (name == ModeName(m)) return m;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("mode \"", std::string(name), "\": expected product or all-kv"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "mode \"", std::string(name), "\": expected product, all-kv or all-kv-token"));
 }
 
 namespace {
@@ -74,6 +84,10 @@ class Evaluation {
                    const std::vector<int32_t>& pages, std::vector<float>* logits);
   void Score(size_t key, const std::vector<float>& exact, const std::vector<float>& track,
              absl::Span<const int32_t> targets);
+  // All-kv-token's continuation on the track's pages: one token a step,
+  // each token's KV through the track after its step; *logits as Run's.
+  absl::Status RunPublishingTokens(const HarnessTrack& track, absl::Span<const int32_t> window,
+                                   std::vector<float>* logits);
 
   Backend* const inner_;
   QueryEnergyBackend energy_;
@@ -142,6 +156,23 @@ void Evaluation::Score(size_t key, const std::vector<float>& exact,
       ScorePositions(exact, track, model_->config().vocab_size, targets));
 }
 
+absl::Status Evaluation::RunPublishingTokens(const HarnessTrack& track,
+                                             absl::Span<const int32_t> window,
+                                             std::vector<float>* logits) {
+  std::vector<float> row;
+  logits->clear();
+  for (int pos = o_.prefix_tokens; pos < int(window.size()); ++pos) {
+    ForwardItem item{window.subspan(pos, 1), pos, track_table_};
+    RETURN_IF_ERROR(model_->Forward({&item, 1}, pool_.get(), /*all_logits=*/true, &row));
+    logits->insert(logits->end(), row.begin(), row.end());
+    const auto slot = SlotsOf(track_table_, kPageTokens, pos, 1);
+    RETURN_IF_ERROR(
+        transfer_->Transfer(track, inner_, pool_.get(), slot, slot, 1, /*first_position=*/pos)
+            .status());
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Evaluation::Window(absl::Span<const int32_t> window) {
   const int p = o_.prefix_tokens, end = int(window.size());
   // Row r of the continuation's logits predicts token p + r + 1.
@@ -151,18 +182,23 @@ absl::Status Evaluation::Window(absl::Span<const int32_t> window) {
   RETURN_IF_ERROR(Run(window, p, end, exact_table_, &exact));
   const auto exact_slots = SlotsOf(exact_table_, kPageTokens, 0, p);
   const auto track_slots = SlotsOf(track_table_, kPageTokens, 0, p);
+  const bool has_product = std::count(o_.modes.begin(), o_.modes.end(), Mode::kProduct) > 0;
   for (size_t m = 0; m < o_.modes.size(); ++m) {
+    const Mode mode = o_.modes[m];
     for (size_t t = 0; t < tracks_.size(); ++t) {
-      if (o_.modes[m] == Mode::kProduct) {
+      if (mode == Mode::kAllKv) {
+        RETURN_IF_ERROR(round_trip_.SetTrack(tracks_[t], pool_.get(), track_slots[0]));
+        RETURN_IF_ERROR(Run(window, 0, p, track_table_, nullptr));
+      } else {
         ASSIGN_OR_RETURN(size_t bytes, transfer_->Transfer(tracks_[t], inner_, pool_.get(),
                                                            exact_slots, track_slots,
                                                            o_.group_tokens));
-        bytes_[t] += bytes;
-      } else {
-        RETURN_IF_ERROR(round_trip_.SetTrack(tracks_[t], pool_.get(), track_slots[0]));
-        RETURN_IF_ERROR(Run(window, 0, p, track_table_, nullptr));
+        // The prefix's bytes once: product mode's (all-kv-token's are the same).
+        if (mode == Mode::kProduct || !has_product) bytes_[t] += bytes;
       }
-      const absl::Status run = Run(window, p, end, track_table_, &track);
+      const absl::Status run = mode == Mode::kAllKvToken
+                                   ? RunPublishingTokens(tracks_[t], window, &track)
+                                   : Run(window, p, end, track_table_, &track);
       RETURN_IF_ERROR(round_trip_.SetTrack(std::nullopt, nullptr));
       RETURN_IF_ERROR(run);
       Score(m * tracks_.size() + t, exact, track, targets);
@@ -191,14 +227,15 @@ absl::Status Evaluation::AddKv(absl::Span<const int32_t> window,
 
 std::vector<TrackResult> Evaluation::Results(int windows) const {
   std::vector<TrackResult> out;
-  const bool measured = std::count(o_.modes.begin(), o_.modes.end(), Mode::kProduct) > 0;
+  const bool measured = std::count(o_.modes.begin(), o_.modes.end(), Mode::kProduct) > 0 ||
+                        std::count(o_.modes.begin(), o_.modes.end(), Mode::kAllKvToken) > 0;
   for (size_t m = 0; m < o_.modes.size(); ++m) {
     for (size_t t = 0; t < tracks_.size(); ++t) {
       TrackResult r;
       r.track = o_.tracks[t];
       r.mode = o_.modes[m];
-      // Sizes come from product mode's real coder (all-kv codes layer by
-      // layer); without it, 0.
+      // Sizes come from the prefix's real coder (product or all-kv-token
+      // mode; all-kv codes layer by layer); without either, 0.
       if (measured) {
         r.bits_per_value = 8.0 * bytes_[t] / (double(windows) * o_.prefix_tokens * token_values_);
       }

@@ -8,6 +8,13 @@
 //    worker computes it. What a user of a disaggregated deployment gets.
 //  - all-kv: every position's K and V goes through the track as the model
 //    writes it (group-sized chunks; the papers' measurement).
+//  - all-kv-token: every position's KV through the track as a decode
+//    worker would publish it token by token: the prefix as in product
+//    mode, then the continuation one token a step, each token's KV (every
+//    layer) coded right after its own step, so the token reads its own
+//    exact KV and every later one its coded KV. The mode a track coding a
+//    token across layers (xl) can run; the row and ac tracks run it too
+//    (an ac token then makes a one-token group).
 //
 // Each window's continuation positions but the last are scored (the
 // position's logits against the next token of the window) against the
@@ -36,8 +43,8 @@
 
 namespace kvcast::kvquality {
 
-enum class Mode { kProduct, kAllKv };
-std::string_view ModeName(Mode mode);  // "product", "all-kv"
+enum class Mode { kProduct, kAllKv, kAllKvToken };
+std::string_view ModeName(Mode mode);  // "product", "all-kv", "all-kv-token"
 // InvalidArgument naming the modes for any other name.
 absl::StatusOr<Mode> ModeOfName(std::string_view name);
 
@@ -62,7 +69,9 @@ struct TrackResult {
   std::string track;
   Mode mode = Mode::kProduct;
   // Bits per KV value of the prefixes' objects, headers, scales and tables
-  // counted (fp16: 16).
+  // counted (fp16: 16): product mode's in every mode (all-kv-token's
+  // continuation codes single tokens, whose headers a published group
+  // would share).
   double bits_per_value = 0;
   TrackQuality quality;
 };

@@ -3,7 +3,7 @@
 //
 //   kv_quality --model FILE.gguf --text FILE[,FILE...] [--windows 48]
 //              [--prefix 512] [--continuation 256] [--tracks fp16,...,ac-lo]
-//              [--modes product,all-kv] [--backend cpu-f32] [--json OUT.json]
+//              [--modes product,all-kv,all-kv-token] [--backend cpu-f32] [--json OUT.json]
 //              [--windows_out WINDOWS.json] [--ac_tuning TUNING]
 //   kv_quality --model FILE.gguf --text CALIBRATION --calibrate_ac TUNING
 //              [--calibrate_levels 15/8] [--windows 12]
@@ -65,7 +65,8 @@ ABSL_FLAG(std::vector<std::string>, tracks,
                                     "fp4-e2m1-rot", "int4-rot", "ac", "ac-lo"}),
           "KV tracks to judge");
 ABSL_FLAG(std::vector<std::string>, modes, std::vector<std::string>({"product", "all-kv"}),
-          "product (the prompt's KV through the track) and/or all-kv (every position's)");
+          "product (the prompt's KV through the track), all-kv (every position's) and/or "
+          "all-kv-token (every position's, each token's after its step)");
 ABSL_FLAG(int, resamples, 2000, "paired-bootstrap resamples for the perplexity interval");
 ABSL_FLAG(std::string, json, "", "also write the results here as JSON");
 ABSL_FLAG(std::string, ac_tuning, "", "per-layer ac levels for the tracks ending in +tuned");

@@ -259,7 +259,7 @@ absl::StatusOr<size_t> TrackTransfer::Transfer(const HarnessTrack& harness_track
                                                Backend* backend, KvPagePool* pool,
                                                absl::Span<const int32_t> src_slots,
                                                absl::Span<const int32_t> dst_slots,
-                                               int group_tokens) {
+                                               int group_tokens, int first_position) {
   if (src_slots.size() != dst_slots.size() || group_tokens < 1) {
     return absl::InvalidArgumentError(absl::StrCat("transfer: ", src_slots.size(), " -> ",
                                                    dst_slots.size(), " slots, groups of ",
@@ -278,7 +278,8 @@ absl::StatusOr<size_t> TrackTransfer::Transfer(const HarnessTrack& harness_track
       const size_t count = std::min(src_slots.size() - first, size_t(group_tokens));
       ASSIGN_OR_RETURN(const size_t b, TransferXl(*harness_track.xl, backend, pool,
                                                   src_slots.subspan(first, count),
-                                                  dst_slots.subspan(first, count), int(first)));
+                                                  dst_slots.subspan(first, count),
+                                                  first_position + int(first)));
       bytes += b;
     }
     return bytes;
@@ -295,7 +296,7 @@ absl::StatusOr<size_t> TrackTransfer::Transfer(const HarnessTrack& harness_track
     const auto dst = dst_slots.subspan(first, count);
     if (track.ac != nullptr) {
       if (absl::Status s = ac_.Encode(*track.ac, backend, *pool, src, &objects_,
-                                      /*starts_sequence=*/first == 0);
+                                      /*starts_sequence=*/first_position + first == 0);
           !s.ok()) {
         return s;
       }
@@ -317,7 +318,7 @@ absl::Status RoundTripBackend::SetTrack(std::optional<HarnessTrack> track,
   if (track && track->xl) {
     return absl::InvalidArgumentError(
         "all-kv: the xl tracks code a token across layers, which the model writes one by one "
-        "(product mode only)");
+        "(modes product and all-kv-token)");
   }
   if (track) {
     const KvLayout& l = pool->layout();

@@ -106,14 +106,16 @@ class TrackTransfer {
   // groups of group_tokens, decodes each group into the same positions of
   // dst_slots; returns the objects' payload bytes (headers, scales and
   // tables included). A rotated track codes the rotated values, its bytes
-  // those of its format. An xl track codes K before RoPE, token i at
-  // position i. InvalidArgument for slot lists of different
+  // those of its format. An xl track codes K before RoPE. InvalidArgument for slot lists of different
   // sizes, an ac track this shape has not, a rotation of heads that
   // cannot rotate (TokenCodec::Supported), or an xl track without a basis
   // of this shape; the codecs' errors.
+  // first_position: the position of src_slots[0] (0: its first token is
+  // the sequence's). src and dst may be the same slots.
   absl::StatusOr<size_t> Transfer(const HarnessTrack& track, Backend* backend, KvPagePool* pool,
                                   absl::Span<const int32_t> src_slots,
-                                  absl::Span<const int32_t> dst_slots, int group_tokens);
+                                  absl::Span<const int32_t> dst_slots, int group_tokens,
+                                  int first_position = 0);
 
   // The tokens at `slots` (token i at position first_position + i) as
   // floats in the ac token layout (per layer, K row then V row), K with
