@@ -4,6 +4,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -96,6 +97,14 @@ absl::StatusOr<KvBasis> KvBasis::Parse(std::string_view bytes) {
       std::memcpy(blk.mean.data(), bytes.data() + at, d * 4);
       std::memcpy(blk.variance.data(), bytes.data() + at + d * 4, d * 4);
       std::memcpy(blk.components.data(), bytes.data() + at + d * 8, d * d * 2);
+      for (size_t i = 0; i < d; ++i) {
+        const float v = blk.variance[i];
+        if (!(v >= 0) || !std::isfinite(v) || (i > 0 && v > blk.variance[i - 1])) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "kv basis: variance ", i, " of the block at layer ", first, " (kind ", kind,
+              ") is ", v, "; variances are finite, >= 0 and descending"));
+        }
+      }
       at += need;
       b.blocks_.push_back(std::move(blk));
     }

@@ -49,8 +49,9 @@ class KvBasis {
   uint64_t id() const { return id_; }
 
   std::string Serialize() const;
-  // InvalidArgument for a file of another format or size, or a shape
-  // without an ac track (ac::ValidateShape).
+  // InvalidArgument for a file of another format or size, a shape
+  // without an ac track (ac::ValidateShape), groups of 0 or more than L
+  // layers, or variances that are not finite, >= 0 and descending.
   static absl::StatusOr<KvBasis> Parse(std::string_view bytes);
   static absl::StatusOr<KvBasis> Load(const std::string& path);
   absl::Status Save(const std::string& path) const;

@@ -1,6 +1,7 @@
 #include "transport/kvcache/xl/xl_codec.h"
 
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <vector>
@@ -123,6 +124,10 @@ TEST(KvBasisTest, SerializeParsesBackAndRefusesDamage) {
   std::string magic = bytes;
   magic[0] = 'X';
   EXPECT_FALSE(KvBasis::Parse(magic).ok());
+  std::string unordered = bytes;  // block 0's variance 1 above variance 0
+  const float big = 1e9f;
+  std::memcpy(&unordered[16 + 64 * 4 + 4], &big, 4);
+  EXPECT_EQ(KvBasis::Parse(unordered).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(KvBasisFitter(kShape, kGroup).Fit().status().code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(KvBasisFitter(kShape, 5).Fit().status().code(), absl::StatusCode::kInvalidArgument);
