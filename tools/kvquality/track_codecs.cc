@@ -3,13 +3,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "engine/kv/token_codec.h"
-#include "common/dtype.h"
 #include "common/status_macros.h"
 #include "kernels/kv_codec.h"
 #include "kernels/hadamard.h"
@@ -192,67 +190,15 @@ absl::StatusOr<size_t> FloatGroupCoder::Code(const kvcache::KvCompression& track
 
 TrackTransfer::TrackTransfer(const KvLayout& layout, std::vector<float> rope_inv_freq,
                              std::shared_ptr<const kvcache::xl::KvBasis> basis)
-    : layout_(layout), inv_freq_(std::move(rope_inv_freq)), basis_(std::move(basis)), ac_(layout) {}
-
-void TrackTransfer::RotateK(float* tokens, int count, int first_position, int sign) const {
-  const int d = layout_.head_dim, half = d / 2, row = layout_.num_kv_heads * d;
-  const size_t token = size_t(layout_.num_layers) * 2 * row;
-  for (int t = 0; t < count; ++t) {
-    const double pos = first_position + t;
-    for (int i = 0; i < half; ++i) {
-      const double a = pos * inv_freq_[i];
-      const float c = float(std::cos(a)), s = float(sign * std::sin(a));
-      for (int l = 0; l < layout_.num_layers; ++l) {
-        float* k = tokens + t * token + size_t(l) * 2 * row;
-        for (int h = 0; h < layout_.num_kv_heads; ++h, k += d) {
-          const float x0 = k[i], x1 = k[i + half];
-          k[i] = x0 * c - x1 * s;
-          k[i + half] = x1 * c + x0 * s;
-        }
-      }
-    }
-  }
-}
+    : layout_(layout), ac_(layout), xl_(layout, std::move(rope_inv_freq), std::move(basis)) {}
 
 absl::StatusOr<std::vector<float>> TrackTransfer::PreRopeTokens(Backend* backend,
                                                                 const KvPagePool& pool,
                                                                 absl::Span<const int32_t> slots,
                                                                 int first_position) {
-  std::vector<uint8_t> half;
-  RETURN_IF_ERROR(ac_.Gather(backend, pool, slots, &half));
-  std::vector<float> out(half.size() / 2);
-  for (size_t i = 0; i < out.size(); ++i) {
-    uint16_t h;
-    std::memcpy(&h, half.data() + 2 * i, 2);
-    out[i] = HalfToFloat(h);
-  }
-  RotateK(out.data(), int(slots.size()), first_position, -1);
+  std::vector<float> out;
+  RETURN_IF_ERROR(xl_.GatherPreRope(backend, pool, slots, first_position, &out));
   return out;
-}
-
-absl::StatusOr<size_t> TrackTransfer::TransferXl(const kvcache::xl::XlPoint& point,
-                                                 Backend* backend, KvPagePool* pool,
-                                                 absl::Span<const int32_t> src,
-                                                 absl::Span<const int32_t> dst,
-                                                 int first_position) {
-  ASSIGN_OR_RETURN(floats_, PreRopeTokens(backend, *pool, src, first_position));
-  const int count = int(src.size());
-  auto& encoder = xl_encoders_[{point.k_step, point.v_step}];
-  if (!encoder) encoder = std::make_unique<kvcache::xl::XlGroupEncoder>(basis_, point);
-  encoder->Encode(floats_.data(), count, &objects_, /*starts_sequence=*/first_position == 0);
-  size_t bytes = 0;
-  for (const auto& o : objects_) bytes += o.size();
-  if (!xl_decoder_) xl_decoder_ = std::make_unique<kvcache::xl::XlGroupDecoder>(basis_);
-  const std::vector<absl::Span<const uint8_t>> spans(objects_.begin(), objects_.end());
-  RETURN_IF_ERROR(xl_decoder_->DecodeGroup(spans, floats_.data()));
-  RotateK(floats_.data(), count, first_position, +1);
-  std::vector<uint8_t> half(floats_.size() * 2);
-  for (size_t i = 0; i < floats_.size(); ++i) {
-    const uint16_t h = FloatToHalf(floats_[i]);
-    std::memcpy(half.data() + 2 * i, &h, 2);
-  }
-  RETURN_IF_ERROR(ac_.Scatter(backend, half.data(), dst, pool));
-  return bytes;
 }
 
 absl::StatusOr<size_t> TrackTransfer::Transfer(const HarnessTrack& harness_track,
@@ -266,21 +212,16 @@ absl::StatusOr<size_t> TrackTransfer::Transfer(const HarnessTrack& harness_track
                                                    group_tokens));
   }
   if (harness_track.xl) {
-    const kvcache::xl::AcShape want{layout_.num_layers, layout_.num_kv_heads, layout_.head_dim};
-    if (basis_ == nullptr || basis_->shape().token_floats() != want.token_floats() ||
-        basis_->shape().num_layers != want.num_layers ||
-        basis_->shape().head_dim != want.head_dim) {
-      return absl::InvalidArgumentError(
-          "the xl tracks need a KV basis of this model (kv_quality --kv_basis)");
-    }
+    RETURN_IF_ERROR(xl_.Supported());
     size_t bytes = 0;
     for (size_t first = 0; first < src_slots.size(); first += group_tokens) {
       const size_t count = std::min(src_slots.size() - first, size_t(group_tokens));
-      ASSIGN_OR_RETURN(const size_t b, TransferXl(*harness_track.xl, backend, pool,
-                                                  src_slots.subspan(first, count),
-                                                  dst_slots.subspan(first, count),
-                                                  first_position + int(first)));
-      bytes += b;
+      const int position = first_position + int(first);
+      RETURN_IF_ERROR(xl_.Encode(*harness_track.xl, backend, *pool, src_slots.subspan(first, count),
+                                 position, &objects_));
+      for (const auto& o : objects_) bytes += o.size();
+      const std::vector<absl::Span<const uint8_t>> spans(objects_.begin(), objects_.end());
+      RETURN_IF_ERROR(xl_.Decode(backend, spans, dst_slots.subspan(first, count), position, pool));
     }
     return bytes;
   }

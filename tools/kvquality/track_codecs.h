@@ -31,6 +31,7 @@
 #include "transport/kvcache/naming.h"
 #include "transport/kvcache/xl/kv_basis.h"
 #include "transport/kvcache/xl/xl_codec.h"
+#include "transport/kvcache/xl_pages.h"
 
 namespace kvcast::kvquality {
 
@@ -126,20 +127,9 @@ class TrackTransfer {
                                                    int first_position = 0);
 
  private:
-  // Turns every K row of `count` tokens at `tokens` (token i at position
-  // first_position + i) by RoPE's angles times `sign` (-1: takes it off).
-  void RotateK(float* tokens, int count, int first_position, int sign) const;
-  absl::StatusOr<size_t> TransferXl(const kvcache::xl::XlPoint& point, Backend* backend,
-                                    KvPagePool* pool, absl::Span<const int32_t> src,
-                                    absl::Span<const int32_t> dst, int first_position);
-
   const KvLayout layout_;
-  const std::vector<float> inv_freq_;
-  const std::shared_ptr<const kvcache::xl::KvBasis> basis_;
-  std::map<std::pair<float, float>, std::unique_ptr<kvcache::xl::XlGroupEncoder>> xl_encoders_;
-  std::unique_ptr<kvcache::xl::XlGroupDecoder> xl_decoder_;
-  std::vector<float> floats_;
   kvcache::AcPageCodec ac_;
+  kvcache::XlPageCodec xl_;
   std::vector<uint8_t> bytes_;
   std::vector<std::vector<uint8_t>> objects_;
 };
