@@ -71,7 +71,7 @@ absl::Status XlPageCodec::Encode(const xl::XlPoint& point, Backend* backend,
   if (absl::Status s = GatherPreRope(backend, pool, slots, first_position, &floats_); !s.ok()) {
     return s;
   }
-  auto& encoder = encoders_[{point.k_step, point.v_step}];
+  auto& encoder = encoders_[xl::StepsOf(*basis_, point)];
   if (!encoder) encoder = std::make_unique<xl::XlGroupEncoder>(basis_, point);
   encoder->Encode(floats_.data(), int(slots.size()), objects,
                   /*starts_sequence=*/first_position == 0);

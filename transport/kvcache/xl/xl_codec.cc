@@ -102,10 +102,41 @@ XlPlan PlanOf(const KvBasis& basis, float k_step, float v_step) {
   return plan;
 }
 
+std::pair<float, float> StepsOf(const KvBasis& basis, const XlPoint& point) {
+  if (!point.relative) return {point.k_step, point.v_step};
+  double sum[2] = {0, 0}, dims[2] = {0, 0};
+  for (int g = 0; g < basis.num_groups(); ++g) {
+    for (int kind = 0; kind < 2; ++kind) {
+      for (float v : basis.block(g, kind).variance) sum[kind] += v;
+      dims[kind] += basis.block(g, kind).dim;
+    }
+  }
+  return {float(point.k_step * std::sqrt(sum[0] / dims[0])),
+          float(point.v_step * std::sqrt(sum[1] / dims[1]))};
+}
+
+const XlPoint& XlHigh() {
+  static const XlPoint p{"xl", 0.39f, 0.16f, /*relative=*/true};
+  return p;
+}
+
+const XlPoint& XlLow() {
+  static const XlPoint p{"xl-lo", 0.98f, 0.32f, /*relative=*/true};
+  return p;
+}
+
+const XlPoint* XlPointOf(std::string_view track) {
+  for (const XlPoint* p : {&XlHigh(), &XlLow()}) {
+    if (p->track == track) return p;
+  }
+  return nullptr;
+}
+
 XlGroupEncoder::XlGroupEncoder(std::shared_ptr<const KvBasis> basis, const XlPoint& point)
     : basis_(std::move(basis)),
-      point_(point),
-      plan_(PlanOf(*basis_, point.k_step, point.v_step)),
+      k_step_(StepsOf(*basis_, point).first),
+      v_step_(StepsOf(*basis_, point).second),
+      plan_(PlanOf(*basis_, k_step_, v_step_)),
       axes_(AxesOf(*basis_, plan_)) {}
 
 void XlGroupEncoder::Encode(const float* kv, int tokens,
@@ -133,7 +164,7 @@ void XlGroupEncoder::Encode(const float* kv, int tokens,
       coef_.resize(size_t(tokens) * k);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tokens, k, b.dim, 1.f, x_.data(),
                   b.dim, axes_[2 * g + kind].data(), b.dim, 0.f, coef_.data(), k);
-      const float inv = 1.f / (kind == 0 ? point_.k_step : point_.v_step);
+      const float inv = 1.f / (kind == 0 ? k_step_ : v_step_);
       for (int t = first; t < tokens; ++t) {
         for (int i = 0; i < k; ++i) {
           const float q = std::nearbyint(coef_[size_t(t) * k + i] * inv);
@@ -165,8 +196,8 @@ void XlGroupEncoder::Encode(const float* kv, int tokens,
     Put<uint16_t>(&header, uint16_t(v));
   }
   Put<uint64_t>(&header, basis_->id());
-  Put<float>(&header, point_.k_step);
-  Put<float>(&header, point_.v_step);
+  Put<float>(&header, k_step_);
+  Put<float>(&header, v_step_);
   uint8_t buf[8];
   for (int tab = 0; tab < kTables; ++tab) {
     const uint32_t* c = counts.data() + size_t(tab) * kMaxSymbols;

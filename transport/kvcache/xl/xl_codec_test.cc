@@ -234,5 +234,33 @@ TEST(XlCodecTest, RefusesDamagedOrForeignGroups) {
   EXPECT_TRUE(dec.DecodeGroup(Spans(objects), out.data()).ok());
 }
 
+// Relative points scale with the basis' RMS per kind; the named tracks are
+// relative, and their steps are what the header carries.
+TEST(XlCodecTest, RelativePointsAreInUnitsOfTheBasisRms) {
+  const LowRankKv calib(2000, 10);
+  const auto basis = FitBasis(calib, 2000);
+  double sum[2] = {0, 0}, dims[2] = {0, 0};
+  for (int g = 0; g < basis->num_groups(); ++g) {
+    for (int kind = 0; kind < 2; ++kind) {
+      for (float v : basis->block(g, kind).variance) sum[kind] += v;
+      dims[kind] += basis->block(g, kind).dim;
+    }
+  }
+  const auto [k, v] = StepsOf(*basis, {"xl@rel", 0.5f, 0.25f, /*relative=*/true});
+  EXPECT_NEAR(k, 0.5 * std::sqrt(sum[0] / dims[0]), 1e-5);
+  EXPECT_NEAR(v, 0.25 * std::sqrt(sum[1] / dims[1]), 1e-5);
+  EXPECT_EQ(StepsOf(*basis, {"xl@abs", 0.5f, 0.25f}), std::make_pair(0.5f, 0.25f));
+  EXPECT_EQ(XlPointOf("xl"), &XlHigh());
+  EXPECT_EQ(XlPointOf("xl-lo"), &XlLow());
+  EXPECT_EQ(XlPointOf("ac"), nullptr);
+  XlGroupEncoder enc(basis, XlHigh());
+  std::vector<std::vector<uint8_t>> objects;
+  enc.Encode(calib.tokens.data(), 4, &objects);
+  float header_k;
+  std::memcpy(&header_k, objects[0].data() + 20, 4);
+  EXPECT_EQ(header_k, StepsOf(*basis, XlHigh()).first);
+  EXPECT_EQ(enc.k_step(), header_k);
+}
+
 }  // namespace
 }  // namespace kvcast::kvcache::xl
