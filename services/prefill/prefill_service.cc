@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
+#include "engine/transformer.h"
 #include "services/common/call_wait.h"
 #include "services/common/grpc_status.h"
 #include "services/common/log.h"
@@ -34,6 +35,12 @@ class PrefillService::Publisher : public kvcache::KvPublisher {
     SetSubscribeWait(rt->loop(), absl::Seconds(2));
     // The next ac group is coded while this one is sent.
     CodeAcInBackground(rt->loop());
+    if (const auto& basis = rt->config().kv_basis) {  // the runtime checked its shape
+      if (absl::Status s = SetKvBasis(basis, RopeInverseFrequencies(rt->engine().model().config()));
+          !s.ok()) {
+        services::Log().warn("--kv_basis not used: {}", s.ToString().c_str());
+      }
+    }
     if (const auto& tuning = rt->config().ac_tuning) {
       if (absl::Status s = SetAcTuning(*tuning); !s.ok()) {  // the runtime checked the layers
         services::Log().warn("--ac_tuning not used: {}", s.ToString().c_str());

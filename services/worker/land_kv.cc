@@ -40,7 +40,7 @@ KvLandingTarget TargetOf(WorkerRuntime* rt) {
   Engine& engine = rt->engine();
   return {[rt](std::function<void()> fn) { rt->RunSync(std::move(fn)); },
           [rt](const std::string& address) { return rt->SessionFor(address); }, &engine.pool(),
-          engine.backend(), engine.model().fingerprint(), rt->ac_thread()};
+          engine.backend(), engine.model().fingerprint(), rt->ac_thread(), rt->xl_codec()};
 }
 
 absl::StatusOr<KvLanded> LandKv(const KvLandingTarget& t, const KvRequest& r,
@@ -71,10 +71,11 @@ absl::StatusOr<KvLanded> LandKv(const KvLandingTarget& t, const KvRequest& r,
       state->Finish(session.status());
       return;
     }
+    kvcache::LandingSpec spec{r.chunk_tokens, r.num_tokens, r.first_group, r.end_group,
+                              std::move(fresh), t.ac_thread, r.keep_whole_groups};
+    spec.xl = t.xl;
     auto landing = KvLanding::Start(
-        *session, t.pool, t.backend, t.fingerprint, r.track,
-        kvcache::LandingSpec{r.chunk_tokens, r.num_tokens, r.first_group, r.end_group,
-                             std::move(fresh), t.ac_thread, r.keep_whole_groups},
+        *session, t.pool, t.backend, t.fingerprint, r.track, std::move(spec),
         r.mode, r.auth_token,
         [state](absl::StatusOr<KvPages> result) { state->Finish(std::move(result)); });
     if (landing.ok()) {

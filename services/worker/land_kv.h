@@ -48,6 +48,8 @@ struct KvLandingTarget {
   Hash128 fingerprint{0, 0};  // the model's
   // Loop thread's: where ac groups decode (LandingSpec.ac_thread); null: on the loop.
   kvcache::AcCodecThread* ac_thread = nullptr;
+  // Loop thread's: the xl tracks' codec (LandingSpec.xl); null: refused.
+  kvcache::XlPageCodec* xl = nullptr;
 };
 // A worker's: its engine's pool and model, its loop, SessionFor, its ac thread.
 KvLandingTarget TargetOf(WorkerRuntime* rt);

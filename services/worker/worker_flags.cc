@@ -19,6 +19,9 @@ ABSL_FLAG(double, kv_cache_fraction, 0,
           "are loaded; overrides --kv_cache_mb");
 ABSL_FLAG(int, max_batch_tokens, 256, "tokens per forward pass");
 ABSL_FLAG(int, chunk_tokens, 128, "prefix-cache and transfer chunk (a multiple of 16)");
+ABSL_FLAG(std::string, kv_basis, "",
+          "the model's cross-layer KV basis (kv_quality --fit_kv_basis): this worker then "
+          "publishes and lands the xl / xl-lo tracks (docs/kvcache-wire-format.md)");
 ABSL_FLAG(std::string, ac_tuning, "",
           "the model's per-layer ac levels (kv_quality --calibrate_ac) for the ac tracks this "
           "worker publishes; empty: the tracks' own levels");
@@ -112,6 +115,14 @@ absl::Status EngineFromFlags(WorkerConfig* config) {
     }
     c.ac_tuning = *std::move(tuning);
   }
+  if (const std::string path = absl::GetFlag(FLAGS_kv_basis); !path.empty()) {
+    auto basis = kvcache::xl::KvBasis::Load(path);
+    if (!basis.ok()) {
+      return absl::Status(basis.status().code(),
+                          absl::StrCat("--kv_basis: ", basis.status().message()));
+    }
+    c.kv_basis = std::make_shared<const kvcache::xl::KvBasis>(*std::move(basis));
+  }
   const std::string precision = absl::GetFlag(FLAGS_kv_cache_precision);
   if (precision != "fp16" && precision != "fp32") {
     return absl::InvalidArgumentError(
@@ -122,7 +133,7 @@ absl::Status EngineFromFlags(WorkerConfig* config) {
   if (c.kv_host_tier_mb < 0) return absl::InvalidArgumentError("--kv_host_tier_mb must be >= 0");
   absl::StatusOr<kvcache::KvCompression> tier_track =
       kvcache::CompressionOfTrackName(absl::GetFlag(FLAGS_kv_host_tier_track));
-  if (!tier_track.ok() || tier_track->ac) {
+  if (!tier_track.ok() || !tier_track->fixed_size()) {
     return absl::InvalidArgumentError(
         absl::StrCat("--kv_host_tier_track: '", absl::GetFlag(FLAGS_kv_host_tier_track),
                      "' is not one of fp16, bf16, int8, fp8-e4m3, int4, fp4-e2m1"));

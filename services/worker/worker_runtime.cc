@@ -12,6 +12,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/status_macros.h"
 #include "engine/tokenizer/tokenizer.h"
+#include "engine/transformer.h"
 #include "services/common/log.h"
 #include "services/common/moqt_auth_metrics.h"
 #include "transport/kvcache/naming.h"
@@ -69,6 +70,14 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(const Worke
                                                         l.num_kv_heads, l.head_dim);
         !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("--ac_tuning: ", s.message()));
+    }
+  }
+  if (config.kv_basis) {
+    rt->xl_codec_ = std::make_unique<kvcache::XlPageCodec>(
+        rt->engine_->pool().layout(), RopeInverseFrequencies(rt->engine_->model().config()),
+        config.kv_basis);
+    if (absl::Status s = rt->xl_codec_->Supported(); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--kv_basis: ", s.message()));
     }
   }
   WorkerRuntime* self = rt.get();

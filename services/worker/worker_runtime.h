@@ -45,6 +45,8 @@
 #include "services/worker/scheduler_links.h"
 #include "transport/kvcache/ac_codec_thread.h"
 #include "transport/kvcache/ac/ac_tuning.h"
+#include "transport/kvcache/xl/kv_basis.h"
+#include "transport/kvcache/xl_pages.h"
 #include "transport/moqt/authorization.h"
 #include "transport/moqt/moqt_endpoint.h"
 #include "transport/quic/event_loop.h"
@@ -74,6 +76,9 @@ struct WorkerConfig {
   // --ac_tuning: the model's per-layer ac levels (docs/kv-quality.md), for
   // the ac tracks this worker publishes; checked against the model at load.
   std::optional<kvcache::ac::AcLayerTuning> ac_tuning;
+  // --kv_basis: the model's cross-layer KV basis, for the xl tracks this
+  // worker publishes and lands; checked against the model at load.
+  std::shared_ptr<const kvcache::xl::KvBasis> kv_basis;
   services::GrpcServerOptions grpc;
   std::string metrics_listen;
   std::string scheduler;       // HOST:PORT[,...] (scheduler_links.h); empty: do not register
@@ -136,6 +141,9 @@ class WorkerRuntime {
   moqt::MoqtSession* relay_session() const;
   // Loop thread: where the ac groups landing here decode (LandingSpec.ac_thread).
   kvcache::AcCodecThread* ac_thread() const { return ac_thread_.get(); }
+  // Loop thread: the xl tracks' codec for the landings here
+  // (LandingSpec.xl); null without --kv_basis.
+  kvcache::XlPageCodec* xl_codec() const { return xl_codec_.get(); }
 
   // A prompt this worker published (prefill): every scheduler replica
   // learns it with the next heartbeat.
@@ -181,6 +189,7 @@ class WorkerRuntime {
   services::MetricsRegistry metrics_;
   std::unique_ptr<quic::LoopThread> loop_thread_;
   std::unique_ptr<kvcache::AcCodecThread> ac_thread_;   // loop thread (until Shutdown)
+  std::unique_ptr<kvcache::XlPageCodec> xl_codec_;      // loop thread
   moqt::RequestHandler* handler_ = nullptr;
   std::unique_ptr<moqt::MoqtServer> moqt_server_;        // loop thread
   std::unique_ptr<moqt::MoqtClient> relay_client_;       // loop thread

@@ -24,6 +24,7 @@
 #include "kvcast/v1/generation.grpc.pb.h"
 #include "tools/cluster/local_cluster.h"
 #include "tools/cluster/metrics_scrape.h"
+#include "tools/kvquality/evaluate.h"
 #include "tools/tiny_model/tiny_model.h"
 
 ABSL_FLAG(std::string, scheduler_bin, "", "");
@@ -190,7 +191,8 @@ class DisaggregatedTest : public ::testing::Test {
                                       std::vector<std::string> scheduler_flags = {},
                                       std::vector<std::string> decode_flags = {},
                                       int schedulers = 1,
-                                      const std::string& model_dir = ModelDir()) {
+                                      const std::string& model_dir = ModelDir(),
+                                      std::vector<std::string> prefill_flags = {}) {
     ClusterOptions o;
     o.num_schedulers = schedulers;
     o.model_dir = model_dir;
@@ -204,6 +206,7 @@ class DisaggregatedTest : public ::testing::Test {
     o.decode_bin = absl::GetFlag(FLAGS_decode_bin);
     o.relay_bin = absl::GetFlag(FLAGS_relay_bin);
     o.prefill_flags = {"--retain_s=1"};
+    o.prefill_flags.insert(o.prefill_flags.end(), prefill_flags.begin(), prefill_flags.end());
     o.decode_flags = std::move(decode_flags);
     o.scheduler_flags = {"--lease_s=3"};
     o.scheduler_flags.insert(o.scheduler_flags.end(), scheduler_flags.begin(),
@@ -690,6 +693,54 @@ TEST_F(DisaggregatedTest, AcTrackCarriesTheKvEndToEnd) {
   EXPECT_EQ(Metric(decode, "kvcast_kv_transfer_failures_total"), 0) << "nothing recomputed";
   ExpectNoPagesLeaked(decode);
   EXPECT_TRUE(c->Stop().ok());
+}
+
+// The cross-layer transform track through the services: both workers
+// hold the model's KV basis (--kv_basis, fitted here on the tiny model's
+// KV), the decode worker subscribes to "xl", the prefill worker codes
+// whole groups over the basis, the decode worker lands them; nothing is
+// recomputed and fewer bytes travel than fp16's. A decode worker without
+// the basis cannot land the track and computes the prompt itself.
+TEST_F(DisaggregatedTest, XlTrackCarriesTheKvEndToEndWithTheBasis) {
+  const std::string basis_path = TmpDir() + "/tiny.kvb";
+  {
+    auto checkpoint = Checkpoint::Open(ModelDir());
+    ASSERT_TRUE(checkpoint.ok()) << checkpoint.status();
+    auto backend = NewCpuBackend();
+    std::vector<std::vector<int32_t>> ids;
+    for (int w = 0; w < 6; ++w) ids.push_back(Prompt(160, 500 + w));
+    std::vector<absl::Span<const int32_t>> windows(ids.begin(), ids.end());
+    kvquality::EvalOptions o;
+    o.prefix_tokens = 128;
+    o.continuation_tokens = 32;
+    auto basis = kvquality::FitKvBasis(**checkpoint, backend.get(), windows, o, 2);
+    ASSERT_TRUE(basis.ok()) << basis.status();
+    ASSERT_TRUE(basis->Save(basis_path).ok());
+  }
+  const std::string flag = "--kv_basis=" + basis_path;
+  auto c = Start("xl", 1, 1, {"--kv_compression=xl"}, {flag}, 1, ModelDir(), {flag});
+  ASSERT_NE(c, nullptr);
+  const TinyModelOptions m;
+  const int fp16_token_bytes = m.num_layers * 2 * m.num_kv_heads * (m.hidden_size / m.num_heads) * 2;
+  for (int n : {40, 300}) {
+    Result r = Generate(c->scheduler_address(), Prompt(n, 80 + n), 12);
+    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+    EXPECT_EQ(r.final.usage().generated_tokens(), 12);
+    EXPECT_GT(r.final.timings().transfer_bytes(), 0) << "the KV went over MoQT";
+    EXPECT_LT(r.final.timings().transfer_bytes(), n * fp16_token_bytes) << "prompt of " << n;
+  }
+  const Process& decode = c->worker(Role::kDecode, 0);
+  EXPECT_EQ(Metric(decode, "kvcast_kv_transfer_failures_total"), 0) << "nothing recomputed";
+  ExpectNoPagesLeaked(decode);
+  EXPECT_TRUE(c->Stop().ok());
+
+  auto without = Start("xl-nobasis", 1, 1, {"--kv_compression=xl"}, {}, 1, ModelDir(), {flag});
+  ASSERT_NE(without, nullptr);
+  Result r = Generate(without->scheduler_address(), Prompt(300, 81), 12);
+  ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+  EXPECT_EQ(r.final.usage().generated_tokens(), 12);
+  EXPECT_GT(Metric(without->worker(Role::kDecode, 0), "kvcast_kv_transfer_failures_total"), 0);
+  EXPECT_TRUE(without->Stop().ok());
 }
 
 // A rotated fixed-size track through the services (--kv_compression=

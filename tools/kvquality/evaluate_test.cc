@@ -216,7 +216,7 @@ TEST_F(EvaluateTest, TheXlTracksCodeOverAFittedBasis) {
   ASSERT_TRUE(basis.ok()) << basis.status();
   ASSERT_EQ(basis->num_groups(), 1);
   options_.kv_basis = std::make_shared<const kvcache::xl::KvBasis>(*std::move(basis));
-  options_.tracks = {"int8", "xl@0.02/0.02", "xl@0.5/0.5"};
+  options_.tracks = {"int8", "xl@0.02/0.02", "xl@0.5/0.5", "xl-lo"};
   const auto rs = Evaluate();
   ASSERT_TRUE(rs.ok()) << rs.status();
   const TrackResult& fine = Find(*rs, "xl@0.02/0.02", Mode::kProduct);
@@ -227,6 +227,9 @@ TEST_F(EvaluateTest, TheXlTracksCodeOverAFittedBasis) {
   EXPECT_GT(coarse.quality.mean_kl, 4 * fine.quality.mean_kl);
   EXPECT_GT(fine.quality.mean_kl, 0.0);
   EXPECT_LT(fine.quality.mean_kl, 4 * int8.quality.mean_kl);
+  // A named track is its relative point over the basis.
+  EXPECT_GT(Find(*rs, "xl-lo", Mode::kProduct).quality.mean_kl, fine.quality.mean_kl);
+  EXPECT_FALSE(ParseTrack("xl+rot").ok());
   options_.modes = {Mode::kProduct, Mode::kAllKv};
   const auto all_kv = Evaluate();
   EXPECT_EQ(all_kv.status().code(), absl::StatusCode::kInvalidArgument);

@@ -104,6 +104,14 @@ absl::StatusOr<HarnessTrack> ParseTrack(std::string_view name,
     auto c = kvcache::CompressionOfTrackName(name);
     if (!c.ok()) return absl::InvalidArgumentError(c.status().message());
     t.compression = *c;
+    if (c->xl != nullptr) {  // a named point over the evaluation's basis
+      if (tuned || weighted || probe || sink > 0 || rotate) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("\"", full, "\": the xl tracks take no suffix"));
+      }
+      t.xl = *c->xl;
+      return t;
+    }
     if (t.compression.ac == nullptr) {
       if (tuned || weighted || probe || sink > 0) {
         return absl::InvalidArgumentError(

@@ -44,6 +44,13 @@ absl::StatusOr<std::shared_ptr<KvLander>> KvLander::Create(
     // An ac group decodes whole: its objects wait in memory until it is complete.
     ac = std::make_unique<AcPageCodec>(pool->layout());
     if (absl::Status s = ac->Supported(); !s.ok()) return fail(s);
+  } else if (compression.xl) {
+    // So does an xl group, with the worker's basis.
+    if (spec.xl == nullptr) {
+      return fail(absl::FailedPreconditionError(absl::StrCat(
+          "the ", TrackNameOf(compression), " track needs a KV basis; this worker has none")));
+    }
+    if (absl::Status s = spec.xl->Supported(); !s.ok()) return fail(s);
   } else if (absl::Status s = TokenCodec(pool->layout(), compression.format, compression.rotated)
                                  .Supported();
              !s.ok()) {
@@ -69,12 +76,13 @@ KvLander::KvLander(KvPagePool* pool, Backend* backend, const KvCompression& comp
       backend_(backend),
       codec_(pool->layout(), compression.format, compression.rotated),
       ac_(std::move(ac)),
+      xl_(compression.xl != nullptr),
       spec_(std::move(spec)),
       first_token_(spec_.first_group * spec_.chunk_tokens),
       end_token_(std::min(spec_.end_group * spec_.chunk_tokens, spec_.num_tokens)),
       done_(std::move(done)),
       landed_(end_token_ - first_token_, false),
-      ac_decoded_(ac_ ? size_t(spec_.end_group - spec_.first_group) : 0, false),
+      ac_decoded_(grouped() ? size_t(spec_.end_group - spec_.first_group) : 0, false),
       staging_(std::move(staging)) {
   staged_slots_.reserve(spec_.chunk_tokens);
 }
@@ -96,7 +104,7 @@ absl::Status KvLander::Land(const moqt::ObjectHeader& h, absl::Span<const uint8_
                      h.object, ")"));
   }
   const int index = int(token - first_token_);
-  if (ac_) {
+  if (grouped()) {
     if (landed_[index]) return absl::OkStatus();  // duplicate: first copy stands
     return LandAc(h, payload, index);
   }
@@ -146,7 +154,7 @@ absl::Status KvLander::LandAc(const moqt::ObjectHeader& h, absl::Span<const uint
   ++landed_count_;
   if (++g.received < tokens) return absl::OkStatus();
   // The group is complete: decode it into its pages.
-  if (spec_.ac_thread != nullptr) {
+  if (spec_.ac_thread != nullptr && !xl_) {
     ++ac_decoding_;
     spec_.ac_thread->SubmitDecode(
         std::move(g.objects),
@@ -157,7 +165,10 @@ absl::Status KvLander::LandAc(const moqt::ObjectHeader& h, absl::Span<const uint
     return absl::OkStatus();
   }
   const std::vector<absl::Span<const uint8_t>> spans(g.objects.begin(), g.objects.end());
-  absl::Status s = ac_->Decode(backend_, spans, GroupSlots(h.group), pool_);
+  absl::Status s =
+      xl_ ? spec_.xl->Decode(backend_, spans, GroupSlots(h.group),
+                             int(h.group) * spec_.chunk_tokens, pool_)
+          : ac_->Decode(backend_, spans, GroupSlots(h.group), pool_);
   ac_groups_.erase(h.group);
   ++flushes_;
   if (!s.ok()) return GroupError(h.group, s);
@@ -232,7 +243,7 @@ void KvLander::OnDone(const absl::Status& status) {
 int KvLander::WholeLeadingGroups() const {
   int n = 0;
   for (int g = spec_.first_group; g < spec_.end_group; ++g, ++n) {
-    if (ac_) {
+    if (grouped()) {
       if (!ac_decoded_[g - spec_.first_group]) break;
       continue;
     }

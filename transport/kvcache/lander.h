@@ -51,6 +51,7 @@
 #include "kernels/backend.h"
 #include "transport/kvcache/ac_codec_thread.h"
 #include "transport/kvcache/ac_pages.h"
+#include "transport/kvcache/xl_pages.h"
 #include "transport/kvcache/naming.h"
 #include "engine/kv/token_codec.h"
 #include "transport/moqt/track_consumer.h"
@@ -67,6 +68,10 @@ struct LandingSpec {
   AcCodecThread* ac_thread = nullptr;
   // A track cut short keeps its leading whole groups (see above).
   bool keep_whole_groups = false;
+  // Borrowed, on the session's loop: the xl tracks' codec over the
+  // worker's KV basis (null: an xl track is refused). Its groups decode on
+  // the loop.
+  XlPageCodec* xl = nullptr;
 };
 
 class KvLander : public moqt::TrackConsumer, public std::enable_shared_from_this<KvLander> {
@@ -101,8 +106,8 @@ class KvLander : public moqt::TrackConsumer, public std::enable_shared_from_this
            std::unique_ptr<AcPageCodec> ac, LandingSpec spec, DoneCallback done,
            std::unique_ptr<DeviceBuffer> staging);
   absl::Status Land(const moqt::ObjectHeader& header, absl::Span<const uint8_t> payload);
-  // An ac track's object: kept until its group is complete, then the group
-  // decodes into its pages.
+  // A coded group's object (an ac or xl track): kept until its group is
+  // complete, then the group decodes into its pages.
   absl::Status LandAc(const moqt::ObjectHeader& header, absl::Span<const uint8_t> payload,
                       int index);
   int TokensIn(uint64_t group) const;                   // of the sequence's group
@@ -125,18 +130,20 @@ class KvLander : public moqt::TrackConsumer, public std::enable_shared_from_this
   Backend* const backend_;
   const TokenCodec codec_;  // fixed-size tracks
   const std::unique_ptr<AcPageCodec> ac_;  // ac tracks
+  const bool xl_;                          // an xl track (spec_.xl decodes it)
+  bool grouped() const { return ac_ != nullptr || xl_; }
   struct AcGroup {
     std::vector<std::vector<uint8_t>> objects;  // one per token of the group
     int received = 0;
   };
-  std::map<uint64_t, AcGroup> ac_groups_;  // incomplete ac groups
+  std::map<uint64_t, AcGroup> ac_groups_;  // incomplete coded groups
   int ac_decoding_ = 0;                    // groups on spec_.ac_thread (each holds a reference)
   LandingSpec spec_;  // spec_.pages are ours until Finish
   const int first_token_;
   const int end_token_;
   DoneCallback done_;
   std::vector<bool> landed_;
-  std::vector<bool> ac_decoded_;  // of each group in range (ac tracks)
+  std::vector<bool> ac_decoded_;  // of each group in range (coded tracks)
   absl::Status shortfall_;
   int landed_count_ = 0;
   bool finished_ = false;

@@ -40,6 +40,7 @@ std::string TrackNameOf(KvFormat format) {
 
 std::string TrackNameOf(const KvCompression& c) {
   if (c.ac) return std::string(c.ac->track);
+  if (c.xl) return std::string(c.xl->track);
   return c.rotated ? TrackNameOf(c.format) + std::string(kRotatedSuffix) : TrackNameOf(c.format);
 }
 
@@ -51,10 +52,12 @@ absl::StatusOr<KvCompression> CompressionOfTrackName(std::string_view name) {
     if (TrackNameOf(KvCompression(f, true)) == name) return KvCompression(f, true);
   }
   if (const ac::AcPolicy* policy = ac::AcPolicyOf(name)) return KvCompression(policy);
+  if (const xl::XlPoint* point = xl::XlPointOf(name)) return KvCompression(point);
   std::vector<std::string> known;
   for (const auto& entry : kTrackNames) known.emplace_back(entry.second);
   for (KvFormat f : kRotatedTracks) known.push_back(TrackNameOf(KvCompression(f, true)));
   for (const ac::AcPolicy* p : {&ac::AcHigh(), &ac::AcLow()}) known.emplace_back(p->track);
+  for (const xl::XlPoint* p : {&xl::XlHigh(), &xl::XlLow()}) known.emplace_back(p->track);
   return absl::NotFoundError(absl::StrCat("unknown KV compression track \"", std::string(name),
                                           "\"; known: ", absl::StrJoin(known, ", ")));
 }

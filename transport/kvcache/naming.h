@@ -3,8 +3,10 @@
 //   namespace = ("moq://kvcache.moq.arpa/v1/", model id, prompt digest)
 //   track     = compression: "fp16" "bf16" "fp8-e4m3" "int8" "fp4-e2m1" "int4"
 //               (fixed-size tokens), "fp4-e2m1-rot" "int4-rot" (the 4-bit ones
-//               with each head Hadamard-rotated) or "ac" "ac-lo"
-//               (arithmetic-coded groups, transport/kvcache/ac/)
+//               with each head Hadamard-rotated), "ac" "ac-lo"
+//               (arithmetic-coded groups, transport/kvcache/ac/) or "xl"
+//               "xl-lo" (a transform across layers over the model's KV
+//               basis, transport/kvcache/xl/)
 //   group     = chunk index (chunk_tokens tokens per group, default 128)
 //   object    = token index within the chunk
 //
@@ -26,6 +28,7 @@
 #include "engine/kv/prefix_hash.h"
 #include "kernels/kv_codec.h"
 #include "transport/kvcache/ac/ac_codec.h"
+#include "transport/kvcache/xl/xl_point.h"
 #include "transport/moqt/messages.h"
 
 namespace kvcast::kvcache {
@@ -34,20 +37,27 @@ namespace kvcast::kvcache {
 inline constexpr std::string_view kNamespaceRoot = "moq://kvcache.moq.arpa/v1/";
 
 // What a track name selects: a fixed-size format (its heads rotated or
-// not: TokenCodec), or an arithmetic-coded operating point.
+// not: TokenCodec), an arithmetic-coded operating point, or a cross-layer
+// transform point (which needs the model's KV basis at both ends).
 struct KvCompression {
-  KvFormat format = KvFormat::kFp16;  // when ac is null
-  bool rotated = false;               // when ac is null
+  KvFormat format = KvFormat::kFp16;  // when ac and xl are null
+  bool rotated = false;               // when ac and xl are null
   const ac::AcPolicy* ac = nullptr;   // AcHigh() or AcLow()
+  const xl::XlPoint* xl = nullptr;    // XlHigh() or XlLow(): over the model's KV basis
   KvCompression() = default;
   KvCompression(KvFormat f, bool r = false) : format(f), rotated(r) {}  // NOLINT: a format is one
   explicit KvCompression(const ac::AcPolicy* policy) : ac(policy) {}
+  explicit KvCompression(const xl::XlPoint* point) : xl(point) {}
+  // A fixed-size row format (TokenCodec), not a coded group.
+  bool fixed_size() const { return ac == nullptr && xl == nullptr; }
   bool operator==(const KvCompression& o) const {
-    return ac == o.ac && (ac != nullptr || (format == o.format && rotated == o.rotated));
+    return ac == o.ac && xl == o.xl &&
+           (!fixed_size() || (format == o.format && rotated == o.rotated));
   }
   bool operator<(const KvCompression& o) const {
     if (ac != o.ac) return ac < o.ac;
-    if (ac != nullptr) return false;
+    if (xl != o.xl) return xl < o.xl;
+    if (!fixed_size()) return false;
     return format != o.format ? format < o.format : rotated < o.rotated;
   }
 };

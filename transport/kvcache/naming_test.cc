@@ -28,6 +28,17 @@ TEST(Naming, EveryFormatRoundTripsThroughItsTrackName) {
   }
   EXPECT_EQ(TrackNameOf(KvCompression(&ac::AcLow())), "ac-lo");
   EXPECT_FALSE(KvCompression(&ac::AcLow()) == KvCompression(KvFormat::kFp16));
+  for (const xl::XlPoint* p : {&xl::XlHigh(), &xl::XlLow()}) {
+    auto back = CompressionOfTrackName(p->track);
+    ASSERT_TRUE(back.ok());
+    EXPECT_EQ(back->xl, p);
+    EXPECT_FALSE(back->fixed_size());
+    EXPECT_EQ(TrackNameOf(*back), p->track);
+    EXPECT_FALSE(*back == KvCompression(KvFormat::kFp16));
+    EXPECT_FALSE(*back == KvCompression(&ac::AcHigh()));
+  }
+  EXPECT_FALSE(KvCompression(&xl::XlHigh()) == KvCompression(&xl::XlLow()));
+  EXPECT_TRUE(KvCompression(KvFormat::kInt8).fixed_size());
 }
 
 TEST(Naming, TheFourBitFormatsHaveRotatedTracks) {
@@ -52,7 +63,7 @@ TEST(Naming, UnknownTrackNamesAreRefusedWithTheKnownOnes) {
   EXPECT_EQ(unknown.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(unknown.status().message().find("known: fp16, bf16"), std::string::npos)
       << unknown.status();
-  EXPECT_NE(unknown.status().message().find("int4, fp4-e2m1-rot, int4-rot, ac, ac-lo"),
+  EXPECT_NE(unknown.status().message().find("int4, fp4-e2m1-rot, int4-rot, ac, ac-lo, xl, xl-lo"),
             std::string::npos)
       << unknown.status();
 }

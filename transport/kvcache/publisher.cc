@@ -46,6 +46,15 @@ absl::Status KvPublisher::SetAcTuning(const ac::AcLayerTuning& tuning) {
   return absl::OkStatus();
 }
 
+absl::Status KvPublisher::SetKvBasis(std::shared_ptr<const xl::KvBasis> basis,
+                                     std::vector<float> rope_inv_freq) {
+  auto codec =
+      std::make_unique<XlPageCodec>(pool_->layout(), std::move(rope_inv_freq), std::move(basis));
+  if (absl::Status s = codec->Supported(); !s.ok()) return s;
+  xl_ = std::move(codec);
+  return absl::OkStatus();
+}
+
 const ac::AcPolicy& KvPublisher::CodingPolicy(const ac::AcPolicy* track) const {
   auto it = tuned_.find(track);
   return it == tuned_.end() ? *track : *it->second;
@@ -306,7 +315,9 @@ bool KvPublisher::StartAc(const Prompt& p, int group, const AcKey& key) {
     }
     CodeAhead();
   };
-  ac_thread_->SubmitEncode(CodingPolicy(std::get<2>(key)), std::move(half), n,
+  // Only ac groups are coded in the background: the key's is an ac policy.
+  ac_thread_->SubmitEncode(CodingPolicy(static_cast<const ac::AcPolicy*>(std::get<2>(key))),
+                           std::move(half), n,
                            /*starts_sequence=*/group == 0, std::move(encoded));
   return true;
 }
@@ -351,6 +362,9 @@ KvPublisher::Prompt* KvPublisher::Resolve(const moqt::FullTrackName& name, Downs
                            model_id_, ")");
   } else if (absl::Status shape = ac_.Supported(); track->compression.ac && !shape.ok()) {
     problem = std::string(shape.message());
+  } else if (track->compression.xl && xl_ == nullptr) {
+    problem = absl::StrCat("the ", TrackNameOf(track->compression),
+                           " track needs a KV basis; this publisher has none");
   } else if (absl::Status heads = TokenCodec(pool_->layout(), track->compression.format,
                                              track->compression.rotated)
                                       .Supported();
@@ -402,14 +416,17 @@ void KvPublisher::SendChunk(const Prompt& p, int group, const KvCompression& com
     stats_.objects_sent += to.size();
     stats_.bytes_sent += to.size() * payload.bytes.size();
   };
-  if (count > 0 && compression.ac) {
+  if (count > 0 && !compression.fixed_size()) {
     const AcKey key = AcKeyOf(p, group, compression);
     std::shared_ptr<const AcObjects> objects = CachedAc(key);
     if (objects == nullptr) {  // a group goes out in pieces: encode it once
       AcObjects fresh;
-      if (absl::Status s = ac_.Encode(CodingPolicy(compression.ac), backend_, *pool_,
-                                      SlotsOf(p.chunk_pages[group].ids(), page_tokens, 0, n),
-                                      &fresh, /*starts_sequence=*/group == 0);
+      const auto slots = SlotsOf(p.chunk_pages[group].ids(), page_tokens, 0, n);
+      if (absl::Status s =
+              compression.xl ? xl_->Encode(*compression.xl, backend_, *pool_, slots,
+                                           group * chunk_tokens_, &fresh)
+                             : ac_.Encode(CodingPolicy(compression.ac), backend_, *pool_, slots,
+                                          &fresh, /*starts_sequence=*/group == 0);
           !s.ok()) {
         for (const auto& d : to) d->OnDone(GroupError(group, s));
         return;

@@ -51,6 +51,7 @@
 #include "kernels/backend.h"
 #include "transport/kvcache/ac_codec_thread.h"
 #include "transport/kvcache/ac_pages.h"
+#include "transport/kvcache/xl_pages.h"
 #include "transport/kvcache/naming.h"
 #include "transport/kvcache/ac/ac_tuning.h"
 #include "transport/moqt/authorization.h"
@@ -100,6 +101,12 @@ class KvPublisher : public moqt::RequestHandler {
   // steps and weights travel in each group). InvalidArgument for a tuning
   // of another shape than the pool's.
   absl::Status SetAcTuning(const ac::AcLayerTuning& tuning);
+
+  // The model's KV basis (xl/kv_basis.h) and RoPE inverse frequencies
+  // (head_dim / 2), for the xl tracks; without it they are refused.
+  // InvalidArgument for a basis of another shape than the pool's.
+  absl::Status SetKvBasis(std::shared_ptr<const xl::KvBasis> basis,
+                          std::vector<float> rope_inv_freq);
 
   // Bytes a request's send queue may hold before the publisher waits for
   // it to drain to half (default 8 MiB; at least 1).
@@ -208,11 +215,14 @@ class KvPublisher : public moqt::RequestHandler {
   KvPagePool* const pool_;
   Backend* const backend_;
   using AcObjects = std::vector<std::vector<uint8_t>>;
-  using AcKey = std::tuple<std::string, int, const ac::AcPolicy*>;  // (prompt, group, policy)
+  // (prompt, group, the track's ac policy or xl point)
+  using AcKey = std::tuple<std::string, int, const void*>;
   static AcKey AcKeyOf(const Prompt& p, int group, const KvCompression& compression) {
-    return {p.digest, group, &*compression.ac};
+    return {p.digest, group,
+            compression.ac != nullptr ? static_cast<const void*>(compression.ac)
+                                      : static_cast<const void*>(compression.xl)};
   }
-  // The ac groups coded last, newest at the back (a group goes out in
+  // The coded groups (ac, xl) coded last, newest at the back (a group goes out in
   // pieces, maybe to several requests): at most kAcCachedGroups. Streams
   // send the objects from here, sharing them: an evicted group lives on
   // until the streams that still hold its objects let go.
@@ -232,6 +242,7 @@ class KvPublisher : public moqt::RequestHandler {
   const ac::AcPolicy& CodingPolicy(const ac::AcPolicy* track) const;
   std::map<const ac::AcPolicy*, std::unique_ptr<const ac::AcPolicy>> tuned_;  // before ac_thread_
   AcPageCodec ac_;  // the ac tracks' codec (loop thread)
+  std::unique_ptr<XlPageCodec> xl_;  // the xl tracks' (loop thread; null: no basis)
   std::deque<std::pair<AcKey, std::shared_ptr<const AcObjects>>> ac_groups_;
   std::unique_ptr<AcCodecThread> ac_thread_;
   std::vector<std::pair<std::string, std::weak_ptr<Outlet>>> ac_waiters_;  // (prompt, request)

@@ -8,6 +8,7 @@
 #include <thread>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 
 #include "common/dtype.h"
@@ -15,6 +16,8 @@
 #include "kernels/profiling_backend.h"
 #include "transport/kvcache/lander.h"
 #include "transport/kvcache/naming.h"
+#include "transport/kvcache/xl/kv_basis.h"
+#include "transport/kvcache/xl_pages.h"
 #include "transport/moqt/testing/moqt_test_util.h"
 
 namespace kvcast::kvcache {
@@ -282,8 +285,10 @@ class KvOverMoqt : public ::testing::Test {
       const int n = std::min(end * kChunk, tokens) - first * kChunk;
       KvPages fresh = *mem->pool->Allocate((n + 15) / 16);
       l->pages.assign(fresh.ids().begin(), fresh.ids().end());
+      LandingSpec spec{kChunk, tokens, first, end, std::move(fresh)};
+      spec.xl = landing_xl_;
       auto lander = KvLander::Create(mem->pool.get(), mem->backend.get(), kModel, track,
-                                     LandingSpec{kChunk, tokens, first, end, std::move(fresh)},
+                                     std::move(spec),
                                      [l](auto r) {
                                        l->done = true;
                                        l->result = std::move(r);
@@ -321,6 +326,9 @@ class KvOverMoqt : public ::testing::Test {
     options.subscribe_wait = absl::Seconds(5);
     return options;
   }
+  // The xl tracks' codec the landings get (LandingSpec::xl), on the
+  // harness's loop; null: none.
+  XlPageCodec* landing_xl_ = nullptr;
   // Destroyed after the harness, which closes the sessions using them.
   Memory src_, dst_;
   ClientHandler decode_;
@@ -373,6 +381,102 @@ TEST_F(KvOverMoqt, LiveChunksInAnyOrderLandForEveryCompression) {
     // Pieces of a quarter chunk: 4 + 4 + 2 for each of 8 fixed-size tracks;
     // the ac tracks encode each of the 3 groups once for all its pieces.
     EXPECT_EQ(publisher_->stats().encodes, 8u * 10 + 2 * 3);
+    publisher_->DropPrompt(Digest(1));
+  });
+  ReleasePages(pages);
+  EXPECT_EQ(dst_.pool->free_pages(), dst_.pool->num_pages());
+}
+
+// The xl tracks cross with the worker's KV basis at both ends: what lands
+// is what XlPageCodec makes of each source group (RoPE off at the group's
+// positions, coded, decoded, RoPE back); a publisher without a basis
+// refuses the track, a landing without one cannot start.
+TEST_F(KvOverMoqt, XlGroupsLandWithTheWorkersBasis) {
+  const int tokens = 80;
+  const auto pages = Pages(tokens);
+  std::vector<float> inv_freq(kLayout.head_dim / 2);
+  for (size_t i = 0; i < inv_freq.size(); ++i) {
+    inv_freq[i] = float(std::pow(10000.0, -2.0 * double(i) / kLayout.head_dim));
+  }
+  // A basis fitted on the source pool's KV (random: every component kept
+  // at these steps, so the round trip is lossy but close).
+  XlPageCodec reader(kLayout, inv_freq, nullptr);
+  std::vector<float> kv;
+  std::vector<int32_t> all_slots(64 * 16);
+  for (size_t i = 0; i < all_slots.size(); ++i) all_slots[i] = int32_t(i);
+  ASSERT_TRUE(reader.GatherPreRope(src_.backend.get(), *src_.pool, all_slots, 0, &kv).ok());
+  xl::KvBasisFitter fitter({kLayout.num_layers, kLayout.num_kv_heads, kLayout.head_dim}, 2);
+  fitter.Add(kv.data(), int(all_slots.size()));
+  auto fitted = fitter.Fit();
+  ASSERT_TRUE(fitted.ok()) << fitted.status();
+  const auto basis = std::make_shared<const xl::KvBasis>(*std::move(fitted));
+
+  h_.thread()->RunSync([&] { ASSERT_TRUE(publisher_->BeginPrompt(Digest(1), tokens).ok()); });
+  for (int g = 0; g < 3; ++g) Ready(Digest(1), pages, g);
+  h_.thread()->RunSync([&] { ASSERT_TRUE(publisher_->EndPrompt(Digest(1), absl::OkStatus()).ok()); });
+  moqt::MoqtClient* client = h_.Connect(&decode_);
+  const auto name = [&](const xl::XlPoint& p) {
+    return FullTrackNameOf({ModelId(kModel), Digest(1), KvCompression(&p)});
+  };
+  XlPageCodec landing_codec(kLayout, inv_freq, basis);
+  landing_xl_ = &landing_codec;
+  // No basis at the publisher: refused, naming why.
+  auto refused = Subscribe(client->session(), name(xl::XlHigh()), tokens, 0, 3);
+  ASSERT_TRUE(WaitOnLoop(h_.thread(), [&] { return !refused->reply.ok() || refused->done; }));
+  EXPECT_NE(refused->reply.message().find("needs a KV basis"), std::string::npos)
+      << refused->reply;
+  ReleaseLanded(*refused);
+
+  h_.thread()->RunSync([&] { ASSERT_TRUE(publisher_->SetKvBasis(basis, inv_freq).ok()); });
+  for (const xl::XlPoint* p : {&xl::XlHigh(), &xl::XlLow()}) {
+    auto l = Subscribe(client->session(), name(*p), tokens, 0, 3);
+    ASSERT_TRUE(WaitDone(*l)) << p->track;
+    ASSERT_TRUE(l->result.ok()) << p->track << ": " << l->result.status();
+    // What the codec makes of each group, decoded into pages of a third pool.
+    Memory want;
+    KvPages want_pages = *want.pool->Allocate((tokens + 15) / 16);
+    XlPageCodec codec(kLayout, inv_freq, basis);
+    double err = 0, energy = 0;
+    for (int g = 0; g * kChunk < tokens; ++g) {
+      const int n = std::min(kChunk, tokens - g * kChunk);
+      std::vector<std::vector<uint8_t>> objects;
+      ASSERT_TRUE(codec.Encode(*p, src_.backend.get(), *src_.pool, SlotsOf(pages, 16, g * kChunk, n),
+                               g * kChunk, &objects).ok());
+      const std::vector<absl::Span<const uint8_t>> spans(objects.begin(), objects.end());
+      ASSERT_TRUE(codec.Decode(want.backend.get(), spans,
+                               SlotsOf(want_pages.ids(), 16, g * kChunk, n), g * kChunk,
+                               want.pool.get()).ok());
+    }
+    for (int t = 0; t < tokens; ++t) {
+      const int32_t s = SlotsOf(pages, 16, t, 1)[0];
+      const int32_t d = SlotsOf(l->pages, 16, t, 1)[0];
+      const int32_t w = SlotsOf(want_pages.ids(), 16, t, 1)[0];
+      for (int layer = 0; layer < kLayout.num_layers; ++layer) {
+        for (bool v : {false, true}) {
+          const size_t row = kLayout.token_floats();
+          auto at = [&](Memory& m, int32_t slot) {
+            return (v ? m.pool->v_cache(layer) : m.pool->k_cache(layer)) + size_t(slot) * row;
+          };
+          for (size_t i = 0; i < row; ++i) {
+            ASSERT_EQ(at(dst_, d)[i], at(want, w)[i]) << p->track << " token " << t;
+            err += std::pow(at(dst_, d)[i] - at(src_, s)[i], 2);
+            energy += std::pow(at(src_, s)[i], 2);
+          }
+        }
+      }
+    }
+    EXPECT_LT(err, 0.2 * energy) << p->track;  // close: the landed KV is the source's, coded
+    EXPECT_GT(err, 1e-6 * energy) << p->track;  // and coded, not copied
+    ReleaseLanded(*l);
+  }
+  landing_xl_ = nullptr;
+  // A landing without a basis cannot start.
+  h_.thread()->RunSync([&] {
+    KvPages fresh = *dst_.pool->Allocate(5);
+    auto lander = KvLander::Create(dst_.pool.get(), dst_.backend.get(), kModel, name(xl::XlHigh()),
+                                   LandingSpec{kChunk, tokens, 0, 3, std::move(fresh)},
+                                   [](auto) {});
+    EXPECT_EQ(lander.status().code(), absl::StatusCode::kFailedPrecondition) << lander.status();
     publisher_->DropPrompt(Digest(1));
   });
   ReleasePages(pages);

@@ -115,23 +115,6 @@ std::pair<float, float> StepsOf(const KvBasis& basis, const XlPoint& point) {
           float(point.v_step * std::sqrt(sum[1] / dims[1]))};
 }
 
-const XlPoint& XlHigh() {
-  static const XlPoint p{"xl", 0.39f, 0.16f, /*relative=*/true};
-  return p;
-}
-
-const XlPoint& XlLow() {
-  static const XlPoint p{"xl-lo", 0.98f, 0.32f, /*relative=*/true};
-  return p;
-}
-
-const XlPoint* XlPointOf(std::string_view track) {
-  for (const XlPoint* p : {&XlHigh(), &XlLow()}) {
-    if (p->track == track) return p;
-  }
-  return nullptr;
-}
-
 XlGroupEncoder::XlGroupEncoder(std::shared_ptr<const KvBasis> basis, const XlPoint& point)
     : basis_(std::move(basis)),
       k_step_(StepsOf(*basis_, point).first),

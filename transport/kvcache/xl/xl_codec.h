@@ -33,34 +33,15 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "transport/kvcache/xl/kv_basis.h"
+#include "transport/kvcache/xl/xl_point.h"
 
 namespace kvcast::kvcache::xl {
 
 inline constexpr uint8_t kFormatVersion = 1;
 inline constexpr int kClasses = 48;
 
-// An operating point: the quantization steps of K and V coefficients,
-// absolute, or (relative) in units of the basis' RMS per kind (the square
-// root of the mean calibration variance over every block of that kind), so
-// that one point means the same trade on models whose KV is scaled
-// differently. The steps travel in the group header: a decoder needs no
-// point.
-struct XlPoint {
-  std::string_view track;
-  float k_step = 0;
-  float v_step = 0;
-  bool relative = false;
-};
 // The absolute (K, V) steps of `point` over `basis`.
 std::pair<float, float> StepsOf(const KvBasis& basis, const XlPoint& point);
-// "xl" (K 0.39, V 0.16 RMS) and "xl-lo" (K 0.98, V 0.32 RMS), relative: on
-// SmolLM2-135M and natural text 2.46 and 1.51 bits a value (6.5x and 10.6x
-// smaller than fp16) at -0.04% and +0.47% perplexity with the prompt's KV
-// through the track (docs/benchmarks.md, "The xl codec").
-const XlPoint& XlHigh();
-const XlPoint& XlLow();
-// The point of a track name; nullptr if it is not an xl track.
-const XlPoint* XlPointOf(std::string_view track);
 
 // Which components of a basis a point codes, and their classes.
 struct XlPlan {
