@@ -186,6 +186,27 @@ class DisaggregatedTest : public ::testing::Test {
     }
   }
 
+  // Prompts of 40 and 300 tokens (seeds `seed` + n) through cluster `c`,
+  // whose scheduler names a coded track (ac, xl): each answered, its KV over
+  // MoQT in fewer bytes than fp16's, nothing recomputed, no page leaked;
+  // then `c` stops.
+  void ExpectCodedTrackCarriesTheKv(LocalCluster* c, int seed) {
+    const TinyModelOptions m;
+    const int fp16_token_bytes =
+        m.num_layers * 2 * m.num_kv_heads * (m.hidden_size / m.num_heads) * 2;
+    for (int n : {40, 300}) {
+      Result r = Generate(c->scheduler_address(), Prompt(n, seed + n), 12);
+      ASSERT_TRUE(r.status.ok()) << r.status.error_message();
+      EXPECT_EQ(r.final.usage().generated_tokens(), 12);
+      EXPECT_GT(r.final.timings().transfer_bytes(), 0) << "the KV went over MoQT";
+      EXPECT_LT(r.final.timings().transfer_bytes(), n * fp16_token_bytes) << "prompt of " << n;
+    }
+    const Process& decode = c->worker(Role::kDecode, 0);
+    EXPECT_EQ(Metric(decode, "kvcast_kv_transfer_failures_total"), 0) << "nothing recomputed";
+    ExpectNoPagesLeaked(decode);
+    EXPECT_TRUE(c->Stop().ok());
+  }
+
   // The cluster lives until the test ends (after TearDown).
   LocalCluster* Start(const std::string& name, int prefill, int decode,
                                       std::vector<std::string> scheduler_flags = {},
@@ -680,19 +701,7 @@ TEST_F(DisaggregatedTest, KilledRelayKvComesFromThePublisherAtOnce) {
 TEST_F(DisaggregatedTest, AcTrackCarriesTheKvEndToEnd) {
   auto c = Start("ac", 1, 1, {"--kv_compression=ac-lo"});
   ASSERT_NE(c, nullptr);
-  const TinyModelOptions m;
-  const int fp16_token_bytes = m.num_layers * 2 * m.num_kv_heads * (m.hidden_size / m.num_heads) * 2;
-  for (int n : {40, 300}) {
-    Result r = Generate(c->scheduler_address(), Prompt(n, 70 + n), 12);
-    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
-    EXPECT_EQ(r.final.usage().generated_tokens(), 12);
-    EXPECT_GT(r.final.timings().transfer_bytes(), 0) << "the KV went over MoQT";
-    EXPECT_LT(r.final.timings().transfer_bytes(), n * fp16_token_bytes) << "prompt of " << n;
-  }
-  const Process& decode = c->worker(Role::kDecode, 0);
-  EXPECT_EQ(Metric(decode, "kvcast_kv_transfer_failures_total"), 0) << "nothing recomputed";
-  ExpectNoPagesLeaked(decode);
-  EXPECT_TRUE(c->Stop().ok());
+  ExpectCodedTrackCarriesTheKv(c, 70);
 }
 
 // The cross-layer transform track through the services: both workers
@@ -720,19 +729,7 @@ TEST_F(DisaggregatedTest, XlTrackCarriesTheKvEndToEndWithTheBasis) {
   const std::string flag = "--kv_basis=" + basis_path;
   auto c = Start("xl", 1, 1, {"--kv_compression=xl"}, {flag}, 1, ModelDir(), {flag});
   ASSERT_NE(c, nullptr);
-  const TinyModelOptions m;
-  const int fp16_token_bytes = m.num_layers * 2 * m.num_kv_heads * (m.hidden_size / m.num_heads) * 2;
-  for (int n : {40, 300}) {
-    Result r = Generate(c->scheduler_address(), Prompt(n, 80 + n), 12);
-    ASSERT_TRUE(r.status.ok()) << r.status.error_message();
-    EXPECT_EQ(r.final.usage().generated_tokens(), 12);
-    EXPECT_GT(r.final.timings().transfer_bytes(), 0) << "the KV went over MoQT";
-    EXPECT_LT(r.final.timings().transfer_bytes(), n * fp16_token_bytes) << "prompt of " << n;
-  }
-  const Process& decode = c->worker(Role::kDecode, 0);
-  EXPECT_EQ(Metric(decode, "kvcast_kv_transfer_failures_total"), 0) << "nothing recomputed";
-  ExpectNoPagesLeaked(decode);
-  EXPECT_TRUE(c->Stop().ok());
+  ExpectCodedTrackCarriesTheKv(c, 80);
 
   auto without = Start("xl-nobasis", 1, 1, {"--kv_compression=xl"}, {}, 1, ModelDir(), {flag});
   ASSERT_NE(without, nullptr);

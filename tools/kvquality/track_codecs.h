@@ -42,9 +42,9 @@ struct HarnessTrack {
   // An ac operating point of the harness's own ("ac@K/V"), which
   // compression.ac points to.
   std::shared_ptr<const kvcache::ac::AcPolicy> explored;
-  // A cross-layer transform point ("xl@K_STEP/V_STEP": xl_codec.h), coded
-  // over the evaluation's KV basis (product mode only); compression is
-  // then unused.
+  // A cross-layer transform point ("xl@K_STEP/V_STEP", or the wire's "xl"
+  // and "xl-lo": xl/xl_point.h), coded over the evaluation's KV basis
+  // (modes product and all-kv-token); compression is then unused.
   std::optional<kvcache::xl::XlPoint> xl;
 };
 // A track name ("int8", "int4-rot", "ac", ...); a row format's with "+rot"
@@ -102,17 +102,16 @@ class TrackTransfer {
   TrackTransfer(const KvLayout& layout, std::vector<float> rope_inv_freq,
                 std::shared_ptr<const kvcache::xl::KvBasis> basis = nullptr);
 
-  // Encodes the tokens at src_slots (in order; the first is the sequence's
-  // first) into `track`'s objects in
+  // Encodes the tokens at src_slots (in order) into `track`'s objects in
   // groups of group_tokens, decodes each group into the same positions of
   // dst_slots; returns the objects' payload bytes (headers, scales and
   // tables included). A rotated track codes the rotated values, its bytes
-  // those of its format. An xl track codes K before RoPE. InvalidArgument for slot lists of different
-  // sizes, an ac track this shape has not, a rotation of heads that
-  // cannot rotate (TokenCodec::Supported), or an xl track without a basis
-  // of this shape; the codecs' errors.
-  // first_position: the position of src_slots[0] (0: its first token is
-  // the sequence's). src and dst may be the same slots.
+  // those of its format; an xl track codes K before RoPE. first_position:
+  // the position of src_slots[0] (0: its first token is the sequence's);
+  // src and dst may be the same slots. InvalidArgument for slot lists of
+  // different sizes, an ac track this shape has not, a rotation of heads
+  // that cannot rotate (TokenCodec::Supported), or an xl track without a
+  // basis of this shape; the codecs' errors.
   absl::StatusOr<size_t> Transfer(const HarnessTrack& track, Backend* backend, KvPagePool* pool,
                                   absl::Span<const int32_t> src_slots,
                                   absl::Span<const int32_t> dst_slots, int group_tokens,

@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# Bazel test: ac_decoder_test.py, the numpy decoder of the ac / ac-lo tracks
-# written from docs/kvcache-wire-format.md alone (ac_decoder.py), against the
-# C++ decoder's output on the test vectors of transport/kvcache/ac/ac_vectors.
+# Bazel test runner of the numpy decoders written from
+# docs/kvcache-wire-format.md alone (ac_decoder.py, xl_decoder.py) against
+# the C++ decoders' output on their test vectors:
+#   decoder_test.sh SUITE VECTORS_BINARY CHECK_SCRIPT
+# e.g. `ac_decoder transport/kvcache/ac/ac_vectors tests/interop/ac_decoder_test.py`.
 # The Python comes from KVCAST_PYTHON (`./kvcast.sh test` creates .venv with
 # numpy and passes it); without it, or without numpy there, the test reports
 # SKIPPED. By hand:
-#   bazel test //tests/interop:ac_decoder_test \
+#   bazel test //tests/interop:ac_decoder_test //tests/interop:xl_decoder_test \
 #       --test_env=KVCAST_PYTHON=$PWD/.venv/bin/python
 set -uo pipefail
-SUITE=ac_decoder
+SUITE=$1
+VECTORS_BIN=$2
+CHECK=$3
 # The working directory is the runfiles root of workspace "kvcast".
 if [[ -n "${TEST_SRCDIR:-}" && -d "$TEST_SRCDIR/kvcast" ]]; then
   cd "$TEST_SRCDIR/kvcast"
@@ -25,8 +29,8 @@ PY=${KVCAST_PYTHON:-}
 "$PY" -c 'import numpy' 2>/dev/null || skip "KVCAST_PYTHON=$PY cannot import numpy"
 
 VECTORS=$WORK/vectors
-transport/kvcache/ac/ac_vectors --out "$VECTORS" || {
-  echo "ac_vectors failed"
+"$VECTORS_BIN" --out "$VECTORS" || {
+  echo "$VECTORS_BIN failed"
   exit 1
 }
-exec "$PY" tests/interop/ac_decoder_test.py --vectors "$VECTORS" --xml "$XML"
+exec "$PY" "$CHECK" --vectors "$VECTORS" --xml "$XML"
