@@ -116,6 +116,9 @@ absl::StatusOr<std::unique_ptr<WorkerRuntime>> WorkerRuntime::Create(const Worke
   ASSIGN_OR_RETURN(rt->loop_thread_, quic::LoopThread::Start("moqt-loop"));
   rt->ac_thread_ = std::make_unique<kvcache::AcCodecThread>(rt->engine_->pool().layout(),
                                                             rt->loop_thread_->loop());
+  if (rt->xl_codec_) {  // xl groups landing here decode on it too
+    rt->ac_thread_->SetKvBasis(rt->xl_codec_->basis(), rt->xl_codec_->rope_inv_freq());
+  }
   rt->compute_ = std::thread([self] {
     pthread_setname_np(pthread_self(), "engine");
     self->ComputeLoop();

@@ -8,7 +8,7 @@
 namespace kvcast::kvcache {
 
 AcCodecThread::AcCodecThread(const KvLayout& layout, quic::EventLoop* loop)
-    : loop_(loop), codec_(layout), thread_([this] {
+    : loop_(loop), layout_(layout), codec_(layout), thread_([this] {
         pthread_setname_np(pthread_self(), "ac-coder");
         Run();
       }) {}
@@ -41,6 +41,33 @@ void AcCodecThread::SubmitDecode(Objects objects, Decoded done) {
   Push(std::move(job));
 }
 
+void AcCodecThread::SetKvBasis(std::shared_ptr<const xl::KvBasis> basis,
+                               std::vector<float> rope_inv_freq) {
+  std::lock_guard<std::mutex> lock(mu_);  // no job runs while jobs_ is empty and we hold it
+  xl_codec_ = std::make_unique<XlPageCodec>(layout_, std::move(rope_inv_freq),
+                                            std::move(basis));
+}
+
+void AcCodecThread::SubmitEncodeXl(const xl::XlPoint& point, std::vector<uint8_t> half,
+                                   int tokens, int first_position, Encoded done) {
+  auto job = std::make_unique<Job>();
+  job->xl_point = &point;
+  job->half = std::move(half);
+  job->tokens = tokens;
+  job->first_position = first_position;
+  job->encoded = std::move(done);
+  Push(std::move(job));
+}
+
+void AcCodecThread::SubmitDecodeXl(Objects objects, int first_position, Decoded done) {
+  auto job = std::make_unique<Job>();
+  job->objects = std::move(objects);
+  job->xl_decode = true;
+  job->first_position = first_position;
+  job->decoded = std::move(done);
+  Push(std::move(job));
+}
+
 void AcCodecThread::Push(std::unique_ptr<Job> job) {
   ++pending_;
   {
@@ -64,16 +91,22 @@ void AcCodecThread::GiveBack(std::vector<uint8_t> buffer) {
 }
 
 std::function<void()> AcCodecThread::Work(Job& job) {
-  if (job.policy != nullptr) {
+  if (job.policy != nullptr || job.xl_point != nullptr) {
     auto objects = std::make_shared<Objects>();
-    codec_.EncodeGathered(*job.policy, job.half.data(), job.tokens, objects.get(),
-                          job.starts_sequence);
+    if (job.xl_point != nullptr) {
+      xl_codec_->EncodeGathered(*job.xl_point, job.half.data(), job.tokens, job.first_position,
+                                objects.get());
+    } else {
+      codec_.EncodeGathered(*job.policy, job.half.data(), job.tokens, objects.get(),
+                            job.starts_sequence);
+    }
     GiveBack(std::move(job.half));
     return [objects, done = std::move(job.encoded)] { done(std::move(*objects)); };
   }
   const std::vector<absl::Span<const uint8_t>> spans(job.objects.begin(), job.objects.end());
   auto half = std::make_shared<std::vector<uint8_t>>(TakeBuffer());
-  absl::Status s = codec_.DecodeToHalf(spans, half.get());
+  absl::Status s = job.xl_decode ? xl_codec_->DecodeToHalf(spans, job.first_position, half.get())
+                                 : codec_.DecodeToHalf(spans, half.get());
   return [half, s = std::move(s), done = std::move(job.decoded)] {
     if (s.ok()) {
       done(std::move(*half));

@@ -11,6 +11,8 @@
 //    takes, so the sender, whose window a fast link fills in a millisecond,
 //    stood idle); the fp16 payloads come back on the loop, which writes them
 //    into the pages (AcPageCodec::Scatter).
+// It codes the xl tracks' groups the same way once given the model's KV
+// basis (SetKvBasis; an xl group of SmolLM2 takes ~45 ms of a core).
 // Jobs run one at a time, in the order submitted.
 //
 // Thread safety: Submit*, busy() and the destructor on the loop thread (the
@@ -32,6 +34,7 @@
 #include "engine/kv/kv_page_pool.h"
 #include "transport/kvcache/ac/ac_codec.h"
 #include "transport/kvcache/ac_pages.h"
+#include "transport/kvcache/xl_pages.h"
 #include "transport/quic/event_loop.h"
 
 namespace kvcast::kvcache {
@@ -56,6 +59,18 @@ class AcCodecThread {
   // on the loop with the fp16 payloads (AcPageCodec::Scatter them) or the
   // decoder's error.
   void SubmitDecode(Objects objects, Decoded done);
+
+  // The xl tracks: SetKvBasis gives the thread its own XlPageCodec (before
+  // any xl job; `basis` and `rope_inv_freq` as XlPageCodec's), codes_xl()
+  // says whether it has one. SubmitEncodeXl codes `half` (XlPageCodec::
+  // Gather's payloads of `tokens` tokens, the first at first_position) at
+  // `point` (which outlives the job); SubmitDecodeXl decodes a whole group
+  // (XlPageCodec::DecodeToHalf); completions as above.
+  void SetKvBasis(std::shared_ptr<const xl::KvBasis> basis, std::vector<float> rope_inv_freq);
+  bool codes_xl() const { return xl_codec_ != nullptr; }
+  void SubmitEncodeXl(const xl::XlPoint& point, std::vector<uint8_t> half, int tokens,
+                      int first_position, Encoded done);
+  void SubmitDecodeXl(Objects objects, int first_position, Decoded done);
   // A job was submitted whose `done` has not run yet.
   bool busy() const { return pending_ > 0; }
 
@@ -69,7 +84,10 @@ class AcCodecThread {
 
  private:
   struct Job {
-    const ac::AcPolicy* policy = nullptr;  // encode; decode when null
+    const ac::AcPolicy* policy = nullptr;  // an ac encode
+    const xl::XlPoint* xl_point = nullptr;  // an xl encode
+    bool xl_decode = false;                 // an xl decode (else, neither set: an ac decode)
+    int first_position = 0;                 // xl jobs
     std::vector<uint8_t> half;
     int tokens = 0;
     bool starts_sequence = false;
@@ -83,7 +101,9 @@ class AcCodecThread {
   std::function<void()> Work(Job& job);
 
   quic::EventLoop* const loop_;
+  const KvLayout layout_;
   AcPageCodec codec_;  // the thread's own
+  std::unique_ptr<XlPageCodec> xl_codec_;  // likewise (SetKvBasis)
   int pending_ = 0;    // loop thread's view
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   std::mutex mu_;

@@ -154,13 +154,17 @@ absl::Status KvLander::LandAc(const moqt::ObjectHeader& h, absl::Span<const uint
   ++landed_count_;
   if (++g.received < tokens) return absl::OkStatus();
   // The group is complete: decode it into its pages.
-  if (spec_.ac_thread != nullptr && !xl_) {
+  if (spec_.ac_thread != nullptr && (!xl_ || spec_.ac_thread->codes_xl())) {
     ++ac_decoding_;
-    spec_.ac_thread->SubmitDecode(
-        std::move(g.objects),
-        [self = shared_from_this(), group = h.group](auto half) {
-          self->AcDecoded(group, std::move(half));
-        });
+    auto done = [self = shared_from_this(), group = h.group](auto half) {
+      self->AcDecoded(group, std::move(half));
+    };
+    if (xl_) {
+      spec_.ac_thread->SubmitDecodeXl(std::move(g.objects), int(h.group) * spec_.chunk_tokens,
+                                      std::move(done));
+    } else {
+      spec_.ac_thread->SubmitDecode(std::move(g.objects), std::move(done));
+    }
     ac_groups_.erase(h.group);
     return absl::OkStatus();
   }
@@ -183,7 +187,8 @@ void KvLander::AcDecoded(uint64_t group, absl::StatusOr<std::vector<uint8_t>> ha
     Finish(GroupError(group, half.status()));
     return;
   }
-  absl::Status s = ac_->Scatter(backend_, half->data(), GroupSlots(group), pool_);
+  absl::Status s = xl_ ? spec_.xl->Scatter(backend_, half->data(), GroupSlots(group), pool_)
+                      : ac_->Scatter(backend_, half->data(), GroupSlots(group), pool_);
   spec_.ac_thread->GiveBack(*std::move(half));
   ++flushes_;
   if (!s.ok()) {

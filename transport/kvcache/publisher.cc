@@ -52,6 +52,7 @@ absl::Status KvPublisher::SetKvBasis(std::shared_ptr<const xl::KvBasis> basis,
       std::make_unique<XlPageCodec>(pool_->layout(), std::move(rope_inv_freq), std::move(basis));
   if (absl::Status s = codec->Supported(); !s.ok()) return s;
   xl_ = std::move(codec);
+  if (ac_thread_) ac_thread_->SetKvBasis(xl_->basis(), xl_->rope_inv_freq());
   return absl::OkStatus();
 }
 
@@ -249,12 +250,12 @@ void KvPublisher::Pump(Prompt& p, const std::shared_ptr<Outlet>& o) {
       });
       return;
     }
-    if (ac_thread_ && o->compression.ac && !AcReady(p, o)) return;
+    if (CodedInBackground(o->compression) && !AcReady(p, o)) return;
     const Outlet::Piece piece = o->pending.front();
     o->pending.pop_front();
     SendChunk(p, piece.group, o->compression, {o->downstream}, piece.lo, piece.hi);
     stats_.max_queued_bytes = std::max<uint64_t>(stats_.max_queued_bytes, d.queued_bytes());
-    if (ac_thread_ && o->compression.ac) CodeAhead();
+    if (CodedInBackground(o->compression)) CodeAhead();
   }
   if (!o->pending.empty() || !o->done || d.cancelled()) return;
   const absl::Status status = *o->done;
@@ -265,6 +266,7 @@ void KvPublisher::Pump(Prompt& p, const std::shared_ptr<Outlet>& o) {
 
 void KvPublisher::CodeAcInBackground(quic::EventLoop* loop) {
   ac_thread_ = std::make_unique<AcCodecThread>(pool_->layout(), loop);
+  if (xl_) ac_thread_->SetKvBasis(xl_->basis(), xl_->rope_inv_freq());
 }
 
 std::shared_ptr<const KvPublisher::AcObjects> KvPublisher::CachedAc(const AcKey& key) const {
@@ -288,12 +290,13 @@ bool KvPublisher::AcReady(Prompt& p, const std::shared_ptr<Outlet>& o) {
   if (CachedAc(key) != nullptr) return true;
   // A group the backend cannot read goes the synchronous way, whose encode
   // fails the outlet with the error.
-  if (!ac_thread_->busy() && !StartAc(p, piece.group, key)) return true;
+  if (!ac_thread_->busy() && !StartAc(p, piece.group, o->compression)) return true;
   ac_waiters_.emplace_back(p.digest, o);
   return false;
 }
 
-bool KvPublisher::StartAc(const Prompt& p, int group, const AcKey& key) {
+bool KvPublisher::StartAc(const Prompt& p, int group, const KvCompression& compression) {
+  const AcKey key = AcKeyOf(p, group, compression);
   const int n = tokens_in(p, group);
   std::vector<uint8_t> half = ac_thread_->TakeBuffer();
   if (absl::Status s = ac_.Gather(
@@ -315,10 +318,13 @@ bool KvPublisher::StartAc(const Prompt& p, int group, const AcKey& key) {
     }
     CodeAhead();
   };
-  // Only ac groups are coded in the background: the key's is an ac policy.
-  ac_thread_->SubmitEncode(CodingPolicy(static_cast<const ac::AcPolicy*>(std::get<2>(key))),
-                           std::move(half), n,
-                           /*starts_sequence=*/group == 0, std::move(encoded));
+  if (compression.xl) {
+    ac_thread_->SubmitEncodeXl(*compression.xl, std::move(half), n, group * chunk_tokens_,
+                               std::move(encoded));
+  } else {
+    ac_thread_->SubmitEncode(CodingPolicy(compression.ac), std::move(half), n,
+                             /*starts_sequence=*/group == 0, std::move(encoded));
+  }
   return true;
 }
 
@@ -326,7 +332,7 @@ void KvPublisher::CodeAhead() {
   if (ac_thread_->busy()) return;
   for (auto& [digest, p] : prompts_) {
     for (const auto& o : p.outlets) {
-      if (!o->compression.ac) continue;
+      if (!CodedInBackground(o->compression)) continue;
       // The group being sent and the next one, no further: coding more
       // would push groups still being sent out of the cache.
       int groups = 0, last = -1;
@@ -334,9 +340,8 @@ void KvPublisher::CodeAhead() {
         if (piece.group != last && ++groups > 2) break;
         last = piece.group;
         if (piece.lo >= uint64_t(tokens_in(p, piece.group))) continue;
-        const AcKey key = AcKeyOf(p, piece.group, o->compression);
-        if (CachedAc(key) != nullptr) continue;
-        StartAc(p, piece.group, key);
+        if (CachedAc(AcKeyOf(p, piece.group, o->compression)) != nullptr) continue;
+        StartAc(p, piece.group, o->compression);
         return;
       }
     }

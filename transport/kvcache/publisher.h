@@ -88,7 +88,8 @@ class KvPublisher : public moqt::RequestHandler {
     subscribe_wait_ = wait;
   }
 
-  // ac groups are coded on a thread of the publisher's own (AcCodecThread)
+  // ac groups (and xl groups, with a basis) are coded on a thread of the
+  // publisher's own (AcCodecThread)
   // instead of the loop thread, and the next group some request will need
   // is coded while the loop sends this one. `loop`: the sessions' loop
   // (borrowed). Without this call a group is coded on the loop thread when
@@ -234,7 +235,12 @@ class KvPublisher : public moqt::RequestHandler {
   // waits its turn, and `o` is pumped again when a group comes back.
   bool AcReady(Prompt& p, const std::shared_ptr<Outlet>& o);
   // False when the backend could not read the group's pages (nothing started).
-  bool StartAc(const Prompt& p, int group, const AcKey& key);
+  bool StartAc(const Prompt& p, int group, const KvCompression& compression);
+  // Whether `c`'s groups are coded on ac_thread_ (an ac track, or an xl
+  // track once the thread has the basis).
+  bool CodedInBackground(const KvCompression& c) const {
+    return ac_thread_ && (c.ac || (c.xl && ac_thread_->codes_xl()));
+  }
   // Starts coding the first group some request's pending pieces need.
   void CodeAhead();
   // The policy an ac track's groups are coded with: the track's own, or

@@ -287,6 +287,7 @@ class KvOverMoqt : public ::testing::Test {
       l->pages.assign(fresh.ids().begin(), fresh.ids().end());
       LandingSpec spec{kChunk, tokens, first, end, std::move(fresh)};
       spec.xl = landing_xl_;
+      spec.ac_thread = landing_ac_thread_;
       auto lander = KvLander::Create(mem->pool.get(), mem->backend.get(), kModel, track,
                                      std::move(spec),
                                      [l](auto r) {
@@ -329,6 +330,7 @@ class KvOverMoqt : public ::testing::Test {
   // The xl tracks' codec the landings get (LandingSpec::xl), on the
   // harness's loop; null: none.
   XlPageCodec* landing_xl_ = nullptr;
+  AcCodecThread* landing_ac_thread_ = nullptr;  // LandingSpec::ac_thread
   // Destroyed after the harness, which closes the sessions using them.
   Memory src_, dst_;
   ClientHandler decode_;
@@ -389,8 +391,9 @@ TEST_F(KvOverMoqt, LiveChunksInAnyOrderLandForEveryCompression) {
 
 // The xl tracks cross with the worker's KV basis at both ends: what lands
 // is what XlPageCodec makes of each source group (RoPE off at the group's
-// positions, coded, decoded, RoPE back); a publisher without a basis
-// refuses the track, a landing without one cannot start.
+// positions, coded, decoded, RoPE back), coded and decoded on the loops or
+// on AcCodecThreads alike; a publisher without a basis refuses the track,
+// a landing without one cannot start.
 TEST_F(KvOverMoqt, XlGroupsLandWithTheWorkersBasis) {
   const int tokens = 80;
   const auto pages = Pages(tokens);
@@ -411,12 +414,16 @@ TEST_F(KvOverMoqt, XlGroupsLandWithTheWorkersBasis) {
   ASSERT_TRUE(fitted.ok()) << fitted.status();
   const auto basis = std::make_shared<const xl::KvBasis>(*std::move(fitted));
 
-  h_.thread()->RunSync([&] { ASSERT_TRUE(publisher_->BeginPrompt(Digest(1), tokens).ok()); });
-  for (int g = 0; g < 3; ++g) Ready(Digest(1), pages, g);
-  h_.thread()->RunSync([&] { ASSERT_TRUE(publisher_->EndPrompt(Digest(1), absl::OkStatus()).ok()); });
+  // A prompt per round (the relay would serve a second round from its cache).
+  const auto publish = [&](const std::string& digest) {
+    h_.thread()->RunSync([&] { ASSERT_TRUE(publisher_->BeginPrompt(digest, tokens).ok()); });
+    for (int g = 0; g < 3; ++g) Ready(digest, pages, g);
+    h_.thread()->RunSync([&] { ASSERT_TRUE(publisher_->EndPrompt(digest, absl::OkStatus()).ok()); });
+  };
+  publish(Digest(1));
   moqt::MoqtClient* client = h_.Connect(&decode_);
-  const auto name = [&](const xl::XlPoint& p) {
-    return FullTrackNameOf({ModelId(kModel), Digest(1), KvCompression(&p)});
+  const auto name = [&](const xl::XlPoint& p, int prompt = 1) {
+    return FullTrackNameOf({ModelId(kModel), Digest(prompt), KvCompression(&p)});
   };
   XlPageCodec landing_codec(kLayout, inv_freq, basis);
   landing_xl_ = &landing_codec;
@@ -428,47 +435,67 @@ TEST_F(KvOverMoqt, XlGroupsLandWithTheWorkersBasis) {
   ReleaseLanded(*refused);
 
   h_.thread()->RunSync([&] { ASSERT_TRUE(publisher_->SetKvBasis(basis, inv_freq).ok()); });
-  for (const xl::XlPoint* p : {&xl::XlHigh(), &xl::XlLow()}) {
-    auto l = Subscribe(client->session(), name(*p), tokens, 0, 3);
-    ASSERT_TRUE(WaitDone(*l)) << p->track;
-    ASSERT_TRUE(l->result.ok()) << p->track << ": " << l->result.status();
-    // What the codec makes of each group, decoded into pages of a third pool.
-    Memory want;
-    KvPages want_pages = *want.pool->Allocate((tokens + 15) / 16);
-    XlPageCodec codec(kLayout, inv_freq, basis);
-    double err = 0, energy = 0;
-    for (int g = 0; g * kChunk < tokens; ++g) {
-      const int n = std::min(kChunk, tokens - g * kChunk);
-      std::vector<std::vector<uint8_t>> objects;
-      ASSERT_TRUE(codec.Encode(*p, src_.backend.get(), *src_.pool, SlotsOf(pages, 16, g * kChunk, n),
-                               g * kChunk, &objects).ok());
-      const std::vector<absl::Span<const uint8_t>> spans(objects.begin(), objects.end());
-      ASSERT_TRUE(codec.Decode(want.backend.get(), spans,
-                               SlotsOf(want_pages.ids(), 16, g * kChunk, n), g * kChunk,
-                               want.pool.get()).ok());
+  std::unique_ptr<AcCodecThread> landing_thread;
+  for (bool background : {false, true}) {
+    if (background) {
+      h_.thread()->RunSync([&] {
+        publisher_->CodeAcInBackground(h_.loop());  // takes the basis set before
+        landing_thread = std::make_unique<AcCodecThread>(kLayout, h_.loop());
+        landing_thread->SetKvBasis(basis, inv_freq);
+      });
+      landing_ac_thread_ = landing_thread.get();
+      publish(Digest(2));
     }
-    for (int t = 0; t < tokens; ++t) {
-      const int32_t s = SlotsOf(pages, 16, t, 1)[0];
-      const int32_t d = SlotsOf(l->pages, 16, t, 1)[0];
-      const int32_t w = SlotsOf(want_pages.ids(), 16, t, 1)[0];
-      for (int layer = 0; layer < kLayout.num_layers; ++layer) {
-        for (bool v : {false, true}) {
-          const size_t row = kLayout.token_floats();
-          auto at = [&](Memory& m, int32_t slot) {
-            return (v ? m.pool->v_cache(layer) : m.pool->k_cache(layer)) + size_t(slot) * row;
-          };
-          for (size_t i = 0; i < row; ++i) {
-            ASSERT_EQ(at(dst_, d)[i], at(want, w)[i]) << p->track << " token " << t;
-            err += std::pow(at(dst_, d)[i] - at(src_, s)[i], 2);
-            energy += std::pow(at(src_, s)[i], 2);
+    for (const xl::XlPoint* p : {&xl::XlHigh(), &xl::XlLow()}) {
+      auto l = Subscribe(client->session(), name(*p, background ? 2 : 1), tokens, 0, 3);
+      ASSERT_TRUE(WaitDone(*l)) << p->track;
+      ASSERT_TRUE(l->result.ok()) << p->track << ": " << l->result.status();
+      // What the codec makes of each group, decoded into pages of a third pool.
+      Memory want;
+      KvPages want_pages = *want.pool->Allocate((tokens + 15) / 16);
+      XlPageCodec codec(kLayout, inv_freq, basis);
+      double err = 0, energy = 0;
+      for (int g = 0; g * kChunk < tokens; ++g) {
+        const int n = std::min(kChunk, tokens - g * kChunk);
+        std::vector<std::vector<uint8_t>> objects;
+        ASSERT_TRUE(codec.Encode(*p, src_.backend.get(), *src_.pool,
+                                 SlotsOf(pages, 16, g * kChunk, n), g * kChunk, &objects)
+                        .ok());
+        const std::vector<absl::Span<const uint8_t>> spans(objects.begin(), objects.end());
+        ASSERT_TRUE(codec.Decode(want.backend.get(), spans,
+                                 SlotsOf(want_pages.ids(), 16, g * kChunk, n), g * kChunk,
+                                 want.pool.get()).ok());
+      }
+      for (int t = 0; t < tokens; ++t) {
+        const int32_t s = SlotsOf(pages, 16, t, 1)[0];
+        const int32_t d = SlotsOf(l->pages, 16, t, 1)[0];
+        const int32_t w = SlotsOf(want_pages.ids(), 16, t, 1)[0];
+        for (int layer = 0; layer < kLayout.num_layers; ++layer) {
+          for (bool v : {false, true}) {
+            const size_t row = kLayout.token_floats();
+            auto at = [&](Memory& m, int32_t slot) {
+              return (v ? m.pool->v_cache(layer) : m.pool->k_cache(layer)) + size_t(slot) * row;
+            };
+            for (size_t i = 0; i < row; ++i) {
+              ASSERT_EQ(at(dst_, d)[i], at(want, w)[i]) << p->track << " token " << t;
+              err += std::pow(at(dst_, d)[i] - at(src_, s)[i], 2);
+              energy += std::pow(at(src_, s)[i], 2);
+            }
           }
         }
       }
+      EXPECT_LT(err, 0.2 * energy) << p->track;  // close: the landed KV is the source's, coded
+      EXPECT_GT(err, 1e-6 * energy) << p->track;  // and coded, not copied
+      ReleaseLanded(*l);
     }
-    EXPECT_LT(err, 0.2 * energy) << p->track;  // close: the landed KV is the source's, coded
-    EXPECT_GT(err, 1e-6 * energy) << p->track;  // and coded, not copied
-    ReleaseLanded(*l);
   }
+  h_.thread()->RunSync([&] {
+    // 3 groups x 2 tracks on the loop, then the same on the thread.
+    EXPECT_EQ(publisher_->stats().encodes_ahead, 6u);
+    EXPECT_EQ(publisher_->stats().encodes, 12u);
+    landing_thread.reset();
+  });
+  landing_ac_thread_ = nullptr;
   landing_xl_ = nullptr;
   // A landing without a basis cannot start.
   h_.thread()->RunSync([&] {
@@ -478,6 +505,7 @@ TEST_F(KvOverMoqt, XlGroupsLandWithTheWorkersBasis) {
                                    [](auto) {});
     EXPECT_EQ(lander.status().code(), absl::StatusCode::kFailedPrecondition) << lander.status();
     publisher_->DropPrompt(Digest(1));
+    publisher_->DropPrompt(Digest(2));
   });
   ReleasePages(pages);
   EXPECT_EQ(dst_.pool->free_pages(), dst_.pool->num_pages());

@@ -51,15 +51,32 @@ void XlPageCodec::RotateK(float* tokens, int count, int first_position, int sign
   }
 }
 
+void XlPageCodec::WidenPreRope(const uint8_t* half, int count, int first_position,
+                               std::vector<float>* out) const {
+  out->resize(size_t(count) * layout_.num_layers * 2 * layout_.token_floats());
+  const uint16_t* h = reinterpret_cast<const uint16_t*>(half);
+  for (size_t i = 0; i < out->size(); ++i) (*out)[i] = HalfToFloat(h[i]);
+  RotateK(out->data(), count, first_position, -1);
+}
+
+absl::Status XlPageCodec::Gather(Backend* backend, const KvPagePool& pool,
+                                 absl::Span<const int32_t> slots,
+                                 std::vector<uint8_t>* half) const {
+  half->resize(slots.size() * fp16_.token_bytes());
+  return fp16_.Encode(backend, pool, slots, half->data());
+}
+
+absl::Status XlPageCodec::Scatter(Backend* backend, const uint8_t* half,
+                                  absl::Span<const int32_t> slots, KvPagePool* pool) const {
+  return fp16_.Decode(backend, half, slots, pool);
+}
+
 absl::Status XlPageCodec::GatherPreRope(Backend* backend, const KvPagePool& pool,
                                         absl::Span<const int32_t> slots, int first_position,
                                         std::vector<float>* out) const {
-  half_.resize(slots.size() * fp16_.token_bytes());
-  if (absl::Status s = fp16_.Encode(backend, pool, slots, half_.data()); !s.ok()) return s;
-  out->resize(half_.size() / 2);
-  const uint16_t* h = reinterpret_cast<const uint16_t*>(half_.data());
-  for (size_t i = 0; i < out->size(); ++i) (*out)[i] = HalfToFloat(h[i]);
-  RotateK(out->data(), int(slots.size()), first_position, -1);
+  std::vector<uint8_t> half;
+  if (absl::Status s = Gather(backend, pool, slots, &half); !s.ok()) return s;
+  WidenPreRope(half.data(), int(slots.size()), first_position, out);
   return absl::OkStatus();
 }
 
@@ -68,14 +85,18 @@ absl::Status XlPageCodec::Encode(const xl::XlPoint& point, Backend* backend,
                                  int first_position,
                                  std::vector<std::vector<uint8_t>>* objects) {
   if (absl::Status s = Supported(); !s.ok()) return s;
-  if (absl::Status s = GatherPreRope(backend, pool, slots, first_position, &floats_); !s.ok()) {
-    return s;
-  }
+  if (absl::Status s = Gather(backend, pool, slots, &half_); !s.ok()) return s;
+  EncodeGathered(point, half_.data(), int(slots.size()), first_position, objects);
+  return absl::OkStatus();
+}
+
+void XlPageCodec::EncodeGathered(const xl::XlPoint& point, const uint8_t* half, int tokens,
+                                 int first_position,
+                                 std::vector<std::vector<uint8_t>>* objects) {
+  WidenPreRope(half, tokens, first_position, &floats_);
   auto& encoder = encoders_[xl::StepsOf(*basis_, point)];
   if (!encoder) encoder = std::make_unique<xl::XlGroupEncoder>(basis_, point);
-  encoder->Encode(floats_.data(), int(slots.size()), objects,
-                  /*starts_sequence=*/first_position == 0);
-  return absl::OkStatus();
+  encoder->Encode(floats_.data(), tokens, objects, /*starts_sequence=*/first_position == 0);
 }
 
 absl::Status XlPageCodec::Decode(Backend* backend,
@@ -86,14 +107,20 @@ absl::Status XlPageCodec::Decode(Backend* backend,
   if (objects.size() != slots.size()) {
     return absl::InvalidArgumentError("xl group: one object per slot");
   }
+  if (absl::Status s = DecodeToHalf(objects, first_position, &half_); !s.ok()) return s;
+  return Scatter(backend, half_.data(), slots, pool);
+}
+
+absl::Status XlPageCodec::DecodeToHalf(absl::Span<const absl::Span<const uint8_t>> objects,
+                                       int first_position, std::vector<uint8_t>* half) {
   if (!decoder_) decoder_ = std::make_unique<xl::XlGroupDecoder>(basis_);
-  floats_.resize(slots.size() * size_t(basis_->shape().token_floats()));
+  floats_.resize(objects.size() * size_t(basis_->shape().token_floats()));
   if (absl::Status s = decoder_->DecodeGroup(objects, floats_.data()); !s.ok()) return s;
-  RotateK(floats_.data(), int(slots.size()), first_position, +1);
-  half_.resize(floats_.size() * 2);
-  uint16_t* h = reinterpret_cast<uint16_t*>(half_.data());
+  RotateK(floats_.data(), int(objects.size()), first_position, +1);
+  half->resize(floats_.size() * 2);
+  uint16_t* h = reinterpret_cast<uint16_t*>(half->data());
   for (size_t i = 0; i < floats_.size(); ++i) h[i] = FloatToHalf(floats_[i]);
-  return fp16_.Decode(backend, half_.data(), slots, pool);
+  return absl::OkStatus();
 }
 
 }  // namespace kvcast::kvcache

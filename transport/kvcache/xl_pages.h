@@ -5,7 +5,12 @@
 // xl::XlGroupEncoder; landing decodes a whole group, puts RoPE back at the
 // same positions and writes fp16 payloads into the pages.
 //
-// Thread safety: none (scratch buffers are reused); one per loop thread.
+// Encode and Decode each come in two halves, as AcPageCodec's: the pages'
+// side (Gather, Scatter: the thread that owns the pool and backend) and
+// the coding (EncodeGathered, DecodeToHalf: any thread, e.g. an
+// AcCodecThread's).
+//
+// Thread safety: none (scratch buffers are reused); one per thread.
 #ifndef KVCAST_TRANSPORT_KVCACHE_XL_PAGES_H_
 #define KVCAST_TRANSPORT_KVCACHE_XL_PAGES_H_
 
@@ -35,6 +40,8 @@ class XlPageCodec {
 
   // InvalidArgument without a basis, or with one of another shape.
   absl::Status Supported() const;
+  const std::shared_ptr<const xl::KvBasis>& basis() const { return basis_; }
+  const std::vector<float>& rope_inv_freq() const { return inv_freq_; }
 
   // The tokens at `slots` (token i at position first_position + i) as
   // floats in the token layout (per layer, K row then V row), K before
@@ -58,10 +65,27 @@ class XlPageCodec {
   absl::Status Decode(Backend* backend, absl::Span<const absl::Span<const uint8_t>> objects,
                       absl::Span<const int32_t> slots, int first_position, KvPagePool* pool);
 
+  // The halves. Gather: the tokens at `slots` as fp16 token payloads
+  // (the backend's transfer's errors). EncodeGathered: such payloads of
+  // `tokens` tokens coded as Encode codes them (Supported must hold).
+  // DecodeToHalf: a group decoded into fp16 payloads (Decode's errors
+  // but the transfer's). Scatter: payloads written into `slots`.
+  absl::Status Gather(Backend* backend, const KvPagePool& pool, absl::Span<const int32_t> slots,
+                      std::vector<uint8_t>* half) const;
+  void EncodeGathered(const xl::XlPoint& point, const uint8_t* half, int tokens,
+                      int first_position, std::vector<std::vector<uint8_t>>* objects);
+  absl::Status DecodeToHalf(absl::Span<const absl::Span<const uint8_t>> objects,
+                            int first_position, std::vector<uint8_t>* half);
+  absl::Status Scatter(Backend* backend, const uint8_t* half, absl::Span<const int32_t> slots,
+                       KvPagePool* pool) const;
+
  private:
   // Turns every K row of `count` tokens at `tokens` (token i at position
   // first_position + i) by RoPE's angles times `sign` (-1: takes it off).
   void RotateK(float* tokens, int count, int first_position, int sign) const;
+  // fp16 payloads of `count` tokens widened into *out, RoPE taken off K.
+  void WidenPreRope(const uint8_t* half, int count, int first_position,
+                    std::vector<float>* out) const;
 
   const KvLayout layout_;
   const std::vector<float> inv_freq_;
@@ -70,7 +94,7 @@ class XlPageCodec {
   std::map<std::pair<float, float>, std::unique_ptr<xl::XlGroupEncoder>> encoders_;
   std::unique_ptr<xl::XlGroupDecoder> decoder_;
   std::vector<float> floats_;
-  mutable std::vector<uint8_t> half_;
+  std::vector<uint8_t> half_;
 };
 
 }  // namespace kvcast::kvcache
