@@ -22,11 +22,15 @@ absl::StatusOr<std::vector<AbrTrack>> ParseAbrLadder(const std::string& names,
     auto c = kvcache::CompressionOfTrackName(std::string(name));
     if (!c.ok()) return absl::InvalidArgumentError(absl::StrCat("ABR ladder: ", c.status().message()));
     double ratio;
-    // The ac tracks' sizes vary with the KV; SmolLM2's on natural text.
+    // The coded tracks' sizes vary with the KV; SmolLM2's on natural text.
     if (c->ac == &kvcache::ac::AcHigh()) {
       ratio = 0.20;
     } else if (c->ac == &kvcache::ac::AcLow()) {
       ratio = 0.13;
+    } else if (c->xl == &kvcache::xl::XlHigh()) {
+      ratio = 0.154;
+    } else if (c->xl == &kvcache::xl::XlLow()) {
+      ratio = 0.094;
     } else {
       ratio = KvFormatBits(c->format) / 16.0;
     }

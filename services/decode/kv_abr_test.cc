@@ -30,6 +30,12 @@ TEST(AbrLadder, ParsesNamesAndRefusesDisorder) {
   EXPECT_EQ(ParseAbrLadder("fp16,zstd", kFp16Token).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(ParseAbrLadder("", kFp16Token).status().code(), absl::StatusCode::kInvalidArgument);
+  // The xl tracks (workers with a KV basis): xl between ac and ac-lo, xl-lo last.
+  auto xl = ParseAbrLadder("fp16,ac,xl,ac-lo,xl-lo", kFp16Token);
+  ASSERT_TRUE(xl.ok()) << xl.status();
+  EXPECT_LT((*xl)[2].bytes_per_token, (*xl)[1].bytes_per_token);
+  EXPECT_LT((*xl)[4].bytes_per_token, (*xl)[3].bytes_per_token);
+  EXPECT_FALSE(ParseAbrLadder("fp16,xl-lo,xl", kFp16Token).ok());
 }
 
 // A 4K-token Llama-3-8B prompt's KV (32 groups, 512 MiB in fp16) in a 4 s
