@@ -43,7 +43,9 @@ void AcCodecThread::SubmitDecode(Objects objects, Decoded done) {
 
 void AcCodecThread::SetKvBasis(std::shared_ptr<const xl::KvBasis> basis,
                                std::vector<float> rope_inv_freq) {
-  std::lock_guard<std::mutex> lock(mu_);  // no job runs while jobs_ is empty and we hold it
+  // Once: a second codec could replace the one an xl job is using. Until
+  // now no xl job was submitted (codes_xl() was false), so none reads it.
+  if (xl_codec_) return;
   xl_codec_ = std::make_unique<XlPageCodec>(layout_, std::move(rope_inv_freq),
                                             std::move(basis));
 }

@@ -60,9 +60,9 @@ class AcCodecThread {
   // decoder's error.
   void SubmitDecode(Objects objects, Decoded done);
 
-  // The xl tracks: SetKvBasis gives the thread its own XlPageCodec (before
-  // any xl job; `basis` and `rope_inv_freq` as XlPageCodec's), codes_xl()
-  // says whether it has one. SubmitEncodeXl codes `half` (XlPageCodec::
+  // The xl tracks: SetKvBasis gives the thread its own XlPageCodec
+  // (`basis` and `rope_inv_freq` as XlPageCodec's; once, before any xl job:
+  // later calls are ignored), codes_xl() says whether it has one. SubmitEncodeXl codes `half` (XlPageCodec::
   // Gather's payloads of `tokens` tokens, the first at first_position) at
   // `point` (which outlives the job); SubmitDecodeXl decodes a whole group
   // (XlPageCodec::DecodeToHalf); completions as above.

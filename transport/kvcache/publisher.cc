@@ -48,6 +48,7 @@ absl::Status KvPublisher::SetAcTuning(const ac::AcLayerTuning& tuning) {
 
 absl::Status KvPublisher::SetKvBasis(std::shared_ptr<const xl::KvBasis> basis,
                                      std::vector<float> rope_inv_freq) {
+  if (xl_) return absl::FailedPreconditionError("a KV basis is set once");
   auto codec =
       std::make_unique<XlPageCodec>(pool_->layout(), std::move(rope_inv_freq), std::move(basis));
   if (absl::Status s = codec->Supported(); !s.ok()) return s;

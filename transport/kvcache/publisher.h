@@ -105,7 +105,9 @@ class KvPublisher : public moqt::RequestHandler {
 
   // The model's KV basis (xl/kv_basis.h) and RoPE inverse frequencies
   // (head_dim / 2), for the xl tracks; without it they are refused.
-  // InvalidArgument for a basis of another shape than the pool's.
+  // InvalidArgument for a basis of another shape than the pool's;
+  // FailedPrecondition once a basis is set (the groups cached and being
+  // coded are of that one).
   absl::Status SetKvBasis(std::shared_ptr<const xl::KvBasis> basis,
                           std::vector<float> rope_inv_freq);
 

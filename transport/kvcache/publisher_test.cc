@@ -434,7 +434,11 @@ TEST_F(KvOverMoqt, XlGroupsLandWithTheWorkersBasis) {
       << refused->reply;
   ReleaseLanded(*refused);
 
-  h_.thread()->RunSync([&] { ASSERT_TRUE(publisher_->SetKvBasis(basis, inv_freq).ok()); });
+  h_.thread()->RunSync([&] {
+    ASSERT_TRUE(publisher_->SetKvBasis(basis, inv_freq).ok());
+    EXPECT_EQ(publisher_->SetKvBasis(basis, inv_freq).code(),
+              absl::StatusCode::kFailedPrecondition);
+  });
   std::unique_ptr<AcCodecThread> landing_thread;
   for (bool background : {false, true}) {
     if (background) {

@@ -68,8 +68,8 @@ class KvBasis {
 // the basis: each block's covariance eigendecomposed (LAPACK dsyevd).
 class KvBasisFitter {
  public:
-  // InvalidArgument-free: shape must pass ac::ValidateShape and
-  // 1 <= group_layers <= num_layers (checked by Fit).
+  // The shape must pass ac::ValidateShape and 1 <= group_layers <=
+  // num_layers; otherwise Add does nothing and Fit says why.
   KvBasisFitter(const AcShape& shape, int group_layers);
 
   // Adds `count` tokens at `kv`, token t's shape.token_floats() values at
