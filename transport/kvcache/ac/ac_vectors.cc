@@ -11,7 +11,6 @@
 // (testing/synthetic_kv.h); one case has a non-finite unit and a unit of
 // zeros, one forces escapes.
 #include <cstdio>
-#include <fstream>
 #include <limits>
 #include <string>
 #include <vector>
@@ -21,17 +20,12 @@
 #include "absl/strings/str_cat.h"
 #include "transport/kvcache/ac/ac_codec.h"
 #include "transport/kvcache/ac/testing/synthetic_kv.h"
+#include "transport/kvcache/testing/vector_files.h"
 
 ABSL_FLAG(std::string, out, "", "output directory (created)");
 
 namespace kvcast::kvcache::ac {
 namespace {
-
-bool WriteFile(const std::string& path, const void* data, size_t size) {
-  std::ofstream f(path, std::ios::binary);
-  f.write(static_cast<const char*>(data), size);
-  return bool(f);
-}
 
 int Main() {
   const std::string out = absl::GetFlag(FLAGS_out);
@@ -39,7 +33,7 @@ int Main() {
     std::fprintf(stderr, "ac_vectors: --out DIR is required\n");
     return 2;
   }
-  if (std::system(("mkdir -p '" + out + "'").c_str()) != 0) return 1;
+  if (!kvcache::testing::MakeDirectory(out)) return 1;
   // A fine unrotated point (the ac track's before it moved): escapes and
   // long delta runs.
   const AcPolicy fine{"ac@255/191", 255, 191};
@@ -88,30 +82,22 @@ int Main() {
     enc.Encode(kv.data(), c.tokens, &objects, c.name.find("sink") != std::string::npos);
     AcGroupDecoder dec(c.shape);
     std::vector<float> decoded(size_t(c.tokens) * n);
-    const std::string dir = absl::StrCat("case", k);
-    if (std::system(("mkdir -p '" + out + "/" + dir + "'").c_str()) != 0) return 1;
     for (int t = 0; t < c.tokens; ++t) {
       absl::Status s = dec.Decode(t, objects[t], decoded.data() + size_t(t) * n);
       if (!s.ok()) {
         std::fprintf(stderr, "ac_vectors: %s: %s\n", c.name.c_str(), s.ToString().c_str());
         return 1;
       }
-      if (!WriteFile(absl::StrCat(out, "/", dir, "/object_", t, ".bin"), objects[t].data(),
-                     objects[t].size())) {
-        return 1;
-      }
     }
-    if (!WriteFile(absl::StrCat(out, "/", dir, "/decoded.f32"), decoded.data(),
-                   decoded.size() * sizeof(float))) {
-      return 1;
-    }
+    const std::string dir = absl::StrCat("case", k);
+    if (!kvcache::testing::WriteGroupVectors(out + "/" + dir, objects, decoded)) return 1;
     absl::StrAppend(&json, "  {\"name\": \"", c.name, "\", \"track\": \"", std::string(c.policy->track),
                     "\", \"layers\": ", c.shape.num_layers, ", \"heads\": ", c.shape.num_kv_heads,
                     ", \"head_dim\": ", c.shape.head_dim, ", \"tokens\": ", c.tokens,
                     ", \"dir\": \"", dir, "\"}", k + 1 < cases.size() ? ",\n" : "\n");
   }
   json += "]\n";
-  if (!WriteFile(out + "/cases.json", json.data(), json.size())) return 1;
+  if (!kvcache::testing::WriteFile(out + "/cases.json", json.data(), json.size())) return 1;
   std::printf("ac_vectors: %zu cases in %s\n", cases.size(), out.c_str());
   return 0;
 }

@@ -3,73 +3,27 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
-#include <random>
 #include <vector>
 
 #include "common/dtype.h"
 #include "gtest/gtest.h"
 #include "transport/kvcache/xl/kv_basis.h"
+#include "transport/kvcache/xl/testing/low_rank_kv.h"
 
 namespace kvcast::kvcache::xl {
 namespace {
 
 constexpr AcShape kShape{4, 2, 16};  // rows of 32 values; groups of 2 layers: 64 dims
 constexpr int kGroup = 2;
-constexpr int kRank = 6;  // directions per block that carry the data
+constexpr int kRank = testing::kLowRank;  // directions per block that carry the data
+using testing::LowRankKv;
 
-// Token vectors of rank kRank per block: each block (group of layers, K or
-// V) is its mean plus kRank orthonormal directions, spread across its
-// layers, times N(0, sigma_i^2) with sigma_i = 8 / 2^i.
-struct LowRankKv {
-  std::vector<std::vector<float>> dirs;  // per block: kRank x dim, orthonormal
-  std::vector<float> tokens;
-  static constexpr float Sigma(int i) { return 8.f / float(1 << i); }
-
-  // The directions and means from structure_seed, the tokens from seed.
-  LowRankKv(int count, uint32_t seed, uint32_t structure_seed = 100) {
-    std::mt19937 rng(structure_seed);
-    std::normal_distribution<float> n01;
-    const int row = kShape.num_kv_heads * kShape.head_dim, dim = kGroup * row;
-    const int blocks = 2 * kShape.num_layers / kGroup;
-    std::vector<std::vector<float>> means;
-    for (int b = 0; b < blocks; ++b) {
-      std::vector<float> d(size_t(kRank) * dim), m(dim);
-      for (float& v : d) v = n01(rng);
-      for (float& v : m) v = n01(rng);
-      for (int i = 0; i < kRank; ++i) {  // Gram-Schmidt
-        float* di = d.data() + size_t(i) * dim;
-        for (int j = 0; j < i; ++j) {
-          const float* dj = d.data() + size_t(j) * dim;
-          double dot = 0;
-          for (int c = 0; c < dim; ++c) dot += di[c] * dj[c];
-          for (int c = 0; c < dim; ++c) di[c] -= float(dot) * dj[c];
-        }
-        double norm = 0;
-        for (int c = 0; c < dim; ++c) norm += di[c] * di[c];
-        for (int c = 0; c < dim; ++c) di[c] /= float(std::sqrt(norm));
-      }
-      dirs.push_back(d);
-      means.push_back(m);
-    }
-    tokens.resize(size_t(count) * kShape.token_floats());
-    rng.seed(seed);
-    for (int t = 0; t < count; ++t) {
-      for (int b = 0; b < blocks; ++b) {
-        const int g = b / 2, kind = b % 2;
-        std::vector<float> x = means[b];
-        for (int i = 0; i < kRank; ++i) {
-          const float z = n01(rng) * Sigma(i);
-          for (int c = 0; c < dim; ++c) x[c] += z * dirs[b][size_t(i) * dim + c];
-        }
-        for (int l = 0; l < kGroup; ++l) {
-          float* dst = tokens.data() + size_t(t) * kShape.token_floats() +
-                       size_t(g * kGroup + l) * 2 * row + kind * row;
-          for (int c = 0; c < row; ++c) dst[c] = x[l * row + c];
-        }
-      }
-    }
-  }
-};
+// Token vectors of rank kRank per block (testing/low_rank_kv.h, every
+// block at scale 1: coefficient i of spread LowRankKv::Sigma(i) = 8 / 2^i);
+// the directions and means from structure_seed, the tokens from seed.
+LowRankKv MakeKv(int count, uint32_t seed, uint32_t structure_seed = 100) {
+  return testing::MakeLowRankKv(kShape, kGroup, count, seed, structure_seed);
+}
 
 std::shared_ptr<const KvBasis> FitBasis(const LowRankKv& kv, int count) {
   KvBasisFitter fitter(kShape, kGroup);
@@ -86,7 +40,7 @@ std::vector<absl::Span<const uint8_t>> Spans(const std::vector<std::vector<uint8
 }
 
 TEST(KvBasisTest, FitFindsTheDataDirectionsAndVariances) {
-  const LowRankKv kv(4000, 1);
+  const LowRankKv kv = MakeKv(4000, 1);
   const auto basis = FitBasis(kv, 4000);
   ASSERT_EQ(basis->num_groups(), 2);
   const int dim = basis->block(0, 0).dim;
@@ -102,7 +56,8 @@ TEST(KvBasisTest, FitFindsTheDataDirectionsAndVariances) {
       // Component i is direction i (up to sign and fp16 rounding).
       double dot = 0;
       for (int c = 0; c < dim; ++c) {
-        dot += HalfToFloat(blk.components[size_t(i) * dim + c]) * kv.dirs[b][size_t(i) * dim + c];
+        dot += HalfToFloat(blk.components[size_t(i) * dim + c]) *
+               kv.blocks[b].dirs[size_t(i) * dim + c];
       }
       EXPECT_GT(std::abs(dot), 0.99) << "block " << b << " component " << i;
     }
@@ -112,7 +67,7 @@ TEST(KvBasisTest, FitFindsTheDataDirectionsAndVariances) {
 }
 
 TEST(KvBasisTest, SerializeParsesBackAndRefusesDamage) {
-  const LowRankKv kv(300, 2);
+  const LowRankKv kv = MakeKv(300, 2);
   const auto basis = FitBasis(kv, 300);
   const std::string bytes = basis->Serialize();
   absl::StatusOr<KvBasis> back = KvBasis::Parse(bytes);
@@ -136,7 +91,7 @@ TEST(KvBasisTest, SerializeParsesBackAndRefusesDamage) {
 // The error of a decoded token is that of its kept coefficients' rounding:
 // at most sqrt(kept) s / 2 in each block, plus the fp16 axes' rounding.
 TEST(XlCodecTest, RoundTripErrorIsTheSteps) {
-  const LowRankKv calib(3000, 3), eval(128, 4);
+  const LowRankKv calib = MakeKv(3000, 3), eval = MakeKv(128, 4);
   const auto basis = FitBasis(calib, 3000);
   for (float step : {0.05f, 0.5f}) {
     const float v_step = 2 * step;  // V coarser: each kind at its own step
@@ -182,7 +137,7 @@ TEST(XlCodecTest, RoundTripErrorIsTheSteps) {
 }
 
 TEST(XlCodecTest, CoarserStepsFewerBytesAndTheSinkExact) {
-  const LowRankKv calib(3000, 5), eval(64, 6);
+  const LowRankKv calib = MakeKv(3000, 5), eval = MakeKv(64, 6);
   const auto basis = FitBasis(calib, 3000);
   size_t last = SIZE_MAX;
   for (float step : {0.01f, 0.1f, 1.f}) {
@@ -202,7 +157,7 @@ TEST(XlCodecTest, CoarserStepsFewerBytesAndTheSinkExact) {
 }
 
 TEST(XlCodecTest, RefusesDamagedOrForeignGroups) {
-  const LowRankKv calib(2000, 7), eval(16, 8), other(2000, 9, 101);
+  const LowRankKv calib = MakeKv(2000, 7), eval = MakeKv(16, 8), other = MakeKv(2000, 9, 101);
   const auto basis = FitBasis(calib, 2000);
   XlGroupEncoder enc(basis, {"xl@test", 0.05f, 0.05f});
   std::vector<std::vector<uint8_t>> objects;
@@ -237,7 +192,7 @@ TEST(XlCodecTest, RefusesDamagedOrForeignGroups) {
 // Relative points scale with the basis' RMS per kind; the named tracks are
 // relative, and their steps are what the header carries.
 TEST(XlCodecTest, RelativePointsAreInUnitsOfTheBasisRms) {
-  const LowRankKv calib(2000, 10);
+  const LowRankKv calib = MakeKv(2000, 10);
   const auto basis = FitBasis(calib, 2000);
   double sum[2] = {0, 0}, dims[2] = {0, 0};
   for (int g = 0; g < basis->num_groups(); ++g) {

@@ -19,12 +19,8 @@
 // blocks' scales differ, and one block's is tiny, so that a coarse step
 // codes none of its components while the others code some; a fine step
 // makes codes past 127 (escapes, symbol 255).
-#include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <fstream>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -33,7 +29,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/types/span.h"
+#include "transport/kvcache/testing/vector_files.h"
 #include "transport/kvcache/xl/kv_basis.h"
+#include "transport/kvcache/xl/testing/low_rank_kv.h"
 #include "transport/kvcache/xl/xl_codec.h"
 
 ABSL_FLAG(std::string, out, "", "output directory (created)");
@@ -41,80 +39,19 @@ ABSL_FLAG(std::string, out, "", "output directory (created)");
 namespace kvcast::kvcache::xl {
 namespace {
 
-bool WriteFile(const std::string& path, const void* data, size_t size) {
-  std::ofstream f(path, std::ios::binary);
-  f.write(static_cast<const char*>(data), size);
-  return bool(f);
-}
-
-constexpr int kRank = 6;  // directions per block that carry the data
-
-// Synthetic KV of low rank per block (the layers [g G, min((g+1) G, L))
-// of one kind). The structure (directions, means, block scales) comes from
-// structure_seed, the tokens from seed; with sink, token 0 is an outlier
-// (K 6 times larger, V 500 times smaller), as a sequence's first is.
+// The vectors' synthetic KV: block 1 (group 0's V) tiny, so that a coarse
+// step codes none of it; the others at scales 1, 1/2, 1/3 in turn; a little
+// noise; with `sink`, token 0 an outlier, as a sequence's first is.
 std::vector<float> LowRankKv(const AcShape& shape, int group_layers, int tokens, uint32_t seed,
                              bool sink, uint32_t structure_seed) {
-  std::mt19937 rng(structure_seed);
-  std::normal_distribution<float> n01;
-  const int row = shape.num_kv_heads * shape.head_dim, n = shape.token_floats();
-  const int groups = (shape.num_layers + group_layers - 1) / group_layers;
-  struct Block {
-    int first, layers, kind, dim;
-    float scale;
-    std::vector<float> dirs, mean;
-  };
-  std::vector<Block> blocks;
-  for (int g = 0; g < groups; ++g) {
-    for (int kind = 0; kind < 2; ++kind) {
-      Block b;
-      b.first = g * group_layers;
-      b.layers = std::min(group_layers, shape.num_layers - b.first);
-      b.kind = kind;
-      b.dim = b.layers * row;
-      // Block 1 (group 0's V) tiny: a coarse step codes none of it.
-      const int index = int(blocks.size());
-      b.scale = index == 1 ? 0.01f : 1.f / float(1 + index % 3);
-      b.dirs.resize(size_t(kRank) * b.dim);
-      b.mean.resize(b.dim);
-      for (float& v : b.dirs) v = n01(rng);
-      for (float& v : b.mean) v = 2 * n01(rng);
-      for (int i = 0; i < kRank; ++i) {  // Gram-Schmidt
-        float* di = b.dirs.data() + size_t(i) * b.dim;
-        for (int j = 0; j < i; ++j) {
-          const float* dj = b.dirs.data() + size_t(j) * b.dim;
-          double dot = 0;
-          for (int c = 0; c < b.dim; ++c) dot += double(di[c]) * dj[c];
-          for (int c = 0; c < b.dim; ++c) di[c] -= float(dot) * dj[c];
-        }
-        double norm = 0;
-        for (int c = 0; c < b.dim; ++c) norm += double(di[c]) * di[c];
-        for (int c = 0; c < b.dim; ++c) di[c] /= float(std::sqrt(norm));
-      }
-      blocks.push_back(std::move(b));
-    }
+  testing::LowRankOptions o;
+  o.mean_scale = 2;
+  for (int b = 0; b < 2 * shape.num_layers; ++b) {
+    o.block_scales.push_back(b == 1 ? 0.01f : 1.f / float(1 + b % 3));
   }
-  std::vector<float> kv(size_t(tokens) * n);
-  rng.seed(seed);
-  std::vector<float> x;
-  for (int t = 0; t < tokens; ++t) {
-    for (const Block& b : blocks) {
-      x = b.mean;
-      for (int i = 0; i < kRank; ++i) {
-        const float z = n01(rng) * b.scale * 8.f / float(1 << i);
-        for (int c = 0; c < b.dim; ++c) x[c] += z * b.dirs[size_t(i) * b.dim + c];
-      }
-      for (int c = 0; c < b.dim; ++c) x[c] += 0.001f * n01(rng);
-      if (t == 0 && sink) {
-        for (float& v : x) v *= b.kind == 0 ? 6.f : 0.002f;
-      }
-      for (int l = 0; l < b.layers; ++l) {
-        float* dst = kv.data() + size_t(t) * n + size_t(b.first + l) * 2 * row + b.kind * row;
-        for (int c = 0; c < row; ++c) dst[c] = x[size_t(l) * row + c];
-      }
-    }
-  }
-  return kv;
+  o.noise = 0.001f;
+  o.sink = sink;
+  return testing::MakeLowRankKv(shape, group_layers, tokens, seed, structure_seed, o).tokens;
 }
 
 int Main() {
@@ -123,7 +60,7 @@ int Main() {
     std::fprintf(stderr, "xl_vectors: --out DIR is required\n");
     return 2;
   }
-  if (std::system(("mkdir -p '" + out + "'").c_str()) != 0) return 1;
+  if (!kvcache::testing::MakeDirectory(out)) return 1;
 
   // The bases: L = 4 in groups of 2; L = 5 in groups of 3 (3 + 2 layers)
   // and of 2 (2 + 2 + 1).
@@ -203,17 +140,7 @@ int Main() {
       return 1;
     }
     const std::string dir = absl::StrCat("case", k);
-    if (std::system(("mkdir -p '" + out + "/" + dir + "'").c_str()) != 0) return 1;
-    for (int t = 0; t < c.tokens; ++t) {
-      if (!WriteFile(absl::StrCat(out, "/", dir, "/object_", t, ".bin"), objects[t].data(),
-                     objects[t].size())) {
-        return 1;
-      }
-    }
-    if (!WriteFile(absl::StrCat(out, "/", dir, "/decoded.f32"), decoded.data(),
-                   decoded.size() * sizeof(float))) {
-      return 1;
-    }
+    if (!kvcache::testing::WriteGroupVectors(out + "/" + dir, objects, decoded)) return 1;
     absl::StrAppend(&json, "  {\"name\": \"", c.name, "\", \"basis\": \"", b.file,
                     "\", \"basis_id\": \"", absl::StrFormat("0x%016x", b.basis->id()),
                     "\", \"layers\": ", b.shape.num_layers, ", \"heads\": ", b.shape.num_kv_heads,
@@ -224,7 +151,7 @@ int Main() {
                     k + 1 < cases.size() ? ",\n" : "\n");
   }
   json += "]\n";
-  if (!WriteFile(out + "/cases.json", json.data(), json.size())) return 1;
+  if (!kvcache::testing::WriteFile(out + "/cases.json", json.data(), json.size())) return 1;
   std::printf("xl_vectors: %zu cases, %zu bases in %s\n", cases.size(), bases.size(), out.c_str());
   return 0;
 }
