@@ -63,7 +63,9 @@ std::string KvBasis::Serialize() const {
   for (const Block& b : blocks_) {
     out.append(reinterpret_cast<const char*>(b.mean.data()), b.mean.size() * 4);
     out.append(reinterpret_cast<const char*>(b.variance.data()), b.variance.size() * 4);
-    out.append(reinterpret_cast<const char*>(b.components.data()), b.components.size() * 2);
+    std::vector<uint16_t> half(b.axes.size());
+    for (size_t i = 0; i < half.size(); ++i) half[i] = FloatToHalf(b.axes[i]);  // exact
+    out.append(reinterpret_cast<const char*>(half.data()), half.size() * 2);
   }
   return out;
 }
@@ -93,10 +95,15 @@ absl::StatusOr<KvBasis> KvBasis::Parse(std::string_view bytes) {
       }
       blk.mean.resize(d);
       blk.variance.resize(d);
-      blk.components.resize(d * d);
+      blk.axes.resize(d * d);
       std::memcpy(blk.mean.data(), bytes.data() + at, d * 4);
       std::memcpy(blk.variance.data(), bytes.data() + at + d * 4, d * 4);
-      std::memcpy(blk.components.data(), bytes.data() + at + d * 8, d * d * 2);
+      const char* half = bytes.data() + at + d * 8;
+      for (size_t i = 0; i < d * d; ++i) {
+        uint16_t h;
+        std::memcpy(&h, half + 2 * i, 2);
+        blk.axes[i] = HalfToFloat(h);
+      }
       for (size_t i = 0; i < d; ++i) {
         const float v = blk.variance[i];
         if (!(v >= 0) || !std::isfinite(v) || (i > 0 && v > blk.variance[i - 1])) {
@@ -217,14 +224,16 @@ absl::StatusOr<KvBasis> KvBasisFitter::Fit() const {
       blk.dim = dim;
       blk.mean.resize(dim);
       blk.variance.resize(dim);
-      blk.components.resize(size_t(dim) * dim);
+      blk.axes.resize(size_t(dim) * dim);
       for (int i = 0; i < dim; ++i) blk.mean[i] = float(sum[i] / n);
       // Eigenvalues ascend; eigenvector j is column j (contiguous).
       for (int i = 0; i < dim; ++i) {
         const int j = dim - 1 - i;
         blk.variance[i] = float(std::max(w[j], 0.0));
         const double* v = a.data() + size_t(j) * dim;
-        for (int c = 0; c < dim; ++c) blk.components[size_t(i) * dim + c] = FloatToHalf(float(v[c]));
+        for (int c = 0; c < dim; ++c) {
+          blk.axes[size_t(i) * dim + c] = HalfToFloat(FloatToHalf(float(v[c])));  // the file's
+        }
       }
       b.blocks_.push_back(std::move(blk));
     }

@@ -38,7 +38,9 @@ class KvBasis {
     int dim = 0;                       // layers * num_kv_heads * head_dim
     std::vector<float> mean;           // dim
     std::vector<float> variance;       // dim, descending
-    std::vector<uint16_t> components;  // dim x dim fp16, component i at i * dim
+    // dim x dim, component i at i * dim: the file's binary16 values,
+    // widened once here for every coder of the basis to share.
+    std::vector<float> axes;
   };
 
   const AcShape& shape() const { return shape_; }

@@ -33,30 +33,6 @@ constexpr uint8_t kFlagSink = 1;
 // version, flags, T, L, H, D, G, basis id, K step, V step
 constexpr size_t kHeaderBytes = 1 + 1 + 2 + 4 * 2 + 8 + 4 + 4;
 
-// Each block's coded axes widened to float (kept x dim).
-std::vector<std::vector<float>> AxesOf(const KvBasis& basis, const XlPlan& plan) {
-  std::vector<std::vector<float>> axes;
-  for (int g = 0; g < basis.num_groups(); ++g) {
-    for (int kind = 0; kind < 2; ++kind) {
-      const KvBasis::Block& b = basis.block(g, kind);
-      const size_t n = size_t(plan.kept[2 * g + kind]) * b.dim;
-      std::vector<float> a(n);
-      for (size_t i = 0; i < n; ++i) a[i] = HalfToFloat(b.components[i]);
-      axes.push_back(std::move(a));
-    }
-  }
-  return axes;
-}
-
-// The table (kind * kClasses + class) of every coefficient of a token, in order.
-std::vector<uint8_t> TablesOf(const XlPlan& plan) {
-  std::vector<uint8_t> out;
-  for (size_t b = 0; b < plan.classes.size(); ++b) {
-    for (uint8_t c : plan.classes[b]) out.push_back(uint8_t((b % 2) * kClasses + c));
-  }
-  return out;
-}
-
 // Token rows <-> one block's vectors: block (first layer, layers, kind) of
 // token t is `layers` rows of H D values.
 void GatherBlock(const KvBasis::Block& b, int kind, int row, size_t token, const float* kv,
@@ -89,14 +65,13 @@ XlPlan PlanOf(const KvBasis& basis, float k_step, float v_step) {
     for (int kind = 0; kind < 2; ++kind) {
       const KvBasis::Block& b = basis.block(g, kind);
       const double s = kind == 0 ? k_step : v_step;
-      std::vector<uint8_t> classes;
-      for (int i = 0; i < b.dim && double(b.variance[i]) >= s * s / 12; ++i) {
-        const double c = std::floor(4 * std::log2(std::sqrt(double(b.variance[i])) / s)) + 8;
-        classes.push_back(uint8_t(std::clamp(c, 0.0, double(kClasses - 1))));
+      int k = 0;
+      for (; k < b.dim && double(b.variance[k]) >= s * s / 12; ++k) {
+        const double c = std::floor(4 * std::log2(std::sqrt(double(b.variance[k])) / s)) + 8;
+        plan.tables.push_back(uint8_t(kind * kClasses + std::clamp(c, 0.0, double(kClasses - 1))));
       }
-      plan.kept.push_back(int(classes.size()));
-      plan.total_kept += int(classes.size());
-      plan.classes.push_back(std::move(classes));
+      plan.kept.push_back(k);
+      plan.total_kept += k;
     }
   }
   return plan;
@@ -119,8 +94,7 @@ XlGroupEncoder::XlGroupEncoder(std::shared_ptr<const KvBasis> basis, const XlPoi
     : basis_(std::move(basis)),
       k_step_(StepsOf(*basis_, point).first),
       v_step_(StepsOf(*basis_, point).second),
-      plan_(PlanOf(*basis_, k_step_, v_step_)),
-      axes_(AxesOf(*basis_, plan_)) {}
+      plan_(PlanOf(*basis_, k_step_, v_step_)) {}
 
 void XlGroupEncoder::Encode(const float* kv, int tokens,
                             std::vector<std::vector<uint8_t>>* objects, bool starts_sequence) {
@@ -146,7 +120,7 @@ void XlGroupEncoder::Encode(const float* kv, int tokens,
       }
       coef_.resize(size_t(tokens) * k);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tokens, k, b.dim, 1.f, x_.data(),
-                  b.dim, axes_[2 * g + kind].data(), b.dim, 0.f, coef_.data(), k);
+                  b.dim, b.axes.data(), b.dim, 0.f, coef_.data(), k);
       const float inv = 1.f / (kind == 0 ? k_step_ : v_step_);
       for (int t = first; t < tokens; ++t) {
         for (int i = 0; i < k; ++i) {
@@ -161,7 +135,7 @@ void XlGroupEncoder::Encode(const float* kv, int tokens,
   }
 
   // One table per (kind, class), from this group's symbols.
-  const std::vector<uint8_t> table = TablesOf(plan_);
+  const std::vector<uint8_t>& table = plan_.tables;
   std::vector<uint32_t> counts(size_t(kTables) * kMaxSymbols, 0);
   for (int t = first; t < tokens; ++t) {
     const int32_t* q = codes_.data() + size_t(t) * total;
@@ -262,7 +236,6 @@ absl::Status XlGroupDecoder::DecodeGroup(absl::Span<const absl::Span<const uint8
   }
   if (steps[0] != k_step_ || steps[1] != v_step_) {
     plan_ = PlanOf(*basis_, steps[0], steps[1]);
-    axes_ = AxesOf(*basis_, plan_);
     k_step_ = steps[0];
     v_step_ = steps[1];
   }
@@ -296,7 +269,7 @@ absl::Status XlGroupDecoder::DecodeGroup(absl::Span<const absl::Span<const uint8
   const int total = plan_.total_kept;
   const size_t token = shape.token_floats();
   const int first = (flags & kFlagSink) ? 1 : 0;
-  const std::vector<uint8_t> table = TablesOf(plan_);
+  const std::vector<uint8_t>& table = plan_.tables;
   codes_.assign(size_t(tokens) * total, 0);
   x_.assign(size_t(tokens) * token, 0.f);
   for (int t = 0; t < tokens; ++t) {
@@ -364,7 +337,7 @@ absl::Status XlGroupDecoder::DecodeGroup(absl::Span<const absl::Span<const uint8
       const KvBasis::Block& b = basis_->block(g, kind);
       const int k = plan_.kept[2 * g + kind];
       const float s = kind == 0 ? k_step_ : v_step_;
-      std::vector<float> block(size_t(coded) * b.dim);
+      block_.assign(size_t(coded) * b.dim, 0.f);
       if (k > 0) {
         coef_.resize(size_t(coded) * k);
         for (int t = 0; t < coded; ++t) {
@@ -373,10 +346,10 @@ absl::Status XlGroupDecoder::DecodeGroup(absl::Span<const absl::Span<const uint8
           }
         }
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, coded, b.dim, k, 1.f, coef_.data(),
-                    k, axes_[2 * g + kind].data(), b.dim, 0.f, block.data(), b.dim);
+                    k, b.axes.data(), b.dim, 0.f, block_.data(), b.dim);
       }
       for (int t = 0; t < coded; ++t) {
-        float* x = block.data() + size_t(t) * b.dim;
+        float* x = block_.data() + size_t(t) * b.dim;
         for (int i = 0; i < b.dim; ++i) x[i] += b.mean[i];
         ScatterBlock(b, kind, row, token, x, t + first, x_.data());
       }

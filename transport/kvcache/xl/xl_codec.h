@@ -43,12 +43,13 @@ inline constexpr int kClasses = 48;
 // The absolute (K, V) steps of `point` over `basis`.
 std::pair<float, float> StepsOf(const KvBasis& basis, const XlPoint& point);
 
-// Which components of a basis a point codes, and their classes.
+// Which components of a basis a point codes, and their tables.
 struct XlPlan {
-  // Per block (group, kind) in basis order: coded components (a prefix)
-  // and each one's class.
+  // Per block (group, kind) in basis order: coded components (a prefix).
   std::vector<int> kept;
-  std::vector<std::vector<uint8_t>> classes;
+  // Per coefficient of a token, in order: its table, kind * kClasses +
+  // its component's class.
+  std::vector<uint8_t> tables;
   int total_kept = 0;  // coefficients a token
 };
 XlPlan PlanOf(const KvBasis& basis, float k_step, float v_step);
@@ -70,7 +71,6 @@ class XlGroupEncoder {
   const std::shared_ptr<const KvBasis> basis_;
   const float k_step_, v_step_;
   const XlPlan plan_;
-  std::vector<std::vector<float>> axes_;  // per block: kept x dim, widened
   std::vector<float> x_, coef_;
   std::vector<int32_t> codes_;            // tokens x total_kept
 };
@@ -91,9 +91,8 @@ class XlGroupDecoder {
   const std::shared_ptr<const KvBasis> basis_;
   float k_step_ = 0, v_step_ = 0;
   XlPlan plan_;
-  std::vector<std::vector<float>> axes_;
   std::vector<int32_t> codes_;
-  std::vector<float> coef_, x_;
+  std::vector<float> coef_, x_, block_;
   std::vector<uint32_t> slots_;  // per (kind, class) x kProbScale
 };
 

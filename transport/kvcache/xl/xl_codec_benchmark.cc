@@ -21,7 +21,6 @@
 #include <vector>
 
 #include "benchmark/benchmark.h"
-#include "common/dtype.h"
 #include "transport/kvcache/xl/kv_basis.h"
 #include "transport/kvcache/xl/xl_codec.h"
 
@@ -53,8 +52,8 @@ const std::vector<float>& Kv() {
         x = blk.mean;
         for (int i = 0; i < blk.dim; ++i) {
           const float z = n01(rng) * std::sqrt(blk.variance[i]);
-          const uint16_t* u = blk.components.data() + size_t(i) * blk.dim;
-          for (int c = 0; c < blk.dim; ++c) x[c] += z * HalfToFloat(u[c]);
+          const float* u = blk.axes.data() + size_t(i) * blk.dim;
+          for (int c = 0; c < blk.dim; ++c) x[c] += z * u[c];
         }
         for (int l = 0; l < blk.layers; ++l) {
           std::memcpy(kv.data() + size_t(t) * s.token_floats() +

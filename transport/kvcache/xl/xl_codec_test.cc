@@ -56,8 +56,7 @@ TEST(KvBasisTest, FitFindsTheDataDirectionsAndVariances) {
       // Component i is direction i (up to sign and fp16 rounding).
       double dot = 0;
       for (int c = 0; c < dim; ++c) {
-        dot += HalfToFloat(blk.components[size_t(i) * dim + c]) *
-               kv.blocks[b].dirs[size_t(i) * dim + c];
+        dot += blk.axes[size_t(i) * dim + c] * kv.blocks[b].dirs[size_t(i) * dim + c];
       }
       EXPECT_GT(std::abs(dot), 0.99) << "block " << b << " component " << i;
     }
